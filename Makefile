@@ -1,0 +1,79 @@
+# threeproxy: build, test and install. Cargo does the building; this file
+# only names the steps and the install layout (3proxy's Makefile.Linux).
+-include config.mak
+
+PREFIX     ?= /usr/local
+BINDIR     ?= $(PREFIX)/bin
+MANDIR     ?= $(PREFIX)/share/man
+SYSCONFDIR ?= /etc/3proxy
+SYSTEMDDIR ?= /lib/systemd/system
+INITDIR    ?= /etc/init.d
+DESTDIR    ?=
+CARGO      ?= cargo
+BIN         = target/release/3proxy
+
+.PHONY: all test check lint install install-bin install-man install-etc install-init uninstall clean bench run
+
+all: $(BIN)
+
+$(BIN): FORCE
+	$(CARGO) build --release --locked
+
+FORCE:
+
+# The whole test suite: unit and integration tests of the proxy, and the
+# benchmark harness's own unit tests (the benchmark itself is `make bench`).
+test:
+	sh tests/deps.sh
+	$(CARGO) test --locked -- --test-threads=4
+	python3 -m unittest discover -s bench/tests -t .
+
+lint:
+	$(CARGO) fmt --all -- --check
+	$(CARGO) clippy --locked --all-targets -- -D warnings
+
+# Start a proxy on the sample cfg (loopback only), in the foreground.
+run: $(BIN)
+	./$(BIN) cfg/3proxy.cfg
+
+install: install-bin install-man install-etc install-init
+
+install-bin: $(BIN)
+	install -d $(DESTDIR)$(BINDIR)
+	install -m 755 $(BIN) $(DESTDIR)$(BINDIR)/3proxy
+
+install-man:
+	install -d $(DESTDIR)$(MANDIR)/man8 $(DESTDIR)$(MANDIR)/man5
+	install -m 644 man/3proxy.8 $(DESTDIR)$(MANDIR)/man8/3proxy.8
+	install -m 644 man/3proxy.cfg.5 $(DESTDIR)$(MANDIR)/man5/3proxy.cfg.5
+
+# Never overwrite a cfg the administrator already has.
+install-etc:
+	install -d $(DESTDIR)$(SYSCONFDIR)
+	if [ ! -e $(DESTDIR)$(SYSCONFDIR)/3proxy.cfg ]; then \
+		install -m 644 cfg/3proxy.cfg $(DESTDIR)$(SYSCONFDIR)/3proxy.cfg; \
+	else \
+		echo "keeping existing $(DESTDIR)$(SYSCONFDIR)/3proxy.cfg"; \
+	fi
+
+install-init:
+	install -d $(DESTDIR)$(SYSTEMDDIR) $(DESTDIR)$(INITDIR)
+	sed -e 's|@BINDIR@|$(BINDIR)|g' -e 's|@SYSCONFDIR@|$(SYSCONFDIR)|g' \
+		cfg/3proxy.service > $(DESTDIR)$(SYSTEMDDIR)/3proxy.service
+	chmod 644 $(DESTDIR)$(SYSTEMDDIR)/3proxy.service
+	sed -e 's|@BINDIR@|$(BINDIR)|g' -e 's|@SYSCONFDIR@|$(SYSCONFDIR)|g' \
+		cfg/3proxy.init > $(DESTDIR)$(INITDIR)/3proxy
+	chmod 755 $(DESTDIR)$(INITDIR)/3proxy
+
+uninstall:
+	rm -f $(DESTDIR)$(BINDIR)/3proxy
+	rm -f $(DESTDIR)$(MANDIR)/man8/3proxy.8 $(DESTDIR)$(MANDIR)/man5/3proxy.cfg.5
+	rm -f $(DESTDIR)$(SYSTEMDDIR)/3proxy.service $(DESTDIR)$(INITDIR)/3proxy
+	@echo "left $(DESTDIR)$(SYSCONFDIR)/3proxy.cfg in place"
+
+# The benchmark: needs root and a quiet machine; see bench/README.md.
+bench: $(BIN)
+	python3 bench/bench.py $(BENCH_ARGS)
+
+clean:
+	$(CARGO) clean

@@ -1,0 +1,1 @@
+"""threeproxy's benchmark harness (see bench/README.md)."""

@@ -1,0 +1,165 @@
+"""Parsers for what the tools and the kernel print.  Pure: text in, dicts out."""
+
+import json
+import re
+
+
+class ParseError(Exception):
+    pass
+
+
+# --- wrk -------------------------------------------------------------------
+
+_WRK_RPS = re.compile(r"^Requests/sec:\s+([0-9.]+)", re.M)
+_WRK_NON2XX = re.compile(r"Non-2xx or 3xx responses:\s+(\d+)")
+
+
+def parse_wrk(text):
+    """wrk's output with our done() hook (configs.render_wrk_lua).
+
+    Returns requests, bytes, seconds, rps, bytes_per_s, errors (the sum of
+    socket errors and bad statuses, with each kind), latency p50/p99 in us.
+    """
+    m = re.search(r"^WRKJSON (\{.*\})\s*$", text, re.M)
+    if not m:
+        raise ParseError("no WRKJSON line in wrk output: %r" % text[-300:])
+    d = json.loads(m.group(1))
+    secs = d["duration_us"] / 1e6
+    if secs <= 0:
+        raise ParseError("wrk ran for no time")
+    kinds = {k: d[k] for k in ("connect", "read", "write", "status", "timeout")}
+    return {
+        "requests": d["requests"],
+        "bytes": d["bytes"],
+        "seconds": secs,
+        "rps": d["requests"] / secs,
+        "bytes_per_s": d["bytes"] / secs,
+        "errors": sum(kinds.values()),
+        "error_kinds": kinds,
+        "lat_p50_us": d["lat_p50_us"],
+        "lat_p99_us": d["lat_p99_us"],
+    }
+
+
+# --- iperf3 ----------------------------------------------------------------
+
+def parse_iperf3(text):
+    """`iperf3 -J` output: bytes received, seconds, bits/s, retransmits."""
+    try:
+        d = json.loads(text)
+    except ValueError as e:
+        raise ParseError("iperf3 output is not JSON: %s" % e)
+    if d.get("error"):
+        raise ParseError("iperf3: %s" % d["error"])
+    end = d.get("end") or {}
+    recv = end.get("sum_received")
+    sent = end.get("sum_sent") or {}
+    if not recv:
+        raise ParseError("iperf3 JSON has no end.sum_received")
+    secs = recv.get("seconds") or 0
+    if secs <= 0:
+        raise ParseError("iperf3 ran for no time")
+    streams = len(d.get("start", {}).get("connected", [])) or None
+    return {
+        "bytes": recv["bytes"],
+        "seconds": secs,
+        "bits_per_s": recv["bytes"] * 8 / secs,
+        "bytes_per_s": recv["bytes"] / secs,
+        "retransmits": sent.get("retransmits"),
+        "streams": streams,
+    }
+
+
+# --- loadgen.py ------------------------------------------------------------
+
+def parse_loadgen(text):
+    """The last LOADGEN {json} line of bench/loadgen.py."""
+    found = re.findall(r"^LOADGEN (\{.*\})\s*$", text, re.M)
+    if not found:
+        raise ParseError("no LOADGEN line: %r" % text[-300:])
+    d = json.loads(found[-1])
+    if d.get("seconds"):
+        d["rps"] = d["requests"] / d["seconds"]
+        d["bytes_per_s"] = d["bytes"] / d["seconds"]
+    return d
+
+
+# --- /proc -----------------------------------------------------------------
+
+# Field order of a cpuN line in /proc/stat (proc(5)).
+STAT_FIELDS = ("user", "nice", "system", "idle", "iowait", "irq", "softirq",
+               "steal", "guest", "guest_nice")
+
+
+def parse_proc_stat(text):
+    """/proc/stat -> {cpu index: {field: ticks}} (the aggregate line is 'all')."""
+    out = {}
+    for line in text.splitlines():
+        if not line.startswith("cpu"):
+            continue
+        parts = line.split()
+        name = parts[0][3:]
+        key = "all" if name == "" else int(name)
+        vals = [int(x) for x in parts[1:]]
+        out[key] = dict(zip(STAT_FIELDS, vals + [0] * (len(STAT_FIELDS) - len(vals))))
+    if not out:
+        raise ParseError("no cpu lines in /proc/stat")
+    return out
+
+
+def listening_ports(text):
+    """/proc/net/tcp or tcp6 -> set of ports in state LISTEN (0A)."""
+    ports = set()
+    for line in text.splitlines()[1:]:
+        parts = line.split()
+        if len(parts) < 4:
+            continue
+        if parts[3] == "0A":
+            ports.add(int(parts[1].rsplit(":", 1)[1], 16))
+    return ports
+
+
+def parse_pid_stat(text):
+    """/proc/PID/stat -> pid, comm, ppid, flags, utime, stime, cutime, cstime
+    (ticks).  comm may hold spaces and parentheses, so split at the last ')'."""
+    lpar = text.index("(")
+    rpar = text.rindex(")")
+    pid = int(text[:lpar])
+    comm = text[lpar + 1:rpar]
+    rest = text[rpar + 2:].split()
+    # rest[0] is field 3 (state); field n is rest[n - 3].
+    return {
+        "pid": pid,
+        "comm": comm,
+        "ppid": int(rest[1]),
+        "flags": int(rest[6]),
+        "utime": int(rest[11]),
+        "stime": int(rest[12]),
+        "cutime": int(rest[13]),
+        "cstime": int(rest[14]),
+        "starttime": int(rest[19]),
+    }
+
+
+PF_KTHREAD = 0x00200000
+
+
+def parse_status_kb(text, key):
+    """A 'Key:   N kB' field of /proc/PID/status, in kB (None if absent)."""
+    m = re.search(r"^%s:\s+(\d+)\s+kB" % re.escape(key), text, re.M)
+    return int(m.group(1)) if m else None
+
+
+def parse_softnet(text):
+    """/proc/net/softnet_stat -> per-CPU {processed, received_rps}.
+
+    Rows are CPUs (in order, for online CPUs); column 0 is packets
+    processed, column 9 is received_rps (RPS IPIs received)."""
+    out = []
+    for line in text.splitlines():
+        cols = [int(x, 16) for x in line.split()]
+        if not cols:
+            continue
+        out.append({"processed": cols[0],
+                    "received_rps": cols[9] if len(cols) > 9 else 0})
+    return out

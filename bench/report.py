@@ -1,0 +1,320 @@
+"""Turns a run's JSON into tables, bench/RESULTS.md, and a comparison of
+two runs.  Pure: dicts in, text out."""
+
+from . import stats
+
+AGREE = 0.10     # two runs "agree" on a figure when their medians differ by <= 10%...
+# ...or by no more than the larger spread of the two.
+
+
+def tput(cell):
+    """A cell's throughput: Gbit/s for bulk scenarios, requests/s for small ones."""
+    if cell.get("unit") == "GB":
+        return cell["bytes_per_s"] * 8 / 1e9 if cell.get("bytes_per_s") else None
+    return cell.get("rps")
+
+
+def cost(cell):
+    """The proxy CPU's busy time per unit of work: s/GB or us/request."""
+    return cell.get("cpu_s_per_gb") if cell.get("unit") == "GB" else cell.get("cpu_us_per_req")
+
+
+def cell_line(cell):
+    """One line for the progress log."""
+    st = cell.get("status")
+    if st != "ok":
+        return "%s: %s" % (st, (cell.get("reason") or "")[:150])
+    if "rest_kb" in cell:
+        return "rest %.1f MB, %d idle clients %.1f MB (%.1f KB each), %d threads" % (
+            cell["rest_kb"] / 1024, cell["open"], cell["loaded_kb"] / 1024,
+            cell["kb_per_conn"] or 0, cell["threads"])
+    unit = "Gbit/s" if cell.get("unit") == "GB" else "req/s"
+    cu = "s/GB" if cell.get("unit") == "GB" else "us/req"
+    return "%.2f %s, proxy CPU %.3f %s, util proxy %.0f%% other %.0f%%, pace %s, %.1f MB%s" % (
+        tput(cell) or 0, unit, cost(cell) or 0, cu, 100 * cell["proxy_util"],
+        100 * cell["other_side_util"], cell["pace"], cell.get("peak_rss_kb", 0) / 1024,
+        ", DISTURBED" if cell.get("disturbed") else "")
+
+
+def aggregate(doc):
+    """{(scenario, proxy): summary over runs} for every pair in DOC."""
+    groups = {}
+    for c in doc["cells"]:
+        groups.setdefault((c["scenario"], c["proxy"]), []).append(c)
+    out = {}
+    for key, cells in groups.items():
+        ok = [c for c in cells if c.get("status") == "ok"]
+        a = {"n": len(ok), "runs": len(cells),
+             "disturbed": sum(1 for c in ok if c.get("disturbed")),
+             "errors": [c.get("reason") for c in cells if c.get("status") == "error"]}
+        if not ok:
+            bad = [c for c in cells if c.get("status") == "error"] or cells
+            a["status"] = bad[0].get("status", "error")
+            a["reason"] = bad[0].get("reason", "")
+            out[key] = a
+            continue
+        a["status"] = "ok"
+        if "rest_kb" in ok[0]:
+            a["rest_mb"] = stats.summarize([c["rest_kb"] / 1024 for c in ok])
+            a["loaded_mb"] = stats.summarize([c["loaded_kb"] / 1024 for c in ok])
+            a["kb_per_conn"] = stats.summarize([c["kb_per_conn"] for c in ok])
+            a["threads"] = stats.median([c["threads"] for c in ok])
+            a["open"] = min(c["open"] for c in ok)
+            a["dropped"] = max(c.get("dropped_while_idle") or 0 for c in ok)
+        else:
+            a["unit"] = ok[0]["unit"]
+            a["tput"] = stats.summarize([tput(c) for c in ok])
+            a["cost"] = stats.summarize([cost(c) for c in ok])
+            a["peak_mb"] = stats.summarize([c.get("peak_rss_kb", 0) / 1024 for c in ok]) \
+                if any("peak_rss_kb" in c for c in ok) else None
+            a["pace"] = stats.mode_of([c["pace"] for c in ok])
+            a["proxy_util"] = stats.median([c["proxy_util"] for c in ok])
+            a["other_util"] = stats.median([c["other_side_util"] for c in ok])
+            a["foreign"] = stats.median([c["foreign_frac"] for c in ok])
+        out[key] = a
+    return out
+
+
+def _fmt(x, digits=None):
+    if x is None:
+        return "-"
+    if digits is None:
+        digits = 0 if abs(x) >= 100 else 1 if abs(x) >= 10 else 2 if abs(x) >= 1 else 3
+    return "%.*f" % (digits, x)
+
+
+def _cell(summary, best=False, digits=None):
+    if not summary:
+        return "-"
+    s = _fmt(summary["median"], digits)
+    if best:
+        s = "**%s**" % s
+    if summary["n"] > 1:
+        s += " (%d%%)" % round(100 * summary["spread"])
+    return s
+
+
+def _best(agg, scenario, proxies, field, higher):
+    """The proxies (not the baseline) with the best median FIELD."""
+    vals = {}
+    for p in proxies:
+        a = agg.get((scenario, p))
+        if p == "noproxy" or not a or a["status"] != "ok" or not a.get(field):
+            continue
+        vals[p] = a[field]["median"]
+    if len(vals) < 2:
+        return set()
+    b = max(vals.values()) if higher else min(vals.values())
+    return {p for p, v in vals.items() if v == b}
+
+
+def render_tables(doc):
+    agg = aggregate(doc)
+    scen = [s for s in doc["scenarios"]]
+    prox = [p for p in doc["proxies"]]
+    out = []
+    for s in scen:
+        sd = doc["scenarios"][s]
+        out.append("### %s\n\n%s.\n" % (s, sd["what"][0].upper() + sd["what"][1:]))
+        if sd["kind"] == "mem":
+            out.append("| proxy | at rest MB | with clients MB | KB per client | threads | clients |")
+            out.append("|---|---:|---:|---:|---:|---:|")
+            b_rest = _best(agg, s, prox, "rest_mb", higher=False)
+            b_kb = _best(agg, s, prox, "kb_per_conn", higher=False)
+            for p in prox:
+                a = agg.get((s, p))
+                if not a:
+                    continue
+                if a["status"] != "ok":
+                    out.append("| %s | %s: %s | | | | |" % (p, a["status"], _short(a["reason"])))
+                    continue
+                out.append("| %s | %s | %s | %s | %s | %d |" % (
+                    p, _cell(a["rest_mb"], p in b_rest), _cell(a["loaded_mb"]),
+                    _cell(a["kb_per_conn"], p in b_kb), _fmt(a["threads"], 0), a["open"]))
+            out.append("")
+            continue
+        bulk = sd["unit"] == "GB"
+        out.append("| proxy | %s | proxy CPU %s | peak MB | CPU busy proxy / cli+org | pace |" % (
+            "Gbit/s" if bulk else "req/s", "s/GB" if bulk else "µs/req"))
+        out.append("|---|---:|---:|---:|---:|---|")
+        bt = _best(agg, s, prox, "tput", higher=True)
+        bc = _best(agg, s, prox, "cost", higher=False)
+        bm = _best(agg, s, prox, "peak_mb", higher=False)
+        for p in prox:
+            a = agg.get((s, p))
+            if not a:
+                continue
+            if a["status"] != "ok":
+                out.append("| %s | %s: %s | | | | |" % (p, a["status"], _short(a["reason"])))
+                continue
+            flags = ""
+            if a["disturbed"]:
+                flags += " ⚠%d" % a["disturbed"]
+            if a["errors"]:
+                flags += " (%d failed)" % len(a["errors"])
+            out.append("| %s%s | %s | %s | %s | %d%% / %d%% | %s |" % (
+                p, flags, _cell(a["tput"], p in bt), _cell(a["cost"], p in bc),
+                _cell(a["peak_mb"], p in bm, 1) if a["peak_mb"] else "-",
+                round(100 * a["proxy_util"]), round(100 * a["other_util"]), a["pace"]))
+        out.append("")
+    return "\n".join(out)
+
+
+def render_summary(doc):
+    """One table: proxy CPU per unit of work, every scenario by every proxy."""
+    agg = aggregate(doc)
+    scen = [s for s in doc["scenarios"] if doc["scenarios"][s]["kind"] != "mem"]
+    prox = list(doc["proxies"])
+    out = ["| scenario | unit | " + " | ".join(prox) + " |",
+           "|---|---|" + "---:|" * len(prox)]
+    for s in scen:
+        unit = "s/GB" if doc["scenarios"][s]["unit"] == "GB" else "µs/req"
+        best = _best(agg, s, prox, "cost", higher=False)
+        row = []
+        for p in prox:
+            a = agg.get((s, p))
+            if not a:
+                row.append("")
+            elif a["status"] != "ok":
+                row.append(a["status"])
+            else:
+                v = _fmt(a["cost"]["median"])
+                row.append("**%s**" % v if p in best else v)
+        out.append("| %s | %s | %s |" % (s, unit, " | ".join(row)))
+    return "\n".join(out)
+
+
+def _short(reason, n=90):
+    reason = (reason or "").replace("|", "/").replace("\n", " ")
+    return reason if len(reason) <= n else reason[:n - 1] + "…"
+
+
+def compare(a, b):
+    """Rows (scenario, proxy, metric, median a, median b, diff, spread, agree)."""
+    aa, ab = aggregate(a), aggregate(b)
+    rows = []
+    for key in aa:
+        x, y = aa[key], ab.get(key)
+        if not y or x["status"] != "ok" or y["status"] != "ok":
+            continue
+        fields = ("rest_mb", "loaded_mb") if "rest_mb" in x else ("tput", "cost")
+        for f in fields:
+            mx, my = x[f]["median"], y[f]["median"]
+            if not mx:
+                continue
+            diff = (my - mx) / mx
+            sp = max(x[f]["spread"], y[f]["spread"])
+            rows.append({"scenario": key[0], "proxy": key[1], "metric": f, "a": mx, "b": my,
+                         "diff": diff, "spread": sp,
+                         "agree": abs(diff) <= max(AGREE, sp)})
+    return rows
+
+
+def render_compare(a, b, names=("A", "B")):
+    rows = compare(a, b)
+    if not rows:
+        return "No cells measured in both runs.\n"
+    n_ok = sum(r["agree"] for r in rows)
+    within10 = sum(abs(r["diff"]) <= AGREE for r in rows)
+    out = ["Comparing %s (A) with %s (B): %d figures; %d differ by at most %d%%, "
+           "%d by at most %d%% or the larger spread of the two."
+           % (names[0], names[1], len(rows), within10, round(100 * AGREE), n_ok,
+              round(100 * AGREE)), "",
+           "| scenario | proxy | figure | A | B | B vs A | spread | agree |",
+           "|---|---|---|---:|---:|---:|---:|---|"]
+    for r in rows:
+        out.append("| %s | %s | %s | %s | %s | %+d%% | %d%% | %s |" % (
+            r["scenario"], r["proxy"], r["metric"], _fmt(r["a"]), _fmt(r["b"]),
+            round(100 * r["diff"]), round(100 * r["spread"]), "yes" if r["agree"] else "**no**"))
+    return "\n".join(out) + "\n"
+
+
+def render_machine(doc):
+    m, t, st = doc["machine"], doc["tools"], doc["settings"]
+    ours = t.get("threeproxy")
+    lines = [
+        "| | |", "|---|---|",
+        "| CPU | %s, %d CPUs (%s) |" % (m["cpu_model"], m["cpus"], m.get("virt") or "?"),
+        "| memory | %s GiB |" % m["mem_gib"],
+        "| OS, kernel | %s, Linux %s |" % (m["os"], m["kernel"]),
+        "| CPU accounting | %s; busy = %s |" % (
+            "IRQ time accounting" if m.get("irq_time_accounting") else
+            "tick-based (no IRQ time accounting)" if m.get("irq_time_accounting") is False
+            else "tick-based assumed (kernel config not readable)", st["cpu_busy"]),
+        "| tools | %s; %s; %s; %s; Python %s |" % (t.get("wrk"), t.get("iperf3"), t.get("nginx"),
+                                                  t.get("haproxy"), t.get("python")),
+        "| threeproxy | %s |" % ("binary sha256 %s, built %s, git %s" % (
+            ours["sha256"], ours["built"], ours["git_head"]) if ours else "not measured"),
+        "| run | %s mode, %d run(s) per cell, %g s measured after %g s warm-up, started %s |" % (
+            doc["mode"], st["runs"], st["seconds"], st["warmup"], doc["started"]),
+        "| pinning | proxy alone on CPU %d; client and origin on CPU %d; RPS check %s |" % (
+            st["proxy_cpu"], st["other_cpu"], "ok" if doc.get("rps", {}).get("ok") else "FAILED"),
+        "| descriptors | RLIMIT_NOFILE %d (was %d) |" % (st["nofile"], st["nofile_before"]),
+    ]
+    return "\n".join(lines)
+
+
+def render_results_md(docs, names):
+    doc = docs[0]
+    cells = doc["cells"]
+    dist = sum(1 for c in cells if c.get("disturbed"))
+    parts = [RESULTS_HEAD % {"json": names[0]},
+             "## The machine\n", render_machine(doc), "",
+             "## Headline: proxy CPU per unit of work (median)\n",
+             "Lower is better; **bold** is the best proxy in the row (no proxy excluded). "
+             "s/GB is CPU-seconds of the proxy's CPU per gigabyte delivered; µs/req is "
+             "CPU-microseconds per request.\n",
+             render_summary(doc), "",
+             "## Scenarios\n",
+             "Figures are medians over the runs; (n%%) after a figure is its spread, "
+             "(max − min) / median. **Bold** marks the best proxy in each column "
+             "(no proxy excluded). ⚠n: n runs stayed disturbed by other processes "
+             "after the repeats. %d of %d measured cells were disturbed.\n" % (
+                 dist, sum(1 for c in cells if c.get("status") == "ok")),
+             render_tables(doc)]
+    if len(docs) > 1:
+        parts += ["## Reproducibility\n", render_compare(docs[0], docs[1], names[:2])]
+    parts.append(RESULTS_TAIL)
+    return "\n".join(parts) + "\n"
+
+
+RESULTS_HEAD = """# Benchmark results
+
+Generated by `bench/bench.py` from `bench/%(json)s`; regenerate with
+`python3 bench/bench.py --report bench/%(json)s`. How the benchmark works is in
+[README.md](README.md). Do not edit the tables by hand.
+"""
+
+RESULTS_TAIL = """## How to read the tables
+
+- **Throughput** is what the client got: Gbit/s of payload received by
+  iperf3 or of response bytes read by wrk / the SOCKS client, or requests per
+  second.  With one CPU shared by client and origin, throughput is mostly set by
+  them, not by the proxy: see the pace column.
+- **Proxy CPU** is the busy time of the proxy's CPU (everything on it: the
+  proxy's user and kernel time and the softirq work of its two veths) divided
+  by the work done.  This is the headline figure.  For "noproxy" it is the cost
+  of the kernel forwarding the packets, the floor any proxy starts from.
+- **peak MB** is the highest summed RSS of the proxy's processes, sampled every
+  0.25 s during the measured run.
+- **CPU busy** is how busy the proxy's CPU and the client+origin CPU were; the
+  **pace** column names the side at 90 % or more ("-": neither, the run was
+  latency-bound).
+- nginx and haproxy are reverse proxies in front of the origin in the http
+  scenarios; ours is a forward proxy (wrk sends absolute-form requests).  In
+  the stream scenarios all are plain TCP port mappers.
+
+## Caveats
+
+- A 2-CPU virtual machine shared with other work: every run records the CPU
+  used by other processes; a run where they used more than 5 % of a CPU was
+  repeated (up to the retry count) and is flagged ⚠ if it stayed disturbed.
+- veth pairs with the kernel's default offloads (TSO/GSO/GRO): the MTU is 1500
+  but segments cross the veth as large as 64 KB, as with a real NIC doing TSO.
+- CPU busy = wall time − idle − iowait − steal from /proc/stat, because this
+  kernel samples user/system/softirq at the tick and under-counts a CPU that is
+  partly idle; the tick-based sum is kept in the JSON (proxy_cpu_ticks_s).
+- Steal time on the hypervisor is excluded from busy but can still slow a run.
+- The SOCKS client is a Python program (bench/loadgen.py): its own CPU cost
+  limits socks-1m throughput; the proxy CPU per GB is still comparable.
+"""

@@ -1,0 +1,384 @@
+"""Runs the cells: one (scenario, proxy, run) measurement each.
+
+A cell starts the proxy pinned alone to the proxy CPU, warms up, then
+measures one client run between two snapshots of /proc/stat and of every
+process's CPU time, sampling the proxy's memory meanwhile.
+"""
+
+import os
+import resource
+import subprocess
+import threading
+import time
+
+from . import configs as C
+from . import netns, parse, procs, stats
+from . import scenarios as S
+
+HZ = os.sysconf("SC_CLK_TCK")
+DISTURBED = 0.05        # other processes using > 5% of a CPU disturb a run
+QUIET_WAIT = 20.0       # seconds to wait for quiet before each attempt
+
+
+class Cpu:
+    """Snapshot of /proc/stat, every process's CPU time, softnet and the clock."""
+
+    def __init__(self):
+        self.t = time.monotonic()
+        with open("/proc/stat") as f:
+            self.stat = parse.parse_proc_stat(f.read())
+        with open("/proc/net/softnet_stat") as f:
+            self.softnet = parse.parse_softnet(f.read())
+        self.procs = procs.all_stats()
+
+
+def measure(before, after, proxy_cpu, other_cpu):
+    wall = after.t - before.t
+    p = stats.cpu_busy(before.stat[proxy_cpu], after.stat[proxy_cpu], wall, HZ)
+    o = stats.cpu_busy(before.stat[other_cpu], after.stat[other_cpu], wall, HZ)
+    other, top = procs.foreign_cpu(before.procs, after.procs, os.getpid(), HZ)
+    rps = [a["received_rps"] - b["received_rps"]
+           for a, b in zip(after.softnet, before.softnet)]
+    return {
+        "wall_s": wall,
+        "proxy_cpu_s": p["wall"], "proxy_cpu_ticks_s": p["ticks"], "proxy_util": p["util"],
+        "other_side_cpu_s": o["wall"], "other_side_util": o["util"],
+        "pace": stats.pace_setter(p["util"], o["util"]),
+        "foreign_cpu_s": other,
+        "foreign_frac": other / wall if wall > 0 else 0.0,
+        "foreign_top": top,
+        "rps_ipis": rps,
+    }
+
+
+class MemSampler(threading.Thread):
+    """Samples the summed RSS of PIDS every INTERVAL seconds."""
+
+    def __init__(self, pids, interval=0.25):
+        super().__init__(daemon=True)
+        self.pids, self.interval = pids, interval
+        self.peak_kb = 0
+        self._halt = threading.Event()
+
+    def run(self):
+        while not self._halt.is_set():
+            rss, _ = procs.rss_kb(self.pids)
+            self.peak_kb = max(self.peak_kb, rss)
+            self._halt.wait(self.interval)
+
+    def finish(self):
+        self._halt.set()
+        self.join()
+        rss, hwm = procs.rss_kb(self.pids)
+        self.peak_kb = max(self.peak_kb, rss)
+        return self.peak_kb, hwm
+
+
+class NotApplicable(Exception):
+    pass
+
+
+class Session:
+    def __init__(self, repo, workdir, binary, proxy_cpu=1, other_cpu=0,
+                 seconds=8, warmup=1, retries=2, log=print):
+        self.repo, self.workdir, self.binary = repo, workdir, binary
+        self.proxy_cpu, self.other_cpu = proxy_cpu, other_cpu
+        self.seconds, self.warmup, self.retries = seconds, warmup, retries
+        self.log = log
+        self.www = os.path.join(workdir, "www")
+        self.loadgen = os.path.join(repo, "bench", "loadgen.py")
+        self.origin = None
+        self.ours_error = None       # why our binary cannot run at all
+        self.configs = {}            # "proxy/service" -> config text, for the JSON
+
+    # --- the fixed parts --------------------------------------------------
+
+    def start(self):
+        os.makedirs(self.www, exist_ok=True)
+        for name, size in C.FILES.items():
+            path = os.path.join(self.www, name)
+            if not os.path.exists(path) or os.path.getsize(path) != size:
+                with open(path, "wb") as f:
+                    f.write(os.urandom(size))
+        self.rps = netns.setup(self.proxy_cpu, self.other_cpu)
+        self.start_origin()
+
+    def start_origin(self):
+        d = os.path.join(self.workdir, "origin")
+        os.makedirs(os.path.join(d, "tmp"), exist_ok=True)
+        conf = os.path.join(d, "nginx.conf")
+        with open(conf, "w") as f:
+            f.write(C.render_nginx_origin(d, self.www))
+        self.origin = procs.spawn(netns.NS_ORG, self.other_cpu,
+                                  ["nginx", "-e", d + "/origin.err", "-p", d, "-c", conf],
+                                  log_path=os.path.join(d, "origin.log"))
+        if not procs.wait_listening(self.origin, C.HTTP_PORT):
+            raise RuntimeError("origin nginx did not start; see %s" % d)
+
+    def ensure_origin(self):
+        if self.origin is None or self.origin.poll() is not None:
+            self.log("origin nginx was gone; restarting it")
+            if self.origin is not None:
+                procs.stop(self.origin)
+            self.start_origin()
+
+    def close(self):
+        procs.cleanup()
+        netns.teardown(log=self.log)
+
+    def check_rps(self):
+        """A short run through the kernel router; RPS took effect if both
+        CPUs received RPS IPIs (the other CPU's packets were steered to them)."""
+        self.ensure_origin()
+        srv = procs.spawn(netns.NS_ORG, self.other_cpu, S.iperf_server_argv())
+        procs.wait_listening(srv, C.IPERF_PORT)
+        b = Cpu()
+        procs.run(netns.NS_CLI, self.other_cpu,
+                  ["iperf3", "-c", C.ORIGIN_IP, "-t", "1", "-J"], timeout=20)
+        a = Cpu()
+        procs.stop(srv, grace=2)
+        ipis = [x["received_rps"] - y["received_rps"] for x, y in zip(a.softnet, b.softnet)]
+        ok = all(r["ok"] for r in self.rps.values()) and \
+            ipis[self.proxy_cpu] > 0 and ipis[self.other_cpu] > 0
+        return {"devices": self.rps, "rps_ipis_1s": ipis, "ok": ok}
+
+    def wait_quiet(self, max_wait=QUIET_WAIT):
+        """Wait (up to MAX_WAIT s) for half a second in which other processes
+        use no more than DISTURBED of a CPU; returns the seconds waited."""
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < max_wait:
+            frac, _ = self.quiet_check(0.5)
+            if frac <= DISTURBED:
+                break
+        return time.monotonic() - t0
+
+    def quiet_check(self, seconds=1.0):
+        b = Cpu()
+        time.sleep(seconds)
+        a = Cpu()
+        sec, top = procs.foreign_cpu(b.procs, a.procs, os.getpid(), HZ)
+        return sec / (a.t - b.t), top
+
+    # --- proxies ----------------------------------------------------------
+
+    def start_proxy(self, proxy, service, celldir):
+        """Start PROXY for SERVICE; returns its Popen, or raises NotApplicable."""
+        fam = S.PROXIES[proxy]["family"]
+        if fam == "ours" and self.ours_error:
+            raise NotApplicable(self.ours_error)
+        nofile = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        cfg = S.proxy_config(proxy, service, celldir, nofile)
+        os.makedirs(os.path.join(celldir, "tmp"), exist_ok=True)
+        cfg_path = os.path.join(celldir, cfg[0])
+        with open(cfg_path, "w") as f:
+            f.write(cfg[1])
+        self.configs["%s/%s" % (proxy, service)] = cfg[1]
+        log = os.path.join(celldir, "proxy.log")
+        p = procs.spawn(netns.NS_PRX, self.proxy_cpu,
+                        S.proxy_argv(proxy, cfg_path, celldir, self.binary), log_path=log)
+        if procs.wait_listening(p, C.listen_port(service), timeout=5):
+            time.sleep(0.2)
+            if p.poll() is None:
+                return p
+        rc = procs.stop(p, grace=1)
+        tail = _tail(log) or _tail(os.path.join(celldir, "proxy.err"))
+        raise NotApplicable("%s did not serve %s (exit %s): %s"
+                            % (proxy, service, rc, tail or "no output"))
+
+    # --- cells ------------------------------------------------------------
+
+    def run_cell(self, scenario, proxy, run):
+        """Measure one cell, repeating it while other processes disturb it."""
+        cell = {"scenario": scenario, "proxy": proxy, "run": run}
+        reason = S.applicable(scenario, proxy)
+        if reason:
+            return dict(cell, status="n/a", reason=reason)
+        attempts = []
+        waited = 0.0
+        for attempt in range(self.retries + 1):
+            waited += self.wait_quiet()
+            res = self._attempt(scenario, proxy, run, attempt)
+            attempts.append(res.get("foreign_frac"))
+            if res["status"] != "ok" or res.get("foreign_frac", 0) <= DISTURBED:
+                break
+            self.log("  disturbed: other processes used %.0f%% of a CPU (%s); again"
+                     % (100 * res["foreign_frac"],
+                        ", ".join("%s %.1fs" % t for t in res.get("foreign_top", []))))
+            time.sleep(2)
+        res.update(cell)
+        res["attempts"] = len(attempts)
+        res["waited_for_quiet_s"] = round(waited, 1)
+        res["attempt_foreign_frac"] = attempts
+        res["disturbed"] = res.get("foreign_frac", 0) > DISTURBED
+        return res
+
+    def _attempt(self, scenario, proxy, run, attempt):
+        s = S.SCENARIOS[scenario]
+        celldir = os.path.join(self.workdir, "cells", "%s.%s.%d.%d" % (scenario, proxy, run, attempt))
+        os.makedirs(celldir, exist_ok=True)
+        self.ensure_origin()
+        p = res = None
+        try:
+            if S.PROXIES[proxy]["family"] != "none":
+                p = self.start_proxy(proxy, s["service"], celldir)
+            if s["kind"] == "mem":
+                res = self._mem(scenario, proxy, p)
+            else:
+                res = getattr(self, "_" + s["kind"])(scenario, proxy, p, celldir)
+        except NotApplicable as e:
+            res = {"status": "n/a", "reason": str(e)}
+        finally:
+            if p is not None:
+                rc = procs.stop(p)
+                if res is not None and res["status"] != "n/a":
+                    res["proxy_exit"] = rc
+                    if rc != 0 and S.PROXIES[proxy]["family"] == "ours":
+                        res["note"] = "exit status %s on SIGTERM" % rc
+        return res
+
+    def _measured(self, p, fn):
+        """Run FN between two CPU snapshots while sampling P's memory."""
+        sampler = None
+        if p is not None:
+            pids = procs.descendants(p.pid, procs.all_stats())
+            sampler = MemSampler(pids)
+            sampler.start()
+        b = Cpu()
+        out = fn()
+        a = Cpu()
+        m = measure(b, a, self.proxy_cpu, self.other_cpu)
+        if sampler:
+            peak, hwm = sampler.finish()
+            m["peak_rss_kb"], m["hwm_kb"] = peak, hwm
+        if p is not None and p.poll() is not None:
+            m["proxy_died"] = p.returncode
+        return out, m
+
+    def _iperf(self, scenario, proxy, p, celldir):
+        srv = procs.spawn(netns.NS_ORG, self.other_cpu, S.iperf_server_argv(),
+                          log_path=os.path.join(celldir, "iperf3-server.log"))
+        try:
+            if not procs.wait_listening(srv, C.IPERF_PORT):
+                return {"status": "error", "reason": "iperf3 -s did not start"}
+            argv = S.iperf_client_argv(scenario, proxy, self.seconds)
+            (rc, out, err), m = self._measured(p, lambda: procs.run(
+                netns.NS_CLI, self.other_cpu, argv, timeout=self.seconds + 30))
+        finally:
+            procs.stop(srv, grace=2)
+        try:
+            r = parse.parse_iperf3(out)
+        except parse.ParseError as e:
+            return dict(m, status="error", reason=str(e)[:300])
+        return _finish(dict(m, **r), S.SCENARIOS[scenario]["unit"])
+
+    def _wrk(self, scenario, proxy, p, celldir):
+        s = S.SCENARIOS[scenario]
+        url, lua = S.wrk_target(scenario, proxy)
+        lua_path = os.path.join(celldir, "wrk.lua")
+        with open(lua_path, "w") as f:
+            f.write(C.render_wrk_lua(**lua))
+        if self.warmup:
+            procs.run(netns.NS_CLI, self.other_cpu,
+                      S.wrk_argv(url, lua_path, s["conns"], self.warmup), timeout=60)
+        argv = S.wrk_argv(url, lua_path, s["conns"], self.seconds)
+        (rc, out, err), m = self._measured(p, lambda: procs.run(
+            netns.NS_CLI, self.other_cpu, argv, timeout=self.seconds + 60))
+        try:
+            r = parse.parse_wrk(out)
+        except parse.ParseError as e:
+            return dict(m, status="error", reason=(str(e) + " " + err)[:300])
+        res = _finish(dict(m, **r), s["unit"])
+        if r["requests"] == 0 or r["errors"] > 0.01 * max(r["requests"], 1):
+            res["status"] = "error"
+            res["reason"] = "%d requests, errors %s" % (r["requests"], r["error_kinds"])
+        return res
+
+    def _fetch(self, scenario, proxy, p, celldir):
+        s = S.SCENARIOS[scenario]
+        argv = S.fetch_argv(self.loadgen, scenario, proxy, self.seconds)
+        (rc, out, err), m = self._measured(p, lambda: procs.run(
+            netns.NS_CLI, self.other_cpu, argv, timeout=self.seconds + 60))
+        try:
+            r = parse.parse_loadgen(out)
+        except parse.ParseError as e:
+            return dict(m, status="error", reason=(str(e) + " " + err)[:300])
+        res = _finish(dict(m, **r), s["unit"])
+        if r["requests"] == 0 or r["errors"] > 0.01 * max(r["requests"], 1):
+            res["status"] = "error"
+            res["reason"] = "%d requests, %d errors, first: %s" % (
+                r["requests"], r["errors"], r.get("first_error"))
+        return res
+
+    def _mem(self, scenario, proxy, p):
+        s = S.SCENARIOS[scenario]
+        time.sleep(1.0)
+        pids = procs.descendants(p.pid, procs.all_stats())
+        rest_kb, _ = procs.rss_kb(pids)
+        argv = S.idle_argv(self.loadgen, scenario, proxy, s["conns"])
+        cli = procs.spawn(netns.NS_CLI, self.other_cpu, argv,
+                          stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        try:
+            ready = _readline(cli.stdout, timeout=120)
+            if not ready.startswith("READY"):
+                return {"status": "error", "reason": "idle clients: %r" % ready}
+            n_open = int(ready.split()[1])
+            time.sleep(1.0)
+            pids = procs.descendants(p.pid, procs.all_stats())
+            loaded_kb, hwm_kb = procs.rss_kb(pids)
+            threads = sum(_threads(pid) for pid in pids)
+            cli.stdin.close()
+            rest = _readline(cli.stdout, timeout=30)
+            r = parse.parse_loadgen(rest) if rest.startswith("LOADGEN") else {}
+        finally:
+            procs.stop(cli, grace=2)
+        res = {"status": "ok", "rest_kb": rest_kb, "loaded_kb": loaded_kb, "hwm_kb": hwm_kb,
+               "peak_rss_kb": max(loaded_kb, hwm_kb if len(pids) == 1 else 0),
+               "open": n_open, "threads": threads,
+               "kb_per_conn": (loaded_kb - rest_kb) / n_open if n_open else None,
+               "dropped_while_idle": r.get("dropped_while_idle"),
+               "idle_errors": r.get("errors"), "first_error": r.get("first_error")}
+        if n_open < s["conns"] * 0.99:
+            res["status"] = "error"
+            res["reason"] = "only %d of %d clients connected (%s)" % (
+                n_open, s["conns"], r.get("first_error"))
+        return res
+
+
+def _finish(res, unit):
+    """Add throughput and the CPU cost per unit of work."""
+    res.setdefault("status", "ok")
+    cpu = res["proxy_cpu_s"]
+    if res.get("bytes"):
+        res["cpu_s_per_gb"] = cpu / (res["bytes"] / 1e9)
+    if res.get("requests"):
+        res["cpu_us_per_req"] = cpu * 1e6 / res["requests"]
+    res["unit"] = unit
+    if res.get("proxy_died") is not None:
+        res["status"] = "error"
+        res["reason"] = "proxy exited (%s) during the run" % res["proxy_died"]
+    return res
+
+
+def _tail(path, n=300):
+    try:
+        with open(path, errors="replace") as f:
+            return f.read()[-n:].strip()
+    except FileNotFoundError:
+        return ""
+
+
+def _threads(pid):
+    text = procs.read("/proc/%d/status" % pid) or ""
+    for line in text.splitlines():
+        if line.startswith("Threads:"):
+            return int(line.split()[1])
+    return 0
+
+
+def _readline(stream, timeout):
+    """One line from STREAM, or '' after TIMEOUT seconds."""
+    out = []
+    t = threading.Thread(target=lambda: out.append(stream.readline()), daemon=True)
+    t.start()
+    t.join(timeout)
+    return out[0].decode(errors="replace").strip() if out else ""

@@ -1,0 +1,158 @@
+"""What is measured: the scenarios, the proxies, and which pairs make sense.
+
+Tables first, then the pure functions that turn a (scenario, proxy) pair
+into a client command line; runner.py executes them.
+"""
+
+from . import configs as C
+
+# kind: iperf | wrk | fetch | mem.   unit: what CPU is divided by ("GB" or "req").
+SCENARIOS = {
+    "stream1":          {"kind": "iperf", "service": "tcp", "streams": 1, "reverse": False, "unit": "GB",
+                         "what": "one iperf3 stream, client to origin"},
+    "stream1-down":     {"kind": "iperf", "service": "tcp", "streams": 1, "reverse": True, "unit": "GB",
+                         "what": "one iperf3 stream, origin to client (-R)"},
+    "stream16":         {"kind": "iperf", "service": "tcp", "streams": 16, "reverse": False, "unit": "GB",
+                         "what": "16 parallel iperf3 streams, client to origin"},
+    "http-ka-1k":       {"kind": "wrk", "service": "http", "conns": 64, "file": "1k.bin", "close": False, "unit": "req",
+                         "what": "64 kept-alive clients, 1 KB responses"},
+    "http-ka-1m":       {"kind": "wrk", "service": "http", "conns": 16, "file": "1m.bin", "close": False, "unit": "GB",
+                         "what": "16 kept-alive clients, 1 MB responses"},
+    "http-ka-50k-2000": {"kind": "wrk", "service": "http", "conns": 2000, "file": "50k.bin", "close": False, "unit": "req",
+                         "what": "2000 kept-alive clients, 50 KB responses"},
+    "http-close-1k":    {"kind": "wrk", "service": "http", "conns": 64, "file": "1k.bin", "close": True, "unit": "req",
+                         "what": "64 clients, a new connection per request, 1 KB"},
+    "socks-1m":         {"kind": "fetch", "service": "socks", "conns": 8, "file": "1m.bin", "unit": "GB",
+                         "what": "8 clients, SOCKS5 CONNECT then GET 1 MB, a connection per request"},
+    "mem-idle-2000":    {"kind": "mem", "service": "http", "conns": 2000, "file": "1k.bin", "unit": None,
+                         "what": "RSS at rest, then with 2000 idle kept-alive HTTP clients"},
+    "mem-idle-2000-tcp": {"kind": "mem", "service": "tcphttp", "conns": 2000, "file": "1k.bin", "unit": None,
+                          "what": "the same through a TCP mapping (tcppm / stream / mode tcp)"},
+}
+
+# family: how the proxy is started and configured.
+PROXIES = {
+    "noproxy":        {"family": "none", "splice": False,
+                       "what": "no proxy: the kernel forwards IP on the proxy CPU"},
+    "3proxy":         {"family": "ours", "splice": False, "what": "threeproxy, copy relay"},
+    "3proxy-splice":  {"family": "ours", "splice": True, "what": "threeproxy, -s splice relay"},
+    "nginx":          {"family": "nginx", "splice": False,
+                       "what": "nginx, 1 worker: proxy_pass + upstream keepalive; stream for TCP"},
+    "haproxy":        {"family": "haproxy", "splice": False,
+                       "what": "haproxy, 1 thread: mode http + http-reuse always; mode tcp"},
+    "haproxy-splice": {"family": "haproxy", "splice": True,
+                       "what": "haproxy as above with option splice-request/-response"},
+}
+
+SCENARIO_ORDER = list(SCENARIOS)
+PROXY_ORDER = list(PROXIES)
+BASELINE = "noproxy"
+
+
+def applicable(scenario, proxy):
+    """None if PROXY can run SCENARIO, else the reason it cannot."""
+    s, p = SCENARIOS[scenario], PROXIES[proxy]
+    if p["family"] == "none" and s["kind"] == "mem":
+        return "no proxy process to measure"
+    if p["family"] in ("nginx", "haproxy") and s["service"] == "socks":
+        return "%s has no SOCKS server" % p["family"]
+    return None
+
+
+def wrk_target(scenario, proxy):
+    """(url wrk connects to, lua kwargs) for a wrk scenario."""
+    s, p = SCENARIOS[scenario], PROXIES[proxy]
+    path = "/" + s["file"]
+    origin = "http://%s:%d" % (C.ORIGIN_IP, C.HTTP_PORT)
+    if p["family"] == "none":
+        return origin + path, {"close": s["close"]}
+    front = "http://%s:%d" % (C.PROXY_IP, C.listen_port(s["service"]))
+    if p["family"] == "ours":
+        # A forward proxy: absolute-form target, Host of the origin.
+        return front + "/", {"absolute_url": origin + path, "host": C.ORIGIN_IP,
+                             "close": s["close"]}
+    # nginx and haproxy are reverse proxies in front of the origin.
+    return front + path, {"close": s["close"]}
+
+
+def wrk_argv(url, lua_path, conns, seconds, threads=1):
+    return ["wrk", "-t%d" % threads, "-c%d" % conns, "-d%ds" % max(1, round(seconds)),
+            "--timeout", "10s", "-s", lua_path, url]
+
+
+def iperf_client_argv(scenario, proxy, seconds):
+    s, p = SCENARIOS[scenario], PROXIES[proxy]
+    host = C.ORIGIN_IP if p["family"] == "none" else C.PROXY_IP
+    argv = ["iperf3", "-c", host, "-p", str(C.IPERF_PORT), "-t", str(max(1, round(seconds))),
+            "-J"]
+    if s["streams"] > 1:
+        argv += ["-P", str(s["streams"])]
+    if s["reverse"]:
+        argv.append("-R")
+    return argv
+
+
+def iperf_server_argv():
+    return ["iperf3", "-s", "-1", "-B", C.ORIGIN_IP, "-p", str(C.IPERF_PORT)]
+
+
+def fetch_argv(loadgen, scenario, proxy, seconds):
+    s, p = SCENARIOS[scenario], PROXIES[proxy]
+    target = "%s:%d" % (C.ORIGIN_IP, C.HTTP_PORT)
+    argv = ["python3", loadgen, "fetch", "--target", target, "--path", "/" + s["file"],
+            "--conns", str(s["conns"]), "--seconds", "%g" % seconds]
+    if p["family"] == "none":
+        return argv + ["--server", target]
+    return argv + ["--server", "%s:%d" % (C.PROXY_IP, C.listen_port(s["service"])), "--socks"]
+
+
+def idle_argv(loadgen, scenario, proxy, conns):
+    s, p = SCENARIOS[scenario], PROXIES[proxy]
+    server = "%s:%d" % (C.PROXY_IP, C.listen_port(s["service"]))
+    path = "/" + s["file"]
+    if p["family"] == "ours" and s["service"] == "http":
+        target = "http://%s:%d%s" % (C.ORIGIN_IP, C.HTTP_PORT, path)
+    else:
+        target = path
+    return ["python3", loadgen, "idle", "--server", server, "--request-target", target,
+            "--host", C.ORIGIN_IP, "--conns", str(conns)]
+
+
+def proxy_config(proxy, service, rundir, nofile=65536):
+    """(file name, text) of PROXY's config for SERVICE, or None (no proxy)."""
+    p = PROXIES[proxy]
+    fam = p["family"]
+    if fam == "none":
+        return None
+    if fam == "ours":
+        return "3proxy.cfg", C.render_threeproxy(service, splice=p["splice"])
+    if fam == "nginx":
+        return "nginx.conf", C.render_nginx_proxy(rundir, service)
+    if fam == "haproxy":
+        return "haproxy.cfg", C.render_haproxy(service, splice=p["splice"],
+                                               maxconn=C.haproxy_maxconn(nofile))
+    raise ValueError(fam)
+
+
+def proxy_argv(proxy, cfg_path, rundir, binary):
+    fam = PROXIES[proxy]["family"]
+    if fam == "ours":
+        return [binary, cfg_path]
+    if fam == "nginx":
+        return ["nginx", "-e", rundir + "/proxy.err", "-p", rundir, "-c", cfg_path]
+    if fam == "haproxy":
+        return ["haproxy", "-db", "-f", cfg_path]
+    raise ValueError(fam)
+
+
+def select(names, table, what):
+    """Validate a comma-separated filter against TABLE; None means all."""
+    if not names:
+        return list(table)
+    out = []
+    for n in names.split(","):
+        n = n.strip()
+        if n not in table:
+            raise ValueError("unknown %s %r (known: %s)" % (what, n, ", ".join(table)))
+        out.append(n)
+    return out

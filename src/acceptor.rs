@@ -1,0 +1,192 @@
+//! One acceptor thread per TCP service (3proxy's `proxymain.c` main loop).
+//!
+//! The loop: wait while the service has `maxconn` live clients (new clients
+//! then queue in the kernel's backlog, as with 3proxy), accept one, set its
+//! socket options, and hand it to a client thread. Client threads are kept:
+//! one that has finished its client waits a while on a channel for the next
+//! (the channel has no capacity, so a hand-off succeeds only when a thread
+//! is already waiting); when none is waiting, a new thread is started with
+//! the service's small stack. That saves a thread start per connection
+//! without changing the model: still one client per thread at a time.
+
+use std::io;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{bounded, Receiver, Sender, TrySendError};
+
+use crate::client::Client;
+use crate::net::{Listener, Stream};
+use crate::services::{Kind, Service};
+
+/// How long a finished client thread waits for the next client before it
+/// exits and frees its stack.
+const IDLE_THREAD: Duration = Duration::from_secs(15);
+/// Least time between two "too many connected clients" warnings.
+const WARN_EVERY: Duration = Duration::from_secs(5);
+
+/// A live-client slot of a service. Dropping it frees the slot and wakes
+/// the acceptor if it was waiting at `maxconn`, so a client that ends by
+/// any path (return, error, panic) always gives its slot back.
+pub struct Slot(Arc<Service>);
+
+impl Slot {
+    /// Take a slot, waiting while the service is full. Returns after
+    /// `timeout` with None if no slot freed up.
+    fn take(svc: &Arc<Service>, last_warn: &mut Option<Instant>) -> Slot {
+        let mut live = svc.live.lock().unwrap_or_else(|e| e.into_inner());
+        while *live >= svc.maxconn {
+            if last_warn.is_none_or(|t| t.elapsed() >= WARN_EVERY) {
+                log::warn!(
+                    "{} on {}: too many connected clients ({}/{}), new ones wait",
+                    svc.def.name,
+                    svc.listen,
+                    *live,
+                    svc.maxconn
+                );
+                *last_warn = Some(Instant::now());
+            }
+            live = svc.left.wait(live).unwrap_or_else(|e| e.into_inner());
+        }
+        *live += 1;
+        Slot(svc.clone())
+    }
+
+    pub fn service(&self) -> &Arc<Service> {
+        &self.0
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        let mut live = self.0.live.lock().unwrap_or_else(|e| e.into_inner());
+        *live -= 1;
+        drop(live);
+        self.0.left.notify_one();
+    }
+}
+
+/// An accepted client on its way to a client thread.
+pub struct Accepted {
+    pub stream: Stream,
+    pub peer: Option<SocketAddr>,
+    pub slot: Slot,
+}
+
+/// The acceptor thread's body. Never returns while the process runs.
+pub fn run(svc: Arc<Service>, listener: Listener) {
+    let Kind::Tcp(serve) = svc.def.kind else { return };
+    if !svc.opts.silent {
+        svc_record(&svc, "Accepting connections");
+    }
+    let (tx, rx) = bounded::<Accepted>(0);
+    let mut last_warn = None;
+    let mut last_err: Option<Instant> = None;
+    loop {
+        let slot = Slot::take(&svc, &mut last_warn);
+        let (stream, peer) = match listener.accept() {
+            Ok(x) => x,
+            Err(e) => {
+                drop(slot);
+                accept_error(&svc, &e, &mut last_err);
+                continue;
+            }
+        };
+        // TCP_NODELAY by default: a proxy must not add Nagle's delay to
+        // small writes; `-oc` options come on top.
+        stream.set_nodelay();
+        svc.opts.oc.apply(std::os::fd::AsFd::as_fd(&stream));
+        dispatch(&svc, &tx, &rx, serve, Accepted { stream, peer, slot });
+    }
+}
+
+/// Hand a client to a waiting thread, or start one.
+fn dispatch(
+    svc: &Arc<Service>,
+    tx: &Sender<Accepted>,
+    rx: &Receiver<Accepted>,
+    serve: fn(&mut Client),
+    job: Accepted,
+) {
+    let job = match tx.try_send(job) {
+        Ok(()) => return,
+        Err(TrySendError::Full(j) | TrySendError::Disconnected(j)) => j,
+    };
+    let rx = rx.clone();
+    // The job moves into the closure; if the spawn fails the closure is
+    // dropped with it, which closes the client and frees its slot.
+    let spawned = std::thread::Builder::new()
+        .name(format!("{}:{}", svc.def.name, svc.port()))
+        .stack_size(svc.stack_size)
+        .spawn(move || client_thread(job, rx, serve));
+    if let Err(e) = spawned {
+        log::error!("{} on {}: cannot start a client thread: {e}", svc.def.name, svc.listen);
+    }
+}
+
+fn client_thread(first: Accepted, rx: Receiver<Accepted>, serve: fn(&mut Client)) {
+    let mut job = first;
+    loop {
+        {
+            let mut client = Client::accepted(job);
+            serve(&mut client);
+        }
+        match rx.recv_timeout(IDLE_THREAD) {
+            Ok(next) => job = next,
+            Err(_) => return,
+        }
+    }
+}
+
+/// accept() failed. Running out of descriptors or memory is transient:
+/// back off briefly so the loop does not spin, and log at most once a
+/// second so a flood does not fill the disk.
+fn accept_error(svc: &Service, e: &io::Error, last: &mut Option<Instant>) {
+    let transient = matches!(
+        e.raw_os_error(),
+        Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM)
+    );
+    if last.is_none_or(|t| t.elapsed() >= Duration::from_secs(1)) {
+        log::error!("{} on {}: accept(): {e}", svc.def.name, svc.listen);
+        *last = Some(Instant::now());
+    }
+    if transient {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// A service event record ("Accepting connections ...") in the access log,
+/// as 3proxy writes one when a service starts.
+pub fn svc_record(svc: &Service, what: &str) {
+    let Some(sink) = &svc.log else { return };
+    let text = format!("{what} [{}/{}]", std::process::id(), thread_id());
+    let now = std::time::SystemTime::now();
+    let listen = match &svc.listen {
+        crate::net::Addr::Ip(a) => Some(*a),
+        _ => None,
+    };
+    let rec = crate::logformat::LogRecord {
+        service: svc.def.log_name,
+        listen_port: svc.port(),
+        res: 0,
+        user: None,
+        client: listen,
+        local: listen,
+        ext: None,
+        remote: None,
+        req: None,
+        req_host: None,
+        bytes_in: 0,
+        bytes_out: 0,
+        hops: 0,
+        text: &text,
+        start: now,
+        now,
+    };
+    crate::log::emit(sink, &svc.logformat, &rec);
+}
+
+fn thread_id() -> i32 {
+    nix::unistd::gettid().as_raw()
+}

@@ -1,0 +1,335 @@
+//! The command table (3proxy's `commandhandlers[]` in conf.c): every cfg
+//! command with its argument count and handler.
+//!
+//! Counts include the command's own name, as in 3proxy; `max == 0` means
+//! no upper bound. The dispatcher alone checks the count; handlers get the
+//! whole argument vector and return a reason on error, which `conf::run_text`
+//! prefixes with file, line and command. Commands that later stages will
+//! implement are in the table already and fail with "not supported yet", so
+//! a cfg never silently loses a line.
+
+use std::net::IpAddr;
+use std::sync::Arc;
+
+use super::State;
+use crate::log::Sink;
+use crate::logformat::LogFormat;
+use crate::services;
+
+type Handler = fn(&mut State, &[String]) -> Result<(), String>;
+
+/// One cfg command.
+pub struct Command {
+    pub name: &'static str,
+    pub min: usize,
+    pub max: usize,
+    pub handler: Handler,
+}
+
+const fn cmd(name: &'static str, min: usize, max: usize, handler: Handler) -> Command {
+    Command { name, min, max, handler }
+}
+
+/// Every command 3proxy knows, in 3proxy.cfg(5)'s order of topics.
+pub static COMMANDS: &[Command] = &[
+    // Services: the rest of the line is service options.
+    cmd("tcppm", 4, 0, h_service),
+    cmd("udppm", 4, 0, h_service),
+    cmd("proxy", 1, 0, h_service),
+    cmd("socks", 1, 0, h_service),
+    cmd("pop3p", 1, 0, h_service),
+    cmd("imapp", 1, 0, h_service),
+    cmd("smtpp", 1, 0, h_service),
+    cmd("ftppr", 1, 0, h_service),
+    cmd("tlspr", 1, 0, h_service),
+    cmd("auto", 1, 0, h_service),
+    cmd("admin", 1, 0, h_service),
+    cmd("dnspr", 1, 0, h_service),
+    // Settings read by the services that follow.
+    cmd("internal", 2, 2, h_internal),
+    cmd("external", 2, 2, h_external),
+    cmd("maxconn", 2, 2, h_maxconn),
+    cmd("backlog", 2, 2, h_backlog),
+    cmd("timeouts", 2, 0, h_timeouts),
+    cmd("stacksize", 2, 2, h_stacksize),
+    cmd("maxseg", 2, 2, h_maxseg),
+    cmd("log", 1, 0, h_log),
+    cmd("logformat", 2, 2, h_logformat),
+    cmd("system", 2, 2, h_system),
+    cmd("service", 1, 1, h_noop),
+    // Process and operations (later stage).
+    cmd("daemon", 1, 1, not_yet),
+    cmd("pidfile", 2, 2, not_yet),
+    cmd("setuid", 2, 2, not_yet),
+    cmd("setgid", 2, 2, not_yet),
+    cmd("chroot", 2, 4, not_yet),
+    cmd("config", 2, 2, not_yet),
+    cmd("monitor", 2, 2, not_yet),
+    cmd("writable", 1, 1, not_yet),
+    cmd("force", 1, 1, not_yet),
+    cmd("noforce", 1, 1, not_yet),
+    cmd("rotate", 2, 2, not_yet),
+    cmd("archiver", 3, 0, not_yet),
+    cmd("logdump", 2, 3, not_yet),
+    cmd("delimchar", 2, 2, not_yet),
+    cmd("plugin", 3, 0, not_yet),
+    // Resolver.
+    cmd("nserver", 2, 2, not_yet),
+    cmd("authnserver", 2, 2, not_yet),
+    cmd("nscache", 2, 2, not_yet),
+    cmd("nscache6", 2, 2, not_yet),
+    cmd("nsrecord", 3, 3, not_yet),
+    cmd("fakeresolve", 1, 1, not_yet),
+    cmd("dialer", 2, 2, not_yet),
+    // Access control, parents and limits.
+    cmd("auth", 2, 0, not_yet),
+    cmd("authcache", 2, 4, not_yet),
+    cmd("users", 1, 0, not_yet),
+    cmd("flush", 1, 1, not_yet),
+    cmd("allow", 1, 0, not_yet),
+    cmd("deny", 1, 0, not_yet),
+    cmd("redirect", 3, 0, not_yet),
+    cmd("parent", 5, 0, not_yet),
+    cmd("parentretries", 2, 2, not_yet),
+    cmd("nolog", 1, 1, not_yet),
+    cmd("weight", 2, 2, not_yet),
+    cmd("bandlimin", 2, 0, not_yet),
+    cmd("bandlimout", 2, 0, not_yet),
+    cmd("nobandlimin", 1, 0, not_yet),
+    cmd("nobandlimout", 1, 0, not_yet),
+    cmd("connlim", 4, 0, not_yet),
+    cmd("noconnlim", 1, 0, not_yet),
+    cmd("counter", 2, 4, not_yet),
+    cmd("countin", 4, 0, not_yet),
+    cmd("countout", 4, 0, not_yet),
+    cmd("countall", 4, 0, not_yet),
+    cmd("nocountin", 1, 0, not_yet),
+    cmd("nocountout", 1, 0, not_yet),
+    cmd("nocountall", 1, 0, not_yet),
+    cmd("filtermaxsize", 2, 2, not_yet),
+    cmd("radius", 3, 0, not_yet),
+];
+
+/// Prefixes of 3proxy's optional TLS and PCRE commands (`ssl_*`, `pcre*`):
+/// known, not built.
+const OPTIONAL_FAMILIES: &[&str] = &["ssl_", "pcre"];
+
+/// Find a command and run it, checking the argument count first.
+pub fn dispatch(state: &mut State, args: &[String]) -> Result<(), String> {
+    let name = args[0].as_str();
+    let Some(c) = COMMANDS.iter().find(|c| c.name == name) else {
+        if OPTIONAL_FAMILIES.iter().any(|p| name.starts_with(p)) {
+            return not_yet(state, args);
+        }
+        return Err("unknown command".into());
+    };
+    let n = args.len();
+    if n < c.min || (c.max != 0 && n > c.max) {
+        let want = match (c.min - 1, c.max) {
+            (lo, 0) => format!("at least {lo}"),
+            (lo, hi) if lo == hi - 1 => format!("{lo}"),
+            (lo, hi) => format!("{lo} to {}", hi - 1),
+        };
+        return Err(format!("wrong number of arguments: takes {want}, got {}", n - 1));
+    }
+    (c.handler)(state, args)
+}
+
+fn not_yet(_: &mut State, args: &[String]) -> Result<(), String> {
+    Err(format!("'{}' is not supported yet by this version of 3proxy", args[0]))
+}
+
+fn h_noop(_: &mut State, _: &[String]) -> Result<(), String> {
+    Ok(())
+}
+
+fn h_service(state: &mut State, args: &[String]) -> Result<(), String> {
+    let prepared = services::prepare(state, args)?;
+    state.services.push(prepared);
+    Ok(())
+}
+
+/// A decimal number in `lo..=hi`.
+pub fn number<T>(s: &str, lo: T, hi: T) -> Result<T, String>
+where
+    T: std::str::FromStr + PartialOrd + std::fmt::Display + Copy,
+{
+    match s.parse::<T>() {
+        Ok(v) if v >= lo && v <= hi => Ok(v),
+        _ => Err(format!("'{s}' is not a number from {lo} to {hi}")),
+    }
+}
+
+fn h_internal(state: &mut State, args: &[String]) -> Result<(), String> {
+    crate::net::Addr::parse_listen(&args[1], 0)?;
+    state.internal = Some(args[1].clone());
+    Ok(())
+}
+
+fn h_external(state: &mut State, args: &[String]) -> Result<(), String> {
+    let ip = resolve_once(&args[1])?;
+    match ip {
+        IpAddr::V4(_) => state.ext4 = Some(ip),
+        IpAddr::V6(_) => state.ext6 = Some(ip),
+    }
+    Ok(())
+}
+
+/// An address for `external`/`-e`: a literal, or a name resolved now,
+/// once (3proxy resolves it at parse time too).
+pub fn resolve_once(s: &str) -> Result<IpAddr, String> {
+    if let Some(ip) = crate::net::parse_ip(s) {
+        return Ok(ip);
+    }
+    crate::net::resolve(s, 0, crate::net::Family::V46)
+        .map(|a| a.ip())
+        .map_err(|_| format!("cannot resolve '{s}'"))
+}
+
+fn h_maxconn(state: &mut State, args: &[String]) -> Result<(), String> {
+    state.maxconn = number(&args[1], 1u32, 1_000_000)?;
+    Ok(())
+}
+
+fn h_backlog(state: &mut State, args: &[String]) -> Result<(), String> {
+    state.backlog = number(&args[1], 0u32, 1 << 20)?;
+    Ok(())
+}
+
+fn h_timeouts(state: &mut State, args: &[String]) -> Result<(), String> {
+    // Values past the 11th are ignored, as in 3proxy.
+    for (slot, a) in args[1..].iter().take(11).enumerate() {
+        state.timeouts.0[slot] = number(a, 1u32, 2_000_000)?;
+    }
+    Ok(())
+}
+
+fn h_stacksize(state: &mut State, args: &[String]) -> Result<(), String> {
+    state.stacksize = number(&args[1], -(1i64 << 20), 64 << 20)?;
+    Ok(())
+}
+
+fn h_maxseg(state: &mut State, args: &[String]) -> Result<(), String> {
+    state.maxseg = number(&args[1], 1u32, 65535)?;
+    Ok(())
+}
+
+fn h_log(state: &mut State, args: &[String]) -> Result<(), String> {
+    state.log = Some(Arc::new(open_log_target(args)?));
+    Ok(())
+}
+
+/// `log` (stdout) or `log FILE`. Rotation and syslog come later and are
+/// refused, not ignored.
+pub fn open_log_target(args: &[String]) -> Result<Sink, String> {
+    match args.get(1).map(String::as_str) {
+        None => Ok(Sink::Stdout),
+        Some(t) if t.starts_with('@') => Err("syslog logging ('log @ident') is not supported yet".into()),
+        Some(t) if t.starts_with('&') => Err("ODBC logging is not supported".into()),
+        Some("radius") => Err("RADIUS accounting is not supported yet".into()),
+        Some(_) if args.len() > 2 => Err("log rotation is not supported yet".into()),
+        Some(path) => Sink::open(path).map_err(|e| format!("{path}: {e}")),
+    }
+}
+
+fn h_logformat(state: &mut State, args: &[String]) -> Result<(), String> {
+    state.logformat = Arc::new(LogFormat::parse(&args[1]));
+    Ok(())
+}
+
+fn h_system(state: &mut State, args: &[String]) -> Result<(), String> {
+    if state.check_only {
+        return Ok(());
+    }
+    // Like system(3): fatal only if the shell cannot be started.
+    match std::process::Command::new("/bin/sh").arg("-c").arg(&args[1]).status() {
+        Ok(st) => {
+            if !st.success() {
+                log::warn!("system: '{}' exited with {st}", args[1]);
+            }
+            Ok(())
+        }
+        Err(e) => Err(format!("cannot run /bin/sh: {e}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(line: &str) -> Vec<String> {
+        line.split(' ').map(String::from).collect()
+    }
+
+    fn run(line: &str) -> Result<State, String> {
+        let mut st = State::new(true);
+        dispatch(&mut st, &args(line)).map(|_| st)
+    }
+
+    #[test]
+    fn table_names_are_unique() {
+        let mut names: Vec<_> = COMMANDS.iter().map(|c| c.name).collect();
+        names.sort();
+        let n = names.len();
+        names.dedup();
+        assert_eq!(n, names.len());
+    }
+
+    #[test]
+    fn every_command_is_in_the_man_page() {
+        let man = include_str!("../../man/3proxy.cfg.5");
+        for c in COMMANDS {
+            assert!(man.contains(c.name), "man/3proxy.cfg.5 does not mention '{}'", c.name);
+        }
+    }
+
+    #[test]
+    fn maxconn() {
+        assert_eq!(run("maxconn 7").unwrap().maxconn, 7);
+        assert!(run("maxconn 0").unwrap_err().contains("not a number from 1"));
+        assert!(run("maxconn -1").is_err());
+    }
+
+    #[test]
+    fn timeouts_set_the_first_n_slots() {
+        let st = run("timeouts 2 3").unwrap();
+        assert_eq!(st.timeouts.0, [2, 3, 30, 60, 180, 1800, 15, 60, 15, 5, 5]);
+        let st = run("timeouts 1 1 1 1 1 1 1 1 1 1 1 99").unwrap();
+        assert_eq!(st.timeouts.0, [1; 11]);
+        assert!(run("timeouts 0").is_err());
+        assert!(run("timeouts 2000001").is_err());
+    }
+
+    #[test]
+    fn internal_and_external() {
+        assert_eq!(run("internal 127.0.0.1").unwrap().internal.as_deref(), Some("127.0.0.1"));
+        assert!(run("internal unix:/tmp/x").is_ok());
+        assert!(run("internal nonsense").is_err());
+        let st = run("external ::1").unwrap();
+        assert_eq!(st.ext6, Some("::1".parse().unwrap()));
+        assert_eq!(st.ext4, None);
+    }
+
+    #[test]
+    fn later_commands_say_not_supported_yet() {
+        for line in ["auth strong", "allow *", "daemon", "ssl_serv", "pcre_options x"] {
+            let e = run(line).unwrap_err();
+            assert!(e.contains("not supported yet"), "{line}: {e}");
+        }
+    }
+
+    #[test]
+    fn log_refuses_what_is_not_built() {
+        assert!(run("log @3proxy").unwrap_err().contains("not supported yet"));
+        assert!(run("log /tmp/x D").unwrap_err().contains("rotation"));
+        assert!(run("log /nonexistent/dir/file").is_err());
+    }
+
+    #[test]
+    fn arity_message() {
+        let e = run("internal").unwrap_err();
+        assert_eq!(e, "wrong number of arguments: takes 1, got 0");
+        let e = run("chroot").unwrap_err();
+        assert_eq!(e, "wrong number of arguments: takes 1 to 3, got 0");
+    }
+}

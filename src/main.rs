@@ -1,0 +1,180 @@
+//! threeproxy: a drop-in replacement for the 3proxy proxy server.
+//!
+//! Bird's-eye view: `3proxy CFGFILE` runs the cfg script (`conf`), whose
+//! service commands each prepare a listener (`services`). When the whole
+//! file has loaded, every service gets an acceptor thread (`acceptor`),
+//! which hands each client to a thread of its own (`client`), which runs
+//! the service's code (`services::tcppm`, ...) and usually ends in the relay
+//! (`relay`). The main thread then only waits for signals.
+//!
+//! Code map:
+//! - `conf`: the cfg language: tokenizer (`conf::token`), command table
+//!   (`conf::commands`), the script's state.
+//! - `services`: service table, shared option parser, the service snapshot;
+//!   one file per service.
+//! - `acceptor`, `client`, `relay`: the thread-per-connection core.
+//! - `net`: streams, listeners, resolving and dialing.
+//! - `log`, `logformat`: the access log.
+//! - `res`: 3proxy's result codes. `proxyproto`: PROXY protocol v1.
+//! - `sys`: the only place with `unsafe`.
+//!
+//! Invariants: parsers do no IO; only `sys` has unsafe code; every blocking
+//! call has a timeout; one access-log record per session; the cfg is read
+//! on one thread; client threads share only the service snapshot and
+//! counters.
+#![deny(unsafe_code)]
+
+mod acceptor;
+mod client;
+mod conf;
+mod log;
+mod logformat;
+mod net;
+mod proxyproto;
+mod relay;
+mod res;
+mod services;
+mod sys;
+
+use std::io::{IsTerminal, Read};
+use std::process::ExitCode;
+
+use nix::sys::signal::{SigSet, Signal};
+
+/// Where 3proxy looks for its cfg when none is named.
+const DEFAULT_CFG: &str = "/usr/local/etc/3proxy/3proxy.cfg";
+const VERSION: &str = env!("CARGO_PKG_VERSION");
+
+fn usage(opts: &getopts::Options) -> String {
+    let brief = "Usage: 3proxy [-t] [CFGFILE]\n\n\
+        Runs the proxy services CFGFILE describes (3proxy.cfg(5)). Without\n\
+        CFGFILE, reads /usr/local/etc/3proxy/3proxy.cfg, or the cfg from\n\
+        standard input if that file cannot be opened.";
+    let mut s = opts.usage(brief);
+    s.push_str("\nSocket option names for -oc, -os, -ol:\n ");
+    for n in sys::sockopt::names() {
+        s.push(' ');
+        s.push_str(n);
+    }
+    s.push('\n');
+    s
+}
+
+fn main() -> ExitCode {
+    env_logger::Builder::new()
+        .parse_env(env_logger::Env::new().filter_or("THREEPROXY_LOG", "warn"))
+        .format(|buf, rec| {
+            use std::io::Write;
+            writeln!(buf, "3proxy: {}: {}", rec.level().as_str().to_lowercase(), rec.args())
+        })
+        .init();
+
+    let mut opts = getopts::Options::new();
+    opts.optflag("t", "test", "check the cfg and exit: 0 if it is good, 1 if not");
+    opts.optflag("h", "help", "print this help and exit");
+    opts.optflag("v", "version", "print the version and exit");
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let m = match opts.parse(&args) {
+        Ok(m) => m,
+        Err(e) => {
+            eprintln!("3proxy: {e}\n{}", usage(&opts));
+            return ExitCode::from(1);
+        }
+    };
+    if m.opt_present("h") {
+        print!("{}", usage(&opts));
+        return ExitCode::SUCCESS;
+    }
+    if m.opt_present("v") {
+        println!("3proxy (threeproxy) {VERSION}");
+        return ExitCode::SUCCESS;
+    }
+    if m.free.len() > 1 {
+        eprintln!("3proxy: too many arguments\n{}", usage(&opts));
+        return ExitCode::from(1);
+    }
+    let check = m.opt_present("t");
+
+    // Signals are taken by the main thread with sigwait(); they must be
+    // blocked before any other thread starts, so every thread inherits the
+    // mask and none of them is chosen to run a default action.
+    let mut sigs = SigSet::empty();
+    for s in [Signal::SIGTERM, Signal::SIGINT, Signal::SIGUSR1] {
+        sigs.add(s);
+    }
+    if let Err(e) = sigs.thread_block() {
+        eprintln!("3proxy: cannot block signals: {e}");
+        return ExitCode::from(1);
+    }
+
+    let (name, text) = match read_cfg(m.free.first().map(String::as_str)) {
+        Ok(x) => x,
+        Err(e) => {
+            eprintln!("3proxy: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    let mut state = conf::State::new(check);
+    if let Err(e) = conf::run_text(&mut state, &name, &text) {
+        eprintln!("3proxy: {e}");
+        return ExitCode::from(1);
+    }
+    if state.services.is_empty() {
+        eprintln!("3proxy: {name}: no service is started (add a service line such as 'tcppm')");
+        return ExitCode::from(1);
+    }
+    if check {
+        eprintln!("3proxy: {name}: the configuration is good ({} services)", state.services.len());
+        return ExitCode::SUCCESS;
+    }
+    for p in std::mem::take(&mut state.services) {
+        let what = format!("{p:?}");
+        if let Err(e) = services::start(p) {
+            eprintln!("3proxy: cannot start {what}: {e}");
+            return ExitCode::from(1);
+        }
+    }
+    ::log::info!("started, pid {}", std::process::id());
+
+    loop {
+        match sigs.wait() {
+            Ok(Signal::SIGTERM | Signal::SIGINT) => {
+                ::log::info!("exiting on signal");
+                return ExitCode::SUCCESS;
+            }
+            Ok(Signal::SIGUSR1) => ::log::warn!("SIGUSR1: reload is not supported yet; the running cfg stays"),
+            Ok(_) => {}
+            Err(e) => {
+                ::log::error!("sigwait: {e}");
+                return ExitCode::from(1);
+            }
+        }
+    }
+}
+
+/// The cfg's name and text: the named file, else the default path; if
+/// that cannot be opened, standard input (as 3proxy does), unless standard
+/// input is a terminal.
+fn read_cfg(path: Option<&str>) -> Result<(String, String), String> {
+    let path = path.unwrap_or(DEFAULT_CFG);
+    match std::fs::read(path) {
+        Ok(b) => String::from_utf8(b)
+            .map(|t| (path.to_string(), t))
+            .map_err(|_| format!("{path}: not a text file")),
+        Err(e) => {
+            let stdin = std::io::stdin();
+            if stdin.is_terminal() {
+                return Err(format!("{path}: {e}"));
+            }
+            let mut t = String::new();
+            stdin
+                .lock()
+                .read_to_string(&mut t)
+                .map_err(|e2| format!("{path}: {e}; standard input: {e2}"))?;
+            if t.trim().is_empty() {
+                return Err(format!("{path}: {e}; and standard input gave no configuration"));
+            }
+            Ok(("<stdin>".to_string(), t))
+        }
+    }
+}

@@ -1,0 +1,434 @@
+//! Sockets as the services see them: a stream that is TCP or unix, a
+//! listener of either kind, name resolution by family, and the outgoing
+//! connect with its timeout, source address, device and options
+//! (3proxy's `doconnect`, `getip46`).
+
+use std::io::{self, Read, Write};
+use std::net::{IpAddr, Shutdown, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use socket2::{Domain, Protocol, SockAddr, Socket, Type};
+
+use crate::res::Res;
+use crate::sys::sockopt::SockOpts;
+
+/// A connected byte stream: the client's or the server's side of a session.
+#[derive(Debug)]
+pub enum Stream {
+    Tcp(TcpStream),
+    Unix(UnixStream),
+}
+
+impl Stream {
+    pub fn shutdown(&self, how: Shutdown) -> io::Result<()> {
+        match self {
+            Stream::Tcp(s) => s.shutdown(how),
+            Stream::Unix(s) => s.shutdown(how),
+        }
+    }
+
+    pub fn set_nonblocking(&self, on: bool) -> io::Result<()> {
+        match self {
+            Stream::Tcp(s) => s.set_nonblocking(on),
+            Stream::Unix(s) => s.set_nonblocking(on),
+        }
+    }
+
+    /// Read and write timeouts for the blocking phases (handshakes).
+    pub fn set_timeout(&self, t: Option<Duration>) -> io::Result<()> {
+        match self {
+            Stream::Tcp(s) => {
+                s.set_read_timeout(t)?;
+                s.set_write_timeout(t)
+            }
+            Stream::Unix(s) => {
+                s.set_read_timeout(t)?;
+                s.set_write_timeout(t)
+            }
+        }
+    }
+
+    /// TCP_NODELAY; a no-op on unix sockets.
+    pub fn set_nodelay(&self) {
+        if let Stream::Tcp(s) = self {
+            let _ = s.set_nodelay(true);
+        }
+    }
+
+    /// The peer's address, or None for unix sockets.
+    pub fn peer_addr(&self) -> Option<SocketAddr> {
+        match self {
+            Stream::Tcp(s) => s.peer_addr().ok(),
+            Stream::Unix(_) => None,
+        }
+    }
+
+    /// Our own address on this connection, or None for unix sockets.
+    pub fn local_addr(&self) -> Option<SocketAddr> {
+        match self {
+            Stream::Tcp(s) => s.local_addr().ok(),
+            Stream::Unix(_) => None,
+        }
+    }
+
+    /// Read without consuming (MSG_PEEK), blocking up to the read timeout.
+    pub fn peek(&self, buf: &mut [u8]) -> io::Result<usize> {
+        use nix::sys::socket::{recv, MsgFlags};
+        recv(self.as_raw_fd(), buf, MsgFlags::MSG_PEEK).map_err(io::Error::from)
+    }
+}
+
+impl Read for &Stream {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        match self {
+            Stream::Tcp(s) => (&*s).read(buf),
+            Stream::Unix(s) => (&*s).read(buf),
+        }
+    }
+}
+
+impl Write for &Stream {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        match self {
+            Stream::Tcp(s) => (&*s).write(buf),
+            Stream::Unix(s) => (&*s).write(buf),
+        }
+    }
+    fn write_vectored(&mut self, bufs: &[io::IoSlice<'_>]) -> io::Result<usize> {
+        match self {
+            Stream::Tcp(s) => (&*s).write_vectored(bufs),
+            Stream::Unix(s) => (&*s).write_vectored(bufs),
+        }
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+impl AsFd for Stream {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        match self {
+            Stream::Tcp(s) => s.as_fd(),
+            Stream::Unix(s) => s.as_fd(),
+        }
+    }
+}
+
+impl AsRawFd for Stream {
+    fn as_raw_fd(&self) -> RawFd {
+        self.as_fd().as_raw_fd()
+    }
+}
+
+/// Where a service listens, or a destination: an IP socket address, a unix
+/// socket path, or a Linux abstract socket name (`unix:@name`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Addr {
+    Ip(SocketAddr),
+    Unix(PathBuf),
+    Abstract(String),
+}
+
+impl Addr {
+    /// Parse `unix:/path`, `unix:@name`, or an IP literal (IPv6 with or
+    /// without brackets) combined with `port`.
+    pub fn parse_listen(s: &str, port: u16) -> Result<Addr, String> {
+        if let Some(rest) = s.strip_prefix("unix:") {
+            return unix_addr(rest);
+        }
+        parse_ip(s)
+            .map(|ip| Addr::Ip(SocketAddr::new(ip, port)))
+            .ok_or_else(|| format!("'{s}' is not an IP address"))
+    }
+
+    pub fn port(&self) -> u16 {
+        match self {
+            Addr::Ip(a) => a.port(),
+            _ => 0,
+        }
+    }
+}
+
+impl std::fmt::Display for Addr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Addr::Ip(a) => write!(f, "{a}"),
+            Addr::Unix(p) => write!(f, "unix:{}", p.display()),
+            Addr::Abstract(n) => write!(f, "unix:@{n}"),
+        }
+    }
+}
+
+fn unix_addr(rest: &str) -> Result<Addr, String> {
+    if let Some(name) = rest.strip_prefix('@') {
+        if name.is_empty() {
+            return Err("empty abstract socket name".into());
+        }
+        Ok(Addr::Abstract(name.to_string()))
+    } else if rest.is_empty() {
+        Err("empty unix socket path".into())
+    } else {
+        Ok(Addr::Unix(PathBuf::from(rest)))
+    }
+}
+
+/// An IP literal, IPv6 with or without brackets.
+pub fn parse_ip(s: &str) -> Option<IpAddr> {
+    let s = s.strip_prefix('[').and_then(|x| x.strip_suffix(']')).unwrap_or(s);
+    s.parse().ok()
+}
+
+/// Which address families names resolve to (`-4 -6 -46 -64`). 3proxy's
+/// default is IPv4 only for names; IP literals of either family always work
+/// here (3proxy refuses an IPv6 literal without `-6`/`-46`/`-64`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Family {
+    #[default]
+    V4,
+    V6,
+    V46,
+    V64,
+}
+
+/// A destination given by name or address (tcppm/udppm's DSTHOST).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Target {
+    /// An address known at cfg time.
+    Fixed(SocketAddr),
+    /// A name resolved when each session starts.
+    Name(String, u16),
+    Unix(PathBuf),
+    Abstract(String),
+}
+
+impl Target {
+    pub fn parse(host: &str, port: u16) -> Result<Target, String> {
+        if let Some(rest) = host.strip_prefix("unix:") {
+            return Ok(match unix_addr(rest)? {
+                Addr::Unix(p) => Target::Unix(p),
+                Addr::Abstract(n) => Target::Abstract(n),
+                Addr::Ip(_) => unreachable!(),
+            });
+        }
+        if host.is_empty() {
+            return Err("empty destination host".into());
+        }
+        Ok(match parse_ip(host) {
+            Some(ip) => Target::Fixed(SocketAddr::new(ip, port)),
+            None => Target::Name(host.to_string(), port),
+        })
+    }
+
+    /// The host part as the log's `%n` shows it.
+    pub fn host(&self) -> String {
+        match self {
+            Target::Fixed(a) => a.ip().to_string(),
+            Target::Name(n, _) => n.clone(),
+            Target::Unix(p) => format!("unix:{}", p.display()),
+            Target::Abstract(n) => format!("unix:@{n}"),
+        }
+    }
+}
+
+/// Resolve a name through the system resolver, honouring the family.
+pub fn resolve(host: &str, port: u16, family: Family) -> Result<SocketAddr, Res> {
+    if let Some(ip) = parse_ip(host) {
+        return Ok(SocketAddr::new(ip, port));
+    }
+    let addrs: Vec<SocketAddr> = (host, port).to_socket_addrs().map_err(|_| Res::NOHOST)?.collect();
+    let v4 = addrs.iter().find(|a| a.is_ipv4());
+    let v6 = addrs.iter().find(|a| a.is_ipv6());
+    let pick = match family {
+        Family::V4 => v4,
+        Family::V6 => v6,
+        Family::V46 => v4.or(v6),
+        Family::V64 => v6.or(v4),
+    };
+    pick.copied().ok_or(Res::NOHOST)
+}
+
+/// How to open an outgoing connection: `-e` source addresses, `-De`
+/// device, `-os` options, and the CONNECT timeout.
+#[derive(Debug, Clone, Default)]
+pub struct Dialer {
+    pub ext4: Option<IpAddr>,
+    pub ext6: Option<IpAddr>,
+    pub device: Option<String>,
+    /// `-ne`: the network namespace outgoing sockets are made in.
+    pub netns: Option<PathBuf>,
+    pub opts: SockOpts,
+    pub timeout: Duration,
+}
+
+impl Dialer {
+    /// Connect to an IP destination. On failure, the 3proxy code to log.
+    pub fn connect_ip(&self, dst: SocketAddr) -> Result<Stream, Res> {
+        let domain = if dst.is_ipv4() { Domain::IPV4 } else { Domain::IPV6 };
+        let sock = in_netns(self.netns.as_deref(), || Socket::new(domain, Type::STREAM.cloexec(), Some(Protocol::TCP)))
+            .map_err(|_| Res::SOCKET)?;
+        let src = if dst.is_ipv4() { self.ext4 } else { self.ext6 };
+        if let Some(ip) = src {
+            if !ip.is_unspecified() {
+                sock.bind(&SockAddr::from(SocketAddr::new(ip, 0))).map_err(|_| Res::BIND)?;
+            }
+        }
+        if let Some(dev) = &self.device {
+            sock.bind_device(Some(dev.as_bytes())).map_err(|_| Res::BIND)?;
+        }
+        let _ = sock.set_nodelay(true);
+        self.opts.apply(sock.as_fd());
+        sock.connect_timeout(&SockAddr::from(dst), self.timeout).map_err(|_| Res::CONNECT)?;
+        Ok(Stream::Tcp(sock.into()))
+    }
+
+    /// Connect to a unix socket destination.
+    pub fn connect_unix(&self, t: &Target) -> Result<Stream, Res> {
+        let s = match t {
+            Target::Unix(p) => UnixStream::connect(p),
+            Target::Abstract(n) => {
+                use std::os::linux::net::SocketAddrExt;
+                std::os::unix::net::SocketAddr::from_abstract_name(n.as_bytes())
+                    .and_then(|a| UnixStream::connect_addr(&a))
+            }
+            _ => return Err(Res::NOHOST),
+        };
+        s.map(Stream::Unix).map_err(|_| Res::CONNECT)
+    }
+}
+
+/// A bound, listening socket of either kind. A unix socket file is removed
+/// when the listener is dropped.
+#[derive(Debug)]
+pub enum Listener {
+    Tcp(TcpListener),
+    Unix(UnixListener, Option<PathBuf>),
+}
+
+impl Listener {
+    /// Bind and listen. IP listeners always get SO_REUSEADDR and
+    /// SO_REUSEPORT (as 3proxy's do) plus the `-ol` options; `device` is
+    /// `-Di`.
+    pub fn bind(addr: &Addr, backlog: i32, opts: &SockOpts, device: Option<&str>) -> io::Result<Listener> {
+        match addr {
+            Addr::Ip(a) => {
+                let domain = if a.is_ipv4() { Domain::IPV4 } else { Domain::IPV6 };
+                let sock = Socket::new(domain, Type::STREAM.cloexec(), Some(Protocol::TCP))?;
+                sock.set_reuse_address(true)?;
+                sock.set_reuse_port(true)?;
+                if a.is_ipv6() {
+                    // `-i::` means IPv6 only here, as on most systems'
+                    // defaults for a service that also binds 0.0.0.0.
+                    let _ = sock.set_only_v6(true);
+                }
+                if let Some(dev) = device {
+                    sock.bind_device(Some(dev.as_bytes()))?;
+                }
+                opts.apply(sock.as_fd());
+                sock.bind(&SockAddr::from(*a))?;
+                sock.listen(backlog)?;
+                Ok(Listener::Tcp(sock.into()))
+            }
+            Addr::Unix(p) => {
+                // A stale socket file from a previous run would make bind
+                // fail; 3proxy unlinks it first too.
+                if let Ok(meta) = std::fs::symlink_metadata(p) {
+                    use std::os::unix::fs::FileTypeExt;
+                    if meta.file_type().is_socket() {
+                        let _ = std::fs::remove_file(p);
+                    }
+                }
+                let l = UnixListener::bind(p)?;
+                Ok(Listener::Unix(l, Some(p.clone())))
+            }
+            Addr::Abstract(n) => {
+                use std::os::linux::net::SocketAddrExt;
+                let a = std::os::unix::net::SocketAddr::from_abstract_name(n.as_bytes())?;
+                Ok(Listener::Unix(UnixListener::bind_addr(&a)?, None))
+            }
+        }
+    }
+
+    /// Accept one client; for unix sockets the peer address is None.
+    pub fn accept(&self) -> io::Result<(Stream, Option<SocketAddr>)> {
+        match self {
+            Listener::Tcp(l) => l.accept().map(|(s, a)| (Stream::Tcp(s), Some(a))),
+            Listener::Unix(l, _) => l.accept().map(|(s, _)| (Stream::Unix(s), None)),
+        }
+    }
+
+    pub fn local_addr(&self) -> Option<SocketAddr> {
+        match self {
+            Listener::Tcp(l) => l.local_addr().ok(),
+            Listener::Unix(..) => None,
+        }
+    }
+}
+
+impl AsFd for Listener {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        match self {
+            Listener::Tcp(l) => l.as_fd(),
+            Listener::Unix(l, _) => l.as_fd(),
+        }
+    }
+}
+
+impl Drop for Listener {
+    fn drop(&mut self) {
+        if let Listener::Unix(_, Some(p)) = self {
+            let _ = std::fs::remove_file(p);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_listen_addresses() {
+        assert_eq!(Addr::parse_listen("127.0.0.1", 80).unwrap(), Addr::Ip("127.0.0.1:80".parse().unwrap()));
+        assert_eq!(Addr::parse_listen("[::1]", 80).unwrap(), Addr::Ip("[::1]:80".parse().unwrap()));
+        assert_eq!(Addr::parse_listen("::1", 80).unwrap(), Addr::Ip("[::1]:80".parse().unwrap()));
+        assert_eq!(Addr::parse_listen("unix:/tmp/s", 0).unwrap(), Addr::Unix("/tmp/s".into()));
+        assert_eq!(Addr::parse_listen("unix:@n", 0).unwrap(), Addr::Abstract("n".into()));
+        assert!(Addr::parse_listen("localhost", 0).is_err());
+        assert!(Addr::parse_listen("unix:", 0).is_err());
+    }
+
+    #[test]
+    fn parses_targets() {
+        assert_eq!(Target::parse("10.0.0.1", 5).unwrap(), Target::Fixed("10.0.0.1:5".parse().unwrap()));
+        assert_eq!(Target::parse("[::1]", 5).unwrap(), Target::Fixed("[::1]:5".parse().unwrap()));
+        assert_eq!(Target::parse("example.org", 5).unwrap(), Target::Name("example.org".into(), 5));
+        assert_eq!(Target::parse("unix:/s", 0).unwrap(), Target::Unix("/s".into()));
+    }
+
+    #[test]
+    fn resolves_literals_whatever_the_family() {
+        assert_eq!(resolve("::1", 7, Family::V4).unwrap(), "[::1]:7".parse().unwrap());
+        assert_eq!(resolve("127.0.0.1", 7, Family::V6).unwrap(), "127.0.0.1:7".parse().unwrap());
+    }
+}
+
+/// Run `f` with this thread inside the network namespace at `path` (`-ni`,
+/// `-ne`), then switch back. Sockets keep the namespace they were made in,
+/// so a listener or an outgoing socket made inside `f` stays there.
+pub fn in_netns<T>(path: Option<&std::path::Path>, f: impl FnOnce() -> io::Result<T>) -> io::Result<T> {
+    use nix::sched::{setns, CloneFlags};
+    let Some(path) = path else { return f() };
+    let here = std::fs::File::open("/proc/thread-self/ns/net")?;
+    let there = std::fs::File::open(path)?;
+    setns(&there, CloneFlags::CLONE_NEWNET).map_err(io::Error::from)?;
+    let r = f();
+    // Switching back cannot reasonably fail (we came from there); if it
+    // did, this thread would make later sockets in the wrong namespace.
+    if let Err(e) = setns(&here, CloneFlags::CLONE_NEWNET) {
+        log::error!("cannot return to the original network namespace: {e}");
+        std::process::abort();
+    }
+    r
+}

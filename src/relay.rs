@@ -1,0 +1,432 @@
+//! The TCP relay: both directions of a session in one thread (3proxy's
+//! `sockmap.c`).
+//!
+//! Both sockets are non-blocking. Each direction remembers whether its
+//! source was last seen readable and its destination writable; the loop
+//! reads and writes until every possible move would block, and only then
+//! polls, for just the events it is waiting for. So a read that can proceed
+//! never waits for a poll(), and an idle direction costs no system calls.
+//!
+//! - Half-close (the default): one side's EOF becomes a shutdown of the
+//!   other side's write half once everything read has been written, and the
+//!   other direction keeps flowing. `-C` ends the session at the first EOF,
+//!   after delivering what was already read.
+//! - The idle timeout is measured from the last time any byte moved.
+//! - Data moves through a heap buffer per direction (borrowed from a pool
+//!   only while data is in flight, so idle sessions hold none) or, with `-s`,
+//!   through a kernel pipe per direction with splice(), never copied to us.
+
+use std::io;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use nix::errno::Errno;
+use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+
+use crate::net::Stream;
+use crate::res::Res;
+use crate::services::{Grace, DEFAULT_BUFSIZE};
+
+/// How a relay runs.
+#[derive(Debug, Clone, Copy)]
+pub struct RelayOpts {
+    /// End the session after this long without data in either direction.
+    pub idle: Duration,
+    /// `-C`: end at the first EOF instead of half-closing.
+    pub session_end: bool,
+    /// `-s`: splice through pipes instead of copying.
+    pub splice: bool,
+    /// Bytes per direction in flight at most (`-b`).
+    pub bufsize: usize,
+    pub grace: Option<Grace>,
+}
+
+/// How a relay ended: the result code and the bytes delivered each way.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Outcome {
+    pub res: Res,
+    /// Client to server.
+    pub out: u64,
+    /// Server to client.
+    pub inb: u64,
+}
+
+/// Relay between `cli` and `srv` until both directions have ended, the
+/// session times out, or an error occurs. `early` is data already read from
+/// the client that must reach the server first.
+pub fn relay(cli: &Stream, srv: &Stream, opts: &RelayOpts) -> Outcome {
+    if cli.set_nonblocking(true).is_err() || srv.set_nonblocking(true).is_err() {
+        return Outcome { res: Res::POLL, out: 0, inb: 0 };
+    }
+    if opts.splice {
+        let mk = || SplicePipe::new(opts.bufsize);
+        run(cli, srv, mk(), mk(), opts)
+    } else {
+        let mk = || CopyBuf::new(opts.bufsize);
+        run(cli, srv, mk(), mk(), opts)
+    }
+}
+
+/// Where a direction's bytes wait between read and write.
+trait Channel {
+    /// Room for more input.
+    fn has_space(&self) -> bool;
+    /// Bytes read and not yet written.
+    fn pending(&self) -> bool;
+    /// Read from `src` into the channel.
+    fn fill(&mut self, src: BorrowedFd<'_>) -> Result<usize, Errno>;
+    /// Write from the channel to `dst`.
+    fn drain(&mut self, dst: BorrowedFd<'_>) -> Result<usize, Errno>;
+    /// The channel is idle: give back what can be given back.
+    fn release(&mut self) {}
+}
+
+/// Reusable relay buffers of the default size, so a burst of sessions does
+/// not allocate and free 128 KiB each, and idle sessions hold none.
+static POOL: Mutex<Vec<Box<[u8]>>> = Mutex::new(Vec::new());
+/// Most buffers kept in the pool (4 MiB).
+const POOL_MAX: usize = 64;
+
+struct CopyBuf {
+    buf: Option<Box<[u8]>>,
+    size: usize,
+    start: usize,
+    end: usize,
+}
+
+impl CopyBuf {
+    fn new(size: usize) -> CopyBuf {
+        CopyBuf { buf: None, size, start: 0, end: 0 }
+    }
+
+    fn buffer(&mut self) -> &mut [u8] {
+        let size = self.size;
+        self.buf.get_or_insert_with(|| {
+            let pooled = if size == DEFAULT_BUFSIZE {
+                POOL.lock().unwrap_or_else(|e| e.into_inner()).pop()
+            } else {
+                None
+            };
+            pooled.unwrap_or_else(|| vec![0u8; size].into_boxed_slice())
+        })
+    }
+}
+
+impl Channel for CopyBuf {
+    fn has_space(&self) -> bool {
+        self.end < self.size
+    }
+    fn pending(&self) -> bool {
+        self.end > self.start
+    }
+    fn fill(&mut self, src: BorrowedFd<'_>) -> Result<usize, Errno> {
+        let end = self.end;
+        let n = nix::unistd::read(src, &mut self.buffer()[end..])?;
+        self.end += n;
+        Ok(n)
+    }
+    fn drain(&mut self, dst: BorrowedFd<'_>) -> Result<usize, Errno> {
+        let Some(buf) = &self.buf else { return Ok(0) };
+        let n = nix::unistd::write(dst, &buf[self.start..self.end])?;
+        self.start += n;
+        if self.start == self.end {
+            self.start = 0;
+            self.end = 0;
+        }
+        Ok(n)
+    }
+    fn release(&mut self) {
+        if self.pending() {
+            return;
+        }
+        if let Some(b) = self.buf.take() {
+            if b.len() == DEFAULT_BUFSIZE {
+                let mut pool = POOL.lock().unwrap_or_else(|e| e.into_inner());
+                if pool.len() < POOL_MAX {
+                    pool.push(b);
+                }
+            }
+        }
+    }
+}
+
+impl Drop for CopyBuf {
+    fn drop(&mut self) {
+        self.start = 0;
+        self.end = 0;
+        self.release();
+    }
+}
+
+/// A pipe for splice(): bytes go socket -> pipe -> socket inside the kernel.
+struct SplicePipe {
+    pipe: Option<(OwnedFd, OwnedFd)>,
+    cap: usize,
+    inflight: usize,
+}
+
+impl SplicePipe {
+    fn new(cap: usize) -> SplicePipe {
+        // A pipe holds 64 KiB unless resized; never ask it for more.
+        SplicePipe { pipe: None, cap: cap.min(65536), inflight: 0 }
+    }
+
+    fn pipe(&mut self) -> Result<&(OwnedFd, OwnedFd), Errno> {
+        if self.pipe.is_none() {
+            use nix::fcntl::OFlag;
+            self.pipe = Some(nix::unistd::pipe2(OFlag::O_CLOEXEC | OFlag::O_NONBLOCK)?);
+        }
+        Ok(self.pipe.as_ref().expect("just created"))
+    }
+}
+
+impl Channel for SplicePipe {
+    fn has_space(&self) -> bool {
+        self.inflight < self.cap
+    }
+    fn pending(&self) -> bool {
+        self.inflight > 0
+    }
+    fn fill(&mut self, src: BorrowedFd<'_>) -> Result<usize, Errno> {
+        use nix::fcntl::{splice, SpliceFFlags};
+        let room = self.cap - self.inflight;
+        let (_, w) = self.pipe()?;
+        let n = splice(src, None, w, None, room, SpliceFFlags::SPLICE_F_NONBLOCK | SpliceFFlags::SPLICE_F_MOVE)?;
+        self.inflight += n;
+        Ok(n)
+    }
+    fn drain(&mut self, dst: BorrowedFd<'_>) -> Result<usize, Errno> {
+        use nix::fcntl::{splice, SpliceFFlags};
+        let len = self.inflight;
+        let (r, _) = self.pipe()?;
+        let n = splice(r, None, dst, None, len, SpliceFFlags::SPLICE_F_NONBLOCK | SpliceFFlags::SPLICE_F_MOVE)?;
+        self.inflight -= n;
+        Ok(n)
+    }
+}
+
+/// Which socket an error came from.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Side {
+    Client,
+    Server,
+}
+
+struct Dir<'a, C> {
+    ch: C,
+    src: &'a Stream,
+    dst: &'a Stream,
+    src_side: Side,
+    can_read: bool,
+    can_write: bool,
+    eof: bool,
+    shut: bool,
+    bytes: u64,
+    /// Reads and bytes in the current one-second window, for `-g`.
+    win_start: Instant,
+    win_reads: u32,
+    win_bytes: u64,
+}
+
+impl<'a, C: Channel> Dir<'a, C> {
+    fn new(ch: C, src: &'a Stream, dst: &'a Stream, src_side: Side) -> Self {
+        Dir {
+            ch,
+            src,
+            dst,
+            src_side,
+            can_read: true,
+            can_write: true,
+            eof: false,
+            shut: false,
+            bytes: 0,
+            win_start: Instant::now(),
+            win_reads: 0,
+            win_bytes: 0,
+        }
+    }
+
+    fn dst_side(&self) -> Side {
+        match self.src_side {
+            Side::Client => Side::Server,
+            Side::Server => Side::Client,
+        }
+    }
+
+    /// Move what can move without blocking. Ok(true) if anything happened.
+    fn step(&mut self, grace: Option<Grace>) -> Result<bool, (Side, Errno)> {
+        let mut progress = false;
+        loop {
+            let mut moved = false;
+            if !self.eof && self.can_read && self.ch.has_space() {
+                match self.ch.fill(self.src.as_fd()) {
+                    Ok(0) => {
+                        self.eof = true;
+                        moved = true;
+                    }
+                    Ok(n) => {
+                        moved = true;
+                        if grace.is_some() {
+                            self.count_read(n);
+                        }
+                    }
+                    Err(Errno::EAGAIN) => self.can_read = false,
+                    Err(Errno::EINTR) => moved = true,
+                    Err(e) => return Err((self.src_side, e)),
+                }
+            }
+            if self.ch.pending() && self.can_write {
+                match self.ch.drain(self.dst.as_fd()) {
+                    Ok(n) => {
+                        self.bytes += n as u64;
+                        moved = true;
+                    }
+                    Err(Errno::EAGAIN) => self.can_write = false,
+                    Err(Errno::EINTR) => moved = true,
+                    Err(e) => return Err((self.dst_side(), e)),
+                }
+            }
+            if self.eof && !self.ch.pending() && !self.shut {
+                // Everything read has been written: pass the EOF on.
+                let _ = self.dst.shutdown(std::net::Shutdown::Write);
+                self.shut = true;
+                moved = true;
+            }
+            if !moved {
+                return Ok(progress);
+            }
+            progress = true;
+        }
+    }
+
+    fn count_read(&mut self, n: usize) {
+        if self.win_start.elapsed() >= Duration::from_secs(1) {
+            self.win_start = Instant::now();
+            self.win_reads = 0;
+            self.win_bytes = 0;
+        }
+        self.win_reads += 1;
+        self.win_bytes += n as u64;
+    }
+
+    /// `-g`: this direction made many small reads in the last second.
+    fn trickling(&self, g: Grace) -> bool {
+        self.win_reads >= g.reads && self.win_bytes <= u64::from(g.bytes) * u64::from(self.win_reads)
+    }
+
+    fn wants_read(&self) -> bool {
+        !self.eof && !self.can_read && self.ch.has_space()
+    }
+
+    fn wants_write(&self) -> bool {
+        self.ch.pending() && !self.can_write
+    }
+}
+
+fn run<C: Channel>(cli: &Stream, srv: &Stream, c2s: C, s2c: C, opts: &RelayOpts) -> Outcome {
+    let mut up = Dir::new(c2s, cli, srv, Side::Client);
+    let mut down = Dir::new(s2c, srv, cli, Side::Server);
+    let idle_ms = opts.idle.as_millis().min(i32::MAX as u128) as i32;
+    let res = loop {
+        let moved = match (up.step(opts.grace), down.step(opts.grace)) {
+            (Ok(a), Ok(b)) => a || b,
+            (Err((side, e)), _) | (_, Err((side, e))) => break error_res(side, e, &up, &down),
+        };
+        if up.shut && down.shut {
+            break Res::OK;
+        }
+        if opts.session_end && (up.eof || down.eof) && !(up.eof && down.eof) {
+            // -C: stop reading; what was read is still delivered.
+            up.eof = true;
+            down.eof = true;
+            continue;
+        }
+        if moved {
+            continue;
+        }
+        up.ch.release();
+        down.ch.release();
+        if let Some(g) = opts.grace {
+            if up.trickling(g) || down.trickling(g) {
+                std::thread::sleep(Duration::from_millis(u64::from(g.delay_ms)));
+            }
+        }
+        match wait(&mut up, &mut down, idle_ms) {
+            Ok(true) => {}
+            Ok(false) => break if up.ch.pending() || down.ch.pending() { Res::UNSENT } else { Res::IDLE },
+            Err(_) => break Res::POLL,
+        }
+    };
+    Outcome { res, out: up.bytes, inb: down.bytes }
+}
+
+/// Block until a wanted event or the idle timeout. Ok(false) on timeout.
+fn wait<C: Channel>(up: &mut Dir<'_, C>, down: &mut Dir<'_, C>, idle_ms: i32) -> io::Result<bool> {
+    let mut cli_ev = PollFlags::empty();
+    let mut srv_ev = PollFlags::empty();
+    if up.wants_read() {
+        cli_ev |= PollFlags::POLLIN;
+    }
+    if down.wants_write() {
+        cli_ev |= PollFlags::POLLOUT;
+    }
+    if down.wants_read() {
+        srv_ev |= PollFlags::POLLIN;
+    }
+    if up.wants_write() {
+        srv_ev |= PollFlags::POLLOUT;
+    }
+    // Only sockets with something to wait for are polled: POLLHUP and
+    // POLLERR are reported even for no events and would make this spin.
+    let mut fds = Vec::with_capacity(2);
+    if !cli_ev.is_empty() {
+        fds.push(PollFd::new(up.src.as_fd(), cli_ev));
+    }
+    if !srv_ev.is_empty() {
+        fds.push(PollFd::new(down.src.as_fd(), srv_ev));
+    }
+    if fds.is_empty() {
+        // Nothing can ever move again (both ends done reading, nothing
+        // pending): treat as the end of the session.
+        up.shut = true;
+        down.shut = true;
+        return Ok(true);
+    }
+    let timeout = PollTimeout::try_from(idle_ms).unwrap_or(PollTimeout::MAX);
+    let n = loop {
+        match poll(&mut fds, timeout) {
+            Ok(n) => break n,
+            Err(Errno::EINTR) => continue,
+            Err(e) => return Err(e.into()),
+        }
+    };
+    if n == 0 {
+        return Ok(false);
+    }
+    let ready_in = PollFlags::POLLIN | PollFlags::POLLHUP | PollFlags::POLLERR;
+    let ready_out = PollFlags::POLLOUT | PollFlags::POLLHUP | PollFlags::POLLERR;
+    let mut i = 0;
+    if !cli_ev.is_empty() {
+        let r = fds[i].revents().unwrap_or(PollFlags::empty());
+        up.can_read |= r.intersects(ready_in);
+        down.can_write |= r.intersects(ready_out);
+        i += 1;
+    }
+    if !srv_ev.is_empty() {
+        let r = fds[i].revents().unwrap_or(PollFlags::empty());
+        down.can_read |= r.intersects(ready_in);
+        up.can_write |= r.intersects(ready_out);
+    }
+    Ok(true)
+}
+
+/// Map an IO error to 3proxy's codes: 95 client side, 96 server side, 90
+/// for a pipe error in splice mode.
+fn error_res<C: Channel>(side: Side, e: Errno, _up: &Dir<'_, C>, _down: &Dir<'_, C>) -> Res {
+    match (side, e) {
+        (_, Errno::EMFILE | Errno::ENFILE | Errno::ENOMEM | Errno::EINVAL) => Res::SPLICE,
+        (Side::Client, _) => Res::CLIENT_ERR,
+        (Side::Server, _) => Res::SERVER_ERR,
+    }
+}

@@ -1,0 +1,67 @@
+//! 3proxy result codes (`%E` in the access log), as one type.
+//!
+//! Mirrors the "Log error codes reference" of 3proxy's documentation: codes
+//! are grouped by range, and every service reports the outcome of a session
+//! as one of them. The numbers are part of the user-visible interface (log
+//! parsers and monitoring depend on them), so they never change.
+
+/// A session's result code. `Res::OK` (0) means a peer closed normally.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Res(pub u32);
+
+// The table is 3proxy's; services not built yet will use the rest.
+#[allow(dead_code)]
+impl Res {
+    /// Session ended normally: one of the peers closed.
+    pub const OK: Res = Res(0);
+    /// socket() failed for the outgoing connection.
+    pub const SOCKET: Res = Res(11);
+    /// bind() failed for the outgoing connection (bad `-e`, bind to device).
+    pub const BIND: Res = Res(12);
+    /// connect() failed or timed out.
+    pub const CONNECT: Res = Res(13);
+    /// getpeername()/getsockname() failed.
+    pub const PEERNAME: Res = Res(14);
+    /// Out of memory or no thread could be started.
+    pub const NOMEM: Res = Res(21);
+    /// pipe() or splice() failed in the relay.
+    pub const SPLICE: Res = Res(90);
+    /// poll() failed in the relay.
+    pub const POLL: Res = Res(91);
+    /// Idle timeout: no data moved for the service's inactivity timeout.
+    pub const IDLE: Res = Res(92);
+    /// The session closed with data that could not be delivered.
+    pub const UNSENT: Res = Res(94);
+    /// Read or write error on the client socket.
+    pub const CLIENT_ERR: Res = Res(95);
+    /// Read or write error on the server socket.
+    pub const SERVER_ERR: Res = Res(96);
+    /// Errors on both sockets.
+    pub const BOTH_ERR: Res = Res(97);
+    /// Host not found, or no destination.
+    pub const NOHOST: Res = Res(100);
+    /// The client's first bytes were not a valid request: for `-H`, a
+    /// missing or malformed PROXY protocol line (3proxy's 511, bad request).
+    pub const BAD_REQUEST: Res = Res(511);
+    /// The destination is the proxy's own listening address (loop).
+    pub const LOOP: Res = Res(519);
+    /// Not implemented.
+    pub const NOTIMPL: Res = Res(999);
+}
+
+impl std::fmt::Display for Res {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:05}", self.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn displays_as_five_digits() {
+        assert_eq!(Res::IDLE.to_string(), "00092");
+        assert_eq!(Res::LOOP.to_string(), "00519");
+    }
+}

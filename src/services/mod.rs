@@ -1,0 +1,452 @@
+//! The service table and what every service shares: option parsing,
+//! the per-service snapshot of the cfg, and starting its acceptor
+//! (3proxy's `proxymain.c`: option parsing in `MODULEMAINFUNC`, `srvparam`).
+//!
+//! A service line is turned into a [`Service`] (immutable once built, shared
+//! by its acceptor and client threads through an `Arc`) and a bound listener.
+//! Both are held in a [`Prepared`] until the whole cfg has loaded.
+
+pub mod tcppm;
+pub mod udppm;
+
+use std::net::{IpAddr, SocketAddr, UdpSocket};
+use std::path::PathBuf;
+use std::sync::{Arc, Condvar, Mutex};
+
+use crate::conf::{commands::number, State, Timeouts};
+use crate::log::Sink;
+use crate::logformat::LogFormat;
+use crate::net::{Addr, Dialer, Family, Listener, Target};
+use crate::sys::sockopt::SockOpts;
+
+/// How a service serves a client once accepted.
+pub enum Kind {
+    /// TCP: the function a client thread runs.
+    Tcp(fn(&mut crate::client::Client)),
+    /// UDP: the service owns its socket loop.
+    Udp,
+}
+
+/// One entry of the service table (3proxy's `proxydef` + `childdef`).
+pub struct ServiceDef {
+    /// The cfg command.
+    pub name: &'static str,
+    /// `%N` in the log.
+    pub log_name: &'static str,
+    pub default_port: u16,
+    /// Positional arguments after the options (tcppm: LPORT HOST RPORT).
+    pub positional: usize,
+    pub kind: Kind,
+}
+
+/// The services built so far; the others are refused as "not supported yet".
+pub static SERVICES: &[ServiceDef] = &[
+    ServiceDef { name: "tcppm", log_name: "TCPPM", default_port: 0, positional: 3, kind: Kind::Tcp(tcppm::serve) },
+    ServiceDef { name: "udppm", log_name: "UDPPM", default_port: 0, positional: 3, kind: Kind::Udp },
+];
+
+/// Per-service log choice (`-l`, `-lFILE`); None in `ServiceOpts` means the
+/// global `log`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LogOpt {
+    Stdout,
+    File(String),
+}
+
+/// `-g<traff>,<num>,<delay>`: slow down a direction that makes many tiny
+/// reads (3proxy's "grace" to stop busy loops on trickling peers).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Grace {
+    pub bytes: u32,
+    pub reads: u32,
+    pub delay_ms: u32,
+}
+
+/// Everything a service line's options say (3proxy.cfg(5) "service
+/// options"). Options meaningful only to services not built yet are parsed
+/// and kept, so one parser serves every service.
+#[derive(Debug, Clone, Default)]
+pub struct ServiceOpts {
+    pub port: Option<u16>,
+    pub internal: Option<String>,
+    pub ext4: Option<IpAddr>,
+    pub ext6: Option<IpAddr>,
+    pub family: Option<Family>,
+    pub log: Option<LogOpt>,
+    pub logformat: Option<String>,
+    /// `-C`: end the session at the first close instead of half-closing.
+    pub session_end: bool,
+    /// `-s[N]`: Some(n) when given (`-s` alone is 1, `-s0` is 0).
+    pub s_option: Option<u32>,
+    pub bufsize: Option<usize>,
+    pub stack_add: Option<i64>,
+    pub grace: Option<Grace>,
+    pub oc: SockOpts,
+    pub os: SockOpts,
+    pub ol: SockOpts,
+    /// `-t`: no start/stop records in the log.
+    pub silent: bool,
+    /// `-H`: read a PROXY protocol v1 line first.
+    pub proxy_header: bool,
+    pub dev_in: Option<String>,
+    pub dev_out: Option<String>,
+    pub ns_in: Option<PathBuf>,
+    pub ns_out: Option<PathBuf>,
+    /// `-a`, `-a1`, `-a2` (HTTP proxy headers), kept for the proxy service.
+    pub anonymous: Option<u32>,
+    /// `-u`, `-u2` (needuser), kept for proxy/socks.
+    pub needuser: Option<u32>,
+    /// Options for later services, stored raw: `-N`, `-U`, `-h`, `-P`,
+    /// `-c`, `-x`, `-X`, `-F`, `-T`.
+    pub other: Vec<String>,
+    pub positional: Vec<String>,
+}
+
+impl ServiceOpts {
+    /// Parse a service line's arguments (after the command name). Values are
+    /// glued to their letter, as in 3proxy (`-p8080`).
+    pub fn parse(args: &[String], maxseg: u32) -> Result<ServiceOpts, String> {
+        let mut o = ServiceOpts::default();
+        for a in args {
+            let Some(opt) = a.strip_prefix('-').filter(|s| !s.is_empty()) else {
+                o.positional.push(a.clone());
+                continue;
+            };
+            let (letter, val) = opt.split_at(1);
+            let bad = || format!("bad option '{a}'");
+            match letter {
+                "p" => o.port = Some(number(val, 0u16, 65535)?),
+                "i" => {
+                    Addr::parse_listen(val, 0)?;
+                    o.internal = Some(val.to_string());
+                }
+                "e" => {
+                    let ip = crate::conf::commands::resolve_once(val)?;
+                    match ip {
+                        IpAddr::V4(_) => o.ext4 = Some(ip),
+                        IpAddr::V6(_) => o.ext6 = Some(ip),
+                    }
+                }
+                "4" | "6" => {
+                    o.family = Some(match opt {
+                        "4" => Family::V4,
+                        "6" => Family::V6,
+                        "46" => Family::V46,
+                        "64" => Family::V64,
+                        _ => return Err(bad()),
+                    })
+                }
+                "l" => {
+                    o.log = Some(if val.is_empty() {
+                        LogOpt::Stdout
+                    } else if val.starts_with('@') {
+                        return Err(format!("'{a}': syslog logging is not supported yet"));
+                    } else {
+                        LogOpt::File(val.to_string())
+                    })
+                }
+                "f" => o.logformat = Some(val.to_string()),
+                "C" => o.session_end = val != "1",
+                "s" => o.s_option = Some(if val.is_empty() { 1 } else { number(val, 0u32, 1 << 20)? }),
+                "b" => o.bufsize = Some(number(val, 1024usize, 16 << 20)?),
+                "S" => o.stack_add = Some(number(val, -(1i64 << 20), 64 << 20)?),
+                "g" => {
+                    let v: Vec<&str> = val.split(',').collect();
+                    if v.len() != 3 {
+                        return Err(format!("'{a}': takes -g<bytes>,<reads>,<delay ms>"));
+                    }
+                    o.grace = Some(Grace {
+                        bytes: number(v[0], 0u32, u32::MAX)?,
+                        reads: number(v[1], 1u32, u32::MAX)?,
+                        delay_ms: number(v[2], 0u32, 60_000)?,
+                    });
+                }
+                "o" => {
+                    let (which, list) = val.split_at(val.len().min(1));
+                    let parsed = SockOpts::parse(list, maxseg).map_err(|e| format!("'{a}': {e}"))?;
+                    match which {
+                        "c" => o.oc = parsed,
+                        "s" => o.os = parsed,
+                        "l" => o.ol = parsed,
+                        "r" | "R" => return Err(format!("'{a}': connect-back is not supported yet")),
+                        _ => return Err(bad()),
+                    }
+                }
+                "t" => o.silent = true,
+                "H" => o.proxy_header = true,
+                "D" | "n" => {
+                    let (which, v) = val.split_at(val.len().min(1));
+                    match (letter, which) {
+                        // A bare -n is 3proxy's old NTLM switch: ignored.
+                        ("n", "") => {}
+                        ("D", "i") if !v.is_empty() => o.dev_in = Some(v.to_string()),
+                        ("D", "e") if !v.is_empty() => o.dev_out = Some(v.to_string()),
+                        ("n", "i") if !v.is_empty() => o.ns_in = Some(PathBuf::from(v)),
+                        ("n", "e") if !v.is_empty() => o.ns_out = Some(PathBuf::from(v)),
+                        _ => return Err(bad()),
+                    }
+                }
+                "a" => o.anonymous = Some(if val.is_empty() { 0 } else { number(val, 1u32, 2)? }),
+                "u" => o.needuser = Some(if val.is_empty() { 0 } else { number(val, 0u32, 2)? }),
+                "N" | "U" | "h" | "P" | "c" | "x" | "X" | "F" | "T" => o.other.push(a.clone()),
+                "d" => return Err("'-d' (daemon) is not supported yet".into()),
+                "r" | "R" => return Err(format!("'{a}': connect-back is not supported yet")),
+                "I" => return Err("'-I' (inetd mode) is not supported".into()),
+                _ => return Err(format!("unknown option '{a}'")),
+            }
+        }
+        Ok(o)
+    }
+}
+
+/// A running service's settings: the snapshot of the cfg at its line plus
+/// its own options. Shared read-only by its acceptor and clients.
+pub struct Service {
+    pub def: &'static ServiceDef,
+    pub opts: ServiceOpts,
+    pub timeouts: Timeouts,
+    pub maxconn: u32,
+    pub listen: Addr,
+    /// The destination of a port mapper.
+    pub target: Option<Target>,
+    pub family: Family,
+    pub dialer: Dialer,
+    pub log: Option<Arc<Sink>>,
+    pub logformat: Arc<LogFormat>,
+    pub bufsize: usize,
+    /// Stack size of client threads: 3proxy's base plus `stacksize`/`-S`.
+    pub stack_size: usize,
+    /// Live clients, and the acceptor waiting for one to leave.
+    pub live: Mutex<u32>,
+    pub left: Condvar,
+}
+
+impl Service {
+    /// The service's listening port, for `%p`.
+    pub fn port(&self) -> u16 {
+        self.listen.port()
+    }
+
+    /// Splice relay asked for (`-s` on a TCP service).
+    pub fn splice(&self) -> bool {
+        matches!(self.opts.s_option, Some(n) if n > 0)
+    }
+}
+
+/// 3proxy's per-thread stack base (`BASESTACKSIZE`); `stacksize` and `-S`
+/// add to it. Relay buffers live on the heap, so the stack holds only
+/// frames; resolving a name through glibc is the deepest path.
+pub const BASE_STACK: i64 = 49152;
+/// Smallest stack we will start a thread with.
+const MIN_STACK: i64 = 32768;
+/// Default relay buffer per direction (3proxy's TCPBUFSIZE).
+pub const DEFAULT_BUFSIZE: usize = 65536;
+
+/// A service ready to start: its settings and its bound socket.
+pub struct Prepared {
+    pub svc: Arc<Service>,
+    pub socket: Bound,
+}
+
+impl std::fmt::Debug for Prepared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} on {}", self.svc.def.name, self.svc.listen)
+    }
+}
+
+/// The socket a service receives on.
+pub enum Bound {
+    Stream(Listener),
+    Datagram(UdpSocket),
+}
+
+/// Build a service from its cfg line and the state so far, and bind it.
+pub fn prepare(state: &State, args: &[String]) -> Result<Prepared, String> {
+    let name = args[0].as_str();
+    let Some(def) = SERVICES.iter().find(|d| d.name == name) else {
+        return Err(format!("the '{name}' service is not supported yet by this version of 3proxy"));
+    };
+    let opts = ServiceOpts::parse(&args[1..], state.maxseg)?;
+    if opts.positional.len() != def.positional {
+        return Err(if def.positional == 3 {
+            format!("takes [options] LPORT DSTHOST DSTPORT, got {} positional arguments", opts.positional.len())
+        } else {
+            format!("unexpected argument '{}'", opts.positional[def.positional.min(opts.positional.len() - 1)])
+        });
+    }
+    let mut port = def.default_port;
+    let mut target = None;
+    if def.positional == 3 {
+        port = number(&opts.positional[0], 0u16, 65535)?;
+        let rport = number(&opts.positional[2], 0u16, 65535)?;
+        target = Some(Target::parse(&opts.positional[1], rport)?);
+    }
+    if let Some(p) = opts.port {
+        port = p;
+    }
+    let internal = opts.internal.as_deref().or(state.internal.as_deref()).unwrap_or("0.0.0.0");
+    let listen = Addr::parse_listen(internal, port)?;
+    let udp = matches!(def.kind, Kind::Udp);
+    if udp && !matches!(listen, Addr::Ip(_)) {
+        return Err("a UDP service cannot listen on a unix socket".into());
+    }
+
+    let log = match &opts.log {
+        None => state.log.clone(),
+        Some(LogOpt::Stdout) => Some(Arc::new(Sink::Stdout)),
+        Some(LogOpt::File(p)) => Some(Arc::new(Sink::open(p).map_err(|e| format!("-l{p}: {e}"))?)),
+    };
+    let logformat = match &opts.logformat {
+        Some(f) => Arc::new(LogFormat::parse(f)),
+        None => state.logformat.clone(),
+    };
+    let stack = BASE_STACK + state.stacksize + opts.stack_add.unwrap_or(0);
+    let dialer = Dialer {
+        ext4: opts.ext4.or(state.ext4),
+        ext6: opts.ext6.or(state.ext6),
+        device: opts.dev_out.clone(),
+        netns: opts.ns_out.clone(),
+        opts: opts.os.clone(),
+        timeout: state.timeouts.get(Timeouts::CONNECT),
+    };
+    let backlog = if state.backlog > 0 { state.backlog } else { 1 + state.maxconn / 8 };
+
+    let socket = if udp {
+        let Addr::Ip(a) = listen else { unreachable!() };
+        let u = crate::net::in_netns(opts.ns_in.as_deref(), || bind_udp(a, opts.dev_in.as_deref()));
+        Bound::Datagram(u.map_err(|e| format!("cannot bind UDP {a}: {e}"))?)
+    } else {
+        let l = crate::net::in_netns(opts.ns_in.as_deref(), || {
+            Listener::bind(&listen, backlog as i32, &opts.ol, opts.dev_in.as_deref())
+        })
+        .map_err(|e| format!("cannot listen on {listen}: {e}"))?;
+        Bound::Stream(l)
+    };
+    // Port 0 asks the kernel for one: report the real one in the log.
+    let listen = match (&socket, &listen) {
+        (Bound::Stream(l), Addr::Ip(_)) => l.local_addr().map(Addr::Ip).unwrap_or(listen),
+        (Bound::Datagram(u), _) => u.local_addr().map(Addr::Ip).unwrap_or(listen),
+        _ => listen,
+    };
+
+    let svc = Service {
+        def,
+        family: opts.family.unwrap_or_default(),
+        bufsize: opts.bufsize.unwrap_or(DEFAULT_BUFSIZE),
+        opts,
+        timeouts: state.timeouts,
+        maxconn: state.maxconn,
+        listen,
+        target,
+        dialer,
+        log,
+        logformat,
+        stack_size: stack.max(MIN_STACK) as usize,
+        live: Mutex::new(0),
+        left: Condvar::new(),
+    };
+    Ok(Prepared { svc: Arc::new(svc), socket })
+}
+
+fn bind_udp(a: SocketAddr, device: Option<&str>) -> std::io::Result<UdpSocket> {
+    use socket2::{Domain, Protocol, Socket, Type};
+    let domain = if a.is_ipv4() { Domain::IPV4 } else { Domain::IPV6 };
+    let sock = Socket::new(domain, Type::DGRAM.cloexec(), Some(Protocol::UDP))?;
+    sock.set_reuse_address(true)?;
+    if a.is_ipv6() {
+        let _ = sock.set_only_v6(true);
+    }
+    if let Some(dev) = device {
+        sock.bind_device(Some(dev.as_bytes()))?;
+    }
+    sock.bind(&a.into())?;
+    Ok(sock.into())
+}
+
+/// Start serving: the acceptor (or UDP loop) thread of the service.
+pub fn start(p: Prepared) -> std::io::Result<()> {
+    let Prepared { svc, socket } = p;
+    let name = format!("{}:{}", svc.def.name, svc.port());
+    match socket {
+        Bound::Stream(l) => {
+            std::thread::Builder::new().name(name).spawn(move || crate::acceptor::run(svc, l))?;
+        }
+        Bound::Datagram(u) => {
+            std::thread::Builder::new().name(name).spawn(move || udppm::run(svc, u))?;
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(line: &str) -> Result<ServiceOpts, String> {
+        let args: Vec<String> = line.split_whitespace().map(String::from).collect();
+        ServiceOpts::parse(&args, 1400)
+    }
+
+    #[test]
+    fn options_glue_their_values() {
+        let o = parse("-p8080 -i127.0.0.1 -e10.0.0.1 -e::1 -C -s -b4096 -S8192 -t -H 1 h 2").unwrap();
+        assert_eq!(o.port, Some(8080));
+        assert_eq!(o.internal.as_deref(), Some("127.0.0.1"));
+        assert_eq!(o.ext4, Some("10.0.0.1".parse().unwrap()));
+        assert_eq!(o.ext6, Some("::1".parse().unwrap()));
+        assert!(o.session_end && o.silent && o.proxy_header);
+        assert_eq!(o.s_option, Some(1));
+        assert_eq!(o.bufsize, Some(4096));
+        assert_eq!(o.stack_add, Some(8192));
+        assert_eq!(o.positional, ["1", "h", "2"]);
+    }
+
+    #[test]
+    fn family_flags() {
+        assert_eq!(parse("-4").unwrap().family, Some(Family::V4));
+        assert_eq!(parse("-6").unwrap().family, Some(Family::V6));
+        assert_eq!(parse("-46").unwrap().family, Some(Family::V46));
+        assert_eq!(parse("-64").unwrap().family, Some(Family::V64));
+        assert!(parse("-66").is_err());
+    }
+
+    #[test]
+    fn s_and_c_variants() {
+        assert_eq!(parse("-s0").unwrap().s_option, Some(0));
+        assert!(!parse("-C1").unwrap().session_end);
+        assert!(parse("-C").unwrap().session_end);
+    }
+
+    #[test]
+    fn logs_and_formats() {
+        assert_eq!(parse("-l").unwrap().log, Some(LogOpt::Stdout));
+        assert_eq!(parse("-l/tmp/x").unwrap().log, Some(LogOpt::File("/tmp/x".into())));
+        assert_eq!(parse("-fL%N").unwrap().logformat.as_deref(), Some("L%N"));
+        assert!(parse("-l@ident").unwrap_err().contains("not supported yet"));
+    }
+
+    #[test]
+    fn socket_options_and_devices() {
+        let o = parse("-ocTCP_NODELAY -osSO_KEEPALIVE -olSO_REUSEADDR -Dieth0 -Detun0").unwrap();
+        assert!(!o.oc.is_empty() && !o.os.is_empty() && !o.ol.is_empty());
+        assert_eq!(o.dev_in.as_deref(), Some("eth0"));
+        assert_eq!(o.dev_out.as_deref(), Some("tun0"));
+        assert!(parse("-oxTCP_NODELAY").is_err());
+    }
+
+    #[test]
+    fn grace() {
+        let o = parse("-g8000,3,10").unwrap();
+        assert_eq!(o.grace, Some(Grace { bytes: 8000, reads: 3, delay_ms: 10 }));
+        assert!(parse("-g1,2").is_err());
+    }
+
+    #[test]
+    fn unknown_and_unbuilt_options() {
+        assert!(parse("-Z").unwrap_err().contains("unknown option"));
+        assert!(parse("-d").unwrap_err().contains("not supported yet"));
+        assert!(parse("-rhost:1").unwrap_err().contains("not supported yet"));
+        assert!(parse("-n").is_ok());
+        assert!(parse("-pxyz").is_err());
+    }
+}

@@ -1,0 +1,86 @@
+//! `tcppm`: the TCP port mapper (3proxy's tcppm.c, tcppm(8)). Every client
+//! of `tcppm LPORT DSTHOST DSTPORT` is connected to DSTHOST:DSTPORT and the
+//! bytes are relayed both ways.
+
+use crate::client::Client;
+use crate::conf::Timeouts;
+use crate::net::{resolve, Target};
+use crate::relay::{relay, RelayOpts};
+use crate::res::Res;
+
+/// The client thread's work for one tcppm client.
+pub fn serve(c: &mut Client) {
+    let svc = c.svc().clone();
+    if svc.opts.proxy_header && !read_proxy_header(c) {
+        return;
+    }
+    let Some(target) = &svc.target else {
+        c.res = Res::NOHOST;
+        return;
+    };
+    c.text = target.host();
+    if let Target::Name(host, _) = target {
+        c.req_host = Some(host.clone());
+    }
+    let srv = match target {
+        Target::Fixed(a) => connect(c, *a),
+        Target::Name(host, port) => match resolve(host, *port, svc.family) {
+            Ok(a) => connect(c, a),
+            Err(res) => Err(res),
+        },
+        Target::Unix(_) | Target::Abstract(_) => svc.dialer.connect_unix(target),
+    };
+    let srv = match srv {
+        Ok(s) => s,
+        Err(res) => {
+            c.res = res;
+            return;
+        }
+    };
+    let opts = RelayOpts {
+        idle: svc.timeouts.get(Timeouts::CONNECTION_LONG),
+        session_end: svc.opts.session_end,
+        splice: svc.splice(),
+        bufsize: svc.bufsize,
+        grace: svc.opts.grace,
+    };
+    let out = relay(&c.cli, &srv, &opts);
+    c.res = out.res;
+    c.bytes_out = out.out;
+    c.bytes_in = out.inb;
+    c.srv = Some(srv);
+}
+
+/// Connect to an IP destination, refusing to connect to ourselves.
+fn connect(c: &mut Client, dst: std::net::SocketAddr) -> Result<crate::net::Stream, Res> {
+    let svc = c.svc().clone();
+    c.req_addr = Some(dst);
+    if crate::net::Addr::Ip(dst) == svc.listen || Some(dst) == c.local_addr {
+        return Err(Res::LOOP);
+    }
+    let s = svc.dialer.connect_ip(dst)?;
+    c.remote_addr = s.peer_addr();
+    c.ext_addr = s.local_addr();
+    Ok(s)
+}
+
+/// `-H`: take the PROXY header off the client socket; the addresses it
+/// names replace the connection's own in the log. False if the header was
+/// bad: the session then ends with a log line saying why.
+pub fn read_proxy_header(c: &mut Client) -> bool {
+    let svc = c.svc().clone();
+    let _ = c.cli.set_timeout(Some(svc.timeouts.get(Timeouts::STRING_SHORT)));
+    match crate::proxyproto::read(&c.cli) {
+        Ok(Some((src, dst))) => {
+            c.client_addr = Some(src);
+            c.local_addr = Some(dst);
+            true
+        }
+        Ok(None) => true,
+        Err(why) => {
+            c.res = Res::BAD_REQUEST;
+            c.text = format!("bad PROXY header: {why}");
+            false
+        }
+    }
+}

@@ -1,0 +1,6 @@
+//! The only place with `unsafe` and raw libc: socket options by number,
+//! and the calls std and nix do not wrap safely. Everything here exposes a
+//! safe API; each unsafe block says why it is sound.
+
+pub mod sockopt;
+pub mod time;

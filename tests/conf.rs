@@ -1,0 +1,328 @@
+//! The cfg language seen from outside: which cfgs load, which fail, what a
+//! failure prints (`FILE:LINE:` + command + reason), the exit status, and
+//! how the tokenizer's rules (quotes, comments, CRLF, `$file`, `include`,
+//! `end`) show up in what the proxy does.
+
+use std::net::TcpListener;
+use std::path::Path;
+
+use crate::util::*;
+
+/// A tcppm line listening on 127.0.0.1:`port`, mapped to 127.0.0.1:`to`.
+fn tcppm(port: u16, to: u16) -> String {
+    format!("tcppm -i127.0.0.1 {port} 127.0.0.1 {to}")
+}
+
+/// Runs `cfg` twice, served and with `-t`. Both runs must exit non-zero
+/// with the same message naming `file:line:` and `command`. Returns it.
+fn expect_cfg_error(dir: &Dir, cfg: &str, file: &Path, line: usize, command: &str) -> String {
+    let served = start_expect_fail(dir, cfg).assert_cfg_error(file, line, command);
+    let checked = run_check(dir, cfg).assert_cfg_error(file, line, command);
+    assert_eq!(served, checked, "-t should report the error the same way");
+    served
+}
+
+fn assert_refused(port: u16) {
+    assert!(
+        std::net::TcpStream::connect(localhost(port)).is_err(),
+        "something still listens on {port} after 3proxy exited"
+    );
+}
+
+#[test]
+fn unknown_command_is_an_error_at_its_line() {
+    let dir = Dir::new("unknown_cmd");
+    let port = free_port();
+    let cfg = format!("# a comment\n{}\nfrobnicate 1 2\n", tcppm(port, free_port()));
+    expect_cfg_error(&dir, &cfg, &dir.cfg_path(), 3, "frobnicate");
+    assert_refused(port);
+}
+
+#[test]
+fn missing_argument_is_an_error() {
+    let dir = Dir::new("too_few_args");
+    expect_cfg_error(&dir, "maxconn 10\ninternal\n", &dir.cfg_path(), 2, "internal");
+}
+
+#[test]
+fn extra_argument_is_an_error() {
+    let dir = Dir::new("too_many_args");
+    expect_cfg_error(&dir, "\n\nmaxconn 10 20\n", &dir.cfg_path(), 3, "maxconn");
+}
+
+#[test]
+fn maxconn_needs_a_positive_number() {
+    let dir = Dir::new("maxconn_word");
+    expect_cfg_error(&dir, "maxconn many\n", &dir.cfg_path(), 1, "maxconn");
+    let dir = Dir::new("maxconn_zero");
+    expect_cfg_error(&dir, "log\nmaxconn 0\n", &dir.cfg_path(), 2, "maxconn");
+}
+
+#[test]
+fn timeouts_must_be_positive() {
+    let dir = Dir::new("timeouts_zero");
+    expect_cfg_error(&dir, "timeouts 1 5 0\n", &dir.cfg_path(), 1, "timeouts");
+}
+
+#[test]
+fn tcppm_without_destination_port_is_an_error() {
+    let dir = Dir::new("tcppm_args");
+    let cfg = format!("tcppm -i127.0.0.1 {} 127.0.0.1\n", free_port());
+    expect_cfg_error(&dir, &cfg, &dir.cfg_path(), 1, "tcppm");
+}
+
+#[test]
+fn tcppm_unknown_option_is_an_error() {
+    let dir = Dir::new("tcppm_opt");
+    let cfg = format!("\ntcppm -Q -i127.0.0.1 {} 127.0.0.1 80\n", free_port());
+    expect_cfg_error(&dir, &cfg, &dir.cfg_path(), 2, "tcppm");
+}
+
+#[test]
+fn include_of_missing_file_is_an_error_at_the_include() {
+    let dir = Dir::new("include_missing");
+    let cfg = format!("maxconn 10\ninclude {}\n", p(&dir.join("missing.cfg")));
+    expect_cfg_error(&dir, &cfg, &dir.cfg_path(), 2, "include");
+}
+
+#[test]
+fn error_inside_include_names_the_included_file_and_its_line() {
+    let dir = Dir::new("include_error");
+    let inc = dir.write("inc.cfg", "maxconn 10\n# nothing\nfrobnicate\n");
+    let cfg = format!("# main\ninclude {}\n", p(&inc));
+    expect_cfg_error(&dir, &cfg, &inc, 3, "frobnicate");
+}
+
+#[test]
+fn missing_dollar_file_is_an_error() {
+    let dir = Dir::new("dollar_missing");
+    let cfg = format!("maxconn 10\ntcppm -i127.0.0.1 ${}\n", p(&dir.join("missing.args")));
+    expect_cfg_error(&dir, &cfg, &dir.cfg_path(), 2, "tcppm");
+}
+
+#[test]
+fn port_in_use_is_an_error() {
+    let dir = Dir::new("port_in_use");
+    let taken = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = taken.local_addr().unwrap().port();
+    let cfg = format!("maxconn 10\n{}\n", tcppm(port, free_port()));
+    // Only the served run: whether `-t` binds is not part of the contract.
+    start_expect_fail(&dir, &cfg).assert_cfg_error(&dir.cfg_path(), 2, "tcppm");
+}
+
+/// Commands of 3proxy this stage does not have yet. Drop an entry when its
+/// command lands (and give it real tests).
+const NOT_YET: &[&str] = &[
+    "proxy -p3128",
+    "socks",
+    "auth strong",
+    "allow *",
+    "parent 1000 socks5 127.0.0.1 1080",
+    "nserver 127.0.0.1",
+];
+
+#[test]
+fn unimplemented_commands_say_so() {
+    for line in NOT_YET {
+        let command = line.split(' ').next().unwrap();
+        let dir = Dir::new(&format!("not_yet_{command}"));
+        let cfg = format!("maxconn 10\n{line}\n");
+        let msg = expect_cfg_error(&dir, &cfg, &dir.cfg_path(), 2, command);
+        assert!(msg.contains("not supported yet"), "{line}: {msg:?}");
+    }
+}
+
+#[test]
+fn check_flag_accepts_a_good_cfg_without_serving() {
+    let dir = Dir::new("check_ok");
+    let origin = Origin::echo();
+    let port = free_port();
+    let cfg = format!("maxconn 10\n{}\n", tcppm(port, origin.port()));
+    let out = run_check(&dir, &cfg);
+    assert_eq!(out.status.code(), Some(0), "3proxy -t on a good cfg; stderr:\n{}", out.stderr);
+    assert_refused(port);
+    assert!(origin.peers().is_empty(), "-t must not relay anything");
+}
+
+#[test]
+fn commands_of_this_stage_are_accepted() {
+    let dir = Dir::new("accepted");
+    let origin = Origin::echo();
+    let port = free_port();
+    let marker = dir.join("system-ran");
+    let cfg = format!(
+        "service\n\
+         stacksize 65536\n\
+         maxseg 1400\n\
+         backlog 64\n\
+         timeouts 1 5 30 60 180 1800 15 60 15 5 5\n\
+         internal 127.0.0.1\n\
+         external 127.0.0.1\n\
+         maxconn 10\n\
+         system \"touch {}\"\n\
+         log {}\n\
+         logformat \"L%N %E\"\n\
+         tcppm {} 127.0.0.1 {}\n",
+        p(&marker),
+        p(&dir.join("access.log")),
+        port,
+        origin.port()
+    );
+    let check = run_check(&dir, &cfg);
+    assert_eq!(check.status.code(), Some(0), "-t; stderr:\n{}", check.stderr);
+    let _ = std::fs::remove_file(&marker);
+
+    let _proxy = Proxy::start(dir, &cfg, &[Listen::Tcp(localhost(port))]);
+    assert!(marker.exists(), "`system` did not run its command");
+    let mut c = connect(localhost(port));
+    echo_roundtrip(&mut c, b"all accepted");
+}
+
+#[test]
+fn internal_sets_the_listen_address_of_later_services() {
+    let dir = Dir::new("internal");
+    let origin = Origin::echo();
+    let port = free_port();
+    let cfg = format!("internal 127.0.0.1\ntcppm {port} 127.0.0.1 {}\n", origin.port());
+    let _proxy = Proxy::start(dir, &cfg, &[Listen::Tcp(localhost(port))]);
+    echo_roundtrip(&mut connect(localhost(port)), b"on 127.0.0.1");
+    // 127.0.0.2 is loopback too: a listener on 0.0.0.0 would take it.
+    let other = std::net::SocketAddr::from(([127, 0, 0, 2], port));
+    assert!(
+        std::net::TcpStream::connect(other).is_err(),
+        "tcppm after `internal 127.0.0.1` also accepts on {other}"
+    );
+}
+
+#[test]
+fn external_sets_the_source_address() {
+    let dir = Dir::new("external");
+    let origin = Origin::echo();
+    let port = free_port();
+    let cfg = format!("external 127.0.0.3\n{}\n", tcppm(port, origin.port()));
+    let _proxy = Proxy::start(dir, &cfg, &[Listen::Tcp(localhost(port))]);
+    echo_roundtrip(&mut connect(localhost(port)), b"from 127.0.0.3");
+    let peers = origin.peers();
+    assert!(!peers.is_empty());
+    for peer in peers {
+        assert_eq!(peer.ip().to_string(), "127.0.0.3", "origin saw {peer}");
+    }
+}
+
+// --- the tokenizer, end to end ---------------------------------------------
+
+#[test]
+fn doubled_quote_inside_quotes_is_a_literal_quote() {
+    let dir = Dir::new("quotes");
+    let log = dir.join("access.log");
+    let (origin, _got) = Origin::reply_after_eof(b"hello world", std::time::Duration::ZERO);
+    let port = free_port();
+    let cfg = format!(
+        "log {}\nlogformat \"L%N \"\"quoted\"\" %O %I\"\n{}\n",
+        p(&log),
+        tcppm(port, origin.port())
+    );
+    let _proxy = Proxy::start(dir, &cfg, &[Listen::Tcp(localhost(port))]);
+    request_reply(port, b"hello", b"hello world");
+    expect_log_line(&log, "TCPPM \"quoted\" 5 11");
+}
+
+/// One session: send `req`, half-close, expect `reply` and the close.
+fn request_reply(port: u16, req: &[u8], reply: &[u8]) {
+    use std::io::Write;
+    let mut c = connect(localhost(port));
+    c.write_all(req).unwrap();
+    c.shutdown(std::net::Shutdown::Write).unwrap();
+    let got = read_until_closed(&mut c).expect("read the reply");
+    assert_eq!(String::from_utf8_lossy(&got), String::from_utf8_lossy(reply));
+}
+
+#[test]
+fn indented_and_hash_lines_are_ignored() {
+    let dir = Dir::new("comments");
+    let origin = Origin::echo();
+    let (port, hidden1, hidden2) = (free_port(), free_port(), free_port());
+    let cfg = format!(
+        " frobnicate\n\
+         \tmaxconn 0\n  {}\n\
+         #frobnicate\n\
+         # {}\n\
+         {}\n",
+        tcppm(hidden1, origin.port()),
+        tcppm(hidden2, origin.port()),
+        tcppm(port, origin.port())
+    );
+    let _proxy = Proxy::start(dir, &cfg, &[Listen::Tcp(localhost(port))]);
+    echo_roundtrip(&mut connect(localhost(port)), b"served");
+    assert_refused(hidden1);
+    assert_refused(hidden2);
+}
+
+#[test]
+fn crlf_line_ends_work() {
+    let dir = Dir::new("crlf");
+    let log = dir.join("access.log");
+    let (origin, _got) = Origin::reply_after_eof(b"hello world", std::time::Duration::ZERO);
+    let port = free_port();
+    let cfg = format!(
+        "# windows\r\nlog {}\r\nlogformat \"L%N %O %I\"\r\n{}\r\n",
+        p(&log),
+        tcppm(port, origin.port())
+    );
+    let _proxy = Proxy::start(dir, &cfg, &[Listen::Tcp(localhost(port))]);
+    request_reply(port, b"hello", b"hello world");
+    // log_lines splits on \n only: a \r kept in the format would show here.
+    expect_log_line(&log, "TCPPM 5 11");
+}
+
+#[test]
+fn dollar_file_supplies_arguments() {
+    let dir = Dir::new("dollar_file");
+    let origin = Origin::echo();
+    let (port1, port2) = (free_port(), free_port());
+    let plain = dir.write("args", format!("{port1}\n127.0.0.1\n{}\n", origin.port()));
+    let spaced = dir.write("more args", format!("{port2} 127.0.0.1\n{}", origin.port()));
+    let cfg = format!(
+        "tcppm -i127.0.0.1 ${}\ntcppm -i127.0.0.1 $\"{}\"\n",
+        p(&plain),
+        p(&spaced)
+    );
+    let _proxy = Proxy::start(
+        dir,
+        &cfg,
+        &[Listen::Tcp(localhost(port1)), Listen::Tcp(localhost(port2))],
+    );
+    echo_roundtrip(&mut connect(localhost(port1)), b"args from $file");
+    echo_roundtrip(&mut connect(localhost(port2)), b"args from $\"file\"");
+}
+
+#[test]
+fn include_reads_commands_and_end_inside_it_ends_only_that_file() {
+    let dir = Dir::new("include");
+    let origin = Origin::echo();
+    let (port1, port2) = (free_port(), free_port());
+    let inc = dir.write(
+        "inc.cfg",
+        format!("{}\nend\nfrobnicate\n", tcppm(port1, origin.port())),
+    );
+    let cfg = format!("include {}\n{}\n", p(&inc), tcppm(port2, origin.port()));
+    let _proxy = Proxy::start(
+        dir,
+        &cfg,
+        &[Listen::Tcp(localhost(port1)), Listen::Tcp(localhost(port2))],
+    );
+    echo_roundtrip(&mut connect(localhost(port1)), b"from the include");
+    echo_roundtrip(&mut connect(localhost(port2)), b"after the include");
+}
+
+#[test]
+fn end_stops_reading() {
+    let dir = Dir::new("end");
+    let origin = Origin::echo();
+    let port = free_port();
+    let cfg = format!("{}\nend\nfrobnicate\nmaxconn 0\n", tcppm(port, origin.port()));
+    let check = run_check(&dir, &cfg);
+    assert_eq!(check.status.code(), Some(0), "-t; stderr:\n{}", check.stderr);
+    let _proxy = Proxy::start(dir, &cfg, &[Listen::Tcp(localhost(port))]);
+    echo_roundtrip(&mut connect(localhost(port)), b"served");
+}

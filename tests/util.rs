@@ -1,0 +1,965 @@
+//! The harness every integration test uses.
+//!
+//! A test gets its own temp dir ([`Dir`]), writes a cfg there and runs the
+//! real `3proxy` binary on it ([`Proxy`] for a server that must come up,
+//! [`run`] for a process that must exit by itself). Origins ([`Origin`],
+//! [`UnixEcho`], [`UdpEcho`]) are threads inside the test. Nothing here
+//! sleeps for a fixed time to let something happen: every wait is a poll
+//! with a deadline ([`wait_for`]), and every socket a test opens has a
+//! read/write timeout, so a broken proxy fails a test instead of hanging it.
+
+use std::collections::HashMap;
+use std::fs;
+use std::io::{self, Read, Write};
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream, UdpSocket};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStderr, ChildStdout, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::mpsc::{self, Receiver};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::thread::{self, JoinHandle};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use sha2::{Digest, Sha256};
+
+/// The binary under test.
+pub const BIN: &str = env!("CARGO_BIN_EXE_3proxy");
+
+/// Read/write timeout of the sockets a test drives as a client.
+pub const IO_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Origins wait longer than clients: when the proxy is broken, the client's
+/// timeout should be what fails the test, with the client's view of it.
+const ORIGIN_IO_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// How long the proxy may take to listen, or to exit when it must exit.
+pub const START_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long a log line may take to show up after the session ended. 3proxy
+/// flushes its log once a second; this leaves room for a loaded machine.
+pub const LOG_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The name of the cfg file inside a test's [`Dir`].
+const CFG_NAME: &str = "3proxy.cfg";
+
+// ---------------------------------------------------------------------------
+// Temp dirs
+
+static NEXT_DIR: AtomicUsize = AtomicUsize::new(0);
+
+/// A fresh directory for one test: `$TMP/threeproxy-tests/<pid>-<n>-<name>`.
+/// Removed when dropped, except while panicking, so a failing test leaves
+/// its cfg and logs behind for a look.
+pub struct Dir {
+    root: PathBuf,
+}
+
+impl Dir {
+    pub fn new(name: &str) -> Dir {
+        let n = NEXT_DIR.fetch_add(1, Ordering::SeqCst);
+        let root = std::env::temp_dir()
+            .join("threeproxy-tests")
+            .join(format!("{}-{}-{}", std::process::id(), n, name));
+        let _ = fs::remove_dir_all(&root);
+        fs::create_dir_all(&root)
+            .unwrap_or_else(|e| panic!("create {}: {e}", root.display()));
+        Dir { root }
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.root
+    }
+
+    pub fn join(&self, name: &str) -> PathBuf {
+        self.root.join(name)
+    }
+
+    /// The path [`Proxy::start`] and [`run_cfg`] write the cfg to, known in
+    /// advance so error tests can name it.
+    pub fn cfg_path(&self) -> PathBuf {
+        self.join(CFG_NAME)
+    }
+
+    pub fn write(&self, name: &str, contents: impl AsRef<[u8]>) -> PathBuf {
+        let path = self.join(name);
+        fs::write(&path, contents)
+            .unwrap_or_else(|e| panic!("write {}: {e}", path.display()));
+        path
+    }
+
+    /// Every file in the dir whose name ends in `.log`, with its content.
+    fn logs(&self) -> String {
+        let mut out = String::new();
+        let Ok(entries) = fs::read_dir(&self.root) else {
+            return out;
+        };
+        let mut paths: Vec<PathBuf> = entries.flatten().map(|e| e.path()).collect();
+        paths.sort();
+        for path in paths {
+            if path.extension().is_some_and(|e| e == "log") {
+                let text = fs::read(&path).unwrap_or_default();
+                out.push_str(&format!(
+                    "--- {} ---\n{}\n",
+                    path.display(),
+                    String::from_utf8_lossy(&text)
+                ));
+            }
+        }
+        out
+    }
+}
+
+impl Drop for Dir {
+    fn drop(&mut self) {
+        if thread::panicking() {
+            eprintln!("test dir kept: {}", self.root.display());
+        } else {
+            let _ = fs::remove_dir_all(&self.root);
+        }
+    }
+}
+
+/// `path` as a cfg word. Temp paths are plain ASCII.
+pub fn p(path: &Path) -> &str {
+    path.to_str().expect("temp paths are UTF-8")
+}
+
+// ---------------------------------------------------------------------------
+// The proxy process
+
+/// What [`Proxy::start`] waits for before it returns.
+pub enum Listen {
+    /// Accepts a TCP connection (checked by connecting; the proxy sees that
+    /// as a short session, which tests must tolerate).
+    Tcp(SocketAddr),
+    /// Has a UDP socket bound to this port (checked in /proc/net/udp*).
+    Udp(u16),
+    /// Accepts a connection on this unix socket path.
+    Unix(PathBuf),
+}
+
+/// Keeps reading a child's pipe into a shared buffer so the child never
+/// blocks on a full pipe and a test can look at the output while it runs.
+struct Capture {
+    buf: Arc<Mutex<Vec<u8>>>,
+    reader: Option<JoinHandle<()>>,
+}
+
+impl Capture {
+    fn new<R: Read + Send + 'static>(mut pipe: R) -> Capture {
+        let buf = Arc::new(Mutex::new(Vec::new()));
+        let sink = Arc::clone(&buf);
+        let reader = thread::spawn(move || {
+            let mut chunk = [0u8; 4096];
+            loop {
+                match pipe.read(&mut chunk) {
+                    Ok(0) | Err(_) => return,
+                    Ok(n) => sink.lock().unwrap().extend_from_slice(&chunk[..n]),
+                }
+            }
+        });
+        Capture {
+            buf,
+            reader: Some(reader),
+        }
+    }
+
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.buf.lock().unwrap()).into_owned()
+    }
+
+    /// Waits for the pipe's EOF (the child has exited, so it comes soon).
+    fn finish(&mut self) -> String {
+        if let Some(reader) = self.reader.take() {
+            let _ = reader.join();
+        }
+        self.text()
+    }
+}
+
+fn spawn(args: &[&str], envs: &[(&str, &str)]) -> (Child, Capture, Capture) {
+    let mut cmd = Command::new(BIN);
+    cmd.args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    for (k, v) in envs {
+        cmd.env(k, v);
+    }
+    let mut child = cmd
+        .spawn()
+        .unwrap_or_else(|e| panic!("spawn {BIN}: {e}"));
+    let out: ChildStdout = child.stdout.take().unwrap();
+    let err: ChildStderr = child.stderr.take().unwrap();
+    (child, Capture::new(out), Capture::new(err))
+}
+
+/// A running `3proxy CFG`. Killed and reaped on drop; if the test is
+/// panicking, the drop prints the cfg, the proxy's stderr and stdout and
+/// every `*.log` file in the test dir.
+pub struct Proxy {
+    pub dir: Dir,
+    child: Child,
+    stdout: Capture,
+    stderr: Capture,
+    exited: Option<ExitStatus>,
+}
+
+impl Proxy {
+    /// Writes `cfg` to the dir, starts `3proxy CFG` and waits until every
+    /// endpoint in `ready` is up. Panics (with the diagnostics) if the
+    /// process exits first or the deadline passes.
+    pub fn start(dir: Dir, cfg: &str, ready: &[Listen]) -> Proxy {
+        Proxy::start_with_env(dir, cfg, ready, &[])
+    }
+
+    pub fn start_with_env(dir: Dir, cfg: &str, ready: &[Listen], envs: &[(&str, &str)]) -> Proxy {
+        let cfg_path = dir.write(CFG_NAME, cfg);
+        let (child, stdout, stderr) = spawn(&[p(&cfg_path)], envs);
+        let mut proxy = Proxy {
+            dir,
+            child,
+            stdout,
+            stderr,
+            exited: None,
+        };
+        proxy.wait_ready(ready);
+        proxy
+    }
+
+    fn wait_ready(&mut self, ready: &[Listen]) {
+        let deadline = Instant::now() + START_TIMEOUT;
+        let mut pending: Vec<&Listen> = ready.iter().collect();
+        loop {
+            if let Some(status) = self.try_wait() {
+                panic!("3proxy exited ({status}) before it was ready");
+            }
+            pending.retain(|l| !is_ready(l));
+            if pending.is_empty() {
+                return;
+            }
+            if Instant::now() > deadline {
+                let names: Vec<String> = pending.iter().map(|l| describe(l)).collect();
+                panic!("3proxy not ready after {START_TIMEOUT:?}: {}", names.join(", "));
+            }
+            thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    pub fn stdout(&self) -> String {
+        self.stdout.text()
+    }
+
+    pub fn stderr(&self) -> String {
+        self.stderr.text()
+    }
+
+    pub fn try_wait(&mut self) -> Option<ExitStatus> {
+        if self.exited.is_none() {
+            self.exited = self.child.try_wait().expect("try_wait");
+        }
+        self.exited
+    }
+
+    pub fn is_running(&mut self) -> bool {
+        self.try_wait().is_none()
+    }
+
+    /// Sends a signal by name (`TERM`, `INT`, ...) with kill(1), which keeps
+    /// the tests free of unsafe code.
+    pub fn signal(&self, name: &str) {
+        let status = Command::new("kill")
+            .args(["-s", name, &self.pid().to_string()])
+            .status()
+            .expect("run kill(1)");
+        assert!(status.success(), "kill -s {name} failed: {status}");
+    }
+
+    /// Waits up to `timeout` for the process to exit.
+    pub fn wait_exit(&mut self, timeout: Duration) -> Option<ExitStatus> {
+        wait_for(|| self.try_wait().is_some(), timeout);
+        self.try_wait()
+    }
+
+    /// VmRSS of the proxy in kB.
+    pub fn rss_kb(&self) -> u64 {
+        let status = fs::read_to_string(format!("/proc/{}/status", self.pid()))
+            .expect("read /proc/PID/status");
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.split_whitespace().next())
+            .and_then(|v| v.parse().ok())
+            .expect("VmRSS in /proc/PID/status")
+    }
+
+    fn diagnostics(&self) -> String {
+        let cfg = fs::read_to_string(self.dir.cfg_path()).unwrap_or_default();
+        format!(
+            "=== cfg ===\n{cfg}\n=== 3proxy stderr ===\n{}\n=== 3proxy stdout ===\n{}\n=== logs ===\n{}",
+            self.stderr.text(),
+            self.stdout.text(),
+            self.dir.logs()
+        )
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        if self.try_wait().is_none() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+        if thread::panicking() {
+            eprintln!("{}", self.diagnostics());
+        }
+    }
+}
+
+fn is_ready(l: &Listen) -> bool {
+    match l {
+        Listen::Tcp(addr) => TcpStream::connect_timeout(addr, Duration::from_millis(500)).is_ok(),
+        Listen::Unix(path) => UnixStream::connect(path).is_ok(),
+        Listen::Udp(port) => udp_port_bound(*port),
+    }
+}
+
+fn describe(l: &Listen) -> String {
+    match l {
+        Listen::Tcp(addr) => format!("tcp {addr}"),
+        Listen::Unix(path) => format!("unix {}", path.display()),
+        Listen::Udp(port) => format!("udp port {port}"),
+    }
+}
+
+/// Whether some socket is bound to UDP `port` (Linux /proc/net/udp{,6}).
+/// UDP has no accept to probe, and a probe datagram would reach the origin.
+fn udp_port_bound(port: u16) -> bool {
+    let hex = format!(":{port:04X}");
+    ["/proc/net/udp", "/proc/net/udp6"].iter().any(|table| {
+        fs::read_to_string(table).is_ok_and(|text| {
+            text.lines()
+                .skip(1)
+                .filter_map(|l| l.split_whitespace().nth(1))
+                .any(|local| local.ends_with(&hex))
+        })
+    })
+}
+
+/// A `3proxy` run that ended by itself.
+pub struct Finished {
+    pub status: ExitStatus,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl Finished {
+    /// Asserts the run failed the way a cfg error must: a normal exit with a
+    /// non-zero status, and a stderr line with `FILE:LINE:` followed by the
+    /// command name. Returns that line for further checks.
+    pub fn assert_cfg_error(&self, file: &Path, line: usize, command: &str) -> String {
+        let code = self.status.code();
+        assert!(
+            code.is_some_and(|c| c != 0),
+            "want a non-zero exit status for a cfg error, got {}\nstderr:\n{}",
+            self.status,
+            self.stderr
+        );
+        let at = format!("{}:{}:", file.display(), line);
+        let Some(msg) = self.stderr.lines().find(|l| l.contains(&at)) else {
+            panic!("no line with {at:?} in stderr:\n{}", self.stderr);
+        };
+        let rest = &msg[msg.find(&at).unwrap() + at.len()..];
+        assert!(
+            rest.contains(command),
+            "the message should name the command {command:?} after {at:?}: {msg:?}"
+        );
+        msg.to_string()
+    }
+}
+
+/// Runs `3proxy ARGS` and waits for it to exit by itself. Panics if it is
+/// still running after [`START_TIMEOUT`] (it must not serve).
+pub fn run(args: &[&str]) -> Finished {
+    let (mut child, mut stdout, mut stderr) = spawn(args, &[]);
+    let deadline = Instant::now() + START_TIMEOUT;
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("try_wait") {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!(
+                "`3proxy {}` still running after {START_TIMEOUT:?}; it should have exited\nstderr:\n{}\nstdout:\n{}",
+                args.join(" "),
+                stderr.finish(),
+                stdout.finish()
+            );
+        }
+        thread::sleep(Duration::from_millis(10));
+    };
+    Finished {
+        status,
+        stdout: stdout.finish(),
+        stderr: stderr.finish(),
+    }
+}
+
+/// Writes `cfg` into `dir` and runs `3proxy [FLAGS] CFG` to completion.
+pub fn run_cfg(dir: &Dir, flags: &[&str], cfg: &str) -> Finished {
+    let path = dir.write(CFG_NAME, cfg);
+    let mut args = flags.to_vec();
+    args.push(p(&path));
+    run(&args)
+}
+
+/// `3proxy -t CFG`: the cfg check.
+pub fn run_check(dir: &Dir, cfg: &str) -> Finished {
+    run_cfg(dir, &["-t"], cfg)
+}
+
+/// Runs the cfg, which must fail to load, and returns the run.
+pub fn start_expect_fail(dir: &Dir, cfg: &str) -> Finished {
+    run_cfg(dir, &[], cfg)
+}
+
+// ---------------------------------------------------------------------------
+// Polling
+
+/// Polls `cond` every 10 ms until it holds or `timeout` passes.
+pub fn wait_for(mut cond: impl FnMut() -> bool, timeout: Duration) -> bool {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if cond() {
+            return true;
+        }
+        if Instant::now() > deadline {
+            return false;
+        }
+        thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// The lines of a log file, split on `\n` only, so a stray `\r` shows.
+pub fn log_lines(path: &Path) -> Vec<String> {
+    let text = fs::read(path).unwrap_or_default();
+    String::from_utf8_lossy(&text)
+        .split('\n')
+        .filter(|l| !l.is_empty())
+        .map(str::to_string)
+        .collect()
+}
+
+/// Waits for a line of the log at `path` that satisfies `pred` and returns
+/// it; on timeout panics showing `what` and the whole log.
+pub fn read_log_line(path: &Path, what: &str, pred: impl Fn(&str) -> bool) -> String {
+    let mut found = None;
+    wait_for(
+        || {
+            found = log_lines(path).into_iter().find(|l| pred(l));
+            found.is_some()
+        },
+        LOG_TIMEOUT,
+    );
+    found.unwrap_or_else(|| {
+        panic!(
+            "no log line {what} in {} after {LOG_TIMEOUT:?}; the log has:\n{}",
+            path.display(),
+            log_lines(path).join("\n")
+        )
+    })
+}
+
+/// Waits for the exact line `expected` in the log at `path`.
+pub fn expect_log_line(path: &Path, expected: &str) {
+    read_log_line(path, &format!("equal to {expected:?}"), |l| l == expected);
+}
+
+// ---------------------------------------------------------------------------
+// Addresses and client sockets
+
+pub fn localhost(port: u16) -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], port))
+}
+
+/// A TCP port that was free on 127.0.0.1 a moment ago.
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("bind 127.0.0.1:0")
+        .port()
+}
+
+/// A TCP port that was free on ::1 a moment ago.
+pub fn free_port_v6() -> u16 {
+    TcpListener::bind("[::1]:0")
+        .and_then(|l| l.local_addr())
+        .expect("bind [::1]:0")
+        .port()
+}
+
+/// A UDP port that was free on 127.0.0.1 a moment ago.
+pub fn free_udp_port() -> u16 {
+    UdpSocket::bind("127.0.0.1:0")
+        .and_then(|s| s.local_addr())
+        .expect("bind udp 127.0.0.1:0")
+        .port()
+}
+
+/// Connects with the test's read/write timeouts set.
+pub fn connect(addr: SocketAddr) -> TcpStream {
+    let s = TcpStream::connect_timeout(&addr, IO_TIMEOUT)
+        .unwrap_or_else(|e| panic!("connect {addr}: {e}"));
+    set_timeouts(&s, IO_TIMEOUT);
+    s
+}
+
+pub fn connect_unix(path: &Path) -> UnixStream {
+    let s = UnixStream::connect(path).unwrap_or_else(|e| panic!("connect {}: {e}", path.display()));
+    s.set_read_timeout(Some(IO_TIMEOUT)).unwrap();
+    s.set_write_timeout(Some(IO_TIMEOUT)).unwrap();
+    s
+}
+
+/// Accepts one connection within `timeout` (a plain accept has no
+/// timeout). The accepted socket gets the client timeouts.
+pub fn accept_within(listener: &TcpListener, timeout: Duration) -> io::Result<TcpStream> {
+    listener.set_nonblocking(true)?;
+    let deadline = Instant::now() + timeout;
+    loop {
+        match listener.accept() {
+            Ok((s, _)) => {
+                s.set_nonblocking(false)?;
+                set_timeouts(&s, IO_TIMEOUT);
+                return Ok(s);
+            }
+            Err(e) if is_timeout(&e) && Instant::now() < deadline => {
+                thread::sleep(Duration::from_millis(1));
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+pub fn set_timeouts(s: &TcpStream, t: Duration) {
+    s.set_read_timeout(Some(t)).unwrap();
+    s.set_write_timeout(Some(t)).unwrap();
+}
+
+/// Writes `msg` and expects the same bytes back (through an echo origin).
+pub fn echo_roundtrip(s: &mut (impl Read + Write), msg: &[u8]) {
+    s.write_all(msg).expect("write to proxy");
+    let mut back = vec![0u8; msg.len()];
+    s.read_exact(&mut back).expect("read the echo through the proxy");
+    assert_eq!(back, msg, "echo came back different");
+}
+
+/// Whether a read error means "nothing arrived before the timeout".
+pub fn is_timeout(e: &io::Error) -> bool {
+    matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut)
+}
+
+/// Reads until EOF; a reset counts as the end too (both mean "closed" to a
+/// user). A timeout is an error.
+pub fn read_until_closed(s: &mut impl Read) -> io::Result<Vec<u8>> {
+    let mut out = Vec::new();
+    let mut chunk = [0u8; 16384];
+    loop {
+        match s.read(&mut chunk) {
+            Ok(0) => return Ok(out),
+            Ok(n) => out.extend_from_slice(&chunk[..n]),
+            Err(e) if e.kind() == io::ErrorKind::ConnectionReset => return Ok(out),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Deterministic byte streams and their digests
+
+/// Streams are produced in blocks of this size; lengths are multiples of it.
+pub const BLOCK: usize = 64 * 1024;
+
+/// xorshift64: cheap, deterministic filler bytes for a seed.
+struct Pattern(u64);
+
+impl Pattern {
+    fn new(seed: u64) -> Pattern {
+        Pattern(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
+    }
+
+    fn fill(&mut self, block: &mut [u8]) {
+        for word in block.chunks_exact_mut(8) {
+            let mut x = self.0;
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            self.0 = x;
+            word.copy_from_slice(&x.to_le_bytes());
+        }
+    }
+}
+
+/// Byte count and SHA-256 of one direction of a connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Digested {
+    pub bytes: u64,
+    pub sha256: [u8; 32],
+}
+
+/// Writes the `len` bytes of stream `seed`.
+pub fn send_pattern(w: &mut impl Write, seed: u64, len: u64) -> io::Result<()> {
+    assert_eq!(len % BLOCK as u64, 0, "pattern lengths are whole blocks");
+    let mut pattern = Pattern::new(seed);
+    let mut block = vec![0u8; BLOCK];
+    for _ in 0..len / BLOCK as u64 {
+        pattern.fill(&mut block);
+        w.write_all(&block)?;
+    }
+    Ok(())
+}
+
+/// Reads to EOF and digests what came.
+pub fn hash_to_eof(r: &mut impl Read) -> io::Result<Digested> {
+    let mut hasher = Sha256::new();
+    let mut bytes = 0u64;
+    let mut buf = vec![0u8; BLOCK];
+    loop {
+        match r.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => {
+                hasher.update(&buf[..n]);
+                bytes += n as u64;
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(Digested {
+        bytes,
+        sha256: hasher.finalize().into(),
+    })
+}
+
+/// The digest of stream `seed` of `len` bytes, computed once per process.
+pub fn pattern_digest(seed: u64, len: u64) -> Digested {
+    static CACHE: OnceLock<Mutex<HashMap<(u64, u64), Digested>>> = OnceLock::new();
+    let cache = CACHE.get_or_init(|| Mutex::new(HashMap::new()));
+    let mut cache = cache.lock().unwrap();
+    *cache.entry((seed, len)).or_insert_with(|| {
+        let mut hasher = Sha256::new();
+        let mut pattern = Pattern::new(seed);
+        let mut block = vec![0u8; BLOCK];
+        for _ in 0..len / BLOCK as u64 {
+            pattern.fill(&mut block);
+            hasher.update(&block);
+        }
+        Digested {
+            bytes: len,
+            sha256: hasher.finalize().into(),
+        }
+    })
+}
+
+// ---------------------------------------------------------------------------
+// Origins
+
+/// A TCP server inside the test: one thread accepts, one thread per
+/// connection runs the handler. Records the peer address of every
+/// connection (that is the proxy's outgoing socket).
+pub struct Origin {
+    addr: SocketAddr,
+    peers: Arc<Mutex<Vec<SocketAddr>>>,
+    stop: Arc<AtomicBool>,
+}
+
+impl Origin {
+    pub fn start<F>(bind: &str, handler: F) -> Origin
+    where
+        F: Fn(TcpStream) + Send + Sync + 'static,
+    {
+        let listener = TcpListener::bind(bind).unwrap_or_else(|e| panic!("origin bind {bind}: {e}"));
+        let addr = listener.local_addr().unwrap();
+        let peers = Arc::new(Mutex::new(Vec::new()));
+        let stop = Arc::new(AtomicBool::new(false));
+        let handler = Arc::new(handler);
+        let (peers2, stop2) = (Arc::clone(&peers), Arc::clone(&stop));
+        thread::spawn(move || {
+            for conn in listener.incoming() {
+                if stop2.load(Ordering::SeqCst) {
+                    return;
+                }
+                let Ok(conn) = conn else { continue };
+                if let Ok(peer) = conn.peer_addr() {
+                    peers2.lock().unwrap().push(peer);
+                }
+                set_timeouts(&conn, ORIGIN_IO_TIMEOUT);
+                let handler = Arc::clone(&handler);
+                thread::spawn(move || handler(conn));
+            }
+        });
+        Origin { addr, peers, stop }
+    }
+
+    /// Echoes each connection's bytes back until EOF, then closes.
+    pub fn echo() -> Origin {
+        Origin::echo_on("127.0.0.1:0")
+    }
+
+    pub fn echo_on(bind: &str) -> Origin {
+        Origin::start(bind, |mut conn| {
+            let _ = echo_stream(&mut conn);
+            let _ = conn.shutdown(Shutdown::Both);
+        })
+    }
+
+    /// Per connection: sends `send_len` bytes of stream `seed` while it
+    /// reads to EOF, then reports the digest of what it read.
+    pub fn hash_sink(send_len: u64, seed: u64) -> (Origin, Receiver<Digested>) {
+        let (tx, rx) = mpsc::channel();
+        let tx = Mutex::new(tx);
+        let origin = Origin::start("127.0.0.1:0", move |mut conn| {
+            let mut out = conn.try_clone().expect("clone origin socket");
+            let writer = thread::spawn(move || {
+                if send_pattern(&mut out, seed, send_len).is_ok() {
+                    let _ = out.shutdown(Shutdown::Write);
+                }
+            });
+            let got = hash_to_eof(&mut conn);
+            let _ = writer.join();
+            if let Ok(got) = got {
+                let _ = tx.lock().unwrap().send(got);
+            }
+        });
+        (origin, rx)
+    }
+
+    /// Per connection: reads to EOF, waits `delay`, writes `reply` and
+    /// closes. Reports what it read.
+    pub fn reply_after_eof(reply: &[u8], delay: Duration) -> (Origin, Receiver<Vec<u8>>) {
+        let (tx, rx) = mpsc::channel();
+        let tx = Mutex::new(tx);
+        let reply = reply.to_vec();
+        let origin = Origin::start("127.0.0.1:0", move |mut conn| {
+            let got = read_until_closed(&mut conn).unwrap_or_default();
+            let _ = tx.lock().unwrap().send(got);
+            thread::sleep(delay);
+            let _ = conn.write_all(&reply);
+            let _ = conn.shutdown(Shutdown::Both);
+        });
+        (origin, rx)
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    pub fn port(&self) -> u16 {
+        self.addr.port()
+    }
+
+    /// Peer addresses of the connections accepted so far.
+    pub fn peers(&self) -> Vec<SocketAddr> {
+        self.peers.lock().unwrap().clone()
+    }
+}
+
+impl Drop for Origin {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        // Wake the accept loop so it sees the flag and drops the listener.
+        let _ = TcpStream::connect_timeout(&self.addr, Duration::from_secs(1));
+    }
+}
+
+fn echo_stream(s: &mut (impl Read + Write)) -> io::Result<()> {
+    let mut buf = vec![0u8; 16384];
+    loop {
+        let n = s.read(&mut buf)?;
+        if n == 0 {
+            return Ok(());
+        }
+        s.write_all(&buf[..n])?;
+    }
+}
+
+/// Waits for a report from a hash sink that is not from a connection that
+/// carried nothing (the readiness probe is one of those).
+pub fn recv_nonempty(rx: &Receiver<Digested>, timeout: Duration) -> Digested {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match rx.recv_timeout(left) {
+            Ok(d) if d.bytes > 0 => return d,
+            Ok(_) => {}
+            Err(e) => panic!("origin reported nothing within {timeout:?}: {e}"),
+        }
+    }
+}
+
+/// An echo server on a unix socket.
+pub struct UnixEcho {
+    path: PathBuf,
+    stop: Arc<AtomicBool>,
+}
+
+impl UnixEcho {
+    pub fn start(path: &Path) -> UnixEcho {
+        let listener = UnixListener::bind(path).unwrap_or_else(|e| panic!("bind {}: {e}", path.display()));
+        let stop = Arc::new(AtomicBool::new(false));
+        let stop2 = Arc::clone(&stop);
+        thread::spawn(move || {
+            for conn in listener.incoming() {
+                if stop2.load(Ordering::SeqCst) {
+                    return;
+                }
+                let Ok(mut conn) = conn else { continue };
+                conn.set_read_timeout(Some(ORIGIN_IO_TIMEOUT)).unwrap();
+                conn.set_write_timeout(Some(ORIGIN_IO_TIMEOUT)).unwrap();
+                thread::spawn(move || {
+                    let _ = echo_stream(&mut conn);
+                    let _ = conn.shutdown(Shutdown::Both);
+                });
+            }
+        });
+        UnixEcho {
+            path: path.to_path_buf(),
+            stop,
+        }
+    }
+}
+
+impl Drop for UnixEcho {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        let _ = UnixStream::connect(&self.path);
+    }
+}
+
+/// A UDP echo server: every datagram goes back to its sender. Records the
+/// source of every datagram (the proxy's outgoing socket).
+pub struct UdpEcho {
+    socket: UdpSocket,
+    sources: Arc<Mutex<Vec<SocketAddr>>>,
+    stop: Arc<AtomicBool>,
+}
+
+impl UdpEcho {
+    pub fn start() -> UdpEcho {
+        let socket = UdpSocket::bind("127.0.0.1:0").expect("bind udp origin");
+        socket.set_read_timeout(Some(Duration::from_millis(100))).unwrap();
+        let sources = Arc::new(Mutex::new(Vec::new()));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (rx_socket, sources2, stop2) = (
+            socket.try_clone().unwrap(),
+            Arc::clone(&sources),
+            Arc::clone(&stop),
+        );
+        thread::spawn(move || {
+            let mut buf = vec![0u8; 65536];
+            while !stop2.load(Ordering::SeqCst) {
+                let Ok((n, from)) = rx_socket.recv_from(&mut buf) else {
+                    continue;
+                };
+                sources2.lock().unwrap().push(from);
+                let _ = rx_socket.send_to(&buf[..n], from);
+            }
+        });
+        UdpEcho {
+            socket,
+            sources,
+            stop,
+        }
+    }
+
+    pub fn port(&self) -> u16 {
+        self.socket.local_addr().unwrap().port()
+    }
+
+    /// Where each datagram came from, in order.
+    pub fn sources(&self) -> Vec<SocketAddr> {
+        self.sources.lock().unwrap().clone()
+    }
+
+    /// Sends a datagram from the origin's socket, unasked.
+    pub fn send_to(&self, data: &[u8], to: SocketAddr) {
+        self.socket.send_to(data, to).expect("origin send_to");
+    }
+}
+
+impl Drop for UdpEcho {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+    }
+}
+
+/// A UDP client socket on 127.0.0.1 with the test timeouts.
+pub fn udp_client() -> UdpSocket {
+    let s = UdpSocket::bind("127.0.0.1:0").expect("bind udp client");
+    s.set_read_timeout(Some(IO_TIMEOUT)).unwrap();
+    s.set_write_timeout(Some(IO_TIMEOUT)).unwrap();
+    s
+}
+
+// ---------------------------------------------------------------------------
+// Odds and ends
+
+/// The soft limit on open files of this process (from /proc/self/limits).
+pub fn open_files_limit() -> Option<u64> {
+    let limits = fs::read_to_string("/proc/self/limits").ok()?;
+    let line = limits.lines().find(|l| l.starts_with("Max open files"))?;
+    let soft = line["Max open files".len()..].split_whitespace().next()?;
+    if soft == "unlimited" {
+        Some(u64::MAX)
+    } else {
+        soft.parse().ok()
+    }
+}
+
+/// `t` as 3proxy's `G%y%m%d%H%M%S`: yymmddHHMMSS in UTC.
+pub fn utc_stamp(t: SystemTime) -> String {
+    let secs = t.duration_since(UNIX_EPOCH).unwrap().as_secs();
+    let (days, rem) = (secs / 86400, secs % 86400);
+    let (y, m, d) = civil_from_days(days as i64);
+    format!(
+        "{:02}{:02}{:02}{:02}{:02}{:02}",
+        y % 100,
+        m,
+        d,
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
+/// Days since 1970-01-01 to a (year, month, day) in the proleptic
+/// Gregorian calendar, counting in 400-year eras that start on March 1st.
+fn civil_from_days(days: i64) -> (i64, u32, u32) {
+    let z = days + 719_468; // days since 0000-03-01
+    let era = z.div_euclid(146_097);
+    let day_of_era = z.rem_euclid(146_097);
+    let year_of_era = (day_of_era - day_of_era / 1460 + day_of_era / 36524 - day_of_era / 146_096) / 365;
+    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
+    let mp = (5 * day_of_year + 2) / 153; // month, March = 0
+    let day = (day_of_year - (153 * mp + 2) / 5 + 1) as u32;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    let year = year_of_era + era * 400 + i64::from(month <= 2);
+    (year, month, day)
+}
+
+#[test]
+fn civil_dates() {
+    assert_eq!(civil_from_days(0), (1970, 1, 1));
+    assert_eq!(civil_from_days(59), (1970, 3, 1));
+    assert_eq!(civil_from_days(11016), (2000, 2, 29));
+    assert_eq!(civil_from_days(19723), (2024, 1, 1));
+    let t = UNIX_EPOCH + Duration::from_secs(1_709_251_199); // 2024-02-29 23:59:59
+    assert_eq!(utc_stamp(t), "240229235959");
+}
