@@ -44,7 +44,8 @@ def listen_port(service):
 # --- ours ------------------------------------------------------------------
 
 def render_threeproxy(service, splice=False):
-    """A 3proxy cfg with one service, no log, generous limits."""
+    """A 3proxy cfg with one service, no log, generous limits.  As in 3proxy,
+    tcppm takes its listening port as the first positional argument."""
     s = " -s" if splice else ""
     lines = [
         "# threeproxy bench: %s%s" % (service, " (splice)" if splice else ""),
@@ -52,10 +53,10 @@ def render_threeproxy(service, splice=False):
         "maxconn 5000",
     ]
     if service == "tcp":
-        lines.append("tcppm%s -i%s -p%d %s %d"
+        lines.append("tcppm%s -i%s %d %s %d"
                      % (s, PROXY_IP, IPERF_PORT, ORIGIN_IP, IPERF_PORT))
     elif service == "tcphttp":
-        lines.append("tcppm%s -i%s -p%d %s %d"
+        lines.append("tcppm%s -i%s %d %s %d"
                      % (s, PROXY_IP, PROXY_TCPHTTP_PORT, ORIGIN_IP, HTTP_PORT))
     elif service == "http":
         lines.append("proxy%s -i%s -p%d" % (s, PROXY_IP, PROXY_HTTP_PORT))

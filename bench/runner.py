@@ -182,6 +182,7 @@ class Session:
                 return p
         rc = procs.stop(p, grace=1)
         tail = _tail(log) or _tail(os.path.join(celldir, "proxy.err"))
+        tail = tail.replace(celldir + "/", "")
         raise NotApplicable("%s did not serve %s (exit %s): %s"
                             % (proxy, service, rc, tail or "no output"))
 

@@ -76,7 +76,9 @@ pub struct Accepted {
 
 /// The acceptor thread's body. Never returns while the process runs.
 pub fn run(svc: Arc<Service>, listener: Listener) {
-    let Kind::Tcp(serve) = svc.def.kind else { return };
+    let Kind::Tcp(serve) = svc.def.kind else {
+        return;
+    };
     if !svc.opts.silent {
         svc_record(&svc, "Accepting connections");
     }
@@ -121,7 +123,11 @@ fn dispatch(
         .stack_size(svc.stack_size)
         .spawn(move || client_thread(job, rx, serve));
     if let Err(e) = spawned {
-        log::error!("{} on {}: cannot start a client thread: {e}", svc.def.name, svc.listen);
+        log::error!(
+            "{} on {}: cannot start a client thread: {e}",
+            svc.def.name,
+            svc.listen
+        );
     }
 }
 

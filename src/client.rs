@@ -40,6 +40,9 @@ pub struct Client {
     pub bytes_in: u64,
     pub hops: u32,
     pub start: SystemTime,
+    /// Set when the last request was logged and nothing happened since:
+    /// the drop then writes no second record (HTTP keep-alive).
+    pub logged: bool,
     slot: Slot,
 }
 
@@ -62,6 +65,7 @@ impl Client {
             bytes_in: 0,
             hops: 0,
             start: SystemTime::now(),
+            logged: false,
             slot: a.slot,
         }
     }
@@ -71,8 +75,21 @@ impl Client {
     }
 }
 
-impl Drop for Client {
-    fn drop(&mut self) {
+impl Client {
+    /// Write the access-log record for what happened so far, then reset the
+    /// per-record fields (bytes, result, text, start), as 3proxy does after
+    /// each record: an HTTP client gets one record per request.
+    pub fn log_record(&mut self) {
+        self.write_record();
+        self.bytes_in = 0;
+        self.bytes_out = 0;
+        self.res = Res::OK;
+        self.text.clear();
+        self.start = SystemTime::now();
+        self.logged = true;
+    }
+
+    fn write_record(&self) {
         let svc = self.slot.service();
         let Some(sink) = &svc.log else { return };
         let rec = LogRecord {
@@ -94,5 +111,13 @@ impl Drop for Client {
             now: SystemTime::now(),
         };
         crate::log::emit(sink, &svc.logformat, &rec);
+    }
+}
+
+impl Drop for Client {
+    fn drop(&mut self) {
+        if !self.logged {
+            self.write_record();
+        }
     }
 }

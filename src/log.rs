@@ -25,7 +25,10 @@ impl Sink {
     /// Open a file for appending (created with mode 0644 if missing).
     pub fn open(path: &str) -> io::Result<Sink> {
         let file = OpenOptions::new().append(true).create(true).open(path)?;
-        Ok(Sink::File { path: PathBuf::from(path), file })
+        Ok(Sink::File {
+            path: PathBuf::from(path),
+            file,
+        })
     }
 
     /// Write one record (the newline is added here) with a single call.

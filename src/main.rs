@@ -25,6 +25,7 @@
 #![deny(unsafe_code)]
 
 mod acceptor;
+mod access;
 mod client;
 mod conf;
 mod log;
@@ -65,12 +66,21 @@ fn main() -> ExitCode {
         .parse_env(env_logger::Env::new().filter_or("THREEPROXY_LOG", "warn"))
         .format(|buf, rec| {
             use std::io::Write;
-            writeln!(buf, "3proxy: {}: {}", rec.level().as_str().to_lowercase(), rec.args())
+            writeln!(
+                buf,
+                "3proxy: {}: {}",
+                rec.level().as_str().to_lowercase(),
+                rec.args()
+            )
         })
         .init();
 
     let mut opts = getopts::Options::new();
-    opts.optflag("t", "test", "check the cfg and exit: 0 if it is good, 1 if not");
+    opts.optflag(
+        "t",
+        "test",
+        "check the cfg and exit: 0 if it is good, 1 if not",
+    );
     opts.optflag("h", "help", "print this help and exit");
     opts.optflag("v", "version", "print the version and exit");
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -119,12 +129,16 @@ fn main() -> ExitCode {
         eprintln!("3proxy: {e}");
         return ExitCode::from(1);
     }
+    state.finalize();
     if state.services.is_empty() {
         eprintln!("3proxy: {name}: no service is started (add a service line such as 'tcppm')");
         return ExitCode::from(1);
     }
     if check {
-        eprintln!("3proxy: {name}: the configuration is good ({} services)", state.services.len());
+        eprintln!(
+            "3proxy: {name}: the configuration is good ({} services)",
+            state.services.len()
+        );
         return ExitCode::SUCCESS;
     }
     for p in std::mem::take(&mut state.services) {
@@ -142,7 +156,9 @@ fn main() -> ExitCode {
                 ::log::info!("exiting on signal");
                 return ExitCode::SUCCESS;
             }
-            Ok(Signal::SIGUSR1) => ::log::warn!("SIGUSR1: reload is not supported yet; the running cfg stays"),
+            Ok(Signal::SIGUSR1) => {
+                ::log::warn!("SIGUSR1: reload is not supported yet; the running cfg stays")
+            }
             Ok(_) => {}
             Err(e) => {
                 ::log::error!("sigwait: {e}");
@@ -172,7 +188,9 @@ fn read_cfg(path: Option<&str>) -> Result<(String, String), String> {
                 .read_to_string(&mut t)
                 .map_err(|e2| format!("{path}: {e}; standard input: {e2}"))?;
             if t.trim().is_empty() {
-                return Err(format!("{path}: {e}; and standard input gave no configuration"));
+                return Err(format!(
+                    "{path}: {e}; and standard input gave no configuration"
+                ));
             }
             Ok(("<stdin>".to_string(), t))
         }

@@ -177,7 +177,10 @@ fn unix_addr(rest: &str) -> Result<Addr, String> {
 
 /// An IP literal, IPv6 with or without brackets.
 pub fn parse_ip(s: &str) -> Option<IpAddr> {
-    let s = s.strip_prefix('[').and_then(|x| x.strip_suffix(']')).unwrap_or(s);
+    let s = s
+        .strip_prefix('[')
+        .and_then(|x| x.strip_suffix(']'))
+        .unwrap_or(s);
     s.parse().ok()
 }
 
@@ -238,7 +241,10 @@ pub fn resolve(host: &str, port: u16, family: Family) -> Result<SocketAddr, Res>
     if let Some(ip) = parse_ip(host) {
         return Ok(SocketAddr::new(ip, port));
     }
-    let addrs: Vec<SocketAddr> = (host, port).to_socket_addrs().map_err(|_| Res::NOHOST)?.collect();
+    let addrs: Vec<SocketAddr> = (host, port)
+        .to_socket_addrs()
+        .map_err(|_| Res::NOHOST)?
+        .collect();
     let v4 = addrs.iter().find(|a| a.is_ipv4());
     let v6 = addrs.iter().find(|a| a.is_ipv6());
     let pick = match family {
@@ -266,21 +272,30 @@ pub struct Dialer {
 impl Dialer {
     /// Connect to an IP destination. On failure, the 3proxy code to log.
     pub fn connect_ip(&self, dst: SocketAddr) -> Result<Stream, Res> {
-        let domain = if dst.is_ipv4() { Domain::IPV4 } else { Domain::IPV6 };
-        let sock = in_netns(self.netns.as_deref(), || Socket::new(domain, Type::STREAM.cloexec(), Some(Protocol::TCP)))
-            .map_err(|_| Res::SOCKET)?;
+        let domain = if dst.is_ipv4() {
+            Domain::IPV4
+        } else {
+            Domain::IPV6
+        };
+        let sock = in_netns(self.netns.as_deref(), || {
+            Socket::new(domain, Type::STREAM.cloexec(), Some(Protocol::TCP))
+        })
+        .map_err(|_| Res::SOCKET)?;
         let src = if dst.is_ipv4() { self.ext4 } else { self.ext6 };
         if let Some(ip) = src {
             if !ip.is_unspecified() {
-                sock.bind(&SockAddr::from(SocketAddr::new(ip, 0))).map_err(|_| Res::BIND)?;
+                sock.bind(&SockAddr::from(SocketAddr::new(ip, 0)))
+                    .map_err(|_| Res::BIND)?;
             }
         }
         if let Some(dev) = &self.device {
-            sock.bind_device(Some(dev.as_bytes())).map_err(|_| Res::BIND)?;
+            sock.bind_device(Some(dev.as_bytes()))
+                .map_err(|_| Res::BIND)?;
         }
         let _ = sock.set_nodelay(true);
         self.opts.apply(sock.as_fd());
-        sock.connect_timeout(&SockAddr::from(dst), self.timeout).map_err(|_| Res::CONNECT)?;
+        sock.connect_timeout(&SockAddr::from(dst), self.timeout)
+            .map_err(|_| Res::CONNECT)?;
         Ok(Stream::Tcp(sock.into()))
     }
 
@@ -311,10 +326,19 @@ impl Listener {
     /// Bind and listen. IP listeners always get SO_REUSEADDR and
     /// SO_REUSEPORT (as 3proxy's do) plus the `-ol` options; `device` is
     /// `-Di`.
-    pub fn bind(addr: &Addr, backlog: i32, opts: &SockOpts, device: Option<&str>) -> io::Result<Listener> {
+    pub fn bind(
+        addr: &Addr,
+        backlog: i32,
+        opts: &SockOpts,
+        device: Option<&str>,
+    ) -> io::Result<Listener> {
         match addr {
             Addr::Ip(a) => {
-                let domain = if a.is_ipv4() { Domain::IPV4 } else { Domain::IPV6 };
+                let domain = if a.is_ipv4() {
+                    Domain::IPV4
+                } else {
+                    Domain::IPV6
+                };
                 let sock = Socket::new(domain, Type::STREAM.cloexec(), Some(Protocol::TCP))?;
                 sock.set_reuse_address(true)?;
                 sock.set_reuse_port(true)?;
@@ -384,40 +408,13 @@ impl Drop for Listener {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn parses_listen_addresses() {
-        assert_eq!(Addr::parse_listen("127.0.0.1", 80).unwrap(), Addr::Ip("127.0.0.1:80".parse().unwrap()));
-        assert_eq!(Addr::parse_listen("[::1]", 80).unwrap(), Addr::Ip("[::1]:80".parse().unwrap()));
-        assert_eq!(Addr::parse_listen("::1", 80).unwrap(), Addr::Ip("[::1]:80".parse().unwrap()));
-        assert_eq!(Addr::parse_listen("unix:/tmp/s", 0).unwrap(), Addr::Unix("/tmp/s".into()));
-        assert_eq!(Addr::parse_listen("unix:@n", 0).unwrap(), Addr::Abstract("n".into()));
-        assert!(Addr::parse_listen("localhost", 0).is_err());
-        assert!(Addr::parse_listen("unix:", 0).is_err());
-    }
-
-    #[test]
-    fn parses_targets() {
-        assert_eq!(Target::parse("10.0.0.1", 5).unwrap(), Target::Fixed("10.0.0.1:5".parse().unwrap()));
-        assert_eq!(Target::parse("[::1]", 5).unwrap(), Target::Fixed("[::1]:5".parse().unwrap()));
-        assert_eq!(Target::parse("example.org", 5).unwrap(), Target::Name("example.org".into(), 5));
-        assert_eq!(Target::parse("unix:/s", 0).unwrap(), Target::Unix("/s".into()));
-    }
-
-    #[test]
-    fn resolves_literals_whatever_the_family() {
-        assert_eq!(resolve("::1", 7, Family::V4).unwrap(), "[::1]:7".parse().unwrap());
-        assert_eq!(resolve("127.0.0.1", 7, Family::V6).unwrap(), "127.0.0.1:7".parse().unwrap());
-    }
-}
-
 /// Run `f` with this thread inside the network namespace at `path` (`-ni`,
 /// `-ne`), then switch back. Sockets keep the namespace they were made in,
 /// so a listener or an outgoing socket made inside `f` stays there.
-pub fn in_netns<T>(path: Option<&std::path::Path>, f: impl FnOnce() -> io::Result<T>) -> io::Result<T> {
+pub fn in_netns<T>(
+    path: Option<&std::path::Path>,
+    f: impl FnOnce() -> io::Result<T>,
+) -> io::Result<T> {
     use nix::sched::{setns, CloneFlags};
     let Some(path) = path else { return f() };
     let here = std::fs::File::open("/proc/thread-self/ns/net")?;
@@ -431,4 +428,67 @@ pub fn in_netns<T>(path: Option<&std::path::Path>, f: impl FnOnce() -> io::Resul
         std::process::abort();
     }
     r
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_listen_addresses() {
+        assert_eq!(
+            Addr::parse_listen("127.0.0.1", 80).unwrap(),
+            Addr::Ip("127.0.0.1:80".parse().unwrap())
+        );
+        assert_eq!(
+            Addr::parse_listen("[::1]", 80).unwrap(),
+            Addr::Ip("[::1]:80".parse().unwrap())
+        );
+        assert_eq!(
+            Addr::parse_listen("::1", 80).unwrap(),
+            Addr::Ip("[::1]:80".parse().unwrap())
+        );
+        assert_eq!(
+            Addr::parse_listen("unix:/tmp/s", 0).unwrap(),
+            Addr::Unix("/tmp/s".into())
+        );
+        assert_eq!(
+            Addr::parse_listen("unix:@n", 0).unwrap(),
+            Addr::Abstract("n".into())
+        );
+        assert!(Addr::parse_listen("localhost", 0).is_err());
+        assert!(Addr::parse_listen("unix:", 0).is_err());
+    }
+
+    #[test]
+    fn parses_targets() {
+        assert_eq!(
+            Target::parse("10.0.0.1", 5).unwrap(),
+            Target::Fixed("10.0.0.1:5".parse().unwrap())
+        );
+        assert_eq!(
+            Target::parse("[::1]", 5).unwrap(),
+            Target::Fixed("[::1]:5".parse().unwrap())
+        );
+        assert_eq!(
+            Target::parse("example.org", 5).unwrap(),
+            Target::Name("example.org".into(), 5)
+        );
+        assert_eq!(
+            Target::parse("unix:/s", 0).unwrap(),
+            Target::Unix("/s".into())
+        );
+    }
+
+    #[test]
+    fn resolves_literals_whatever_the_family() {
+        assert_eq!(
+            resolve("::1", 7, Family::V4).unwrap(),
+            "[::1]:7".parse().unwrap()
+        );
+        assert_eq!(
+            resolve("127.0.0.1", 7, Family::V6).unwrap(),
+            "127.0.0.1:7".parse().unwrap()
+        );
+    }
 }

@@ -55,7 +55,10 @@ pub fn parse(line: &[u8]) -> Result<Header, String> {
     if w.next().is_some() {
         return Err("trailing fields".into());
     }
-    Ok(Some((SocketAddr::new(src, sport), SocketAddr::new(dst, dport))))
+    Ok(Some((
+        SocketAddr::new(src, sport),
+        SocketAddr::new(dst, dport),
+    )))
 }
 
 /// Read the header line from `s` (whose read timeout is already set) and
@@ -72,7 +75,10 @@ pub fn read(s: &Stream) -> Result<Header, String> {
         if n == 0 {
             return Err("connection closed before the header ended".into());
         }
-        let take = buf[..n].iter().position(|&b| b == b'\n').map_or(n, |i| i + 1);
+        let take = buf[..n]
+            .iter()
+            .position(|&b| b == b'\n')
+            .map_or(n, |i| i + 1);
         let mut r = s;
         r.read_exact(&mut buf[..take]).map_err(|e| e.to_string())?;
         line.extend_from_slice(&buf[..take]);
@@ -94,11 +100,17 @@ mod tests {
     fn tcp4_and_tcp6() {
         assert_eq!(
             ok("PROXY TCP4 1.2.3.4 5.6.7.8 1111 2222\r\n"),
-            Some(("1.2.3.4:1111".parse().unwrap(), "5.6.7.8:2222".parse().unwrap()))
+            Some((
+                "1.2.3.4:1111".parse().unwrap(),
+                "5.6.7.8:2222".parse().unwrap()
+            ))
         );
         assert_eq!(
             ok("PROXY TCP6 ::1 2001:db8::1 1 65535\r\n"),
-            Some(("[::1]:1".parse().unwrap(), "[2001:db8::1]:65535".parse().unwrap()))
+            Some((
+                "[::1]:1".parse().unwrap(),
+                "[2001:db8::1]:65535".parse().unwrap()
+            ))
         );
         assert_eq!(ok("PROXY UNKNOWN\r\n"), None);
         assert_eq!(ok("PROXY UNKNOWN ffff::1 ffff::2 1 2\r\n"), None);

@@ -57,7 +57,11 @@ pub struct Outcome {
 /// the client that must reach the server first.
 pub fn relay(cli: &Stream, srv: &Stream, opts: &RelayOpts) -> Outcome {
     if cli.set_nonblocking(true).is_err() || srv.set_nonblocking(true).is_err() {
-        return Outcome { res: Res::POLL, out: 0, inb: 0 };
+        return Outcome {
+            res: Res::POLL,
+            out: 0,
+            inb: 0,
+        };
     }
     if opts.splice {
         let mk = || SplicePipe::new(opts.bufsize);
@@ -97,7 +101,12 @@ struct CopyBuf {
 
 impl CopyBuf {
     fn new(size: usize) -> CopyBuf {
-        CopyBuf { buf: None, size, start: 0, end: 0 }
+        CopyBuf {
+            buf: None,
+            size,
+            start: 0,
+            end: 0,
+        }
     }
 
     fn buffer(&mut self) -> &mut [u8] {
@@ -169,7 +178,11 @@ struct SplicePipe {
 impl SplicePipe {
     fn new(cap: usize) -> SplicePipe {
         // A pipe holds 64 KiB unless resized; never ask it for more.
-        SplicePipe { pipe: None, cap: cap.min(65536), inflight: 0 }
+        SplicePipe {
+            pipe: None,
+            cap: cap.min(65536),
+            inflight: 0,
+        }
     }
 
     fn pipe(&mut self) -> Result<&(OwnedFd, OwnedFd), Errno> {
@@ -192,7 +205,14 @@ impl Channel for SplicePipe {
         use nix::fcntl::{splice, SpliceFFlags};
         let room = self.cap - self.inflight;
         let (_, w) = self.pipe()?;
-        let n = splice(src, None, w, None, room, SpliceFFlags::SPLICE_F_NONBLOCK | SpliceFFlags::SPLICE_F_MOVE)?;
+        let n = splice(
+            src,
+            None,
+            w,
+            None,
+            room,
+            SpliceFFlags::SPLICE_F_NONBLOCK | SpliceFFlags::SPLICE_F_MOVE,
+        )?;
         self.inflight += n;
         Ok(n)
     }
@@ -200,7 +220,14 @@ impl Channel for SplicePipe {
         use nix::fcntl::{splice, SpliceFFlags};
         let len = self.inflight;
         let (r, _) = self.pipe()?;
-        let n = splice(r, None, dst, None, len, SpliceFFlags::SPLICE_F_NONBLOCK | SpliceFFlags::SPLICE_F_MOVE)?;
+        let n = splice(
+            r,
+            None,
+            dst,
+            None,
+            len,
+            SpliceFFlags::SPLICE_F_NONBLOCK | SpliceFFlags::SPLICE_F_MOVE,
+        )?;
         self.inflight -= n;
         Ok(n)
     }
@@ -312,7 +339,8 @@ impl<'a, C: Channel> Dir<'a, C> {
 
     /// `-g`: this direction made many small reads in the last second.
     fn trickling(&self, g: Grace) -> bool {
-        self.win_reads >= g.reads && self.win_bytes <= u64::from(g.bytes) * u64::from(self.win_reads)
+        self.win_reads >= g.reads
+            && self.win_bytes <= u64::from(g.bytes) * u64::from(self.win_reads)
     }
 
     fn wants_read(&self) -> bool {
@@ -354,11 +382,21 @@ fn run<C: Channel>(cli: &Stream, srv: &Stream, c2s: C, s2c: C, opts: &RelayOpts)
         }
         match wait(&mut up, &mut down, idle_ms) {
             Ok(true) => {}
-            Ok(false) => break if up.ch.pending() || down.ch.pending() { Res::UNSENT } else { Res::IDLE },
+            Ok(false) => {
+                break if up.ch.pending() || down.ch.pending() {
+                    Res::UNSENT
+                } else {
+                    Res::IDLE
+                }
+            }
             Err(_) => break Res::POLL,
         }
     };
-    Outcome { res, out: up.bytes, inb: down.bytes }
+    Outcome {
+        res,
+        out: up.bytes,
+        inb: down.bytes,
+    }
 }
 
 /// Block until a wanted event or the idle timeout. Ok(false) on timeout.

@@ -33,7 +33,10 @@ fn assert_refused(port: u16) {
 fn unknown_command_is_an_error_at_its_line() {
     let dir = Dir::new("unknown_cmd");
     let port = free_port();
-    let cfg = format!("# a comment\n{}\nfrobnicate 1 2\n", tcppm(port, free_port()));
+    let cfg = format!(
+        "# a comment\n{}\nfrobnicate 1 2\n",
+        tcppm(port, free_port())
+    );
     expect_cfg_error(&dir, &cfg, &dir.cfg_path(), 3, "frobnicate");
     assert_refused(port);
 }
@@ -41,7 +44,13 @@ fn unknown_command_is_an_error_at_its_line() {
 #[test]
 fn missing_argument_is_an_error() {
     let dir = Dir::new("too_few_args");
-    expect_cfg_error(&dir, "maxconn 10\ninternal\n", &dir.cfg_path(), 2, "internal");
+    expect_cfg_error(
+        &dir,
+        "maxconn 10\ninternal\n",
+        &dir.cfg_path(),
+        2,
+        "internal",
+    );
 }
 
 #[test]
@@ -96,7 +105,10 @@ fn error_inside_include_names_the_included_file_and_its_line() {
 #[test]
 fn missing_dollar_file_is_an_error() {
     let dir = Dir::new("dollar_missing");
-    let cfg = format!("maxconn 10\ntcppm -i127.0.0.1 ${}\n", p(&dir.join("missing.args")));
+    let cfg = format!(
+        "maxconn 10\ntcppm -i127.0.0.1 ${}\n",
+        p(&dir.join("missing.args"))
+    );
     expect_cfg_error(&dir, &cfg, &dir.cfg_path(), 2, "tcppm");
 }
 
@@ -139,7 +151,12 @@ fn check_flag_accepts_a_good_cfg_without_serving() {
     let port = free_port();
     let cfg = format!("maxconn 10\n{}\n", tcppm(port, origin.port()));
     let out = run_check(&dir, &cfg);
-    assert_eq!(out.status.code(), Some(0), "3proxy -t on a good cfg; stderr:\n{}", out.stderr);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "3proxy -t on a good cfg; stderr:\n{}",
+        out.stderr
+    );
     assert_refused(port);
     assert!(origin.peers().is_empty(), "-t must not relay anything");
 }
@@ -169,7 +186,12 @@ fn commands_of_this_stage_are_accepted() {
         origin.port()
     );
     let check = run_check(&dir, &cfg);
-    assert_eq!(check.status.code(), Some(0), "-t; stderr:\n{}", check.stderr);
+    assert_eq!(
+        check.status.code(),
+        Some(0),
+        "-t; stderr:\n{}",
+        check.stderr
+    );
     let _ = std::fs::remove_file(&marker);
 
     let _proxy = Proxy::start(dir, &cfg, &[Listen::Tcp(localhost(port))]);
@@ -183,7 +205,10 @@ fn internal_sets_the_listen_address_of_later_services() {
     let dir = Dir::new("internal");
     let origin = Origin::echo();
     let port = free_port();
-    let cfg = format!("internal 127.0.0.1\ntcppm {port} 127.0.0.1 {}\n", origin.port());
+    let cfg = format!(
+        "internal 127.0.0.1\ntcppm {port} 127.0.0.1 {}\n",
+        origin.port()
+    );
     let _proxy = Proxy::start(dir, &cfg, &[Listen::Tcp(localhost(port))]);
     echo_roundtrip(&mut connect(localhost(port)), b"on 127.0.0.1");
     // 127.0.0.2 is loopback too: a listener on 0.0.0.0 would take it.
@@ -234,7 +259,10 @@ fn request_reply(port: u16, req: &[u8], reply: &[u8]) {
     c.write_all(req).unwrap();
     c.shutdown(std::net::Shutdown::Write).unwrap();
     let got = read_until_closed(&mut c).expect("read the reply");
-    assert_eq!(String::from_utf8_lossy(&got), String::from_utf8_lossy(reply));
+    assert_eq!(
+        String::from_utf8_lossy(&got),
+        String::from_utf8_lossy(reply)
+    );
 }
 
 #[test]
@@ -320,9 +348,17 @@ fn end_stops_reading() {
     let dir = Dir::new("end");
     let origin = Origin::echo();
     let port = free_port();
-    let cfg = format!("{}\nend\nfrobnicate\nmaxconn 0\n", tcppm(port, origin.port()));
+    let cfg = format!(
+        "{}\nend\nfrobnicate\nmaxconn 0\n",
+        tcppm(port, origin.port())
+    );
     let check = run_check(&dir, &cfg);
-    assert_eq!(check.status.code(), Some(0), "-t; stderr:\n{}", check.stderr);
+    assert_eq!(
+        check.status.code(),
+        Some(0),
+        "-t; stderr:\n{}",
+        check.stderr
+    );
     let _proxy = Proxy::start(dir, &cfg, &[Listen::Tcp(localhost(port))]);
     echo_roundtrip(&mut connect(localhost(port)), b"served");
 }

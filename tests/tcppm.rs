@@ -22,7 +22,11 @@ fn bulk_both_ways(name: &str, opts: &str) {
     let dir = Dir::new(name);
     let (origin, up) = Origin::hash_sink(BULK, SEED_DOWN);
     let port = free_port();
-    let _proxy = Proxy::start(dir, &tcppm(opts, port, origin.port()), &[Listen::Tcp(localhost(port))]);
+    let _proxy = Proxy::start(
+        dir,
+        &tcppm(opts, port, origin.port()),
+        &[Listen::Tcp(localhost(port))],
+    );
 
     let mut client = connect(localhost(port));
     set_timeouts(&client, Duration::from_secs(60));
@@ -53,13 +57,20 @@ fn small_buffer_relays_intact() {
     let len = 16 * BLOCK as u64;
     let (origin, up) = Origin::hash_sink(len, SEED_DOWN);
     let port = free_port();
-    let _proxy = Proxy::start(dir, &tcppm("-b1024", port, origin.port()), &[Listen::Tcp(localhost(port))]);
+    let _proxy = Proxy::start(
+        dir,
+        &tcppm("-b1024", port, origin.port()),
+        &[Listen::Tcp(localhost(port))],
+    );
     let mut client = connect(localhost(port));
     let mut down = client.try_clone().unwrap();
     let reader = thread::spawn(move || hash_to_eof(&mut down));
     send_pattern(&mut client, SEED_UP, len).unwrap();
     client.shutdown(Shutdown::Write).unwrap();
-    assert_eq!(reader.join().unwrap().unwrap(), pattern_digest(SEED_DOWN, len));
+    assert_eq!(
+        reader.join().unwrap().unwrap(),
+        pattern_digest(SEED_DOWN, len)
+    );
     assert_eq!(recv_nonempty(&up, IO_TIMEOUT), pattern_digest(SEED_UP, len));
 }
 
@@ -72,7 +83,11 @@ fn half_close_reply_after_client_eof_still_arrives() {
     let reply: Vec<u8> = (0..256 * 1024u32).map(|i| (i % 251) as u8).collect();
     let (origin, got) = Origin::reply_after_eof(&reply, LATE);
     let port = free_port();
-    let _proxy = Proxy::start(dir, &tcppm("", port, origin.port()), &[Listen::Tcp(localhost(port))]);
+    let _proxy = Proxy::start(
+        dir,
+        &tcppm("", port, origin.port()),
+        &[Listen::Tcp(localhost(port))],
+    );
 
     let mut c = connect(localhost(port));
     c.write_all(b"the whole request").unwrap();
@@ -97,15 +112,23 @@ fn half_close_client_data_after_origin_eof_still_arrives() {
         let _ = tx.lock().unwrap().send(data);
     });
     let port = free_port();
-    let _proxy = Proxy::start(dir, &tcppm("", port, origin.port()), &[Listen::Tcp(localhost(port))]);
+    let _proxy = Proxy::start(
+        dir,
+        &tcppm("", port, origin.port()),
+        &[Listen::Tcp(localhost(port))],
+    );
 
     let mut c = connect(localhost(port));
     let banner = read_until_closed(&mut c).expect("read banner then EOF");
     assert_eq!(banner, b"banner");
-    c.write_all(b"sent after the origin's EOF").expect("write after EOF");
+    c.write_all(b"sent after the origin's EOF")
+        .expect("write after EOF");
     c.shutdown(Shutdown::Write).unwrap();
     let seen = recv_where(&got, |g| !g.is_empty());
-    assert_eq!(String::from_utf8_lossy(&seen), "sent after the origin's EOF");
+    assert_eq!(
+        String::from_utf8_lossy(&seen),
+        "sent after the origin's EOF"
+    );
 }
 
 #[test]
@@ -113,7 +136,11 @@ fn dash_c_ends_the_session_at_the_first_close() {
     let dir = Dir::new("dash_c");
     let (origin, got) = Origin::reply_after_eof(b"too late", LATE);
     let port = free_port();
-    let _proxy = Proxy::start(dir, &tcppm("-C", port, origin.port()), &[Listen::Tcp(localhost(port))]);
+    let _proxy = Proxy::start(
+        dir,
+        &tcppm("-C", port, origin.port()),
+        &[Listen::Tcp(localhost(port))],
+    );
 
     let mut c = connect(localhost(port));
     c.write_all(b"request").unwrap();
@@ -125,7 +152,11 @@ fn dash_c_ends_the_session_at_the_first_close() {
         "with -C the origin's late reply must not arrive, got {:?}",
         String::from_utf8_lossy(&back)
     );
-    assert!(started.elapsed() < Duration::from_secs(3), "closed after {:?}", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "closed after {:?}",
+        started.elapsed()
+    );
     // What the client sent before closing is still delivered.
     assert_eq!(recv_where(&got, |g| !g.is_empty()), b"request");
 }
@@ -159,7 +190,9 @@ fn maxconn_queues_extra_clients_until_a_slot_frees() {
     // The third connects (the kernel queues it) but is not served.
     let mut third = connect(localhost(port));
     third.write_all(b"third").unwrap();
-    third.set_read_timeout(Some(Duration::from_secs(1))).unwrap();
+    third
+        .set_read_timeout(Some(Duration::from_secs(1)))
+        .unwrap();
     let mut buf = [0u8; 5];
     match third.read(&mut buf) {
         Err(e) if is_timeout(&e) => {}
@@ -168,7 +201,9 @@ fn maxconn_queues_extra_clients_until_a_slot_frees() {
 
     drop(first);
     third.set_read_timeout(Some(IO_TIMEOUT)).unwrap();
-    third.read_exact(&mut buf).expect("the third client is served once a slot frees");
+    third
+        .read_exact(&mut buf)
+        .expect("the third client is served once a slot frees");
     assert_eq!(&buf, b"third");
     echo_roundtrip(&mut second, b"second still works");
 }
@@ -209,7 +244,10 @@ fn holds_2000_idle_sessions() {
     if n < WANT {
         eprintln!("open files limit is {limit}: testing {n} sessions instead of {WANT}");
     }
-    assert!(n >= 100, "open files limit {limit} is too low for this test");
+    assert!(
+        n >= 100,
+        "open files limit {limit} is too low for this test"
+    );
 
     let dir = Dir::new("many");
     let origin = TcpListener::bind("127.0.0.1:0").unwrap();
@@ -234,7 +272,9 @@ fn holds_2000_idle_sessions() {
     // (The readiness probe's session is among the accepted ones: it reads
     // as EOF and is skipped.)
     for (i, client) in clients.iter_mut().enumerate() {
-        client.write_all(&(i as u16).to_be_bytes()).unwrap_or_else(|e| panic!("session {i}: write: {e}"));
+        client
+            .write_all(&(i as u16).to_be_bytes())
+            .unwrap_or_else(|e| panic!("session {i}: write: {e}"));
     }
     let mut servers: Vec<Option<TcpStream>> = (0..n).map(|_| None).collect();
     let mut unread = accepted.into_iter();
@@ -248,7 +288,10 @@ fn holds_2000_idle_sessions() {
             continue;
         }
         let id = u16::from_be_bytes(id) as usize;
-        assert!(id < n && servers[id].is_none(), "origin got a bad or repeated id {id}");
+        assert!(
+            id < n && servers[id].is_none(),
+            "origin got a bad or repeated id {id}"
+        );
         servers[id] = Some(server);
     }
     for (i, (client, server)) in clients.iter_mut().zip(servers.iter_mut()).enumerate() {
@@ -287,11 +330,18 @@ fn proxy_protocol_header_sets_the_client_address_and_is_not_forwarded() {
 
     let mut c = connect(localhost(port));
     // One write: the header and the first data arrive together.
-    c.write_all(b"PROXY TCP4 1.2.3.4 5.6.7.8 1111 2222\r\nhello").unwrap();
+    c.write_all(b"PROXY TCP4 1.2.3.4 5.6.7.8 1111 2222\r\nhello")
+        .unwrap();
     c.shutdown(Shutdown::Write).unwrap();
     assert_eq!(read_until_closed(&mut c).unwrap(), b"hello world");
-    assert_eq!(String::from_utf8_lossy(&recv_where(&got, |g| !g.is_empty())), "hello");
-    expect_log_line(&log, &format!("TCPPM 1.2.3.4:1111 127.0.0.1:{}", origin.port()));
+    assert_eq!(
+        String::from_utf8_lossy(&recv_where(&got, |g| !g.is_empty())),
+        "hello"
+    );
+    expect_log_line(
+        &log,
+        &format!("TCPPM 1.2.3.4:1111 127.0.0.1:{}", origin.port()),
+    );
 }
 
 #[test]

@@ -58,17 +58,15 @@ pub struct Dir {
 impl Dir {
     pub fn new(name: &str) -> Dir {
         let n = NEXT_DIR.fetch_add(1, Ordering::SeqCst);
-        let root = std::env::temp_dir()
-            .join("threeproxy-tests")
-            .join(format!("{}-{}-{}", std::process::id(), n, name));
+        let root = std::env::temp_dir().join("threeproxy-tests").join(format!(
+            "{}-{}-{}",
+            std::process::id(),
+            n,
+            name
+        ));
         let _ = fs::remove_dir_all(&root);
-        fs::create_dir_all(&root)
-            .unwrap_or_else(|e| panic!("create {}: {e}", root.display()));
+        fs::create_dir_all(&root).unwrap_or_else(|e| panic!("create {}: {e}", root.display()));
         Dir { root }
-    }
-
-    pub fn path(&self) -> &Path {
-        &self.root
     }
 
     pub fn join(&self, name: &str) -> PathBuf {
@@ -83,8 +81,7 @@ impl Dir {
 
     pub fn write(&self, name: &str, contents: impl AsRef<[u8]>) -> PathBuf {
         let path = self.join(name);
-        fs::write(&path, contents)
-            .unwrap_or_else(|e| panic!("write {}: {e}", path.display()));
+        fs::write(&path, contents).unwrap_or_else(|e| panic!("write {}: {e}", path.display()));
         path
     }
 
@@ -187,9 +184,7 @@ fn spawn(args: &[&str], envs: &[(&str, &str)]) -> (Child, Capture, Capture) {
     for (k, v) in envs {
         cmd.env(k, v);
     }
-    let mut child = cmd
-        .spawn()
-        .unwrap_or_else(|e| panic!("spawn {BIN}: {e}"));
+    let mut child = cmd.spawn().unwrap_or_else(|e| panic!("spawn {BIN}: {e}"));
     let out: ChildStdout = child.stdout.take().unwrap();
     let err: ChildStderr = child.stderr.take().unwrap();
     (child, Capture::new(out), Capture::new(err))
@@ -241,7 +236,10 @@ impl Proxy {
             }
             if Instant::now() > deadline {
                 let names: Vec<String> = pending.iter().map(|l| describe(l)).collect();
-                panic!("3proxy not ready after {START_TIMEOUT:?}: {}", names.join(", "));
+                panic!(
+                    "3proxy not ready after {START_TIMEOUT:?}: {}",
+                    names.join(", ")
+                );
             }
             thread::sleep(Duration::from_millis(10));
         }
@@ -253,10 +251,6 @@ impl Proxy {
 
     pub fn stdout(&self) -> String {
         self.stdout.text()
-    }
-
-    pub fn stderr(&self) -> String {
-        self.stderr.text()
     }
 
     pub fn try_wait(&mut self) -> Option<ExitStatus> {
@@ -556,13 +550,17 @@ pub fn set_timeouts(s: &TcpStream, t: Duration) {
 pub fn echo_roundtrip(s: &mut (impl Read + Write), msg: &[u8]) {
     s.write_all(msg).expect("write to proxy");
     let mut back = vec![0u8; msg.len()];
-    s.read_exact(&mut back).expect("read the echo through the proxy");
+    s.read_exact(&mut back)
+        .expect("read the echo through the proxy");
     assert_eq!(back, msg, "echo came back different");
 }
 
 /// Whether a read error means "nothing arrived before the timeout".
 pub fn is_timeout(e: &io::Error) -> bool {
-    matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut)
+    matches!(
+        e.kind(),
+        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+    )
 }
 
 /// Reads until EOF; a reset counts as the end too (both mean "closed" to a
@@ -685,7 +683,8 @@ impl Origin {
     where
         F: Fn(TcpStream) + Send + Sync + 'static,
     {
-        let listener = TcpListener::bind(bind).unwrap_or_else(|e| panic!("origin bind {bind}: {e}"));
+        let listener =
+            TcpListener::bind(bind).unwrap_or_else(|e| panic!("origin bind {bind}: {e}"));
         let addr = listener.local_addr().unwrap();
         let peers = Arc::new(Mutex::new(Vec::new()));
         let stop = Arc::new(AtomicBool::new(false));
@@ -757,10 +756,6 @@ impl Origin {
         (origin, rx)
     }
 
-    pub fn addr(&self) -> SocketAddr {
-        self.addr
-    }
-
     pub fn port(&self) -> u16 {
         self.addr.port()
     }
@@ -812,7 +807,8 @@ pub struct UnixEcho {
 
 impl UnixEcho {
     pub fn start(path: &Path) -> UnixEcho {
-        let listener = UnixListener::bind(path).unwrap_or_else(|e| panic!("bind {}: {e}", path.display()));
+        let listener =
+            UnixListener::bind(path).unwrap_or_else(|e| panic!("bind {}: {e}", path.display()));
         let stop = Arc::new(AtomicBool::new(false));
         let stop2 = Arc::clone(&stop);
         thread::spawn(move || {
@@ -854,7 +850,9 @@ pub struct UdpEcho {
 impl UdpEcho {
     pub fn start() -> UdpEcho {
         let socket = UdpSocket::bind("127.0.0.1:0").expect("bind udp origin");
-        socket.set_read_timeout(Some(Duration::from_millis(100))).unwrap();
+        socket
+            .set_read_timeout(Some(Duration::from_millis(100)))
+            .unwrap();
         let sources = Arc::new(Mutex::new(Vec::new()));
         let stop = Arc::new(AtomicBool::new(false));
         let (rx_socket, sources2, stop2) = (
@@ -945,7 +943,8 @@ fn civil_from_days(days: i64) -> (i64, u32, u32) {
     let z = days + 719_468; // days since 0000-03-01
     let era = z.div_euclid(146_097);
     let day_of_era = z.rem_euclid(146_097);
-    let year_of_era = (day_of_era - day_of_era / 1460 + day_of_era / 36524 - day_of_era / 146_096) / 365;
+    let year_of_era =
+        (day_of_era - day_of_era / 1460 + day_of_era / 36524 - day_of_era / 146_096) / 365;
     let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
     let mp = (5 * day_of_year + 2) / 153; // month, March = 0
     let day = (day_of_year - (153 * mp + 2) / 5 + 1) as u32;

@@ -27,7 +27,12 @@ pub struct Command {
 }
 
 const fn cmd(name: &'static str, min: usize, max: usize, handler: Handler) -> Command {
-    Command { name, min, max, handler }
+    Command {
+        name,
+        min,
+        max,
+        handler,
+    }
 }
 
 /// Every command 3proxy knows, in 3proxy.cfg(5)'s order of topics.
@@ -130,13 +135,17 @@ pub fn dispatch(state: &mut State, args: &[String]) -> Result<(), String> {
             (lo, hi) if lo == hi - 1 => format!("{lo}"),
             (lo, hi) => format!("{lo} to {}", hi - 1),
         };
-        return Err(format!("wrong number of arguments: takes {want}, got {}", n - 1));
+        return Err(format!(
+            "wrong number of arguments: takes {want}, got {}",
+            n - 1
+        ));
     }
     (c.handler)(state, args)
 }
 
 fn not_yet(_: &mut State, args: &[String]) -> Result<(), String> {
-    Err(format!("'{}' is not supported yet by this version of 3proxy", args[0]))
+    let _ = args;
+    Err("not supported yet by this version of 3proxy".into())
 }
 
 fn h_noop(_: &mut State, _: &[String]) -> Result<(), String> {
@@ -224,7 +233,9 @@ fn h_log(state: &mut State, args: &[String]) -> Result<(), String> {
 pub fn open_log_target(args: &[String]) -> Result<Sink, String> {
     match args.get(1).map(String::as_str) {
         None => Ok(Sink::Stdout),
-        Some(t) if t.starts_with('@') => Err("syslog logging ('log @ident') is not supported yet".into()),
+        Some(t) if t.starts_with('@') => {
+            Err("syslog logging ('log @ident') is not supported yet".into())
+        }
         Some(t) if t.starts_with('&') => Err("ODBC logging is not supported".into()),
         Some("radius") => Err("RADIUS accounting is not supported yet".into()),
         Some(_) if args.len() > 2 => Err("log rotation is not supported yet".into()),
@@ -242,7 +253,11 @@ fn h_system(state: &mut State, args: &[String]) -> Result<(), String> {
         return Ok(());
     }
     // Like system(3): fatal only if the shell cannot be started.
-    match std::process::Command::new("/bin/sh").arg("-c").arg(&args[1]).status() {
+    match std::process::Command::new("/bin/sh")
+        .arg("-c")
+        .arg(&args[1])
+        .status()
+    {
         Ok(st) => {
             if !st.success() {
                 log::warn!("system: '{}' exited with {st}", args[1]);
@@ -279,14 +294,20 @@ mod tests {
     fn every_command_is_in_the_man_page() {
         let man = include_str!("../../man/3proxy.cfg.5");
         for c in COMMANDS {
-            assert!(man.contains(c.name), "man/3proxy.cfg.5 does not mention '{}'", c.name);
+            assert!(
+                man.contains(c.name),
+                "man/3proxy.cfg.5 does not mention '{}'",
+                c.name
+            );
         }
     }
 
     #[test]
     fn maxconn() {
         assert_eq!(run("maxconn 7").unwrap().maxconn, 7);
-        assert!(run("maxconn 0").unwrap_err().contains("not a number from 1"));
+        assert!(run("maxconn 0")
+            .unwrap_err()
+            .contains("not a number from 1"));
         assert!(run("maxconn -1").is_err());
     }
 
@@ -302,7 +323,10 @@ mod tests {
 
     #[test]
     fn internal_and_external() {
-        assert_eq!(run("internal 127.0.0.1").unwrap().internal.as_deref(), Some("127.0.0.1"));
+        assert_eq!(
+            run("internal 127.0.0.1").unwrap().internal.as_deref(),
+            Some("127.0.0.1")
+        );
         assert!(run("internal unix:/tmp/x").is_ok());
         assert!(run("internal nonsense").is_err());
         let st = run("external ::1").unwrap();
@@ -312,7 +336,13 @@ mod tests {
 
     #[test]
     fn later_commands_say_not_supported_yet() {
-        for line in ["auth strong", "allow *", "daemon", "ssl_serv", "pcre_options x"] {
+        for line in [
+            "auth strong",
+            "allow *",
+            "daemon",
+            "ssl_serv",
+            "pcre_options x",
+        ] {
             let e = run(line).unwrap_err();
             assert!(e.contains("not supported yet"), "{line}: {e}");
         }
@@ -320,7 +350,9 @@ mod tests {
 
     #[test]
     fn log_refuses_what_is_not_built() {
-        assert!(run("log @3proxy").unwrap_err().contains("not supported yet"));
+        assert!(run("log @3proxy")
+            .unwrap_err()
+            .contains("not supported yet"));
         assert!(run("log /tmp/x D").unwrap_err().contains("rotation"));
         assert!(run("log /nonexistent/dir/file").is_err());
     }

@@ -67,7 +67,11 @@ impl std::fmt::Display for CfgError {
         if self.command.is_empty() {
             write!(f, "{}:{}: {}", self.file, self.line, self.reason)
         } else {
-            write!(f, "{}:{}: {}: {}", self.file, self.line, self.command, self.reason)
+            write!(
+                f,
+                "{}:{}: {}: {}",
+                self.file, self.line, self.command, self.reason
+            )
         }
     }
 }
@@ -113,6 +117,25 @@ impl State {
             check_only,
             services: Vec::new(),
             depth: 0,
+        }
+    }
+}
+
+impl State {
+    /// After the whole cfg has run: settings that 3proxy keeps process-wide
+    /// (`timeouts`, the `log` target) take their final values in every
+    /// service, wherever the command stood. A service logs only if some
+    /// `log` came before it, as in 3proxy; `-l` keeps its own target.
+    pub fn finalize(&mut self) {
+        for p in &mut self.services {
+            let Some(svc) = Arc::get_mut(&mut p.svc) else {
+                continue;
+            };
+            svc.timeouts = self.timeouts;
+            svc.dialer.timeout = self.timeouts.get(Timeouts::CONNECT);
+            if svc.opts.log.is_none() && svc.log.is_some() {
+                svc.log = self.log.clone();
+            }
         }
     }
 }
@@ -170,7 +193,9 @@ enum Nested {
 
 fn include(state: &mut State, path: &str) -> Result<(), Nested> {
     if state.depth >= MAX_INCLUDE_DEPTH {
-        return Err(Nested::Here(format!("{path}: includes nested more than {MAX_INCLUDE_DEPTH} deep")));
+        return Err(Nested::Here(format!(
+            "{path}: includes nested more than {MAX_INCLUDE_DEPTH} deep"
+        )));
     }
     let text = std::fs::read_to_string(path).map_err(|e| Nested::Here(format!("{path}: {e}")))?;
     state.depth += 1;
@@ -213,15 +238,27 @@ mod tests {
     #[test]
     fn errors_name_file_line_and_command() {
         let e = run("maxconn 3\n\nmaxconn x\n").unwrap_err();
-        assert_eq!((e.file.as_str(), e.line, e.command.as_str()), ("test.cfg", 3, "maxconn"));
+        assert_eq!(
+            (e.file.as_str(), e.line, e.command.as_str()),
+            ("test.cfg", 3, "maxconn")
+        );
         assert_eq!(e.to_string(), format!("test.cfg:3: maxconn: {}", e.reason));
     }
 
     #[test]
     fn unknown_and_arity_errors() {
-        assert!(run("nosuchcommand\n").unwrap_err().reason.contains("unknown command"));
-        assert!(run("maxconn\n").unwrap_err().reason.contains("wrong number of arguments"));
-        assert!(run("maxconn 1 2\n").unwrap_err().reason.contains("wrong number of arguments"));
+        assert!(run("nosuchcommand\n")
+            .unwrap_err()
+            .reason
+            .contains("unknown command"));
+        assert!(run("maxconn\n")
+            .unwrap_err()
+            .reason
+            .contains("wrong number of arguments"));
+        assert!(run("maxconn 1 2\n")
+            .unwrap_err()
+            .reason
+            .contains("wrong number of arguments"));
     }
 
     #[test]

@@ -41,8 +41,20 @@ pub struct ServiceDef {
 
 /// The services built so far; the others are refused as "not supported yet".
 pub static SERVICES: &[ServiceDef] = &[
-    ServiceDef { name: "tcppm", log_name: "TCPPM", default_port: 0, positional: 3, kind: Kind::Tcp(tcppm::serve) },
-    ServiceDef { name: "udppm", log_name: "UDPPM", default_port: 0, positional: 3, kind: Kind::Udp },
+    ServiceDef {
+        name: "tcppm",
+        log_name: "TCPPM",
+        default_port: 0,
+        positional: 3,
+        kind: Kind::Tcp(tcppm::serve),
+    },
+    ServiceDef {
+        name: "udppm",
+        log_name: "UDPPM",
+        default_port: 0,
+        positional: 3,
+        kind: Kind::Udp,
+    },
 ];
 
 /// Per-service log choice (`-l`, `-lFILE`); None in `ServiceOpts` means the
@@ -147,7 +159,13 @@ impl ServiceOpts {
                 }
                 "f" => o.logformat = Some(val.to_string()),
                 "C" => o.session_end = val != "1",
-                "s" => o.s_option = Some(if val.is_empty() { 1 } else { number(val, 0u32, 1 << 20)? }),
+                "s" => {
+                    o.s_option = Some(if val.is_empty() {
+                        1
+                    } else {
+                        number(val, 0u32, 1 << 20)?
+                    })
+                }
                 "b" => o.bufsize = Some(number(val, 1024usize, 16 << 20)?),
                 "S" => o.stack_add = Some(number(val, -(1i64 << 20), 64 << 20)?),
                 "g" => {
@@ -163,12 +181,15 @@ impl ServiceOpts {
                 }
                 "o" => {
                     let (which, list) = val.split_at(val.len().min(1));
-                    let parsed = SockOpts::parse(list, maxseg).map_err(|e| format!("'{a}': {e}"))?;
+                    let parsed =
+                        SockOpts::parse(list, maxseg).map_err(|e| format!("'{a}': {e}"))?;
                     match which {
                         "c" => o.oc = parsed,
                         "s" => o.os = parsed,
                         "l" => o.ol = parsed,
-                        "r" | "R" => return Err(format!("'{a}': connect-back is not supported yet")),
+                        "r" | "R" => {
+                            return Err(format!("'{a}': connect-back is not supported yet"))
+                        }
                         _ => return Err(bad()),
                     }
                 }
@@ -186,8 +207,20 @@ impl ServiceOpts {
                         _ => return Err(bad()),
                     }
                 }
-                "a" => o.anonymous = Some(if val.is_empty() { 0 } else { number(val, 1u32, 2)? }),
-                "u" => o.needuser = Some(if val.is_empty() { 0 } else { number(val, 0u32, 2)? }),
+                "a" => {
+                    o.anonymous = Some(if val.is_empty() {
+                        0
+                    } else {
+                        number(val, 1u32, 2)?
+                    })
+                }
+                "u" => {
+                    o.needuser = Some(if val.is_empty() {
+                        0
+                    } else {
+                        number(val, 0u32, 2)?
+                    })
+                }
                 "N" | "U" | "h" | "P" | "c" | "x" | "X" | "F" | "T" => o.other.push(a.clone()),
                 "d" => return Err("'-d' (daemon) is not supported yet".into()),
                 "r" | "R" => return Err(format!("'{a}': connect-back is not supported yet")),
@@ -245,7 +278,8 @@ pub const DEFAULT_BUFSIZE: usize = 65536;
 /// A service ready to start: its settings and its bound socket.
 pub struct Prepared {
     pub svc: Arc<Service>,
-    pub socket: Bound,
+    /// None in check mode (`-t`), which binds nothing.
+    pub socket: Option<Bound>,
 }
 
 impl std::fmt::Debug for Prepared {
@@ -264,27 +298,36 @@ pub enum Bound {
 pub fn prepare(state: &State, args: &[String]) -> Result<Prepared, String> {
     let name = args[0].as_str();
     let Some(def) = SERVICES.iter().find(|d| d.name == name) else {
-        return Err(format!("the '{name}' service is not supported yet by this version of 3proxy"));
+        let _ = name;
+        return Err("this service is not supported yet by this version of 3proxy".to_string());
     };
     let opts = ServiceOpts::parse(&args[1..], state.maxseg)?;
     if opts.positional.len() != def.positional {
         return Err(if def.positional == 3 {
-            format!("takes [options] LPORT DSTHOST DSTPORT, got {} positional arguments", opts.positional.len())
+            format!(
+                "takes [options] LPORT DSTHOST DSTPORT, got {} positional arguments",
+                opts.positional.len()
+            )
         } else {
-            format!("unexpected argument '{}'", opts.positional[def.positional.min(opts.positional.len() - 1)])
+            format!(
+                "unexpected argument '{}'",
+                opts.positional[def.positional.min(opts.positional.len() - 1)]
+            )
         });
     }
-    let mut port = def.default_port;
+    let mut port = opts.port.unwrap_or(def.default_port);
     let mut target = None;
     if def.positional == 3 {
+        // A port mapper's LPORT wins over -p, as in 3proxy.
         port = number(&opts.positional[0], 0u16, 65535)?;
         let rport = number(&opts.positional[2], 0u16, 65535)?;
         target = Some(Target::parse(&opts.positional[1], rport)?);
     }
-    if let Some(p) = opts.port {
-        port = p;
-    }
-    let internal = opts.internal.as_deref().or(state.internal.as_deref()).unwrap_or("0.0.0.0");
+    let internal = opts
+        .internal
+        .as_deref()
+        .or(state.internal.as_deref())
+        .unwrap_or("0.0.0.0");
     let listen = Addr::parse_listen(internal, port)?;
     let udp = matches!(def.kind, Kind::Udp);
     if udp && !matches!(listen, Addr::Ip(_)) {
@@ -309,11 +352,28 @@ pub fn prepare(state: &State, args: &[String]) -> Result<Prepared, String> {
         opts: opts.os.clone(),
         timeout: state.timeouts.get(Timeouts::CONNECT),
     };
-    let backlog = if state.backlog > 0 { state.backlog } else { 1 + state.maxconn / 8 };
+    let backlog = if state.backlog > 0 {
+        state.backlog
+    } else {
+        1 + state.maxconn / 8
+    };
 
+    if state.check_only {
+        // `-t` must not disturb a running server: no bind, no listen, no
+        // unlinking of a unix socket file. Ports in use are found at start.
+        let svc = build(
+            def, opts, state, listen, target, dialer, log, logformat, stack,
+        );
+        return Ok(Prepared {
+            svc: Arc::new(svc),
+            socket: None,
+        });
+    }
     let socket = if udp {
         let Addr::Ip(a) = listen else { unreachable!() };
-        let u = crate::net::in_netns(opts.ns_in.as_deref(), || bind_udp(a, opts.dev_in.as_deref()));
+        let u = crate::net::in_netns(opts.ns_in.as_deref(), || {
+            bind_udp(a, opts.dev_in.as_deref())
+        });
         Bound::Datagram(u.map_err(|e| format!("cannot bind UDP {a}: {e}"))?)
     } else {
         let l = crate::net::in_netns(opts.ns_in.as_deref(), || {
@@ -329,7 +389,28 @@ pub fn prepare(state: &State, args: &[String]) -> Result<Prepared, String> {
         _ => listen,
     };
 
-    let svc = Service {
+    let svc = build(
+        def, opts, state, listen, target, dialer, log, logformat, stack,
+    );
+    Ok(Prepared {
+        svc: Arc::new(svc),
+        socket: Some(socket),
+    })
+}
+
+#[allow(clippy::too_many_arguments)]
+fn build(
+    def: &'static ServiceDef,
+    opts: ServiceOpts,
+    state: &State,
+    listen: Addr,
+    target: Option<Target>,
+    dialer: Dialer,
+    log: Option<Arc<Sink>>,
+    logformat: Arc<LogFormat>,
+    stack: i64,
+) -> Service {
+    Service {
         def,
         family: opts.family.unwrap_or_default(),
         bufsize: opts.bufsize.unwrap_or(DEFAULT_BUFSIZE),
@@ -344,13 +425,16 @@ pub fn prepare(state: &State, args: &[String]) -> Result<Prepared, String> {
         stack_size: stack.max(MIN_STACK) as usize,
         live: Mutex::new(0),
         left: Condvar::new(),
-    };
-    Ok(Prepared { svc: Arc::new(svc), socket })
+    }
 }
 
 fn bind_udp(a: SocketAddr, device: Option<&str>) -> std::io::Result<UdpSocket> {
     use socket2::{Domain, Protocol, Socket, Type};
-    let domain = if a.is_ipv4() { Domain::IPV4 } else { Domain::IPV6 };
+    let domain = if a.is_ipv4() {
+        Domain::IPV4
+    } else {
+        Domain::IPV6
+    };
     let sock = Socket::new(domain, Type::DGRAM.cloexec(), Some(Protocol::UDP))?;
     sock.set_reuse_address(true)?;
     if a.is_ipv6() {
@@ -366,13 +450,18 @@ fn bind_udp(a: SocketAddr, device: Option<&str>) -> std::io::Result<UdpSocket> {
 /// Start serving: the acceptor (or UDP loop) thread of the service.
 pub fn start(p: Prepared) -> std::io::Result<()> {
     let Prepared { svc, socket } = p;
+    let Some(socket) = socket else { return Ok(()) };
     let name = format!("{}:{}", svc.def.name, svc.port());
     match socket {
         Bound::Stream(l) => {
-            std::thread::Builder::new().name(name).spawn(move || crate::acceptor::run(svc, l))?;
+            std::thread::Builder::new()
+                .name(name)
+                .spawn(move || crate::acceptor::run(svc, l))?;
         }
         Bound::Datagram(u) => {
-            std::thread::Builder::new().name(name).spawn(move || udppm::run(svc, u))?;
+            std::thread::Builder::new()
+                .name(name)
+                .spawn(move || udppm::run(svc, u))?;
         }
     }
     Ok(())
@@ -389,7 +478,8 @@ mod tests {
 
     #[test]
     fn options_glue_their_values() {
-        let o = parse("-p8080 -i127.0.0.1 -e10.0.0.1 -e::1 -C -s -b4096 -S8192 -t -H 1 h 2").unwrap();
+        let o =
+            parse("-p8080 -i127.0.0.1 -e10.0.0.1 -e::1 -C -s -b4096 -S8192 -t -H 1 h 2").unwrap();
         assert_eq!(o.port, Some(8080));
         assert_eq!(o.internal.as_deref(), Some("127.0.0.1"));
         assert_eq!(o.ext4, Some("10.0.0.1".parse().unwrap()));
@@ -420,7 +510,10 @@ mod tests {
     #[test]
     fn logs_and_formats() {
         assert_eq!(parse("-l").unwrap().log, Some(LogOpt::Stdout));
-        assert_eq!(parse("-l/tmp/x").unwrap().log, Some(LogOpt::File("/tmp/x".into())));
+        assert_eq!(
+            parse("-l/tmp/x").unwrap().log,
+            Some(LogOpt::File("/tmp/x".into()))
+        );
         assert_eq!(parse("-fL%N").unwrap().logformat.as_deref(), Some("L%N"));
         assert!(parse("-l@ident").unwrap_err().contains("not supported yet"));
     }
@@ -437,7 +530,14 @@ mod tests {
     #[test]
     fn grace() {
         let o = parse("-g8000,3,10").unwrap();
-        assert_eq!(o.grace, Some(Grace { bytes: 8000, reads: 3, delay_ms: 10 }));
+        assert_eq!(
+            o.grace,
+            Some(Grace {
+                bytes: 8000,
+                reads: 3,
+                delay_ms: 10
+            })
+        );
         assert!(parse("-g1,2").is_err());
     }
 

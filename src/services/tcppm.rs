@@ -69,7 +69,9 @@ fn connect(c: &mut Client, dst: std::net::SocketAddr) -> Result<crate::net::Stre
 /// bad: the session then ends with a log line saying why.
 pub fn read_proxy_header(c: &mut Client) -> bool {
     let svc = c.svc().clone();
-    let _ = c.cli.set_timeout(Some(svc.timeouts.get(Timeouts::STRING_SHORT)));
+    let _ = c
+        .cli
+        .set_timeout(Some(svc.timeouts.get(Timeouts::STRING_SHORT)));
     match crate::proxyproto::read(&c.cli) {
         Ok(Some((src, dst))) => {
             c.client_addr = Some(src);

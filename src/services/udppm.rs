@@ -51,7 +51,11 @@ pub fn run(svc: Arc<Service>, listen: UdpSocket) {
                 continue;
             }
         };
-        let known = table.lock().unwrap_or_else(|e| e.into_inner()).get(&from).cloned();
+        let known = table
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&from)
+            .cloned();
         if let Some(a) = known {
             if a.sock.send(&buf[..n]).is_ok() {
                 a.out.fetch_add(n as u64, Ordering::Relaxed);
@@ -63,7 +67,11 @@ pub fn run(svc: Arc<Service>, listen: UdpSocket) {
             if *live >= svc.maxconn {
                 // A datagram cannot wait in a backlog: it is dropped.
                 if last_warn.is_none_or(|t| t.elapsed() >= Duration::from_secs(5)) {
-                    log::warn!("udppm on {}: too many associations ({}), datagram dropped", svc.listen, *live);
+                    log::warn!(
+                        "udppm on {}: too many associations ({}), datagram dropped",
+                        svc.listen,
+                        *live
+                    );
                     last_warn = Some(Instant::now());
                 }
                 continue;
@@ -75,9 +83,24 @@ pub fn run(svc: Arc<Service>, listen: UdpSocket) {
 }
 
 /// Open an association for `from` and send its first datagram.
-fn open(svc: &Arc<Service>, listen: &Arc<UdpSocket>, table: &Table, from: SocketAddr, first: &[u8]) {
+fn open(
+    svc: &Arc<Service>,
+    listen: &Arc<UdpSocket>,
+    table: &Table,
+    from: SocketAddr,
+    first: &[u8],
+) {
     let start = SystemTime::now();
-    let mut rec = Session { svc: svc.clone(), from, start, res: Res::OK, remote: None, ext: None, out: 0, inb: 0 };
+    let mut rec = Session {
+        svc: svc.clone(),
+        from,
+        start,
+        res: Res::OK,
+        remote: None,
+        ext: None,
+        out: 0,
+        inb: 0,
+    };
     let dst = match &svc.target {
         Some(Target::Fixed(a)) => Ok(*a),
         Some(Target::Name(h, p)) => resolve(h, *p, svc.family),
@@ -103,15 +126,24 @@ fn open(svc: &Arc<Service>, listen: &Arc<UdpSocket>, table: &Table, from: Socket
         rec.res = Res::SERVER_ERR;
         return;
     }
-    let assoc = Arc::new(Assoc { sock, out: AtomicU64::new(first.len() as u64) });
-    table.lock().unwrap_or_else(|e| e.into_inner()).insert(from, assoc.clone());
+    let assoc = Arc::new(Assoc {
+        sock,
+        out: AtomicU64::new(first.len() as u64),
+    });
+    table
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .insert(from, assoc.clone());
     let (listen, table) = (listen.clone(), table.clone());
     let spawned = std::thread::Builder::new()
         .name(format!("udppm:{}", svc.port()))
         .stack_size(svc.stack_size)
         .spawn(move || {
             replies(&mut rec, &assoc, &listen);
-            table.lock().unwrap_or_else(|e| e.into_inner()).remove(&rec.from);
+            table
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .remove(&rec.from);
             rec.count_out(&assoc);
         });
     if let Err(e) = spawned {
@@ -123,7 +155,9 @@ fn open(svc: &Arc<Service>, listen: &Arc<UdpSocket>, table: &Table, from: Socket
 fn replies(rec: &mut Session, assoc: &Assoc, listen: &UdpSocket) {
     let svc = rec.svc.clone();
     let single = matches!(svc.opts.s_option, Some(n) if n > 0);
-    let _ = assoc.sock.set_read_timeout(Some(svc.timeouts.get(Timeouts::STRING_LONG)));
+    let _ = assoc
+        .sock
+        .set_read_timeout(Some(svc.timeouts.get(Timeouts::STRING_LONG)));
     let mut buf = vec![0u8; DGRAM_MAX];
     loop {
         match assoc.sock.recv(&mut buf) {
@@ -137,7 +171,12 @@ fn replies(rec: &mut Session, assoc: &Assoc, listen: &UdpSocket) {
                     return;
                 }
             }
-            Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
                 rec.res = Res::IDLE;
                 return;
             }
@@ -154,12 +193,21 @@ fn replies(rec: &mut Session, assoc: &Assoc, listen: &UdpSocket) {
 
 fn connect(svc: &Service, dst: SocketAddr) -> Result<UdpSocket, Res> {
     let src = match dst {
-        SocketAddr::V4(_) => SocketAddr::new(svc.dialer.ext4.unwrap_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED)), 0),
-        SocketAddr::V6(_) => SocketAddr::new(svc.dialer.ext6.unwrap_or(IpAddr::V6(Ipv6Addr::UNSPECIFIED)), 0),
+        SocketAddr::V4(_) => SocketAddr::new(
+            svc.dialer.ext4.unwrap_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED)),
+            0,
+        ),
+        SocketAddr::V6(_) => SocketAddr::new(
+            svc.dialer.ext6.unwrap_or(IpAddr::V6(Ipv6Addr::UNSPECIFIED)),
+            0,
+        ),
     };
-    let s = crate::net::in_netns(svc.dialer.netns.as_deref(), || UdpSocket::bind(src)).map_err(|_| Res::BIND)?;
+    let s = crate::net::in_netns(svc.dialer.netns.as_deref(), || UdpSocket::bind(src))
+        .map_err(|_| Res::BIND)?;
     if let Some(dev) = &svc.dialer.device {
-        socket2::SockRef::from(&s).bind_device(Some(dev.as_bytes())).map_err(|_| Res::BIND)?;
+        socket2::SockRef::from(&s)
+            .bind_device(Some(dev.as_bytes()))
+            .map_err(|_| Res::BIND)?;
     }
     s.connect(dst).map_err(|_| Res::CONNECT)?;
     Ok(s)

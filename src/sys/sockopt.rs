@@ -14,24 +14,80 @@ struct NamedOpt {
 }
 
 const TABLE: &[NamedOpt] = &[
-    NamedOpt { name: "TCP_NODELAY", level: libc::IPPROTO_TCP, opt: libc::TCP_NODELAY },
-    NamedOpt { name: "TCP_CORK", level: libc::IPPROTO_TCP, opt: libc::TCP_CORK },
-    NamedOpt { name: "TCP_DEFER_ACCEPT", level: libc::IPPROTO_TCP, opt: libc::TCP_DEFER_ACCEPT },
-    NamedOpt { name: "TCP_QUICKACK", level: libc::IPPROTO_TCP, opt: libc::TCP_QUICKACK },
-    NamedOpt { name: "TCP_TIMESTAMPS", level: libc::IPPROTO_TCP, opt: libc::TCP_TIMESTAMP },
-    NamedOpt { name: "SO_REUSEADDR", level: libc::SOL_SOCKET, opt: libc::SO_REUSEADDR },
-    NamedOpt { name: "SO_REUSEPORT", level: libc::SOL_SOCKET, opt: libc::SO_REUSEPORT },
-    NamedOpt { name: "SO_KEEPALIVE", level: libc::SOL_SOCKET, opt: libc::SO_KEEPALIVE },
-    NamedOpt { name: "SO_DONTROUTE", level: libc::SOL_SOCKET, opt: libc::SO_DONTROUTE },
-    NamedOpt { name: "IP_TRANSPARENT", level: libc::SOL_IP, opt: libc::IP_TRANSPARENT },
-    NamedOpt { name: "TCP_FASTOPEN_CONNECT", level: libc::IPPROTO_TCP, opt: libc::TCP_FASTOPEN_CONNECT },
-    NamedOpt { name: "TCP_FASTOPEN", level: libc::IPPROTO_TCP, opt: libc::TCP_FASTOPEN },
-    NamedOpt { name: "TCP_MAXSEG", level: libc::IPPROTO_TCP, opt: libc::TCP_MAXSEG },
+    NamedOpt {
+        name: "TCP_NODELAY",
+        level: libc::IPPROTO_TCP,
+        opt: libc::TCP_NODELAY,
+    },
+    NamedOpt {
+        name: "TCP_CORK",
+        level: libc::IPPROTO_TCP,
+        opt: libc::TCP_CORK,
+    },
+    NamedOpt {
+        name: "TCP_DEFER_ACCEPT",
+        level: libc::IPPROTO_TCP,
+        opt: libc::TCP_DEFER_ACCEPT,
+    },
+    NamedOpt {
+        name: "TCP_QUICKACK",
+        level: libc::IPPROTO_TCP,
+        opt: libc::TCP_QUICKACK,
+    },
+    NamedOpt {
+        name: "TCP_TIMESTAMPS",
+        level: libc::IPPROTO_TCP,
+        opt: libc::TCP_TIMESTAMP,
+    },
+    NamedOpt {
+        name: "SO_REUSEADDR",
+        level: libc::SOL_SOCKET,
+        opt: libc::SO_REUSEADDR,
+    },
+    NamedOpt {
+        name: "SO_REUSEPORT",
+        level: libc::SOL_SOCKET,
+        opt: libc::SO_REUSEPORT,
+    },
+    NamedOpt {
+        name: "SO_KEEPALIVE",
+        level: libc::SOL_SOCKET,
+        opt: libc::SO_KEEPALIVE,
+    },
+    NamedOpt {
+        name: "SO_DONTROUTE",
+        level: libc::SOL_SOCKET,
+        opt: libc::SO_DONTROUTE,
+    },
+    NamedOpt {
+        name: "IP_TRANSPARENT",
+        level: libc::SOL_IP,
+        opt: libc::IP_TRANSPARENT,
+    },
+    NamedOpt {
+        name: "TCP_FASTOPEN_CONNECT",
+        level: libc::IPPROTO_TCP,
+        opt: libc::TCP_FASTOPEN_CONNECT,
+    },
+    NamedOpt {
+        name: "TCP_FASTOPEN",
+        level: libc::IPPROTO_TCP,
+        opt: libc::TCP_FASTOPEN,
+    },
+    NamedOpt {
+        name: "TCP_MAXSEG",
+        level: libc::IPPROTO_TCP,
+        opt: libc::TCP_MAXSEG,
+    },
 ];
 
 /// Options 3proxy accepts by name but that have no meaning on Linux
 /// (Windows and BSD ones): accepted and ignored, so old cfgs keep working.
-const IGNORED: &[&str] = &["SO_EXCLUSIVEADDRUSE", "SO_PORT_SCALABILITY", "SO_REUSE_UNICASTPORT"];
+const IGNORED: &[&str] = &[
+    "SO_EXCLUSIVEADDRUSE",
+    "SO_PORT_SCALABILITY",
+    "SO_REUSE_UNICASTPORT",
+];
 
 /// A parsed `-o?` list: (level, option, value) triples.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -78,7 +134,12 @@ impl SockOpts {
 }
 
 /// setsockopt() with an int value.
-pub fn set_int(fd: BorrowedFd<'_>, level: libc::c_int, opt: libc::c_int, value: libc::c_int) -> io::Result<()> {
+pub fn set_int(
+    fd: BorrowedFd<'_>,
+    level: libc::c_int,
+    opt: libc::c_int,
+    value: libc::c_int,
+) -> io::Result<()> {
     // SAFETY: `fd` is a live descriptor for the borrow's duration; the value
     // pointer and length describe a c_int on our stack that outlives the call.
     let rc = unsafe {
@@ -114,7 +175,10 @@ mod tests {
         assert_eq!(o.0.len(), 3);
         // TCP_FASTOPEN_CONNECT is not mistaken for TCP_FASTOPEN.
         let o = SockOpts::parse("TCP_FASTOPEN_CONNECT", 0).unwrap();
-        assert_eq!(o.0, vec![(libc::IPPROTO_TCP, libc::TCP_FASTOPEN_CONNECT, 1)]);
+        assert_eq!(
+            o.0,
+            vec![(libc::IPPROTO_TCP, libc::TCP_FASTOPEN_CONNECT, 1)]
+        );
     }
 
     #[test]
@@ -127,6 +191,8 @@ mod tests {
     #[test]
     fn unknown_names_are_errors_and_windows_names_are_ignored() {
         assert!(SockOpts::parse("TCP_NODELAYY", 0).is_err());
-        assert!(SockOpts::parse("SO_EXCLUSIVEADDRUSE", 0).unwrap().is_empty());
+        assert!(SockOpts::parse("SO_EXCLUSIVEADDRUSE", 0)
+            .unwrap()
+            .is_empty());
     }
 }

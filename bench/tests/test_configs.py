@@ -1,0 +1,97 @@
+import unittest
+
+from bench import configs as C
+
+
+class ThreeproxyCfg(unittest.TestCase):
+    def test_tcppm_copy_and_splice(self):
+        self.assertIn("\ntcppm -i10.0.1.2 5201 10.0.2.2 5201\n",
+                      C.render_threeproxy("tcp"))
+        self.assertIn("\ntcppm -s -i10.0.1.2 5201 10.0.2.2 5201\n",
+                      C.render_threeproxy("tcp", splice=True))
+
+    def test_services(self):
+        self.assertIn("\nproxy -i10.0.1.2 -p3128\n", C.render_threeproxy("http"))
+        self.assertIn("\nsocks -s -i10.0.1.2 -p1080\n", C.render_threeproxy("socks", True))
+        self.assertIn("\ntcppm -i10.0.1.2 8081 10.0.2.2 80\n", C.render_threeproxy("tcphttp"))
+
+    def test_no_log_and_limits(self):
+        cfg = C.render_threeproxy("tcp")
+        self.assertNotIn("\nlog", cfg)
+        self.assertIn("maxconn 5000\n", cfg)
+        self.assertTrue(cfg.endswith("\n"))
+        with self.assertRaises(ValueError):
+            C.render_threeproxy("ftp")
+
+
+class NginxConf(unittest.TestCase):
+    def test_origin_serves_the_dir_with_sendfile(self):
+        conf = C.render_nginx_origin("/r", "/w")
+        self.assertIn("worker_processes 1;", conf)
+        self.assertIn("listen 10.0.2.2:80 ", conf)
+        self.assertIn("root /w;", conf)
+        self.assertIn("sendfile on;", conf)
+        self.assertIn("access_log off;", conf)
+        self.assertEqual(conf.count("{"), conf.count("}"))
+
+    def test_http_proxy_keeps_upstream_connections(self):
+        conf = C.render_nginx_proxy("/r", "http")
+        self.assertIn("keepalive 2048;", conf)
+        self.assertIn("proxy_http_version 1.1;", conf)
+        self.assertIn('proxy_set_header Connection "";', conf)
+        self.assertIn("listen 10.0.1.2:3128 ", conf)
+        self.assertNotIn("load_module", conf)
+        self.assertEqual(conf.count("{"), conf.count("}"))
+
+    def test_stream_loads_the_module_first(self):
+        conf = C.render_nginx_proxy("/r", "tcp")
+        self.assertTrue(conf.startswith("load_module "))
+        self.assertIn("proxy_pass 10.0.2.2:5201;", conf)
+        self.assertIn("proxy_pass 10.0.2.2:80;", C.render_nginx_proxy("/r", "tcphttp"))
+
+    def test_no_socks(self):
+        with self.assertRaises(ValueError):
+            C.render_nginx_proxy("/r", "socks")
+
+
+class HaproxyCfg(unittest.TestCase):
+    def test_http_reuse(self):
+        cfg = C.render_haproxy("http")
+        self.assertIn("mode http", cfg)
+        self.assertIn("http-reuse always", cfg)
+        self.assertIn("nbthread 1", cfg)
+        self.assertIn("no option splice-response", cfg)
+        self.assertNotIn("\n    log", cfg)
+
+    def test_tcp_splice(self):
+        cfg = C.render_haproxy("tcp", splice=True, maxconn=1234)
+        self.assertIn("mode tcp", cfg)
+        self.assertNotIn("http-reuse", cfg)
+        self.assertIn("    option splice-request\n", cfg)
+        self.assertIn("    option splice-response\n", cfg)
+        self.assertIn("bind 10.0.1.2:5201", cfg)
+        self.assertIn("server origin 10.0.2.2:5201 maxconn 1234", cfg)
+
+    def test_maxconn_fits_the_descriptor_limit(self):
+        self.assertEqual(C.haproxy_maxconn(20000), 4950)
+        self.assertEqual(C.haproxy_maxconn(1 << 20), 20000)
+        self.assertGreaterEqual(C.haproxy_maxconn(20000), 2000)
+
+
+class WrkLua(unittest.TestCase):
+    def test_forward_proxy_form(self):
+        lua = C.render_wrk_lua(absolute_url="http://10.0.2.2:80/1k.bin", host="10.0.2.2")
+        self.assertIn('wrk.path = "http://10.0.2.2:80/1k.bin"', lua)
+        self.assertIn('wrk.headers["Host"] = "10.0.2.2"', lua)
+        self.assertNotIn("Connection", lua)
+
+    def test_close_and_done_hook(self):
+        lua = C.render_wrk_lua(close=True)
+        self.assertIn('wrk.headers["Connection"] = "close"', lua)
+        self.assertIn("done = function(summary, latency, requests)", lua)
+        self.assertIn("WRKJSON", lua)
+        self.assertNotIn("wrk.path", lua)
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,144 @@
+import copy
+import unittest
+
+from bench import report
+from bench import scenarios as S
+
+
+def cell(scenario, proxy, run, gbps=None, rps=None, cost=None, unit="GB", **kw):
+    c = {"scenario": scenario, "proxy": proxy, "run": run, "status": "ok", "unit": unit,
+         "proxy_util": 0.95, "other_side_util": 0.5, "pace": "proxy", "foreign_frac": 0.0,
+         "peak_rss_kb": 10240}
+    if unit == "GB":
+        c["bytes_per_s"] = gbps * 1e9 / 8
+        c["cpu_s_per_gb"] = cost
+    else:
+        c["rps"] = rps
+        c["cpu_us_per_req"] = cost
+    c.update(kw)
+    return c
+
+
+def doc(cells):
+    return {
+        "mode": "full", "started": "2026-11-29T22:00:00",
+        "machine": {"cpu_model": "AMD EPYC", "cpus": 2, "mem_gib": 24, "os": "Debian 12",
+                    "kernel": "6.1", "virt": "kvm", "irq_time_accounting": False, "hz": 100},
+        "tools": {"wrk": "wrk 4.1.0", "iperf3": "iperf 3.12", "nginx": "nginx/1.22.1",
+                  "haproxy": "HAProxy 2.6.12", "python": "3.11.7"},
+        "settings": {"runs": 3, "seconds": 6, "warmup": 1, "proxy_cpu": 1, "other_cpu": 0,
+                     "nofile": 20000, "nofile_before": 20000,
+                     "cpu_busy": "wall time minus idle"},
+        "rps": {"ok": True},
+        "scenarios": {k: S.SCENARIOS[k] for k in ("stream1", "http-ka-1k", "socks-1m",
+                                                  "mem-idle-2000")},
+        "proxies": {k: S.PROXIES[k] for k in ("noproxy", "3proxy", "nginx")},
+        "cells": cells,
+    }
+
+
+CELLS = [
+    cell("stream1", "noproxy", 0, gbps=10, cost=0.2),
+    cell("stream1", "3proxy", 0, gbps=6, cost=1.0),
+    cell("stream1", "3proxy", 1, gbps=7, cost=0.9),
+    cell("stream1", "3proxy", 2, gbps=8, cost=1.1, disturbed=True),
+    cell("stream1", "nginx", 0, gbps=5, cost=1.2),
+    cell("http-ka-1k", "nginx", 0, rps=20000, cost=40.0, unit="req"),
+    {"scenario": "http-ka-1k", "proxy": "3proxy", "run": 0, "status": "n/a",
+     "reason": "3proxy did not serve http: not supported yet"},
+    {"scenario": "socks-1m", "proxy": "nginx", "run": 0, "status": "n/a",
+     "reason": "nginx has no SOCKS server"},
+    {"scenario": "mem-idle-2000", "proxy": "nginx", "run": 0, "status": "ok",
+     "rest_kb": 10240, "loaded_kb": 20480, "kb_per_conn": 5.12, "threads": 2, "open": 2000,
+     "dropped_while_idle": 0},
+]
+
+
+class Aggregate(unittest.TestCase):
+    def test_medians_and_spread(self):
+        a = report.aggregate(doc(CELLS))
+        s = a[("stream1", "3proxy")]
+        self.assertEqual(s["n"], 3)
+        self.assertAlmostEqual(s["tput"]["median"], 7.0)
+        self.assertAlmostEqual(s["tput"]["spread"], 2 / 7)
+        self.assertAlmostEqual(s["cost"]["median"], 1.0)
+        self.assertEqual(s["disturbed"], 1)
+        self.assertEqual(s["pace"], "proxy")
+        self.assertAlmostEqual(s["peak_mb"]["median"], 10.0)
+
+    def test_not_applicable(self):
+        a = report.aggregate(doc(CELLS))
+        self.assertEqual(a[("http-ka-1k", "3proxy")]["status"], "n/a")
+        self.assertIn("not supported", a[("http-ka-1k", "3proxy")]["reason"])
+
+    def test_errors_do_not_hide_good_runs(self):
+        cells = CELLS + [{"scenario": "stream1", "proxy": "nginx", "run": 1,
+                          "status": "error", "reason": "boom"}]
+        a = report.aggregate(doc(cells))[("stream1", "nginx")]
+        self.assertEqual(a["status"], "ok")
+        self.assertEqual(a["errors"], ["boom"])
+
+
+class Tables(unittest.TestCase):
+    def test_best_is_bold_and_baseline_excluded(self):
+        text = report.render_tables(doc(CELLS))
+        row = next(l for l in text.splitlines() if l.startswith("| 3proxy"))
+        self.assertIn("**7.00**", row)        # best throughput of the proxies
+        self.assertIn("**1.00**", row)        # lowest CPU per GB
+        self.assertIn("⚠1", row)
+        base = next(l for l in text.splitlines() if l.startswith("| noproxy"))
+        self.assertNotIn("**", base)          # 10 Gbit/s but not a proxy
+
+    def test_na_and_mem(self):
+        text = report.render_tables(doc(CELLS))
+        self.assertIn("n/a: 3proxy did not serve http", text)
+        self.assertIn("n/a: nginx has no SOCKS server", text)
+        self.assertIn("| nginx | 10.0 | 20.0 | 5.12 | 2 | 2000 |", text)
+
+    def test_cell_line(self):
+        self.assertIn("7.00 Gbit/s", report.cell_line(cell("s", "p", 0, gbps=7, cost=1.0)))
+        self.assertIn("n/a", report.cell_line({"status": "n/a", "reason": "x"}))
+
+    def test_summary(self):
+        text = report.render_summary(doc(CELLS))
+        self.assertIn("| stream1 | s/GB | 0.200 | **1.00** | 1.20 |", text)
+        self.assertIn("| http-ka-1k | µs/req |  | n/a | 40.0 |", text)
+
+    def test_results_md(self):
+        md = report.render_results_md([doc(CELLS)], ["results/x.json"])
+        for part in ("# Benchmark results", "results/x.json", "## The machine",
+                     "## Headline", "## How to read", "## Caveats", "AMD EPYC"):
+            self.assertIn(part, md)
+        self.assertNotIn("## Reproducibility", md)
+
+
+class Compare(unittest.TestCase):
+    def test_agreement(self):
+        a = doc(CELLS)
+        b = copy.deepcopy(a)
+        for c in b["cells"]:
+            if c["scenario"] == "stream1" and c["proxy"] == "nginx":
+                c["bytes_per_s"] *= 1.5
+        rows = {(r["scenario"], r["proxy"], r["metric"]): r for r in report.compare(a, b)}
+        self.assertTrue(rows[("stream1", "3proxy", "tput")]["agree"])
+        bad = rows[("stream1", "nginx", "tput")]
+        self.assertFalse(bad["agree"])
+        self.assertAlmostEqual(bad["diff"], 0.5)
+        self.assertIn(("mem-idle-2000", "nginx", "rest_mb"), rows)
+        text = report.render_compare(a, b)
+        self.assertIn("**no**", text)
+        md = report.render_results_md([a, b], ["results/a.json", "results/b.json"])
+        self.assertIn("## Reproducibility", md)
+
+    def test_spread_widens_agreement(self):
+        a = doc(CELLS)
+        b = copy.deepcopy(a)
+        for c in b["cells"]:
+            if c["scenario"] == "stream1" and c["proxy"] == "3proxy":
+                c["bytes_per_s"] *= 1.2   # 20% off, but the runs spread 29%
+        rows = {(r["scenario"], r["proxy"], r["metric"]): r for r in report.compare(a, b)}
+        self.assertTrue(rows[("stream1", "3proxy", "tput")]["agree"])
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,113 @@
+import unittest
+
+from bench import netns
+from bench import scenarios as S
+
+
+class Applicable(unittest.TestCase):
+    def test_matrix(self):
+        self.assertIsNone(S.applicable("stream1", "noproxy"))
+        self.assertIsNone(S.applicable("socks-1m", "3proxy"))
+        self.assertIsNone(S.applicable("socks-1m", "noproxy"))
+        self.assertIn("SOCKS", S.applicable("socks-1m", "nginx"))
+        self.assertIn("SOCKS", S.applicable("socks-1m", "haproxy-splice"))
+        self.assertIsNotNone(S.applicable("mem-idle-2000", "noproxy"))
+        for s in S.SCENARIOS:
+            self.assertIsNone(S.applicable(s, "3proxy-splice"))
+
+    def test_every_scenario_is_complete(self):
+        for name, s in S.SCENARIOS.items():
+            self.assertIn(s["kind"], ("iperf", "wrk", "fetch", "mem"), name)
+            self.assertIn(s["service"], ("tcp", "tcphttp", "http", "socks"), name)
+            self.assertTrue(s["what"])
+
+
+class ClientCommands(unittest.TestCase):
+    def test_wrk_ours_is_forward_proxy(self):
+        url, lua = S.wrk_target("http-ka-1k", "3proxy")
+        self.assertEqual(url, "http://10.0.1.2:3128/")
+        self.assertEqual(lua["absolute_url"], "http://10.0.2.2:80/1k.bin")
+        self.assertEqual(lua["host"], "10.0.2.2")
+
+    def test_wrk_reverse_and_direct(self):
+        self.assertEqual(S.wrk_target("http-ka-1m", "nginx")[0], "http://10.0.1.2:3128/1m.bin")
+        url, lua = S.wrk_target("http-close-1k", "noproxy")
+        self.assertEqual(url, "http://10.0.2.2:80/1k.bin")
+        self.assertTrue(lua["close"])
+
+    def test_wrk_argv(self):
+        argv = S.wrk_argv("http://x/", "/s.lua", 2000, 6)
+        self.assertEqual(argv[:4], ["wrk", "-t1", "-c2000", "-d6s"])
+        self.assertEqual(argv[-1], "http://x/")
+
+    def test_iperf(self):
+        a = S.iperf_client_argv("stream16", "haproxy", 6)
+        self.assertEqual(a[:3], ["iperf3", "-c", "10.0.1.2"])
+        self.assertIn("-P", a)
+        self.assertNotIn("-R", a)
+        a = S.iperf_client_argv("stream1-down", "noproxy", 2)
+        self.assertEqual(a[2], "10.0.2.2")
+        self.assertIn("-R", a)
+        self.assertNotIn("-P", a)
+        self.assertIn("-1", S.iperf_server_argv())
+
+    def test_fetch(self):
+        a = S.fetch_argv("lg.py", "socks-1m", "3proxy", 6)
+        self.assertIn("--socks", a)
+        self.assertEqual(a[a.index("--server") + 1], "10.0.1.2:1080")
+        a = S.fetch_argv("lg.py", "socks-1m", "noproxy", 6)
+        self.assertNotIn("--socks", a)
+        self.assertEqual(a[a.index("--server") + 1], "10.0.2.2:80")
+
+    def test_idle(self):
+        a = S.idle_argv("lg.py", "mem-idle-2000", "3proxy", 2000)
+        self.assertEqual(a[a.index("--request-target") + 1], "http://10.0.2.2:80/1k.bin")
+        a = S.idle_argv("lg.py", "mem-idle-2000-tcp", "3proxy", 2000)
+        self.assertEqual(a[a.index("--request-target") + 1], "/1k.bin")
+        self.assertEqual(a[a.index("--server") + 1], "10.0.1.2:8081")
+
+
+class ProxyCommands(unittest.TestCase):
+    def test_configs(self):
+        self.assertIsNone(S.proxy_config("noproxy", "tcp", "/r"))
+        name, text = S.proxy_config("3proxy-splice", "tcp", "/r")
+        self.assertEqual(name, "3proxy.cfg")
+        self.assertIn("tcppm -s ", text)
+        name, text = S.proxy_config("haproxy-splice", "http", "/r", nofile=20000)
+        self.assertIn("option splice-response", text)
+        self.assertIn("maxconn 4950", text)
+
+    def test_argv(self):
+        self.assertEqual(S.proxy_argv("3proxy", "/r/c", "/r", "/b/3proxy"), ["/b/3proxy", "/r/c"])
+        self.assertEqual(S.proxy_argv("haproxy", "/r/h", "/r", None)[:2], ["haproxy", "-db"])
+        self.assertIn("-c", S.proxy_argv("nginx", "/r/n", "/r", None))
+
+    def test_select(self):
+        self.assertEqual(S.select(None, S.PROXIES, "proxy"), list(S.PROXIES))
+        self.assertEqual(S.select("nginx, noproxy", S.PROXIES, "proxy"), ["nginx", "noproxy"])
+        with self.assertRaisesRegex(ValueError, "unknown proxy 'squid'"):
+            S.select("squid", S.PROXIES, "proxy")
+
+
+class Topology(unittest.TestCase):
+    def test_commands_name_only_our_namespaces(self):
+        cmds = netns.setup_commands(1, 0)
+        added = [c[3] for c in cmds if c[:3] == ["ip", "netns", "add"]]
+        self.assertEqual(added, ["tpb-cli", "tpb-prx", "tpb-org"])
+        self.assertTrue(all(c[0] == "ip" for c in cmds))
+        mtus = [c[c.index("mtu") + 1] for c in cmds if "mtu" in c]
+        self.assertEqual(set(mtus), {"1500"})
+        routes = [c for c in cmds if "route" in c]
+        self.assertEqual(len(routes), 2)
+        for r in routes:
+            self.assertTrue(r[r.index("add") + 1].startswith("10.0."))
+
+    def test_rps_goes_to_the_receiving_side(self):
+        plan = {dev: cpu for ns, dev, cpu in netns.rps_plan(1, 0)}
+        self.assertEqual(plan, {"c0": 0, "p0": 1, "p1": 1, "o0": 0})
+        self.assertEqual(netns.cpu_mask(1), "2")
+        self.assertEqual(netns.cpu_mask(0), "1")
+
+
+if __name__ == "__main__":
+    unittest.main()
