@@ -5,7 +5,7 @@
 PREFIX     ?= /usr/local
 BINDIR     ?= $(PREFIX)/bin
 MANDIR     ?= $(PREFIX)/share/man
-SYSCONFDIR ?= /etc/3proxy
+SYSCONFDIR ?= /etc
 SYSTEMDDIR ?= /lib/systemd/system
 INITDIR    ?= /etc/init.d
 DESTDIR    ?=
@@ -49,11 +49,11 @@ install-man:
 
 # Never overwrite a cfg the administrator already has.
 install-etc:
-	install -d $(DESTDIR)$(SYSCONFDIR)
-	if [ ! -e $(DESTDIR)$(SYSCONFDIR)/3proxy.cfg ]; then \
-		install -m 644 cfg/3proxy.cfg $(DESTDIR)$(SYSCONFDIR)/3proxy.cfg; \
+	install -d $(DESTDIR)$(SYSCONFDIR)/3proxy
+	if [ ! -e $(DESTDIR)$(SYSCONFDIR)/3proxy/3proxy.cfg ]; then \
+		install -m 644 cfg/3proxy.cfg $(DESTDIR)$(SYSCONFDIR)/3proxy/3proxy.cfg; \
 	else \
-		echo "keeping existing $(DESTDIR)$(SYSCONFDIR)/3proxy.cfg"; \
+		echo "keeping existing $(DESTDIR)$(SYSCONFDIR)/3proxy/3proxy.cfg"; \
 	fi
 
 install-init:
@@ -69,7 +69,7 @@ uninstall:
 	rm -f $(DESTDIR)$(BINDIR)/3proxy
 	rm -f $(DESTDIR)$(MANDIR)/man8/3proxy.8 $(DESTDIR)$(MANDIR)/man5/3proxy.cfg.5
 	rm -f $(DESTDIR)$(SYSTEMDDIR)/3proxy.service $(DESTDIR)$(INITDIR)/3proxy
-	@echo "left $(DESTDIR)$(SYSCONFDIR)/3proxy.cfg in place"
+	@echo "left $(DESTDIR)$(SYSCONFDIR)/3proxy/3proxy.cfg in place"
 
 # The benchmark: needs root and a quiet machine; see bench/README.md.
 bench: $(BIN)

@@ -137,6 +137,8 @@ def parse_args(argv):
                    help="directory for the JSON (default bench/results)")
     p.add_argument("--build", action="store_true",
                    help="run cargo build --release even if target/release/3proxy exists")
+    p.add_argument("--no-build", action="store_true",
+                   help="never build: without target/release/3proxy our cells are n/a")
     p.add_argument("--results-md", choices=("auto", "yes", "no"), default="auto",
                    help="write bench/RESULTS.md (auto: only for an unfiltered run)")
     p.add_argument("--report", nargs="+", metavar="JSON",
@@ -201,7 +203,12 @@ def main(argv=None):
 
     binary, ours_error = None, None
     if any(S.PROXIES[p]["family"] == "ours" for p in prox):
-        binary, ours_error = build_ours(args.build)
+        if args.no_build:
+            binary = os.path.join(REPO, "target", "release", "3proxy")
+            if not os.path.exists(binary):
+                binary, ours_error = None, "no target/release/3proxy (--no-build)"
+        else:
+            binary, ours_error = build_ours(args.build)
         if ours_error:
             log("our proxy is unavailable:", ours_error)
 

@@ -109,31 +109,53 @@ def descendants(root, stats):
     return out
 
 
-def other_cpu_seconds(before, after, ours_root, hz):
-    """CPU seconds used between two all_stats() snapshots by processes that
-    are neither ours (the harness and everything below it) nor kernel threads.
-    A process that exited in between is counted through its parent's
-    cutime/cstime once the parent reaped it."""
-    return foreign_cpu(before, after, ours_root, hz)[0]
+def _cpu(st, children=True):
+    t = st["utime"] + st["stime"]
+    return t + st["cutime"] + st["cstime"] if children else t
 
 
-def foreign_cpu(before, after, ours_root, hz):
-    """(seconds, [(comm, seconds)] of the three biggest) for other_cpu_seconds."""
-    ours = set(descendants(ours_root, after)) | set(descendants(ours_root, before))
+def _delta(before, after, pids, children):
     total = 0
+    for pid in pids:
+        a = after.get(pid)
+        if a is None:
+            continue
+        t = _cpu(a, children)
+        b = before.get(pid)
+        if b is not None and b["starttime"] == a["starttime"]:
+            t -= _cpu(b, children)
+        total += max(t, 0)
+    return total
+
+
+def foreign_cpu(before, after, stat_before, stat_after, ours_root, hz):
+    """CPU seconds that processes other than ours (the harness and everything
+    below it) used between two snapshots, and the three biggest by name.
+
+    Two lower bounds, and the larger wins: the sum of the other processes'
+    own utime+stime (misses a process that starts and ends inside the
+    window), and all user+system time in /proc/stat minus ours and the kernel
+    threads' (misses what the tick did not sample).  Children's time
+    (cutime) is not used for others: a shell that reaps a long-lived child
+    adds all of that child's past time at once."""
+    ours = set(descendants(ours_root, after)) | set(descendants(ours_root, before))
+    kthreads = [p for p, st in after.items() if st["flags"] & parse.PF_KTHREAD]
+    d = {k: stat_after[k] - stat_before[k] for k in ("user", "nice", "system")}
+    all_ticks = d["user"] + d["nice"] + d["system"]
+    ours_ticks = _delta(before, after, ours, children=True)
+    kthread_ticks = _delta(before, after, kthreads, children=False)
+    residual = max(all_ticks - ours_ticks - kthread_ticks, 0)
     by = {}
+    live = 0
     for pid, st in after.items():
         if pid in ours or st["flags"] & parse.PF_KTHREAD:
             continue
-        t = st["utime"] + st["stime"] + st["cutime"] + st["cstime"]
-        b = before.get(pid)
-        if b is not None and b["starttime"] == st["starttime"]:
-            t -= b["utime"] + b["stime"] + b["cutime"] + b["cstime"]
-        total += max(t, 0)
+        t = _delta(before, after, [pid], children=False)
         if t > 0:
+            live += t
             by[st["comm"]] = by.get(st["comm"], 0) + t
     top = sorted(by.items(), key=lambda kv: -kv[1])[:3]
-    return total / hz, [(c, t / hz) for c, t in top]
+    return max(live, residual) / hz, [(c, t / hz) for c, t in top]
 
 
 def rss_kb(pids):

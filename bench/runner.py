@@ -36,7 +36,8 @@ def measure(before, after, proxy_cpu, other_cpu):
     wall = after.t - before.t
     p = stats.cpu_busy(before.stat[proxy_cpu], after.stat[proxy_cpu], wall, HZ)
     o = stats.cpu_busy(before.stat[other_cpu], after.stat[other_cpu], wall, HZ)
-    other, top = procs.foreign_cpu(before.procs, after.procs, os.getpid(), HZ)
+    other, top = procs.foreign_cpu(before.procs, after.procs, before.stat["all"],
+                                   after.stat["all"], os.getpid(), HZ)
     rps = [a["received_rps"] - b["received_rps"]
            for a, b in zip(after.softnet, before.softnet)]
     return {
@@ -156,7 +157,8 @@ class Session:
         b = Cpu()
         time.sleep(seconds)
         a = Cpu()
-        sec, top = procs.foreign_cpu(b.procs, a.procs, os.getpid(), HZ)
+        sec, top = procs.foreign_cpu(b.procs, a.procs, b.stat["all"], a.stat["all"],
+                                     os.getpid(), HZ)
         return sec / (a.t - b.t), top
 
     # --- proxies ----------------------------------------------------------

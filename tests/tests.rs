@@ -12,3 +12,4 @@ mod log;
 mod process;
 mod tcppm;
 mod udppm;
+mod install;

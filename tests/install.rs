@@ -1,0 +1,87 @@
+//! `make install` lays out what a 3proxy installation has: the binary, the
+//! man pages, a sample cfg (never over an existing one) and init scripts
+//! pointing at the installed paths. The binary step is given the debug
+//! binary (CARGO=true skips the release build) so the test stays fast.
+
+use std::fs;
+use std::process::Command;
+
+use crate::util::{Dir, BIN};
+
+fn make(dest: &std::path::Path, targets: &[&str]) -> std::process::Output {
+    let root = env!("CARGO_MANIFEST_DIR");
+    Command::new("make")
+        .arg("-s")
+        .arg("-C")
+        .arg(root)
+        .args(targets)
+        .arg(format!("DESTDIR={}", dest.display()))
+        .arg(format!("BIN={BIN}"))
+        .arg("CARGO=true")
+        .output()
+        .expect("make runs")
+}
+
+#[test]
+fn make_install_lays_out_every_file() {
+    let dir = Dir::new("make_install");
+    let dest = dir.join("root");
+    let out = make(&dest, &["install"]);
+    assert!(out.status.success(), "make install failed: {}", String::from_utf8_lossy(&out.stderr));
+    for f in [
+        "usr/local/bin/3proxy",
+        "usr/local/share/man/man8/3proxy.8",
+        "usr/local/share/man/man5/3proxy.cfg.5",
+        "etc/3proxy/3proxy.cfg",
+        "lib/systemd/system/3proxy.service",
+        "etc/init.d/3proxy",
+    ] {
+        assert!(dest.join(f).is_file(), "{f} not installed");
+    }
+    use std::os::unix::fs::PermissionsExt;
+    let mode = |f: &str| fs::metadata(dest.join(f)).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode("usr/local/bin/3proxy"), 0o755);
+    assert_eq!(mode("etc/init.d/3proxy"), 0o755);
+
+    // The init scripts name the installed binary and cfg, not placeholders.
+    let unit = fs::read_to_string(dest.join("lib/systemd/system/3proxy.service")).unwrap();
+    assert!(!unit.contains('@'), "placeholder left in the unit:\n{unit}");
+    assert!(unit.contains("ExecStart=/usr/local/bin/3proxy ${CONFIGFILE}"), "{unit}");
+    assert!(unit.contains("CONFIGFILE=/etc/3proxy/3proxy.cfg"), "{unit}");
+    let init = fs::read_to_string(dest.join("etc/init.d/3proxy")).unwrap();
+    assert!(init.contains("DAEMON=/usr/local/bin/3proxy"), "{init}");
+    assert!(!init.contains("@BINDIR@") && !init.contains("@SYSCONFDIR@"));
+
+    // The installed sample cfg passes the installed binary's check.
+    let check = Command::new(dest.join("usr/local/bin/3proxy"))
+        .arg("-t")
+        .arg(dest.join("etc/3proxy/3proxy.cfg"))
+        .output()
+        .unwrap();
+    assert!(check.status.success(), "{}", String::from_utf8_lossy(&check.stderr));
+
+    // A second install keeps the administrator's cfg.
+    fs::write(dest.join("etc/3proxy/3proxy.cfg"), "# mine\n").unwrap();
+    let out = make(&dest, &["install-etc"]);
+    assert!(out.status.success());
+    assert_eq!(fs::read_to_string(dest.join("etc/3proxy/3proxy.cfg")).unwrap(), "# mine\n");
+
+    // And uninstall removes what install put there, except the cfg.
+    let out = make(&dest, &["uninstall"]);
+    assert!(out.status.success());
+    assert!(!dest.join("usr/local/bin/3proxy").exists());
+    assert!(!dest.join("lib/systemd/system/3proxy.service").exists());
+    assert!(dest.join("etc/3proxy/3proxy.cfg").exists());
+}
+
+#[test]
+fn install_honours_prefix() {
+    let dir = Dir::new("make_install_prefix");
+    let dest = dir.join("root");
+    let out = make(&dest, &["install-bin", "install-man", "install-init", "PREFIX=/opt/tp"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(dest.join("opt/tp/bin/3proxy").is_file());
+    assert!(dest.join("opt/tp/share/man/man8/3proxy.8").is_file());
+    let unit = fs::read_to_string(dest.join("lib/systemd/system/3proxy.service")).unwrap();
+    assert!(unit.contains("ExecStart=/opt/tp/bin/3proxy"), "{unit}");
+}
