@@ -37,8 +37,8 @@ WORKDIR = "/dev/shm/threeproxy-bench"     # tmpfs: the origin's files and the ce
 LOCK = "/run/threeproxy-bench.lock"
 NOFILE = 65536
 
-QUICK = {"seconds": 2, "warmup": 1, "runs": 1, "retries": 1}
-FULL = {"seconds": 6, "warmup": 1, "runs": 3, "retries": 2}
+QUICK = {"seconds": 2, "warmup": 1, "runs": 1, "retries": 1, "quiet_wait": 5}
+FULL = {"seconds": 6, "warmup": 1, "runs": 3, "retries": 2, "quiet_wait": 20}
 
 
 def log(*a):
@@ -90,18 +90,26 @@ def machine_info():
                   if l.startswith("model name")), platform.processor())
     mem = next(l.split()[1] for l in open("/proc/meminfo") if l.startswith("MemTotal"))
     osrel = dict(l.rstrip().split("=", 1) for l in open("/etc/os-release") if "=" in l)
-    irq_cfg = None
+    irq_cfg, irq_how = None, None
     cfgpath = "/boot/config-" + platform.release()
     if os.path.exists(cfgpath):
         irq_cfg = "CONFIG_IRQ_TIME_ACCOUNTING=y" in open(cfgpath).read()
+        irq_how = cfgpath
+    else:
+        # With IRQ time accounting the irq column grows with every interrupt;
+        # without it, hard-irq time stays 0 on an idle-ish VM.
+        cpu = next(l.split() for l in open("/proc/stat") if l.startswith("cpu "))
+        irq_cfg = int(cpu[6]) > 0
+        irq_how = "inferred: /proc/stat irq column is %s" % cpu[6]
     return {
         "cpu_model": model,
         "cpus": os.cpu_count(),
         "mem_gib": round(int(mem) / 1024 / 1024, 1),
         "kernel": platform.release(),
         "os": osrel.get("PRETTY_NAME", "").strip('"'),
-        "virt": sh(["systemd-detect-virt"]) if shutil.which("systemd-detect-virt") else None,
+        "virt": "virtual machine" if " hypervisor" in cpuinfo else "bare metal",
         "irq_time_accounting": irq_cfg,
+        "irq_time_accounting_source": irq_how,
         "hz": os.sysconf("SC_CLK_TCK"),
     }
 
@@ -212,6 +220,13 @@ def main(argv=None):
         if ours_error:
             log("our proxy is unavailable:", ours_error)
 
+    if binary:
+        # Measure a copy: the tree's binary may be rebuilt while we run.
+        os.makedirs(WORKDIR, exist_ok=True)
+        snap = os.path.join(WORKDIR, "3proxy")
+        shutil.copy2(binary, snap)
+        binary = snap
+
     proxy_cpu, other_cpu = 1, 0
     os.sched_setaffinity(0, {other_cpu})     # the harness stays off the proxy CPU
     doc = {
@@ -235,7 +250,7 @@ def main(argv=None):
 
     session = runner.Session(REPO, WORKDIR, binary, proxy_cpu=proxy_cpu, other_cpu=other_cpu,
                              seconds=mode["seconds"], warmup=mode["warmup"],
-                             retries=mode["retries"], log=log)
+                             retries=mode["retries"], quiet_wait=mode["quiet_wait"], log=log)
     session.ours_error = ours_error
     shutil.rmtree(os.path.join(WORKDIR, "cells"), ignore_errors=True)
     known_na = {}

@@ -1,6 +1,8 @@
 """Turns a run's JSON into tables, bench/RESULTS.md, and a comparison of
 two runs.  Pure: dicts in, text out."""
 
+import re
+
 from . import stats
 
 AGREE = 0.10     # two runs "agree" on a figure when their medians differ by <= 10%...
@@ -185,7 +187,13 @@ def render_summary(doc):
 
 
 def _short(reason, n=90):
+    """A reason fit for a table cell: our config errors lose their
+    "3proxy: 3proxy.cfg:4:" prefix, everything loses newlines and pipes."""
     reason = (reason or "").replace("|", "/").replace("\n", " ")
+    m = re.match(r"^(\S+) did not serve (\S+) \(exit (\S+)\): (?:\S+: )?\S+\.cfg:\d+: (.*)$",
+                 reason)
+    if m:
+        reason = "%s (exit %s)" % (m.group(4), m.group(3))
     return reason if len(reason) <= n else reason[:n - 1] + "…"
 
 
@@ -237,10 +245,10 @@ def render_machine(doc):
         "| CPU | %s, %d CPUs (%s) |" % (m["cpu_model"], m["cpus"], m.get("virt") or "?"),
         "| memory | %s GiB |" % m["mem_gib"],
         "| OS, kernel | %s, Linux %s |" % (m["os"], m["kernel"]),
-        "| CPU accounting | %s; busy = %s |" % (
+        "| CPU accounting | %s (%s); busy = %s |" % (
             "IRQ time accounting" if m.get("irq_time_accounting") else
-            "tick-based (no IRQ time accounting)" if m.get("irq_time_accounting") is False
-            else "tick-based assumed (kernel config not readable)", st["cpu_busy"]),
+            "tick-based, no IRQ time accounting", m.get("irq_time_accounting_source") or "?",
+            st["cpu_busy"]),
         "| tools | %s; %s; %s; %s; Python %s |" % (t.get("wrk"), t.get("iperf3"), t.get("nginx"),
                                                   t.get("haproxy"), t.get("python")),
         "| threeproxy | %s |" % ("binary sha256 %s, built %s, git %s" % (

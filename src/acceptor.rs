@@ -18,6 +18,7 @@ use crossbeam_channel::{bounded, Receiver, Sender, TrySendError};
 
 use crate::client::Client;
 use crate::net::{Listener, Stream};
+use crate::running::Running;
 use crate::services::{Kind, Service};
 
 /// How long a finished client thread waits for the next client before it
@@ -32,11 +33,11 @@ const WARN_EVERY: Duration = Duration::from_secs(5);
 pub struct Slot(Arc<Service>);
 
 impl Slot {
-    /// Take a slot, waiting while the service is full. Returns after
-    /// `timeout` with None if no slot freed up.
-    fn take(svc: &Arc<Service>, last_warn: &mut Option<Instant>) -> Slot {
+    /// Take a slot, waiting while the service is full. Gives up (None)
+    /// after a second so the acceptor can notice a reload or a stop.
+    fn take(svc: &Arc<Service>, last_warn: &mut Option<Instant>) -> Option<Slot> {
         let mut live = svc.live.lock().unwrap_or_else(|e| e.into_inner());
-        while *live >= svc.maxconn {
+        if *live >= svc.maxconn {
             if last_warn.is_none_or(|t| t.elapsed() >= WARN_EVERY) {
                 log::warn!(
                     "{} on {}: too many connected clients ({}/{}), new ones wait",
@@ -47,10 +48,17 @@ impl Slot {
                 );
                 *last_warn = Some(Instant::now());
             }
-            live = svc.left.wait(live).unwrap_or_else(|e| e.into_inner());
+            let (l, _) = svc
+                .left
+                .wait_timeout_while(live, Duration::from_secs(1), |n| *n >= svc.maxconn)
+                .unwrap_or_else(|e| e.into_inner());
+            live = l;
+            if *live >= svc.maxconn {
+                return None;
+            }
         }
         *live += 1;
-        Slot(svc.clone())
+        Some(Slot(svc.clone()))
     }
 
     pub fn service(&self) -> &Arc<Service> {
@@ -74,24 +82,33 @@ pub struct Accepted {
     pub slot: Slot,
 }
 
-/// The acceptor thread's body. Never returns while the process runs.
-pub fn run(svc: Arc<Service>, listener: Listener) {
-    let Kind::Tcp(serve) = svc.def.kind else {
+/// The acceptor thread's body: runs until the service is stopped (by a
+/// reload that drops it, or at exit), then closes the listener.
+pub fn run(r: Arc<Running>, listener: Listener) {
+    let first = r.current();
+    let Kind::Tcp(serve) = first.def.kind else {
         return;
     };
-    if !svc.opts.silent {
-        svc_record(&svc, "Accepting connections");
+    if !first.opts.silent {
+        svc_record(&first, "Accepting connections");
     }
+    drop(first);
     let (tx, rx) = bounded::<Accepted>(0);
     let mut last_warn = None;
     let mut last_err: Option<Instant> = None;
-    loop {
-        let slot = Slot::take(&svc, &mut last_warn);
+    while !r.stopped() {
+        // The settings of the moment: a reload may have swapped them.
+        let svc = r.current();
+        let Some(slot) = Slot::take(&svc, &mut last_warn) else {
+            continue;
+        };
         let (stream, peer) = match listener.accept() {
             Ok(x) => x,
             Err(e) => {
                 drop(slot);
-                accept_error(&svc, &e, &mut last_err);
+                if !r.stopped() {
+                    accept_error(&svc, &e, &mut last_err);
+                }
                 continue;
             }
         };
@@ -100,6 +117,10 @@ pub fn run(svc: Arc<Service>, listener: Listener) {
         stream.set_nodelay();
         svc.opts.oc.apply(std::os::fd::AsFd::as_fd(&stream));
         dispatch(&svc, &tx, &rx, serve, Accepted { stream, peer, slot });
+    }
+    let svc = r.current();
+    if !svc.opts.silent {
+        svc_record(&svc, "Exiting thread");
     }
 }
 

@@ -1,11 +1,30 @@
 //! Access control: the one call every service makes once it knows what a
-//! client asks for (3proxy's auth.c `doauth`/`checkACL`, acl.c).
+//! client asks for (3proxy's auth.c `doauth`, `alwaysauth`; acl.c
+//! `checkACL`).
 //!
-//! STUB until the access-control issue lands: `authorize` grants
-//! everything. Its signature is the contract services code against.
+//! The cfg builds a [`Setup`] as it runs (`auth`, `allow`, `deny`, `flush`,
+//! `users`, limits); each service line takes a [`Policy`] snapshot of it,
+//! so a later `flush` or `auth` changes only the services after it. The
+//! `users` table and the limits are process-wide, as in 3proxy: every
+//! service sees every `users` line, and a `bandlimin` rule is shared by all
+//! services.
+//!
+//! [`authorize`] tries the service's `auth` types in order: a type that
+//! cannot grant access hands over to the next, one whose authentication
+//! succeeded decides for good, and a code of 10 or more stops the chain.
+//! After a grant, the limits (connlim, traffic quotas) are checked and the
+//! bandwidth limiters chosen (`limit`).
+//!
+//! Invariant: nothing here does IO; a request costs a hash lookup per
+//! `users`/cache access and O(log n) per big ACL list.
 
 use std::net::{IpAddr, SocketAddr};
+use std::sync::{Arc, RwLock};
+use std::time::SystemTime;
 
+use crate::acl::{self, Action, Entry, OpBits, Query, Verdict};
+use crate::auth::{AuthType, Users};
+use crate::limit::{Limits, Session};
 use crate::res::Res;
 use crate::services::Service;
 
@@ -30,8 +49,30 @@ pub enum Op {
     DnsResolve,
 }
 
+impl Op {
+    /// The operation's bit in an ACL operation mask.
+    pub fn bits(self) -> u32 {
+        match self {
+            Op::Connect => OpBits::CONNECT,
+            Op::Bind => OpBits::BIND,
+            Op::UdpAssoc => OpBits::UDPASSOC,
+            Op::HttpGet => OpBits::HTTP_GET,
+            Op::HttpPut => OpBits::HTTP_PUT,
+            Op::HttpPost => OpBits::HTTP_POST,
+            Op::HttpHead => OpBits::HTTP_HEAD,
+            Op::HttpConnect => OpBits::HTTP_CONNECT,
+            Op::HttpOther => OpBits::HTTP_OTHER,
+            Op::FtpGet => OpBits::FTP_GET,
+            Op::FtpPut => OpBits::FTP_PUT,
+            Op::FtpList => OpBits::FTP_LIST,
+            Op::FtpData => OpBits::FTP_DATA,
+            Op::Admin => OpBits::ADMIN,
+            Op::DnsResolve => OpBits::DNSRESOLVE,
+        }
+    }
+}
+
 /// What a client asks for, as far as the service knows it.
-#[allow(dead_code)]
 #[derive(Debug, Clone, Default)]
 pub struct Request<'a> {
     pub op: Option<Op>,
@@ -49,13 +90,291 @@ pub struct Request<'a> {
     pub password: Option<&'a str>,
 }
 
-/// What an allowed request may use (parents, limits: filled in later).
+/// What an allowed request may use. Keep it for the whole session: it
+/// holds the session's limits (a `connlim` slot is given back when the
+/// last clone is dropped).
 #[derive(Debug, Clone, Default)]
-pub struct Grant {}
+pub struct Grant {
+    /// `nolog` on the matching ACL entry: write no log record.
+    pub nolog: bool,
+    /// The weight of the matching ACL entry (`weight`).
+    pub weight: u32,
+    /// Bandwidth limiters and traffic counters of the session; pass it to
+    /// `relay::relay_with`, and call `Session::count` when it ends.
+    pub limits: Option<Arc<Session>>,
+}
+
+/// The access part of the cfg script's state (3proxy's `conf.authfuncs`,
+/// `conf.acl`, the password table, the limiter lists).
+#[derive(Debug)]
+pub struct Setup {
+    /// `auth`; 3proxy starts (and reloads) with `auth iponly`.
+    pub auth: Vec<AuthType>,
+    /// The current ACL: `allow`/`deny` append, `flush` empties.
+    pub acl: Arc<Vec<Entry>>,
+    /// `users`, shared by all services.
+    pub users: Arc<RwLock<Users>>,
+    /// `connlim`, `bandlim*`, `count*`, `counter`: shared by all services.
+    pub limits: Arc<Limits>,
+    /// `force` (the default) / `noforce`: re-check sessions on reload.
+    pub force: bool,
+}
+
+impl Default for Setup {
+    fn default() -> Self {
+        Setup {
+            auth: vec![AuthType::IpOnly],
+            acl: Arc::default(),
+            users: Arc::default(),
+            limits: Arc::default(),
+            force: true,
+        }
+    }
+}
+
+impl Setup {
+    /// The snapshot a service line takes.
+    pub fn snapshot(&self) -> Policy {
+        Policy {
+            auth: self.auth.clone(),
+            timed: self.acl.iter().any(|e| e.rule.timed()),
+            acl: self.acl.clone(),
+            users: self.users.clone(),
+            limits: self.limits.clone(),
+            force: self.force,
+        }
+    }
+}
+
+/// A service's view of access control, fixed when its line ran.
+#[derive(Debug, Clone, Default)]
+pub struct Policy {
+    pub auth: Vec<AuthType>,
+    pub acl: Arc<Vec<Entry>>,
+    /// Some ACL entry looks at the weekday or the time of day.
+    timed: bool,
+    pub users: Arc<RwLock<Users>>,
+    pub limits: Arc<Limits>,
+    #[allow(dead_code)]
+    pub force: bool,
+}
+
+/// How the ACL walk ended, when it allowed the request.
+struct Allowed {
+    nolog: bool,
+    weight: u32,
+}
 
 /// Authenticate and authorize a request against the service's `auth` and
-/// ACL snapshot. Err carries 3proxy's code: 1 denied, 3 no rule matched,
-/// 4 no user name, 5 unknown user, 6-8 wrong password, 10 a limit.
-pub fn authorize(_svc: &Service, _req: &Request<'_>) -> Result<Grant, Res> {
-    Ok(Grant {})
+/// ACL snapshot, then check the limits. Err carries 3proxy's code: 1
+/// denied, 3 no rule matched, 4 no user name, 5 unknown user, 6-8 wrong
+/// password, 10 a limit.
+pub fn authorize(svc: &Service, req: &Request<'_>) -> Result<Grant, Res> {
+    authorize_policy(&svc.access, req, SystemTime::now())
+}
+
+/// [`authorize`] on a policy, at a given time (for tests).
+pub fn authorize_policy(p: &Policy, req: &Request<'_>, now: SystemTime) -> Result<Grant, Res> {
+    let host = req.host.map(acl::normalize_host);
+    let (wday, daysec) = if p.timed || p.limits.timed() { local_clock(now) } else { (0, 0) };
+    let mut q = Query {
+        user: req.user,
+        src: req.client.map(|a| a.ip()),
+        dst: req.addr,
+        host: host.as_deref(),
+        port: req.port,
+        op: req.op.map(Op::bits).unwrap_or(0),
+        wday,
+        daysec,
+        weight: 0,
+    };
+
+    let mut worst = Res::OK;
+    let mut allowed = None;
+    for t in &p.auth {
+        let step = match t {
+            AuthType::None => Ok(Allowed { nolog: false, weight: 0 }),
+            AuthType::IpOnly => check_acl(&p.acl, &Query { user: None, ..q }),
+            // Once these authenticate, the ACL's answer is final.
+            AuthType::UserOnly => match req.user {
+                Some(_) => Ok(check_acl(&p.acl, &q)?),
+                None => Err(Res(4)),
+            },
+            AuthType::Strong => {
+                let users = p.users.read().unwrap_or_else(|e| e.into_inner());
+                match users.check(req.user, req.password) {
+                    Ok(()) => {
+                        drop(users);
+                        Ok(check_acl(&p.acl, &q)?)
+                    }
+                    Err(e) => Err(e),
+                }
+            }
+            // The auth cache is not built yet: a miss, as an empty cache.
+            AuthType::Cache | AuthType::CacheAcl => Err(Res(4)),
+        };
+        match step {
+            Ok(a) => {
+                allowed = Some(a);
+                break;
+            }
+            Err(e) => {
+                worst = worst.max(e);
+                if worst.0 >= 10 {
+                    return Err(worst);
+                }
+            }
+        }
+    }
+    // No `auth` types at all allows, as 3proxy's empty list does.
+    let allowed = match allowed {
+        Some(a) => a,
+        None if p.auth.is_empty() => Allowed { nolog: false, weight: 0 },
+        None => return Err(worst),
+    };
+    q.weight = allowed.weight;
+    let limits = p.limits.start(&q)?;
+    Ok(Grant { nolog: allowed.nolog, weight: allowed.weight, limits })
+}
+
+/// Walk the ACL (3proxy's `checkACL`): empty allows, a `deny` gives 1, no
+/// match gives 3.
+fn check_acl(acl: &[Entry], q: &Query<'_>) -> Result<Allowed, Res> {
+    match acl::check(acl, q) {
+        Verdict::Empty => Ok(Allowed { nolog: false, weight: 0 }),
+        Verdict::NoMatch => Err(Res(3)),
+        Verdict::Matched(i) => {
+            let e = &acl[i];
+            match e.action {
+                Action::Allow => Ok(Allowed { nolog: e.nolog, weight: e.rule.weight }),
+                Action::Deny => Err(Res(1)),
+            }
+        }
+    }
+}
+
+/// Weekday (0 = Sunday) and seconds since midnight, in local time.
+fn local_clock(t: SystemTime) -> (u8, u32) {
+    let secs = t.duration_since(SystemTime::UNIX_EPOCH).map(|d| d.as_secs() as i64).unwrap_or(0);
+    let tm = crate::sys::time::local(secs);
+    (tm.wday as u8, tm.hour * 3600 + tm.min * 60 + tm.sec.min(59))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(action: Action, line: &str) -> Entry {
+        let f: Vec<String> = line.split_whitespace().map(String::from).collect();
+        Entry { action, rule: acl::Rule::parse(&f).unwrap(), nolog: false }
+    }
+
+    fn policy(auth: &[AuthType], acl: Vec<Entry>, users: &str) -> Policy {
+        let mut u = Users::default();
+        let args: Vec<String> = users.split_whitespace().map(String::from).collect();
+        u.add_line(&args).unwrap();
+        let setup = Setup {
+            auth: auth.to_vec(),
+            acl: Arc::new(acl),
+            users: Arc::new(RwLock::new(u)),
+            ..Setup::default()
+        };
+        setup.snapshot()
+    }
+
+    fn req<'a>(src: &str, user: Option<&'a str>, pass: Option<&'a str>) -> Request<'a> {
+        Request {
+            op: Some(Op::Connect),
+            client: Some(SocketAddr::new(src.parse().unwrap(), 5000)),
+            addr: Some("192.0.2.1".parse().unwrap()),
+            port: 80,
+            user,
+            password: pass,
+            ..Request::default()
+        }
+    }
+
+    fn run(p: &Policy, r: &Request<'_>) -> Result<(), u32> {
+        authorize_policy(p, r, SystemTime::now()).map(|_| ()).map_err(|e| e.0)
+    }
+
+    use AuthType::*;
+
+    #[test]
+    fn default_is_iponly_and_enforces_the_acl() {
+        let p = Setup::default().snapshot();
+        assert_eq!(p.auth, [IpOnly]);
+        assert_eq!(run(&p, &req("10.0.0.1", None, None)), Ok(()), "empty ACL allows");
+        let p = policy(&[IpOnly], vec![entry(Action::Allow, "* 10.0.0.0/8")], "");
+        assert_eq!(run(&p, &req("10.0.0.1", None, None)), Ok(()));
+        assert_eq!(run(&p, &req("11.0.0.1", None, None)), Err(3), "implicit deny");
+        let p = policy(&[IpOnly], vec![entry(Action::Deny, "* * * 80")], "");
+        assert_eq!(run(&p, &req("10.0.0.1", None, None)), Err(1));
+    }
+
+    #[test]
+    fn iponly_hides_the_user_name() {
+        let p = policy(&[IpOnly], vec![entry(Action::Allow, "alice")], "alice:pw");
+        assert_eq!(run(&p, &req("10.0.0.1", Some("alice"), Some("pw"))), Err(3));
+        let p = policy(&[IpOnly], vec![entry(Action::Allow, "-")], "");
+        assert_eq!(run(&p, &req("10.0.0.1", Some("alice"), None)), Ok(()));
+    }
+
+    #[test]
+    fn none_skips_the_acl() {
+        let p = policy(&[None], vec![entry(Action::Deny, "*")], "");
+        assert_eq!(run(&p, &req("10.0.0.1", None, None)), Ok(()));
+    }
+
+    #[test]
+    fn strong_codes_and_acl() {
+        let acl = vec![entry(Action::Deny, "bob"), entry(Action::Allow, "alice,bob")];
+        let p = policy(&[Strong], acl, "alice:pw bob:pw");
+        assert_eq!(run(&p, &req("10.0.0.1", None, None)), Err(4));
+        assert_eq!(run(&p, &req("10.0.0.1", Some("eve"), Some("pw"))), Err(5));
+        assert_eq!(run(&p, &req("10.0.0.1", Some("alice"), Some("no"))), Err(6));
+        assert_eq!(run(&p, &req("10.0.0.1", Some("alice"), Some("pw"))), Ok(()));
+        assert_eq!(run(&p, &req("10.0.0.1", Some("bob"), Some("pw"))), Err(1));
+    }
+
+    #[test]
+    fn useronly_takes_any_name() {
+        let p = policy(&[UserOnly], vec![entry(Action::Allow, "guest")], "");
+        assert_eq!(run(&p, &req("10.0.0.1", Some("guest"), None)), Ok(()));
+        assert_eq!(run(&p, &req("10.0.0.1", Some("other"), None)), Err(3));
+        assert_eq!(run(&p, &req("10.0.0.1", None, None)), Err(4));
+    }
+
+    #[test]
+    fn iponly_strong_falls_through() {
+        // Local clients need no password; others need one.
+        let acl = vec![entry(Action::Allow, "* 127.0.0.0/8"), entry(Action::Allow, "alice")];
+        let p = policy(&[IpOnly, Strong], acl, "alice:pw");
+        assert_eq!(run(&p, &req("127.0.0.1", None, None)), Ok(()));
+        // Not allowed by address, no user: the highest code, 4, is what a
+        // client sees (an HTTP proxy asks for a password).
+        assert_eq!(run(&p, &req("10.0.0.1", None, None)), Err(4));
+        assert_eq!(run(&p, &req("10.0.0.1", Some("alice"), Some("bad"))), Err(6));
+        assert_eq!(run(&p, &req("10.0.0.1", Some("alice"), Some("pw"))), Ok(()));
+    }
+
+    #[test]
+    fn a_deny_after_authentication_is_final() {
+        // strong authenticates alice; the ACL denies her; iponly after it
+        // is not tried although it would allow.
+        let acl = vec![entry(Action::Deny, "alice"), entry(Action::Allow, "-")];
+        let p = policy(&[Strong, IpOnly], acl, "alice:pw");
+        assert_eq!(run(&p, &req("10.0.0.1", Some("alice"), Some("pw"))), Err(1));
+        assert_eq!(run(&p, &req("10.0.0.1", None, None)), Ok(()));
+    }
+
+    #[test]
+    fn nolog_and_weight_come_from_the_matching_entry() {
+        let mut e = entry(Action::Allow, "* * * * * * * 7");
+        e.nolog = true;
+        let p = policy(&[IpOnly], vec![e], "");
+        let g = authorize_policy(&p, &req("10.0.0.1", None, None), SystemTime::now()).unwrap();
+        assert!(g.nolog);
+        assert_eq!(g.weight, 7);
+    }
 }

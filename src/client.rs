@@ -40,6 +40,9 @@ pub struct Client {
     pub bytes_in: u64,
     pub hops: u32,
     pub start: SystemTime,
+    /// %N when it is not the service's own name (SOCKS prints the
+    /// protocol version the client spoke: SOCK4, SOCK5, SOC45).
+    pub service_name: Option<&'static str>,
     /// Set when the last request was logged and nothing happened since:
     /// the drop then writes no second record (HTTP keep-alive).
     pub logged: bool,
@@ -65,6 +68,7 @@ impl Client {
             bytes_in: 0,
             hops: 0,
             start: SystemTime::now(),
+            service_name: None,
             logged: false,
             slot: a.slot,
         }
@@ -93,7 +97,7 @@ impl Client {
         let svc = self.slot.service();
         let Some(sink) = &svc.log else { return };
         let rec = LogRecord {
-            service: svc.def.log_name,
+            service: self.service_name.unwrap_or(svc.def.log_name),
             listen_port: svc.port(),
             res: self.res.0,
             user: self.user.as_deref(),

@@ -28,12 +28,16 @@ mod acceptor;
 mod access;
 mod client;
 mod conf;
+mod crypt;
+mod http;
 mod log;
 mod logformat;
 mod net;
 mod proxyproto;
 mod relay;
+mod running;
 mod res;
+mod resolve;
 mod services;
 mod sys;
 
@@ -62,6 +66,11 @@ fn usage(opts: &getopts::Options) -> String {
 }
 
 fn main() -> ExitCode {
+    // Run as `3proxy_crypt` (a symlink to this binary): the hash tool.
+    let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    if crypt::invoked_as_crypt(argv.first().map(|a| a.as_os_str())) {
+        return crypt::crypt_main(argv);
+    }
     env_logger::Builder::new()
         .parse_env(env_logger::Env::new().filter_or("THREEPROXY_LOG", "warn"))
         .format(|buf, rec| {
@@ -154,11 +163,11 @@ fn main() -> ExitCode {
         match sigs.wait() {
             Ok(Signal::SIGTERM | Signal::SIGINT) => {
                 ::log::info!("exiting on signal");
+                running::stop_all();
+                net::remove_unix_files();
                 return ExitCode::SUCCESS;
             }
-            Ok(Signal::SIGUSR1) => {
-                ::log::warn!("SIGUSR1: reload is not supported yet; the running cfg stays")
-            }
+            Ok(Signal::SIGUSR1) => reload(&name),
             Ok(_) => {}
             Err(e) => {
                 ::log::error!("sigwait: {e}");
@@ -166,6 +175,66 @@ fn main() -> ExitCode {
             }
         }
     }
+}
+
+/// SIGUSR1: read the cfg again and switch to it, better than 3proxy does.
+/// The new cfg is loaded and its new sockets bound first; if anything fails
+/// the error is logged and the running services stay as they are. Sockets
+/// whose address and options did not change are kept open (no gap, no
+/// second listener, no lost queued client) and only their settings change;
+/// sockets no longer in the cfg are closed. Clients being served finish on
+/// the settings they started with.
+fn reload(name: &str) {
+    if name == "<stdin>" {
+        ::log::warn!("reload: the cfg came from standard input and cannot be read again; keeping it");
+        return;
+    }
+    ::log::info!("reload: reading {name}");
+    let text = match std::fs::read_to_string(name) {
+        Ok(t) => t,
+        Err(e) => {
+            ::log::error!("reload: {name}: {e}; the running configuration stays");
+            return;
+        }
+    };
+    let mut state = conf::State::new(false);
+    if let Err(e) = conf::run_text(&mut state, name, &text) {
+        ::log::error!("reload: {e}; the running configuration stays");
+        return;
+    }
+    state.finalize();
+    if state.services.is_empty() {
+        ::log::error!("reload: {name}: no service is started; the running configuration stays");
+        return;
+    }
+    let kept: Vec<std::sync::Arc<running::Running>> =
+        state.services.iter().filter_map(|p| p.reuse.clone()).collect();
+    let unix_paths: Vec<net::Addr> = state
+        .services
+        .iter()
+        .map(|p| p.svc.listen.clone())
+        .filter(|a| !matches!(a, net::Addr::Ip(_)))
+        .collect();
+    running::retain(|r| {
+        let keep = kept.iter().any(|k| std::ptr::eq(k.as_ref(), r));
+        if !keep {
+            if let net::Addr::Unix(p) = &r.current().listen {
+                if !unix_paths.contains(&net::Addr::Unix(p.clone())) {
+                    let _ = std::fs::remove_file(p);
+                }
+            }
+        }
+        keep
+    });
+    let mut started = 0;
+    for p in std::mem::take(&mut state.services) {
+        let what = format!("{p:?}");
+        match services::start(p) {
+            Ok(()) => started += 1,
+            Err(e) => ::log::error!("reload: cannot start {what}: {e}"),
+        }
+    }
+    ::log::warn!("reload: {name} loaded, {started} services");
 }
 
 /// The cfg's name and text: the named file, else the default path; if

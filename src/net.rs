@@ -4,7 +4,7 @@
 //! (3proxy's `doconnect`, `getip46`).
 
 use std::io::{self, Read, Write};
-use std::net::{IpAddr, Shutdown, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
+use std::net::{IpAddr, Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::PathBuf;
@@ -236,24 +236,10 @@ impl Target {
     }
 }
 
-/// Resolve a name through the system resolver, honouring the family.
+/// Resolve a name for a connection, honouring the family; see
+/// `crate::resolve` (nserver, nscache, nsrecord, fakeresolve).
 pub fn resolve(host: &str, port: u16, family: Family) -> Result<SocketAddr, Res> {
-    if let Some(ip) = parse_ip(host) {
-        return Ok(SocketAddr::new(ip, port));
-    }
-    let addrs: Vec<SocketAddr> = (host, port)
-        .to_socket_addrs()
-        .map_err(|_| Res::NOHOST)?
-        .collect();
-    let v4 = addrs.iter().find(|a| a.is_ipv4());
-    let v6 = addrs.iter().find(|a| a.is_ipv6());
-    let pick = match family {
-        Family::V4 => v4,
-        Family::V6 => v6,
-        Family::V46 => v4.or(v6),
-        Family::V64 => v6.or(v4),
-    };
-    pick.copied().ok_or(Res::NOHOST)
+    crate::resolve::resolve(host, port, family)
 }
 
 /// How to open an outgoing connection: `-e` source addresses, `-De`
@@ -314,12 +300,12 @@ impl Dialer {
     }
 }
 
-/// A bound, listening socket of either kind. A unix socket file is removed
-/// when the listener is dropped.
+/// A bound, listening socket of either kind. Unix socket files are removed
+/// at exit (`remove_unix_files`) or by the reload that drops them.
 #[derive(Debug)]
 pub enum Listener {
     Tcp(TcpListener),
-    Unix(UnixListener, Option<PathBuf>),
+    Unix(UnixListener),
 }
 
 impl Listener {
@@ -365,12 +351,13 @@ impl Listener {
                     }
                 }
                 let l = UnixListener::bind(p)?;
-                Ok(Listener::Unix(l, Some(p.clone())))
+                UNIX_FILES.lock().unwrap_or_else(|e| e.into_inner()).push(p.clone());
+                Ok(Listener::Unix(l))
             }
             Addr::Abstract(n) => {
                 use std::os::linux::net::SocketAddrExt;
                 let a = std::os::unix::net::SocketAddr::from_abstract_name(n.as_bytes())?;
-                Ok(Listener::Unix(UnixListener::bind_addr(&a)?, None))
+                Ok(Listener::Unix(UnixListener::bind_addr(&a)?))
             }
         }
     }
@@ -379,14 +366,14 @@ impl Listener {
     pub fn accept(&self) -> io::Result<(Stream, Option<SocketAddr>)> {
         match self {
             Listener::Tcp(l) => l.accept().map(|(s, a)| (Stream::Tcp(s), Some(a))),
-            Listener::Unix(l, _) => l.accept().map(|(s, _)| (Stream::Unix(s), None)),
+            Listener::Unix(l) => l.accept().map(|(s, _)| (Stream::Unix(s), None)),
         }
     }
 
     pub fn local_addr(&self) -> Option<SocketAddr> {
         match self {
             Listener::Tcp(l) => l.local_addr().ok(),
-            Listener::Unix(..) => None,
+            Listener::Unix(_) => None,
         }
     }
 }
@@ -395,16 +382,20 @@ impl AsFd for Listener {
     fn as_fd(&self) -> BorrowedFd<'_> {
         match self {
             Listener::Tcp(l) => l.as_fd(),
-            Listener::Unix(l, _) => l.as_fd(),
+            Listener::Unix(l) => l.as_fd(),
         }
     }
 }
 
-impl Drop for Listener {
-    fn drop(&mut self) {
-        if let Listener::Unix(_, Some(p)) = self {
-            let _ = std::fs::remove_file(p);
-        }
+
+/// Socket files of unix listeners, removed when the process exits (the
+/// listeners themselves live in acceptor threads that are never joined).
+static UNIX_FILES: std::sync::Mutex<Vec<PathBuf>> = std::sync::Mutex::new(Vec::new());
+
+/// Remove the socket files of every unix listener, at exit.
+pub fn remove_unix_files() {
+    for p in UNIX_FILES.lock().unwrap_or_else(|e| e.into_inner()).drain(..) {
+        let _ = std::fs::remove_file(p);
     }
 }
 

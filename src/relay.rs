@@ -15,6 +15,10 @@
 //! - Data moves through a heap buffer per direction (borrowed from a pool
 //!   only while data is in flight, so idle sessions hold none) or, with `-s`,
 //!   through a kernel pipe per direction with splice(), never copied to us.
+//! - Limits (`relay_with`): a direction over its bandwidth limit reads
+//!   nothing until its bucket's debt is paid; the wait is part of the
+//!   poll() timeout, so a limited session sleeps and never spins. A
+//!   direction past its traffic quota ends the session with code 10.
 
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
@@ -24,6 +28,7 @@ use std::time::{Duration, Instant};
 use nix::errno::Errno;
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 
+use crate::limit::{Permit, Session};
 use crate::net::Stream;
 use crate::res::Res;
 use crate::services::{Grace, DEFAULT_BUFSIZE};
@@ -56,6 +61,13 @@ pub struct Outcome {
 /// session times out, or an error occurs. `early` is data already read from
 /// the client that must reach the server first.
 pub fn relay(cli: &Stream, srv: &Stream, opts: &RelayOpts) -> Outcome {
+    relay_with(cli, srv, opts, None)
+}
+
+/// [`relay`] under a session's limits (bandwidth, traffic quota), as
+/// `access::authorize` granted them.
+pub fn relay_with(cli: &Stream, srv: &Stream, opts: &RelayOpts, limits: Option<&Session>) -> Outcome {
+    let limits = limits.filter(|l| l.shapes());
     if cli.set_nonblocking(true).is_err() || srv.set_nonblocking(true).is_err() {
         return Outcome {
             res: Res::POLL,
@@ -65,10 +77,10 @@ pub fn relay(cli: &Stream, srv: &Stream, opts: &RelayOpts) -> Outcome {
     }
     if opts.splice {
         let mk = || SplicePipe::new(opts.bufsize);
-        run(cli, srv, mk(), mk(), opts)
+        run(cli, srv, mk(), mk(), opts, limits)
     } else {
         let mk = || CopyBuf::new(opts.bufsize);
-        run(cli, srv, mk(), mk(), opts)
+        run(cli, srv, mk(), mk(), opts, limits)
     }
 }
 
@@ -78,8 +90,8 @@ trait Channel {
     fn has_space(&self) -> bool;
     /// Bytes read and not yet written.
     fn pending(&self) -> bool;
-    /// Read from `src` into the channel.
-    fn fill(&mut self, src: BorrowedFd<'_>) -> Result<usize, Errno>;
+    /// Read at most `max` bytes from `src` into the channel.
+    fn fill(&mut self, src: BorrowedFd<'_>, max: usize) -> Result<usize, Errno>;
     /// Write from the channel to `dst`.
     fn drain(&mut self, dst: BorrowedFd<'_>) -> Result<usize, Errno>;
     /// The channel is idle: give back what can be given back.
@@ -129,9 +141,10 @@ impl Channel for CopyBuf {
     fn pending(&self) -> bool {
         self.end > self.start
     }
-    fn fill(&mut self, src: BorrowedFd<'_>) -> Result<usize, Errno> {
+    fn fill(&mut self, src: BorrowedFd<'_>, max: usize) -> Result<usize, Errno> {
         let end = self.end;
-        let n = nix::unistd::read(src, &mut self.buffer()[end..])?;
+        let stop = end.saturating_add(max).min(self.size);
+        let n = nix::unistd::read(src, &mut self.buffer()[end..stop])?;
         self.end += n;
         Ok(n)
     }
@@ -201,9 +214,9 @@ impl Channel for SplicePipe {
     fn pending(&self) -> bool {
         self.inflight > 0
     }
-    fn fill(&mut self, src: BorrowedFd<'_>) -> Result<usize, Errno> {
+    fn fill(&mut self, src: BorrowedFd<'_>, max: usize) -> Result<usize, Errno> {
         use nix::fcntl::{splice, SpliceFFlags};
-        let room = self.cap - self.inflight;
+        let room = (self.cap - self.inflight).min(max);
         let (_, w) = self.pipe()?;
         let n = splice(
             src,
@@ -250,6 +263,10 @@ struct Dir<'a, C> {
     eof: bool,
     shut: bool,
     bytes: u64,
+    /// Limits: set while the direction must not read (bandwidth), and
+    /// when its quota is used up.
+    throttled: Option<Instant>,
+    quota_hit: bool,
     /// Reads and bytes in the current one-second window, for `-g`.
     win_start: Instant,
     win_reads: u32,
@@ -268,6 +285,8 @@ impl<'a, C: Channel> Dir<'a, C> {
             eof: false,
             shut: false,
             bytes: 0,
+            throttled: None,
+            quota_hit: false,
             win_start: Instant::now(),
             win_reads: 0,
             win_bytes: 0,
@@ -281,19 +300,48 @@ impl<'a, C: Channel> Dir<'a, C> {
         }
     }
 
+    /// Whether the limits let this direction read now, and how much.
+    fn allowance(&mut self, limits: Option<&Session>) -> Option<usize> {
+        let Some(l) = limits else { return Some(usize::MAX) };
+        if self.quota_hit {
+            return None;
+        }
+        let now = Instant::now();
+        if self.throttled.is_some_and(|t| t > now) {
+            return None;
+        }
+        self.throttled = None;
+        match l.permit(self.src_side == Side::Client, now) {
+            Permit::Go(n) => Some(n),
+            Permit::Wait(t) => {
+                self.throttled = Some(t);
+                None
+            }
+            Permit::Stop => {
+                self.quota_hit = true;
+                None
+            }
+        }
+    }
+
     /// Move what can move without blocking. Ok(true) if anything happened.
-    fn step(&mut self, grace: Option<Grace>) -> Result<bool, (Side, Errno)> {
+    fn step(&mut self, grace: Option<Grace>, limits: Option<&Session>) -> Result<bool, (Side, Errno)> {
         let mut progress = false;
         loop {
             let mut moved = false;
-            if !self.eof && self.can_read && self.ch.has_space() {
-                match self.ch.fill(self.src.as_fd()) {
+            let readable = !self.eof && self.can_read && self.ch.has_space();
+            let max = if readable { self.allowance(limits) } else { None };
+            if let Some(max) = max {
+                match self.ch.fill(self.src.as_fd(), max) {
                     Ok(0) => {
                         self.eof = true;
                         moved = true;
                     }
                     Ok(n) => {
                         moved = true;
+                        if let Some(l) = limits {
+                            l.used(self.src_side == Side::Client, n, Instant::now());
+                        }
                         if grace.is_some() {
                             self.count_read(n);
                         }
@@ -344,7 +392,7 @@ impl<'a, C: Channel> Dir<'a, C> {
     }
 
     fn wants_read(&self) -> bool {
-        !self.eof && !self.can_read && self.ch.has_space()
+        !self.eof && !self.can_read && self.ch.has_space() && self.throttled.is_none() && !self.quota_hit
     }
 
     fn wants_write(&self) -> bool {
@@ -352,15 +400,26 @@ impl<'a, C: Channel> Dir<'a, C> {
     }
 }
 
-fn run<C: Channel>(cli: &Stream, srv: &Stream, c2s: C, s2c: C, opts: &RelayOpts) -> Outcome {
+fn run<C: Channel>(
+    cli: &Stream,
+    srv: &Stream,
+    c2s: C,
+    s2c: C,
+    opts: &RelayOpts,
+    limits: Option<&Session>,
+) -> Outcome {
     let mut up = Dir::new(c2s, cli, srv, Side::Client);
     let mut down = Dir::new(s2c, srv, cli, Side::Server);
     let idle_ms = opts.idle.as_millis().min(i32::MAX as u128) as i32;
     let res = loop {
-        let moved = match (up.step(opts.grace), down.step(opts.grace)) {
+        let moved = match (up.step(opts.grace, limits), down.step(opts.grace, limits)) {
             (Ok(a), Ok(b)) => a || b,
             (Err((side, e)), _) | (_, Err((side, e))) => break error_res(side, e, &up, &down),
         };
+        if (up.quota_hit && !up.ch.pending()) || (down.quota_hit && !down.ch.pending()) {
+            // 3proxy's code for a traffic limit reached mid-session.
+            break Res(10);
+        }
         if up.shut && down.shut {
             break Res::OK;
         }
@@ -415,6 +474,16 @@ fn wait<C: Channel>(up: &mut Dir<'_, C>, down: &mut Dir<'_, C>, idle_ms: i32) ->
     if up.wants_write() {
         srv_ev |= PollFlags::POLLOUT;
     }
+    // A direction waiting out its bandwidth limit wakes the poll in time.
+    let mut idle_ms = idle_ms;
+    let mut throttled = false;
+    if let Some(t) = [up.throttled, down.throttled].into_iter().flatten().min() {
+        let ms = t.saturating_duration_since(Instant::now()).as_millis() as i32 + 1;
+        if ms < idle_ms {
+            idle_ms = ms;
+            throttled = true;
+        }
+    }
     // Only sockets with something to wait for are polled: POLLHUP and
     // POLLERR are reported even for no events and would make this spin.
     let mut fds = Vec::with_capacity(2);
@@ -423,6 +492,10 @@ fn wait<C: Channel>(up: &mut Dir<'_, C>, down: &mut Dir<'_, C>, idle_ms: i32) ->
     }
     if !srv_ev.is_empty() {
         fds.push(PollFd::new(down.src.as_fd(), srv_ev));
+    }
+    if fds.is_empty() && throttled {
+        std::thread::sleep(Duration::from_millis(idle_ms as u64));
+        return Ok(true);
     }
     if fds.is_empty() {
         // Nothing can ever move again (both ends done reading, nothing
@@ -440,7 +513,8 @@ fn wait<C: Channel>(up: &mut Dir<'_, C>, down: &mut Dir<'_, C>, idle_ms: i32) ->
         }
     };
     if n == 0 {
-        return Ok(false);
+        // A limit's wait is over: not an idle timeout.
+        return Ok(throttled);
     }
     let ready_in = PollFlags::POLLIN | PollFlags::POLLHUP | PollFlags::POLLERR;
     let ready_out = PollFlags::POLLOUT | PollFlags::POLLHUP | PollFlags::POLLERR;

@@ -45,6 +45,8 @@ impl Res {
     pub const BAD_REQUEST: Res = Res(511);
     /// The destination is the proxy's own listening address (loop).
     pub const LOOP: Res = Res(519);
+    /// Address type not supported (SOCKS).
+    pub const NOTIMPL_ATYP: Res = Res(997);
     /// Not implemented.
     pub const NOTIMPL: Res = Res(999);
 }

@@ -124,13 +124,16 @@ fn port_in_use_is_an_error() {
 
 /// Commands of 3proxy this stage does not have yet. Drop an entry when its
 /// command lands (and give it real tests).
+/// Commands no stage has built yet (the list shrinks as services land).
 const NOT_YET: &[&str] = &[
-    "proxy -p3128",
-    "socks",
-    "auth strong",
-    "allow *",
-    "parent 1000 socks5 127.0.0.1 1080",
-    "nserver 127.0.0.1",
+    "pop3p",
+    "ftppr",
+    "admin -p8080",
+    "dnspr",
+    "tlspr",
+    "plugin lib.so start",
+    "ssl_serv",
+    "filtermaxsize 10",
 ];
 
 #[test]

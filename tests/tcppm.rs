@@ -345,6 +345,57 @@ fn proxy_protocol_header_sets_the_client_address_and_is_not_forwarded() {
 }
 
 #[test]
+fn proxy_protocol_tcp6_header() {
+    let dir = Dir::new("haproxy6");
+    let log = dir.join("access.log");
+    let (origin, got) = Origin::reply_after_eof(b"ok", Duration::ZERO);
+    let port = free_port();
+    let cfg = format!(
+        "log {}\nlogformat \"L%N %C %c\"\n{}",
+        p(&log),
+        tcppm("-H", port, origin.port())
+    );
+    let _proxy = Proxy::start(dir, &cfg, &[Listen::Tcp(localhost(port))]);
+
+    let mut c = connect(localhost(port));
+    c.write_all(b"PROXY TCP6 2001:db8::7 2001:db8::1 40000 443\r\ndata")
+        .unwrap();
+    c.shutdown(Shutdown::Write).unwrap();
+    assert_eq!(read_until_closed(&mut c).unwrap(), b"ok");
+    assert_eq!(recv_where(&got, |g| !g.is_empty()), b"data");
+    expect_log_line(&log, "TCPPM 2001:db8::7 40000");
+}
+
+#[test]
+fn refused_destination_closes_the_client_and_logs_13() {
+    let dir = Dir::new("refused");
+    let log = dir.join("access.log");
+    let dead = free_port();
+    let port = free_port();
+    let cfg = format!(
+        "log {}\nlogformat \"L%N %E %O %I\"\n{}",
+        p(&log),
+        tcppm("", port, dead)
+    );
+    let _proxy = Proxy::start(dir, &cfg, &[Listen::Tcp(localhost(port))]);
+    let mut c = connect(localhost(port));
+    let _ = c.write_all(b"anyone?");
+    let got = read_until_closed(&mut c).expect("the client should be closed, not left waiting");
+    assert!(got.is_empty(), "data from nowhere: {got:?}");
+    expect_log_line(&log, "TCPPM 00013 0 0");
+}
+
+#[test]
+fn destination_by_host_name() {
+    let dir = Dir::new("by_name");
+    let origin = Origin::echo();
+    let port = free_port();
+    let cfg = format!("tcppm -i127.0.0.1 {port} localhost {}\n", origin.port());
+    let _proxy = Proxy::start(dir, &cfg, &[Listen::Tcp(localhost(port))]);
+    echo_roundtrip(&mut connect(localhost(port)), b"via localhost");
+}
+
+#[test]
 fn listens_on_a_unix_socket() {
     let dir = Dir::new("unix_listen");
     let sock = dir.join("in.sock");
@@ -354,6 +405,29 @@ fn listens_on_a_unix_socket() {
     let _proxy = Proxy::start(dir, &cfg, &[Listen::Unix(sock.clone())]);
     let mut c = connect_unix(&sock);
     echo_roundtrip(&mut c, b"over a unix socket");
+}
+
+#[test]
+fn unix_socket_file_is_replaced_at_start_and_removed_at_exit() {
+    let dir = Dir::new("unix_file");
+    let sock = dir.join("in.sock");
+    // A socket file left behind by an earlier run.
+    drop(std::os::unix::net::UnixListener::bind(&sock).unwrap());
+    assert!(sock.exists());
+    let origin = Origin::echo();
+    let cfg = format!("tcppm -iunix:{} 1 127.0.0.1 {}\n", p(&sock), origin.port());
+    let mut proxy = Proxy::start(dir, &cfg, &[Listen::Unix(sock.clone())]);
+    echo_roundtrip(&mut connect_unix(&sock), b"over a reused path");
+    proxy.signal("TERM");
+    let status = proxy
+        .wait_exit(Duration::from_secs(4))
+        .expect("exit after SIGTERM");
+    assert_eq!(status.code(), Some(0));
+    assert!(
+        !sock.exists(),
+        "{} is still there after the exit",
+        sock.display()
+    );
 }
 
 #[test]

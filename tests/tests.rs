@@ -13,3 +13,5 @@ mod process;
 mod tcppm;
 mod udppm;
 mod install;
+mod crypt;
+mod reload;

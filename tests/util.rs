@@ -253,6 +253,11 @@ impl Proxy {
         self.stdout.text()
     }
 
+    /// What the proxy has written to standard error so far.
+    pub fn stderr(&self) -> String {
+        self.stderr.text()
+    }
+
     pub fn try_wait(&mut self) -> Option<ExitStatus> {
         if self.exited.is_none() {
             self.exited = self.child.try_wait().expect("try_wait");

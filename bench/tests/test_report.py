@@ -92,6 +92,11 @@ class Tables(unittest.TestCase):
     def test_na_and_mem(self):
         text = report.render_tables(doc(CELLS))
         self.assertIn("n/a: 3proxy did not serve http", text)
+        self.assertIn("n/a: proxy: this service is not supported yet (exit 1) |",
+                      report.render_tables(doc([
+                          {"scenario": "stream1", "proxy": "3proxy", "run": 0, "status": "n/a",
+                           "reason": "3proxy did not serve http (exit 1): 3proxy: 3proxy.cfg:4: "
+                                     "proxy: this service is not supported yet"}])))
         self.assertIn("n/a: nginx has no SOCKS server", text)
         self.assertIn("| nginx | 10.0 | 20.0 | 5.12 | 2 | 2000 |", text)
 

@@ -11,7 +11,7 @@
 use std::net::IpAddr;
 use std::sync::Arc;
 
-use super::State;
+use super::{resolve_cmds, State};
 use crate::log::Sink;
 use crate::logformat::LogFormat;
 use crate::services;
@@ -79,13 +79,13 @@ pub static COMMANDS: &[Command] = &[
     cmd("delimchar", 2, 2, not_yet),
     cmd("plugin", 3, 0, not_yet),
     // Resolver.
-    cmd("nserver", 2, 2, not_yet),
-    cmd("authnserver", 2, 2, not_yet),
-    cmd("nscache", 2, 2, not_yet),
-    cmd("nscache6", 2, 2, not_yet),
-    cmd("nsrecord", 3, 3, not_yet),
-    cmd("fakeresolve", 1, 1, not_yet),
-    cmd("dialer", 2, 2, not_yet),
+    cmd("nserver", 2, 2, resolve_cmds::h_nserver),
+    cmd("authnserver", 2, 2, resolve_cmds::h_authnserver),
+    cmd("nscache", 2, 2, resolve_cmds::h_nscache),
+    cmd("nscache6", 2, 2, resolve_cmds::h_nscache6),
+    cmd("nsrecord", 3, 3, resolve_cmds::h_nsrecord),
+    cmd("fakeresolve", 1, 1, resolve_cmds::h_fakeresolve),
+    cmd("dialer", 2, 2, resolve_cmds::h_dialer),
     // Access control, parents and limits.
     cmd("auth", 2, 0, not_yet),
     cmd("authcache", 2, 4, not_yet),
@@ -154,6 +154,9 @@ fn h_noop(_: &mut State, _: &[String]) -> Result<(), String> {
 
 fn h_service(state: &mut State, args: &[String]) -> Result<(), String> {
     let prepared = services::prepare(state, args)?;
+    if prepared.reuse.is_some() {
+        state.claimed.push(prepared.key.clone());
+    }
     state.services.push(prepared);
     Ok(())
 }

@@ -11,6 +11,7 @@
 //! line and command that caused it.
 
 pub mod commands;
+pub mod resolve_cmds;
 pub mod token;
 
 use std::net::IpAddr;
@@ -97,6 +98,11 @@ pub struct State {
     /// `-t`: check only. Services bind (to find taken ports) and close.
     pub check_only: bool,
     pub services: Vec<Prepared>,
+    /// The resolver commands' settings (`nserver`, `nscache`, ...),
+    /// installed process-wide by `finalize`.
+    pub resolver: crate::resolve::Config,
+    /// Keys of running sockets this cfg already reuses (one service each).
+    pub claimed: Vec<String>,
     /// Nesting depth of `include`, to stop include loops.
     depth: usize,
 }
@@ -116,6 +122,8 @@ impl State {
             logformat: Arc::new(LogFormat::parse(LogFormat::DEFAULT)),
             check_only,
             services: Vec::new(),
+            resolver: crate::resolve::Config::default(),
+            claimed: Vec::new(),
             depth: 0,
         }
     }
@@ -127,6 +135,7 @@ impl State {
     /// service, wherever the command stood. A service logs only if some
     /// `log` came before it, as in 3proxy; `-l` keeps its own target.
     pub fn finalize(&mut self) {
+        crate::resolve::install(self.resolver.clone(), &self.timeouts);
         for p in &mut self.services {
             let Some(svc) = Arc::get_mut(&mut p.svc) else {
                 continue;
@@ -162,7 +171,10 @@ pub fn run_text(state: &mut State, file: &str, text: &str) -> Result<(), CfgErro
             reason,
         };
         let mut load = |path: &str| read_dollar_file(path);
-        let args = token::tokenize(raw, &mut load).map_err(|e| err("", e))?;
+        // A tokenizer error (bad quote, missing $FILE) still names the
+        // command: the line's first word.
+        let first = raw.split([' ', '\t', '\r']).next().unwrap_or("");
+        let args = token::tokenize(raw, &mut load).map_err(|e| err(first, e))?;
         if args.is_empty() {
             continue;
         }

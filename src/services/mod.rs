@@ -6,6 +6,7 @@
 //! by its acceptor and client threads through an `Arc`) and a bound listener.
 //! Both are held in a [`Prepared`] until the whole cfg has loaded.
 
+pub mod socks;
 pub mod tcppm;
 pub mod udppm;
 
@@ -17,6 +18,7 @@ use crate::conf::{commands::number, State, Timeouts};
 use crate::log::Sink;
 use crate::logformat::LogFormat;
 use crate::net::{Addr, Dialer, Family, Listener, Target};
+use crate::running::{self, Running};
 use crate::sys::sockopt::SockOpts;
 
 /// How a service serves a client once accepted.
@@ -54,6 +56,13 @@ pub static SERVICES: &[ServiceDef] = &[
         default_port: 0,
         positional: 3,
         kind: Kind::Udp,
+    },
+    ServiceDef {
+        name: "socks",
+        log_name: "SOCKS",
+        default_port: 1080,
+        positional: 0,
+        kind: Kind::Tcp(socks::serve),
     },
 ];
 
@@ -275,11 +284,16 @@ const MIN_STACK: i64 = 32768;
 /// Default relay buffer per direction (3proxy's TCPBUFSIZE).
 pub const DEFAULT_BUFSIZE: usize = 65536;
 
-/// A service ready to start: its settings and its bound socket.
+/// A service ready to start: its settings and its socket.
 pub struct Prepared {
     pub svc: Arc<Service>,
-    /// None in check mode (`-t`), which binds nothing.
+    /// A new socket; None in check mode (`-t`, which binds nothing) and
+    /// when a running socket is reused.
     pub socket: Option<Bound>,
+    /// On reload: the serving socket with the same key, kept open.
+    pub reuse: Option<Arc<Running>>,
+    /// Identifies the socket across reloads.
+    pub key: String,
 }
 
 impl std::fmt::Debug for Prepared {
@@ -358,16 +372,29 @@ pub fn prepare(state: &State, args: &[String]) -> Result<Prepared, String> {
         1 + state.maxconn / 8
     };
 
-    if state.check_only {
+    // What makes a listening socket the same one across a reload: the
+    // service, the address as written, and every option that shaped it.
+    let key = format!(
+        "{}|{}|{:?}|{:?}|{:?}|{backlog}",
+        def.name, listen, opts.ol, opts.dev_in, opts.ns_in
+    );
+    let reuse = if state.check_only {
+        None
+    } else {
+        crate::running::all()
+            .into_iter()
+            .find(|r| r.key == key && !state.claimed.contains(&key))
+    };
+    if state.check_only || reuse.is_some() {
         // `-t` must not disturb a running server: no bind, no listen, no
-        // unlinking of a unix socket file. Ports in use are found at start.
-        let svc = build(
-            def, opts, state, listen, target, dialer, log, logformat, stack,
-        );
-        return Ok(Prepared {
-            svc: Arc::new(svc),
-            socket: None,
-        });
+        // unlinking of a unix socket file; ports in use are found at start.
+        // A reload keeps the running socket and its real address.
+        let listen = match &reuse {
+            Some(r) => r.current().listen.clone(),
+            None => listen,
+        };
+        let svc = build(def, opts, state, listen, target, dialer, log, logformat, stack);
+        return Ok(Prepared { svc: Arc::new(svc), socket: None, reuse, key });
     }
     let socket = if udp {
         let Addr::Ip(a) = listen else { unreachable!() };
@@ -389,13 +416,8 @@ pub fn prepare(state: &State, args: &[String]) -> Result<Prepared, String> {
         _ => listen,
     };
 
-    let svc = build(
-        def, opts, state, listen, target, dialer, log, logformat, stack,
-    );
-    Ok(Prepared {
-        svc: Arc::new(svc),
-        socket: Some(socket),
-    })
+    let svc = build(def, opts, state, listen, target, dialer, log, logformat, stack);
+    Ok(Prepared { svc: Arc::new(svc), socket: Some(socket), reuse: None, key })
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -447,21 +469,30 @@ fn bind_udp(a: SocketAddr, device: Option<&str>) -> std::io::Result<UdpSocket> {
     Ok(sock.into())
 }
 
-/// Start serving: the acceptor (or UDP loop) thread of the service.
+/// Start serving: the acceptor (or UDP loop) thread of the service, or,
+/// for a socket kept across a reload, the new settings for its next clients.
 pub fn start(p: Prepared) -> std::io::Result<()> {
-    let Prepared { svc, socket } = p;
+    let Prepared { svc, socket, reuse, key } = p;
+    if let Some(r) = reuse {
+        r.swap(svc);
+        return Ok(());
+    }
     let Some(socket) = socket else { return Ok(()) };
     let name = format!("{}:{}", svc.def.name, svc.port());
     match socket {
         Bound::Stream(l) => {
+            let r = Arc::new(Running::new(key, svc, &l));
+            running::register(r.clone());
             std::thread::Builder::new()
                 .name(name)
-                .spawn(move || crate::acceptor::run(svc, l))?;
+                .spawn(move || crate::acceptor::run(r, l))?;
         }
         Bound::Datagram(u) => {
+            let r = Arc::new(Running::new(key, svc, &u));
+            running::register(r.clone());
             std::thread::Builder::new()
                 .name(name)
-                .spawn(move || udppm::run(svc, u))?;
+                .spawn(move || udppm::run(r, u))?;
         }
     }
     Ok(())

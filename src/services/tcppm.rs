@@ -18,10 +18,9 @@ pub fn serve(c: &mut Client) {
         c.res = Res::NOHOST;
         return;
     };
+    // As in 3proxy, the destination as written is both %T and %n.
     c.text = target.host();
-    if let Target::Name(host, _) = target {
-        c.req_host = Some(host.clone());
-    }
+    c.req_host = Some(c.text.clone());
     let srv = match target {
         Target::Fixed(a) => connect(c, *a),
         Target::Name(host, port) => match resolve(host, *port, svc.family) {

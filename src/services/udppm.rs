@@ -33,24 +33,32 @@ struct Assoc {
 
 type Table = Arc<Mutex<HashMap<SocketAddr, Arc<Assoc>>>>;
 
-/// The service thread's body.
-pub fn run(svc: Arc<Service>, listen: UdpSocket) {
-    if !svc.opts.silent {
-        crate::acceptor::svc_record(&svc, "Accepting connections");
+/// The service thread's body: runs until the service is stopped.
+pub fn run(r: Arc<crate::running::Running>, listen: UdpSocket) {
+    let first = r.current();
+    if !first.opts.silent {
+        crate::acceptor::svc_record(&first, "Accepting connections");
     }
+    drop(first);
+    // Wake up once a second to notice a stop even without traffic.
+    let _ = listen.set_read_timeout(Some(Duration::from_secs(1)));
     let listen = Arc::new(listen);
     let table: Table = Arc::default();
     let mut buf = vec![0u8; DGRAM_MAX];
     let mut last_warn: Option<Instant> = None;
-    loop {
+    while !r.stopped() {
         let (n, from) = match listen.recv_from(&mut buf) {
             Ok(x) => x,
+            Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => continue,
             Err(e) => {
-                log::warn!("udppm on {}: recvfrom(): {e}", svc.listen);
-                std::thread::sleep(Duration::from_millis(10));
+                if !r.stopped() {
+                    log::warn!("udppm: recvfrom(): {e}");
+                    std::thread::sleep(Duration::from_millis(10));
+                }
                 continue;
             }
         };
+        let svc = r.current();
         let known = table
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -130,20 +138,22 @@ fn open(
         sock,
         out: AtomicU64::new(first.len() as u64),
     });
-    table
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .insert(from, assoc.clone());
+    // With -s every datagram is a session of its own: it is not entered in
+    // the table, so a datagram arriving as the previous session ends is not
+    // handed to a session that will never answer it.
+    let single = matches!(svc.opts.s_option, Some(n) if n > 0);
+    if !single {
+        table.lock().unwrap_or_else(|e| e.into_inner()).insert(from, assoc.clone());
+    }
     let (listen, table) = (listen.clone(), table.clone());
     let spawned = std::thread::Builder::new()
         .name(format!("udppm:{}", svc.port()))
         .stack_size(svc.stack_size)
         .spawn(move || {
             replies(&mut rec, &assoc, &listen);
-            table
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .remove(&rec.from);
+            if !single {
+                table.lock().unwrap_or_else(|e| e.into_inner()).remove(&rec.from);
+            }
             rec.count_out(&assoc);
         });
     if let Err(e) = spawned {

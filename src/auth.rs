@@ -1,0 +1,292 @@
+//! Authentication: the `auth` types, the `users` table and its password
+//! checks (3proxy's auth.c `authfuncs[]`, `strongauth`; conf.c `h_users`).
+//! The hashes themselves are made by `crypt`.
+//!
+//! Passwords are kept as `users` gave them: cleartext (`CL`), a crypt
+//! string (`CR`, `$1$` MD5-crypt or 3proxy's `$3$` BLAKE2b-crypt) or an NT
+//! hash (`NT`, 32 hex digits). Checking a password never branches on its
+//! content: comparisons run in constant time for a given length.
+//!
+//! Invariant: parsing is pure; the user table is a hash map, so a lookup
+//! costs O(1) whatever its size.
+
+use std::collections::HashMap;
+
+use crate::crypt::{crypt, nt_hash};
+use crate::res::Res;
+
+/// One `auth` type (3proxy's `authfuncs[]` entry names).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AuthType {
+    /// No authentication and no ACL; limits still apply.
+    None,
+    /// The ACL decides, with the user name hidden.
+    IpOnly,
+    /// Any user name is accepted, then the ACL decides.
+    UserOnly,
+    /// User name and password checked against `users`, then the ACL.
+    Strong,
+    /// An authcache hit stands for authentication, then the ACL.
+    Cache,
+    /// An authcache hit stands for authentication and authorization.
+    CacheAcl,
+}
+
+impl AuthType {
+    /// Parse an `auth` argument. Types 3proxy has that this build lacks
+    /// are refused with a reason, never ignored.
+    pub fn parse(s: &str) -> Result<AuthType, String> {
+        Ok(match s {
+            "none" => AuthType::None,
+            "iponly" => AuthType::IpOnly,
+            "useronly" => AuthType::UserOnly,
+            "strong" => AuthType::Strong,
+            "cache" => AuthType::Cache,
+            "cacheacl" => AuthType::CacheAcl,
+            "dnsname" | "radius" => return Err(format!("auth type '{s}' is not supported yet")),
+            _ => return Err(format!("unknown auth type '{s}'")),
+        })
+    }
+}
+
+/// A stored password, as the `users` line gave it.
+#[derive(Clone, PartialEq, Eq)]
+pub enum Password {
+    /// `CL`: cleartext.
+    Clear(String),
+    /// `CR`: a `$1$salt$hash` or `$3$salt$hash` string.
+    Crypt(String),
+    /// `NT`: MD4 of the UTF-16LE password.
+    Nt([u8; 16]),
+}
+
+impl std::fmt::Debug for Password {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never print a secret, even in a debug dump.
+        f.write_str(match self {
+            Password::Clear(_) => "CL:***",
+            Password::Crypt(_) => "CR:***",
+            Password::Nt(_) => "NT:***",
+        })
+    }
+}
+
+impl Password {
+    /// Check `given` against the stored password. Err carries 3proxy's
+    /// code for a wrong password of this kind: 6 CL, 7 CR, 8 NT.
+    pub fn verify(&self, given: &str) -> Result<(), Res> {
+        match self {
+            Password::Clear(p) => ct_eq(p.as_bytes(), given.as_bytes()).then_some(()).ok_or(Res(6)),
+            Password::Crypt(c) => match crypt(given, c) {
+                Some(made) if ct_eq(&made, c.as_bytes()) => Ok(()),
+                _ => Err(Res(7)),
+            },
+            Password::Nt(h) => ct_eq(&nt_hash(given), h).then_some(()).ok_or(Res(8)),
+        }
+    }
+}
+
+/// The `users` table: name → password. Later lines replace earlier
+/// entries of the same name, as 3proxy's hash does.
+#[derive(Debug, Clone, Default)]
+pub struct Users(HashMap<String, Password>);
+
+impl Users {
+    /// Add the entries of one `users` line (arguments after the command).
+    /// `user:pass`, `user:CL:pass`, `user:CR:$1$...`, `user:NT:HEX`.
+    /// Entries without `:` or with an unknown type are skipped with a
+    /// warning, as 3proxy skips them silently; a malformed `NT` hash is an
+    /// error.
+    pub fn add_line(&mut self, args: &[String]) -> Result<(), String> {
+        for a in args {
+            let Some((name, rest)) = a.split_once(':') else {
+                log::warn!("users: '{a}' has no ':' and is skipped");
+                continue;
+            };
+            let pw = match rest.as_bytes() {
+                [t0, t1, b':', ..] if t0.is_ascii_uppercase() && t1.is_ascii_uppercase() => {
+                    let value = &rest[3..];
+                    match &rest[..2] {
+                        "CL" => Password::Clear(value.to_string()),
+                        "CR" => {
+                            if !value.starts_with("$1$") && !value.starts_with("$3$") {
+                                log::warn!("users: {name}: a CR password not in $1$ or $3$ form never matches");
+                            }
+                            Password::Crypt(value.to_string())
+                        }
+                        "NT" => Password::Nt(
+                            parse_hex16(value).ok_or_else(|| format!("{name}: an NT hash is 32 hex digits"))?,
+                        ),
+                        t => {
+                            log::warn!("users: {name}: unknown password type '{t}', entry skipped");
+                            continue;
+                        }
+                    }
+                }
+                _ => Password::Clear(rest.to_string()),
+            };
+            self.0.insert(name.to_string(), pw);
+        }
+        Ok(())
+    }
+
+    pub fn get(&self, name: &str) -> Option<&Password> {
+        self.0.get(name)
+    }
+
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// 3proxy's `strongauth`: 4 no user name, 5 unknown user or no
+    /// password, 6-8 wrong password.
+    pub fn check(&self, user: Option<&str>, password: Option<&str>) -> Result<(), Res> {
+        let user = user.ok_or(Res(4))?;
+        let password = password.ok_or(Res(5))?;
+        match self.0.get(user) {
+            Some(p) => p.verify(password),
+            None => {
+                // Spend about the same time as for a known user, so the
+                // answer time does not tell which names exist.
+                let _ = ct_eq(password.as_bytes(), password.as_bytes());
+                Err(Res(5))
+            }
+        }
+    }
+}
+
+fn parse_hex16(s: &str) -> Option<[u8; 16]> {
+    if s.len() != 32 || !s.is_ascii() {
+        return None;
+    }
+    let mut out = [0u8; 16];
+    for (i, o) in out.iter_mut().enumerate() {
+        *o = u8::from_str_radix(&s[2 * i..2 * i + 2], 16).ok()?;
+    }
+    Some(out)
+}
+
+/// Compare in time that depends only on the lengths, not on where the
+/// bytes differ (3proxy's `ctmemcmp`).
+pub fn ct_eq(a: &[u8], b: &[u8]) -> bool {
+    let n = a.len().max(b.len());
+    let mut diff = (a.len() != b.len()) as u8;
+    for i in 0..n {
+        let x = a.get(i).copied().unwrap_or(0);
+        let y = b.get(i).copied().unwrap_or(0);
+        diff |= x ^ y;
+    }
+    // Keep the optimizer from ending the loop early on a difference.
+    std::hint::black_box(diff) == 0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn crypt(pw: &[u8], setting: &str) -> Option<String> {
+        super::crypt(pw, setting).map(|v| String::from_utf8(v).unwrap())
+    }
+
+    fn users(line: &str) -> Users {
+        let mut u = Users::default();
+        let args: Vec<String> = line.split_whitespace().map(String::from).collect();
+        u.add_line(&args).unwrap();
+        u
+    }
+
+    #[test]
+    fn md5_crypt_known_hashes() {
+        // Each made with `openssl passwd -1 -salt SALT PASSWORD`.
+        let cases = [
+            ("password", "$1$saltsalt$qjXMvbEw8oaL.CzflDtaK/"),
+            ("secret", "$1$abc$iCQ2D3nhptRYi27fDYv2s1"),
+            ("", "$1$$qRPK7m23GJusamGpoGLby/"),
+            ("hunter2 with spaces", "$1$Xy7.q/Z0$2x4gU5aCGiNuw6pKHCOqf."),
+        ];
+        for (pw, want) in cases {
+            assert_eq!(crypt(pw.as_bytes(), want).as_deref(), Some(want), "{pw}");
+            let u = users(&format!("u:CR:{want}"));
+            assert!(u.check(Some("u"), Some(pw)).is_ok(), "{pw}");
+        }
+        // Only the `$1$salt$` head of the setting counts.
+        assert_eq!(crypt(b"secret", "$1$abc$").unwrap(), crypt(b"secret", "$1$abc$whatever").unwrap());
+    }
+
+    #[test]
+    fn blake2_crypt_as_3proxy_crypt_makes_it() {
+        // Each printed by 3proxy's own `3proxy_crypt SALT PASSWORD`.
+        assert_eq!(crypt(b"password", "$3$salt$").as_deref(), Some("$3$salt$yCFxAkLdiC9UiJY4yH5Qm/"));
+        let s = "$3$Sa1t.Long/xyz$SbMNN38qBHtqfTefLBUcb0";
+        assert_eq!(crypt("p\u{e4}ssword".as_bytes(), s).as_deref(), Some(s));
+        let u = users("bob:CR:$3$salt$yCFxAkLdiC9UiJY4yH5Qm/");
+        assert!(u.check(Some("bob"), Some("password")).is_ok());
+        assert_eq!(u.check(Some("bob"), Some("passwore")), Err(Res(7)));
+    }
+
+    #[test]
+    fn nt_hash_known_value() {
+        // As `3proxy_crypt password` prints it.
+        let h = nt_hash("password");
+        assert_eq!(h, parse_hex16("8846F7EAEE8FB117AD06BDD830B7586C").unwrap());
+        let u = users("w:NT:8846F7EAEE8FB117AD06BDD830B7586C l:NT:8846f7eaee8fb117ad06bdd830b7586c");
+        assert!(u.check(Some("w"), Some("password")).is_ok());
+        assert!(u.check(Some("l"), Some("password")).is_ok());
+        assert_eq!(u.check(Some("w"), Some("Password")), Err(Res(8)));
+    }
+
+    #[test]
+    fn users_line_forms() {
+        let u = users("a:pa b:CL:pb c:CR:$1$saltsalt$qjXMvbEw8oaL.CzflDugX/ noColon d:XX:skipped e: f:a:b");
+        assert_eq!(u.len(), 5);
+        assert!(u.check(Some("a"), Some("pa")).is_ok());
+        assert!(u.check(Some("b"), Some("pb")).is_ok());
+        assert!(u.check(Some("c"), Some("password")).is_ok());
+        assert!(u.check(Some("e"), Some("")).is_ok());
+        // "a:b" is not a type (lowercase): the whole rest is the password.
+        assert!(u.check(Some("f"), Some("a:b")).is_ok());
+        assert!(u.get("d").is_none());
+        assert!(u.get("noColon").is_none());
+    }
+
+    #[test]
+    fn strong_codes() {
+        let u = users("a:pa c:CR:$1$saltsalt$qjXMvbEw8oaL.CzflDugX/ x:CR:plain");
+        assert_eq!(u.check(None, Some("pa")), Err(Res(4)));
+        assert_eq!(u.check(Some("a"), None), Err(Res(5)));
+        assert_eq!(u.check(Some("zz"), Some("pa")), Err(Res(5)));
+        assert_eq!(u.check(Some("a"), Some("pb")), Err(Res(6)));
+        assert_eq!(u.check(Some("a"), Some("pa ")), Err(Res(6)));
+        assert_eq!(u.check(Some("c"), Some("passwor")), Err(Res(7)));
+        assert_eq!(u.check(Some("x"), Some("plain")), Err(Res(7)));
+    }
+
+    #[test]
+    fn bad_nt_hash_is_an_error() {
+        let mut u = Users::default();
+        assert!(u.add_line(&["n:NT:1234".to_string()]).is_err());
+    }
+
+    #[test]
+    fn later_entries_replace_earlier() {
+        let u = users("a:one a:two");
+        assert_eq!(u.check(Some("a"), Some("one")), Err(Res(6)));
+        assert!(u.check(Some("a"), Some("two")).is_ok());
+    }
+
+    #[test]
+    fn constant_time_compare() {
+        assert!(ct_eq(b"abc", b"abc"));
+        assert!(!ct_eq(b"abc", b"abd"));
+        assert!(!ct_eq(b"abc", b"ab"));
+        assert!(!ct_eq(b"", b"\0"));
+        assert!(ct_eq(b"", b""));
+    }
+
+    #[test]
+    fn auth_types() {
+        assert_eq!(AuthType::parse("iponly"), Ok(AuthType::IpOnly));
+        assert!(AuthType::parse("dnsname").unwrap_err().contains("not supported yet"));
+        assert!(AuthType::parse("bogus").unwrap_err().contains("unknown"));
+    }
+}

@@ -1,0 +1,972 @@
+//! HTTP/1.x message heads for the `proxy` service: parsing, framing and
+//! the header rewriting a forward proxy does (3proxy's proxy.c header
+//! loop; RFC 9110 and RFC 9112).
+//!
+//! Everything here is pure: bytes in, values (and a rewritten head in a
+//! caller's buffer) out. The service (`services::proxy`) does the IO.
+//!
+//! Invariants:
+//! - A request whose body length could be read two ways (Content-Length
+//!   and Transfer-Encoding, differing Content-Lengths, a Transfer-Encoding
+//!   that does not end in `chunked`, obs-fold) is refused, never guessed:
+//!   the proxy and the origin must always agree where a request ends, or a
+//!   second request could be hidden inside the first's body and bypass the
+//!   ACL (request smuggling).
+//! - Hop-by-hop fields never cross the proxy: `Connection` and every field
+//!   it names, `Proxy-Connection`, `Keep-Alive`, `TE`, `Trailer`, `Upgrade`
+//!   (unless upgrading), `Proxy-Authorization`.
+//! - Chunked bodies are relayed as they are; [`ChunkScanner`] only finds
+//!   where they end.
+
+/// Most header fields accepted in one head; more gives 431.
+pub const MAX_HEADERS: usize = 100;
+
+/// How a message's body is delimited (RFC 9112 section 6.3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Framing {
+    /// No body.
+    None,
+    /// Exactly this many bytes.
+    Length(u64),
+    /// Transfer-Encoding: chunked, up to the last chunk and trailers.
+    Chunked,
+    /// Until the sender closes (responses only).
+    Close,
+}
+
+/// Why a head was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HeadError {
+    /// Not a well-formed HTTP/1.x head (bad line, bad field, obs-fold).
+    Syntax,
+    /// More than [`MAX_HEADERS`] fields.
+    TooMany,
+    /// The body length is ambiguous or invalid (CL with TE, differing
+    /// CLs, TE not ending in chunked, TE in HTTP/1.0).
+    Framing,
+    /// No usable destination: bad authority, missing or repeated Host.
+    Target,
+    /// An absolute URI with a scheme other than `http` (https://, ftp://).
+    Scheme,
+}
+
+/// A parsed request head. Strings borrow the caller's buffer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RequestHead<'a> {
+    pub method: &'a str,
+    /// The request target as the client sent it.
+    pub uri: &'a str,
+    /// 0 for HTTP/1.0, 1 for HTTP/1.1.
+    pub version: u8,
+    /// Bytes of the head, blank line included.
+    pub len: usize,
+    /// Destination host, without IPv6 brackets.
+    pub host: &'a str,
+    pub port: u16,
+    pub framing: Framing,
+    /// The client wants the connection kept after this request.
+    pub keep_alive: bool,
+    /// `Upgrade` asked for (and named in `Connection`).
+    pub upgrade: bool,
+    /// `Expect: 100-continue`.
+    pub expect_continue: bool,
+    /// The `Proxy-Authorization` value.
+    pub proxy_auth: Option<&'a [u8]>,
+    /// `Authorization: NTLM|Negotiate`: authentication bound to the
+    /// origin connection.
+    pub conn_auth: bool,
+}
+
+impl RequestHead<'_> {
+    pub fn is_connect(&self) -> bool {
+        self.method == "CONNECT"
+    }
+}
+
+/// What the proxy adds to or strips from a forwarded request.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Rewrite<'a> {
+    /// `-a`: also drop the client's `Forwarded`, `X-Forwarded-For`, `Via`.
+    pub strip_forwarding: bool,
+    /// Fields to add, each ending in CRLF (`Forwarded: ...`).
+    pub extra: &'a [u8],
+}
+
+/// Parse a request head at the start of `buf`. Ok(None) if the head is not
+/// complete yet. On success `out` holds the head to send to the origin
+/// (origin-form request line, rewritten fields, the blank line); for
+/// CONNECT it is left empty.
+pub fn parse_request<'a>(buf: &'a [u8], rw: &Rewrite<'_>, out: &mut Vec<u8>) -> Result<Option<RequestHead<'a>>, HeadError> {
+    let mut hs = [httparse::EMPTY_HEADER; MAX_HEADERS];
+    let mut req = httparse::Request::new(&mut hs);
+    let len = match req.parse(buf) {
+        Ok(httparse::Status::Complete(n)) => n,
+        Ok(httparse::Status::Partial) => return Ok(None),
+        Err(httparse::Error::TooManyHeaders) => return Err(HeadError::TooMany),
+        Err(_) => return Err(HeadError::Syntax),
+    };
+    let (Some(method), Some(uri), Some(version)) = (req.method, req.path, req.version) else {
+        return Err(HeadError::Syntax);
+    };
+    let headers: &[httparse::Header<'a>] = req.headers;
+    let conn = ConnTokens::of(headers);
+
+    // Where to: CONNECT authority, absolute URI, or origin-form plus Host.
+    let mut path = uri;
+    let absolute;
+    let (host, port) = if method == "CONNECT" {
+        absolute = false;
+        let (h, p) = split_authority(uri, None)?;
+        (h, p)
+    } else if uri.starts_with('/') {
+        absolute = false;
+        let mut hosts = headers.iter().filter(|h| h.name.eq_ignore_ascii_case("host"));
+        let (Some(h), None) = (hosts.next(), hosts.next()) else {
+            return Err(HeadError::Target);
+        };
+        let v = std::str::from_utf8(h.value).map_err(|_| HeadError::Target)?;
+        split_authority(v, Some(80))?
+    } else {
+        absolute = true;
+        let Some(colon) = uri.find("://") else { return Err(HeadError::Syntax) };
+        if !uri[..colon].eq_ignore_ascii_case("http") {
+            return Err(HeadError::Scheme);
+        }
+        let rest = &uri[colon + 3..];
+        let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+        let mut auth = &rest[..end];
+        // Credentials in the URI are not passed on.
+        if let Some(at) = auth.rfind('@') {
+            auth = &auth[at + 1..];
+        }
+        path = &rest[end..];
+        split_authority(auth, Some(80))?
+    };
+
+    let mut cl: Option<u64> = None;
+    let mut te: Option<&[u8]> = None;
+    let mut expect_continue = false;
+    let mut proxy_auth = None;
+    let mut conn_auth = false;
+    for h in headers {
+        let n = h.name;
+        if n.eq_ignore_ascii_case("content-length") {
+            cl = Some(merge_length(cl, h.value)?);
+        } else if n.eq_ignore_ascii_case("transfer-encoding") {
+            if te.is_some() {
+                // Two TE fields: legal as a list, but nothing sends it;
+                // refusing is simpler than merging.
+                return Err(HeadError::Framing);
+            }
+            te = Some(h.value);
+        } else if n.eq_ignore_ascii_case("expect") {
+            expect_continue = trim(h.value).eq_ignore_ascii_case(b"100-continue");
+        } else if n.eq_ignore_ascii_case("proxy-authorization") {
+            proxy_auth = Some(h.value);
+        } else if n.eq_ignore_ascii_case("authorization") {
+            let v = trim(h.value);
+            conn_auth |= starts_with_ci(v, b"ntlm") || starts_with_ci(v, b"negotiate");
+        }
+    }
+    let framing = match (te, cl) {
+        (Some(_), Some(_)) => return Err(HeadError::Framing),
+        (Some(_), None) if version == 0 => return Err(HeadError::Framing),
+        (Some(t), None) if ends_in_chunked(t) => Framing::Chunked,
+        (Some(_), None) => return Err(HeadError::Framing),
+        (None, Some(0)) | (None, None) => Framing::None,
+        (None, Some(n)) => Framing::Length(n),
+    };
+    let keep_alive = if version == 0 {
+        conn.keep_alive && !conn.close
+    } else {
+        !conn.close
+    };
+    let upgrade = version == 1 && conn.upgrade && headers.iter().any(|h| h.name.eq_ignore_ascii_case("upgrade"));
+
+    let head = RequestHead {
+        method,
+        uri,
+        version,
+        len,
+        host,
+        port,
+        framing,
+        keep_alive,
+        upgrade,
+        expect_continue,
+        proxy_auth,
+        conn_auth,
+    };
+    out.clear();
+    if head.is_connect() {
+        return Ok(Some(head));
+    }
+    out.extend_from_slice(method.as_bytes());
+    out.push(b' ');
+    if path.is_empty() || path.starts_with('?') {
+        out.push(b'/');
+    }
+    out.extend_from_slice(path.as_bytes());
+    out.extend_from_slice(if version == 0 { b" HTTP/1.0\r\n" } else { b" HTTP/1.1\r\n" });
+    if absolute {
+        // The URI's authority wins over any Host field (RFC 9112 section
+        // 3.2.2).
+        put_host(out, host, port);
+    }
+    for h in headers {
+        let n = h.name;
+        if (absolute && n.eq_ignore_ascii_case("host"))
+            || is_hop_by_hop(n, false)
+            || (n.eq_ignore_ascii_case("upgrade") && !upgrade)
+            || conn.names(n)
+            || (rw.strip_forwarding && is_forwarding(n))
+        {
+            continue;
+        }
+        put_field(out, n.as_bytes(), h.value);
+    }
+    if upgrade {
+        out.extend_from_slice(b"Connection: upgrade\r\n");
+    } else if version == 0 {
+        // Ask an HTTP/1.0 origin to keep the connection, so it can serve
+        // the next request.
+        out.extend_from_slice(b"Connection: keep-alive\r\n");
+    }
+    out.extend_from_slice(rw.extra);
+    out.extend_from_slice(b"\r\n");
+    Ok(Some(head))
+}
+
+/// A parsed response head.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ResponseHead {
+    pub status: u16,
+    pub version: u8,
+    pub len: usize,
+    pub framing: Framing,
+    /// The origin allows another request on this connection.
+    pub keep_alive: bool,
+}
+
+impl ResponseHead {
+    /// 1xx other than 101: an interim response, the final one follows.
+    pub fn is_interim(&self) -> bool {
+        (100..200).contains(&self.status) && self.status != 101
+    }
+}
+
+/// Parse a response head at the start of `buf` (the answer to a `HEAD`
+/// request if `head_req`). Ok(None) if incomplete. On success `out` holds
+/// the status line and the fields to pass to the client, *without* the
+/// closing blank line: the caller adds its `Connection` field and the
+/// blank line with [`end_response_head`].
+pub fn parse_response(buf: &[u8], head_req: bool, out: &mut Vec<u8>) -> Result<Option<ResponseHead>, HeadError> {
+    let mut hs = [httparse::EMPTY_HEADER; MAX_HEADERS];
+    let mut resp = httparse::Response::new(&mut hs);
+    let len = match resp.parse(buf) {
+        Ok(httparse::Status::Complete(n)) => n,
+        Ok(httparse::Status::Partial) => return Ok(None),
+        Err(httparse::Error::TooManyHeaders) => return Err(HeadError::TooMany),
+        Err(_) => return Err(HeadError::Syntax),
+    };
+    let (Some(version), Some(status)) = (resp.version, resp.code) else {
+        return Err(HeadError::Syntax);
+    };
+    let headers: &[httparse::Header<'_>] = resp.headers;
+    let conn = ConnTokens::of(headers);
+    let mut cl: Option<u64> = None;
+    let mut te: Option<&[u8]> = None;
+    for h in headers {
+        if h.name.eq_ignore_ascii_case("content-length") {
+            cl = Some(merge_length(cl, h.value)?);
+        } else if h.name.eq_ignore_ascii_case("transfer-encoding") {
+            if te.is_some() {
+                return Err(HeadError::Framing);
+            }
+            te = Some(h.value);
+        }
+    }
+    let no_body = head_req || (100..200).contains(&status) || status == 204 || status == 304;
+    let framing = match (te, cl) {
+        _ if no_body => Framing::None,
+        (Some(t), _) if ends_in_chunked(t) && version == 1 => Framing::Chunked,
+        (Some(_), _) => Framing::Close,
+        (None, Some(n)) => Framing::Length(n),
+        (None, None) => Framing::Close,
+    };
+    // A response with both CL and TE may have been smuggled; never reuse
+    // that connection (RFC 9112 section 6.3, item 3).
+    let keep_alive = framing != Framing::Close
+        && !(te.is_some() && cl.is_some())
+        && !conn.close
+        && (version == 1 || conn.keep_alive)
+        && status != 101;
+
+    out.clear();
+    // The status line as the origin sent it, minus its line end.
+    let line_end = buf.iter().position(|&b| b == b'\n').unwrap_or(0);
+    let line = &buf[..line_end];
+    out.extend_from_slice(line.strip_suffix(b"\r").unwrap_or(line));
+    out.extend_from_slice(b"\r\n");
+    for h in headers {
+        let n = h.name;
+        if is_hop_by_hop(n, true)
+            || (n.eq_ignore_ascii_case("upgrade") && status != 101)
+            || conn.names(n)
+            || (te.is_some() && n.eq_ignore_ascii_case("content-length"))
+        {
+            continue;
+        }
+        put_field(out, n.as_bytes(), h.value);
+    }
+    if status == 101 {
+        out.extend_from_slice(b"Connection: upgrade\r\n");
+    }
+    Ok(Some(ResponseHead { status, version, len, framing, keep_alive }))
+}
+
+/// Finish a head from [`parse_response`]: the `Connection` field the
+/// client needs, then the blank line. For an HTTP/1.1 client that keeps
+/// the connection no field is needed.
+pub fn end_response_head(out: &mut Vec<u8>, client_version: u8, keep_alive: bool, interim: bool) {
+    if !interim {
+        if !keep_alive {
+            out.extend_from_slice(b"Connection: close\r\n");
+        } else if client_version == 0 {
+            out.extend_from_slice(b"Connection: keep-alive\r\n");
+        }
+    }
+    out.extend_from_slice(b"\r\n");
+}
+
+/// Where a head ends: the index just past the first empty line (`\n\n` or
+/// `\n\r\n`), searching from `from` (pass where the last search stopped,
+/// so a slowly arriving head is scanned once).
+pub fn find_head_end(buf: &[u8], from: usize) -> Option<usize> {
+    let mut i = from.saturating_sub(2);
+    while i < buf.len() {
+        if buf[i] == b'\n' {
+            match (buf.get(i + 1), buf.get(i + 2)) {
+                (Some(b'\n'), _) => return Some(i + 2),
+                (Some(b'\r'), Some(b'\n')) => return Some(i + 3),
+                _ => {}
+            }
+        }
+        i += 1;
+    }
+    None
+}
+
+/// The method's operation name for the ACL (3proxy's HTTP_* ops).
+pub fn op_of(method: &str) -> crate::access::Op {
+    use crate::access::Op;
+    match method {
+        "GET" => Op::HttpGet,
+        "POST" | "BITS_POST" => Op::HttpPost,
+        "PUT" => Op::HttpPut,
+        "HEAD" => Op::HttpHead,
+        "CONNECT" => Op::HttpConnect,
+        _ => Op::HttpOther,
+    }
+}
+
+/// Methods safe to send twice (RFC 9110 section 9.2.2).
+pub fn is_idempotent(method: &str) -> bool {
+    matches!(method, "GET" | "HEAD" | "OPTIONS" | "TRACE" | "PUT" | "DELETE")
+}
+
+/// `Basic <base64(user:password)>` from a `Proxy-Authorization` value.
+pub fn basic_credentials(value: &[u8]) -> Option<(String, String)> {
+    let v = trim(value);
+    if !starts_with_ci(v, b"basic ") {
+        return None;
+    }
+    let raw = base64_decode(trim(&v[6..]))?;
+    let colon = raw.iter().position(|&b| b == b':')?;
+    let user = String::from_utf8_lossy(&raw[..colon]).into_owned();
+    let pass = String::from_utf8_lossy(&raw[colon + 1..]).into_owned();
+    Some((user, pass))
+}
+
+/// Standard base64 with optional padding; None on any other byte.
+fn base64_decode(s: &[u8]) -> Option<Vec<u8>> {
+    let s = match s {
+        [rest @ .., b'=', b'='] | [rest @ .., b'='] => rest,
+        _ => s,
+    };
+    let mut out = Vec::with_capacity(s.len() * 3 / 4);
+    let mut acc: u32 = 0;
+    let mut bits = 0;
+    for &c in s {
+        let v = match c {
+            b'A'..=b'Z' => c - b'A',
+            b'a'..=b'z' => c - b'a' + 26,
+            b'0'..=b'9' => c - b'0' + 52,
+            b'+' => 62,
+            b'/' => 63,
+            _ => return None,
+        };
+        acc = (acc << 6) | u32::from(v);
+        bits += 6;
+        if bits >= 8 {
+            bits -= 8;
+            out.push((acc >> bits) as u8);
+        }
+    }
+    // Leftover bits must be a partial group, never a whole lone char.
+    (bits < 6).then_some(out)
+}
+
+/// Split `host[:port]` (IPv6 in brackets). `default` None: the port is
+/// required (CONNECT).
+fn split_authority(s: &str, default: Option<u16>) -> Result<(&str, u16), HeadError> {
+    let (host, port) = if let Some(rest) = s.strip_prefix('[') {
+        let close = rest.find(']').ok_or(HeadError::Target)?;
+        let host = &rest[..close];
+        if host.parse::<std::net::Ipv6Addr>().is_err() {
+            return Err(HeadError::Target);
+        }
+        match &rest[close + 1..] {
+            "" => (host, None),
+            p => (host, Some(p.strip_prefix(':').ok_or(HeadError::Target)?)),
+        }
+    } else {
+        match s.rsplit_once(':') {
+            Some((h, p)) => (h, Some(p)),
+            None => (s, None),
+        }
+    };
+    let valid = |b: u8| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b':');
+    if host.is_empty() || !host.bytes().all(valid) {
+        return Err(HeadError::Target);
+    }
+    let port = match (port, default) {
+        (Some(p), _) if !p.is_empty() && p.len() <= 5 && p.bytes().all(|b| b.is_ascii_digit()) => {
+            p.parse::<u16>().ok().filter(|&n| n > 0).ok_or(HeadError::Target)?
+        }
+        (None, Some(d)) | (Some(""), Some(d)) => d,
+        _ => return Err(HeadError::Target),
+    };
+    Ok((host, port))
+}
+
+fn put_host(out: &mut Vec<u8>, host: &str, port: u16) {
+    out.extend_from_slice(b"Host: ");
+    let v6 = host.contains(':');
+    if v6 {
+        out.push(b'[');
+    }
+    out.extend_from_slice(host.as_bytes());
+    if v6 {
+        out.push(b']');
+    }
+    if port != 80 {
+        out.push(b':');
+        out.extend_from_slice(port.to_string().as_bytes());
+    }
+    out.extend_from_slice(b"\r\n");
+}
+
+fn put_field(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
+    out.extend_from_slice(name);
+    out.extend_from_slice(b": ");
+    out.extend_from_slice(value);
+    out.extend_from_slice(b"\r\n");
+}
+
+/// A Content-Length value merged with the ones seen before: a list or
+/// repeats of one number are that number; anything else is an error.
+fn merge_length(prev: Option<u64>, value: &[u8]) -> Result<u64, HeadError> {
+    let mut n = prev;
+    for part in value.split(|&b| b == b',') {
+        let p = trim(part);
+        if p.is_empty() || p.len() > 19 || !p.iter().all(u8::is_ascii_digit) {
+            return Err(HeadError::Framing);
+        }
+        let v = p.iter().fold(0u64, |a, &d| a * 10 + u64::from(d - b'0'));
+        if n.is_some_and(|x| x != v) {
+            return Err(HeadError::Framing);
+        }
+        n = Some(v);
+    }
+    n.ok_or(HeadError::Framing)
+}
+
+/// The last coding of a Transfer-Encoding value is `chunked`.
+fn ends_in_chunked(v: &[u8]) -> bool {
+    v.rsplit(|&b| b == b',').next().is_some_and(|last| trim(last).eq_ignore_ascii_case(b"chunked"))
+}
+
+/// Fields that describe one connection, not the message.
+fn is_hop_by_hop(name: &str, response: bool) -> bool {
+    const ALWAYS: [&str; 5] = ["connection", "proxy-connection", "keep-alive", "te", "trailer"];
+    if ALWAYS.iter().any(|h| name.eq_ignore_ascii_case(h)) {
+        return true;
+    }
+    if response {
+        // As 3proxy: no Proxy-* field of the origin's reaches the client.
+        name.len() > 6 && name[..6].eq_ignore_ascii_case("proxy-")
+    } else {
+        name.eq_ignore_ascii_case("proxy-authorization")
+    }
+}
+
+fn is_forwarding(name: &str) -> bool {
+    ["forwarded", "x-forwarded-for", "via"].iter().any(|h| name.eq_ignore_ascii_case(h))
+}
+
+/// What the `Connection` (and `Proxy-Connection`) fields say.
+struct ConnTokens<'a> {
+    close: bool,
+    keep_alive: bool,
+    upgrade: bool,
+    /// The values of the `Connection` fields, to find other named fields.
+    lists: [Option<&'a [u8]>; 4],
+}
+
+impl<'a> ConnTokens<'a> {
+    fn of(headers: &[httparse::Header<'a>]) -> ConnTokens<'a> {
+        let mut t = ConnTokens { close: false, keep_alive: false, upgrade: false, lists: [None; 4] };
+        let mut k = 0;
+        for h in headers {
+            let is_conn = h.name.eq_ignore_ascii_case("connection");
+            if !is_conn && !h.name.eq_ignore_ascii_case("proxy-connection") {
+                continue;
+            }
+            for tok in h.value.split(|&b| b == b',') {
+                let tok = trim(tok);
+                t.close |= tok.eq_ignore_ascii_case(b"close");
+                t.keep_alive |= tok.eq_ignore_ascii_case(b"keep-alive");
+                t.upgrade |= is_conn && tok.eq_ignore_ascii_case(b"upgrade");
+            }
+            if is_conn && k < t.lists.len() {
+                t.lists[k] = Some(h.value);
+                k += 1;
+            }
+        }
+        t
+    }
+
+    /// The field `name` is named in a `Connection` list (other than the
+    /// tokens handled above), so it is hop-by-hop too.
+    fn names(&self, name: &str) -> bool {
+        self.lists.iter().flatten().any(|l| {
+            l.split(|&b| b == b',').any(|tok| {
+                let tok = trim(tok);
+                !tok.eq_ignore_ascii_case(b"upgrade") && tok.eq_ignore_ascii_case(name.as_bytes())
+            })
+        })
+    }
+}
+
+fn trim(v: &[u8]) -> &[u8] {
+    let s = v.iter().position(|b| !matches!(b, b' ' | b'\t')).unwrap_or(v.len());
+    let e = v.iter().rposition(|b| !matches!(b, b' ' | b'\t')).map_or(s, |i| i + 1);
+    &v[s..e.max(s)]
+}
+
+fn starts_with_ci(v: &[u8], prefix: &[u8]) -> bool {
+    v.len() >= prefix.len() && v[..prefix.len()].eq_ignore_ascii_case(prefix)
+}
+
+/// Finds the end of a chunked body in the bytes relayed through it, without
+/// changing them (3proxy relays chunked bodies as they are too).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChunkScanner {
+    state: ChunkState,
+    /// Bytes of the current size line or trailer section, to bound them.
+    line: usize,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ChunkState {
+    /// In the hex size; the value so far and whether a digit was seen.
+    Size(u64, bool),
+    /// After the size: blanks or an extension up to CR.
+    Ext(u64),
+    /// Saw the CR ending the size line.
+    SizeLf(u64),
+    /// Chunk data left.
+    Data(u64),
+    DataCr,
+    DataLf,
+    /// After the last chunk: at the start of a trailer line.
+    TrailerStart,
+    /// Inside a trailer field line.
+    Trailer,
+    TrailerLf,
+    /// CR of the final blank line seen.
+    EndLf,
+    Done,
+}
+
+/// Longest chunk-size line (with extensions) and trailer section accepted.
+const MAX_CHUNK_LINE: usize = 4096;
+const MAX_TRAILERS: usize = 64 * 1024;
+
+impl Default for ChunkScanner {
+    fn default() -> Self {
+        ChunkScanner::new()
+    }
+}
+
+impl ChunkScanner {
+    pub fn new() -> ChunkScanner {
+        ChunkScanner { state: ChunkState::Size(0, false), line: 0 }
+    }
+
+    pub fn done(&self) -> bool {
+        self.state == ChunkState::Done
+    }
+
+    /// Scan `data`. Returns how many of its bytes belong to the body (all
+    /// of them, unless the body ends inside `data`); `done()` tells if it
+    /// ended. Err on anything that is not valid chunked coding.
+    pub fn feed(&mut self, data: &[u8]) -> Result<usize, ()> {
+        use ChunkState::*;
+        let mut i = 0;
+        while i < data.len() {
+            let b = data[i];
+            self.state = match self.state {
+                Done => return Ok(i),
+                Data(n) => {
+                    let take = (data.len() - i).min(usize::try_from(n).unwrap_or(usize::MAX));
+                    i += take;
+                    let left = n - take as u64;
+                    self.state = if left == 0 { DataCr } else { Data(left) };
+                    continue;
+                }
+                Size(v, seen) => match hex(b) {
+                    Some(d) => {
+                        if v >> 60 != 0 {
+                            return Err(());
+                        }
+                        Size(v << 4 | u64::from(d), true)
+                    }
+                    None if !seen => return Err(()),
+                    None => self.after_size(v, b)?,
+                },
+                Ext(v) => self.after_size(v, b)?,
+                SizeLf(v) => match b {
+                    b'\n' if v == 0 => TrailerStart,
+                    b'\n' => Data(v),
+                    _ => return Err(()),
+                },
+                DataCr => if b == b'\r' { DataLf } else { return Err(()) },
+                DataLf => {
+                    if b != b'\n' {
+                        return Err(());
+                    }
+                    self.line = 0;
+                    Size(0, false)
+                }
+                TrailerStart => match b {
+                    b'\r' => EndLf,
+                    b'\n' | 0..=31 | 127 if b != b'\t' => return Err(()),
+                    _ => Trailer,
+                },
+                Trailer => match b {
+                    b'\r' => TrailerLf,
+                    b'\t' => Trailer,
+                    0..=31 | 127 => return Err(()),
+                    _ => Trailer,
+                },
+                TrailerLf => if b == b'\n' { TrailerStart } else { return Err(()) },
+                EndLf => {
+                    if b != b'\n' {
+                        return Err(());
+                    }
+                    self.state = Done;
+                    return Ok(i + 1);
+                }
+            };
+            if !matches!(self.state, Data(_)) {
+                self.line += 1;
+                let limit = if matches!(self.state, TrailerStart | Trailer | TrailerLf | EndLf) {
+                    MAX_TRAILERS
+                } else {
+                    MAX_CHUNK_LINE
+                };
+                if self.line > limit {
+                    return Err(());
+                }
+            }
+            i += 1;
+        }
+        Ok(i)
+    }
+
+    /// A byte after the chunk size: blanks, an extension, or the CR.
+    fn after_size(&mut self, v: u64, b: u8) -> Result<ChunkState, ()> {
+        match b {
+            b'\r' => Ok(ChunkState::SizeLf(v)),
+            b'\n' => Err(()),
+            b'\t' | b' '..=126 => Ok(ChunkState::Ext(v)),
+            _ => Err(()),
+        }
+    }
+}
+
+fn hex(b: u8) -> Option<u8> {
+    match b {
+        b'0'..=b'9' => Some(b - b'0'),
+        b'a'..=b'f' => Some(b - b'a' + 10),
+        b'A'..=b'F' => Some(b - b'A' + 10),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn req(text: &str) -> Result<Option<(RequestHead<'_>, String)>, HeadError> {
+        let rw = Rewrite { strip_forwarding: false, extra: b"Forwarded: for=x\r\n" };
+        let mut out = Vec::new();
+        let h = parse_request(text.as_bytes(), &rw, &mut out)?;
+        Ok(h.map(|h| (h, String::from_utf8(out).unwrap())))
+    }
+
+    /// The rewritten head of a complete, valid request.
+    fn fwd(text: &str) -> String {
+        req(text).unwrap().unwrap().1
+    }
+
+    fn err(text: &str) -> HeadError {
+        req(text).unwrap_err()
+    }
+
+    #[test]
+    fn absolute_form_becomes_origin_form() {
+        assert_eq!(
+            fwd("GET http://example.org/a?b HTTP/1.1\r\nHost: other\r\nAccept: */*\r\n\r\n"),
+            "GET /a?b HTTP/1.1\r\nHost: example.org\r\nAccept: */*\r\nForwarded: for=x\r\n\r\n"
+        );
+        assert_eq!(fwd("GET http://h:8080 HTTP/1.1\r\n\r\n"), "GET / HTTP/1.1\r\nHost: h:8080\r\nForwarded: for=x\r\n\r\n");
+        assert_eq!(fwd("GET http://h?q HTTP/1.1\r\n\r\n"), "GET /?q HTTP/1.1\r\nHost: h\r\nForwarded: for=x\r\n\r\n");
+        assert_eq!(
+            fwd("GET http://u:p@h/ HTTP/1.0\r\n\r\n"),
+            "GET / HTTP/1.0\r\nHost: h\r\nConnection: keep-alive\r\nForwarded: for=x\r\n\r\n"
+        );
+        let (h, _) = req("GET HTTP://[::1]:81/x HTTP/1.1\r\n\r\n").unwrap().unwrap();
+        assert_eq!((h.host, h.port), ("::1", 81));
+        assert_eq!(fwd("GET http://[::1]/ HTTP/1.1\r\n\r\n"), "GET / HTTP/1.1\r\nHost: [::1]\r\nForwarded: for=x\r\n\r\n");
+    }
+
+    #[test]
+    fn origin_form_uses_host() {
+        let (h, out) = req("POST /x HTTP/1.1\r\nHost: a.b:99\r\nContent-Length: 3\r\n\r\nabc").unwrap().unwrap();
+        assert_eq!((h.host, h.port, h.framing, h.len), ("a.b", 99, Framing::Length(3), 53));
+        assert_eq!(out, "POST /x HTTP/1.1\r\nHost: a.b:99\r\nContent-Length: 3\r\nForwarded: for=x\r\n\r\n");
+        assert_eq!(err("GET / HTTP/1.1\r\n\r\n"), HeadError::Target);
+        assert_eq!(err("GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n"), HeadError::Target);
+        assert_eq!(err("GET / HTTP/1.1\r\nHost: a b\r\n\r\n"), HeadError::Target);
+    }
+
+    #[test]
+    fn connect_takes_an_authority() {
+        let (h, out) = req("CONNECT h:443 HTTP/1.1\r\nHost: h:443\r\n\r\n").unwrap().unwrap();
+        assert!(h.is_connect());
+        assert_eq!((h.host, h.port), ("h", 443));
+        assert_eq!(out, "");
+        let (h, _) = req("CONNECT [2001:db8::1]:443 HTTP/1.1\r\n\r\n").unwrap().unwrap();
+        assert_eq!(h.host, "2001:db8::1");
+        assert_eq!(err("CONNECT h HTTP/1.1\r\n\r\n"), HeadError::Target);
+        assert_eq!(err("CONNECT h:0 HTTP/1.1\r\n\r\n"), HeadError::Target);
+        assert_eq!(err("CONNECT h:70000 HTTP/1.1\r\n\r\n"), HeadError::Target);
+        assert_eq!(err("CONNECT [zz]:1 HTTP/1.1\r\n\r\n"), HeadError::Target);
+    }
+
+    #[test]
+    fn other_schemes_and_garbage() {
+        assert_eq!(err("GET https://h/ HTTP/1.1\r\n\r\n"), HeadError::Scheme);
+        assert_eq!(err("GET ftp://h/ HTTP/1.1\r\n\r\n"), HeadError::Scheme);
+        assert_eq!(err("GET h/ HTTP/1.1\r\n\r\n"), HeadError::Syntax);
+        assert_eq!(err("hello\r\n\r\n"), HeadError::Syntax);
+        assert_eq!(err("GET http://h/ HTTP/2.0\r\n\r\n"), HeadError::Syntax);
+        assert!(req("GET http://h/ HTTP/1.1\r\nHost: h\r\n").unwrap().is_none());
+    }
+
+    #[test]
+    fn smuggling_shapes_are_refused() {
+        let base = "POST http://h/ HTTP/1.1\r\n";
+        let e = |fields: &str| err(&format!("{base}{fields}\r\n"));
+        assert_eq!(e("Content-Length: 3\r\nTransfer-Encoding: chunked\r\n"), HeadError::Framing);
+        assert_eq!(e("Content-Length: 3\r\nContent-Length: 4\r\n"), HeadError::Framing);
+        assert_eq!(e("Content-Length: 3, 4\r\n"), HeadError::Framing);
+        assert_eq!(e("Content-Length: -1\r\n"), HeadError::Framing);
+        assert_eq!(e("Content-Length: 0x10\r\n"), HeadError::Framing);
+        assert_eq!(e("Content-Length: 99999999999999999999\r\n"), HeadError::Framing);
+        assert_eq!(e("Transfer-Encoding: gzip\r\n"), HeadError::Framing);
+        assert_eq!(e("Transfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n"), HeadError::Framing);
+        assert_eq!(e("X: a\r\n b\r\n"), HeadError::Syntax);
+        assert_eq!(e("Content-Length : 3\r\n"), HeadError::Syntax);
+        assert_eq!(err("POST http://h/ HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n"), HeadError::Framing);
+        let ok = |fields: &str| req(&format!("{base}{fields}\r\n")).unwrap().unwrap().0.framing;
+        assert_eq!(ok("Content-Length: 3\r\nContent-Length: 3\r\n"), Framing::Length(3));
+        assert_eq!(ok("Content-Length: 3, 3\r\n"), Framing::Length(3));
+        assert_eq!(ok("Transfer-Encoding: gzip, Chunked\r\n"), Framing::Chunked);
+        assert_eq!(ok("Content-Length: 0\r\n"), Framing::None);
+        assert_eq!(ok(""), Framing::None);
+    }
+
+    #[test]
+    fn too_many_fields() {
+        let many: String = (0..MAX_HEADERS + 1).map(|i| format!("X-{i}: v\r\n")).collect();
+        assert_eq!(err(&format!("GET http://h/ HTTP/1.1\r\n{many}\r\n")), HeadError::TooMany);
+    }
+
+    #[test]
+    fn hop_by_hop_fields_are_dropped() {
+        let out = fwd("GET http://h/ HTTP/1.1\r\nConnection: keep-alive, X-Secret\r\nX-Secret: 1\r\n\
+            Keep-Alive: 5\r\nProxy-Connection: keep-alive\r\nTE: trailers\r\nTrailer: X\r\n\
+            Upgrade: foo\r\nProxy-Authorization: Basic eDp5\r\nX-Kept: 2\r\n\r\n");
+        assert_eq!(out, "GET / HTTP/1.1\r\nHost: h\r\nX-Kept: 2\r\nForwarded: for=x\r\n\r\n");
+    }
+
+    #[test]
+    fn upgrade_passes_when_asked_for() {
+        let (h, out) = req("GET http://h/ws HTTP/1.1\r\nConnection: keep-alive, Upgrade\r\nUpgrade: websocket\r\n\r\n")
+            .unwrap()
+            .unwrap();
+        assert!(h.upgrade);
+        assert_eq!(out, "GET /ws HTTP/1.1\r\nHost: h\r\nUpgrade: websocket\r\nConnection: upgrade\r\nForwarded: for=x\r\n\r\n");
+    }
+
+    #[test]
+    fn anonymous_strips_forwarding_fields() {
+        let rw = Rewrite { strip_forwarding: true, extra: b"" };
+        let mut out = Vec::new();
+        let t = b"GET http://h/ HTTP/1.1\r\nVia: 1.1 x\r\nX-Forwarded-For: 1.2.3.4\r\nForwarded: for=y\r\nA: b\r\n\r\n";
+        parse_request(t, &rw, &mut out).unwrap().unwrap();
+        assert_eq!(String::from_utf8(out).unwrap(), "GET / HTTP/1.1\r\nHost: h\r\nA: b\r\n\r\n");
+    }
+
+    #[test]
+    fn keep_alive_by_version_and_fields() {
+        let ka = |t: &str| req(t).unwrap().unwrap().0.keep_alive;
+        assert!(ka("GET http://h/ HTTP/1.1\r\n\r\n"));
+        assert!(!ka("GET http://h/ HTTP/1.1\r\nConnection: close\r\n\r\n"));
+        assert!(!ka("GET http://h/ HTTP/1.1\r\nProxy-Connection: close\r\n\r\n"));
+        assert!(!ka("GET http://h/ HTTP/1.0\r\n\r\n"));
+        assert!(ka("GET http://h/ HTTP/1.0\r\nProxy-Connection: Keep-Alive\r\n\r\n"));
+    }
+
+    #[test]
+    fn expect_and_auth_fields() {
+        let (h, _) = req("PUT http://h/ HTTP/1.1\r\nExpect: 100-Continue\r\nContent-Length: 1\r\n\
+            Proxy-Authorization: Basic dTpw\r\nAuthorization: NTLM abc\r\n\r\n")
+        .unwrap()
+        .unwrap();
+        assert!(h.expect_continue && h.conn_auth);
+        assert_eq!(h.proxy_auth, Some(&b"Basic dTpw"[..]));
+    }
+
+    fn resp(text: &str, head_req: bool) -> (ResponseHead, String) {
+        let mut out = Vec::new();
+        let h = parse_response(text.as_bytes(), head_req, &mut out).unwrap().unwrap();
+        (h, String::from_utf8(out).unwrap())
+    }
+
+    #[test]
+    fn response_framing() {
+        let f = |t: &str, head| resp(t, head).0.framing;
+        assert_eq!(f("HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n", false), Framing::Length(5));
+        assert_eq!(f("HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n", true), Framing::None);
+        assert_eq!(f("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n", false), Framing::Chunked);
+        assert_eq!(f("HTTP/1.1 200 OK\r\n\r\n", false), Framing::Close);
+        assert_eq!(f("HTTP/1.1 204 No\r\n\r\n", false), Framing::None);
+        assert_eq!(f("HTTP/1.1 304 NM\r\nContent-Length: 9\r\n\r\n", false), Framing::None);
+        assert_eq!(f("HTTP/1.1 100 Continue\r\n\r\n", false), Framing::None);
+        assert_eq!(f("HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\n\r\n", false), Framing::Close);
+        let mut out = Vec::new();
+        let bad = b"HTTP/1.1 200 OK\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n";
+        assert_eq!(parse_response(bad, false, &mut out), Err(HeadError::Framing));
+        assert_eq!(parse_response(b"HTTP/1.1 200 OK\r\n", false, &mut out), Ok(None));
+    }
+
+    #[test]
+    fn response_keep_alive_and_rewrite() {
+        let (h, out) = resp("HTTP/1.1 200 OK\r\nConnection: close, X-A\r\nX-A: 1\r\nProxy-Foo: 2\r\nContent-Length: 0\r\n\r\n", false);
+        assert!(!h.keep_alive);
+        assert_eq!(out, "HTTP/1.1 200 OK\r\nContent-Length: 0\r\n");
+        assert!(!resp("HTTP/1.0 200 OK\r\nContent-Length: 0\r\n\r\n", false).0.keep_alive);
+        assert!(resp("HTTP/1.0 200 OK\r\nConnection: keep-alive\r\nContent-Length: 0\r\n\r\n", false).0.keep_alive);
+        let (h, out) = resp("HTTP/1.1 200 OK\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n", false);
+        assert_eq!(h.framing, Framing::Chunked);
+        assert!(!h.keep_alive);
+        assert_eq!(out, "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n");
+        let (h, out) = resp("HTTP/1.1 101 Switching\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n", false);
+        assert!(!h.is_interim());
+        assert_eq!(out, "HTTP/1.1 101 Switching\r\nUpgrade: websocket\r\nConnection: upgrade\r\n");
+        let mut o = b"X\r\n".to_vec();
+        end_response_head(&mut o, 0, true, false);
+        assert_eq!(o, b"X\r\nConnection: keep-alive\r\n\r\n");
+    }
+
+    #[test]
+    fn head_end() {
+        assert_eq!(find_head_end(b"GET / HTTP/1.1\r\n\r\nX", 0), Some(18));
+        assert_eq!(find_head_end(b"GET / HTTP/1.1\n\nX", 0), Some(16));
+        assert_eq!(find_head_end(b"GET / HTTP/1.1\r\nA: b\r\n", 0), None);
+        assert_eq!(find_head_end(b"GET / HTTP/1.1\r\n\r", 0), None);
+        assert_eq!(find_head_end(b"GET / HTTP/1.1\r\n\r\n", 17), Some(18));
+    }
+
+    #[test]
+    fn basic_auth() {
+        assert_eq!(basic_credentials(b"Basic dTpwOng="), Some(("u".into(), "p:x".into())));
+        assert_eq!(basic_credentials(b"basic   dXNlcjpwYXNz"), Some(("user".into(), "pass".into())));
+        assert_eq!(basic_credentials(b"Basic dXNlcg=="), None);
+        assert_eq!(basic_credentials(b"Bearer x"), None);
+        assert_eq!(basic_credentials(b"Basic *"), None);
+        assert_eq!(base64_decode(b"YQ==").unwrap(), b"a");
+        assert_eq!(base64_decode(b"YWI=").unwrap(), b"ab");
+        assert_eq!(base64_decode(b"YWJj").unwrap(), b"abc");
+        assert_eq!(base64_decode(b"Y"), None);
+    }
+
+    /// Feeds `body` in pieces of `step` bytes; returns the bytes that
+    /// belong to the body, or None on an error.
+    fn scan(body: &[u8], step: usize) -> Option<usize> {
+        let mut s = ChunkScanner::new();
+        let mut total = 0;
+        for piece in body.chunks(step) {
+            let n = s.feed(piece).ok()?;
+            total += n;
+            if s.done() {
+                return Some(total);
+            }
+        }
+        None
+    }
+
+    #[test]
+    fn chunked_bodies_end_where_they_end() {
+        let body = b"5\r\nhello\r\n1;ext=\"x\"\r\n!\r\n0\r\nX-T: 1\r\n\r\nNEXT";
+        for step in 1..body.len() {
+            assert_eq!(scan(body, step), Some(body.len() - 4), "step {step}");
+        }
+        assert_eq!(scan(b"0\r\n\r\n", 100), Some(5));
+        assert_eq!(scan(b"A \r\n0123456789\r\n0\r\n\r\n", 3), Some(21));
+    }
+
+    #[test]
+    fn bad_chunks_are_errors() {
+        for bad in [
+            &b"x\r\n"[..],
+            b"\r\n",
+            b"5\nhello\r\n",
+            b"5\r\nhelloX\r\n",
+            b"5\r\nhello\n0\r\n\r\n",
+            b"-5\r\n",
+            b"11111111111111111\r\n",
+            b"0\r\nX\n",
+            b"0\r\n\rX",
+        ] {
+            assert_eq!(scan(bad, 1), None, "{:?}", String::from_utf8_lossy(bad));
+        }
+        let long_ext = format!("1;{}\r\n", "a".repeat(MAX_CHUNK_LINE));
+        assert_eq!(scan(long_ext.as_bytes(), 64), None);
+    }
+}

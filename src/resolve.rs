@@ -1,0 +1,866 @@
+//! Name resolution for outgoing connections (3proxy's resolve.c and
+//! `getip46` in common.c; 3proxy.cfg(5) `nserver`, `nscache`, `nsrecord`,
+//! `fakeresolve`, `dialer`, `authnserver`).
+//!
+//! The resolver is process-wide, as in 3proxy: the cfg handlers record
+//! its settings in a [`Config`], and `conf::State::finalize` installs it
+//! with [`install`]; a reload installs a new one. Every service resolves
+//! through [`resolve`] (reached as `net::resolve`).
+//!
+//! Without `nserver` names go to the system resolver (getaddrinfo). With
+//! it, we ask the listed servers ourselves, in order: a UDP query (TCP
+//! for `/tcp` servers, or when the UDP answer came truncated) with a
+//! random ID, waiting at most the DNS timeout (`timeouts` slot 7) per
+//! server. A reply counts only if it comes from the server asked (the
+//! socket is connected), carries our ID, is a response and repeats our
+//! question; anything else is dropped and we keep waiting, so a spoofed
+//! reply must guess the ID and the port. The DNS wire format is the
+//! `simple-dns` crate's.
+//!
+//! `nscache`/`nscache6` turn on caching of A/AAAA answers (as in 3proxy,
+//! without them every lookup asks the servers), with the answer's TTL
+//! capped at 12 hours (0 counts as 1 s). `nsrecord` entries never expire
+//! and are used whatever the resolver; `0.0.0.0` (or `::`) makes the name
+//! fail to resolve. `fakeresolve` resolves every name to 127.0.0.2 (::2),
+//! for parents that resolve names themselves. `dialer PROG` runs PROG when
+//! a name fails, then tries once more.
+//!
+//! Invariants: a reply is parsed by the crate and checked before use;
+//! nothing in a reply can panic us; every socket call has a timeout.
+
+use std::collections::HashMap;
+use std::hash::{BuildHasher, Hasher};
+use std::io::{self, Read, Write};
+use std::net::{
+    IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpStream, ToSocketAddrs, UdpSocket,
+};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
+
+use simple_dns::rdata::RData;
+use simple_dns::{Name, Packet, PacketFlag, Question, CLASS, QCLASS, QTYPE, TYPE};
+
+use crate::conf::Timeouts;
+use crate::net::{parse_ip, Family};
+use crate::res::Res;
+
+/// Most `nserver` lines that count (3proxy's MAXNSERVERS); later ones are
+/// ignored with a warning.
+pub const MAX_SERVERS: usize = 5;
+/// Longest time an answer stays cached, whatever its TTL says.
+const MAX_TTL: u32 = 12 * 3600;
+/// Smallest `nscache`/`nscache6` size 3proxy accepts.
+pub const MIN_CACHE: usize = 256;
+/// Largest DNS message we read over TCP (UDP answers are at most 64 KiB
+/// by construction).
+const MAX_MESSAGE: usize = 65535;
+/// fakeresolve's answers.
+const FAKE4: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 2);
+const FAKE6: Ipv6Addr = Ipv6Addr::new(0, 0, 0, 0, 0, 0, 0, 2);
+
+/// One `nserver`/`authnserver`: where to ask, and whether over TCP.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NameServer {
+    pub addr: SocketAddr,
+    pub tcp: bool,
+}
+
+impl NameServer {
+    /// `IP[:PORT][/tcp]`; an IPv6 address with a port needs brackets
+    /// (`[::1]:53`). The port defaults to 53.
+    pub fn parse(s: &str) -> Result<NameServer, String> {
+        let (hostport, tcp) = match s.split_once('/') {
+            Some((h, proto)) => (h, proto.contains("tcp")),
+            None => (s, false),
+        };
+        let bad = || format!("'{s}' is not IP[:PORT][/tcp]");
+        let (ip, port): (IpAddr, Option<&str>) = if let Some(ip) = parse_ip(hostport) {
+            // A bare address, IPv6 with or without brackets.
+            (ip, None)
+        } else if let Some(rest) = hostport.strip_prefix('[') {
+            let (ip, port) = rest.split_once("]:").ok_or_else(bad)?;
+            (ip.parse().map_err(|_| bad())?, Some(port))
+        } else {
+            let (ip, port) = hostport.rsplit_once(':').ok_or_else(bad)?;
+            (ip.parse::<Ipv4Addr>().map_err(|_| bad())?.into(), Some(port))
+        };
+        let port = match port.map(str::parse::<u16>) {
+            None => 53,
+            Some(Ok(p)) if p != 0 => p,
+            Some(_) => return Err(bad()),
+        };
+        Ok(NameServer {
+            addr: SocketAddr::new(ip, port),
+            tcp,
+        })
+    }
+}
+
+/// Which resolver answers: the last of `nserver` and `fakeresolve` in the
+/// cfg wins, as in 3proxy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Mode {
+    /// getaddrinfo.
+    #[default]
+    System,
+    /// Our own queries to the `nserver` list.
+    Servers,
+    /// Every name is 127.0.0.2 / ::2.
+    Fake,
+}
+
+/// The resolver settings a cfg makes (what the handlers in
+/// `conf::resolve_cmds` record).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Config {
+    pub mode: Mode,
+    pub servers: Vec<NameServer>,
+    /// `authnserver`: for `dnsname` auth lookups; the `nserver`s if None.
+    pub auth_server: Option<NameServer>,
+    /// `nscache`/`nscache6`: cache sizes; None means no cache.
+    pub cache4: Option<usize>,
+    pub cache6: Option<usize>,
+    /// `nsrecord` entries, by lowercased name.
+    pub static4: HashMap<String, Ipv4Addr>,
+    pub static6: HashMap<String, Ipv6Addr>,
+    /// `dialer`: a shell command run when a name fails to resolve.
+    pub dialer: Option<String>,
+}
+
+impl Config {
+    /// `nsrecord NAME IP`: a record that never expires.
+    pub fn add_record(&mut self, name: &str, ip: IpAddr) {
+        let key = cache_key(name);
+        match ip {
+            IpAddr::V4(a) => self.static4.insert(key, a).map(drop),
+            IpAddr::V6(a) => self.static6.insert(key, a).map(drop),
+        };
+    }
+}
+
+/// The installed resolver: the settings plus the caches they asked for.
+struct Resolver {
+    conf: Config,
+    /// Wait for an answer, per server (`timeouts` DNS).
+    dns_timeout: Duration,
+    /// Sending a query (`timeouts` BYTE_LONG, as 3proxy).
+    send_timeout: Duration,
+    /// TCP connect to a server (`timeouts` CONNECT).
+    connect_timeout: Duration,
+    cache4: Mutex<Cache>,
+    cache6: Mutex<Cache>,
+    /// Held while `dialer` runs, so concurrent failures start it once.
+    dialing: Mutex<()>,
+}
+
+static RESOLVER: RwLock<Option<Arc<Resolver>>> = RwLock::new(None);
+
+/// Make `conf` the process's resolver, with the final `timeouts`. Cached
+/// answers survive a reload (3proxy keeps its cache too) when the new cfg
+/// still caches that family.
+pub fn install(conf: Config, timeouts: &Timeouts) {
+    let mut slot = RESOLVER.write().unwrap_or_else(|e| e.into_inner());
+    let (old4, old6) = match slot.as_ref() {
+        Some(r) => (r.cache4.lock().ok().map(|mut c| c.take()), r.cache6.lock().ok().map(|mut c| c.take())),
+        None => (None, None),
+    };
+    let mut cache4 = Cache::new(conf.cache4.unwrap_or(0));
+    let mut cache6 = Cache::new(conf.cache6.unwrap_or(0));
+    cache4.adopt(old4.unwrap_or_default());
+    cache6.adopt(old6.unwrap_or_default());
+    *slot = Some(Arc::new(Resolver {
+        dns_timeout: timeouts.get(Timeouts::DNS),
+        send_timeout: timeouts.get(Timeouts::BYTE_LONG),
+        connect_timeout: timeouts.get(Timeouts::CONNECT),
+        conf,
+        cache4: Mutex::new(cache4),
+        cache6: Mutex::new(cache6),
+        dialing: Mutex::new(()),
+    }));
+}
+
+fn current() -> Option<Arc<Resolver>> {
+    RESOLVER
+        .read()
+        .unwrap_or_else(|e| e.into_inner())
+        .as_ref()
+        .cloned()
+}
+
+/// Resolve `host` for a connection to `port`, honouring the service's
+/// family (`-4 -6 -46 -64`). IP literals (IPv6 with or without brackets)
+/// are taken as they are, whatever the family. Failure is code 100.
+pub fn resolve(host: &str, port: u16, family: Family) -> Result<SocketAddr, Res> {
+    if let Some(ip) = parse_ip(host) {
+        return Ok(SocketAddr::new(ip, port));
+    }
+    let Some(r) = current() else {
+        return system(host, family).map(|ip| SocketAddr::new(ip, port));
+    };
+    let ip = match r.lookup(host, family) {
+        Ok(ip) => ip,
+        Err(Failure::Blackholed) => return Err(Res::NOHOST),
+        Err(Failure::NotFound) => match &r.conf.dialer {
+            Some(prog) => {
+                r.dial(prog);
+                r.lookup(host, family).map_err(|_| Res::NOHOST)?
+            }
+            None => return Err(Res::NOHOST),
+        },
+    };
+    Ok(SocketAddr::new(ip, port))
+}
+
+/// Why a name did not resolve.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Failure {
+    /// No address (no such name, no record of the family, no server
+    /// answered).
+    NotFound,
+    /// An `nsrecord` to 0.0.0.0: fail, and never run the dialer.
+    Blackholed,
+}
+
+/// The query types to try, in order, for a family.
+fn qtypes(family: Family) -> &'static [Qt] {
+    match family {
+        Family::V4 => &[Qt::A],
+        Family::V6 => &[Qt::Aaaa],
+        Family::V46 => &[Qt::A, Qt::Aaaa],
+        Family::V64 => &[Qt::Aaaa, Qt::A],
+    }
+}
+
+/// The record types we ask for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Qt {
+    A,
+    Aaaa,
+    Ptr,
+}
+
+impl Qt {
+    fn qtype(self) -> QTYPE {
+        QTYPE::TYPE(match self {
+            Qt::A => TYPE::A,
+            Qt::Aaaa => TYPE::AAAA,
+            Qt::Ptr => TYPE::PTR,
+        })
+    }
+}
+
+impl Resolver {
+    fn lookup(&self, host: &str, family: Family) -> Result<IpAddr, Failure> {
+        let key = cache_key(host);
+        if self.conf.mode == Mode::System {
+            // Static records first, then getaddrinfo for the rest.
+            for &qt in qtypes(family) {
+                match self.static_record(&key, qt) {
+                    Some(ip) if ip.is_unspecified() => return Err(Failure::Blackholed),
+                    Some(ip) => return Ok(ip),
+                    None => {}
+                }
+            }
+            return system(host, family).map_err(|_| Failure::NotFound);
+        }
+        for &qt in qtypes(family) {
+            if let Some(ip) = self.lookup_one(host, &key, qt)? {
+                return Ok(ip);
+            }
+        }
+        Err(Failure::NotFound)
+    }
+
+    /// One record type: fake, static, cached, or asked of the servers.
+    fn lookup_one(&self, host: &str, key: &str, qt: Qt) -> Result<Option<IpAddr>, Failure> {
+        if self.conf.mode == Mode::Fake {
+            return Ok(Some(if qt == Qt::Aaaa {
+                FAKE6.into()
+            } else {
+                FAKE4.into()
+            }));
+        }
+        match self.static_record(key, qt) {
+            Some(ip) if ip.is_unspecified() => return Err(Failure::Blackholed),
+            Some(ip) => return Ok(Some(ip)),
+            None => {}
+        }
+        let cache = if qt == Qt::Aaaa {
+            &self.cache6
+        } else {
+            &self.cache4
+        };
+        let now = Instant::now();
+        if let Some(ip) = cache.lock().ok().and_then(|mut c| c.get(key, now)) {
+            return Ok(Some(ip));
+        }
+        for server in &self.conf.servers {
+            match self.ask(server, host, qt) {
+                Ok(Answer::Addr(ip, ttl)) => {
+                    if let Ok(mut c) = cache.lock() {
+                        c.put(key, ip, ttl, Instant::now());
+                    }
+                    return Ok(Some(ip));
+                }
+                Ok(Answer::Name(_)) => return Ok(None),
+                // A server answered: no such name or no record of this
+                // type. Others would say the same (3proxy stops here too).
+                Ok(Answer::None) => return Ok(None),
+                Err(e) => log::debug!("nserver {}: {host}: {e}", server.addr),
+            }
+        }
+        Ok(None)
+    }
+
+    fn static_record(&self, key: &str, qt: Qt) -> Option<IpAddr> {
+        match qt {
+            Qt::A => self.conf.static4.get(key).map(|&a| a.into()),
+            Qt::Aaaa => self.conf.static6.get(key).map(|&a| a.into()),
+            Qt::Ptr => None,
+        }
+    }
+
+    fn ask(&self, server: &NameServer, name: &str, qt: Qt) -> io::Result<Answer> {
+        let q = Query::new(name, qt)?;
+        if !server.tcp {
+            match self.ask_udp(server, &q)? {
+                Reply::Done(a) => return Ok(a),
+                Reply::Truncated => {}
+            }
+        }
+        self.ask_tcp(server, &q)
+    }
+
+    fn ask_udp(&self, server: &NameServer, q: &Query) -> io::Result<Reply> {
+        let any: IpAddr = if server.addr.is_ipv4() {
+            Ipv4Addr::UNSPECIFIED.into()
+        } else {
+            Ipv6Addr::UNSPECIFIED.into()
+        };
+        let sock = UdpSocket::bind(SocketAddr::new(any, 0))?;
+        // Connected: the kernel drops datagrams from any other address.
+        sock.connect(server.addr)?;
+        sock.set_write_timeout(Some(self.send_timeout))?;
+        sock.send(&q.wire)?;
+        let deadline = Instant::now() + self.dns_timeout;
+        let mut buf = vec![0u8; MAX_MESSAGE];
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(io::ErrorKind::TimedOut.into());
+            }
+            sock.set_read_timeout(Some(left))?;
+            let n = match sock.recv(&mut buf) {
+                Ok(n) => n,
+                // ICMP port unreachable from an earlier send: nobody there.
+                Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => return Err(e),
+                Err(e) if is_timeout(&e) => return Err(io::ErrorKind::TimedOut.into()),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+            };
+            match q.check(&buf[..n]) {
+                Some(reply) => return Ok(reply),
+                None => log::debug!("nserver {}: dropped a reply that does not match", server.addr),
+            }
+        }
+    }
+
+    fn ask_tcp(&self, server: &NameServer, q: &Query) -> io::Result<Answer> {
+        let deadline = Instant::now() + self.dns_timeout;
+        let mut s = TcpStream::connect_timeout(&server.addr, self.connect_timeout)?;
+        let _ = s.set_nodelay(true);
+        s.set_write_timeout(Some(self.send_timeout))?;
+        let len = u16::try_from(q.wire.len()).map_err(|_| io::ErrorKind::InvalidInput)?;
+        let mut msg = len.to_be_bytes().to_vec();
+        msg.extend_from_slice(&q.wire);
+        s.write_all(&msg)?;
+        // One query per connection, so the first message is the answer;
+        // a bad one ends the attempt with this server.
+        let mut len = [0u8; 2];
+        read_exact_by(&mut s, &mut len, deadline)?;
+        let mut buf = vec![0u8; usize::from(u16::from_be_bytes(len))];
+        read_exact_by(&mut s, &mut buf, deadline)?;
+        match q.check(&buf) {
+            Some(Reply::Done(a)) => Ok(a),
+            Some(Reply::Truncated) => Err(io::Error::other("truncated answer over TCP")),
+            None => Err(io::Error::other("a reply that does not match the query")),
+        }
+    }
+
+    /// Run `dialer` (once at a time), waiting for it at most the DNS
+    /// timeout; a dialer still running then is left to finish on its own.
+    fn dial(&self, prog: &str) {
+        let _one = self.dialing.lock();
+        let mut child = match std::process::Command::new("/bin/sh")
+            .arg("-c")
+            .arg(prog)
+            .stdin(std::process::Stdio::null())
+            .spawn()
+        {
+            Ok(c) => c,
+            Err(e) => {
+                log::warn!("dialer: cannot run /bin/sh: {e}");
+                return;
+            }
+        };
+        let deadline = Instant::now() + self.dns_timeout;
+        loop {
+            match child.try_wait() {
+                Ok(Some(_)) | Err(_) => return,
+                Ok(None) if Instant::now() >= deadline => {
+                    log::warn!("dialer: '{prog}' still running, not waiting for it");
+                    // Reap it when it ends, so it leaves no zombie.
+                    let _ = std::thread::Builder::new()
+                        .name("dialer-reaper".into())
+                        .spawn(move || child.wait());
+                    return;
+                }
+                Ok(None) => std::thread::sleep(Duration::from_millis(20)),
+            }
+        }
+    }
+}
+
+fn read_exact_by(s: &mut TcpStream, mut buf: &mut [u8], deadline: Instant) -> io::Result<()> {
+    while !buf.is_empty() {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(io::ErrorKind::TimedOut.into());
+        }
+        s.set_read_timeout(Some(left))?;
+        match s.read(buf) {
+            Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
+            Ok(n) => buf = &mut buf[n..],
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) if is_timeout(&e) => return Err(io::ErrorKind::TimedOut.into()),
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+fn is_timeout(e: &io::Error) -> bool {
+    matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut)
+}
+
+/// getaddrinfo, filtered by family in the family's order of preference.
+fn system(host: &str, family: Family) -> Result<IpAddr, Res> {
+    let addrs: Vec<SocketAddr> = (host, 0)
+        .to_socket_addrs()
+        .map_err(|_| Res::NOHOST)?
+        .collect();
+    let v4 = addrs.iter().find(|a| a.is_ipv4());
+    let v6 = addrs.iter().find(|a| a.is_ipv6());
+    let pick = match family {
+        Family::V4 => v4,
+        Family::V6 => v6,
+        Family::V46 => v4.or(v6),
+        Family::V64 => v6.or(v4),
+    };
+    pick.map(|a| a.ip()).ok_or(Res::NOHOST)
+}
+
+/// Names are case-insensitive; a trailing dot changes nothing.
+fn cache_key(name: &str) -> String {
+    name.strip_suffix('.').unwrap_or(name).to_ascii_lowercase()
+}
+
+// ---------------------------------------------------------------------------
+// Reverse lookups for `auth dnsname`
+
+/// The name `ip` has in the DNS, forward-confirmed: its PTR name (asked
+/// of `authnserver`, else the `nserver`s), if that name resolves back to
+/// `ip` through the same server(s). None if there is none, or without
+/// `nserver`/`authnserver` (3proxy's `dnsname` needs them too).
+#[allow(dead_code)] // for `auth dnsname` (auth)
+pub fn dnsname(ip: IpAddr) -> Option<String> {
+    let r = current()?;
+    let servers: Vec<NameServer> = match r.conf.auth_server {
+        Some(s) => vec![s],
+        None if r.conf.mode == Mode::Servers => r.conf.servers.clone(),
+        None => return None,
+    };
+    let arpa = reverse_name(ip);
+    let name = servers.iter().find_map(|s| match r.ask(s, &arpa, Qt::Ptr) {
+        Ok(Answer::Name(n)) => Some(n),
+        _ => None,
+    })?;
+    let qt = if ip.is_ipv4() { Qt::A } else { Qt::Aaaa };
+    let confirmed = servers
+        .iter()
+        .find_map(|s| match r.ask(s, &name, qt) {
+            Ok(Answer::Addr(a, _)) => Some(a),
+            _ => None,
+        })
+        .is_some_and(|a| a == ip);
+    confirmed.then_some(name)
+}
+
+/// `4.3.2.1.in-addr.arpa` / the nibble form under `ip6.arpa`.
+fn reverse_name(ip: IpAddr) -> String {
+    match ip {
+        IpAddr::V4(a) => {
+            let o = a.octets();
+            format!("{}.{}.{}.{}.in-addr.arpa", o[3], o[2], o[1], o[0])
+        }
+        IpAddr::V6(a) => {
+            let mut s = String::with_capacity(72);
+            for b in a.octets().iter().rev() {
+                s.push_str(&format!("{:x}.{:x}.", b & 0xf, b >> 4));
+            }
+            s.push_str("ip6.arpa");
+            s
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Queries and replies
+
+/// What a valid reply said.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Answer {
+    /// An address of the type asked for, with its TTL in seconds.
+    Addr(IpAddr, u32),
+    /// A PTR answer's name.
+    Name(String),
+    /// A response with no record of that type (NXDOMAIN, NODATA, ...).
+    None,
+}
+
+/// A reply that passed the checks.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Reply {
+    Done(Answer),
+    /// TC was set: ask again over TCP.
+    Truncated,
+}
+
+/// One query in wire form, and what its reply must repeat.
+struct Query {
+    id: u16,
+    /// The name's labels, lowercased, for comparing with the reply's.
+    labels: Vec<Vec<u8>>,
+    qt: Qt,
+    wire: Vec<u8>,
+}
+
+impl Query {
+    fn new(name: &str, qt: Qt) -> io::Result<Query> {
+        let name = name.strip_suffix('.').unwrap_or(name);
+        let invalid = || io::Error::new(io::ErrorKind::InvalidInput, "not a valid DNS name");
+        let qname = Name::new(name).map_err(|_| invalid())?;
+        let labels: Vec<Vec<u8>> = qname.as_bytes().map(|l| l.to_ascii_lowercase()).collect();
+        if labels.is_empty() || labels.iter().any(|l| l.is_empty()) {
+            return Err(invalid());
+        }
+        let id = random_id();
+        let mut p = Packet::new_query(id);
+        p.set_flags(PacketFlag::RECURSION_DESIRED);
+        p.questions
+            .push(Question::new(qname, qt.qtype(), QCLASS::CLASS(CLASS::IN), false));
+        let wire = p.build_bytes_vec().map_err(|_| invalid())?;
+        Ok(Query {
+            id,
+            labels,
+            qt,
+            wire,
+        })
+    }
+
+    /// The reply's meaning if it answers this query; None if it must be
+    /// dropped (not a response, another ID or question, or malformed).
+    fn check(&self, msg: &[u8]) -> Option<Reply> {
+        let p = Packet::parse(msg).ok()?;
+        if p.id() != self.id || !p.has_flags(PacketFlag::RESPONSE) {
+            return None;
+        }
+        let [q] = p.questions.as_slice() else {
+            return None;
+        };
+        let same_name = q.qname.as_bytes().map(|l| l.to_ascii_lowercase()).eq(self.labels.iter().cloned());
+        if !same_name || q.qtype != self.qt.qtype() || q.qclass != QCLASS::CLASS(CLASS::IN) {
+            return None;
+        }
+        if p.has_flags(PacketFlag::TRUNCATION) {
+            return Some(Reply::Truncated);
+        }
+        let found = p.answers.iter().find_map(|rr| {
+            if rr.class != CLASS::IN {
+                return None;
+            }
+            match (&rr.rdata, self.qt) {
+                (RData::A(a), Qt::A) => Some(Answer::Addr(Ipv4Addr::from(a.address).into(), rr.ttl)),
+                (RData::AAAA(a), Qt::Aaaa) => {
+                    Some(Answer::Addr(Ipv6Addr::from(a.address).into(), rr.ttl))
+                }
+                (RData::PTR(n), Qt::Ptr) => Some(Answer::Name(n.0.to_string())),
+                _ => None,
+            }
+        });
+        Some(Reply::Done(found.unwrap_or(Answer::None)))
+    }
+}
+
+/// A 16-bit query ID nobody off this host can predict: SipHash, keyed
+/// from the OS's randomness by std's `RandomState`, over a counter.
+fn random_id() -> u16 {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u64(COUNTER.fetch_add(1, Ordering::Relaxed));
+    h.finish() as u16
+}
+
+// ---------------------------------------------------------------------------
+// The cache
+
+/// Answers of one family by name, each until its TTL runs out. A size of
+/// 0 means no caching.
+#[derive(Debug, Default)]
+struct Cache {
+    limit: usize,
+    map: HashMap<String, (IpAddr, Instant)>,
+    /// When expired entries were last swept (at most once a second, so a
+    /// full cache of live entries costs nothing per miss).
+    swept: Option<Instant>,
+}
+
+impl Cache {
+    fn new(limit: usize) -> Cache {
+        Cache {
+            limit,
+            map: HashMap::new(),
+            swept: None,
+        }
+    }
+
+    fn get(&mut self, key: &str, now: Instant) -> Option<IpAddr> {
+        match self.map.get(key) {
+            Some(&(ip, until)) if until > now => Some(ip),
+            Some(_) => {
+                self.map.remove(key);
+                None
+            }
+            None => None,
+        }
+    }
+
+    fn put(&mut self, key: &str, ip: IpAddr, ttl: u32, now: Instant) {
+        if self.limit == 0 {
+            return;
+        }
+        let ttl = ttl.clamp(1, MAX_TTL);
+        if self.map.len() >= self.limit && !self.map.contains_key(key) {
+            if self.swept.is_none_or(|t| now.duration_since(t) >= Duration::from_secs(1)) {
+                self.map.retain(|_, &mut (_, until)| until > now);
+                self.swept = Some(now);
+            }
+            if self.map.len() >= self.limit {
+                return;
+            }
+        }
+        self.map
+            .insert(key.to_string(), (ip, now + Duration::from_secs(u64::from(ttl))));
+    }
+
+    fn take(&mut self) -> HashMap<String, (IpAddr, Instant)> {
+        std::mem::take(&mut self.map)
+    }
+
+    /// Keep what a previous resolver had cached, up to our own limit.
+    fn adopt(&mut self, old: HashMap<String, (IpAddr, Instant)>) {
+        for (k, v) in old {
+            if self.map.len() >= self.limit {
+                break;
+            }
+            self.map.insert(k, v);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_nserver_addresses() {
+        let ns = |s| NameServer::parse(s).map(|n| (n.addr.to_string(), n.tcp));
+        assert_eq!(ns("10.0.0.1"), Ok(("10.0.0.1:53".into(), false)));
+        assert_eq!(ns("10.0.0.1:5353"), Ok(("10.0.0.1:5353".into(), false)));
+        assert_eq!(ns("10.0.0.1/tcp"), Ok(("10.0.0.1:53".into(), true)));
+        assert_eq!(ns("10.0.0.1:54/tcp"), Ok(("10.0.0.1:54".into(), true)));
+        assert_eq!(ns("::1"), Ok(("[::1]:53".into(), false)));
+        assert_eq!(ns("[::1]"), Ok(("[::1]:53".into(), false)));
+        assert_eq!(ns("[::1]:54/tcp"), Ok(("[::1]:54".into(), true)));
+        for bad in ["", "name", "10.0.0.1:", "10.0.0.1:0", "10.0.0.1:x", "[::1]x", "1.2.3:4"] {
+            assert!(NameServer::parse(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn reverse_names() {
+        assert_eq!(
+            reverse_name("192.0.2.5".parse().unwrap()),
+            "5.2.0.192.in-addr.arpa"
+        );
+        let v6 = reverse_name("2001:db8::1".parse().unwrap());
+        assert!(v6.starts_with("1.0.0.0.0.0.0.0."), "{v6}");
+        assert!(v6.ends_with("8.b.d.0.1.0.0.2.ip6.arpa"), "{v6}");
+    }
+
+    /// A reply to `q` built by hand, with these answers.
+    fn reply(q: &Query, answers: &[(&str, RData<'static>, u32)]) -> Vec<u8> {
+        let mut p = Packet::new_reply(q.id);
+        let sent = Packet::parse(&q.wire).unwrap();
+        p.questions.push(sent.questions[0].clone());
+        for (name, rdata, ttl) in answers {
+            p.answers.push(simple_dns::ResourceRecord::new(
+                Name::new_unchecked(name),
+                CLASS::IN,
+                *ttl,
+                rdata.clone(),
+            ));
+        }
+        p.build_bytes_vec_compressed().unwrap()
+    }
+
+    fn a(ip: [u8; 4]) -> RData<'static> {
+        RData::A(simple_dns::rdata::A {
+            address: u32::from(Ipv4Addr::from(ip)),
+        })
+    }
+
+    #[test]
+    fn checks_replies() {
+        let q = Query::new("Some.Test.", Qt::A).unwrap();
+        let good = reply(&q, &[("some.test", a([10, 1, 2, 3]), 60)]);
+        assert_eq!(
+            q.check(&good),
+            Some(Reply::Done(Answer::Addr("10.1.2.3".parse().unwrap(), 60)))
+        );
+        // The question's case may differ (0x20 randomizing servers).
+        let mut upper = good.clone();
+        for b in &mut upper[12..] {
+            if b.is_ascii_lowercase() {
+                *b = b.to_ascii_uppercase();
+                break;
+            }
+        }
+        assert!(matches!(q.check(&upper), Some(Reply::Done(_))));
+        // Another ID.
+        let mut other = good.clone();
+        other[0] ^= 0xff;
+        assert_eq!(q.check(&other), None);
+        // Not a response (QR clear).
+        let mut query = good.clone();
+        query[2] &= 0x7f;
+        assert_eq!(q.check(&query), None);
+        // Another question.
+        let q2 = Query::new("other.test", Qt::A).unwrap();
+        let mut wrong = reply(&q2, &[("other.test", a([10, 9, 9, 9]), 60)]);
+        wrong[..2].copy_from_slice(&q.id.to_be_bytes());
+        assert_eq!(q.check(&wrong), None);
+        // Another type.
+        let q6 = Query::new("some.test", Qt::Aaaa).unwrap();
+        let mut wrong = reply(&q6, &[]);
+        wrong[..2].copy_from_slice(&q.id.to_be_bytes());
+        assert_eq!(q.check(&wrong), None);
+        // No answer of the type: a valid "nothing".
+        assert_eq!(q.check(&reply(&q, &[])), Some(Reply::Done(Answer::None)));
+        // Truncated.
+        let mut tc = good.clone();
+        tc[2] |= 0x02;
+        assert_eq!(q.check(&tc), Some(Reply::Truncated));
+    }
+
+    #[test]
+    fn skips_records_of_other_types() {
+        let q = Query::new("www.test", Qt::A).unwrap();
+        let cname = RData::CNAME(simple_dns::rdata::CNAME(Name::new_unchecked("real.test")));
+        let msg = reply(
+            &q,
+            &[("www.test", cname, 300), ("real.test", a([10, 0, 0, 7]), 0)],
+        );
+        assert_eq!(
+            q.check(&msg),
+            Some(Reply::Done(Answer::Addr("10.0.0.7".parse().unwrap(), 0)))
+        );
+    }
+
+    /// Cut, flipped and random bytes must never panic the checker.
+    #[test]
+    fn garbage_replies_never_panic() {
+        let q = Query::new("some.test", Qt::A).unwrap();
+        let good = reply(&q, &[("some.test", a([10, 1, 2, 3]), 60)]);
+        for n in 0..good.len() {
+            let _ = q.check(&good[..n]);
+        }
+        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        for _ in 0..20_000 {
+            let mut m = good.clone();
+            for _ in 0..(next() % 4 + 1) {
+                let i = (next() as usize) % m.len();
+                m[i] = next() as u8;
+            }
+            let _ = q.check(&m);
+            let len = (next() % 600) as usize;
+            let junk: Vec<u8> = (0..len).map(|_| next() as u8).collect();
+            let _ = q.check(&junk);
+        }
+        // Compression pointers that loop or point forward.
+        let mut looped = good.clone();
+        looped.truncate(12);
+        looped.extend_from_slice(&[0xc0, 12, 0, 1, 0, 1]);
+        let _ = q.check(&looped);
+    }
+
+    #[test]
+    fn query_ids_vary() {
+        let ids: std::collections::HashSet<u16> = (0..64).map(|_| random_id()).collect();
+        assert!(ids.len() > 48, "{} distinct of 64", ids.len());
+    }
+
+    #[test]
+    fn bad_names_are_not_queried() {
+        assert!(Query::new("", Qt::A).is_err());
+        assert!(Query::new("a..b", Qt::A).is_err());
+        assert!(Query::new(&"x".repeat(64), Qt::A).is_err());
+        assert!(Query::new(&["abc"; 80].join("."), Qt::A).is_err());
+    }
+
+    #[test]
+    fn cache_honours_ttl_and_limit() {
+        let t0 = Instant::now();
+        let ip: IpAddr = "10.0.0.1".parse().unwrap();
+        let mut c = Cache::new(2);
+        c.put("a", ip, 0, t0); // 0 counts as 1 s
+        assert_eq!(c.get("a", t0), Some(ip));
+        assert_eq!(c.get("a", t0 + Duration::from_millis(1500)), None);
+        c.put("b", ip, 1_000_000, t0); // capped at 12 h
+        assert_eq!(c.get("b", t0 + Duration::from_secs(12 * 3600 - 1)), Some(ip));
+        assert_eq!(c.get("b", t0 + Duration::from_secs(12 * 3600 + 1)), None);
+        // Full of live entries: new names are not cached...
+        c.put("c", ip, 100, t0);
+        c.put("d", ip, 100, t0);
+        c.put("e", ip, 100, t0);
+        assert_eq!(c.get("e", t0), None);
+        // ...until some expire.
+        c.put("e", ip, 100, t0 + Duration::from_secs(200));
+        assert_eq!(c.get("e", t0 + Duration::from_secs(200)), Some(ip));
+        let mut off = Cache::new(0);
+        off.put("a", ip, 100, t0);
+        assert_eq!(off.get("a", t0), None);
+    }
+
+    #[test]
+    fn keys_ignore_case_and_the_root_dot() {
+        assert_eq!(cache_key("WWW.Example.ORG."), "www.example.org");
+    }
+}

@@ -1,0 +1,201 @@
+#![allow(unsafe_code)]
+//! The process itself: going to the background, the pid file, chroot and
+//! giving up root (3proxy's `daemonize()` and conf.c `h_pidfile`,
+//! `h_setuid`, `h_setgid`, `h_chroot`; 3proxy.cfg(5) `daemon`, `pidfile`,
+//! `setuid`, `setgid`, `chroot`).
+//!
+//! When these run differs from 3proxy, on purpose; the result is the same:
+//! - 3proxy forks at the `daemon` line, so `daemon` must precede every
+//!   service (threads do not survive a fork). We load the whole cfg and bind
+//!   every listener first, and fork afterwards, while the main thread is
+//!   still the only thread. The pid file is written after the fork, so it
+//!   always holds the pid of the process that serves (with 3proxy's
+//!   recommended order, `daemon` then `pidfile`, that is what 3proxy writes).
+//! - 3proxy changes uid/gid at the `setuid`/`setgid`/`chroot` line, so a
+//!   service after it cannot bind a port below 1024. We change them after
+//!   every listener is bound, so `setuid nobody` may come anywhere.
+//! - `chroot` itself happens at its line, as in 3proxy: the paths of the
+//!   commands after it (`include /conf/3proxy.cfg` in the packaged cfg, log
+//!   files, pid file) name files inside the new root.
+//!
+//! Invariant: `daemonize` and `drop_privileges` run while the calling
+//! thread is the process's only thread.
+
+use std::fs::File;
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+use nix::unistd::{self, ForkResult, Gid, Group, Uid, User};
+
+/// Fork into the background: the parent exits with status 0 at once, the
+/// child starts a new session (3proxy's `daemonize`: no chdir, no umask, no
+/// closing of descriptors, so a log to stdout keeps going where it went).
+pub fn daemonize() -> io::Result<()> {
+    // What the parent has buffered must not be written twice.
+    let _ = io::stdout().flush();
+    let _ = io::stderr().flush();
+    // SAFETY: fork() in a process with threads may leave the child with
+    // locks held by threads that no longer exist. The caller (main, after
+    // the cfg has loaded and before any service starts) is the only thread:
+    // the cfg is read on the main thread and no service, log writer or other
+    // thread has been started yet, so the child inherits a consistent state.
+    match unsafe { unistd::fork() }.map_err(io::Error::from)? {
+        ForkResult::Parent { .. } => unistd::_exit(0),
+        ForkResult::Child => {
+            unistd::setsid().map_err(io::Error::from)?;
+            Ok(())
+        }
+    }
+}
+
+/// `pidfile`: the file is created (truncated) when its line runs, so an
+/// unwritable path is a cfg error with the line's number; the pid is written
+/// once the process that will serve exists (after `daemon`'s fork).
+#[derive(Debug)]
+pub struct PidFile {
+    pub path: PathBuf,
+    file: File,
+}
+
+impl PidFile {
+    pub fn create(path: &str) -> io::Result<PidFile> {
+        let file = File::create(path)?;
+        Ok(PidFile {
+            path: PathBuf::from(path),
+            file,
+        })
+    }
+
+    /// Write our pid, in decimal without a newline, as 3proxy does.
+    pub fn write_pid(&mut self) -> io::Result<()> {
+        write!(self.file, "{}", std::process::id())?;
+        self.file.flush()
+    }
+
+    /// On a normal exit: remove the file if it still holds our pid (it may
+    /// not be removable after dropping root; then it stays, as with 3proxy,
+    /// which never removes it).
+    pub fn remove(&self) {
+        if std::fs::read_to_string(&self.path).is_ok_and(|s| s.trim() == std::process::id().to_string())
+        {
+            let _ = std::fs::remove_file(&self.path);
+        }
+    }
+}
+
+/// A uid from a number or a user name. 0 (root) is refused, as in 3proxy:
+/// dropping to root is a cfg mistake.
+pub fn uid_from(s: &str) -> Result<Uid, String> {
+    let uid = if s.starts_with(|c: char| c.is_ascii_digit()) {
+        s.parse::<u32>()
+            .map(Uid::from_raw)
+            .map_err(|_| format!("'{s}' is not a uid"))?
+    } else {
+        match User::from_name(s) {
+            Ok(Some(u)) => u.uid,
+            Ok(None) => return Err(format!("no user named '{s}'")),
+            Err(e) => return Err(format!("cannot look up user '{s}': {e}")),
+        }
+    };
+    if uid.is_root() {
+        return Err(format!("refusing to run as uid 0 ('{s}')"));
+    }
+    Ok(uid)
+}
+
+/// A gid from a number or a group name; 0 is refused, as in 3proxy.
+pub fn gid_from(s: &str) -> Result<Gid, String> {
+    let gid = if s.starts_with(|c: char| c.is_ascii_digit()) {
+        s.parse::<u32>()
+            .map(Gid::from_raw)
+            .map_err(|_| format!("'{s}' is not a gid"))?
+    } else {
+        match Group::from_name(s) {
+            Ok(Some(g)) => g.gid,
+            Ok(None) => return Err(format!("no group named '{s}'")),
+            Err(e) => return Err(format!("cannot look up group '{s}': {e}")),
+        }
+    };
+    if gid.as_raw() == 0 {
+        return Err(format!("refusing to run as gid 0 ('{s}')"));
+    }
+    Ok(gid)
+}
+
+/// Give up root: the group first (it needs root), then the user. Real,
+/// effective and saved ids all change, so root cannot be taken back. As
+/// root, the supplementary groups are reduced to the new (or current)
+/// group; 3proxy keeps root's, which can include privileged groups.
+pub fn drop_privileges(uid: Option<Uid>, gid: Option<Gid>) -> Result<(), String> {
+    if unistd::geteuid().is_root() && (uid.is_some() || gid.is_some()) {
+        let g = gid.unwrap_or_else(unistd::getegid);
+        unistd::setgroups(&[g]).map_err(|e| format!("setgroups({g}): {e}"))?;
+    }
+    if let Some(g) = gid {
+        unistd::setresgid(g, g, g).map_err(|e| format!("cannot set gid {g}: {e}"))?;
+    }
+    if let Some(u) = uid {
+        unistd::setresuid(u, u, u).map_err(|e| format!("cannot set uid {u}: {e}"))?;
+    }
+    Ok(())
+}
+
+/// The directory we chrooted to, once we have.
+static CHROOT: OnceLock<PathBuf> = OnceLock::new();
+
+/// `chroot DIR`: change the root directory and go to its `/`. Done once per
+/// process: later calls (a reloaded cfg runs its `chroot` line again) do
+/// nothing and succeed, as in 3proxy.
+pub fn chroot(dir: &str) -> Result<(), String> {
+    if CHROOT.get().is_some() {
+        return Ok(());
+    }
+    unistd::chroot(dir).map_err(|e| format!("cannot chroot to {dir}: {e}"))?;
+    unistd::chdir("/").map_err(|e| format!("chdir / in {dir}: {e}"))?;
+    let trimmed = dir.trim_end_matches('/');
+    let _ = CHROOT.set(PathBuf::from(if trimmed.is_empty() { "/" } else { trimmed }));
+    Ok(())
+}
+
+/// The chroot directory, if `chroot` has run.
+pub fn chroot_dir() -> Option<&'static Path> {
+    CHROOT.get().map(PathBuf::as_path)
+}
+
+/// A path named before the chroot (the cfg file on the command line), as
+/// seen from inside it: the chroot prefix is taken off, so a reload can open
+/// the file again (3proxy strips `chrootp` the same way). A path outside the
+/// chroot is returned as it is.
+pub fn path_in_chroot(path: &Path) -> PathBuf {
+    let Some(root) = chroot_dir() else {
+        return path.to_path_buf();
+    };
+    match path.strip_prefix(root) {
+        Ok(rest) => Path::new("/").join(rest),
+        Err(_) => path.to_path_buf(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_by_number_and_name() {
+        assert_eq!(uid_from("65534").unwrap().as_raw(), 65534);
+        assert_eq!(gid_from("65534").unwrap().as_raw(), 65534);
+        assert!(uid_from("0").unwrap_err().contains("uid 0"));
+        assert!(uid_from("root").unwrap_err().contains("uid 0"));
+        assert!(gid_from("0").unwrap_err().contains("gid 0"));
+        assert!(uid_from("no-such-user-here").unwrap_err().contains("no user"));
+        assert!(gid_from("no-such-group-here").unwrap_err().contains("no group"));
+        assert!(uid_from("12x").is_err());
+    }
+
+    #[test]
+    fn paths_outside_any_chroot_stay() {
+        // No chroot in unit tests.
+        assert_eq!(path_in_chroot(Path::new("/etc/x.cfg")), Path::new("/etc/x.cfg"));
+    }
+}

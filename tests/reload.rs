@@ -1,0 +1,145 @@
+//! SIGUSR1 reloads the cfg: a changed cfg takes effect for new clients,
+//! a listener whose address and options did not change stays open (no
+//! refused client during the switch), a session in progress goes on
+//! undisturbed, a removed service stops listening, and a broken cfg leaves
+//! the running one in place with the error logged.
+
+use std::io::{Read, Write};
+use std::net::{Shutdown, TcpStream};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::thread;
+use std::time::Duration;
+
+use crate::util::*;
+
+/// An origin that answers every connection with `tag` and closes.
+fn tagged(tag: &'static [u8]) -> Origin {
+    Origin::start("127.0.0.1:0", move |mut conn| {
+        let _ = conn.write_all(tag);
+        let _ = conn.shutdown(Shutdown::Both);
+    })
+}
+
+/// Connect through the proxy and read what the origin says.
+fn ask(port: u16) -> std::io::Result<Vec<u8>> {
+    let mut s = TcpStream::connect(localhost(port))?;
+    set_timeouts(&s, IO_TIMEOUT);
+    let mut got = Vec::new();
+    s.read_to_end(&mut got)?;
+    Ok(got)
+}
+
+fn cfg(dir: &Dir, body: &str) -> String {
+    format!(
+        "log {}\nlogformat \"L%N %p %E %O %I\"\n{body}",
+        p(&dir.join("access.log"))
+    )
+}
+
+#[test]
+fn reload_switches_settings_and_keeps_the_listener() {
+    let dir = Dir::new("reload_switch");
+    let (one, two) = (tagged(b"one"), tagged(b"two"));
+    let (p1, p2) = (free_port(), free_port());
+    let text = cfg(&dir, &format!("tcppm -i127.0.0.1 {p1} 127.0.0.1 {}\n", one.port()));
+    let proxy = Proxy::start(dir, &text, &[Listen::Tcp(localhost(p1))]);
+    assert_eq!(ask(p1).unwrap(), b"one");
+
+    // A long session through the unchanged listener, started before.
+    let (sink, digests) = Origin::hash_sink(0, 0);
+    let p3 = free_port();
+    let keep = format!("tcppm -i127.0.0.1 {p3} 127.0.0.1 {}\n", sink.port());
+    let text = cfg(&proxy.dir, &format!("tcppm -i127.0.0.1 {p1} 127.0.0.1 {}\n{keep}", one.port()));
+    proxy.dir.write("3proxy.cfg", &text);
+    proxy.signal("USR1");
+    assert!(wait_for(|| TcpStream::connect(localhost(p3)).is_ok(), START_TIMEOUT), "p3 never came up");
+    let mut long = connect(localhost(p3));
+    let seed = 7;
+    let total: u64 = 8 << 20;
+    let half = total / 2;
+    send_pattern(&mut long, seed, half).unwrap();
+
+    // Hammer p1 while the cfg switches it to another origin: no client
+    // may be refused or cut.
+    let stop = Arc::new(AtomicBool::new(false));
+    let failures = Arc::new(AtomicUsize::new(0));
+    let served = Arc::new(AtomicUsize::new(0));
+    let hammer = {
+        let (stop, failures, served) = (stop.clone(), failures.clone(), served.clone());
+        thread::spawn(move || {
+            while !stop.load(Ordering::SeqCst) {
+                match ask(p1) {
+                    Ok(b) if b == b"one" || b == b"two" => served.fetch_add(1, Ordering::SeqCst),
+                    _ => failures.fetch_add(1, Ordering::SeqCst),
+                };
+            }
+        })
+    };
+    let text = cfg(
+        &proxy.dir,
+        &format!("tcppm -i127.0.0.1 {p1} 127.0.0.1 {}\n{keep}tcppm -i127.0.0.1 {p2} 127.0.0.1 {}\n", two.port(), one.port()),
+    );
+    proxy.dir.write("3proxy.cfg", &text);
+    proxy.signal("USR1");
+    assert!(
+        wait_for(|| ask(p1).map(|b| b == b"two").unwrap_or(false), START_TIMEOUT),
+        "p1 never switched to the new origin"
+    );
+    assert_eq!(ask(p2).unwrap(), b"one", "the added service serves");
+    thread::sleep(Duration::from_millis(200));
+    stop.store(true, Ordering::SeqCst);
+    hammer.join().unwrap();
+    assert_eq!(failures.load(Ordering::SeqCst), 0, "clients refused or cut during the reload");
+    assert!(served.load(Ordering::SeqCst) > 0);
+
+    // The session started before the reload finishes intact.
+    send_pattern(&mut long, seed + 1, total - half).unwrap();
+    long.shutdown(Shutdown::Write).unwrap();
+    let got = recv_nonempty(&digests, IO_TIMEOUT);
+    assert_eq!(got.bytes, total, "bytes of the long session");
+}
+
+#[test]
+fn removed_service_stops_listening() {
+    let dir = Dir::new("reload_remove");
+    let one = tagged(b"one");
+    let (p1, p2) = (free_port(), free_port());
+    let both = cfg(
+        &dir,
+        &format!(
+            "tcppm -i127.0.0.1 {p1} 127.0.0.1 {o}\ntcppm -i127.0.0.1 {p2} 127.0.0.1 {o}\n",
+            o = one.port()
+        ),
+    );
+    let proxy = Proxy::start(dir, &both, &[Listen::Tcp(localhost(p1)), Listen::Tcp(localhost(p2))]);
+    let only = cfg(&proxy.dir, &format!("tcppm -i127.0.0.1 {p1} 127.0.0.1 {}\n", one.port()));
+    proxy.dir.write("3proxy.cfg", &only);
+    proxy.signal("USR1");
+    assert!(
+        wait_for(|| TcpStream::connect(localhost(p2)).is_err(), START_TIMEOUT),
+        "the removed service still accepts"
+    );
+    assert_eq!(ask(p1).unwrap(), b"one");
+}
+
+#[test]
+fn broken_cfg_on_reload_keeps_the_running_one() {
+    let dir = Dir::new("reload_broken");
+    let one = tagged(b"one");
+    let p1 = free_port();
+    let good = cfg(&dir, &format!("tcppm -i127.0.0.1 {p1} 127.0.0.1 {}\n", one.port()));
+    let mut proxy = Proxy::start(dir, &good, &[Listen::Tcp(localhost(p1))]);
+    let bad = format!("{good}maxconn nonsense\n");
+    proxy.dir.write("3proxy.cfg", &bad);
+    proxy.signal("USR1");
+    let cfg_path = proxy.dir.cfg_path();
+    let at = format!("{}:4: maxconn:", cfg_path.display());
+    assert!(
+        wait_for(|| proxy.stderr().contains(&at), START_TIMEOUT),
+        "no error naming {at} in stderr:\n{}",
+        proxy.stderr()
+    );
+    assert!(proxy.is_running(), "a bad cfg on reload must not stop the server");
+    assert_eq!(ask(p1).unwrap(), b"one");
+}
