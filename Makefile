@@ -41,11 +41,13 @@ install: install-bin install-man install-etc install-init
 install-bin: $(BIN)
 	install -d $(DESTDIR)$(BINDIR)
 	install -m 755 $(BIN) $(DESTDIR)$(BINDIR)/3proxy
+	ln -sf 3proxy $(DESTDIR)$(BINDIR)/3proxy_crypt
 
 install-man:
 	install -d $(DESTDIR)$(MANDIR)/man8 $(DESTDIR)$(MANDIR)/man5
 	install -m 644 man/3proxy.8 $(DESTDIR)$(MANDIR)/man8/3proxy.8
 	install -m 644 man/3proxy.cfg.5 $(DESTDIR)$(MANDIR)/man5/3proxy.cfg.5
+	install -m 644 man/3proxy_crypt.8 $(DESTDIR)$(MANDIR)/man8/3proxy_crypt.8
 
 # Never overwrite a cfg the administrator already has.
 install-etc:
@@ -66,8 +68,9 @@ install-init:
 	chmod 755 $(DESTDIR)$(INITDIR)/3proxy
 
 uninstall:
-	rm -f $(DESTDIR)$(BINDIR)/3proxy
+	rm -f $(DESTDIR)$(BINDIR)/3proxy $(DESTDIR)$(BINDIR)/3proxy_crypt
 	rm -f $(DESTDIR)$(MANDIR)/man8/3proxy.8 $(DESTDIR)$(MANDIR)/man5/3proxy.cfg.5
+	rm -f $(DESTDIR)$(MANDIR)/man8/3proxy_crypt.8
 	rm -f $(DESTDIR)$(SYSTEMDDIR)/3proxy.service $(DESTDIR)$(INITDIR)/3proxy
 	@echo "left $(DESTDIR)$(SYSCONFDIR)/3proxy/3proxy.cfg in place"
 

@@ -58,6 +58,7 @@ impl Slot {
             }
         }
         *live += 1;
+        crate::shutdown::session_started();
         Some(Slot(svc.clone()))
     }
 
@@ -71,6 +72,7 @@ impl Drop for Slot {
         let mut live = self.0.live.lock().unwrap_or_else(|e| e.into_inner());
         *live -= 1;
         drop(live);
+        crate::shutdown::session_ended();
         self.0.left.notify_one();
     }
 }

@@ -18,12 +18,13 @@
 //! Invariant: nothing here does IO; a request costs a hash lookup per
 //! `users`/cache access and O(log n) per big ACL list.
 
+use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, RwLock};
 use std::time::SystemTime;
 
 use crate::acl::{self, Action, Entry, OpBits, Query, Verdict};
-use crate::auth::{AuthType, Users};
+use crate::auth::{AuthCache, AuthType, CacheConf, CacheQuery, Users, CACHE_IN_USE};
 use crate::limit::{Limits, Session};
 use crate::res::Res;
 use crate::services::Service;
@@ -78,7 +79,9 @@ pub struct Request<'a> {
     pub op: Option<Op>,
     /// The client's address (after a PROXY header, if any).
     pub client: Option<SocketAddr>,
-    /// The address the client connected to (the service side).
+    /// The address the client connected to (the service side); the
+    /// authcache's `srvaddr`/`srvport` keys will use it.
+    #[allow(dead_code)]
     pub local: Option<SocketAddr>,
     /// Destination host name, when the client gave a name.
     pub host: Option<&'a str>,
@@ -97,11 +100,20 @@ pub struct Request<'a> {
 pub struct Grant {
     /// `nolog` on the matching ACL entry: write no log record.
     pub nolog: bool,
-    /// The weight of the matching ACL entry (`weight`).
+    /// The weight of the matching ACL entry (`weight`), for services that
+    /// keep it across requests (HTTP keep-alive).
+    #[allow(dead_code)]
     pub weight: u32,
-    /// Bandwidth limiters and traffic counters of the session; pass it to
-    /// `relay::relay_with`, and call `Session::count` when it ends.
+    /// Bandwidth limiters and traffic counters of the session: pass it to
+    /// `relay::relay_with` (or `Session::add` what moved otherwise) and keep
+    /// it until the session ends; its drop updates the counters.
     pub limits: Option<Arc<Session>>,
+    /// The `parent` chain of the matching entry (empty: connect directly);
+    /// pass it to `parent::connect`.
+    pub parents: crate::parent::Parents,
+    /// The user name the auth cache supplied (`authcache ip`), when the
+    /// client gave none: the one to log.
+    pub user: Option<String>,
 }
 
 /// The access part of the cfg script's state (3proxy's `conf.authfuncs`,
@@ -118,6 +130,11 @@ pub struct Setup {
     pub limits: Arc<Limits>,
     /// `force` (the default) / `noforce`: re-check sessions on reload.
     pub force: bool,
+    /// `authcache`.
+    pub cache: CacheConf,
+    /// How often each limit line has appeared so far (`limit` keeps a
+    /// rule's state under its line and repetition, across reloads).
+    pub seen: HashMap<String, usize>,
 }
 
 impl Default for Setup {
@@ -128,6 +145,8 @@ impl Default for Setup {
             users: Arc::default(),
             limits: Arc::default(),
             force: true,
+            cache: CacheConf::default(),
+            seen: HashMap::new(),
         }
     }
 }
@@ -135,7 +154,15 @@ impl Default for Setup {
 impl Setup {
     /// The snapshot a service line takes.
     pub fn snapshot(&self) -> Policy {
+        if self
+            .auth
+            .iter()
+            .any(|t| matches!(t, AuthType::Cache | AuthType::CacheAcl))
+        {
+            CACHE_IN_USE.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
         Policy {
+            cache: self.cache,
             auth: self.auth.clone(),
             timed: self.acl.iter().any(|e| e.rule.timed()),
             acl: self.acl.clone(),
@@ -155,14 +182,17 @@ pub struct Policy {
     timed: bool,
     pub users: Arc<RwLock<Users>>,
     pub limits: Arc<Limits>,
+    pub cache: CacheConf,
     #[allow(dead_code)]
     pub force: bool,
 }
 
 /// How the ACL walk ended, when it allowed the request.
+#[derive(Default)]
 struct Allowed {
     nolog: bool,
     weight: u32,
+    parents: crate::parent::Parents,
 }
 
 /// Authenticate and authorize a request against the service's `auth` and
@@ -176,7 +206,11 @@ pub fn authorize(svc: &Service, req: &Request<'_>) -> Result<Grant, Res> {
 /// [`authorize`] on a policy, at a given time (for tests).
 pub fn authorize_policy(p: &Policy, req: &Request<'_>, now: SystemTime) -> Result<Grant, Res> {
     let host = req.host.map(acl::normalize_host);
-    let (wday, daysec) = if p.timed || p.limits.timed() { local_clock(now) } else { (0, 0) };
+    let (wday, daysec) = if p.timed || p.limits.timed() {
+        local_clock(now)
+    } else {
+        (0, 0)
+    };
     let mut q = Query {
         user: req.user,
         src: req.client.map(|a| a.ip()),
@@ -189,11 +223,27 @@ pub fn authorize_policy(p: &Policy, req: &Request<'_>, now: SystemTime) -> Resul
         weight: 0,
     };
 
+    let secs = now
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let cq = CacheQuery {
+        user: req.user,
+        password: req.password,
+        client: q.src,
+        acl: Arc::as_ptr(&p.acl) as *const () as usize,
+        dst: req.addr,
+        port: req.port,
+        host: q.host,
+        op: q.op,
+        local: req.local,
+        now: secs,
+    };
+    let mut cache_user: Option<String> = None;
     let mut worst = Res::OK;
     let mut allowed = None;
     for t in &p.auth {
         let step = match t {
-            AuthType::None => Ok(Allowed { nolog: false, weight: 0 }),
+            AuthType::None => Ok(Allowed::default()),
             AuthType::IpOnly => check_acl(&p.acl, &Query { user: None, ..q }),
             // Once these authenticate, the ACL's answer is final.
             AuthType::UserOnly => match req.user {
@@ -210,11 +260,30 @@ pub fn authorize_policy(p: &Policy, req: &Request<'_>, now: SystemTime) -> Resul
                     Err(e) => Err(e),
                 }
             }
-            // The auth cache is not built yet: a miss, as an empty cache.
-            AuthType::Cache | AuthType::CacheAcl => Err(Res(4)),
+            AuthType::Cache | AuthType::CacheAcl => match AuthCache::global().lookup(&p.cache, &cq)
+            {
+                Ok(name) => {
+                    cache_user = name;
+                    if *t == AuthType::CacheAcl {
+                        // The cached grant stands for the ACL too.
+                        Ok(Allowed::default())
+                    } else {
+                        let user = cache_user.as_deref().or(req.user);
+                        Ok(check_acl(&p.acl, &Query { user, ..q })?)
+                    }
+                }
+                Err(e) => Err(e),
+            },
         };
         match step {
             Ok(a) => {
+                let cacheable =
+                    matches!(t, AuthType::IpOnly | AuthType::UserOnly | AuthType::Strong)
+                        && req.user.is_some()
+                        && (p.cache.kind & CacheConf::PASS == 0 || req.password.is_some());
+                if cacheable && CACHE_IN_USE.load(std::sync::atomic::Ordering::Relaxed) {
+                    AuthCache::global().insert(&p.cache, &cq);
+                }
                 allowed = Some(a);
                 break;
             }
@@ -229,24 +298,37 @@ pub fn authorize_policy(p: &Policy, req: &Request<'_>, now: SystemTime) -> Resul
     // No `auth` types at all allows, as 3proxy's empty list does.
     let allowed = match allowed {
         Some(a) => a,
-        None if p.auth.is_empty() => Allowed { nolog: false, weight: 0 },
+        None if p.auth.is_empty() => Allowed::default(),
         None => return Err(worst),
     };
     q.weight = allowed.weight;
+    if cache_user.is_some() {
+        q.user = cache_user.as_deref();
+    }
     let limits = p.limits.start(&q)?;
-    Ok(Grant { nolog: allowed.nolog, weight: allowed.weight, limits })
+    Ok(Grant {
+        nolog: allowed.nolog,
+        weight: allowed.weight,
+        limits,
+        parents: allowed.parents,
+        user: cache_user,
+    })
 }
 
 /// Walk the ACL (3proxy's `checkACL`): empty allows, a `deny` gives 1, no
 /// match gives 3.
 fn check_acl(acl: &[Entry], q: &Query<'_>) -> Result<Allowed, Res> {
     match acl::check(acl, q) {
-        Verdict::Empty => Ok(Allowed { nolog: false, weight: 0 }),
+        Verdict::Empty => Ok(Allowed::default()),
         Verdict::NoMatch => Err(Res(3)),
         Verdict::Matched(i) => {
             let e = &acl[i];
             match e.action {
-                Action::Allow => Ok(Allowed { nolog: e.nolog, weight: e.rule.weight }),
+                Action::Allow => Ok(Allowed {
+                    nolog: e.nolog,
+                    weight: e.rule.weight,
+                    parents: e.parents.clone(),
+                }),
                 Action::Deny => Err(Res(1)),
             }
         }
@@ -255,7 +337,10 @@ fn check_acl(acl: &[Entry], q: &Query<'_>) -> Result<Allowed, Res> {
 
 /// Weekday (0 = Sunday) and seconds since midnight, in local time.
 fn local_clock(t: SystemTime) -> (u8, u32) {
-    let secs = t.duration_since(SystemTime::UNIX_EPOCH).map(|d| d.as_secs() as i64).unwrap_or(0);
+    let secs = t
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or(0);
     let tm = crate::sys::time::local(secs);
     (tm.wday as u8, tm.hour * 3600 + tm.min * 60 + tm.sec.min(59))
 }
@@ -266,7 +351,12 @@ mod tests {
 
     fn entry(action: Action, line: &str) -> Entry {
         let f: Vec<String> = line.split_whitespace().map(String::from).collect();
-        Entry { action, rule: acl::Rule::parse(&f).unwrap(), nolog: false }
+        Entry {
+            action,
+            rule: acl::Rule::parse(&f).unwrap(),
+            nolog: false,
+            parents: Default::default(),
+        }
     }
 
     fn policy(auth: &[AuthType], acl: Vec<Entry>, users: &str) -> Policy {
@@ -295,19 +385,29 @@ mod tests {
     }
 
     fn run(p: &Policy, r: &Request<'_>) -> Result<(), u32> {
-        authorize_policy(p, r, SystemTime::now()).map(|_| ()).map_err(|e| e.0)
+        authorize_policy(p, r, SystemTime::now())
+            .map(|_| ())
+            .map_err(|e| e.0)
     }
 
-    use AuthType::*;
+    use AuthType::{IpOnly, Strong, UserOnly};
 
     #[test]
     fn default_is_iponly_and_enforces_the_acl() {
         let p = Setup::default().snapshot();
         assert_eq!(p.auth, [IpOnly]);
-        assert_eq!(run(&p, &req("10.0.0.1", None, None)), Ok(()), "empty ACL allows");
+        assert_eq!(
+            run(&p, &req("10.0.0.1", None, None)),
+            Ok(()),
+            "empty ACL allows"
+        );
         let p = policy(&[IpOnly], vec![entry(Action::Allow, "* 10.0.0.0/8")], "");
         assert_eq!(run(&p, &req("10.0.0.1", None, None)), Ok(()));
-        assert_eq!(run(&p, &req("11.0.0.1", None, None)), Err(3), "implicit deny");
+        assert_eq!(
+            run(&p, &req("11.0.0.1", None, None)),
+            Err(3),
+            "implicit deny"
+        );
         let p = policy(&[IpOnly], vec![entry(Action::Deny, "* * * 80")], "");
         assert_eq!(run(&p, &req("10.0.0.1", None, None)), Err(1));
     }
@@ -322,13 +422,16 @@ mod tests {
 
     #[test]
     fn none_skips_the_acl() {
-        let p = policy(&[None], vec![entry(Action::Deny, "*")], "");
+        let p = policy(&[AuthType::None], vec![entry(Action::Deny, "*")], "");
         assert_eq!(run(&p, &req("10.0.0.1", None, None)), Ok(()));
     }
 
     #[test]
     fn strong_codes_and_acl() {
-        let acl = vec![entry(Action::Deny, "bob"), entry(Action::Allow, "alice,bob")];
+        let acl = vec![
+            entry(Action::Deny, "bob"),
+            entry(Action::Allow, "alice,bob"),
+        ];
         let p = policy(&[Strong], acl, "alice:pw bob:pw");
         assert_eq!(run(&p, &req("10.0.0.1", None, None)), Err(4));
         assert_eq!(run(&p, &req("10.0.0.1", Some("eve"), Some("pw"))), Err(5));
@@ -348,13 +451,19 @@ mod tests {
     #[test]
     fn iponly_strong_falls_through() {
         // Local clients need no password; others need one.
-        let acl = vec![entry(Action::Allow, "* 127.0.0.0/8"), entry(Action::Allow, "alice")];
+        let acl = vec![
+            entry(Action::Allow, "* 127.0.0.0/8"),
+            entry(Action::Allow, "alice"),
+        ];
         let p = policy(&[IpOnly, Strong], acl, "alice:pw");
         assert_eq!(run(&p, &req("127.0.0.1", None, None)), Ok(()));
         // Not allowed by address, no user: the highest code, 4, is what a
         // client sees (an HTTP proxy asks for a password).
         assert_eq!(run(&p, &req("10.0.0.1", None, None)), Err(4));
-        assert_eq!(run(&p, &req("10.0.0.1", Some("alice"), Some("bad"))), Err(6));
+        assert_eq!(
+            run(&p, &req("10.0.0.1", Some("alice"), Some("bad"))),
+            Err(6)
+        );
         assert_eq!(run(&p, &req("10.0.0.1", Some("alice"), Some("pw"))), Ok(()));
     }
 
@@ -366,6 +475,38 @@ mod tests {
         let p = policy(&[Strong, IpOnly], acl, "alice:pw");
         assert_eq!(run(&p, &req("10.0.0.1", Some("alice"), Some("pw"))), Err(1));
         assert_eq!(run(&p, &req("10.0.0.1", None, None)), Ok(()));
+    }
+
+    #[test]
+    fn cache_after_strong() {
+        // `auth cache strong` with `authcache ip`: a password once, then
+        // the address alone stands for the user until the entry expires.
+        let mut p = policy(
+            &[AuthType::Cache, Strong],
+            vec![entry(Action::Allow, "carol")],
+            "carol:pw",
+        );
+        p.cache = CacheConf {
+            kind: CacheConf::IP,
+            secs: 60,
+            size: 100,
+        };
+        CACHE_IN_USE.store(true, std::sync::atomic::Ordering::Relaxed);
+        let t0 = SystemTime::now();
+        let at = |r: &Request<'_>, secs: u64| {
+            authorize_policy(&p, r, t0 + std::time::Duration::from_secs(secs))
+        };
+        let src = "192.0.2.77";
+        assert_eq!(at(&req(src, None, None), 0).unwrap_err(), Res(4));
+        assert!(at(&req(src, Some("carol"), Some("pw")), 0).is_ok());
+        let g = at(&req(src, None, None), 59).unwrap();
+        assert_eq!(g.user.as_deref(), Some("carol"));
+        assert_eq!(at(&req("192.0.2.78", None, None), 1).unwrap_err(), Res(4));
+        assert_eq!(
+            at(&req(src, None, None), 60).unwrap_err(),
+            Res(4),
+            "expired"
+        );
     }
 
     #[test]

@@ -81,6 +81,9 @@ pub struct Entry {
     pub rule: Rule,
     /// `nolog`: matching requests are not logged.
     pub nolog: bool,
+    /// `parent` lines after an `allow` (or `redirect`): the chain the
+    /// allowed requests go through.
+    pub parents: crate::parent::Parents,
 }
 
 /// The seven fields of a rule, plus its weight. `None` means `*`.
@@ -132,7 +135,12 @@ impl Rule {
         let mut r = Rule::default();
         let field = |i: usize| fields.get(i).map(String::as_str).filter(|s| *s != "*");
         if let Some(f) = field(0) {
-            r.users = Some(f.split(',').filter(|s| !s.is_empty()).map(String::from).collect());
+            r.users = Some(
+                f.split(',')
+                    .filter(|s| !s.is_empty())
+                    .map(String::from)
+                    .collect(),
+            );
         }
         if let Some(f) = field(1) {
             let mut set = IpSetBuilder::default();
@@ -187,10 +195,15 @@ impl Rule {
             r.periods = Some(parse_periods(f)?);
         }
         if let Some(w) = fields.get(7) {
-            r.weight = w.parse().map_err(|_| format!("'{w}' is not a weight (a number)"))?;
+            r.weight = w
+                .parse()
+                .map_err(|_| format!("'{w}' is not a weight (a number)"))?;
         }
         if fields.len() > 8 {
-            return Err(format!("unexpected argument '{}' after the weight", fields[8]));
+            return Err(format!(
+                "unexpected argument '{}' after the weight",
+                fields[8]
+            ));
         }
         Ok(r)
     }
@@ -216,9 +229,13 @@ impl Rule {
         let check_ip = self.dst.is_some() && (q.dst.is_some() || bind);
         let check_name = self.names.is_some() && q.host.is_some();
         if check_ip || check_name {
-            let ip_ok = check_ip && q.dst.is_some_and(|a| self.dst.as_ref().is_some_and(|d| d.contains(a)));
-            let name_ok =
-                !ip_ok && check_name && q.host.is_some_and(|h| self.names.as_ref().is_some_and(|n| n.matches(h)));
+            let ip_ok = check_ip
+                && q.dst
+                    .is_some_and(|a| self.dst.as_ref().is_some_and(|d| d.contains(a)));
+            let name_ok = !ip_ok
+                && check_name
+                && q.host
+                    .is_some_and(|h| self.names.as_ref().is_some_and(|n| n.matches(h)));
             if !ip_ok && !name_ok {
                 return false;
             }
@@ -271,7 +288,11 @@ pub fn check(acl: &[Entry], q: &Query<'_>) -> Verdict {
     if acl.is_empty() {
         return Verdict::Empty;
     }
-    match acl.iter().position(|e| e.rule.matches(q)) {
+    // An entry with parents cannot serve a BIND (or any operation below
+    // 256 but CONNECT and UDPASSOC): 3proxy skips it for those.
+    let chainable = q.op >= 0x100 || q.op & (OpBits::CONNECT | OpBits::UDPASSOC) != 0;
+    let usable = |e: &Entry| chainable || e.parents.is_empty();
+    match acl.iter().position(|e| usable(e) && e.rule.matches(q)) {
         Some(i) => Verdict::Matched(i),
         None => Verdict::NoMatch,
     }
@@ -318,7 +339,10 @@ impl IpSetBuilder {
     }
 
     fn build(self) -> IpSet {
-        IpSet { v4: merge(self.v4), v6: merge(self.v6) }
+        IpSet {
+            v4: merge(self.v4),
+            v6: merge(self.v6),
+        }
     }
 }
 
@@ -368,7 +392,9 @@ mod num_like {
 pub fn parse_ip_range(tok: &str) -> Result<Option<(IpAddr, IpAddr)>, String> {
     let bad = |why: &str| Err(format!("'{tok}': {why}"));
     if let Some((a, len)) = tok.split_once('/') {
-        let Some(ip) = crate::net::parse_ip(a) else { return Ok(None) };
+        let Some(ip) = crate::net::parse_ip(a) else {
+            return Ok(None);
+        };
         let bits = if ip.is_ipv4() { 32 } else { 128 };
         let len: u32 = match len.parse() {
             Ok(n) if n <= bits => n,
@@ -389,8 +415,12 @@ pub fn parse_ip_range(tok: &str) -> Result<Option<(IpAddr, IpAddr)>, String> {
     }
     // IPv6 literals contain no '-', so the first '-' splits a range.
     if let Some((a, b)) = tok.split_once('-') {
-        let Some(a) = crate::net::parse_ip(a) else { return Ok(None) };
-        let Some(b) = crate::net::parse_ip(b) else { return bad("the end of the range is not an address") };
+        let Some(a) = crate::net::parse_ip(a) else {
+            return Ok(None);
+        };
+        let Some(b) = crate::net::parse_ip(b) else {
+            return bad("the end of the range is not an address");
+        };
         let ordered = match (a, b) {
             (IpAddr::V4(x), IpAddr::V4(y)) => x <= y,
             (IpAddr::V6(x), IpAddr::V6(y)) => x <= y,
@@ -483,7 +513,10 @@ impl PortSet {
     pub fn parse(f: &str) -> Result<PortSet, String> {
         let mut v = Vec::new();
         for tok in f.split(',').filter(|s| !s.is_empty()) {
-            let num = |s: &str| s.parse::<u16>().map_err(|_| format!("'{tok}' is not a port or port range"));
+            let num = |s: &str| {
+                s.parse::<u16>()
+                    .map_err(|_| format!("'{tok}' is not a port or port range"))
+            };
             let (a, b) = match tok.split_once('-') {
                 Some((a, b)) => (num(a)?, num(b)?),
                 None => (num(tok)?, num(tok)?),
@@ -508,7 +541,9 @@ fn parse_wdays(f: &str) -> Result<u8, String> {
     for tok in f.split(',').filter(|s| !s.is_empty()) {
         let day = |s: &str| match s.parse::<u8>() {
             Ok(d) if d <= 7 && s.len() == 1 => Ok(d),
-            _ => Err(format!("'{tok}' is not a weekday (0-7) or range of weekdays")),
+            _ => Err(format!(
+                "'{tok}' is not a weekday (0-7) or range of weekdays"
+            )),
         };
         let (a, b) = match tok.split_once('-') {
             Some((a, b)) => (day(a)?, day(b)?),
@@ -533,7 +568,9 @@ fn parse_periods(f: &str) -> Result<Vec<(u32, u32)>, String> {
         let (a, b) = tok.split_once('-').ok_or_else(bad)?;
         let (a, b) = (parse_hms(a).ok_or_else(bad)?, parse_hms(b).ok_or_else(bad)?);
         if b < a {
-            return Err(format!("'{tok}': a period must not wrap midnight; split it in two"));
+            return Err(format!(
+                "'{tok}': a period must not wrap midnight; split it in two"
+            ));
         }
         v.push((a, b));
     }
@@ -547,7 +584,8 @@ fn parse_hms(s: &str) -> Option<u32> {
     }
     let two = |i: usize| -> Option<u32> {
         let (x, y) = (b[i], b[i + 1]);
-        (x.is_ascii_digit() && y.is_ascii_digit()).then(|| u32::from(x - b'0') * 10 + u32::from(y - b'0'))
+        (x.is_ascii_digit() && y.is_ascii_digit())
+            .then(|| u32::from(x - b'0') * 10 + u32::from(y - b'0'))
     };
     let (h, m, sec) = (two(0)?, two(3)?, two(6)?);
     // 24:00:00 is allowed as the end of a day.
@@ -570,7 +608,10 @@ mod tests {
     }
 
     fn q() -> Query<'static> {
-        Query { op: OpBits::CONNECT, ..Query::default() }
+        Query {
+            op: OpBits::CONNECT,
+            ..Query::default()
+        }
     }
 
     fn ip(s: &str) -> Option<IpAddr> {
@@ -589,7 +630,11 @@ mod tests {
     fn check_dst(rule_line: &str, cases: &[(&str, bool)]) {
         let r = rule(rule_line);
         for &(a, want) in cases {
-            let got = r.matches(&Query { dst: ip(a), port: 80, ..q() });
+            let got = r.matches(&Query {
+                dst: ip(a),
+                port: 80,
+                ..q()
+            });
             assert_eq!(got, want, "rule '{rule_line}', destination {a}");
         }
     }
@@ -598,7 +643,11 @@ mod tests {
         let r = rule(rule_line);
         for &(h, want) in cases {
             let h = normalize_host(h);
-            let got = r.matches(&Query { host: Some(&h), port: 80, ..q() });
+            let got = r.matches(&Query {
+                host: Some(&h),
+                port: 80,
+                ..q()
+            });
             assert_eq!(got, want, "rule '{rule_line}', host {h}");
         }
     }
@@ -606,7 +655,11 @@ mod tests {
     fn check_port(rule_line: &str, cases: &[(u16, bool)]) {
         let r = rule(rule_line);
         for &(p, want) in cases {
-            let got = r.matches(&Query { dst: ip("10.0.0.1"), port: p, ..q() });
+            let got = r.matches(&Query {
+                dst: ip("10.0.0.1"),
+                port: p,
+                ..q()
+            });
             assert_eq!(got, want, "rule '{rule_line}', port {p}");
         }
     }
@@ -620,19 +673,41 @@ mod tests {
     fn star_and_empty_match_everything() {
         for line in ["", "*", "* * * * * * *"] {
             assert!(rule(line).matches(&q()));
-            assert!(rule(line).matches(&Query { src: ip("::1"), user: Some("x"), ..q() }));
+            assert!(rule(line).matches(&Query {
+                src: ip("::1"),
+                user: Some("x"),
+                ..q()
+            }));
         }
     }
 
     #[test]
     fn ipv4_addresses_ranges_cidrs() {
-        check_src("* 10.0.0.1", &[("10.0.0.1", true), ("10.0.0.2", false), ("::1", false)]);
+        check_src(
+            "* 10.0.0.1",
+            &[("10.0.0.1", true), ("10.0.0.2", false), ("::1", false)],
+        );
         check_src(
             "* 10.0.0.0/8",
-            &[("10.0.0.0", true), ("10.255.255.255", true), ("11.0.0.0", false), ("9.255.255.255", false)],
+            &[
+                ("10.0.0.0", true),
+                ("10.255.255.255", true),
+                ("11.0.0.0", false),
+                ("9.255.255.255", false),
+            ],
         );
-        check_src("* 10.1.2.3/24", &[("10.1.2.0", true), ("10.1.2.255", true), ("10.1.3.0", false)]);
-        check_src("* 0.0.0.0/0", &[("1.2.3.4", true), ("255.255.255.255", true), ("::1", false)]);
+        check_src(
+            "* 10.1.2.3/24",
+            &[
+                ("10.1.2.0", true),
+                ("10.1.2.255", true),
+                ("10.1.3.0", false),
+            ],
+        );
+        check_src(
+            "* 0.0.0.0/0",
+            &[("1.2.3.4", true), ("255.255.255.255", true), ("::1", false)],
+        );
         check_src("* 1.2.3.4/32", &[("1.2.3.4", true), ("1.2.3.5", false)]);
         check_src(
             "* 192.168.1.10-192.168.1.20,172.16.0.0/12",
@@ -646,20 +721,39 @@ mod tests {
             ],
         );
         // An IPv4-mapped IPv6 client is an IPv4 client.
-        check_src("* 127.0.0.0/8", &[("::ffff:127.0.0.1", true), ("::1", false)]);
+        check_src(
+            "* 127.0.0.0/8",
+            &[("::ffff:127.0.0.1", true), ("::1", false)],
+        );
     }
 
     #[test]
     fn ipv6_addresses_ranges_cidrs() {
-        check_src("* ::1", &[("::1", true), ("::2", false), ("0.0.0.1", false)]);
+        check_src(
+            "* ::1",
+            &[("::1", true), ("::2", false), ("0.0.0.1", false)],
+        );
         check_src("* [::1]", &[("::1", true)]);
         check_src(
             "* 2001:db8::/32",
-            &[("2001:db8::", true), ("2001:db8:ffff:ffff:ffff:ffff:ffff:ffff", true), ("2001:db9::", false)],
+            &[
+                ("2001:db8::", true),
+                ("2001:db8:ffff:ffff:ffff:ffff:ffff:ffff", true),
+                ("2001:db9::", false),
+            ],
         );
-        check_src("* fe80::1-fe80::ff", &[("fe80::1", true), ("fe80::ff", true), ("fe80::100", false)]);
-        check_src("* ::/0", &[("::", true), ("ffff::", true), ("1.2.3.4", false)]);
-        check_src("* 2001:db8::1/128", &[("2001:db8::1", true), ("2001:db8::2", false)]);
+        check_src(
+            "* fe80::1-fe80::ff",
+            &[("fe80::1", true), ("fe80::ff", true), ("fe80::100", false)],
+        );
+        check_src(
+            "* ::/0",
+            &[("::", true), ("ffff::", true), ("1.2.3.4", false)],
+        );
+        check_src(
+            "* 2001:db8::1/128",
+            &[("2001:db8::1", true), ("2001:db8::2", false)],
+        );
     }
 
     #[test]
@@ -680,37 +774,92 @@ mod tests {
         assert_eq!(r.src.as_ref().unwrap().v4.len(), 2);
         check_src(
             "* 10.0.0.0-10.0.0.10,10.0.0.5-10.0.0.20,10.0.0.21,10.0.1.0/24",
-            &[("10.0.0.21", true), ("10.0.0.22", false), ("10.0.1.7", true)],
+            &[
+                ("10.0.0.21", true),
+                ("10.0.0.22", false),
+                ("10.0.1.7", true),
+            ],
         );
     }
 
     #[test]
     fn destination_addresses() {
-        check_dst("* * 10.0.0.0/24", &[("10.0.0.7", true), ("10.0.1.7", false), ("::1", false)]);
+        check_dst(
+            "* * 10.0.0.0/24",
+            &[("10.0.0.7", true), ("10.0.1.7", false), ("::1", false)],
+        );
         // No destination address and no host: the field is not checked.
         assert!(rule("* * 10.0.0.0/24").matches(&q()));
     }
 
     #[test]
     fn host_wildcards() {
-        check_host("* * example.com", &[("example.com", true), ("EXAMPLE.com.", true), ("www.example.com", false)]);
+        check_host(
+            "* * example.com",
+            &[
+                ("example.com", true),
+                ("EXAMPLE.com.", true),
+                ("www.example.com", false),
+            ],
+        );
         check_host(
             "* * *example.com",
-            &[("www.example.com", true), ("badexample.com", true), ("example.com", false), ("example.org", false)],
+            &[
+                ("www.example.com", true),
+                ("badexample.com", true),
+                ("example.com", false),
+                ("example.org", false),
+            ],
         );
-        check_host("* * *.example.com", &[("a.example.com", true), ("example.com", false)]);
-        check_host("* * www.*", &[("www.x.org", true), ("www.", true), ("ww.x.org", false)]);
-        check_host("* * *bad*", &[("bad", true), ("a.bad.b", true), ("xbadx", true), ("bax", false)]);
-        check_host("* * *Ads*,exact.org", &[("myads.net", true), ("exact.org", true), ("exact.org.uk", false)]);
+        check_host(
+            "* * *.example.com",
+            &[("a.example.com", true), ("example.com", false)],
+        );
+        check_host(
+            "* * www.*",
+            &[("www.x.org", true), ("www.a", true), ("ww.x.org", false)],
+        );
+        check_host(
+            "* * *bad*",
+            &[
+                ("bad", true),
+                ("a.bad.b", true),
+                ("xbadx", true),
+                ("bax", false),
+            ],
+        );
+        check_host(
+            "* * *Ads*,exact.org",
+            &[
+                ("myads.net", true),
+                ("exact.org", true),
+                ("exact.org.uk", false),
+            ],
+        );
         // A name-only entry is not checked for a request that gives only
         // an address (3proxy checks host names only when the request has one).
-        assert!(rule("* * example.com").matches(&Query { dst: ip("1.2.3.4"), ..q() }));
+        assert!(rule("* * example.com").matches(&Query {
+            dst: ip("1.2.3.4"),
+            ..q()
+        }));
         // An entry with both: an address or a name may match.
         let r = rule("* * 10.0.0.0/8,*.corp");
         let h = normalize_host("a.corp");
-        assert!(r.matches(&Query { dst: ip("1.1.1.1"), host: Some(&h), ..q() }));
-        assert!(r.matches(&Query { dst: ip("10.1.1.1"), host: Some("x.org"), ..q() }));
-        assert!(!r.matches(&Query { dst: ip("1.1.1.1"), host: Some("x.org"), ..q() }));
+        assert!(r.matches(&Query {
+            dst: ip("1.1.1.1"),
+            host: Some(&h),
+            ..q()
+        }));
+        assert!(r.matches(&Query {
+            dst: ip("10.1.1.1"),
+            host: Some("x.org"),
+            ..q()
+        }));
+        assert!(!r.matches(&Query {
+            dst: ip("1.1.1.1"),
+            host: Some("x.org"),
+            ..q()
+        }));
     }
 
     #[test]
@@ -721,12 +870,24 @@ mod tests {
     #[test]
     fn ports_and_ranges() {
         check_port("* * * 80", &[(80, true), (81, false), (79, false)]);
-        check_port("* * * 80,443,1000-2000", &[(443, true), (999, false), (1000, true), (2000, true), (2001, false)]);
+        check_port(
+            "* * * 80,443,1000-2000",
+            &[
+                (443, true),
+                (999, false),
+                (1000, true),
+                (2000, true),
+                (2001, false),
+            ],
+        );
         check_port("* * * 0-65535", &[(1, true), (65535, true)]);
         check_port("* * * 1-1023,1024-2047", &[(2047, true), (2048, false)]);
         // A request without a port passes the field, except a BIND.
         assert!(rule("* * * 80").matches(&q()));
-        assert!(!rule("* * * 80").matches(&Query { op: OpBits::BIND, ..q() }));
+        assert!(!rule("* * * 80").matches(&Query {
+            op: OpBits::BIND,
+            ..q()
+        }));
         bad("* * * 70000", "not a port");
         bad("* * * 90-80", "ends before");
         bad("* * * http", "not a port");
@@ -735,11 +896,20 @@ mod tests {
     #[test]
     fn users() {
         let r = rule("alice,bob");
-        assert!(r.matches(&Query { user: Some("alice"), ..q() }));
-        assert!(!r.matches(&Query { user: Some("Alice"), ..q() }));
+        assert!(r.matches(&Query {
+            user: Some("alice"),
+            ..q()
+        }));
+        assert!(!r.matches(&Query {
+            user: Some("Alice"),
+            ..q()
+        }));
         assert!(!r.matches(&q()));
         assert!(rule("-").matches(&q()));
-        assert!(!rule("-").matches(&Query { user: Some("alice"), ..q() }));
+        assert!(!rule("-").matches(&Query {
+            user: Some("alice"),
+            ..q()
+        }));
     }
 
     #[test]
@@ -800,9 +970,27 @@ mod tests {
 
     #[test]
     fn first_match_wins_and_implicit_deny() {
-        let e = |a: Action, line: &str| Entry { action: a, rule: rule(line), nolog: false };
-        let acl = vec![e(Action::Deny, "* * * 25"), e(Action::Allow, "* 10.0.0.0/8")];
-        let at = |src: &str, port| check(&acl, &Query { src: ip(src), dst: ip("1.1.1.1"), port, ..q() });
+        let e = |a: Action, line: &str| Entry {
+            action: a,
+            rule: rule(line),
+            nolog: false,
+            parents: Default::default(),
+        };
+        let acl = vec![
+            e(Action::Deny, "* * * 25"),
+            e(Action::Allow, "* 10.0.0.0/8"),
+        ];
+        let at = |src: &str, port| {
+            check(
+                &acl,
+                &Query {
+                    src: ip(src),
+                    dst: ip("1.1.1.1"),
+                    port,
+                    ..q()
+                },
+            )
+        };
         assert_eq!(at("10.1.1.1", 25), Verdict::Matched(0));
         assert_eq!(at("10.1.1.1", 80), Verdict::Matched(1));
         assert_eq!(at("11.1.1.1", 80), Verdict::NoMatch);
@@ -823,8 +1011,14 @@ mod tests {
             let base = 0x0a00_0000 + i * 8;
             let hit = IpAddr::V4((base + 3).into());
             let miss = IpAddr::V4((base + 4).into());
-            assert!(r.matches(&Query { src: Some(hit), ..q() }));
-            assert!(!r.matches(&Query { src: Some(miss), ..q() }));
+            assert!(r.matches(&Query {
+                src: Some(hit),
+                ..q()
+            }));
+            assert!(!r.matches(&Query {
+                src: Some(miss),
+                ..q()
+            }));
         }
     }
 }

@@ -76,7 +76,9 @@ impl Password {
     /// code for a wrong password of this kind: 6 CL, 7 CR, 8 NT.
     pub fn verify(&self, given: &str) -> Result<(), Res> {
         match self {
-            Password::Clear(p) => ct_eq(p.as_bytes(), given.as_bytes()).then_some(()).ok_or(Res(6)),
+            Password::Clear(p) => ct_eq(p.as_bytes(), given.as_bytes())
+                .then_some(())
+                .ok_or(Res(6)),
             Password::Crypt(c) => match crypt(given, c) {
                 Some(made) if ct_eq(&made, c.as_bytes()) => Ok(()),
                 _ => Err(Res(7)),
@@ -115,7 +117,8 @@ impl Users {
                             Password::Crypt(value.to_string())
                         }
                         "NT" => Password::Nt(
-                            parse_hex16(value).ok_or_else(|| format!("{name}: an NT hash is 32 hex digits"))?,
+                            parse_hex16(value)
+                                .ok_or_else(|| format!("{name}: an NT hash is 32 hex digits"))?,
                         ),
                         t => {
                             log::warn!("users: {name}: unknown password type '{t}', entry skipped");
@@ -130,10 +133,12 @@ impl Users {
         Ok(())
     }
 
+    #[cfg(test)]
     pub fn get(&self, name: &str) -> Option<&Password> {
         self.0.get(name)
     }
 
+    #[cfg(test)]
     pub fn len(&self) -> usize {
         self.0.len()
     }
@@ -152,6 +157,228 @@ impl Users {
                 Err(Res(5))
             }
         }
+    }
+}
+
+/// `authcache TYPES [TIME] [SIZE]`: what identifies a cached
+/// authentication, for how long, and how many are kept (3proxy's
+/// `authcachetype` bits, with its defaults: `user,password`, 600 s,
+/// 262144 entries).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CacheConf {
+    pub kind: u32,
+    pub secs: u64,
+    pub size: usize,
+}
+
+impl CacheConf {
+    pub const IP: u32 = 1;
+    pub const USER: u32 = 2;
+    pub const PASS: u32 = 4;
+    /// One address per user: `ip` is compared, not part of the key.
+    pub const LIMIT: u32 = 8;
+    pub const ACL: u32 = 16;
+    /// Cache the external address (used by parents; kept for them).
+    pub const EXT: u32 = 32;
+    pub const DSTADDR: u32 = 64;
+    pub const DSTPORT: u32 = 128;
+    pub const DSTHOST: u32 = 256;
+    pub const DSTOPER: u32 = 512;
+    pub const SRVADDR: u32 = 1024;
+    pub const SRVPORT: u32 = 2048;
+
+    /// Parse `authcache`'s arguments. As in 3proxy, each key word is looked
+    /// for anywhere in the first argument (`user,password` has `user` and
+    /// `pass`), and 0 or nothing recognised means the default.
+    pub fn parse(args: &[String]) -> Result<CacheConf, String> {
+        const WORDS: &[(&str, u32)] = &[
+            ("ip", CacheConf::IP),
+            ("user", CacheConf::USER),
+            ("pass", CacheConf::PASS),
+            ("limit", CacheConf::LIMIT),
+            ("acl", CacheConf::ACL),
+            ("ext", CacheConf::EXT),
+            ("dstaddr", CacheConf::DSTADDR),
+            ("dstport", CacheConf::DSTPORT),
+            ("dsthost", CacheConf::DSTHOST),
+            ("dstoper", CacheConf::DSTOPER),
+            ("srvaddr", CacheConf::SRVADDR),
+            ("srvport", CacheConf::SRVPORT),
+        ];
+        let mut c = CacheConf::default();
+        let kind = WORDS
+            .iter()
+            .filter(|(w, _)| args[0].contains(w))
+            .fold(0, |k, (_, b)| k | b);
+        if kind != 0 {
+            c.kind = kind;
+        }
+        if kind & CacheConf::LIMIT != 0
+            && kind & (CacheConf::IP | CacheConf::USER) != CacheConf::IP | CacheConf::USER
+        {
+            return Err("'limit' needs both 'ip' and 'user' in the cache type".into());
+        }
+        let num = |s: &String| {
+            s.parse::<u64>()
+                .map_err(|_| format!("'{s}' is not a number"))
+        };
+        match args.get(1).map(num).transpose()? {
+            Some(0) | None => {}
+            Some(t) => c.secs = t,
+        }
+        match args.get(2).map(num).transpose()? {
+            Some(0) | None => {}
+            Some(n) => c.size = usize::try_from(n).unwrap_or(usize::MAX),
+        }
+        Ok(c)
+    }
+}
+
+impl Default for CacheConf {
+    fn default() -> Self {
+        CacheConf {
+            kind: CacheConf::USER | CacheConf::PASS,
+            secs: 600,
+            size: 262144,
+        }
+    }
+}
+
+/// What a request offers the cache: the fields a cache type may key on.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct CacheQuery<'a> {
+    pub user: Option<&'a str>,
+    pub password: Option<&'a str>,
+    pub client: Option<std::net::IpAddr>,
+    /// Identity of the service's ACL (`acl` key).
+    pub acl: usize,
+    pub dst: Option<std::net::IpAddr>,
+    pub port: u16,
+    pub host: Option<&'a str>,
+    pub op: u32,
+    pub local: Option<std::net::SocketAddr>,
+    /// Seconds since the epoch.
+    pub now: u64,
+}
+
+#[derive(Debug, Clone)]
+struct Cached {
+    user: String,
+    client: Option<std::net::IpAddr>,
+    expires: u64,
+}
+
+/// The authentication cache: process-wide, so it survives reloads, as in
+/// 3proxy. Keys are BLAKE2b digests of the chosen fields, so no password
+/// is kept in memory; a lookup is one hash-map probe.
+#[derive(Debug, Default)]
+pub struct AuthCache {
+    map: std::sync::RwLock<HashMap<[u8; 32], Cached>>,
+}
+
+/// Whether any service uses `auth cache`/`cacheacl`; entries are only made
+/// then (3proxy makes them always, for nobody to read).
+pub static CACHE_IN_USE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+impl AuthCache {
+    /// The process's cache.
+    pub fn global() -> &'static AuthCache {
+        static C: std::sync::OnceLock<AuthCache> = std::sync::OnceLock::new();
+        C.get_or_init(AuthCache::default)
+    }
+
+    /// The key of a request, or None if it lacks a field the type needs.
+    fn key(conf: &CacheConf, q: &CacheQuery<'_>) -> Option<[u8; 32]> {
+        use blake2::digest::{Update, VariableOutput};
+        let k = conf.kind;
+        let mut h = blake2::Blake2bVar::new(32).ok()?;
+        // Each field is length-prefixed, so no two requests share a key by
+        // shifting bytes between fields.
+        let mut put = |tag: u8, b: &[u8]| {
+            h.update(&[tag]);
+            h.update(&(b.len() as u32).to_le_bytes());
+            h.update(b);
+        };
+        let ip_bytes = |a: std::net::IpAddr| match a.to_canonical() {
+            std::net::IpAddr::V4(a) => a.octets().to_vec(),
+            std::net::IpAddr::V6(a) => a.octets().to_vec(),
+        };
+        if k & CacheConf::USER != 0 {
+            put(1, q.user?.as_bytes());
+        }
+        if k & CacheConf::PASS != 0 {
+            put(2, q.password?.as_bytes());
+        }
+        if k & CacheConf::IP != 0 && k & CacheConf::LIMIT == 0 {
+            put(3, &ip_bytes(q.client?));
+        }
+        if k & CacheConf::ACL != 0 {
+            put(4, &q.acl.to_le_bytes());
+        }
+        if k & CacheConf::DSTADDR != 0 {
+            put(5, &q.dst.map(ip_bytes).unwrap_or_default());
+        }
+        if k & CacheConf::DSTPORT != 0 {
+            put(6, &q.port.to_le_bytes());
+        }
+        if k & CacheConf::DSTHOST != 0 {
+            put(7, q.host.unwrap_or("").as_bytes());
+        }
+        if k & CacheConf::DSTOPER != 0 {
+            put(8, &q.op.to_le_bytes());
+        }
+        if k & CacheConf::SRVADDR != 0 {
+            put(9, &q.local.map(|a| ip_bytes(a.ip())).unwrap_or_default());
+        }
+        if k & CacheConf::SRVPORT != 0 {
+            put(10, &q.local.map_or(0, |a| a.port()).to_le_bytes());
+        }
+        let mut out = [0u8; 32];
+        h.finalize_variable(&mut out).ok()?;
+        Some(out)
+    }
+
+    /// 3proxy's `cacheauth`: Ok(Some(name)) when the hit supplies the user
+    /// name (a type without `user`), Ok(None) for a plain hit; Err 4 on a
+    /// miss, 10 when `limit` finds the user at another address.
+    pub fn lookup(&self, conf: &CacheConf, q: &CacheQuery<'_>) -> Result<Option<String>, Res> {
+        if conf.kind & CacheConf::IP != 0 && q.client.is_none() {
+            return Err(Res(4));
+        }
+        let key = Self::key(conf, q).ok_or(Res(4))?;
+        let map = self.map.read().unwrap_or_else(|e| e.into_inner());
+        let hit = map.get(&key).filter(|c| c.expires > q.now).ok_or(Res(4))?;
+        let limit = CacheConf::IP | CacheConf::LIMIT;
+        if conf.kind & limit == limit
+            && hit.client.map(|a| a.to_canonical()) != q.client.map(|a| a.to_canonical())
+        {
+            return Err(Res(10));
+        }
+        if conf.kind & CacheConf::USER == 0 && !hit.user.is_empty() {
+            return Ok(Some(hit.user.clone()));
+        }
+        Ok(None)
+    }
+
+    /// Remember a successful authentication of `q.user`.
+    pub fn insert(&self, conf: &CacheConf, q: &CacheQuery<'_>) {
+        let Some(user) = q.user else { return };
+        let Some(key) = Self::key(conf, q) else {
+            return;
+        };
+        let mut map = self.map.write().unwrap_or_else(|e| e.into_inner());
+        if map.len() >= conf.size && !map.contains_key(&key) {
+            map.retain(|_, c| c.expires > q.now);
+            if map.len() >= conf.size {
+                return;
+            }
+        }
+        let entry = Cached {
+            user: user.to_string(),
+            client: q.client,
+            expires: q.now.saturating_add(conf.secs),
+        };
+        map.insert(key, entry);
     }
 }
 
@@ -210,13 +437,19 @@ mod tests {
             assert!(u.check(Some("u"), Some(pw)).is_ok(), "{pw}");
         }
         // Only the `$1$salt$` head of the setting counts.
-        assert_eq!(crypt(b"secret", "$1$abc$").unwrap(), crypt(b"secret", "$1$abc$whatever").unwrap());
+        assert_eq!(
+            crypt(b"secret", "$1$abc$").unwrap(),
+            crypt(b"secret", "$1$abc$whatever").unwrap()
+        );
     }
 
     #[test]
     fn blake2_crypt_as_3proxy_crypt_makes_it() {
         // Each printed by 3proxy's own `3proxy_crypt SALT PASSWORD`.
-        assert_eq!(crypt(b"password", "$3$salt$").as_deref(), Some("$3$salt$yCFxAkLdiC9UiJY4yH5Qm/"));
+        assert_eq!(
+            crypt(b"password", "$3$salt$").as_deref(),
+            Some("$3$salt$yCFxAkLdiC9UiJY4yH5Qm/")
+        );
         let s = "$3$Sa1t.Long/xyz$SbMNN38qBHtqfTefLBUcb0";
         assert_eq!(crypt("p\u{e4}ssword".as_bytes(), s).as_deref(), Some(s));
         let u = users("bob:CR:$3$salt$yCFxAkLdiC9UiJY4yH5Qm/");
@@ -229,7 +462,8 @@ mod tests {
         // As `3proxy_crypt password` prints it.
         let h = nt_hash("password");
         assert_eq!(h, parse_hex16("8846F7EAEE8FB117AD06BDD830B7586C").unwrap());
-        let u = users("w:NT:8846F7EAEE8FB117AD06BDD830B7586C l:NT:8846f7eaee8fb117ad06bdd830b7586c");
+        let u =
+            users("w:NT:8846F7EAEE8FB117AD06BDD830B7586C l:NT:8846f7eaee8fb117ad06bdd830b7586c");
         assert!(u.check(Some("w"), Some("password")).is_ok());
         assert!(u.check(Some("l"), Some("password")).is_ok());
         assert_eq!(u.check(Some("w"), Some("Password")), Err(Res(8)));
@@ -237,7 +471,9 @@ mod tests {
 
     #[test]
     fn users_line_forms() {
-        let u = users("a:pa b:CL:pb c:CR:$1$saltsalt$qjXMvbEw8oaL.CzflDugX/ noColon d:XX:skipped e: f:a:b");
+        let u = users(
+            "a:pa b:CL:pb c:CR:$1$saltsalt$qjXMvbEw8oaL.CzflDtaK/ noColon d:XX:skipped e: f:a:b",
+        );
         assert_eq!(u.len(), 5);
         assert!(u.check(Some("a"), Some("pa")).is_ok());
         assert!(u.check(Some("b"), Some("pb")).is_ok());
@@ -251,7 +487,7 @@ mod tests {
 
     #[test]
     fn strong_codes() {
-        let u = users("a:pa c:CR:$1$saltsalt$qjXMvbEw8oaL.CzflDugX/ x:CR:plain");
+        let u = users("a:pa c:CR:$1$saltsalt$qjXMvbEw8oaL.CzflDtaK/ x:CR:plain");
         assert_eq!(u.check(None, Some("pa")), Err(Res(4)));
         assert_eq!(u.check(Some("a"), None), Err(Res(5)));
         assert_eq!(u.check(Some("zz"), Some("pa")), Err(Res(5)));
@@ -284,9 +520,142 @@ mod tests {
     }
 
     #[test]
+    fn authcache_types() {
+        let parse = |s: &str| CacheConf::parse(&s.split(' ').map(String::from).collect::<Vec<_>>());
+        assert_eq!(
+            parse("user,password").unwrap().kind,
+            CacheConf::USER | CacheConf::PASS
+        );
+        assert_eq!(
+            parse("ip").unwrap(),
+            CacheConf {
+                kind: CacheConf::IP,
+                secs: 600,
+                size: 262144
+            }
+        );
+        assert_eq!(
+            parse("ip,user 60 100").unwrap(),
+            CacheConf {
+                kind: 3,
+                secs: 60,
+                size: 100
+            }
+        );
+        assert_eq!(parse("nothing").unwrap().kind, 6);
+        let all = "ip,user,limit,acl,ext,dstaddr,dstport,dsthost,dstoper,srvaddr,srvport";
+        assert_eq!(parse(all).unwrap().kind, 0xffb);
+        assert!(parse("limit,user").is_err());
+        assert!(parse("ip 1x").is_err());
+    }
+
+    fn cq<'a>(user: Option<&'a str>, pw: Option<&'a str>, ip: &str, now: u64) -> CacheQuery<'a> {
+        CacheQuery {
+            user,
+            password: pw,
+            client: Some(ip.parse().unwrap()),
+            now,
+            ..CacheQuery::default()
+        }
+    }
+
+    #[test]
+    fn authcache_user_password_and_expiry() {
+        let c = AuthCache::default();
+        let conf = CacheConf {
+            kind: CacheConf::USER | CacheConf::PASS,
+            secs: 60,
+            size: 10,
+        };
+        assert_eq!(
+            c.lookup(&conf, &cq(Some("a"), Some("pw"), "10.0.0.1", 100)),
+            Err(Res(4))
+        );
+        c.insert(&conf, &cq(Some("a"), Some("pw"), "10.0.0.1", 100));
+        assert_eq!(
+            c.lookup(&conf, &cq(Some("a"), Some("pw"), "10.0.0.9", 159)),
+            Ok(None)
+        );
+        assert_eq!(
+            c.lookup(&conf, &cq(Some("a"), Some("bad"), "10.0.0.1", 101)),
+            Err(Res(4))
+        );
+        assert_eq!(
+            c.lookup(&conf, &cq(None, Some("pw"), "10.0.0.1", 101)),
+            Err(Res(4))
+        );
+        assert_eq!(
+            c.lookup(&conf, &cq(Some("a"), Some("pw"), "10.0.0.1", 160)),
+            Err(Res(4)),
+            "expired"
+        );
+    }
+
+    #[test]
+    fn authcache_by_ip_supplies_the_user() {
+        let c = AuthCache::default();
+        let conf = CacheConf {
+            kind: CacheConf::IP,
+            secs: 60,
+            size: 10,
+        };
+        c.insert(&conf, &cq(Some("alice"), Some("pw"), "10.0.0.1", 0));
+        assert_eq!(
+            c.lookup(&conf, &cq(None, None, "10.0.0.1", 1)),
+            Ok(Some("alice".into()))
+        );
+        assert_eq!(c.lookup(&conf, &cq(None, None, "10.0.0.2", 1)), Err(Res(4)));
+    }
+
+    #[test]
+    fn authcache_limit_pins_a_user_to_one_address() {
+        let c = AuthCache::default();
+        let conf = CacheConf {
+            kind: CacheConf::IP | CacheConf::USER | CacheConf::LIMIT,
+            secs: 60,
+            size: 10,
+        };
+        c.insert(&conf, &cq(Some("a"), None, "10.0.0.1", 0));
+        assert_eq!(
+            c.lookup(&conf, &cq(Some("a"), None, "10.0.0.1", 1)),
+            Ok(None)
+        );
+        assert_eq!(
+            c.lookup(&conf, &cq(Some("a"), None, "10.0.0.2", 1)),
+            Err(Res(10))
+        );
+    }
+
+    #[test]
+    fn authcache_size_is_bounded() {
+        let c = AuthCache::default();
+        let conf = CacheConf {
+            kind: CacheConf::USER,
+            secs: 10,
+            size: 2,
+        };
+        for u in ["a", "b", "c"] {
+            c.insert(&conf, &cq(Some(u), None, "10.0.0.1", 0));
+        }
+        assert_eq!(
+            c.lookup(&conf, &cq(Some("c"), None, "10.0.0.1", 1)),
+            Err(Res(4)),
+            "full"
+        );
+        // Once the old ones expire they make room.
+        c.insert(&conf, &cq(Some("c"), None, "10.0.0.1", 20));
+        assert_eq!(
+            c.lookup(&conf, &cq(Some("c"), None, "10.0.0.1", 21)),
+            Ok(None)
+        );
+    }
+
+    #[test]
     fn auth_types() {
         assert_eq!(AuthType::parse("iponly"), Ok(AuthType::IpOnly));
-        assert!(AuthType::parse("dnsname").unwrap_err().contains("not supported yet"));
+        assert!(AuthType::parse("dnsname")
+            .unwrap_err()
+            .contains("not supported yet"));
         assert!(AuthType::parse("bogus").unwrap_err().contains("unknown"));
     }
 }

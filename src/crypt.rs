@@ -52,7 +52,6 @@ pub fn nt_hex(pw: impl AsRef<[u8]>) -> String {
 /// `$3$salt$hash`, or just its `$1$salt$` / `$3$salt$` head. The result
 /// is the whole crypt string, to compare with the stored one. None for
 /// any other form, or when no `$` ends the salt.
-#[allow(dead_code)] // for `users` CR: checks (auth)
 pub fn crypt(pw: impl AsRef<[u8]>, setting: impl AsRef<[u8]>) -> Option<Vec<u8>> {
     let setting = setting.as_ref();
     let magic = setting.get(..3)?;
@@ -308,7 +307,9 @@ mod tests {
     fn argv0_selects_the_tool() {
         use std::ffi::OsStr;
         assert!(invoked_as_crypt(Some(OsStr::new("3proxy_crypt"))));
-        assert!(invoked_as_crypt(Some(OsStr::new("/usr/local/bin/3proxy_crypt"))));
+        assert!(invoked_as_crypt(Some(OsStr::new(
+            "/usr/local/bin/3proxy_crypt"
+        ))));
         assert!(!invoked_as_crypt(Some(OsStr::new("/usr/local/bin/3proxy"))));
         assert!(!invoked_as_crypt(Some(OsStr::new("3proxy_crypt/3proxy"))));
         assert!(!invoked_as_crypt(None));

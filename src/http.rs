@@ -96,7 +96,11 @@ pub struct Rewrite<'a> {
 /// complete yet. On success `out` holds the head to send to the origin
 /// (origin-form request line, rewritten fields, the blank line); for
 /// CONNECT it is left empty.
-pub fn parse_request<'a>(buf: &'a [u8], rw: &Rewrite<'_>, out: &mut Vec<u8>) -> Result<Option<RequestHead<'a>>, HeadError> {
+pub fn parse_request<'a>(
+    buf: &'a [u8],
+    rw: &Rewrite<'_>,
+    out: &mut Vec<u8>,
+) -> Result<Option<RequestHead<'a>>, HeadError> {
     let mut hs = [httparse::EMPTY_HEADER; MAX_HEADERS];
     let mut req = httparse::Request::new(&mut hs);
     let len = match req.parse(buf) {
@@ -120,7 +124,9 @@ pub fn parse_request<'a>(buf: &'a [u8], rw: &Rewrite<'_>, out: &mut Vec<u8>) -> 
         (h, p)
     } else if uri.starts_with('/') {
         absolute = false;
-        let mut hosts = headers.iter().filter(|h| h.name.eq_ignore_ascii_case("host"));
+        let mut hosts = headers
+            .iter()
+            .filter(|h| h.name.eq_ignore_ascii_case("host"));
         let (Some(h), None) = (hosts.next(), hosts.next()) else {
             return Err(HeadError::Target);
         };
@@ -128,7 +134,9 @@ pub fn parse_request<'a>(buf: &'a [u8], rw: &Rewrite<'_>, out: &mut Vec<u8>) -> 
         split_authority(v, Some(80))?
     } else {
         absolute = true;
-        let Some(colon) = uri.find("://") else { return Err(HeadError::Syntax) };
+        let Some(colon) = uri.find("://") else {
+            return Err(HeadError::Syntax);
+        };
         if !uri[..colon].eq_ignore_ascii_case("http") {
             return Err(HeadError::Scheme);
         }
@@ -181,7 +189,11 @@ pub fn parse_request<'a>(buf: &'a [u8], rw: &Rewrite<'_>, out: &mut Vec<u8>) -> 
     } else {
         !conn.close
     };
-    let upgrade = version == 1 && conn.upgrade && headers.iter().any(|h| h.name.eq_ignore_ascii_case("upgrade"));
+    let upgrade = version == 1
+        && conn.upgrade
+        && headers
+            .iter()
+            .any(|h| h.name.eq_ignore_ascii_case("upgrade"));
 
     let head = RequestHead {
         method,
@@ -207,7 +219,11 @@ pub fn parse_request<'a>(buf: &'a [u8], rw: &Rewrite<'_>, out: &mut Vec<u8>) -> 
         out.push(b'/');
     }
     out.extend_from_slice(path.as_bytes());
-    out.extend_from_slice(if version == 0 { b" HTTP/1.0\r\n" } else { b" HTTP/1.1\r\n" });
+    out.extend_from_slice(if version == 0 {
+        b" HTTP/1.0\r\n"
+    } else {
+        b" HTTP/1.1\r\n"
+    });
     if absolute {
         // The URI's authority wins over any Host field (RFC 9112 section
         // 3.2.2).
@@ -260,7 +276,11 @@ impl ResponseHead {
 /// the status line and the fields to pass to the client, *without* the
 /// closing blank line: the caller adds its `Connection` field and the
 /// blank line with [`end_response_head`].
-pub fn parse_response(buf: &[u8], head_req: bool, out: &mut Vec<u8>) -> Result<Option<ResponseHead>, HeadError> {
+pub fn parse_response(
+    buf: &[u8],
+    head_req: bool,
+    out: &mut Vec<u8>,
+) -> Result<Option<ResponseHead>, HeadError> {
     let mut hs = [httparse::EMPTY_HEADER; MAX_HEADERS];
     let mut resp = httparse::Response::new(&mut hs);
     let len = match resp.parse(buf) {
@@ -322,7 +342,13 @@ pub fn parse_response(buf: &[u8], head_req: bool, out: &mut Vec<u8>) -> Result<O
     if status == 101 {
         out.extend_from_slice(b"Connection: upgrade\r\n");
     }
-    Ok(Some(ResponseHead { status, version, len, framing, keep_alive }))
+    Ok(Some(ResponseHead {
+        status,
+        version,
+        len,
+        framing,
+        keep_alive,
+    }))
 }
 
 /// Finish a head from [`parse_response`]: the `Connection` field the
@@ -372,7 +398,10 @@ pub fn op_of(method: &str) -> crate::access::Op {
 
 /// Methods safe to send twice (RFC 9110 section 9.2.2).
 pub fn is_idempotent(method: &str) -> bool {
-    matches!(method, "GET" | "HEAD" | "OPTIONS" | "TRACE" | "PUT" | "DELETE")
+    matches!(
+        method,
+        "GET" | "HEAD" | "OPTIONS" | "TRACE" | "PUT" | "DELETE"
+    )
 }
 
 /// `Basic <base64(user:password)>` from a `Proxy-Authorization` value.
@@ -441,9 +470,11 @@ fn split_authority(s: &str, default: Option<u16>) -> Result<(&str, u16), HeadErr
         return Err(HeadError::Target);
     }
     let port = match (port, default) {
-        (Some(p), _) if !p.is_empty() && p.len() <= 5 && p.bytes().all(|b| b.is_ascii_digit()) => {
-            p.parse::<u16>().ok().filter(|&n| n > 0).ok_or(HeadError::Target)?
-        }
+        (Some(p), _) if !p.is_empty() && p.len() <= 5 && p.bytes().all(|b| b.is_ascii_digit()) => p
+            .parse::<u16>()
+            .ok()
+            .filter(|&n| n > 0)
+            .ok_or(HeadError::Target)?,
         (None, Some(d)) | (Some(""), Some(d)) => d,
         _ => return Err(HeadError::Target),
     };
@@ -494,12 +525,20 @@ fn merge_length(prev: Option<u64>, value: &[u8]) -> Result<u64, HeadError> {
 
 /// The last coding of a Transfer-Encoding value is `chunked`.
 fn ends_in_chunked(v: &[u8]) -> bool {
-    v.rsplit(|&b| b == b',').next().is_some_and(|last| trim(last).eq_ignore_ascii_case(b"chunked"))
+    v.rsplit(|&b| b == b',')
+        .next()
+        .is_some_and(|last| trim(last).eq_ignore_ascii_case(b"chunked"))
 }
 
 /// Fields that describe one connection, not the message.
 fn is_hop_by_hop(name: &str, response: bool) -> bool {
-    const ALWAYS: [&str; 5] = ["connection", "proxy-connection", "keep-alive", "te", "trailer"];
+    const ALWAYS: [&str; 5] = [
+        "connection",
+        "proxy-connection",
+        "keep-alive",
+        "te",
+        "trailer",
+    ];
     if ALWAYS.iter().any(|h| name.eq_ignore_ascii_case(h)) {
         return true;
     }
@@ -512,7 +551,9 @@ fn is_hop_by_hop(name: &str, response: bool) -> bool {
 }
 
 fn is_forwarding(name: &str) -> bool {
-    ["forwarded", "x-forwarded-for", "via"].iter().any(|h| name.eq_ignore_ascii_case(h))
+    ["forwarded", "x-forwarded-for", "via"]
+        .iter()
+        .any(|h| name.eq_ignore_ascii_case(h))
 }
 
 /// What the `Connection` (and `Proxy-Connection`) fields say.
@@ -526,7 +567,12 @@ struct ConnTokens<'a> {
 
 impl<'a> ConnTokens<'a> {
     fn of(headers: &[httparse::Header<'a>]) -> ConnTokens<'a> {
-        let mut t = ConnTokens { close: false, keep_alive: false, upgrade: false, lists: [None; 4] };
+        let mut t = ConnTokens {
+            close: false,
+            keep_alive: false,
+            upgrade: false,
+            lists: [None; 4],
+        };
         let mut k = 0;
         for h in headers {
             let is_conn = h.name.eq_ignore_ascii_case("connection");
@@ -560,8 +606,14 @@ impl<'a> ConnTokens<'a> {
 }
 
 fn trim(v: &[u8]) -> &[u8] {
-    let s = v.iter().position(|b| !matches!(b, b' ' | b'\t')).unwrap_or(v.len());
-    let e = v.iter().rposition(|b| !matches!(b, b' ' | b'\t')).map_or(s, |i| i + 1);
+    let s = v
+        .iter()
+        .position(|b| !matches!(b, b' ' | b'\t'))
+        .unwrap_or(v.len());
+    let e = v
+        .iter()
+        .rposition(|b| !matches!(b, b' ' | b'\t'))
+        .map_or(s, |i| i + 1);
     &v[s..e.max(s)]
 }
 
@@ -612,7 +664,10 @@ impl Default for ChunkScanner {
 
 impl ChunkScanner {
     pub fn new() -> ChunkScanner {
-        ChunkScanner { state: ChunkState::Size(0, false), line: 0 }
+        ChunkScanner {
+            state: ChunkState::Size(0, false),
+            line: 0,
+        }
     }
 
     pub fn done(&self) -> bool {
@@ -652,7 +707,13 @@ impl ChunkScanner {
                     b'\n' => Data(v),
                     _ => return Err(()),
                 },
-                DataCr => if b == b'\r' { DataLf } else { return Err(()) },
+                DataCr => {
+                    if b == b'\r' {
+                        DataLf
+                    } else {
+                        return Err(());
+                    }
+                }
                 DataLf => {
                     if b != b'\n' {
                         return Err(());
@@ -671,7 +732,13 @@ impl ChunkScanner {
                     0..=31 | 127 => return Err(()),
                     _ => Trailer,
                 },
-                TrailerLf => if b == b'\n' { TrailerStart } else { return Err(()) },
+                TrailerLf => {
+                    if b == b'\n' {
+                        TrailerStart
+                    } else {
+                        return Err(());
+                    }
+                }
                 EndLf => {
                     if b != b'\n' {
                         return Err(());
@@ -721,7 +788,10 @@ mod tests {
     use super::*;
 
     fn req(text: &str) -> Result<Option<(RequestHead<'_>, String)>, HeadError> {
-        let rw = Rewrite { strip_forwarding: false, extra: b"Forwarded: for=x\r\n" };
+        let rw = Rewrite {
+            strip_forwarding: false,
+            extra: b"Forwarded: for=x\r\n",
+        };
         let mut out = Vec::new();
         let h = parse_request(text.as_bytes(), &rw, &mut out)?;
         Ok(h.map(|h| (h, String::from_utf8(out).unwrap())))
@@ -742,34 +812,63 @@ mod tests {
             fwd("GET http://example.org/a?b HTTP/1.1\r\nHost: other\r\nAccept: */*\r\n\r\n"),
             "GET /a?b HTTP/1.1\r\nHost: example.org\r\nAccept: */*\r\nForwarded: for=x\r\n\r\n"
         );
-        assert_eq!(fwd("GET http://h:8080 HTTP/1.1\r\n\r\n"), "GET / HTTP/1.1\r\nHost: h:8080\r\nForwarded: for=x\r\n\r\n");
-        assert_eq!(fwd("GET http://h?q HTTP/1.1\r\n\r\n"), "GET /?q HTTP/1.1\r\nHost: h\r\nForwarded: for=x\r\n\r\n");
+        assert_eq!(
+            fwd("GET http://h:8080 HTTP/1.1\r\n\r\n"),
+            "GET / HTTP/1.1\r\nHost: h:8080\r\nForwarded: for=x\r\n\r\n"
+        );
+        assert_eq!(
+            fwd("GET http://h?q HTTP/1.1\r\n\r\n"),
+            "GET /?q HTTP/1.1\r\nHost: h\r\nForwarded: for=x\r\n\r\n"
+        );
         assert_eq!(
             fwd("GET http://u:p@h/ HTTP/1.0\r\n\r\n"),
             "GET / HTTP/1.0\r\nHost: h\r\nConnection: keep-alive\r\nForwarded: for=x\r\n\r\n"
         );
-        let (h, _) = req("GET HTTP://[::1]:81/x HTTP/1.1\r\n\r\n").unwrap().unwrap();
+        let (h, _) = req("GET HTTP://[::1]:81/x HTTP/1.1\r\n\r\n")
+            .unwrap()
+            .unwrap();
         assert_eq!((h.host, h.port), ("::1", 81));
-        assert_eq!(fwd("GET http://[::1]/ HTTP/1.1\r\n\r\n"), "GET / HTTP/1.1\r\nHost: [::1]\r\nForwarded: for=x\r\n\r\n");
+        assert_eq!(
+            fwd("GET http://[::1]/ HTTP/1.1\r\n\r\n"),
+            "GET / HTTP/1.1\r\nHost: [::1]\r\nForwarded: for=x\r\n\r\n"
+        );
     }
 
     #[test]
     fn origin_form_uses_host() {
-        let (h, out) = req("POST /x HTTP/1.1\r\nHost: a.b:99\r\nContent-Length: 3\r\n\r\nabc").unwrap().unwrap();
-        assert_eq!((h.host, h.port, h.framing, h.len), ("a.b", 99, Framing::Length(3), 53));
-        assert_eq!(out, "POST /x HTTP/1.1\r\nHost: a.b:99\r\nContent-Length: 3\r\nForwarded: for=x\r\n\r\n");
+        let (h, out) = req("POST /x HTTP/1.1\r\nHost: a.b:99\r\nContent-Length: 3\r\n\r\nabc")
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            (h.host, h.port, h.framing, h.len),
+            ("a.b", 99, Framing::Length(3), 53)
+        );
+        assert_eq!(
+            out,
+            "POST /x HTTP/1.1\r\nHost: a.b:99\r\nContent-Length: 3\r\nForwarded: for=x\r\n\r\n"
+        );
         assert_eq!(err("GET / HTTP/1.1\r\n\r\n"), HeadError::Target);
-        assert_eq!(err("GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n"), HeadError::Target);
-        assert_eq!(err("GET / HTTP/1.1\r\nHost: a b\r\n\r\n"), HeadError::Target);
+        assert_eq!(
+            err("GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n"),
+            HeadError::Target
+        );
+        assert_eq!(
+            err("GET / HTTP/1.1\r\nHost: a b\r\n\r\n"),
+            HeadError::Target
+        );
     }
 
     #[test]
     fn connect_takes_an_authority() {
-        let (h, out) = req("CONNECT h:443 HTTP/1.1\r\nHost: h:443\r\n\r\n").unwrap().unwrap();
+        let (h, out) = req("CONNECT h:443 HTTP/1.1\r\nHost: h:443\r\n\r\n")
+            .unwrap()
+            .unwrap();
         assert!(h.is_connect());
         assert_eq!((h.host, h.port), ("h", 443));
         assert_eq!(out, "");
-        let (h, _) = req("CONNECT [2001:db8::1]:443 HTTP/1.1\r\n\r\n").unwrap().unwrap();
+        let (h, _) = req("CONNECT [2001:db8::1]:443 HTTP/1.1\r\n\r\n")
+            .unwrap()
+            .unwrap();
         assert_eq!(h.host, "2001:db8::1");
         assert_eq!(err("CONNECT h HTTP/1.1\r\n\r\n"), HeadError::Target);
         assert_eq!(err("CONNECT h:0 HTTP/1.1\r\n\r\n"), HeadError::Target);
@@ -784,26 +883,52 @@ mod tests {
         assert_eq!(err("GET h/ HTTP/1.1\r\n\r\n"), HeadError::Syntax);
         assert_eq!(err("hello\r\n\r\n"), HeadError::Syntax);
         assert_eq!(err("GET http://h/ HTTP/2.0\r\n\r\n"), HeadError::Syntax);
-        assert!(req("GET http://h/ HTTP/1.1\r\nHost: h\r\n").unwrap().is_none());
+        assert!(req("GET http://h/ HTTP/1.1\r\nHost: h\r\n")
+            .unwrap()
+            .is_none());
     }
 
     #[test]
     fn smuggling_shapes_are_refused() {
         let base = "POST http://h/ HTTP/1.1\r\n";
         let e = |fields: &str| err(&format!("{base}{fields}\r\n"));
-        assert_eq!(e("Content-Length: 3\r\nTransfer-Encoding: chunked\r\n"), HeadError::Framing);
-        assert_eq!(e("Content-Length: 3\r\nContent-Length: 4\r\n"), HeadError::Framing);
+        assert_eq!(
+            e("Content-Length: 3\r\nTransfer-Encoding: chunked\r\n"),
+            HeadError::Framing
+        );
+        assert_eq!(
+            e("Content-Length: 3\r\nContent-Length: 4\r\n"),
+            HeadError::Framing
+        );
         assert_eq!(e("Content-Length: 3, 4\r\n"), HeadError::Framing);
         assert_eq!(e("Content-Length: -1\r\n"), HeadError::Framing);
         assert_eq!(e("Content-Length: 0x10\r\n"), HeadError::Framing);
-        assert_eq!(e("Content-Length: 99999999999999999999\r\n"), HeadError::Framing);
+        assert_eq!(
+            e("Content-Length: 99999999999999999999\r\n"),
+            HeadError::Framing
+        );
         assert_eq!(e("Transfer-Encoding: gzip\r\n"), HeadError::Framing);
-        assert_eq!(e("Transfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n"), HeadError::Framing);
+        assert_eq!(
+            e("Transfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n"),
+            HeadError::Framing
+        );
         assert_eq!(e("X: a\r\n b\r\n"), HeadError::Syntax);
         assert_eq!(e("Content-Length : 3\r\n"), HeadError::Syntax);
-        assert_eq!(err("POST http://h/ HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n"), HeadError::Framing);
-        let ok = |fields: &str| req(&format!("{base}{fields}\r\n")).unwrap().unwrap().0.framing;
-        assert_eq!(ok("Content-Length: 3\r\nContent-Length: 3\r\n"), Framing::Length(3));
+        assert_eq!(
+            err("POST http://h/ HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n"),
+            HeadError::Framing
+        );
+        let ok = |fields: &str| {
+            req(&format!("{base}{fields}\r\n"))
+                .unwrap()
+                .unwrap()
+                .0
+                .framing
+        };
+        assert_eq!(
+            ok("Content-Length: 3\r\nContent-Length: 3\r\n"),
+            Framing::Length(3)
+        );
         assert_eq!(ok("Content-Length: 3, 3\r\n"), Framing::Length(3));
         assert_eq!(ok("Transfer-Encoding: gzip, Chunked\r\n"), Framing::Chunked);
         assert_eq!(ok("Content-Length: 0\r\n"), Framing::None);
@@ -812,16 +937,26 @@ mod tests {
 
     #[test]
     fn too_many_fields() {
-        let many: String = (0..MAX_HEADERS + 1).map(|i| format!("X-{i}: v\r\n")).collect();
-        assert_eq!(err(&format!("GET http://h/ HTTP/1.1\r\n{many}\r\n")), HeadError::TooMany);
+        let many: String = (0..MAX_HEADERS + 1)
+            .map(|i| format!("X-{i}: v\r\n"))
+            .collect();
+        assert_eq!(
+            err(&format!("GET http://h/ HTTP/1.1\r\n{many}\r\n")),
+            HeadError::TooMany
+        );
     }
 
     #[test]
     fn hop_by_hop_fields_are_dropped() {
-        let out = fwd("GET http://h/ HTTP/1.1\r\nConnection: keep-alive, X-Secret\r\nX-Secret: 1\r\n\
+        let out = fwd(
+            "GET http://h/ HTTP/1.1\r\nConnection: keep-alive, X-Secret\r\nX-Secret: 1\r\n\
             Keep-Alive: 5\r\nProxy-Connection: keep-alive\r\nTE: trailers\r\nTrailer: X\r\n\
-            Upgrade: foo\r\nProxy-Authorization: Basic eDp5\r\nX-Kept: 2\r\n\r\n");
-        assert_eq!(out, "GET / HTTP/1.1\r\nHost: h\r\nX-Kept: 2\r\nForwarded: for=x\r\n\r\n");
+            Upgrade: foo\r\nProxy-Authorization: Basic eDp5\r\nX-Kept: 2\r\n\r\n",
+        );
+        assert_eq!(
+            out,
+            "GET / HTTP/1.1\r\nHost: h\r\nX-Kept: 2\r\nForwarded: for=x\r\n\r\n"
+        );
     }
 
     #[test]
@@ -835,11 +970,17 @@ mod tests {
 
     #[test]
     fn anonymous_strips_forwarding_fields() {
-        let rw = Rewrite { strip_forwarding: true, extra: b"" };
+        let rw = Rewrite {
+            strip_forwarding: true,
+            extra: b"",
+        };
         let mut out = Vec::new();
         let t = b"GET http://h/ HTTP/1.1\r\nVia: 1.1 x\r\nX-Forwarded-For: 1.2.3.4\r\nForwarded: for=y\r\nA: b\r\n\r\n";
         parse_request(t, &rw, &mut out).unwrap().unwrap();
-        assert_eq!(String::from_utf8(out).unwrap(), "GET / HTTP/1.1\r\nHost: h\r\nA: b\r\n\r\n");
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "GET / HTTP/1.1\r\nHost: h\r\nA: b\r\n\r\n"
+        );
     }
 
     #[test]
@@ -847,15 +988,21 @@ mod tests {
         let ka = |t: &str| req(t).unwrap().unwrap().0.keep_alive;
         assert!(ka("GET http://h/ HTTP/1.1\r\n\r\n"));
         assert!(!ka("GET http://h/ HTTP/1.1\r\nConnection: close\r\n\r\n"));
-        assert!(!ka("GET http://h/ HTTP/1.1\r\nProxy-Connection: close\r\n\r\n"));
+        assert!(!ka(
+            "GET http://h/ HTTP/1.1\r\nProxy-Connection: close\r\n\r\n"
+        ));
         assert!(!ka("GET http://h/ HTTP/1.0\r\n\r\n"));
-        assert!(ka("GET http://h/ HTTP/1.0\r\nProxy-Connection: Keep-Alive\r\n\r\n"));
+        assert!(ka(
+            "GET http://h/ HTTP/1.0\r\nProxy-Connection: Keep-Alive\r\n\r\n"
+        ));
     }
 
     #[test]
     fn expect_and_auth_fields() {
-        let (h, _) = req("PUT http://h/ HTTP/1.1\r\nExpect: 100-Continue\r\nContent-Length: 1\r\n\
-            Proxy-Authorization: Basic dTpw\r\nAuthorization: NTLM abc\r\n\r\n")
+        let (h, _) = req(
+            "PUT http://h/ HTTP/1.1\r\nExpect: 100-Continue\r\nContent-Length: 1\r\n\
+            Proxy-Authorization: Basic dTpw\r\nAuthorization: NTLM abc\r\n\r\n",
+        )
         .unwrap()
         .unwrap();
         assert!(h.expect_continue && h.conn_auth);
@@ -864,25 +1011,51 @@ mod tests {
 
     fn resp(text: &str, head_req: bool) -> (ResponseHead, String) {
         let mut out = Vec::new();
-        let h = parse_response(text.as_bytes(), head_req, &mut out).unwrap().unwrap();
+        let h = parse_response(text.as_bytes(), head_req, &mut out)
+            .unwrap()
+            .unwrap();
         (h, String::from_utf8(out).unwrap())
     }
 
     #[test]
     fn response_framing() {
         let f = |t: &str, head| resp(t, head).0.framing;
-        assert_eq!(f("HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n", false), Framing::Length(5));
-        assert_eq!(f("HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n", true), Framing::None);
-        assert_eq!(f("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n", false), Framing::Chunked);
+        assert_eq!(
+            f("HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n", false),
+            Framing::Length(5)
+        );
+        assert_eq!(
+            f("HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n", true),
+            Framing::None
+        );
+        assert_eq!(
+            f(
+                "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n",
+                false
+            ),
+            Framing::Chunked
+        );
         assert_eq!(f("HTTP/1.1 200 OK\r\n\r\n", false), Framing::Close);
         assert_eq!(f("HTTP/1.1 204 No\r\n\r\n", false), Framing::None);
-        assert_eq!(f("HTTP/1.1 304 NM\r\nContent-Length: 9\r\n\r\n", false), Framing::None);
+        assert_eq!(
+            f("HTTP/1.1 304 NM\r\nContent-Length: 9\r\n\r\n", false),
+            Framing::None
+        );
         assert_eq!(f("HTTP/1.1 100 Continue\r\n\r\n", false), Framing::None);
-        assert_eq!(f("HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\n\r\n", false), Framing::Close);
+        assert_eq!(
+            f("HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\n\r\n", false),
+            Framing::Close
+        );
         let mut out = Vec::new();
         let bad = b"HTTP/1.1 200 OK\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n";
-        assert_eq!(parse_response(bad, false, &mut out), Err(HeadError::Framing));
-        assert_eq!(parse_response(b"HTTP/1.1 200 OK\r\n", false, &mut out), Ok(None));
+        assert_eq!(
+            parse_response(bad, false, &mut out),
+            Err(HeadError::Framing)
+        );
+        assert_eq!(
+            parse_response(b"HTTP/1.1 200 OK\r\n", false, &mut out),
+            Ok(None)
+        );
     }
 
     #[test]
@@ -890,15 +1063,35 @@ mod tests {
         let (h, out) = resp("HTTP/1.1 200 OK\r\nConnection: close, X-A\r\nX-A: 1\r\nProxy-Foo: 2\r\nContent-Length: 0\r\n\r\n", false);
         assert!(!h.keep_alive);
         assert_eq!(out, "HTTP/1.1 200 OK\r\nContent-Length: 0\r\n");
-        assert!(!resp("HTTP/1.0 200 OK\r\nContent-Length: 0\r\n\r\n", false).0.keep_alive);
-        assert!(resp("HTTP/1.0 200 OK\r\nConnection: keep-alive\r\nContent-Length: 0\r\n\r\n", false).0.keep_alive);
-        let (h, out) = resp("HTTP/1.1 200 OK\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n", false);
+        assert!(
+            !resp("HTTP/1.0 200 OK\r\nContent-Length: 0\r\n\r\n", false)
+                .0
+                .keep_alive
+        );
+        assert!(
+            resp(
+                "HTTP/1.0 200 OK\r\nConnection: keep-alive\r\nContent-Length: 0\r\n\r\n",
+                false
+            )
+            .0
+            .keep_alive
+        );
+        let (h, out) = resp(
+            "HTTP/1.1 200 OK\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n",
+            false,
+        );
         assert_eq!(h.framing, Framing::Chunked);
         assert!(!h.keep_alive);
         assert_eq!(out, "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n");
-        let (h, out) = resp("HTTP/1.1 101 Switching\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n", false);
+        let (h, out) = resp(
+            "HTTP/1.1 101 Switching\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n",
+            false,
+        );
         assert!(!h.is_interim());
-        assert_eq!(out, "HTTP/1.1 101 Switching\r\nUpgrade: websocket\r\nConnection: upgrade\r\n");
+        assert_eq!(
+            out,
+            "HTTP/1.1 101 Switching\r\nUpgrade: websocket\r\nConnection: upgrade\r\n"
+        );
         let mut o = b"X\r\n".to_vec();
         end_response_head(&mut o, 0, true, false);
         assert_eq!(o, b"X\r\nConnection: keep-alive\r\n\r\n");
@@ -915,8 +1108,14 @@ mod tests {
 
     #[test]
     fn basic_auth() {
-        assert_eq!(basic_credentials(b"Basic dTpwOng="), Some(("u".into(), "p:x".into())));
-        assert_eq!(basic_credentials(b"basic   dXNlcjpwYXNz"), Some(("user".into(), "pass".into())));
+        assert_eq!(
+            basic_credentials(b"Basic dTpwOng="),
+            Some(("u".into(), "p:x".into()))
+        );
+        assert_eq!(
+            basic_credentials(b"basic   dXNlcjpwYXNz"),
+            Some(("user".into(), "pass".into()))
+        );
         assert_eq!(basic_credentials(b"Basic dXNlcg=="), None);
         assert_eq!(basic_credentials(b"Bearer x"), None);
         assert_eq!(basic_credentials(b"Basic *"), None);

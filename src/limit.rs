@@ -142,13 +142,19 @@ impl Period {
     fn changed(self, old: i64, new: i64) -> bool {
         let (a, b) = (crate::sys::time::local(old), crate::sys::time::local(new));
         match self {
-            Period::Minutely => (a.min, a.hour, a.mday, a.mon, a.year) != (b.min, b.hour, b.mday, b.mon, b.year),
+            Period::Minutely => {
+                (a.min, a.hour, a.mday, a.mon, a.year) != (b.min, b.hour, b.mday, b.mon, b.year)
+            }
             Period::Hourly => (a.hour, a.mday, a.mon, a.year) != (b.hour, b.mday, b.mon, b.year),
             Period::Daily => (a.mday, a.mon, a.year) != (b.mday, b.mon, b.year),
             Period::Monthly => (a.mon, a.year) != (b.mon, b.year),
             Period::Annually => a.year != b.year,
             // A new week starts on Sunday.
-            Period::Weekly => new - old > 7 * 86400 || b.wday < a.wday || (b.wday == a.wday && new - old > 6 * 86400),
+            Period::Weekly => {
+                new - old > 7 * 86400
+                    || b.wday < a.wday
+                    || (b.wday == a.wday && new - old > 6 * 86400)
+            }
             Period::Never => false,
         }
     }
@@ -187,12 +193,19 @@ impl CounterFile {
                 return Err(format!("{path}: invalid or corrupted counter file"));
             }
         }
-        Ok(CounterFile { file, path: path.to_string() })
+        Ok(CounterFile {
+            file,
+            path: path.to_string(),
+        })
     }
 
     fn read(&self, number: u32) -> Result<Option<CounterState>, String> {
         let mut r = [0u8; RECORD_LEN as usize];
-        if self.file.read_exact_at(&mut r, Self::offset(number)).is_err() {
+        if self
+            .file
+            .read_exact_at(&mut r, Self::offset(number))
+            .is_err()
+        {
             return Ok(None);
         }
         let word = |i: usize| <[u8; 8]>::try_from(&r[i..i + 8]).unwrap_or_default();
@@ -202,7 +215,10 @@ impl CounterFile {
             updated: i64::from_ne_bytes(word(16)),
         };
         if !(0..MAX_TIME).contains(&st.cleared) || !(0..MAX_TIME).contains(&st.updated) {
-            return Err(format!("{}: record {number} is invalid or corrupted", self.path));
+            return Err(format!(
+                "{}: record {number} is invalid or corrupted",
+                self.path
+            ));
         }
         Ok(Some(st))
     }
@@ -225,14 +241,20 @@ impl CounterFile {
 }
 
 fn unix_now() -> i64 {
-    SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map(|d| d.as_secs() as i64).unwrap_or(0)
+    SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or(0)
 }
 
 /// State shared across reloads: one object per distinct cfg line.
 fn shared<T: Send + Sync + 'static>(key: &str, make: impl FnOnce() -> T) -> Arc<T> {
     type Reg = Mutex<HashMap<String, Weak<dyn std::any::Any + Send + Sync>>>;
     static REGISTRY: OnceLock<Reg> = OnceLock::new();
-    let mut reg = REGISTRY.get_or_init(Reg::default).lock().unwrap_or_else(|e| e.into_inner());
+    let mut reg = REGISTRY
+        .get_or_init(Reg::default)
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
     if let Some(old) = reg.get(key).and_then(Weak::upgrade) {
         if let Ok(t) = old.downcast::<T>() {
             return t;
@@ -262,7 +284,14 @@ impl Limits {
     /// `connlim N PERIOD rule...` (None: `noconnlim rule...`).
     pub fn add_connlim(&self, key: &str, lim: Option<(u32, u32)>, rule: Rule) {
         let state = lim.map(|(rate, period)| {
-            shared(key, || ConnLim { rate, period, state: Mutex::new(ConnState { rating: 0.0, base: None }) })
+            shared(key, || ConnLim {
+                rate,
+                period,
+                state: Mutex::new(ConnState {
+                    rating: 0.0,
+                    base: None,
+                }),
+            })
         });
         let mut r = self.write();
         r.timed |= rule.timed();
@@ -309,7 +338,11 @@ impl Limits {
                     period,
                     limit,
                     comment,
-                    state: Mutex::new(saved.unwrap_or(CounterState { traf: 0, cleared: unix_now(), updated: 0 })),
+                    state: Mutex::new(saved.unwrap_or(CounterState {
+                        traf: 0,
+                        cleared: unix_now(),
+                        updated: 0,
+                    })),
                 }))
             }
         };
@@ -324,7 +357,8 @@ impl Limits {
     /// session's bandwidth limiters and counters. None if no rule applies.
     pub fn start(&self, q: &Query<'_>) -> Result<Option<Arc<Session>>, Res> {
         let r = self.read();
-        if r.conn.is_empty() && r.band_in.is_empty() && r.band_out.is_empty() && r.count.is_empty() {
+        if r.conn.is_empty() && r.band_in.is_empty() && r.band_out.is_empty() && r.count.is_empty()
+        {
             return Ok(None);
         }
         let mut s = Session::default();
@@ -346,14 +380,24 @@ impl Limits {
         s.band_out = pick(&r.band_out, q);
         let t = unix_now();
         for (dir, stop, go) in [
-            (&mut s.count_in, [CountKind::NoIn, CountKind::NoAll], [CountKind::In, CountKind::All]),
-            (&mut s.count_out, [CountKind::NoOut, CountKind::NoAll], [CountKind::Out, CountKind::All]),
+            (
+                &mut s.count_in,
+                [CountKind::NoIn, CountKind::NoAll],
+                [CountKind::In, CountKind::All],
+            ),
+            (
+                &mut s.count_out,
+                [CountKind::NoOut, CountKind::NoAll],
+                [CountKind::Out, CountKind::All],
+            ),
         ] {
             for (rule, kind, c) in &r.count {
                 if !(stop.contains(kind) || go.contains(kind)) || !rule.matches(q) {
                     continue;
                 }
-                let Some(c) = c.as_ref().filter(|_| go.contains(kind)) else { break };
+                let Some(c) = c.as_ref().filter(|_| go.contains(kind)) else {
+                    break;
+                };
                 if c.remaining(t) == 0 {
                     return Err(Res(10));
                 }
@@ -421,7 +465,13 @@ impl ConnLim {
 
 impl Bucket {
     pub fn new(bits_per_sec: u64) -> Bucket {
-        Bucket { rate: bits_per_sec as f64 / 8.0, state: Mutex::new(BucketState { tokens: 0.0, last: Instant::now() }) }
+        Bucket {
+            rate: bits_per_sec as f64 / 8.0,
+            state: Mutex::new(BucketState {
+                tokens: 0.0,
+                last: Instant::now(),
+            }),
+        }
     }
 
     /// Refill for the time passed; return how long until the debt is paid.
@@ -515,7 +565,10 @@ pub enum Permit {
 impl Session {
     /// Whether the relay has anything to enforce.
     pub fn shapes(&self) -> bool {
-        !self.band_in.is_empty() || !self.band_out.is_empty() || self.budget_in.is_some() || self.budget_out.is_some()
+        !self.band_in.is_empty()
+            || !self.band_out.is_empty()
+            || self.budget_in.is_some()
+            || self.budget_out.is_some()
     }
 
     /// May the relay read in direction `out` (client to server) now?
@@ -585,16 +638,22 @@ impl Drop for Session {
     }
 }
 
+type Dirty = (Arc<CounterFile>, CounterState);
+
 /// Writes changed counter records to the counter file, at most once a
 /// second, on a thread of its own: a crash loses at most the last second.
 struct Dumper {
-    dirty: Mutex<HashMap<(usize, u32), (Arc<CounterFile>, CounterState)>>,
+    /// Records to write, by (file, record number): the latest state wins.
+    dirty: Mutex<HashMap<(usize, u32), Dirty>>,
     started: AtomicBool,
 }
 
 fn dumper() -> &'static Dumper {
     static D: OnceLock<Dumper> = OnceLock::new();
-    D.get_or_init(|| Dumper { dirty: Mutex::default(), started: AtomicBool::new(false) })
+    D.get_or_init(|| Dumper {
+        dirty: Mutex::default(),
+        started: AtomicBool::new(false),
+    })
 }
 
 /// How often changed counters reach the counter file.
@@ -603,12 +662,17 @@ const DUMP_EVERY: Duration = Duration::from_secs(1);
 impl Dumper {
     fn mark(&'static self, f: &Arc<CounterFile>, c: &Counter, st: CounterState) {
         let key = (Arc::as_ptr(f) as usize, c.number);
-        self.dirty.lock().unwrap_or_else(|e| e.into_inner()).insert(key, (f.clone(), st));
+        self.dirty
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(key, (f.clone(), st));
         if !self.started.swap(true, Ordering::AcqRel) {
-            let spawned = std::thread::Builder::new().name("counters".into()).spawn(move || loop {
-                std::thread::sleep(DUMP_EVERY);
-                self.flush();
-            });
+            let spawned = std::thread::Builder::new()
+                .name("counters".into())
+                .spawn(move || loop {
+                    std::thread::sleep(DUMP_EVERY);
+                    self.flush();
+                });
             if let Err(e) = spawned {
                 log::error!("cannot start the counter writer: {e}; writing now");
                 self.started.store(false, Ordering::Release);
@@ -638,17 +702,28 @@ mod tests {
     }
 
     fn q(src: &str) -> Query<'static> {
-        Query { src: Some(src.parse().unwrap()), op: crate::acl::OpBits::CONNECT, ..Query::default() }
+        Query {
+            src: Some(src.parse().unwrap()),
+            op: crate::acl::OpBits::CONNECT,
+            ..Query::default()
+        }
     }
 
     #[test]
     fn parallel_connlim_refuses_the_next_and_frees_on_drop() {
         let l = Limits::default();
-        l.add_connlim("test-parallel connlim 2 0 * 10.0.0.1", Some((2, 0)), rule("* 10.0.0.1"));
+        l.add_connlim(
+            "test-parallel connlim 2 0 * 10.0.0.1",
+            Some((2, 0)),
+            rule("* 10.0.0.1"),
+        );
         let a = l.start(&q("10.0.0.1")).unwrap();
         let b = l.start(&q("10.0.0.1")).unwrap();
         assert_eq!(l.start(&q("10.0.0.1")).unwrap_err(), Res(10));
-        assert!(l.start(&q("10.0.0.2")).is_ok(), "another source is not limited");
+        assert!(
+            l.start(&q("10.0.0.2")).is_ok(),
+            "another source is not limited"
+        );
         drop(a);
         let c = l.start(&q("10.0.0.1")).unwrap();
         drop((b, c));
@@ -678,7 +753,14 @@ mod tests {
 
     #[test]
     fn rate_connlim_decays() {
-        let c = ConnLim { rate: 2, period: 10, state: Mutex::new(ConnState { rating: 0.0, base: None }) };
+        let c = ConnLim {
+            rate: 2,
+            period: 10,
+            state: Mutex::new(ConnState {
+                rating: 0.0,
+                base: None,
+            }),
+        };
         let t0 = Instant::now();
         assert!(c.enter(t0));
         assert!(c.enter(t0));
@@ -713,8 +795,14 @@ mod tests {
         let now = Instant::now();
         assert!(matches!(a.permit(true, now), Permit::Go(_)));
         a.used(true, 1000, now);
-        assert!(matches!(b.permit(true, now), Permit::Wait(_)), "b waits for a's debt");
-        assert!(matches!(b.permit(false, now), Permit::Go(usize::MAX)), "the other direction is free");
+        assert!(
+            matches!(b.permit(true, now), Permit::Wait(_)),
+            "b waits for a's debt"
+        );
+        assert!(
+            matches!(b.permit(false, now), Permit::Go(usize::MAX)),
+            "the other direction is free"
+        );
     }
 
     #[test]
@@ -722,16 +810,24 @@ mod tests {
         let l = Limits::default();
         l.add_bandlim("test-nob no", false, None, rule("* * * 110"));
         l.add_bandlim("test-nob lim", false, Some(57600), rule("*"));
-        let pop = Query { port: 110, ..q("10.0.0.1") };
+        let pop = Query {
+            port: 110,
+            ..q("10.0.0.1")
+        };
         assert!(l.start(&pop).unwrap().unwrap().band_in.is_empty());
-        assert_eq!(l.start(&q("10.0.0.1")).unwrap().unwrap().band_in.len(), 1);
+        let web = Query {
+            port: 80,
+            ..q("10.0.0.1")
+        };
+        assert_eq!(l.start(&web).unwrap().unwrap().band_in.len(), 1);
     }
 
     #[test]
     fn counters_refuse_past_the_quota_and_count_on_drop() {
         let l = Limits::default();
         let spec = Some((0, String::new(), Period::Never, 1000));
-        l.add_counter("test-count out", CountKind::Out, spec, rule("*")).unwrap();
+        l.add_counter("test-count out", CountKind::Out, spec, rule("*"))
+            .unwrap();
         let s = l.start(&q("10.0.0.1")).unwrap().unwrap();
         assert_eq!(s.budget_out, Some(1000));
         assert_eq!(s.budget_in, None);
@@ -748,10 +844,17 @@ mod tests {
     #[test]
     fn countall_counts_both_ways_and_nocount_excepts() {
         let l = Limits::default();
-        l.add_counter("test-all no", CountKind::NoAll, None, rule("* 10.0.0.2")).unwrap();
+        l.add_counter("test-all no", CountKind::NoAll, None, rule("* 10.0.0.2"))
+            .unwrap();
         let spec = Some((0, String::new(), Period::Never, 1 << 20));
-        l.add_counter("test-all all", CountKind::All, spec, rule("*")).unwrap();
-        assert!(l.start(&q("10.0.0.2")).unwrap().unwrap().count_in.is_empty());
+        l.add_counter("test-all all", CountKind::All, spec, rule("*"))
+            .unwrap();
+        assert!(l
+            .start(&q("10.0.0.2"))
+            .unwrap()
+            .unwrap()
+            .count_in
+            .is_empty());
         let s = l.start(&q("10.0.0.1")).unwrap().unwrap();
         s.add(100, 20);
         let c = s.count_in[0].clone();
@@ -763,7 +866,13 @@ mod tests {
     fn periods_change_at_their_boundaries() {
         // Two times within one minute are in the same period of any kind.
         let t = 1_700_000_000 - 1_700_000_000 % 60;
-        for p in [Period::Minutely, Period::Hourly, Period::Daily, Period::Weekly, Period::Monthly] {
+        for p in [
+            Period::Minutely,
+            Period::Hourly,
+            Period::Daily,
+            Period::Weekly,
+            Period::Monthly,
+        ] {
             assert!(!p.changed(t, t + 30), "{p:?}");
         }
         assert!(Period::Minutely.changed(t, t + 60));
@@ -780,17 +889,27 @@ mod tests {
         let _ = std::fs::remove_file(&path);
         let p = path.to_str().unwrap();
         let f = CounterFile::open(p).unwrap();
-        let st = CounterState { traf: 12345, cleared: 1_700_000_000, updated: 1_700_000_100 };
+        let st = CounterState {
+            traf: 12345,
+            cleared: 1_700_000_000,
+            updated: 1_700_000_100,
+        };
         f.write(3, st, 1_700_000_200).unwrap();
         let bytes = std::fs::read(&path).unwrap();
         assert_eq!(bytes.len() as u64, HEADER_LEN + 3 * RECORD_LEN);
         assert_eq!(&bytes[..4], b"3CF\0");
         let f = CounterFile::open(p).unwrap();
         assert_eq!(f.read(3).unwrap(), Some(st));
-        assert_eq!(f.read(1).unwrap(), Some(CounterState::default()), "a hole reads as zeros");
+        assert_eq!(
+            f.read(1).unwrap(),
+            Some(CounterState::default()),
+            "a hole reads as zeros"
+        );
         assert_eq!(f.read(9).unwrap(), None);
         std::fs::write(&path, b"not a counter file").unwrap();
-        assert!(CounterFile::open(p).unwrap_err().contains("not a counter file"));
+        assert!(CounterFile::open(p)
+            .unwrap_err()
+            .contains("not a counter file"));
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

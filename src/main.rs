@@ -26,19 +26,25 @@
 
 mod acceptor;
 mod access;
+mod acl;
+mod auth;
 mod client;
 mod conf;
 mod crypt;
 mod http;
+mod limit;
 mod log;
 mod logformat;
 mod net;
+mod parent;
 mod proxyproto;
 mod relay;
 mod running;
 mod res;
 mod resolve;
 mod services;
+mod shutdown;
+mod socks;
 mod sys;
 
 use std::io::{IsTerminal, Read};
@@ -150,6 +156,12 @@ fn main() -> ExitCode {
         );
         return ExitCode::SUCCESS;
     }
+    // Loaded and bound, and still the only thread: go to the background,
+    // write the pid file, give up root (`conf::ops_cmds`, `sys::process`).
+    if let Err(e) = state.ops.after_load() {
+        eprintln!("3proxy: {e}");
+        return ExitCode::from(1);
+    }
     for p in std::mem::take(&mut state.services) {
         let what = format!("{p:?}");
         if let Err(e) = services::start(p) {
@@ -165,6 +177,7 @@ fn main() -> ExitCode {
                 ::log::info!("exiting on signal");
                 running::stop_all();
                 net::remove_unix_files();
+                shutdown::finish(shutdown::GRACE);
                 return ExitCode::SUCCESS;
             }
             Ok(Signal::SIGUSR1) => reload(&name),
@@ -202,11 +215,11 @@ fn reload(name: &str) {
         ::log::error!("reload: {e}; the running configuration stays");
         return;
     }
-    state.finalize();
     if state.services.is_empty() {
         ::log::error!("reload: {name}: no service is started; the running configuration stays");
         return;
     }
+    state.finalize();
     let kept: Vec<std::sync::Arc<running::Running>> =
         state.services.iter().filter_map(|p| p.reuse.clone()).collect();
     let unix_paths: Vec<net::Addr> = state

@@ -66,7 +66,12 @@ pub fn relay(cli: &Stream, srv: &Stream, opts: &RelayOpts) -> Outcome {
 
 /// [`relay`] under a session's limits (bandwidth, traffic quota), as
 /// `access::authorize` granted them.
-pub fn relay_with(cli: &Stream, srv: &Stream, opts: &RelayOpts, limits: Option<&Session>) -> Outcome {
+pub fn relay_with(
+    cli: &Stream,
+    srv: &Stream,
+    opts: &RelayOpts,
+    limits: Option<&Session>,
+) -> Outcome {
     let limits = limits.filter(|l| l.shapes());
     if cli.set_nonblocking(true).is_err() || srv.set_nonblocking(true).is_err() {
         return Outcome {
@@ -88,6 +93,8 @@ pub fn relay_with(cli: &Stream, srv: &Stream, opts: &RelayOpts, limits: Option<&
 trait Channel {
     /// Room for more input.
     fn has_space(&self) -> bool;
+    /// How many bytes the next fill may take.
+    fn room(&self) -> usize;
     /// Bytes read and not yet written.
     fn pending(&self) -> bool;
     /// Read at most `max` bytes from `src` into the channel.
@@ -137,6 +144,9 @@ impl CopyBuf {
 impl Channel for CopyBuf {
     fn has_space(&self) -> bool {
         self.end < self.size
+    }
+    fn room(&self) -> usize {
+        self.size - self.end
     }
     fn pending(&self) -> bool {
         self.end > self.start
@@ -210,6 +220,9 @@ impl SplicePipe {
 impl Channel for SplicePipe {
     fn has_space(&self) -> bool {
         self.inflight < self.cap
+    }
+    fn room(&self) -> usize {
+        self.cap - self.inflight
     }
     fn pending(&self) -> bool {
         self.inflight > 0
@@ -302,7 +315,9 @@ impl<'a, C: Channel> Dir<'a, C> {
 
     /// Whether the limits let this direction read now, and how much.
     fn allowance(&mut self, limits: Option<&Session>) -> Option<usize> {
-        let Some(l) = limits else { return Some(usize::MAX) };
+        let Some(l) = limits else {
+            return Some(usize::MAX);
+        };
         if self.quota_hit {
             return None;
         }
@@ -325,13 +340,22 @@ impl<'a, C: Channel> Dir<'a, C> {
     }
 
     /// Move what can move without blocking. Ok(true) if anything happened.
-    fn step(&mut self, grace: Option<Grace>, limits: Option<&Session>) -> Result<bool, (Side, Errno)> {
+    fn step(
+        &mut self,
+        grace: Option<Grace>,
+        limits: Option<&Session>,
+    ) -> Result<bool, (Side, Errno)> {
         let mut progress = false;
         loop {
             let mut moved = false;
             let readable = !self.eof && self.can_read && self.ch.has_space();
-            let max = if readable { self.allowance(limits) } else { None };
+            let max = if readable {
+                self.allowance(limits)
+            } else {
+                None
+            };
             if let Some(max) = max {
+                let asked = self.ch.room().min(max);
                 match self.ch.fill(self.src.as_fd(), max) {
                     Ok(0) => {
                         self.eof = true;
@@ -339,6 +363,12 @@ impl<'a, C: Channel> Dir<'a, C> {
                     }
                     Ok(n) => {
                         moved = true;
+                        // A short read emptied the socket: the next read
+                        // would only say EAGAIN, so wait for readiness
+                        // instead of paying for that call.
+                        if n < asked {
+                            self.can_read = false;
+                        }
                         if let Some(l) = limits {
                             l.used(self.src_side == Side::Client, n, Instant::now());
                         }
@@ -392,7 +422,11 @@ impl<'a, C: Channel> Dir<'a, C> {
     }
 
     fn wants_read(&self) -> bool {
-        !self.eof && !self.can_read && self.ch.has_space() && self.throttled.is_none() && !self.quota_hit
+        !self.eof
+            && !self.can_read
+            && self.ch.has_space()
+            && self.throttled.is_none()
+            && !self.quota_hit
     }
 
     fn wants_write(&self) -> bool {
@@ -432,14 +466,23 @@ fn run<C: Channel>(
         if moved {
             continue;
         }
-        up.ch.release();
-        down.ch.release();
         if let Some(g) = opts.grace {
             if up.trickling(g) || down.trickling(g) {
                 std::thread::sleep(Duration::from_millis(u64::from(g.delay_ms)));
             }
         }
-        match wait(&mut up, &mut down, idle_ms) {
+        // Keep the buffers through short pauses (a busy stream pauses at
+        // every poll); a session quiet for HOLD_MS gives them back, so idle
+        // sessions hold none.
+        let waited = match wait(&mut up, &mut down, idle_ms.min(HOLD_MS)) {
+            Ok(false) if idle_ms > HOLD_MS => {
+                up.ch.release();
+                down.ch.release();
+                wait(&mut up, &mut down, idle_ms - HOLD_MS)
+            }
+            other => other,
+        };
+        match waited {
             Ok(true) => {}
             Ok(false) => {
                 break if up.ch.pending() || down.ch.pending() {
@@ -457,6 +500,9 @@ fn run<C: Channel>(
         inb: down.bytes,
     }
 }
+
+/// How long a quiet session keeps its relay buffers, in ms.
+const HOLD_MS: i32 = 1000;
 
 /// Block until a wanted event or the idle timeout. Ok(false) on timeout.
 fn wait<C: Channel>(up: &mut Dir<'_, C>, down: &mut Dir<'_, C>, idle_ms: i32) -> io::Result<bool> {

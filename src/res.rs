@@ -45,6 +45,29 @@ impl Res {
     pub const BAD_REQUEST: Res = Res(511);
     /// The destination is the proxy's own listening address (loop).
     pub const LOOP: Res = Res(519);
+    /// HTTP: the client closed or went quiet before sending a request.
+    pub const HTTP_NO_REQUEST: Res = Res(508);
+    /// HTTP: reading a request head failed midway.
+    pub const HTTP_NO_REQUEST_ERR: Res = Res(507);
+    /// HTTP: a malformed request line or header field (answered 400).
+    pub const HTTP_BAD_HEAD: Res = Res(512);
+    /// HTTP: an absolute URI with a scheme other than http:// (400).
+    pub const HTTP_SCHEME: Res = Res(513);
+    /// HTTP: ambiguous or invalid body length: Content-Length with
+    /// Transfer-Encoding, differing lengths, an unknown coding (400).
+    pub const HTTP_FRAMING: Res = Res(514);
+    /// HTTP: no usable destination host or port (400).
+    pub const HTTP_BAD_TARGET: Res = Res(515);
+    /// HTTP: a head larger than the proxy accepts (431 for requests).
+    pub const HTTP_HEAD_TOO_LARGE: Res = Res(516);
+    /// HTTP: sending the response to the client failed.
+    pub const HTTP_SEND_CLIENT: Res = Res(521);
+    /// HTTP: the server's answer was short or malformed (502).
+    pub const HTTP_BAD_REPLY: Res = Res(522);
+    /// HTTP: bad chunked coding from the server.
+    pub const HTTP_CHUNK_SERVER: Res = Res(533);
+    /// HTTP: bad chunked coding from the client (400).
+    pub const HTTP_CHUNK_CLIENT: Res = Res(537);
     /// Address type not supported (SOCKS).
     pub const NOTIMPL_ATYP: Res = Res(997);
     /// Not implemented.

@@ -31,15 +31,13 @@
 use std::collections::HashMap;
 use std::hash::{BuildHasher, Hasher};
 use std::io::{self, Read, Write};
-use std::net::{
-    IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpStream, ToSocketAddrs, UdpSocket,
-};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpStream, ToSocketAddrs, UdpSocket};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 use simple_dns::rdata::RData;
-use simple_dns::{Name, Packet, PacketFlag, Question, CLASS, QCLASS, QTYPE, TYPE};
+use simple_dns::{Label, Name, Packet, PacketFlag, Question, CLASS, QCLASS, QTYPE, TYPE};
 
 use crate::conf::Timeouts;
 use crate::net::{parse_ip, Family};
@@ -55,6 +53,9 @@ pub const MIN_CACHE: usize = 256;
 /// Largest DNS message we read over TCP (UDP answers are at most 64 KiB
 /// by construction).
 const MAX_MESSAGE: usize = 65535;
+/// Longest name (in its dotted form) and label a query may carry.
+const MAX_NAME: usize = 253;
+const MAX_LABEL: usize = 63;
 /// fakeresolve's answers.
 const FAKE4: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 2);
 const FAKE6: Ipv6Addr = Ipv6Addr::new(0, 0, 0, 0, 0, 0, 0, 2);
@@ -83,7 +84,10 @@ impl NameServer {
             (ip.parse().map_err(|_| bad())?, Some(port))
         } else {
             let (ip, port) = hostport.rsplit_once(':').ok_or_else(bad)?;
-            (ip.parse::<Ipv4Addr>().map_err(|_| bad())?.into(), Some(port))
+            (
+                ip.parse::<Ipv4Addr>().map_err(|_| bad())?.into(),
+                Some(port),
+            )
         };
         let port = match port.map(str::parse::<u16>) {
             None => 53,
@@ -150,8 +154,12 @@ struct Resolver {
     connect_timeout: Duration,
     cache4: Mutex<Cache>,
     cache6: Mutex<Cache>,
-    /// Held while `dialer` runs, so concurrent failures start it once.
+    /// Held while `dialer` runs.
     dialing: Mutex<()>,
+    /// How many times `dialer` has finished: a session that failed before
+    /// the latest run ended just tries again, so sessions that fail
+    /// together start it once.
+    dialed: AtomicU64,
 }
 
 static RESOLVER: RwLock<Option<Arc<Resolver>>> = RwLock::new(None);
@@ -162,22 +170,20 @@ static RESOLVER: RwLock<Option<Arc<Resolver>>> = RwLock::new(None);
 pub fn install(conf: Config, timeouts: &Timeouts) {
     let mut slot = RESOLVER.write().unwrap_or_else(|e| e.into_inner());
     let (old4, old6) = match slot.as_ref() {
-        Some(r) => (r.cache4.lock().ok().map(|mut c| c.take()), r.cache6.lock().ok().map(|mut c| c.take())),
+        Some(r) => (
+            r.cache4.lock().ok().map(|mut c| c.take()),
+            r.cache6.lock().ok().map(|mut c| c.take()),
+        ),
         None => (None, None),
     };
-    let mut cache4 = Cache::new(conf.cache4.unwrap_or(0));
-    let mut cache6 = Cache::new(conf.cache6.unwrap_or(0));
-    cache4.adopt(old4.unwrap_or_default());
-    cache6.adopt(old6.unwrap_or_default());
-    *slot = Some(Arc::new(Resolver {
-        dns_timeout: timeouts.get(Timeouts::DNS),
-        send_timeout: timeouts.get(Timeouts::BYTE_LONG),
-        connect_timeout: timeouts.get(Timeouts::CONNECT),
-        conf,
-        cache4: Mutex::new(cache4),
-        cache6: Mutex::new(cache6),
-        dialing: Mutex::new(()),
-    }));
+    let r = Resolver::new(conf, timeouts);
+    if let Ok(mut c) = r.cache4.lock() {
+        c.adopt(old4.unwrap_or_default());
+    }
+    if let Ok(mut c) = r.cache6.lock() {
+        c.adopt(old6.unwrap_or_default());
+    }
+    *slot = Some(Arc::new(r));
 }
 
 fn current() -> Option<Arc<Resolver>> {
@@ -198,12 +204,13 @@ pub fn resolve(host: &str, port: u16, family: Family) -> Result<SocketAddr, Res>
     let Some(r) = current() else {
         return system(host, family).map(|ip| SocketAddr::new(ip, port));
     };
+    let seen = r.dialed.load(Ordering::SeqCst);
     let ip = match r.lookup(host, family) {
         Ok(ip) => ip,
         Err(Failure::Blackholed) => return Err(Res::NOHOST),
         Err(Failure::NotFound) => match &r.conf.dialer {
             Some(prog) => {
-                r.dial(prog);
+                r.dial(prog, seen);
                 r.lookup(host, family).map_err(|_| Res::NOHOST)?
             }
             None => return Err(Res::NOHOST),
@@ -251,6 +258,19 @@ impl Qt {
 }
 
 impl Resolver {
+    fn new(conf: Config, timeouts: &Timeouts) -> Resolver {
+        Resolver {
+            dns_timeout: timeouts.get(Timeouts::DNS),
+            send_timeout: timeouts.get(Timeouts::BYTE_LONG),
+            connect_timeout: timeouts.get(Timeouts::CONNECT),
+            cache4: Mutex::new(Cache::new(conf.cache4.unwrap_or(0))),
+            cache6: Mutex::new(Cache::new(conf.cache6.unwrap_or(0))),
+            conf,
+            dialing: Mutex::new(()),
+            dialed: AtomicU64::new(0),
+        }
+    }
+
     fn lookup(&self, host: &str, family: Family) -> Result<IpAddr, Failure> {
         let key = cache_key(host);
         if self.conf.mode == Mode::System {
@@ -303,10 +323,9 @@ impl Resolver {
                     }
                     return Ok(Some(ip));
                 }
-                Ok(Answer::Name(_)) => return Ok(None),
                 // A server answered: no such name or no record of this
                 // type. Others would say the same (3proxy stops here too).
-                Ok(Answer::None) => return Ok(None),
+                Ok(Answer::None | Answer::Name(_)) => return Ok(None),
                 Err(e) => log::debug!("nserver {}: {host}: {e}", server.addr),
             }
         }
@@ -361,7 +380,10 @@ impl Resolver {
             };
             match q.check(&buf[..n]) {
                 Some(reply) => return Ok(reply),
-                None => log::debug!("nserver {}: dropped a reply that does not match", server.addr),
+                None => log::debug!(
+                    "nserver {}: dropped a reply that does not match",
+                    server.addr
+                ),
             }
         }
     }
@@ -388,10 +410,20 @@ impl Resolver {
         }
     }
 
-    /// Run `dialer` (once at a time), waiting for it at most the DNS
-    /// timeout; a dialer still running then is left to finish on its own.
-    fn dial(&self, prog: &str) {
-        let _one = self.dialing.lock();
+    /// Run `dialer` unless it finished since `seen` was read (once at a
+    /// time), waiting for it at most the DNS timeout; a dialer still
+    /// running then is left to finish on its own.
+    fn dial(&self, prog: &str, seen: u64) {
+        let _one = self.dialing.lock().unwrap_or_else(|e| e.into_inner());
+        if self.dialed.load(Ordering::SeqCst) != seen {
+            // It ran since our lookup began: just try again.
+            return;
+        }
+        self.run_dialer(prog);
+        self.dialed.fetch_add(1, Ordering::SeqCst);
+    }
+
+    fn run_dialer(&self, prog: &str) {
         let mut child = match std::process::Command::new("/bin/sh")
             .arg("-c")
             .arg(prog)
@@ -441,7 +473,10 @@ fn read_exact_by(s: &mut TcpStream, mut buf: &mut [u8], deadline: Instant) -> io
 }
 
 fn is_timeout(e: &io::Error) -> bool {
-    matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut)
+    matches!(
+        e.kind(),
+        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+    )
 }
 
 /// getaddrinfo, filtered by family in the family's order of preference.
@@ -475,26 +510,33 @@ fn cache_key(name: &str) -> String {
 /// `nserver`/`authnserver` (3proxy's `dnsname` needs them too).
 #[allow(dead_code)] // for `auth dnsname` (auth)
 pub fn dnsname(ip: IpAddr) -> Option<String> {
-    let r = current()?;
-    let servers: Vec<NameServer> = match r.conf.auth_server {
-        Some(s) => vec![s],
-        None if r.conf.mode == Mode::Servers => r.conf.servers.clone(),
-        None => return None,
-    };
-    let arpa = reverse_name(ip);
-    let name = servers.iter().find_map(|s| match r.ask(s, &arpa, Qt::Ptr) {
-        Ok(Answer::Name(n)) => Some(n),
-        _ => None,
-    })?;
-    let qt = if ip.is_ipv4() { Qt::A } else { Qt::Aaaa };
-    let confirmed = servers
-        .iter()
-        .find_map(|s| match r.ask(s, &name, qt) {
-            Ok(Answer::Addr(a, _)) => Some(a),
-            _ => None,
-        })
-        .is_some_and(|a| a == ip);
-    confirmed.then_some(name)
+    current()?.dnsname(ip)
+}
+
+impl Resolver {
+    fn dnsname(&self, ip: IpAddr) -> Option<String> {
+        let servers: Vec<NameServer> = match self.conf.auth_server {
+            Some(s) => vec![s],
+            None if self.conf.mode == Mode::Servers => self.conf.servers.clone(),
+            None => return None,
+        };
+        let arpa = reverse_name(ip);
+        let name = servers
+            .iter()
+            .find_map(|s| match self.ask(s, &arpa, Qt::Ptr) {
+                Ok(Answer::Name(n)) => Some(n),
+                _ => None,
+            })?;
+        let qt = if ip.is_ipv4() { Qt::A } else { Qt::Aaaa };
+        let confirmed = servers
+            .iter()
+            .find_map(|s| match self.ask(s, &name, qt) {
+                Ok(Answer::Addr(a, _)) => Some(a),
+                _ => None,
+            })
+            .is_some_and(|a| a == ip);
+        confirmed.then_some(name)
+    }
 }
 
 /// `4.3.2.1.in-addr.arpa` / the nibble form under `ip6.arpa`.
@@ -550,16 +592,28 @@ impl Query {
     fn new(name: &str, qt: Qt) -> io::Result<Query> {
         let name = name.strip_suffix('.').unwrap_or(name);
         let invalid = || io::Error::new(io::ErrorKind::InvalidInput, "not a valid DNS name");
-        let qname = Name::new(name).map_err(|_| invalid())?;
-        let labels: Vec<Vec<u8>> = qname.as_bytes().map(|l| l.to_ascii_lowercase()).collect();
-        if labels.is_empty() || labels.iter().any(|l| l.is_empty()) {
+        // Split on dots ourselves: the name is bytes as the client sent
+        // them, with no escapes, and no empty or over-long label.
+        let parts: Vec<&[u8]> = name.as_bytes().split(|&c| c == b'.').collect();
+        if name.len() > MAX_NAME || parts.iter().any(|l| l.is_empty() || l.len() > MAX_LABEL) {
             return Err(invalid());
         }
+        let labels: Vec<Vec<u8>> = parts.iter().map(|l| l.to_ascii_lowercase()).collect();
+        let qname = Name::new_with_labels(
+            &parts
+                .iter()
+                .map(|&l| Label::new_unchecked(l))
+                .collect::<Vec<_>>(),
+        );
         let id = random_id();
         let mut p = Packet::new_query(id);
         p.set_flags(PacketFlag::RECURSION_DESIRED);
-        p.questions
-            .push(Question::new(qname, qt.qtype(), QCLASS::CLASS(CLASS::IN), false));
+        p.questions.push(Question::new(
+            qname,
+            qt.qtype(),
+            QCLASS::CLASS(CLASS::IN),
+            false,
+        ));
         let wire = p.build_bytes_vec().map_err(|_| invalid())?;
         Ok(Query {
             id,
@@ -579,7 +633,11 @@ impl Query {
         let [q] = p.questions.as_slice() else {
             return None;
         };
-        let same_name = q.qname.as_bytes().map(|l| l.to_ascii_lowercase()).eq(self.labels.iter().cloned());
+        let same_name = q
+            .qname
+            .as_bytes()
+            .map(|l| l.to_ascii_lowercase())
+            .eq(self.labels.iter().cloned());
         if !same_name || q.qtype != self.qt.qtype() || q.qclass != QCLASS::CLASS(CLASS::IN) {
             return None;
         }
@@ -591,7 +649,9 @@ impl Query {
                 return None;
             }
             match (&rr.rdata, self.qt) {
-                (RData::A(a), Qt::A) => Some(Answer::Addr(Ipv4Addr::from(a.address).into(), rr.ttl)),
+                (RData::A(a), Qt::A) => {
+                    Some(Answer::Addr(Ipv4Addr::from(a.address).into(), rr.ttl))
+                }
                 (RData::AAAA(a), Qt::Aaaa) => {
                     Some(Answer::Addr(Ipv6Addr::from(a.address).into(), rr.ttl))
                 }
@@ -652,7 +712,10 @@ impl Cache {
         }
         let ttl = ttl.clamp(1, MAX_TTL);
         if self.map.len() >= self.limit && !self.map.contains_key(key) {
-            if self.swept.is_none_or(|t| now.duration_since(t) >= Duration::from_secs(1)) {
+            if self
+                .swept
+                .is_none_or(|t| now.duration_since(t) >= Duration::from_secs(1))
+            {
                 self.map.retain(|_, &mut (_, until)| until > now);
                 self.swept = Some(now);
             }
@@ -660,8 +723,10 @@ impl Cache {
                 return;
             }
         }
-        self.map
-            .insert(key.to_string(), (ip, now + Duration::from_secs(u64::from(ttl))));
+        self.map.insert(
+            key.to_string(),
+            (ip, now + Duration::from_secs(u64::from(ttl))),
+        );
     }
 
     fn take(&mut self) -> HashMap<String, (IpAddr, Instant)> {
@@ -693,7 +758,15 @@ mod tests {
         assert_eq!(ns("::1"), Ok(("[::1]:53".into(), false)));
         assert_eq!(ns("[::1]"), Ok(("[::1]:53".into(), false)));
         assert_eq!(ns("[::1]:54/tcp"), Ok(("[::1]:54".into(), true)));
-        for bad in ["", "name", "10.0.0.1:", "10.0.0.1:0", "10.0.0.1:x", "[::1]x", "1.2.3:4"] {
+        for bad in [
+            "",
+            "name",
+            "10.0.0.1:",
+            "10.0.0.1:0",
+            "10.0.0.1:x",
+            "[::1]x",
+            "1.2.3:4",
+        ] {
             assert!(NameServer::parse(bad).is_err(), "{bad}");
         }
     }
@@ -821,6 +894,68 @@ mod tests {
         let _ = q.check(&looped);
     }
 
+    /// A one-thread DNS server for unit tests: answers PTR and A from
+    /// `records` (name -> RData) until `n` queries have come.
+    fn serve(n: usize, records: Vec<(&'static str, RData<'static>)>) -> SocketAddr {
+        let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
+        sock.set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        let addr = sock.local_addr().unwrap();
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 1500];
+            for _ in 0..n {
+                let Ok((len, from)) = sock.recv_from(&mut buf) else {
+                    return;
+                };
+                let q = Packet::parse(&buf[..len]).unwrap();
+                let mut p = Packet::new_reply(q.id());
+                let question = q.questions[0].clone();
+                let name = question.qname.to_string();
+                for (n, rd) in &records {
+                    if *n == name && QTYPE::TYPE(rd.type_code()) == question.qtype {
+                        p.answers.push(simple_dns::ResourceRecord::new(
+                            Name::new_unchecked(n),
+                            CLASS::IN,
+                            60,
+                            rd.clone(),
+                        ));
+                    }
+                }
+                p.questions.push(question);
+                let _ = sock.send_to(&p.build_bytes_vec().unwrap(), from);
+            }
+        });
+        addr
+    }
+
+    #[test]
+    fn dnsname_is_forward_confirmed() {
+        let ptr = |n: &'static str| RData::PTR(simple_dns::rdata::PTR(Name::new_unchecked(n)));
+        let addr = serve(
+            4,
+            vec![
+                ("5.0.0.127.in-addr.arpa", ptr("good.test")),
+                ("good.test", a([127, 0, 0, 5])),
+                ("6.0.0.127.in-addr.arpa", ptr("liar.test")),
+                ("liar.test", a([127, 0, 0, 99])),
+            ],
+        );
+        let conf = Config {
+            auth_server: Some(NameServer { addr, tcp: false }),
+            ..Config::default()
+        };
+        let r = Resolver::new(conf, &Timeouts::default());
+        assert_eq!(
+            r.dnsname("127.0.0.5".parse().unwrap()).as_deref(),
+            Some("good.test")
+        );
+        // The PTR name resolves elsewhere: not confirmed.
+        assert_eq!(r.dnsname("127.0.0.6".parse().unwrap()), None);
+        // No authnserver and no nserver: no reverse lookups.
+        let r = Resolver::new(Config::default(), &Timeouts::default());
+        assert_eq!(r.dnsname("127.0.0.5".parse().unwrap()), None);
+    }
+
     #[test]
     fn query_ids_vary() {
         let ids: std::collections::HashSet<u16> = (0..64).map(|_| random_id()).collect();
@@ -844,7 +979,10 @@ mod tests {
         assert_eq!(c.get("a", t0), Some(ip));
         assert_eq!(c.get("a", t0 + Duration::from_millis(1500)), None);
         c.put("b", ip, 1_000_000, t0); // capped at 12 h
-        assert_eq!(c.get("b", t0 + Duration::from_secs(12 * 3600 - 1)), Some(ip));
+        assert_eq!(
+            c.get("b", t0 + Duration::from_secs(12 * 3600 - 1)),
+            Some(ip)
+        );
         assert_eq!(c.get("b", t0 + Duration::from_secs(12 * 3600 + 1)), None);
         // Full of live entries: new names are not cached...
         c.put("c", ip, 100, t0);

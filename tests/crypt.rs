@@ -42,10 +42,22 @@ fn prints_blake2_crypt() {
     let long_salt = "s".repeat(70);
     let cut = "s".repeat(64);
     for (salt, pw, line) in [
-        ("salt", "password", "CR:$3$salt$yCFxAkLdiC9UiJY4yH5Qm/\n".to_string()),
-        ("MySalt", "password", "CR:$3$MySalt$d6qrVG0Y3fZcI2bWVZH1n0\n".into()),
+        (
+            "salt",
+            "password",
+            "CR:$3$salt$yCFxAkLdiC9UiJY4yH5Qm/\n".to_string(),
+        ),
+        (
+            "MySalt",
+            "password",
+            "CR:$3$MySalt$d6qrVG0Y3fZcI2bWVZH1n0\n".into(),
+        ),
         ("", "", "CR:$3$$lMDQkrQ7qBCsUlQRWLEpO.\n".into()),
-        ("ab$cd", "password", "CR:$3$ab$SmGD61THgivHmhq3dJtLU0\n".into()),
+        (
+            "ab$cd",
+            "password",
+            "CR:$3$ab$SmGD61THgivHmhq3dJtLU0\n".into(),
+        ),
         (
             &long_salt,
             "password",

@@ -32,6 +32,7 @@ fn make_install_lays_out_every_file() {
         "usr/local/bin/3proxy",
         "usr/local/share/man/man8/3proxy.8",
         "usr/local/share/man/man5/3proxy.cfg.5",
+        "usr/local/share/man/man8/3proxy_crypt.8",
         "etc/3proxy/3proxy.cfg",
         "lib/systemd/system/3proxy.service",
         "etc/init.d/3proxy",
@@ -42,6 +43,12 @@ fn make_install_lays_out_every_file() {
     let mode = |f: &str| fs::metadata(dest.join(f)).unwrap().permissions().mode() & 0o777;
     assert_eq!(mode("usr/local/bin/3proxy"), 0o755);
     assert_eq!(mode("etc/init.d/3proxy"), 0o755);
+
+    // 3proxy_crypt is the same binary under another name.
+    let link = fs::read_link(dest.join("usr/local/bin/3proxy_crypt")).expect("3proxy_crypt link");
+    assert_eq!(link, std::path::Path::new("3proxy"));
+    let out = Command::new(dest.join("usr/local/bin/3proxy_crypt")).arg("secret").output().unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "NT:878D8014606CDA29677A44EFA1353FC7");
 
     // The init scripts name the installed binary and cfg, not placeholders.
     let unit = fs::read_to_string(dest.join("lib/systemd/system/3proxy.service")).unwrap();
@@ -70,6 +77,7 @@ fn make_install_lays_out_every_file() {
     let out = make(&dest, &["uninstall"]);
     assert!(out.status.success());
     assert!(!dest.join("usr/local/bin/3proxy").exists());
+    assert!(!dest.join("usr/local/bin/3proxy_crypt").exists());
     assert!(!dest.join("lib/systemd/system/3proxy.service").exists());
     assert!(dest.join("etc/3proxy/3proxy.cfg").exists());
 }

@@ -15,3 +15,8 @@ mod udppm;
 mod install;
 mod crypt;
 mod reload;
+mod acl;
+mod resolve;
+mod http;
+mod ops;
+mod socks;

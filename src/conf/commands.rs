@@ -11,8 +11,7 @@
 use std::net::IpAddr;
 use std::sync::Arc;
 
-use super::{resolve_cmds, State};
-use crate::log::Sink;
+use super::{access_cmds, ops_cmds, parent_cmds, resolve_cmds, State};
 use crate::logformat::LogFormat;
 use crate::services;
 
@@ -58,25 +57,25 @@ pub static COMMANDS: &[Command] = &[
     cmd("timeouts", 2, 0, h_timeouts),
     cmd("stacksize", 2, 2, h_stacksize),
     cmd("maxseg", 2, 2, h_maxseg),
-    cmd("log", 1, 0, h_log),
+    cmd("log", 1, 0, ops_cmds::h_log),
     cmd("logformat", 2, 2, h_logformat),
     cmd("system", 2, 2, h_system),
     cmd("service", 1, 1, h_noop),
-    // Process and operations (later stage).
-    cmd("daemon", 1, 1, not_yet),
-    cmd("pidfile", 2, 2, not_yet),
-    cmd("setuid", 2, 2, not_yet),
-    cmd("setgid", 2, 2, not_yet),
-    cmd("chroot", 2, 4, not_yet),
-    cmd("config", 2, 2, not_yet),
-    cmd("monitor", 2, 2, not_yet),
-    cmd("writable", 1, 1, not_yet),
-    cmd("force", 1, 1, not_yet),
-    cmd("noforce", 1, 1, not_yet),
-    cmd("rotate", 2, 2, not_yet),
-    cmd("archiver", 3, 0, not_yet),
-    cmd("logdump", 2, 3, not_yet),
-    cmd("delimchar", 2, 2, not_yet),
+    // Process and operations.
+    cmd("daemon", 1, 1, ops_cmds::h_daemon),
+    cmd("pidfile", 2, 2, ops_cmds::h_pidfile),
+    cmd("setuid", 2, 2, ops_cmds::h_setuid),
+    cmd("setgid", 2, 2, ops_cmds::h_setgid),
+    cmd("chroot", 2, 4, ops_cmds::h_chroot),
+    cmd("config", 2, 2, ops_cmds::h_config),
+    cmd("monitor", 2, 2, ops_cmds::h_monitor),
+    cmd("writable", 1, 1, ops_cmds::h_writable),
+    cmd("force", 1, 1, access_cmds::h_force),
+    cmd("noforce", 1, 1, access_cmds::h_force),
+    cmd("rotate", 2, 2, ops_cmds::h_rotate),
+    cmd("archiver", 3, 0, ops_cmds::h_archiver),
+    cmd("logdump", 2, 3, ops_cmds::h_logdump),
+    cmd("delimchar", 2, 2, ops_cmds::h_delimchar),
     cmd("plugin", 3, 0, not_yet),
     // Resolver.
     cmd("nserver", 2, 2, resolve_cmds::h_nserver),
@@ -87,30 +86,30 @@ pub static COMMANDS: &[Command] = &[
     cmd("fakeresolve", 1, 1, resolve_cmds::h_fakeresolve),
     cmd("dialer", 2, 2, resolve_cmds::h_dialer),
     // Access control, parents and limits.
-    cmd("auth", 2, 0, not_yet),
-    cmd("authcache", 2, 4, not_yet),
-    cmd("users", 1, 0, not_yet),
-    cmd("flush", 1, 1, not_yet),
-    cmd("allow", 1, 0, not_yet),
-    cmd("deny", 1, 0, not_yet),
-    cmd("redirect", 3, 0, not_yet),
-    cmd("parent", 5, 0, not_yet),
-    cmd("parentretries", 2, 2, not_yet),
-    cmd("nolog", 1, 1, not_yet),
-    cmd("weight", 2, 2, not_yet),
-    cmd("bandlimin", 2, 0, not_yet),
-    cmd("bandlimout", 2, 0, not_yet),
-    cmd("nobandlimin", 1, 0, not_yet),
-    cmd("nobandlimout", 1, 0, not_yet),
-    cmd("connlim", 4, 0, not_yet),
-    cmd("noconnlim", 1, 0, not_yet),
-    cmd("counter", 2, 4, not_yet),
-    cmd("countin", 4, 0, not_yet),
-    cmd("countout", 4, 0, not_yet),
-    cmd("countall", 4, 0, not_yet),
-    cmd("nocountin", 1, 0, not_yet),
-    cmd("nocountout", 1, 0, not_yet),
-    cmd("nocountall", 1, 0, not_yet),
+    cmd("auth", 2, 0, access_cmds::h_auth),
+    cmd("authcache", 2, 4, access_cmds::h_authcache),
+    cmd("users", 1, 0, access_cmds::h_users),
+    cmd("flush", 1, 1, access_cmds::h_flush),
+    cmd("allow", 1, 0, access_cmds::h_ace),
+    cmd("deny", 1, 0, access_cmds::h_ace),
+    cmd("redirect", 3, 0, parent_cmds::h_redirect),
+    cmd("parent", 5, 7, parent_cmds::h_parent),
+    cmd("parentretries", 2, 2, parent_cmds::h_parentretries),
+    cmd("nolog", 1, 1, access_cmds::h_nolog),
+    cmd("weight", 2, 2, access_cmds::h_nolog),
+    cmd("bandlimin", 2, 0, access_cmds::h_bandlim),
+    cmd("bandlimout", 2, 0, access_cmds::h_bandlim),
+    cmd("nobandlimin", 1, 0, access_cmds::h_bandlim),
+    cmd("nobandlimout", 1, 0, access_cmds::h_bandlim),
+    cmd("connlim", 4, 0, access_cmds::h_connlim),
+    cmd("noconnlim", 1, 0, access_cmds::h_connlim),
+    cmd("counter", 2, 4, access_cmds::h_counter),
+    cmd("countin", 4, 0, access_cmds::h_count),
+    cmd("countout", 4, 0, access_cmds::h_count),
+    cmd("countall", 4, 0, access_cmds::h_count),
+    cmd("nocountin", 1, 0, access_cmds::h_count),
+    cmd("nocountout", 1, 0, access_cmds::h_count),
+    cmd("nocountall", 1, 0, access_cmds::h_count),
     cmd("filtermaxsize", 2, 2, not_yet),
     cmd("radius", 3, 0, not_yet),
 ];
@@ -154,6 +153,9 @@ fn h_noop(_: &mut State, _: &[String]) -> Result<(), String> {
 
 fn h_service(state: &mut State, args: &[String]) -> Result<(), String> {
     let prepared = services::prepare(state, args)?;
+    if prepared.svc.opts.daemon {
+        state.ops.daemon = true;
+    }
     if prepared.reuse.is_some() {
         state.claimed.push(prepared.key.clone());
     }
@@ -224,26 +226,6 @@ fn h_stacksize(state: &mut State, args: &[String]) -> Result<(), String> {
 fn h_maxseg(state: &mut State, args: &[String]) -> Result<(), String> {
     state.maxseg = number(&args[1], 1u32, 65535)?;
     Ok(())
-}
-
-fn h_log(state: &mut State, args: &[String]) -> Result<(), String> {
-    state.log = Some(Arc::new(open_log_target(args)?));
-    Ok(())
-}
-
-/// `log` (stdout) or `log FILE`. Rotation and syslog come later and are
-/// refused, not ignored.
-pub fn open_log_target(args: &[String]) -> Result<Sink, String> {
-    match args.get(1).map(String::as_str) {
-        None => Ok(Sink::Stdout),
-        Some(t) if t.starts_with('@') => {
-            Err("syslog logging ('log @ident') is not supported yet".into())
-        }
-        Some(t) if t.starts_with('&') => Err("ODBC logging is not supported".into()),
-        Some("radius") => Err("RADIUS accounting is not supported yet".into()),
-        Some(_) if args.len() > 2 => Err("log rotation is not supported yet".into()),
-        Some(path) => Sink::open(path).map_err(|e| format!("{path}: {e}")),
-    }
 }
 
 fn h_logformat(state: &mut State, args: &[String]) -> Result<(), String> {
@@ -339,13 +321,7 @@ mod tests {
 
     #[test]
     fn later_commands_say_not_supported_yet() {
-        for line in [
-            "auth strong",
-            "allow *",
-            "daemon",
-            "ssl_serv",
-            "pcre_options x",
-        ] {
+        for line in ["plugin x y", "ssl_serv", "pcre_options x"] {
             let e = run(line).unwrap_err();
             assert!(e.contains("not supported yet"), "{line}: {e}");
         }
@@ -353,10 +329,7 @@ mod tests {
 
     #[test]
     fn log_refuses_what_is_not_built() {
-        assert!(run("log @3proxy")
-            .unwrap_err()
-            .contains("not supported yet"));
-        assert!(run("log /tmp/x D").unwrap_err().contains("rotation"));
+        assert!(run("log radius").unwrap_err().contains("not supported yet"));
         assert!(run("log /nonexistent/dir/file").is_err());
     }
 

@@ -10,7 +10,10 @@
 //! Invariants: the cfg is read on one thread; every error carries the file,
 //! line and command that caused it.
 
+pub mod access_cmds;
 pub mod commands;
+pub mod ops_cmds;
+pub mod parent_cmds;
 pub mod resolve_cmds;
 pub mod token;
 
@@ -103,8 +106,14 @@ pub struct State {
     pub resolver: crate::resolve::Config,
     /// Keys of running sockets this cfg already reuses (one service each).
     pub claimed: Vec<String>,
+    /// `auth`, the ACL, `users` and the limits (access control).
+    pub access: crate::access::Setup,
     /// Nesting depth of `include`, to stop include loops.
     depth: usize,
+    /// Process and logging commands (`conf::ops_cmds`).
+    pub ops: ops_cmds::Ops,
+    /// `parentretries`: process-wide, installed by `finalize`.
+    pub parent_retries: u32,
 }
 
 impl State {
@@ -124,7 +133,10 @@ impl State {
             services: Vec::new(),
             resolver: crate::resolve::Config::default(),
             claimed: Vec::new(),
+            access: crate::access::Setup::default(),
             depth: 0,
+            ops: ops_cmds::Ops::default(),
+            parent_retries: crate::parent::DEFAULT_RETRIES,
         }
     }
 }
@@ -135,7 +147,9 @@ impl State {
     /// service, wherever the command stood. A service logs only if some
     /// `log` came before it, as in 3proxy; `-l` keeps its own target.
     pub fn finalize(&mut self) {
+        self.ops.finalize();
         crate::resolve::install(self.resolver.clone(), &self.timeouts);
+        crate::parent::set_retries(self.parent_retries);
         for p in &mut self.services {
             let Some(svc) = Arc::get_mut(&mut p.svc) else {
                 continue;

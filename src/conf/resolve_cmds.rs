@@ -93,7 +93,13 @@ mod tests {
             .collect();
         assert_eq!(
             got,
-            ["10.0.0.1:53", "10.0.0.2:53", "10.0.0.3:53", "10.0.0.4:53", "10.0.0.5:53"]
+            [
+                "10.0.0.1:53",
+                "10.0.0.2:53",
+                "10.0.0.3:53",
+                "10.0.0.4:53",
+                "10.0.0.5:53"
+            ]
         );
         assert_eq!(st.resolver.mode, Mode::Servers);
         assert!(run(&["nserver nonsense"]).is_err());
@@ -112,7 +118,10 @@ mod tests {
     #[test]
     fn nscache_sizes() {
         let st = run(&["nscache 256", "nscache6 65536"]).unwrap();
-        assert_eq!((st.resolver.cache4, st.resolver.cache6), (Some(256), Some(65536)));
+        assert_eq!(
+            (st.resolver.cache4, st.resolver.cache6),
+            (Some(256), Some(65536))
+        );
         assert!(run(&["nscache 255"]).is_err());
         assert!(run(&["nscache6 0"]).is_err());
         assert!(run(&["nscache x"]).is_err());
@@ -127,8 +136,14 @@ mod tests {
         ])
         .unwrap();
         let r = &st.resolver;
-        assert_eq!(r.static4["host.test"], "10.1.1.1".parse::<std::net::Ipv4Addr>().unwrap());
-        assert_eq!(r.static6["host.test"], "::5".parse::<std::net::Ipv6Addr>().unwrap());
+        assert_eq!(
+            r.static4["host.test"],
+            "10.1.1.1".parse::<std::net::Ipv4Addr>().unwrap()
+        );
+        assert_eq!(
+            r.static6["host.test"],
+            "::5".parse::<std::net::Ipv6Addr>().unwrap()
+        );
         assert!(r.static4["bad.test"].is_unspecified());
     }
 

@@ -6,6 +6,7 @@
 //! by its acceptor and client threads through an `Arc`) and a bound listener.
 //! Both are held in a [`Prepared`] until the whole cfg has loaded.
 
+pub mod proxy;
 pub mod socks;
 pub mod tcppm;
 pub mod udppm;
@@ -64,14 +65,24 @@ pub static SERVICES: &[ServiceDef] = &[
         positional: 0,
         kind: Kind::Tcp(socks::serve),
     },
+    ServiceDef {
+        name: "proxy",
+        log_name: "PROXY",
+        default_port: 3128,
+        positional: 0,
+        kind: Kind::Tcp(proxy::serve),
+    },
 ];
 
-/// Per-service log choice (`-l`, `-lFILE`); None in `ServiceOpts` means the
-/// global `log`.
+/// Per-service log choice (`-l`, `-lFILE`, `-l@ident`); None in
+/// `ServiceOpts` means the global `log`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum LogOpt {
     Stdout,
     File(String),
+    /// Syslog with this ident (3proxy does this only in its standalone
+    /// binaries; inside 3proxy it logs to the global target instead).
+    Syslog(String),
 }
 
 /// `-g<traff>,<num>,<delay>`: slow down a direction that makes many tiny
@@ -95,6 +106,8 @@ pub struct ServiceOpts {
     pub family: Option<Family>,
     pub log: Option<LogOpt>,
     pub logformat: Option<String>,
+    /// `-d`: go to the background, like `daemon`.
+    pub daemon: bool,
     /// `-C`: end the session at the first close instead of half-closing.
     pub session_end: bool,
     /// `-s[N]`: Some(n) when given (`-s` alone is 1, `-s0` is 0).
@@ -117,7 +130,15 @@ pub struct ServiceOpts {
     pub anonymous: Option<u32>,
     /// `-u`, `-u2` (needuser), kept for proxy/socks.
     pub needuser: Option<u32>,
-    /// Options for later services, stored raw: `-N`, `-U`, `-h`, `-P`,
+    /// `-Ne<ip>` (or `-N<ip>`): the address socks reports in CONNECT and
+    /// BIND replies instead of its own (IP-to-IP NAT).
+    pub nat_ext: Option<IpAddr>,
+    /// `-Ni<ip>`: the address socks reports in UDP ASSOCIATE replies.
+    pub nat_int: Option<IpAddr>,
+    /// `-U[MODE]`: socks UDP, on a destination change: bit 1 log, bit 2
+    /// authorize. None is the default, 3.
+    pub udp_mode: Option<u32>,
+    /// Options for later services, stored raw: `-h`, `-P`,
     /// `-c`, `-x`, `-X`, `-F`, `-T`.
     pub other: Vec<String>,
     pub positional: Vec<String>,
@@ -160,8 +181,8 @@ impl ServiceOpts {
                 "l" => {
                     o.log = Some(if val.is_empty() {
                         LogOpt::Stdout
-                    } else if val.starts_with('@') {
-                        return Err(format!("'{a}': syslog logging is not supported yet"));
+                    } else if let Some(ident) = val.strip_prefix('@') {
+                        LogOpt::Syslog(ident.to_string())
                     } else {
                         LogOpt::File(val.to_string())
                     })
@@ -230,8 +251,26 @@ impl ServiceOpts {
                         number(val, 0u32, 2)?
                     })
                 }
-                "N" | "U" | "h" | "P" | "c" | "x" | "X" | "F" | "T" => o.other.push(a.clone()),
-                "d" => return Err("'-d' (daemon) is not supported yet".into()),
+                "N" => {
+                    let (slot, v) = match val.split_at(val.len().min(1)) {
+                        ("e", v) => (&mut o.nat_ext, v),
+                        ("i", v) => (&mut o.nat_int, v),
+                        _ => (&mut o.nat_ext, val),
+                    };
+                    *slot = Some(
+                        crate::net::parse_ip(v)
+                            .ok_or_else(|| format!("'{a}': takes an IP address"))?,
+                    );
+                }
+                "U" => {
+                    o.udp_mode = Some(if val.is_empty() {
+                        0
+                    } else {
+                        number(val, 0u32, 3)?
+                    })
+                }
+                "h" | "P" | "c" | "x" | "X" | "F" | "T" => o.other.push(a.clone()),
+                "d" => o.daemon = true,
                 "r" | "R" => return Err(format!("'{a}': connect-back is not supported yet")),
                 "I" => return Err("'-I' (inetd mode) is not supported".into()),
                 _ => return Err(format!("unknown option '{a}'")),
@@ -261,6 +300,8 @@ pub struct Service {
     /// Live clients, and the acceptor waiting for one to leave.
     pub live: Mutex<u32>,
     pub left: Condvar,
+    /// `auth`, ACL, users and limits as they stood at the service's line.
+    pub access: crate::access::Policy,
 }
 
 impl Service {
@@ -350,8 +391,9 @@ pub fn prepare(state: &State, args: &[String]) -> Result<Prepared, String> {
 
     let log = match &opts.log {
         None => state.log.clone(),
-        Some(LogOpt::Stdout) => Some(Arc::new(Sink::Stdout)),
-        Some(LogOpt::File(p)) => Some(Arc::new(Sink::open(p).map_err(|e| format!("-l{p}: {e}"))?)),
+        Some(LogOpt::Stdout) => Some(Sink::stdout()),
+        Some(LogOpt::File(p)) => Some(Sink::open(p).map_err(|e| format!("-l{p}: {e}"))?),
+        Some(LogOpt::Syslog(ident)) => Some(Sink::syslog(ident)),
     };
     let logformat = match &opts.logformat {
         Some(f) => Arc::new(LogFormat::parse(f)),
@@ -447,6 +489,7 @@ fn build(
         stack_size: stack.max(MIN_STACK) as usize,
         live: Mutex::new(0),
         left: Condvar::new(),
+        access: state.access.snapshot(),
     }
 }
 
@@ -546,7 +589,10 @@ mod tests {
             Some(LogOpt::File("/tmp/x".into()))
         );
         assert_eq!(parse("-fL%N").unwrap().logformat.as_deref(), Some("L%N"));
-        assert!(parse("-l@ident").unwrap_err().contains("not supported yet"));
+        assert_eq!(
+            parse("-l@ident").unwrap().log,
+            Some(LogOpt::Syslog("ident".into()))
+        );
     }
 
     #[test]
@@ -575,9 +621,22 @@ mod tests {
     #[test]
     fn unknown_and_unbuilt_options() {
         assert!(parse("-Z").unwrap_err().contains("unknown option"));
-        assert!(parse("-d").unwrap_err().contains("not supported yet"));
+        assert!(parse("-d").unwrap().daemon);
         assert!(parse("-rhost:1").unwrap_err().contains("not supported yet"));
         assert!(parse("-n").is_ok());
+        assert!(parse("-Nexyz").is_err());
+        assert!(parse("-U4").is_err());
+    }
+
+    #[test]
+    fn socks_nat_and_udp_mode() {
+        let o = parse("-Ne10.0.0.1 -Ni10.0.0.2 -U1").unwrap();
+        assert_eq!(o.nat_ext, Some("10.0.0.1".parse().unwrap()));
+        assert_eq!(o.nat_int, Some("10.0.0.2".parse().unwrap()));
+        assert_eq!(o.udp_mode, Some(1));
+        let o = parse("-N::1 -U").unwrap();
+        assert_eq!(o.nat_ext, Some("::1".parse().unwrap()));
+        assert_eq!(o.udp_mode, Some(0));
         assert!(parse("-pxyz").is_err());
     }
 }

@@ -27,14 +27,15 @@
 use std::io::{self, IoSlice, Read, Write};
 use std::net::{IpAddr, Shutdown, SocketAddr};
 use std::sync::{Arc, Mutex, OnceLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use crate::access::{self, Request};
+use crate::access::{self, Grant, Request};
 use crate::client::Client;
 use crate::conf::Timeouts;
 use crate::http::{self, ChunkScanner, Framing, HeadError, ResponseHead};
+use crate::limit::{Permit, Session as Limits};
 use crate::net::{parse_ip, resolve, Stream};
-use crate::relay::{relay, RelayOpts};
+use crate::relay::{relay_with, RelayOpts};
 use crate::res::Res;
 use crate::services::{Service, DEFAULT_BUFSIZE};
 
@@ -53,7 +54,7 @@ pub fn serve(c: &mut Client) {
     if svc.opts.proxy_header && !super::tcppm::read_proxy_header(c) {
         return;
     }
-    let first_wait = svc.timeouts.get(Timeouts::STRING_L);
+    let first_wait = svc.timeouts.get(Timeouts::STRING_LONG);
     if set_timeouts(&c.cli, first_wait, first_wait).is_err() {
         c.res = Res::CLIENT_ERR;
         return;
@@ -70,7 +71,7 @@ pub fn serve(c: &mut Client) {
         if first {
             // Between requests a client gets STRING_S, as in 3proxy.
             first = false;
-            let _ = set_read_timeout(&c.cli, s.svc.timeouts.get(Timeouts::STRING_S));
+            let _ = set_read_timeout(&c.cli, s.svc.timeouts.get(Timeouts::STRING_SHORT));
         }
         cb.rest();
     }
@@ -89,6 +90,11 @@ struct Session {
     origin: Option<Origin>,
     /// The current request's destination host.
     host: String,
+    /// What the access layer granted the current request (its limits are
+    /// held until the request ends).
+    grant: Option<Grant>,
+    /// Bytes of the current request the limiter counted already (in, out).
+    shaped: (u64, u64),
 }
 
 /// A connection to an origin server.
@@ -137,7 +143,10 @@ struct Fail {
 
 impl Fail {
     fn answer(res: Res, status: u16) -> Fail {
-        Fail { res, status: Some(status) }
+        Fail {
+            res,
+            status: Some(status),
+        }
     }
     fn silent(res: Res) -> Fail {
         Fail { res, status: None }
@@ -154,6 +163,8 @@ impl Session {
             extra,
             origin: None,
             host: String::new(),
+            grant: None,
+            shaped: (0, 0),
         }
     }
 
@@ -173,16 +184,51 @@ impl Session {
                 return false;
             }
         };
-        let result = if req.connect { self.tunnel(c, cb, &req).map(|()| Next::Close) } else { self.forward(c, cb, &req) };
-        match result {
+        let result = if req.connect {
+            self.tunnel(c, cb, &req).map(|()| Next::Close)
+        } else {
+            self.forward(c, cb, &req)
+        };
+        let more = match result {
             Ok(next) => {
-                c.log_record();
+                self.end_request(c);
                 matches!(next, Next::KeepAlive)
             }
             Err(f) => {
                 self.finish_error(c, f);
                 false
             }
+        };
+        self.grant = None;
+        self.shaped = (0, 0);
+        more
+    }
+
+    /// The limits to shape bodies with, if any.
+    fn shaper(&self) -> Option<&Limits> {
+        self.grant
+            .as_ref()
+            .and_then(|g| g.limits.as_deref())
+            .filter(|l| l.shapes())
+    }
+
+    /// Count the request's traffic (what the shaper did not count) and
+    /// write its log record, unless the ACL said `nolog`.
+    fn end_request(&mut self, c: &mut Client) {
+        if let Some(l) = self.grant.as_ref().and_then(|g| g.limits.as_deref()) {
+            l.add(
+                c.bytes_in.saturating_sub(self.shaped.0),
+                c.bytes_out.saturating_sub(self.shaped.1),
+            );
+        }
+        if self.grant.as_ref().is_some_and(|g| g.nolog) {
+            c.bytes_in = 0;
+            c.bytes_out = 0;
+            c.text.clear();
+            c.start = std::time::SystemTime::now();
+            c.logged = true;
+        } else {
+            c.log_record();
         }
     }
 
@@ -192,9 +238,8 @@ impl Session {
         loop {
             let end = match read_head(&c.cli, cb) {
                 Ok(end) => end,
-                Err(HeadRead::Closed { partial: false }) | Err(HeadRead::Timeout { partial: false }) => {
-                    return Ok(None)
-                }
+                Err(HeadRead::Closed { partial: false })
+                | Err(HeadRead::Timeout { partial: false }) => return Ok(None),
                 Err(HeadRead::Io { partial: false }) => return Ok(None),
                 Err(HeadRead::TooBig) => {
                     c.logged = false;
@@ -227,7 +272,10 @@ impl Session {
     }
 
     fn parse(&mut self, c: &mut Client, data: &[u8]) -> Result<Option<Req>, Fail> {
-        let rw = http::Rewrite { strip_forwarding: self.svc.opts.anonymous == Some(0), extra: &self.extra };
+        let rw = http::Rewrite {
+            strip_forwarding: self.svc.opts.anonymous == Some(0),
+            extra: &self.extra,
+        };
         let h = match http::parse_request(data, &rw, &mut self.req_out) {
             Ok(Some(h)) => h,
             Ok(None) => return Ok(None),
@@ -247,7 +295,11 @@ impl Session {
         c.text.push_str(h.method);
         c.text.push(' ');
         c.text.push_str(h.uri);
-        c.text.push_str(if h.version == 0 { " HTTP/1.0" } else { " HTTP/1.1" });
+        c.text.push_str(if h.version == 0 {
+            " HTTP/1.0"
+        } else {
+            " HTTP/1.1"
+        });
         self.host.clear();
         self.host.push_str(h.host);
         let literal = parse_ip(h.host);
@@ -293,7 +345,9 @@ impl Session {
         let kept = self
             .origin
             .as_ref()
-            .filter(|o| !req.connect && o.port == req.port && o.host.eq_ignore_ascii_case(&self.host))
+            .filter(|o| {
+                !req.connect && o.port == req.port && o.host.eq_ignore_ascii_case(&self.host)
+            })
             .map(|o| o.addr);
         let dst = match (kept, req.literal) {
             (Some(a), _) => Ok(a),
@@ -304,14 +358,24 @@ impl Session {
             op: Some(req.op),
             client: c.client_addr,
             local: c.local_addr,
-            host: if req.literal.is_none() { Some(&self.host) } else { None },
+            host: if req.literal.is_none() {
+                Some(&self.host)
+            } else {
+                None
+            },
             addr: dst.as_ref().ok().map(SocketAddr::ip),
             port: req.port,
             user: req.user.as_deref(),
             password: req.password.as_deref(),
         };
-        if let Err(res) = access::authorize(&self.svc, &ask) {
-            return Err(Fail::answer(res, deny_status(res, needuser)));
+        match access::authorize(&self.svc, &ask) {
+            Ok(grant) => {
+                if grant.user.is_some() {
+                    c.user.clone_from(&grant.user);
+                }
+                self.grant = Some(grant);
+            }
+            Err(res) => return Err(Fail::answer(res, deny_status(res, needuser))),
         }
         let dst = dst.map_err(|res| Fail::answer(res, 502))?;
         c.req_addr = Some(dst);
@@ -321,16 +385,25 @@ impl Session {
         Ok(dst)
     }
 
-    /// A new connection to `dst`, replacing the kept one.
-    fn dial(&mut self, c: &mut Client, dst: SocketAddr) -> Result<(), Fail> {
+    /// A new connection to `dst` (the kept one, if any, is closed).
+    fn dial(&mut self, c: &mut Client, dst: SocketAddr) -> Result<Origin, Fail> {
         self.origin = None;
-        let s = self.svc.dialer.connect_ip(dst).map_err(|res| Fail::answer(res, 502))?;
-        let t = self.svc.timeouts.get(Timeouts::STRING_L);
+        let s = self
+            .svc
+            .dialer
+            .connect_ip(dst)
+            .map_err(|res| Fail::answer(res, 502))?;
+        let t = self.svc.timeouts.get(Timeouts::STRING_LONG);
         set_timeouts(&s, t, t).map_err(|_| Fail::answer(Res::SOCKET, 502))?;
         c.remote_addr = Some(dst);
         c.ext_addr = s.local_addr();
-        self.origin = Some(Origin { s, host: self.host.clone(), port: dst.port(), addr: dst, used: false });
-        Ok(())
+        Ok(Origin {
+            s,
+            host: self.host.clone(),
+            port: dst.port(),
+            addr: dst,
+            used: false,
+        })
     }
 
     /// `CONNECT host:port`: answer 200 and relay until both sides are done.
@@ -338,20 +411,19 @@ impl Session {
         let head_len = cb.head_len;
         cb.consume(head_len);
         let dst = self.authorize(c, req)?;
-        self.dial(c, dst)?;
-        let Some(o) = self.origin.take() else { return Err(Fail::answer(Res::CONNECT, 502)) };
+        let o = self.dial(c, dst)?;
         // 3proxy's exact answer: some clients match on it.
         const ESTABLISHED: &[u8] = b"HTTP/1.0 200 Connection established\r\n\r\n";
         write_all_v(&c.cli, ESTABLISHED, &[]).map_err(|e| Fail::silent(cli_res(&e)))?;
         c.bytes_in += ESTABLISHED.len() as u64;
-        self.splice_leftovers(c, cb, &o.s)?;
-        self.relay(c, &o.s);
+        self.relay(c, cb, &o.s)?;
         c.srv = Some(o.s);
         Ok(())
     }
 
-    /// Bytes the client sent after a tunnel's head go to the server first.
-    fn splice_leftovers(&self, c: &mut Client, cb: &mut HeadBuf<'_>, srv: &Stream) -> Result<(), Fail> {
+    /// Relay raw bytes both ways (a tunnel or an upgraded connection).
+    /// Bytes the client sent after the head go to the server first.
+    fn relay(&mut self, c: &mut Client, cb: &mut HeadBuf<'_>, srv: &Stream) -> Result<(), Fail> {
         let early = cb.data();
         if !early.is_empty() {
             write_all_v(srv, early, &[]).map_err(|e| Fail::silent(srv_res(&e)))?;
@@ -359,22 +431,22 @@ impl Session {
             let n = early.len();
             cb.consume(n);
         }
-        Ok(())
-    }
-
-    /// Relay raw bytes both ways (a tunnel or an upgraded connection).
-    fn relay(&self, c: &mut Client, srv: &Stream) {
         let opts = RelayOpts {
-            idle: self.svc.timeouts.get(Timeouts::CONNECTION_L),
+            idle: self.svc.timeouts.get(Timeouts::CONNECTION_LONG),
             session_end: self.svc.opts.session_end,
             splice: self.svc.splice(),
             bufsize: self.svc.bufsize,
             grace: self.svc.opts.grace,
         };
-        let out = relay(&c.cli, srv, &opts);
+        let out = relay_with(&c.cli, srv, &opts, self.shaper());
+        if self.shaper().is_some() {
+            self.shaped.0 += out.inb;
+            self.shaped.1 += out.out;
+        }
         c.res = out.res;
         c.bytes_out += out.out;
         c.bytes_in += out.inb;
+        Ok(())
     }
 
     /// Forward a request to its origin and the response back.
@@ -384,150 +456,129 @@ impl Session {
         cb.consume(head_len);
         // The body bytes that came with the head leave with it.
         let mut scanner = ChunkScanner::new();
-        let (now, mut left) = match req.framing {
-            Framing::None | Framing::Close => (0, 0),
+        let (now, more_body) = match req.framing {
+            Framing::None | Framing::Close => (0, false),
             Framing::Length(n) => {
                 let now = (cb.data().len() as u64).min(n);
-                (now as usize, n - now)
+                (now as usize, now < n)
             }
             Framing::Chunked => {
-                let now = scanner.feed(cb.data()).map_err(|()| Fail::answer(Res::HTTP_CHUNK_CLIENT, 400))?;
-                (now, u64::from(!scanner.done()))
+                let now = scanner
+                    .feed(cb.data())
+                    .map_err(|()| Fail::answer(Res::HTTP_CHUNK_CLIENT, 400))?;
+                (now, !scanner.done())
             }
         };
+        // Only a request that can be sent twice is retried; anything else
+        // goes on a kept connection only if it still looks open.
         let retryable = req.idempotent && req.framing == Framing::None;
+        let mut o = match self.origin.take() {
+            Some(o)
+                if o.addr == dst
+                    && o.host.eq_ignore_ascii_case(&self.host)
+                    && (retryable || still_open(&o)) =>
+            {
+                o
+            }
+            _ => self.dial(c, dst)?,
+        };
         let mut small = [0u8; SMALL];
         let mut sb = HeadBuf::new(&mut small);
-        let mut retried = false;
-        let mut early: Option<ResponseHead> = None;
-        loop {
-            let reuse = matches!(&self.origin, Some(o) if o.addr == dst && o.host.eq_ignore_ascii_case(&self.host));
-            if !reuse || (!retryable && !self.kept_is_alive()) {
-                self.dial(c, dst)?;
-            }
-            let Some(o) = &mut self.origin else { return Err(Fail::answer(Res::CONNECT, 502)) };
-            let was_used = std::mem::replace(&mut o.used, true);
-            let srv = &o.s;
-            match write_all_v(srv, &self.req_out, &cb.data()[..now]) {
-                Ok(()) => {}
-                Err(_) if was_used && retryable && !retried => {
-                    retried = true;
-                    self.origin = None;
-                    continue;
-                }
+        let mut early = None;
+        let reused = loop {
+            let reused = std::mem::replace(&mut o.used, true);
+            match write_all_v(&o.s, &self.req_out, &cb.data()[..now]) {
+                Ok(()) => break reused,
+                // A kept connection the origin closed meanwhile: once more
+                // on a new one.
+                Err(_) if reused && retryable => o = self.dial(c, dst)?,
                 Err(e) => return Err(Fail::answer(srv_res(&e), 502)),
             }
-            c.bytes_out += (self.req_out.len() + now) as u64;
-            if left > 0 && req.expect_continue && readable_within(srv, CONTINUE_WAIT) {
-                // The origin answered the Expect: 100 (send the body) or a
-                // final status (the body is not wanted).
-                let h = read_response(srv, &mut sb, req.head_method, &mut self.resp_out).map_err(|e| e.fail(false))?;
-                if h.is_interim() {
-                    self.send_interim(c, &mut sb, &h, req)?;
-                } else {
-                    early = Some(h);
-                }
-            }
-            break;
-        }
+        };
+        c.bytes_out += (self.req_out.len() + now) as u64;
         cb.consume(now);
-        let Some(o) = &self.origin else { return Err(Fail::answer(Res::CONNECT, 502)) };
-        let srv = &o.s;
-        let mut body_done = left == 0;
-        if early.is_none() && left > 0 {
+        if more_body && req.expect_continue && readable_within(&o.s, CONTINUE_WAIT) {
+            // The origin answered the Expect: 100 (send the body) or a
+            // final status (it does not want the body).
+            let h = read_response(&o.s, &mut sb, req.head_method, &mut self.resp_out)
+                .map_err(|e| e.fail())?;
+            if h.is_interim() {
+                send_interim(&mut self.resp_out, c, &mut sb, &h, req.version)?;
+            } else {
+                early = Some(h);
+            }
+        }
+        let mut body_done = !more_body;
+        if early.is_none() && more_body {
+            let lim = self.shaper();
             let sent = match req.framing {
-                Framing::Length(_) => copy_exact(&c.cli, srv, left),
-                _ => copy_chunked_request(&c.cli, srv, &mut scanner, cb),
+                Framing::Length(n) => copy_exact(&c.cli, &o.s, n - now as u64, Side::Client, lim),
+                _ => copy_chunked_request(&c.cli, &o.s, &mut scanner, cb, lim),
             };
             match sent {
-                Ok(n) => c.bytes_out += n,
+                Ok(n) => {
+                    c.bytes_out += n;
+                    if lim.is_some() {
+                        self.shaped.1 += n;
+                    }
+                }
                 Err((Side::Client, e)) => return Err(Fail::silent(cli_res(&e))),
                 Err((Side::Server, e)) => return Err(Fail::answer(srv_res(&e), 502)),
             }
-            left = 0;
             body_done = true;
         }
-        let _ = left;
+        let mut may_retry = reused && retryable;
         let h = match early {
             Some(h) => h,
             None => loop {
-                let h = match read_response(srv, &mut sb, req.head_method, &mut self.resp_out) {
-                    Ok(h) => h,
-                    Err(e) => {
-                        let fresh = e.nothing_read() && o.used && retryable && !retried && o_was_reused(o);
-                        if fresh {
-                            // The kept connection was closed by the origin
-                            // before it saw this request: try a new one once.
-                            return self.retry(c, cb, req, dst);
-                        }
-                        return Err(e.fail(false));
+                match read_response(&o.s, &mut sb, req.head_method, &mut self.resp_out) {
+                    Ok(h) if h.is_interim() => {
+                        send_interim(&mut self.resp_out, c, &mut sb, &h, req.version)?
                     }
-                };
-                if !h.is_interim() {
-                    break h;
+                    Ok(h) => break h,
+                    Err(e) if may_retry && e.nothing_read() => {
+                        // The kept connection was closed by the origin
+                        // before it read this request: once more on a new
+                        // one.
+                        may_retry = false;
+                        o = self.dial(c, dst)?;
+                        o.used = true;
+                        write_all_v(&o.s, &self.req_out, &[])
+                            .map_err(|e| Fail::answer(srv_res(&e), 502))?;
+                        c.bytes_out += self.req_out.len() as u64;
+                    }
+                    Err(e) => return Err(e.fail()),
                 }
-                self.send_interim(c, &mut sb, &h, req)?;
             },
         };
-        self.respond(c, cb, &mut sb, req, h, body_done)
+        self.respond(c, cb, &mut sb, req, o, h, body_done)
     }
 
-    /// Send the request again on a fresh connection (an idempotent request
-    /// without a body, whose kept connection failed before any answer).
-    fn retry(&mut self, c: &mut Client, cb: &mut HeadBuf<'_>, req: &Req, dst: SocketAddr) -> Result<Next, Fail> {
-        self.dial(c, dst)?;
-        let Some(o) = &mut self.origin else { return Err(Fail::answer(Res::CONNECT, 502)) };
-        o.used = true;
-        write_all_v(&o.s, &self.req_out, &[]).map_err(|e| Fail::answer(srv_res(&e), 502))?;
-        c.bytes_out += self.req_out.len() as u64;
-        let mut small = [0u8; SMALL];
-        let mut sb = HeadBuf::new(&mut small);
-        let h = loop {
-            let h = read_response(&o.s, &mut sb, req.head_method, &mut self.resp_out).map_err(|e| e.fail(false))?;
-            if !h.is_interim() {
-                break h;
-            }
-            self.send_interim(c, &mut sb, &h, req)?;
-        };
-        self.respond(c, cb, &mut sb, req, h, true)
-    }
-
-    /// Pass a 1xx (other than 101) on to the client.
-    fn send_interim(&mut self, c: &mut Client, sb: &mut HeadBuf<'_>, h: &ResponseHead, req: &Req) -> Result<(), Fail> {
-        sb.consume(h.len);
-        if req.version == 0 {
-            // HTTP/1.0 clients do not expect interim answers.
-            return Ok(());
-        }
-        http::end_response_head(&mut self.resp_out, req.version, true, true);
-        write_all_v(&c.cli, &self.resp_out, &[]).map_err(|e| Fail::silent(cli_res(&e)))?;
-        c.bytes_in += self.resp_out.len() as u64;
-        Ok(())
-    }
-
-    /// Send the final response head and body to the client.
+    /// Send the final response head and body to the client; keep the
+    /// origin connection if the exchange ended cleanly.
+    #[allow(clippy::too_many_arguments)]
     fn respond(
         &mut self,
         c: &mut Client,
         cb: &mut HeadBuf<'_>,
         sb: &mut HeadBuf<'_>,
         req: &Req,
+        o: Origin,
         h: ResponseHead,
         body_done: bool,
     ) -> Result<Next, Fail> {
-        let Some(o) = self.origin.take() else { return Err(Fail::answer(Res::CONNECT, 502)) };
         sb.consume(h.len);
         if h.status == 101 {
             if !req.upgrade {
                 return Err(Fail::answer(Res::HTTP_BAD_REPLY, 502));
             }
             http::end_response_head(&mut self.resp_out, req.version, true, true);
-            write_all_v(&c.cli, &self.resp_out, sb.data()).map_err(|e| Fail::silent(cli_res(&e)))?;
-            c.bytes_in += (self.resp_out.len() + sb.data().len()) as u64;
             let n = sb.data().len();
+            write_all_v(&c.cli, &self.resp_out, sb.data())
+                .map_err(|e| Fail::silent(send_res(&e)))?;
+            c.bytes_in += (self.resp_out.len() + n) as u64;
             sb.consume(n);
-            self.splice_leftovers(c, cb, &o.s)?;
-            self.relay(c, &o.s);
+            self.relay(c, cb, &o.s)?;
             c.srv = Some(o.s);
             return Ok(Next::Close);
         }
@@ -535,53 +586,55 @@ impl Session {
         http::end_response_head(&mut self.resp_out, req.version, client_keep, false);
         let mut scanner = ChunkScanner::new();
         let avail = sb.data();
-        let (now, mut done) = match h.framing {
+        let (now, done) = match h.framing {
             Framing::None => (0, true),
             Framing::Length(n) => {
                 let now = (avail.len() as u64).min(n);
                 (now as usize, now == n)
             }
             Framing::Chunked => {
-                let now = scanner.feed(avail).map_err(|()| Fail::answer(Res::HTTP_CHUNK_SERVER, 502))?;
+                let now = scanner
+                    .feed(avail)
+                    .map_err(|()| Fail::answer(Res::HTTP_CHUNK_SERVER, 502))?;
                 (now, scanner.done())
             }
             Framing::Close => (avail.len(), false),
         };
-        write_all_v(&c.cli, &self.resp_out, &avail[..now]).map_err(|e| Fail::silent(Res::HTTP_SEND_CLIENT.or_idle(&e)))?;
+        write_all_v(&c.cli, &self.resp_out, &avail[..now])
+            .map_err(|e| Fail::silent(send_res(&e)))?;
         c.bytes_in += (self.resp_out.len() + now) as u64;
         sb.consume(now);
+        let mut clean = sb.data().is_empty();
         if !done {
+            let lim = self.shaper();
             let moved = match h.framing {
-                Framing::Length(n) => copy_exact(&o.s, &c.cli, n - now as u64),
-                Framing::Chunked => copy_chunked_response(&o.s, &c.cli, &mut scanner),
-                _ => copy_to_eof(&o.s, &c.cli),
+                Framing::Length(n) => copy_exact(&o.s, &c.cli, n - now as u64, Side::Server, lim),
+                Framing::Chunked => {
+                    copy_chunked_response(&o.s, &c.cli, &mut scanner, &mut clean, lim)
+                }
+                _ => copy_to_eof(&o.s, &c.cli, lim),
             };
             match moved {
-                Ok(n) => c.bytes_in += n,
-                Err((Side::Client, e)) => return Err(Fail::silent(Res::HTTP_SEND_CLIENT.or_idle(&e))),
+                Ok(n) => {
+                    c.bytes_in += n;
+                    if lim.is_some() {
+                        self.shaped.0 += n;
+                    }
+                }
+                Err((Side::Client, e)) => return Err(Fail::silent(send_res(&e))),
                 Err((Side::Server, e)) => return Err(Fail::silent(srv_res(&e))),
             }
-            done = true;
         }
-        // Reuse the origin only after a clean, complete exchange.
-        if done && body_done && h.keep_alive && sb.data().is_empty() {
+        // Reuse the origin only after a complete exchange it allows.
+        if body_done && h.keep_alive && clean {
             self.origin = Some(o);
         }
         c.res = Res::OK;
-        Ok(if client_keep { Next::KeepAlive } else { Next::Close })
-    }
-
-    /// Whether the kept connection still looks open (a peek that does not
-    /// wait). Checked before sending a request that cannot be retried.
-    fn kept_is_alive(&self) -> bool {
-        let Some(o) = &self.origin else { return false };
-        if !o.used {
-            return true;
-        }
-        use nix::sys::socket::{recv, MsgFlags};
-        let mut b = [0u8; 1];
-        let flags = MsgFlags::MSG_PEEK | MsgFlags::MSG_DONTWAIT;
-        matches!(recv(std::os::fd::AsRawFd::as_raw_fd(&o.s), &mut b, flags), Err(nix::errno::Errno::EAGAIN))
+        Ok(if client_keep {
+            Next::KeepAlive
+        } else {
+            Next::Close
+        })
     }
 
     /// Answer an error (when nothing was answered yet), log the request,
@@ -599,10 +652,35 @@ impl Session {
     }
 }
 
-/// The kept connection served an earlier request (so a failure may mean the
-/// origin closed it while idle).
-fn o_was_reused(o: &Origin) -> bool {
-    o.used
+/// Whether a kept connection still looks open (a peek that does not
+/// wait): checked before sending a request that cannot be retried.
+fn still_open(o: &Origin) -> bool {
+    use nix::sys::socket::{recv, MsgFlags};
+    let mut b = [0u8; 1];
+    let flags = MsgFlags::MSG_PEEK | MsgFlags::MSG_DONTWAIT;
+    matches!(
+        recv(std::os::fd::AsRawFd::as_raw_fd(&o.s), &mut b, flags),
+        Err(nix::errno::Errno::EAGAIN)
+    )
+}
+
+/// Pass a 1xx (other than 101) on to the client.
+fn send_interim(
+    out: &mut Vec<u8>,
+    c: &mut Client,
+    sb: &mut HeadBuf<'_>,
+    h: &ResponseHead,
+    version: u8,
+) -> Result<(), Fail> {
+    sb.consume(h.len);
+    if version == 0 {
+        // HTTP/1.0 clients do not expect interim answers.
+        return Ok(());
+    }
+    http::end_response_head(out, version, true, true);
+    write_all_v(&c.cli, out, &[]).map_err(|e| Fail::silent(send_res(&e)))?;
+    c.bytes_in += out.len() as u64;
+    Ok(())
 }
 
 /// The status for an access-control refusal (3proxy's mapping).
@@ -617,19 +695,44 @@ fn deny_status(res: Res, needuser: u32) -> u16 {
 /// Write an error answer; the byte count sent.
 fn send_error(cli: &Stream, status: u16) -> usize {
     let (reason, why) = match status {
-        400 => ("Bad Request", "The proxy could not understand this request."),
-        403 => ("Forbidden", "The proxy's access rules do not allow this request."),
-        407 => ("Proxy Authentication Required", "This proxy needs a valid user name and password."),
-        431 => ("Request Header Fields Too Large", "The request head is larger than the proxy accepts."),
-        501 => ("Not Implemented", "The proxy does not support this request."),
-        503 => ("Service Unavailable", "The proxy cannot serve this request now (a limit, or a loop)."),
+        400 => (
+            "Bad Request",
+            "The proxy could not understand this request.",
+        ),
+        403 => (
+            "Forbidden",
+            "The proxy's access rules do not allow this request.",
+        ),
+        407 => (
+            "Proxy Authentication Required",
+            "This proxy needs a valid user name and password.",
+        ),
+        431 => (
+            "Request Header Fields Too Large",
+            "The request head is larger than the proxy accepts.",
+        ),
+        501 => (
+            "Not Implemented",
+            "The proxy does not support this request.",
+        ),
+        503 => (
+            "Service Unavailable",
+            "The proxy cannot serve this request now (a limit, or a loop).",
+        ),
         504 => ("Gateway Timeout", "The server did not answer in time."),
-        _ => ("Bad Gateway", "The proxy could not reach the server, or the server's answer was broken."),
+        _ => (
+            "Bad Gateway",
+            "The proxy could not reach the server, or the server's answer was broken.",
+        ),
     };
     let body = format!(
         "<html><head><title>{status} {reason}</title></head>\r\n<body><h2>{status} {reason}</h2><p>{why}</p></body></html>\r\n"
     );
-    let auth = if status == 407 { "Proxy-Authenticate: Basic realm=\"proxy\"\r\n" } else { "" };
+    let auth = if status == 407 {
+        "Proxy-Authenticate: Basic realm=\"proxy\"\r\n"
+    } else {
+        ""
+    };
     let head = format!(
         "HTTP/1.1 {status} {reason}\r\n{auth}Connection: close\r\nContent-Type: text/html; charset=utf-8\r\nContent-Length: {}\r\n\r\n",
         body.len()
@@ -693,14 +796,21 @@ fn hostname() -> &'static str {
         nix::unistd::gethostname()
             .ok()
             .and_then(|h| h.into_string().ok())
-            .filter(|h| h.bytes().all(|b| b.is_ascii_graphic() && b != b'"' && b != b'\\'))
+            .filter(|h| {
+                h.bytes()
+                    .all(|b| b.is_ascii_graphic() && b != b'"' && b != b'\\')
+            })
             .unwrap_or_else(|| "localhost".into())
     })
 }
 
 /// `-a1`: a made-up client address, different per connection.
 fn random_ipv4(c: &Client) -> std::net::Ipv4Addr {
-    let t = c.start.duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(1);
+    let t = c
+        .start
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(1);
     let p = c.client_addr.map_or(7, |a| u64::from(a.port()));
     let mut x = t ^ (p << 32) ^ 0x9E37_79B9_7F4A_7C15;
     x ^= x << 13;
@@ -717,7 +827,13 @@ fn set_text_from_raw(c: &mut Client, data: &[u8]) {
     let line = line.strip_suffix(b"\r").unwrap_or(line);
     let line = &line[..line.len().min(256)];
     c.text.clear();
-    c.text.extend(line.iter().map(|&b| if b.is_ascii_graphic() || b == b' ' { b as char } else { '.' }));
+    c.text.extend(line.iter().map(|&b| {
+        if b.is_ascii_graphic() || b == b' ' {
+            b as char
+        } else {
+            '.'
+        }
+    }));
 }
 
 // ---------------------------------------------------------------------------
@@ -739,7 +855,14 @@ struct HeadBuf<'a> {
 
 impl<'a> HeadBuf<'a> {
     fn new(small: &'a mut [u8]) -> HeadBuf<'a> {
-        HeadBuf { small, big: Vec::new(), start: 0, end: 0, scanned: 0, head_len: 0 }
+        HeadBuf {
+            small,
+            big: Vec::new(),
+            start: 0,
+            end: 0,
+            scanned: 0,
+            head_len: 0,
+        }
     }
 
     fn buf(&self) -> &[u8] {
@@ -798,7 +921,11 @@ impl<'a> HeadBuf<'a> {
     fn read_from(&mut self, s: &Stream) -> io::Result<usize> {
         let end = self.end;
         let mut r = s;
-        let n = if self.big.is_empty() { r.read(&mut self.small[end..])? } else { r.read(&mut self.big[end..])? };
+        let n = if self.big.is_empty() {
+            r.read(&mut self.small[end..])?
+        } else {
+            r.read(&mut self.big[end..])?
+        };
         self.end += n;
         Ok(n)
     }
@@ -812,7 +939,11 @@ impl<'a> HeadBuf<'a> {
                 return;
             }
             let end = self.end;
-            let room = if self.big.is_empty() { &mut self.small[end..] } else { &mut self.big[end..] };
+            let room = if self.big.is_empty() {
+                &mut self.small[end..]
+            } else {
+                &mut self.big[end..]
+            };
             let n = room.len().min(bytes.len() - at);
             room[..n].copy_from_slice(&bytes[at..at + n]);
             self.end += n;
@@ -877,21 +1008,31 @@ enum RespErr {
 impl RespErr {
     /// Nothing at all came back: the connection was dead before the request.
     fn nothing_read(&self) -> bool {
-        matches!(self, RespErr::Head(HeadRead::Closed { partial: false } | HeadRead::Io { partial: false }))
+        matches!(
+            self,
+            RespErr::Head(HeadRead::Closed { partial: false } | HeadRead::Io { partial: false })
+        )
     }
 
-    fn fail(&self, _sent: bool) -> Fail {
+    fn fail(&self) -> Fail {
         match self {
             RespErr::Head(HeadRead::Timeout { .. }) => Fail::answer(Res::IDLE, 504),
             RespErr::Head(HeadRead::TooBig) => Fail::answer(Res::HTTP_HEAD_TOO_LARGE, 502),
             RespErr::Head(HeadRead::Io { .. }) => Fail::answer(Res::SERVER_ERR, 502),
-            RespErr::Head(HeadRead::Closed { .. }) | RespErr::Bad => Fail::answer(Res::HTTP_BAD_REPLY, 502),
+            RespErr::Head(HeadRead::Closed { .. }) | RespErr::Bad => {
+                Fail::answer(Res::HTTP_BAD_REPLY, 502)
+            }
         }
     }
 }
 
 /// Read and parse one response head from the origin.
-fn read_response(srv: &Stream, sb: &mut HeadBuf<'_>, head_req: bool, out: &mut Vec<u8>) -> Result<ResponseHead, RespErr> {
+fn read_response(
+    srv: &Stream,
+    sb: &mut HeadBuf<'_>,
+    head_req: bool,
+    out: &mut Vec<u8>,
+) -> Result<ResponseHead, RespErr> {
     loop {
         let end = read_head(srv, sb).map_err(RespErr::Head)?;
         match http::parse_response(&sb.data()[..end], head_req, out) {
@@ -923,7 +1064,9 @@ struct BodyBuf(Option<Box<[u8]>>);
 impl BodyBuf {
     fn get() -> BodyBuf {
         let pooled = POOL.lock().unwrap_or_else(|e| e.into_inner()).pop();
-        BodyBuf(Some(pooled.unwrap_or_else(|| vec![0u8; DEFAULT_BUFSIZE].into_boxed_slice())))
+        BodyBuf(Some(pooled.unwrap_or_else(|| {
+            vec![0u8; DEFAULT_BUFSIZE].into_boxed_slice()
+        })))
     }
 
     fn bytes(&mut self) -> &mut [u8] {
@@ -944,98 +1087,151 @@ impl Drop for BodyBuf {
 
 type Moved = Result<u64, (Side, io::Error)>;
 
-fn side_of(src: Side) -> Side {
-    match src {
+fn other(side: Side) -> Side {
+    match side {
         Side::Client => Side::Server,
         Side::Server => Side::Client,
     }
 }
 
-/// Which side `src` is: the client socket reads for request bodies.
-fn is_client(s: &Stream, cli: &Stream) -> bool {
-    std::ptr::eq(s, cli)
+/// The error a copy ends with when the session's traffic quota is used up.
+#[derive(Debug)]
+struct QuotaUsed;
+
+impl std::fmt::Display for QuotaUsed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("traffic limit reached")
+    }
 }
 
-/// Copy exactly `n` bytes from `src` to `dst`.
-fn copy_exact(src: &Stream, dst: &Stream, n: u64) -> Moved {
-    let from = if src_is_client(src, dst) { Side::Client } else { Side::Server };
+impl std::error::Error for QuotaUsed {}
+
+fn is_quota(e: &io::Error) -> bool {
+    e.get_ref().is_some_and(|x| x.is::<QuotaUsed>())
+}
+
+/// How much may be read now in direction `out` (client to server) under
+/// the session's limits: waits while a bandwidth limit says so.
+fn gate(
+    lim: Option<&Limits>,
+    out: bool,
+    want: usize,
+    from: Side,
+) -> Result<usize, (Side, io::Error)> {
+    let Some(l) = lim else { return Ok(want) };
+    loop {
+        let now = Instant::now();
+        match l.permit(out, now) {
+            Permit::Go(n) => return Ok(want.min(n.max(1))),
+            Permit::Wait(until) => std::thread::sleep((until - now).min(Duration::from_secs(1))),
+            Permit::Stop => return Err((from, io::Error::other(QuotaUsed))),
+        }
+    }
+}
+
+/// One read of at most `want` bytes, counted by the limiter.
+fn read_some(
+    src: &Stream,
+    buf: &mut [u8],
+    from: Side,
+    lim: Option<&Limits>,
+) -> Result<usize, (Side, io::Error)> {
+    let out = from == Side::Client;
+    let want = gate(lim, out, buf.len(), from)?;
+    let mut r = src;
+    loop {
+        match r.read(&mut buf[..want]) {
+            Ok(n) => {
+                if let Some(l) = lim {
+                    l.used(out, n, Instant::now());
+                }
+                return Ok(n);
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err((from, e)),
+        }
+    }
+}
+
+/// Copy exactly `n` bytes from `src` (which is `from`) to `dst`.
+fn copy_exact(src: &Stream, dst: &Stream, n: u64, from: Side, lim: Option<&Limits>) -> Moved {
     let mut buf = BodyBuf::get();
     let b = buf.bytes();
     let mut left = n;
-    let mut r = src;
     while left > 0 {
         let want = b.len().min(usize::try_from(left).unwrap_or(usize::MAX));
-        let got = match r.read(&mut b[..want]) {
-            Ok(0) => return Err((from, io::ErrorKind::UnexpectedEof.into())),
-            Ok(k) => k,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err((from, e)),
-        };
-        write_all_v(dst, &b[..got], &[]).map_err(|e| (side_of(from), e))?;
+        let got = read_some(src, &mut b[..want], from, lim)?;
+        if got == 0 {
+            return Err((from, io::ErrorKind::UnexpectedEof.into()));
+        }
+        write_all_v(dst, &b[..got], &[]).map_err(|e| (other(from), e))?;
         left -= got as u64;
     }
     Ok(n)
 }
 
-/// Copy until `src` closes (a response without a length).
-fn copy_to_eof(src: &Stream, dst: &Stream) -> Moved {
+/// Copy until the origin closes (a response without a length).
+fn copy_to_eof(src: &Stream, dst: &Stream, lim: Option<&Limits>) -> Moved {
     let mut buf = BodyBuf::get();
     let b = buf.bytes();
     let mut total = 0;
-    let mut r = src;
     loop {
-        let got = match r.read(b) {
-            Ok(0) => return Ok(total),
-            Ok(k) => k,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err((Side::Server, e)),
-        };
+        let got = read_some(src, b, Side::Server, lim)?;
+        if got == 0 {
+            return Ok(total);
+        }
         write_all_v(dst, &b[..got], &[]).map_err(|e| (Side::Client, e))?;
         total += got as u64;
     }
 }
 
-/// Copy a chunked response body to its end, as it is.
-fn copy_chunked_response(src: &Stream, dst: &Stream, sc: &mut ChunkScanner) -> Moved {
+/// Copy a chunked response body to its end, as it is. Bytes after the end
+/// are dropped and clear `clean` (the connection is then not reused).
+fn copy_chunked_response(
+    src: &Stream,
+    dst: &Stream,
+    sc: &mut ChunkScanner,
+    clean: &mut bool,
+    lim: Option<&Limits>,
+) -> Moved {
     let mut buf = BodyBuf::get();
     let b = buf.bytes();
     let mut total = 0;
-    let mut r = src;
     while !sc.done() {
-        let got = match r.read(b) {
-            Ok(0) => return Err((Side::Server, io::ErrorKind::UnexpectedEof.into())),
-            Ok(k) => k,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err((Side::Server, e)),
-        };
-        let k = sc.feed(&b[..got]).map_err(|()| (Side::Server, io::ErrorKind::InvalidData.into()))?;
+        let got = read_some(src, b, Side::Server, lim)?;
+        if got == 0 {
+            return Err((Side::Server, io::ErrorKind::UnexpectedEof.into()));
+        }
+        let k = sc
+            .feed(&b[..got])
+            .map_err(|()| (Side::Server, io::ErrorKind::InvalidData.into()))?;
         write_all_v(dst, &b[..k], &[]).map_err(|e| (Side::Client, e))?;
         total += k as u64;
-        if k < got {
-            // Bytes after the end of a response: the connection is not
-            // reused (the caller sees a non-empty head buffer? no: these
-            // are dropped here), so mark it by an error-free early stop.
-            return Err((Side::Server, io::ErrorKind::InvalidData.into()));
-        }
+        *clean &= k == got;
     }
     Ok(total)
 }
 
 /// Copy a chunked request body to its end; bytes after it (the next
 /// pipelined request) go back into the client's head buffer.
-fn copy_chunked_request(src: &Stream, dst: &Stream, sc: &mut ChunkScanner, cb: &mut HeadBuf<'_>) -> Moved {
+fn copy_chunked_request(
+    src: &Stream,
+    dst: &Stream,
+    sc: &mut ChunkScanner,
+    cb: &mut HeadBuf<'_>,
+    lim: Option<&Limits>,
+) -> Moved {
     let mut buf = BodyBuf::get();
     let b = buf.bytes();
     let mut total = 0;
-    let mut r = src;
     while !sc.done() {
-        let got = match r.read(b) {
-            Ok(0) => return Err((Side::Client, io::ErrorKind::UnexpectedEof.into())),
-            Ok(k) => k,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err((Side::Client, e)),
-        };
-        let k = sc.feed(&b[..got]).map_err(|()| (Side::Client, io::ErrorKind::InvalidData.into()))?;
+        let got = read_some(src, b, Side::Client, lim)?;
+        if got == 0 {
+            return Err((Side::Client, io::ErrorKind::UnexpectedEof.into()));
+        }
+        let k = sc
+            .feed(&b[..got])
+            .map_err(|()| (Side::Client, io::ErrorKind::InvalidData.into()))?;
         write_all_v(dst, &b[..k], &[]).map_err(|e| (Side::Server, e))?;
         total += k as u64;
         if k < got {
@@ -1043,18 +1239,6 @@ fn copy_chunked_request(src: &Stream, dst: &Stream, sc: &mut ChunkScanner, cb: &
         }
     }
     Ok(total)
-}
-
-fn src_is_client(src: &Stream, dst: &Stream) -> bool {
-    // Request bodies flow client -> server: the client socket is the one
-    // accepted by us, whose local port is the service's... cheaper: the
-    // caller passes sockets in a fixed order, so compare identities.
-    let _ = dst;
-    CLIENT_FD.with(|fd| *fd.borrow() == Some(std::os::fd::AsRawFd::as_raw_fd(src)))
-}
-
-thread_local! {
-    static CLIENT_FD: std::cell::RefCell<Option<i32>> = const { std::cell::RefCell::new(None) };
 }
 
 // ---------------------------------------------------------------------------
@@ -1078,11 +1262,16 @@ fn write_all_v(s: &Stream, a: &[u8], b: &[u8]) -> io::Result<()> {
 }
 
 fn is_timeout(e: &io::Error) -> bool {
-    matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut)
+    matches!(
+        e.kind(),
+        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+    )
 }
 
 fn cli_res(e: &io::Error) -> Res {
-    if is_timeout(e) {
+    if is_quota(e) {
+        Res(10)
+    } else if is_timeout(e) {
         Res::IDLE
     } else {
         Res::CLIENT_ERR
@@ -1090,21 +1279,21 @@ fn cli_res(e: &io::Error) -> Res {
 }
 
 fn srv_res(e: &io::Error) -> Res {
-    if is_timeout(e) {
+    if is_quota(e) {
+        Res(10)
+    } else if is_timeout(e) {
         Res::IDLE
     } else {
         Res::SERVER_ERR
     }
 }
 
-impl Res {
-    /// This code, or 92 if `e` was a timeout.
-    fn or_idle(self, e: &io::Error) -> Res {
-        if is_timeout(e) {
-            Res::IDLE
-        } else {
-            self
-        }
+/// Sending to the client failed: 521, or 92 on a timeout.
+fn send_res(e: &io::Error) -> Res {
+    if is_timeout(e) {
+        Res::IDLE
+    } else {
+        Res::HTTP_SEND_CLIENT
     }
 }
 
@@ -1129,6 +1318,7 @@ fn readable_within(s: &Stream, t: Duration) -> bool {
     use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
     use std::os::fd::AsFd;
     let mut fds = [PollFd::new(s.as_fd(), PollFlags::POLLIN)];
-    let ms = PollTimeout::try_from(t.as_millis().min(i32::MAX as u128) as i32).unwrap_or(PollTimeout::MAX);
+    let ms = PollTimeout::try_from(t.as_millis().min(i32::MAX as u128) as i32)
+        .unwrap_or(PollTimeout::MAX);
     matches!(poll(&mut fds, ms), Ok(n) if n > 0)
 }

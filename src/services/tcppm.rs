@@ -2,10 +2,13 @@
 //! of `tcppm LPORT DSTHOST DSTPORT` is connected to DSTHOST:DSTPORT and the
 //! bytes are relayed both ways.
 
+use std::net::SocketAddr;
+
+use crate::access::{self, Grant, Op, Request};
 use crate::client::Client;
 use crate::conf::Timeouts;
 use crate::net::{resolve, Target};
-use crate::relay::{relay, RelayOpts};
+use crate::relay::{relay_with, RelayOpts};
 use crate::res::Res;
 
 /// The client thread's work for one tcppm client.
@@ -21,13 +24,23 @@ pub fn serve(c: &mut Client) {
     // As in 3proxy, the destination as written is both %T and %n.
     c.text = target.host();
     c.req_host = Some(c.text.clone());
-    let srv = match target {
-        Target::Fixed(a) => connect(c, *a),
-        Target::Name(host, port) => match resolve(host, *port, svc.family) {
-            Ok(a) => connect(c, a),
-            Err(res) => Err(res),
-        },
-        Target::Unix(_) | Target::Abstract(_) => svc.dialer.connect_unix(target),
+    // Resolve first: the ACL may list destination addresses.
+    let dst = match target {
+        Target::Fixed(a) => Ok(Some(*a)),
+        Target::Name(host, port) => resolve(host, *port, svc.family).map(Some),
+        Target::Unix(_) | Target::Abstract(_) => Ok(None),
+    };
+    let allowed = dst.and_then(|d| authorize(c, target, d).map(|g| (d, g)));
+    let (dst, grant) = match allowed {
+        Ok(x) => x,
+        Err(res) => {
+            c.res = res;
+            return;
+        }
+    };
+    let srv = match dst {
+        Some(a) => connect(c, a),
+        None => svc.dialer.connect_unix(target),
     };
     let srv = match srv {
         Ok(s) => s,
@@ -43,11 +56,38 @@ pub fn serve(c: &mut Client) {
         bufsize: svc.bufsize,
         grace: svc.opts.grace,
     };
-    let out = relay(&c.cli, &srv, &opts);
+    let out = relay_with(&c.cli, &srv, &opts, grant.limits.as_deref());
     c.res = out.res;
     c.bytes_out = out.out;
     c.bytes_in = out.inb;
     c.srv = Some(srv);
+}
+
+/// Ask the access layer for op CONNECT to the mapped destination. tcppm
+/// has no protocol to say no in: a refused client is closed, and the log
+/// record carries the code.
+fn authorize(c: &mut Client, target: &Target, dst: Option<SocketAddr>) -> Result<Grant, Res> {
+    let svc = c.svc().clone();
+    let req = Request {
+        op: Some(Op::Connect),
+        client: c.client_addr,
+        local: c.local_addr,
+        host: match target {
+            Target::Name(h, _) => Some(h.as_str()),
+            _ => None,
+        },
+        addr: dst.map(|a| a.ip()),
+        port: dst.map_or(0, |a| a.port()),
+        user: None,
+        password: None,
+    };
+    let grant = access::authorize(&svc, &req)?;
+    // `nolog`: the session ends without a record.
+    c.logged |= grant.nolog;
+    if grant.user.is_some() {
+        c.user.clone_from(&grant.user);
+    }
+    Ok(grant)
 }
 
 /// Connect to an IP destination, refusing to connect to ourselves.

@@ -85,6 +85,7 @@ pub fn run(r: Arc<crate::running::Running>, listen: UdpSocket) {
                 continue;
             }
             *live += 1;
+            crate::shutdown::session_started();
         }
         open(&svc, &listen, &table, from, &buf[..n]);
     }
@@ -116,6 +117,30 @@ fn open(
     };
     let dst = match dst {
         Ok(d) => d,
+        Err(res) => {
+            rec.res = res;
+            return;
+        }
+    };
+    let req = crate::access::Request {
+        op: Some(crate::access::Op::UdpAssoc),
+        client: Some(from),
+        local: match svc.listen {
+            crate::net::Addr::Ip(a) => Some(a),
+            _ => None,
+        },
+        host: match &svc.target {
+            Some(Target::Name(h, _)) => Some(h.as_str()),
+            _ => None,
+        },
+        addr: Some(dst.ip()),
+        port: dst.port(),
+        user: None,
+        password: None,
+    };
+    // A refused datagram is dropped; its record carries the code.
+    let grant = match crate::access::authorize(svc, &req) {
+        Ok(g) => g,
         Err(res) => {
             rec.res = res;
             return;
@@ -155,6 +180,9 @@ fn open(
                 table.lock().unwrap_or_else(|e| e.into_inner()).remove(&rec.from);
             }
             rec.count_out(&assoc);
+            if let Some(l) = &grant.limits {
+                l.add(rec.inb, rec.out);
+            }
         });
     if let Err(e) = spawned {
         log::error!("udppm on {}: cannot start a thread: {e}", svc.listen);
@@ -273,5 +301,6 @@ impl Drop for Session {
         }
         let mut live = svc.live.lock().unwrap_or_else(|e| e.into_inner());
         *live = live.saturating_sub(1);
+        crate::shutdown::session_ended();
     }
 }

@@ -2,5 +2,6 @@
 //! and the calls std and nix do not wrap safely. Everything here exposes a
 //! safe API; each unsafe block says why it is sound.
 
+pub mod process;
 pub mod sockopt;
 pub mod time;

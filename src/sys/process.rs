@@ -24,14 +24,20 @@
 use std::fs::File;
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Mutex, OnceLock};
 
 use nix::unistd::{self, ForkResult, Gid, Group, Uid, User};
 
 /// Fork into the background: the parent exits with status 0 at once, the
 /// child starts a new session (3proxy's `daemonize`: no chdir, no umask, no
 /// closing of descriptors, so a log to stdout keeps going where it went).
+/// Only once per process: a reloaded cfg's `daemon` does nothing.
 pub fn daemonize() -> io::Result<()> {
+    static DONE: AtomicBool = AtomicBool::new(false);
+    if DONE.swap(true, Ordering::AcqRel) {
+        return Ok(());
+    }
     // What the parent has buffered must not be written twice.
     let _ = io::stdout().flush();
     let _ = io::stderr().flush();
@@ -41,7 +47,7 @@ pub fn daemonize() -> io::Result<()> {
     // the cfg is read on the main thread and no service, log writer or other
     // thread has been started yet, so the child inherits a consistent state.
     match unsafe { unistd::fork() }.map_err(io::Error::from)? {
-        ForkResult::Parent { .. } => unistd::_exit(0),
+        ForkResult::Parent { .. } => std::process::exit(0),
         ForkResult::Child => {
             unistd::setsid().map_err(io::Error::from)?;
             Ok(())
@@ -68,19 +74,39 @@ impl PidFile {
     }
 
     /// Write our pid, in decimal without a newline, as 3proxy does.
-    pub fn write_pid(&mut self) -> io::Result<()> {
+    pub fn write_pid(mut self) -> io::Result<()> {
         write!(self.file, "{}", std::process::id())?;
-        self.file.flush()
+        self.file.flush()?;
+        *WRITTEN.lock().unwrap_or_else(|e| e.into_inner()) = Some(self.path);
+        Ok(())
     }
+}
 
-    /// On a normal exit: remove the file if it still holds our pid (it may
-    /// not be removable after dropping root; then it stays, as with 3proxy,
-    /// which never removes it).
-    pub fn remove(&self) {
-        if std::fs::read_to_string(&self.path).is_ok_and(|s| s.trim() == std::process::id().to_string())
-        {
-            let _ = std::fs::remove_file(&self.path);
-        }
+/// The pid file this process wrote, if any.
+static WRITTEN: Mutex<Option<PathBuf>> = Mutex::new(None);
+
+/// Whether this process has written its pid to `path` already: a reloaded
+/// cfg's `pidfile` line then leaves the file alone (after giving up root
+/// it could not create it again).
+pub fn pidfile_written(path: &str) -> bool {
+    WRITTEN
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .as_deref()
+        .is_some_and(|p| p == Path::new(path))
+}
+
+/// At a normal exit: remove the pid file if it still holds our pid. After
+/// giving up root it may not be removable; it then stays, as 3proxy (which
+/// never removes it) leaves it.
+pub fn remove_pidfile() {
+    let Some(path) = WRITTEN.lock().unwrap_or_else(|e| e.into_inner()).take() else {
+        return;
+    };
+    let ours =
+        std::fs::read_to_string(&path).is_ok_and(|s| s.trim() == std::process::id().to_string());
+    if ours {
+        let _ = std::fs::remove_file(&path);
     }
 }
 
@@ -128,6 +154,9 @@ pub fn gid_from(s: &str) -> Result<Gid, String> {
 /// root, the supplementary groups are reduced to the new (or current)
 /// group; 3proxy keeps root's, which can include privileged groups.
 pub fn drop_privileges(uid: Option<Uid>, gid: Option<Gid>) -> Result<(), String> {
+    // What a reload asks again is already done.
+    let uid = uid.filter(|&u| unistd::getuid() != u || unistd::geteuid() != u);
+    let gid = gid.filter(|&g| unistd::getgid() != g || unistd::getegid() != g);
     if unistd::geteuid().is_root() && (uid.is_some() || gid.is_some()) {
         let g = gid.unwrap_or_else(unistd::getegid);
         unistd::setgroups(&[g]).map_err(|e| format!("setgroups({g}): {e}"))?;
@@ -154,7 +183,11 @@ pub fn chroot(dir: &str) -> Result<(), String> {
     unistd::chroot(dir).map_err(|e| format!("cannot chroot to {dir}: {e}"))?;
     unistd::chdir("/").map_err(|e| format!("chdir / in {dir}: {e}"))?;
     let trimmed = dir.trim_end_matches('/');
-    let _ = CHROOT.set(PathBuf::from(if trimmed.is_empty() { "/" } else { trimmed }));
+    let _ = CHROOT.set(PathBuf::from(if trimmed.is_empty() {
+        "/"
+    } else {
+        trimmed
+    }));
     Ok(())
 }
 
@@ -188,14 +221,21 @@ mod tests {
         assert!(uid_from("0").unwrap_err().contains("uid 0"));
         assert!(uid_from("root").unwrap_err().contains("uid 0"));
         assert!(gid_from("0").unwrap_err().contains("gid 0"));
-        assert!(uid_from("no-such-user-here").unwrap_err().contains("no user"));
-        assert!(gid_from("no-such-group-here").unwrap_err().contains("no group"));
+        assert!(uid_from("no-such-user-here")
+            .unwrap_err()
+            .contains("no user"));
+        assert!(gid_from("no-such-group-here")
+            .unwrap_err()
+            .contains("no group"));
         assert!(uid_from("12x").is_err());
     }
 
     #[test]
     fn paths_outside_any_chroot_stay() {
         // No chroot in unit tests.
-        assert_eq!(path_in_chroot(Path::new("/etc/x.cfg")), Path::new("/etc/x.cfg"));
+        assert_eq!(
+            path_in_chroot(Path::new("/etc/x.cfg")),
+            Path::new("/etc/x.cfg")
+        );
     }
 }

@@ -1,0 +1,115 @@
+//! Handlers of the chaining commands: `parent`, `parentretries` and
+//! `redirect` (3proxy.cfg(5); 3proxy's conf.c `h_parent`,
+//! `h_parentretries`, and `redirect` in `h_ace`). A parent belongs to the
+//! last ACL entry, which must be an `allow`; services snapshot the ACL
+//! with its parents when their line runs.
+
+use std::sync::Arc;
+
+use super::commands::{number, resolve_once};
+use super::State;
+use crate::acl::{Action, Entry, Rule};
+use crate::parent::{Hop, Kind};
+
+/// `parent WEIGHT TYPE ADDRESS PORT [USER [PASSWORD]]`: add a parent to
+/// the chain of the last `allow`.
+pub fn h_parent(state: &mut State, args: &[String]) -> Result<(), String> {
+    let hop = Hop::parse(&args[1..], resolve_once)?;
+    add(state, hop)
+}
+
+fn add(state: &mut State, hop: Hop) -> Result<(), String> {
+    let acl = Arc::make_mut(&mut state.access.acl);
+    let Some(last) = acl.last_mut().filter(|e| e.action == Action::Allow) else {
+        return Err("must follow an 'allow' or 'redirect' line".into());
+    };
+    let mut hops = last.parents.to_vec();
+    hops.push(hop);
+    last.parents = hops.into();
+    Ok(())
+}
+
+/// `parentretries N`: attempts per request through a parent chain.
+pub fn h_parentretries(state: &mut State, args: &[String]) -> Result<(), String> {
+    state.parent_retries = number(&args[1], 1u32, 1000)?;
+    Ok(())
+}
+
+/// `redirect ADDRESS PORT [ACL fields]`: an `allow` whose requests go
+/// to the HTTP proxy at ADDRESS:PORT (a one-hop `http` parent; `0.0.0.0
+/// 0` hands them to the `proxy` handler in this process).
+pub fn h_redirect(state: &mut State, args: &[String]) -> Result<(), String> {
+    let rule = Rule::parse(&args[3..])?;
+    let mut line = vec!["1000".to_string(), "http".to_string()];
+    line.extend_from_slice(&args[1..3]);
+    let hop = Hop::parse(&line, resolve_once)?;
+    debug_assert_eq!(hop.kind, Kind::Http);
+    Arc::make_mut(&mut state.access.acl).push(Entry {
+        action: Action::Allow,
+        rule,
+        nolog: false,
+        parents: Default::default(),
+    });
+    add(state, hop)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(text: &str) -> Result<State, String> {
+        let mut st = State::new(true);
+        for line in text.lines() {
+            let args: Vec<String> = line.split_whitespace().map(String::from).collect();
+            super::super::commands::dispatch(&mut st, &args)?;
+        }
+        Ok(st)
+    }
+
+    #[test]
+    fn parents_go_to_the_last_allow() {
+        let st = run("allow *\ndeny * * 10.0.0.1\nallow * * 10.0.0.2\n\
+             parent 500 socks5 127.0.0.1 1080\nparent 500 connect 127.0.0.1 3128 u p")
+        .unwrap();
+        let acl = &st.access.acl;
+        assert!(acl[0].parents.is_empty() && acl[1].parents.is_empty());
+        let p = &acl[2].parents;
+        assert_eq!(p.len(), 2);
+        assert_eq!((p[0].kind, p[1].kind), (Kind::Socks5, Kind::Connect));
+        assert_eq!(p[1].user.as_deref(), Some("u"));
+    }
+
+    #[test]
+    fn parent_needs_an_allow_before_it() {
+        assert!(run("parent 1000 tcp 127.0.0.1 1")
+            .unwrap_err()
+            .contains("must follow"));
+        assert!(run("deny *\nparent 1000 tcp 127.0.0.1 1")
+            .unwrap_err()
+            .contains("must follow"));
+        assert!(run("allow *\nparent 0 tcp 127.0.0.1 1")
+            .unwrap_err()
+            .contains("weight"));
+    }
+
+    #[test]
+    fn redirect_is_an_allow_with_an_http_parent() {
+        let st = run("redirect 127.0.0.1 3128 * * * 80").unwrap();
+        let e = &st.access.acl[0];
+        assert_eq!(e.action, Action::Allow);
+        assert_eq!(e.parents.len(), 1);
+        assert_eq!(e.parents[0].kind, Kind::Http);
+        assert_eq!(e.parents[0].weight, 1000);
+        assert_eq!(e.parents[0].addr, "127.0.0.1:3128".parse().unwrap());
+        // A redirect takes more parents, as 3proxy's does.
+        let st = run("redirect 0.0.0.0 0\nparent 1000 socks5 127.0.0.1 1").unwrap();
+        assert_eq!(st.access.acl[0].parents.len(), 2);
+    }
+
+    #[test]
+    fn parentretries() {
+        assert_eq!(State::new(true).parent_retries, 2);
+        assert_eq!(run("parentretries 5").unwrap().parent_retries, 5);
+        assert!(run("parentretries 0").is_err());
+    }
+}

@@ -1,0 +1,1165 @@
+//! The HTTP proxy service `proxy`: request forms, bodies of every framing,
+//! keep-alive on both sides, CONNECT and Upgrade tunnels, the refusals
+//! that stop request smuggling, error answers, access control, and the
+//! per-request log. Origins are small HTTP/1.1 servers in this file.
+
+use std::collections::HashMap;
+use std::io::{self, BufRead, BufReader, Read, Write};
+use std::net::{Shutdown, TcpStream};
+use std::process::Command;
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use sha2::{Digest, Sha256};
+
+use crate::util::*;
+
+// ---------------------------------------------------------------------------
+// A test origin
+
+/// A threaded HTTP/1.1 origin with keep-alive. Routes (by path):
+/// `/hello`, `/len/N` (N bytes of stream 7, Content-Length), `/chunked/N`
+/// (the same, chunked), `/close/N` (the same, ended by closing), `/sha`
+/// (answers the SHA-256 and length of the request body), `/head` (answers
+/// the request head it got), `/status/N`, `/ws` (101, then echo),
+/// `/silent` (never answers), `/continue` (sends `100 Continue` first).
+struct HttpOrigin {
+    origin: Origin,
+    heads: Arc<Mutex<Vec<String>>>,
+}
+
+impl HttpOrigin {
+    fn start() -> HttpOrigin {
+        let heads = Arc::new(Mutex::new(Vec::new()));
+        let seen = Arc::clone(&heads);
+        let origin = Origin::start("127.0.0.1:0", move |conn| {
+            let _ = serve_http(conn, &seen);
+        });
+        HttpOrigin { origin, heads }
+    }
+
+    fn port(&self) -> u16 {
+        self.origin.port()
+    }
+
+    /// Connections accepted so far.
+    fn conns(&self) -> usize {
+        self.origin.peers().len()
+    }
+
+    /// Request heads received so far.
+    fn heads(&self) -> Vec<String> {
+        self.heads.lock().unwrap().clone()
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("http://127.0.0.1:{}{path}", self.port())
+    }
+}
+
+/// The bytes `/len/N`, `/chunked/N` and `/close/N` send.
+fn body_bytes(n: usize) -> Vec<u8> {
+    (0..n).map(|i| b'a' + (i % 23) as u8).collect()
+}
+
+fn serve_http(conn: TcpStream, seen: &Mutex<Vec<String>>) -> io::Result<()> {
+    let mut r = BufReader::new(conn.try_clone()?);
+    let mut w = conn;
+    loop {
+        let mut head = String::new();
+        loop {
+            let mut line = String::new();
+            if r.read_line(&mut line)? == 0 {
+                return Ok(());
+            }
+            head.push_str(&line);
+            if line == "\r\n" {
+                break;
+            }
+        }
+        seen.lock().unwrap().push(head.clone());
+        let mut parts = head.split_whitespace();
+        let method = parts.next().unwrap_or("").to_string();
+        let path = parts.next().unwrap_or("").to_string();
+        let fields = parse_fields(&head);
+        let field = |n: &str| fields.get(n).cloned().unwrap_or_default();
+        if path == "/continue" && field("expect").eq_ignore_ascii_case("100-continue") {
+            w.write_all(b"HTTP/1.1 100 Continue\r\n\r\n")?;
+        }
+        // The request body, digested.
+        let mut hasher = Sha256::new();
+        let mut got = 0u64;
+        if field("transfer-encoding").contains("chunked") {
+            got = dechunk(&mut r, |b| hasher.update(b))?;
+        } else if let Ok(n) = field("content-length").parse::<u64>() {
+            let mut left = n;
+            let mut buf = vec![0u8; 65536];
+            while left > 0 {
+                let k = r.read(&mut buf[..left.min(65536) as usize])?;
+                if k == 0 {
+                    return Ok(());
+                }
+                hasher.update(&buf[..k]);
+                left -= k as u64;
+            }
+            got = n;
+        }
+        let close = field("connection").eq_ignore_ascii_case("close");
+        let conn_field = if close { "Connection: close\r\n" } else { "" };
+        let head_only = method == "HEAD";
+        let route_path = path.split('?').next().unwrap_or("");
+        let mut seg = route_path.trim_start_matches('/').splitn(2, '/');
+        let route = seg.next().unwrap_or("");
+        let arg: usize = seg.next().and_then(|a| a.parse().ok()).unwrap_or(0);
+        match route {
+            "len" | "hello" | "head" | "sha" => {
+                let body = match route {
+                    "len" => body_bytes(arg),
+                    "hello" => b"hello".to_vec(),
+                    "head" => head.clone().into_bytes(),
+                    _ => format!("{:x} {got}", hasher.finalize()).into_bytes(),
+                };
+                let h = format!(
+                    "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n{conn_field}\r\n",
+                    body.len()
+                );
+                w.write_all(h.as_bytes())?;
+                if !head_only {
+                    w.write_all(&body)?;
+                }
+            }
+            "pattern" => {
+                let h = format!("HTTP/1.1 200 OK\r\nContent-Length: {arg}\r\n{conn_field}\r\n");
+                w.write_all(h.as_bytes())?;
+                send_pattern(&mut w, 7, arg as u64)?;
+            }
+            "chunked" => {
+                w.write_all(
+                    format!("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n{conn_field}\r\n")
+                        .as_bytes(),
+                )?;
+                let body = body_bytes(arg);
+                for (i, piece) in body.chunks(1000 + arg % 7).enumerate() {
+                    let ext = if i % 2 == 0 { ";x=1" } else { "" };
+                    w.write_all(format!("{:x}{ext}\r\n", piece.len()).as_bytes())?;
+                    w.write_all(piece)?;
+                    w.write_all(b"\r\n")?;
+                }
+                w.write_all(b"0\r\nX-Trailer: yes\r\n\r\n")?;
+            }
+            "close" => {
+                w.write_all(b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n")?;
+                w.write_all(&body_bytes(arg))?;
+                return Ok(());
+            }
+            "status" => {
+                let h = format!("HTTP/1.1 {arg} X\r\nContent-Length: 5\r\n{conn_field}\r\n");
+                w.write_all(h.as_bytes())?;
+                if !(head_only || arg == 204 || arg == 304 || arg < 200) {
+                    w.write_all(b"12345")?;
+                }
+            }
+            "ws" => {
+                w.write_all(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n")?;
+                let mut buf = [0u8; 4096];
+                loop {
+                    let n = r.read(&mut buf)?;
+                    if n == 0 {
+                        return Ok(());
+                    }
+                    w.write_all(&buf[..n])?;
+                }
+            }
+            "silent" => {
+                thread::sleep(Duration::from_secs(20));
+                return Ok(());
+            }
+            "continue" => {
+                let body = format!("{:x} {got}", hasher.finalize());
+                let h = format!(
+                    "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{body}",
+                    body.len()
+                );
+                w.write_all(h.as_bytes())?;
+            }
+            _ => w.write_all(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n")?,
+        }
+        if close {
+            return Ok(());
+        }
+    }
+}
+
+/// Header fields of a head, by lower-case name (later fields win).
+fn parse_fields(head: &str) -> HashMap<String, String> {
+    head.split("\r\n")
+        .skip(1)
+        .filter_map(|l| l.split_once(':'))
+        .map(|(n, v)| (n.trim().to_ascii_lowercase(), v.trim().to_string()))
+        .collect()
+}
+
+/// Read a chunked body, handing the data to `sink`; returns its length.
+fn dechunk(r: &mut impl BufRead, mut sink: impl FnMut(&[u8])) -> io::Result<u64> {
+    let mut total = 0;
+    loop {
+        let mut line = String::new();
+        r.read_line(&mut line)?;
+        let size = line.trim().split(';').next().unwrap_or("");
+        let n = u64::from_str_radix(size, 16)
+            .map_err(|_| io::Error::other(format!("bad chunk size {line:?}")))?;
+        if n == 0 {
+            // Trailers up to the empty line.
+            loop {
+                let mut t = String::new();
+                if r.read_line(&mut t)? == 0 || t == "\r\n" {
+                    return Ok(total);
+                }
+            }
+        }
+        let mut data = vec![0u8; n as usize];
+        r.read_exact(&mut data)?;
+        sink(&data);
+        total += n;
+        let mut crlf = [0u8; 2];
+        r.read_exact(&mut crlf)?;
+    }
+}
+
+// ---------------------------------------------------------------------------
+// The proxy and its clients
+
+/// A `proxy` service on a free port, with `extra` cfg lines before it and
+/// `opts` on its line. The log goes to `proxy.log` in the test dir.
+fn start_proxy(name: &str, extra: &str, opts: &str) -> (Proxy, u16) {
+    let dir = Dir::new(name);
+    let port = free_port();
+    let log = dir.join("proxy.log");
+    let cfg = format!(
+        "log {}\nlogformat \"L%N %E %U %C %n %Q:%q %O %I %T\"\n{extra}\nproxy -p{port} -i127.0.0.1 {opts}\n",
+        p(&log)
+    );
+    let proxy = Proxy::start(dir, &cfg, &[Listen::Tcp(localhost(port))]);
+    (proxy, port)
+}
+
+fn log_path(proxy: &Proxy) -> std::path::PathBuf {
+    proxy.dir.join("proxy.log")
+}
+
+/// A response as a client reads it.
+#[derive(Debug)]
+struct Resp {
+    status: u16,
+    head: String,
+    fields: HashMap<String, String>,
+    body: Vec<u8>,
+}
+
+impl Resp {
+    fn field(&self, n: &str) -> Option<&str> {
+        self.fields.get(n).map(String::as_str)
+    }
+}
+
+/// A raw client connection to the proxy.
+struct Conn {
+    r: BufReader<TcpStream>,
+    w: TcpStream,
+}
+
+impl Conn {
+    fn new(port: u16) -> Conn {
+        let s = connect(localhost(port));
+        Conn {
+            r: BufReader::new(s.try_clone().unwrap()),
+            w: s,
+        }
+    }
+
+    fn send(&mut self, bytes: &[u8]) {
+        self.w.write_all(bytes).expect("write to the proxy");
+    }
+
+    /// Read one response (`head_req`: it answers a HEAD).
+    fn read(&mut self, head_req: bool) -> Resp {
+        self.try_read(head_req)
+            .expect("read a response from the proxy")
+    }
+
+    fn try_read(&mut self, head_req: bool) -> io::Result<Resp> {
+        let mut head = String::new();
+        loop {
+            let mut line = String::new();
+            if self.r.read_line(&mut line)? == 0 {
+                return Err(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    format!("closed after {head:?}"),
+                ));
+            }
+            head.push_str(&line);
+            if line == "\r\n" {
+                break;
+            }
+        }
+        let status = head
+            .split_whitespace()
+            .nth(1)
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(0);
+        let fields = parse_fields(&head);
+        let mut body = Vec::new();
+        let no_body = head_req || status == 204 || status == 304 || (100..200).contains(&status);
+        if no_body {
+        } else if fields
+            .get("transfer-encoding")
+            .is_some_and(|t| t.contains("chunked"))
+        {
+            dechunk(&mut self.r, |b| body.extend_from_slice(b))?;
+        } else if let Some(n) = fields.get("content-length") {
+            body = vec![0u8; n.parse().unwrap()];
+            self.r.read_exact(&mut body)?;
+        } else {
+            body = read_until_closed(&mut self.r)?;
+        }
+        Ok(Resp {
+            status,
+            head,
+            fields,
+            body,
+        })
+    }
+
+    /// GET `url` through the proxy (absolute form) and read the answer.
+    fn get(&mut self, url: &str) -> Resp {
+        self.send(format!("GET {url} HTTP/1.1\r\nHost: ignored\r\n\r\n").as_bytes());
+        self.read(false)
+    }
+
+    /// The proxy closed the connection (EOF or reset, no more bytes).
+    fn assert_closed(&mut self) {
+        let rest = read_until_closed(&mut self.r).expect("the proxy should close the connection");
+        assert!(
+            rest.is_empty(),
+            "bytes after the answer: {:?}",
+            String::from_utf8_lossy(&rest)
+        );
+    }
+}
+
+/// Runs curl through the proxy; returns (status code, body).
+fn curl(proxy_port: u16, args: &[&str]) -> (u16, Vec<u8>) {
+    let out = Command::new("curl")
+        .args([
+            "-s",
+            "-S",
+            "--max-time",
+            "60",
+            "-o",
+            "-",
+            "-w",
+            "\n%{http_code}",
+        ])
+        .args(["-x", &format!("http://127.0.0.1:{proxy_port}")])
+        .args(args)
+        .output()
+        .expect("run curl (tests/deps.sh installs it)");
+    let mut body = out.stdout;
+    let nl = body
+        .iter()
+        .rposition(|&b| b == b'\n')
+        .expect("curl's status line");
+    let code = String::from_utf8_lossy(&body[nl + 1..])
+        .trim()
+        .parse()
+        .unwrap_or(0);
+    body.truncate(nl);
+    (code, body)
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+// ---------------------------------------------------------------------------
+// Methods and request forms
+
+#[test]
+fn get_head_post_put_with_curl() {
+    let origin = HttpOrigin::start();
+    let (_proxy, port) = start_proxy("curl_methods", "", "");
+    assert_eq!(
+        curl(port, &[&origin.url("/hello")]),
+        (200, b"hello".to_vec())
+    );
+    let (code, body) = curl(port, &["-I", &origin.url("/len/10")]);
+    assert_eq!(code, 200);
+    assert!(
+        text(&body).contains("Content-Length: 10"),
+        "{}",
+        text(&body)
+    );
+    let (code, body) = curl(port, &["--data-binary", "abc", &origin.url("/sha")]);
+    assert_eq!(code, 200);
+    let sha = format!("{:x} 3", Sha256::digest(b"abc"));
+    assert_eq!(text(&body), sha);
+    let (code, body) = curl(
+        port,
+        &["-X", "PUT", "--data-binary", "abc", &origin.url("/sha")],
+    );
+    assert_eq!((code, text(&body)), (200, sha));
+    let heads = origin.heads();
+    let lines: Vec<&str> = heads.iter().map(|h| h.lines().next().unwrap()).collect();
+    assert_eq!(
+        lines,
+        [
+            "GET /hello HTTP/1.1",
+            "HEAD /len/10 HTTP/1.1",
+            "POST /sha HTTP/1.1",
+            "PUT /sha HTTP/1.1"
+        ]
+    );
+}
+
+#[test]
+fn raw_requests_are_rewritten_for_the_origin() {
+    let origin = HttpOrigin::start();
+    let (proxy, port) = start_proxy("rewrite", "", "");
+    let mut c = Conn::new(port);
+    c.send(
+        format!(
+            "GET http://127.0.0.1:{}/head?q=1 HTTP/1.1\r\nHost: wrong\r\nConnection: keep-alive, X-Hop\r\n\
+             X-Hop: 1\r\nProxy-Connection: keep-alive\r\nKeep-Alive: 300\r\nTE: trailers\r\nX-End: 2\r\n\r\n",
+            origin.port()
+        )
+        .as_bytes(),
+    );
+    let r = c.read(false);
+    assert_eq!(r.status, 200);
+    let head = text(&r.body);
+    let mut lines = head.split("\r\n");
+    assert_eq!(lines.next(), Some("GET /head?q=1 HTTP/1.1"));
+    assert_eq!(
+        lines.next(),
+        Some(format!("Host: 127.0.0.1:{}", origin.port()).as_str())
+    );
+    assert_eq!(lines.next(), Some("X-End: 2"));
+    let fwd = lines.next().unwrap();
+    assert!(fwd.starts_with("Forwarded: for=\"127.0.0.1:"), "{head}");
+    assert!(fwd.contains(&format!(":{port}\"")), "{head}");
+    assert_eq!(lines.next(), Some(""));
+    // Origin-form, routed by Host (3proxy's transparent form).
+    c.send(
+        format!(
+            "GET /head HTTP/1.1\r\nHost: 127.0.0.1:{}\r\n\r\n",
+            origin.port()
+        )
+        .as_bytes(),
+    );
+    let r = c.read(false);
+    assert!(text(&r.body).starts_with(&format!(
+        "GET /head HTTP/1.1\r\nHost: 127.0.0.1:{}\r\n",
+        origin.port()
+    )));
+    // One log line per request, %T is the request line.
+    let log = log_path(&proxy);
+    let line = read_log_line(&log, "the origin-form request", |l| {
+        l.ends_with("GET /head HTTP/1.1")
+    });
+    assert!(line.starts_with("PROXY 00000 - 127.0.0.1 "), "{line}");
+    read_log_line(&log, "the absolute-form request", |l| {
+        l.ends_with(&format!(
+            "GET http://127.0.0.1:{}/head?q=1 HTTP/1.1",
+            origin.port()
+        ))
+    });
+}
+
+#[test]
+fn anonymous_modes() {
+    let origin = HttpOrigin::start();
+    let url = origin.url("/head");
+    let send = |port: u16| {
+        let mut c = Conn::new(port);
+        c.send(format!("GET {url} HTTP/1.1\r\nVia: 1.0 x\r\nX-Forwarded-For: 10.9.9.9\r\nForwarded: for=y\r\n\r\n").as_bytes());
+        text(&c.read(false).body)
+    };
+    let (_p0, port) = start_proxy("anon", "", "-a");
+    let h = send(port);
+    assert!(!h.contains("Via") && !h.contains("Forwarded"), "{h}");
+    let (_p1, port) = start_proxy("anon1", "", "-a1");
+    let h = send(port);
+    assert!(
+        h.contains("\r\nVia: 1.1 ")
+            && h.contains("\r\nX-Forwarded-For: ")
+            && !h.contains("X-Forwarded-For: 127.0.0.1"),
+        "{h}"
+    );
+    let (_p2, port) = start_proxy("anon2", "", "-a2");
+    let h = send(port);
+    assert!(h.contains("\r\nX-Forwarded-For: 127.0.0.1\r\n"), "{h}");
+}
+
+#[test]
+fn head_204_304_have_no_body_and_keep_the_connection() {
+    let origin = HttpOrigin::start();
+    let (_proxy, port) = start_proxy("nobody", "", "");
+    let mut c = Conn::new(port);
+    c.send(format!("HEAD {} HTTP/1.1\r\n\r\n", origin.url("/len/100")).as_bytes());
+    let r = c.read(true);
+    assert_eq!((r.status, r.field("content-length")), (200, Some("100")));
+    for code in [204, 304] {
+        let r = c.get(&origin.url(&format!("/status/{code}")));
+        assert_eq!(r.status, code);
+    }
+    assert_eq!(c.get(&origin.url("/hello")).body, b"hello");
+    assert_eq!(origin.conns(), 1);
+}
+
+#[test]
+fn ipv6_literal_in_brackets() {
+    let Ok(l) = std::net::TcpListener::bind("[::1]:0") else {
+        return;
+    };
+    drop(l);
+    let origin6 = Origin::start("[::1]:0", |conn| {
+        let _ = serve_http(conn, &Mutex::new(Vec::new()));
+    });
+    let (_proxy, port) = start_proxy("v6", "", "");
+    let mut c = Conn::new(port);
+    let r = c.get(&format!("http://[::1]:{}/hello", origin6.port()));
+    assert_eq!((r.status, r.body), (200, b"hello".to_vec()));
+}
+
+// ---------------------------------------------------------------------------
+// Bodies
+
+const BIG: u64 = 64 * 1024 * 1024;
+
+#[test]
+fn download_64mb_intact() {
+    let origin = HttpOrigin::start();
+    let (_proxy, port) = start_proxy("download", "", "");
+    let mut c = Conn::new(port);
+    set_timeouts(&c.w, Duration::from_secs(60));
+    c.send(
+        format!(
+            "GET {} HTTP/1.1\r\n\r\n",
+            origin.url(&format!("/pattern/{BIG}"))
+        )
+        .as_bytes(),
+    );
+    let mut head = String::new();
+    while !head.ends_with("\r\n\r\n") {
+        c.r.read_line(&mut head).unwrap();
+    }
+    assert!(head.contains(&format!("Content-Length: {BIG}")), "{head}");
+    let got = hash_to_eof(&mut (&mut c.r).take(BIG)).unwrap();
+    assert_eq!(got, pattern_digest(7, BIG));
+    // The connection is still good.
+    assert_eq!(c.get(&origin.url("/hello")).body, b"hello");
+}
+
+#[test]
+fn upload_64mb_intact() {
+    let origin = HttpOrigin::start();
+    let (_proxy, port) = start_proxy("upload", "", "");
+    let mut c = Conn::new(port);
+    set_timeouts(&c.w, Duration::from_secs(60));
+    c.send(
+        format!(
+            "POST {} HTTP/1.1\r\nContent-Length: {BIG}\r\n\r\n",
+            origin.url("/sha")
+        )
+        .as_bytes(),
+    );
+    send_pattern(&mut c.w, 3, BIG).unwrap();
+    let r = c.read(false);
+    let want = pattern_digest(3, BIG);
+    let hex: String = want.sha256.iter().map(|b| format!("{b:02x}")).collect();
+    assert_eq!(text(&r.body), format!("{hex} {BIG}"));
+}
+
+#[test]
+fn chunked_both_ways() {
+    let origin = HttpOrigin::start();
+    let (_proxy, port) = start_proxy("chunked", "", "");
+    let mut c = Conn::new(port);
+    // Download: relayed as it is, trailers included, then reused.
+    c.send(format!("GET {} HTTP/1.1\r\n\r\n", origin.url("/chunked/100000")).as_bytes());
+    let r = c.read(false);
+    assert_eq!(r.field("transfer-encoding"), Some("chunked"));
+    assert_eq!(r.body, body_bytes(100000));
+    // Upload, with the first chunk in the same packet as the head.
+    let mut req = format!(
+        "POST {} HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n",
+        origin.url("/sha")
+    )
+    .into_bytes();
+    let data = body_bytes(300000);
+    let mut chunks = data.chunks(70001);
+    let first = chunks.next().unwrap();
+    req.extend_from_slice(format!("{:x}\r\n", first.len()).as_bytes());
+    req.extend_from_slice(first);
+    req.extend_from_slice(b"\r\n");
+    c.send(&req);
+    for piece in chunks {
+        c.send(format!("{:x};e=1\r\n", piece.len()).as_bytes());
+        c.send(piece);
+        c.send(b"\r\n");
+    }
+    c.send(b"0\r\n\r\n");
+    let r = c.read(false);
+    assert_eq!(text(&r.body), format!("{:x} 300000", Sha256::digest(&data)));
+    assert_eq!(origin.conns(), 1);
+    // And with curl.
+    let (code, body) = curl(
+        port,
+        &[
+            "-H",
+            "Transfer-Encoding: chunked",
+            "--data-binary",
+            "hello",
+            &origin.url("/sha"),
+        ],
+    );
+    assert_eq!(
+        (code, text(&body)),
+        (200, format!("{:x} 5", Sha256::digest(b"hello")))
+    );
+}
+
+#[test]
+fn close_delimited_response_closes_the_client() {
+    let origin = HttpOrigin::start();
+    let (_proxy, port) = start_proxy("closedelim", "", "");
+    let mut c = Conn::new(port);
+    c.send(format!("GET {} HTTP/1.1\r\n\r\n", origin.url("/close/5000")).as_bytes());
+    let r = c.read(false);
+    assert_eq!((r.status, r.field("connection")), (200, Some("close")));
+    assert_eq!(r.body, body_bytes(5000));
+}
+
+#[test]
+fn http10_client() {
+    let origin = HttpOrigin::start();
+    let (_proxy, port) = start_proxy("http10", "", "");
+    let mut c = Conn::new(port);
+    c.send(format!("GET {} HTTP/1.0\r\n\r\n", origin.url("/hello")).as_bytes());
+    let r = c.read(false);
+    assert_eq!((r.status, r.field("connection")), (200, Some("close")));
+    c.assert_closed();
+    let mut c = Conn::new(port);
+    c.send(
+        format!(
+            "GET {} HTTP/1.0\r\nProxy-Connection: keep-alive\r\n\r\n",
+            origin.url("/hello")
+        )
+        .as_bytes(),
+    );
+    let r = c.read(false);
+    assert_eq!((r.status, r.field("connection")), (200, Some("keep-alive")));
+    c.send(format!("GET {} HTTP/1.0\r\n\r\n", origin.url("/hello")).as_bytes());
+    assert_eq!(c.read(false).body, b"hello");
+}
+
+// ---------------------------------------------------------------------------
+// Keep-alive, pipelining, 100-continue
+
+#[test]
+fn keep_alive_reuses_one_origin_connection_per_host() {
+    let a = HttpOrigin::start();
+    let b = HttpOrigin::start();
+    let (_proxy, port) = start_proxy("reuse", "", "");
+    let mut c = Conn::new(port);
+    for _ in 0..3 {
+        assert_eq!(c.get(&a.url("/hello")).body, b"hello");
+    }
+    // Another method to the same host stays on the same connection too.
+    c.send(
+        format!(
+            "POST {} HTTP/1.1\r\nContent-Length: 1\r\n\r\nx",
+            a.url("/sha")
+        )
+        .as_bytes(),
+    );
+    assert_eq!(c.read(false).status, 200);
+    assert_eq!(a.conns(), 1);
+    assert_eq!(c.get(&b.url("/hello")).body, b"hello");
+    assert_eq!(b.conns(), 1);
+    assert_eq!(c.get(&a.url("/hello")).body, b"hello");
+    assert_eq!(a.conns(), 2);
+    // curl with two URLs on one connection: one more origin connection.
+    let (code, body) = curl(port, &[&b.url("/hello"), &b.url("/hello")]);
+    assert_eq!((code, text(&body)), (200, "hello\n200hello".to_string()));
+    assert_eq!(b.conns(), 2);
+}
+
+#[test]
+fn retries_once_when_the_kept_connection_was_closed() {
+    // An origin that answers one request per connection but says nothing
+    // about closing (it looks reusable).
+    let origin = Origin::start("127.0.0.1:0", |mut conn| {
+        let mut r = BufReader::new(conn.try_clone().unwrap());
+        let mut line = String::new();
+        while r.read_line(&mut line).is_ok_and(|n| n > 0) && line != "\r\n" {
+            line.clear();
+        }
+        let _ = conn.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok");
+    });
+    let (_proxy, port) = start_proxy("retry", "", "");
+    let mut c = Conn::new(port);
+    let url = format!("http://127.0.0.1:{}/", origin.port());
+    assert_eq!(c.get(&url).body, b"ok");
+    thread::sleep(Duration::from_millis(100));
+    assert_eq!(c.get(&url).body, b"ok");
+    assert_eq!(origin.peers().len(), 2);
+}
+
+#[test]
+fn pipelined_requests_are_answered_in_order() {
+    let origin = HttpOrigin::start();
+    let (_proxy, port) = start_proxy("pipeline", "", "");
+    let mut c = Conn::new(port);
+    let mut all = Vec::new();
+    for path in ["/len/3", "/sha", "/len/5", "/hello"] {
+        if path == "/sha" {
+            all.extend_from_slice(
+                format!(
+                    "POST {} HTTP/1.1\r\nContent-Length: 3\r\n\r\nabc",
+                    origin.url(path)
+                )
+                .as_bytes(),
+            );
+        } else {
+            all.extend_from_slice(format!("GET {} HTTP/1.1\r\n\r\n", origin.url(path)).as_bytes());
+        }
+    }
+    c.send(&all);
+    assert_eq!(c.read(false).body, body_bytes(3));
+    assert_eq!(
+        text(&c.read(false).body),
+        format!("{:x} 3", Sha256::digest(b"abc"))
+    );
+    assert_eq!(c.read(false).body, body_bytes(5));
+    assert_eq!(c.read(false).body, b"hello");
+}
+
+#[test]
+fn expect_100_continue_passes_through() {
+    let origin = HttpOrigin::start();
+    let (_proxy, port) = start_proxy("continue", "", "");
+    let mut c = Conn::new(port);
+    c.send(
+        format!(
+            "PUT {} HTTP/1.1\r\nExpect: 100-continue\r\nContent-Length: 4\r\n\r\n",
+            origin.url("/continue")
+        )
+        .as_bytes(),
+    );
+    let r = c.read(false);
+    assert_eq!(r.status, 100);
+    c.send(b"data");
+    let r = c.read(false);
+    assert_eq!(
+        (r.status, text(&r.body)),
+        (200, format!("{:x} 4", Sha256::digest(b"data")))
+    );
+    // curl waits for the 100 (up to 1 s) before it sends the body; the
+    // origin's 100 must come through at once.
+    let dir = Dir::new("continue_file");
+    let data = body_bytes(2_000_000);
+    let file = dir.write("body", &data);
+    let t = Instant::now();
+    let at_file = format!("@{}", p(&file));
+    let (code, body) = curl(
+        port,
+        &[
+            "-H",
+            "Expect: 100-continue",
+            "-X",
+            "PUT",
+            "--data-binary",
+            &at_file,
+            &origin.url("/continue"),
+        ],
+    );
+    assert_eq!(
+        (code, text(&body)),
+        (200, format!("{:x} 2000000", Sha256::digest(&data)))
+    );
+    assert!(
+        t.elapsed() < Duration::from_millis(900),
+        "took {:?}",
+        t.elapsed()
+    );
+}
+
+// ---------------------------------------------------------------------------
+// Tunnels
+
+#[test]
+fn connect_tunnels_bytes() {
+    let echo = Origin::echo();
+    let (proxy, port) = start_proxy("connect", "", "");
+    let mut c = Conn::new(port);
+    c.send(
+        format!(
+            "CONNECT 127.0.0.1:{} HTTP/1.1\r\nHost: 127.0.0.1:{}\r\n\r\nearly",
+            echo.port(),
+            echo.port()
+        )
+        .as_bytes(),
+    );
+    let mut line = String::new();
+    c.r.read_line(&mut line).unwrap();
+    assert_eq!(line, "HTTP/1.0 200 Connection established\r\n");
+    c.r.read_line(&mut line).unwrap();
+    let mut back = [0u8; 5];
+    c.r.read_exact(&mut back).unwrap();
+    assert_eq!(&back, b"early");
+    c.send(b"more bytes");
+    let mut back = [0u8; 10];
+    c.r.read_exact(&mut back).unwrap();
+    assert_eq!(&back, b"more bytes");
+    c.w.shutdown(Shutdown::Write).unwrap();
+    c.assert_closed();
+    read_log_line(&log_path(&proxy), "the CONNECT", |l| {
+        l.ends_with(&format!("CONNECT 127.0.0.1:{} HTTP/1.1", echo.port()))
+    });
+}
+
+#[test]
+fn connect_to_a_tls_origin_with_curl() {
+    let dir = Dir::new("tls_origin");
+    let key = dir.join("key.pem");
+    let cert = dir.join("cert.pem");
+    let ok = Command::new("openssl")
+        .args([
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=localhost",
+        ])
+        .args(["-keyout", p(&key), "-out", p(&cert)])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    assert!(ok, "openssl req failed");
+    let tls_port = free_port();
+    let mut server = Command::new("openssl")
+        .args([
+            "s_server",
+            "-quiet",
+            "-www",
+            "-accept",
+            &tls_port.to_string(),
+            "-key",
+            p(&key),
+            "-cert",
+            p(&cert),
+        ])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("run openssl s_server");
+    assert!(wait_for(
+        || TcpStream::connect(localhost(tls_port)).is_ok(),
+        START_TIMEOUT
+    ));
+    let (_proxy, port) = start_proxy("tls", "", "");
+    let (code, body) = curl(port, &["-k", &format!("https://127.0.0.1:{tls_port}/")]);
+    let _ = server.kill();
+    let _ = server.wait();
+    assert_eq!(code, 200, "{}", text(&body));
+    assert!(text(&body).contains("s_server"), "{}", text(&body));
+}
+
+#[test]
+fn websocket_upgrade_passes_through() {
+    let origin = HttpOrigin::start();
+    let (_proxy, port) = start_proxy("upgrade", "", "");
+    let mut c = Conn::new(port);
+    c.send(
+        format!(
+            "GET {} HTTP/1.1\r\nConnection: keep-alive, Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\n\r\n",
+            origin.url("/ws")
+        )
+        .as_bytes(),
+    );
+    let r = c.read(true);
+    assert_eq!(r.status, 101, "{}", r.head);
+    assert_eq!(r.field("upgrade"), Some("websocket"));
+    let got = origin.heads();
+    assert!(
+        got[0].contains("\r\nUpgrade: websocket\r\n")
+            && got[0].contains("\r\nConnection: upgrade\r\n"),
+        "{}",
+        got[0]
+    );
+    c.send(b"\x81\x05hello");
+    let mut back = [0u8; 7];
+    c.r.read_exact(&mut back).unwrap();
+    assert_eq!(&back, b"\x81\x05hello");
+}
+
+// ---------------------------------------------------------------------------
+// Refusals: smuggling shapes, oversized heads
+
+/// Sends `req`, expects `status` and a closed connection, and that the
+/// origin saw no request.
+fn refused(name: &str, req: impl Fn(u16) -> Vec<u8>, status: u16) {
+    let origin = HttpOrigin::start();
+    let (proxy, port) = start_proxy(name, "", "");
+    let mut c = Conn::new(port);
+    c.send(&req(origin.port()));
+    let r = c.read(false);
+    assert_eq!(r.status, status, "{}", r.head);
+    assert_eq!(r.field("connection"), Some("close"));
+    assert!(text(&r.body).contains(&status.to_string()));
+    c.assert_closed();
+    assert!(
+        origin.heads().is_empty(),
+        "the origin got {:?}",
+        origin.heads()
+    );
+    read_log_line(&log_path(&proxy), "a refusal record", |l| {
+        l.starts_with("PROXY 005")
+    });
+}
+
+fn post(port: u16, fields: &str, body: &str) -> Vec<u8> {
+    format!("POST http://127.0.0.1:{port}/sha HTTP/1.1\r\n{fields}\r\n{body}").into_bytes()
+}
+
+#[test]
+fn refuses_content_length_with_transfer_encoding() {
+    refused(
+        "cl_te",
+        |o| {
+            post(
+                o,
+                "Content-Length: 4\r\nTransfer-Encoding: chunked\r\n",
+                "0\r\n\r\n",
+            )
+        },
+        400,
+    );
+}
+
+#[test]
+fn refuses_differing_content_lengths() {
+    refused(
+        "cl_cl",
+        |o| post(o, "Content-Length: 4\r\nContent-Length: 5\r\n", "abcde"),
+        400,
+    );
+}
+
+#[test]
+fn refuses_obs_fold() {
+    refused(
+        "obsfold",
+        |o| post(o, "X-A: 1\r\n folded\r\nContent-Length: 1\r\n", "a"),
+        400,
+    );
+}
+
+#[test]
+fn refuses_unknown_transfer_coding() {
+    refused(
+        "te_gzip",
+        |o| post(o, "Transfer-Encoding: gzip\r\n", ""),
+        400,
+    );
+}
+
+#[test]
+fn refuses_oversized_heads() {
+    let big = "a".repeat(70 * 1024);
+    refused(
+        "bighead",
+        move |o| format!("GET http://127.0.0.1:{o}/ HTTP/1.1\r\nX-Big: {big}\r\n\r\n").into_bytes(),
+        431,
+    );
+}
+
+#[test]
+fn refuses_garbage_and_https_urls() {
+    refused("garbage", |_| b"HELLO WORLD\r\n\r\n".to_vec(), 400);
+    refused(
+        "https_url",
+        |o| format!("GET https://127.0.0.1:{o}/ HTTP/1.1\r\n\r\n").into_bytes(),
+        400,
+    );
+    refused("no_host", |_| b"GET / HTTP/1.1\r\n\r\n".to_vec(), 400);
+}
+
+#[test]
+fn refuses_a_bad_chunk_size_and_closes() {
+    let origin = HttpOrigin::start();
+    let (_proxy, port) = start_proxy("badchunk", "", "");
+    let mut c = Conn::new(port);
+    c.send(&post(
+        origin.port(),
+        "Transfer-Encoding: chunked\r\n",
+        "zz\r\nhello\r\n0\r\n\r\n",
+    ));
+    let r = c.read(false);
+    assert_eq!(r.status, 400);
+    c.assert_closed();
+    // A bad size after the head went out: the origin sees the connection
+    // close; the client gets no answer it could mistake for the origin's.
+    let mut c = Conn::new(port);
+    c.send(&post(
+        origin.port(),
+        "Transfer-Encoding: chunked\r\n",
+        "5\r\nhello\r\n",
+    ));
+    thread::sleep(Duration::from_millis(100));
+    c.send(b"zz\r\n");
+    let rest = read_until_closed(&mut c.r).unwrap();
+    assert!(rest.is_empty(), "{}", text(&rest));
+}
+
+// ---------------------------------------------------------------------------
+// Error answers
+
+#[test]
+fn dead_origin_is_502() {
+    let dead = free_port();
+    let (proxy, port) = start_proxy("dead", "", "");
+    let mut c = Conn::new(port);
+    let r = c.get(&format!("http://127.0.0.1:{dead}/"));
+    assert_eq!(r.status, 502);
+    c.assert_closed();
+    read_log_line(&log_path(&proxy), "a 13 record", |l| {
+        l.starts_with("PROXY 00013")
+    });
+}
+
+#[test]
+fn silent_origin_is_504() {
+    let origin = HttpOrigin::start();
+    // STRING_LONG (the 4th value) is how long the origin may think.
+    let (proxy, port) = start_proxy("silent", "timeouts 1 5 30 1 180 1800 15 60 15 5 1", "");
+    let mut c = Conn::new(port);
+    let t = Instant::now();
+    let r = c.get(&origin.url("/silent"));
+    assert_eq!(r.status, 504);
+    assert!(t.elapsed() < Duration::from_secs(5));
+    c.assert_closed();
+    read_log_line(&log_path(&proxy), "a 92 record", |l| {
+        l.starts_with("PROXY 00092")
+    });
+}
+
+#[test]
+fn origin_that_breaks_is_502() {
+    let origin = Origin::start("127.0.0.1:0", |mut conn| {
+        let mut b = [0u8; 1024];
+        let _ = conn.read(&mut b);
+        let _ = conn.write_all(b"HTTP/1.1 200 OK\r\nContent-Le");
+    });
+    let (_proxy, port) = start_proxy("broken", "", "");
+    let mut c = Conn::new(port);
+    let r = c.get(&format!("http://127.0.0.1:{}/", origin.port()));
+    assert_eq!(r.status, 502);
+}
+
+#[test]
+fn loop_to_itself_is_503() {
+    let (_proxy, port) = start_proxy("loop", "", "");
+    let mut c = Conn::new(port);
+    let r = c.get(&format!("http://127.0.0.1:{port}/"));
+    assert_eq!(r.status, 503);
+}
+
+#[test]
+fn auth_strong_asks_then_accepts_the_password() {
+    let origin = HttpOrigin::start();
+    let (_proxy, port) = start_proxy("auth", "auth strong\nusers u:CL:p\nallow u\ndeny *", "");
+    let mut c = Conn::new(port);
+    let r = c.get(&origin.url("/hello"));
+    assert_eq!(r.status, 407);
+    assert_eq!(r.field("proxy-authenticate"), Some("Basic realm=\"proxy\""));
+    c.assert_closed();
+    let mut c = Conn::new(port);
+    // u:wrong
+    c.send(
+        format!(
+            "GET {} HTTP/1.1\r\nProxy-Authorization: Basic dTp3cm9uZw==\r\n\r\n",
+            origin.url("/hello")
+        )
+        .as_bytes(),
+    );
+    assert_eq!(c.read(false).status, 407);
+    let mut c = Conn::new(port);
+    // u:p
+    c.send(
+        format!(
+            "GET {} HTTP/1.1\r\nProxy-Authorization: Basic dTpw\r\n\r\n",
+            origin.url("/head")
+        )
+        .as_bytes(),
+    );
+    let r = c.read(false);
+    assert_eq!(r.status, 200);
+    assert!(
+        !text(&r.body).contains("Proxy-Authorization"),
+        "{}",
+        text(&r.body)
+    );
+    let (code, _) = curl(port, &["-U", "u:p", &origin.url("/hello")]);
+    assert_eq!(code, 200);
+}
+
+#[test]
+fn acl_deny_is_403() {
+    let origin = HttpOrigin::start();
+    let (_proxy, port) = start_proxy(
+        "deny",
+        &format!("deny * * 127.0.0.1 {}\nallow *", origin.port()),
+        "",
+    );
+    let mut c = Conn::new(port);
+    let r = c.get(&origin.url("/hello"));
+    assert_eq!(r.status, 403);
+    c.assert_closed();
+    assert!(origin.heads().is_empty());
+}
+
+// ---------------------------------------------------------------------------
+// Concurrency
+
+#[test]
+fn a_slow_client_does_not_hold_up_others() {
+    let origin = HttpOrigin::start();
+    let (_proxy, port) = start_proxy("slow", "", "");
+    let url = origin.url("/hello");
+    let slow = thread::spawn(move || {
+        let mut c = Conn::new(port);
+        for b in format!("GET {url} HTTP/1.1\r\n\r\n").bytes().take(4) {
+            c.send(&[b]);
+            thread::sleep(Duration::from_secs(1));
+        }
+    });
+    thread::sleep(Duration::from_millis(200));
+    let t = Instant::now();
+    for _ in 0..20 {
+        let mut c = Conn::new(port);
+        assert_eq!(c.get(&origin.url("/hello")).body, b"hello");
+    }
+    assert!(
+        t.elapsed() < Duration::from_secs(2),
+        "took {:?}",
+        t.elapsed()
+    );
+    slow.join().unwrap();
+}

@@ -1,0 +1,789 @@
+//! socks: SOCKS 4, 4a and 5 through curl and through raw sockets. CONNECT
+//! to an HTTP origin in every version, method selection (`-u`, `-u2`),
+//! every malformed request with the exact refusal and a closed
+//! connection, UDP ASSOCIATE to a UDP echo, BIND with a second client
+//! connecting in, IPv6 and name address types, `-N`, and the log record.
+
+use std::io::{Read, Write};
+use std::net::{Shutdown, SocketAddr, TcpStream, UdpSocket};
+use std::process::Command;
+use std::time::Duration;
+
+use crate::util::*;
+
+/// An HTTP/1.1 origin: answers every request with `hello <path>` and
+/// closes. Enough for curl.
+pub fn http_origin(bind: &str) -> Origin {
+    Origin::start(bind, |mut conn| {
+        let mut head = Vec::new();
+        let mut b = [0u8; 1];
+        while !head.ends_with(b"\r\n\r\n") {
+            match conn.read(&mut b) {
+                Ok(1) => head.push(b[0]),
+                _ => return,
+            }
+        }
+        let head = String::from_utf8_lossy(&head);
+        let path = head.split(' ').nth(1).unwrap_or("?");
+        let body = format!("hello {path}");
+        let _ = write!(
+            conn,
+            "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        );
+        let _ = conn.shutdown(Shutdown::Both);
+    })
+}
+
+/// Runs curl through `proxy` (a curl proxy URL) to `url`; returns the body.
+pub fn curl(proxy: &str, url: &str) -> Result<String, String> {
+    let out = Command::new("curl")
+        .args(["-sS", "--max-time", "10", "--proxy", proxy, url])
+        .output()
+        .expect("run curl (apt-get install curl)");
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    } else {
+        Err(format!(
+            "curl {proxy} {url}: {}: {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        ))
+    }
+}
+
+/// The log format of these tests: service, code, user, text.
+const FMT: &str = "L%N %E %U %T";
+
+/// A socks service with `opts` on a free port, logging with [`FMT`].
+/// `pre` goes before the service line.
+fn start(name: &str, pre: &str, opts: &str) -> (Proxy, u16, std::path::PathBuf) {
+    let dir = Dir::new(name);
+    let log = dir.join("access.log");
+    let port = free_port();
+    let cfg = format!(
+        "log {}\nlogformat \"{FMT}\"\n{pre}socks -i127.0.0.1 -p{port} {opts}\n",
+        p(&log)
+    );
+    let proxy = Proxy::start(dir, &cfg, &[Listen::Tcp(localhost(port))]);
+    (proxy, port, log)
+}
+
+// ---------------------------------------------------------------------------
+// CONNECT with curl
+
+#[test]
+fn curl_socks5_connect() {
+    let origin = http_origin("127.0.0.1:0");
+    let (_proxy, port, log) = start("s5_curl", "", "");
+    let body = curl(
+        &format!("socks5://127.0.0.1:{port}"),
+        &format!("http://127.0.0.1:{}/five", origin.port()),
+    )
+    .unwrap();
+    assert_eq!(body, "hello /five");
+    expect_log_line(
+        &log,
+        &format!("SOCK5 00000 - CONNECT 127.0.0.1:{}", origin.port()),
+    );
+}
+
+#[test]
+fn curl_socks5h_sends_the_name() {
+    let origin = http_origin("127.0.0.1:0");
+    let (_proxy, port, log) = start("s5h_curl", "", "");
+    let body = curl(
+        &format!("socks5h://127.0.0.1:{port}"),
+        &format!("http://localhost:{}/name", origin.port()),
+    )
+    .unwrap();
+    assert_eq!(body, "hello /name");
+    expect_log_line(
+        &log,
+        &format!("SOCK5 00000 - CONNECT localhost:{}", origin.port()),
+    );
+}
+
+#[test]
+fn curl_socks4_connect() {
+    let origin = http_origin("127.0.0.1:0");
+    let (_proxy, port, log) = start("s4_curl", "", "");
+    let body = curl(
+        &format!("socks4://127.0.0.1:{port}"),
+        &format!("http://127.0.0.1:{}/four", origin.port()),
+    )
+    .unwrap();
+    assert_eq!(body, "hello /four");
+    expect_log_line(
+        &log,
+        &format!("SOCK4 00000 - CONNECT 127.0.0.1:{}", origin.port()),
+    );
+}
+
+#[test]
+fn curl_socks4a_sends_the_name_and_logs_soc45() {
+    let origin = http_origin("127.0.0.1:0");
+    let (_proxy, port, log) = start("s4a_curl", "", "");
+    let body = curl(
+        &format!("socks4a://127.0.0.1:{port}"),
+        &format!("http://localhost:{}/fourA", origin.port()),
+    )
+    .unwrap();
+    assert_eq!(body, "hello /fourA");
+    expect_log_line(
+        &log,
+        &format!("SOC45 00000 - CONNECT localhost:{}", origin.port()),
+    );
+}
+
+#[test]
+fn curl_socks4_user_id_is_the_user_name() {
+    let origin = http_origin("127.0.0.1:0");
+    let (_proxy, port, log) = start("s4_user", "", "");
+    let body = curl(
+        &format!("socks4://alice@127.0.0.1:{port}"),
+        &format!("http://127.0.0.1:{}/u", origin.port()),
+    )
+    .unwrap();
+    assert_eq!(body, "hello /u");
+    expect_log_line(
+        &log,
+        &format!("SOCK4 00000 alice CONNECT 127.0.0.1:{}", origin.port()),
+    );
+}
+
+#[test]
+fn curl_socks5_with_password_under_u2() {
+    // -u2 demands username/password; without `auth strong` the name is
+    // taken as given (and logged), the password is not checked.
+    let origin = http_origin("127.0.0.1:0");
+    let (_proxy, port, log) = start("s5_u2", "", "-u2");
+    let body = curl(
+        &format!("socks5://bob:secret@127.0.0.1:{port}"),
+        &format!("http://127.0.0.1:{}/pw", origin.port()),
+    )
+    .unwrap();
+    assert_eq!(body, "hello /pw");
+    expect_log_line(
+        &log,
+        &format!("SOCK5 00000 bob CONNECT 127.0.0.1:{}", origin.port()),
+    );
+    // Without credentials curl offers only "no authentication": refused.
+    let err = curl(
+        &format!("socks5://127.0.0.1:{port}"),
+        &format!("http://127.0.0.1:{}/pw", origin.port()),
+    )
+    .unwrap_err();
+    assert!(err.contains("(97)") || err.contains("auth"), "{err}");
+    read_log_line(&log, "with code 4", |l| l.starts_with("SOCK5 00004"));
+}
+
+const STRONG: &str = "users alice:CL:wonderland\nauth strong\n";
+
+#[test]
+fn curl_socks5_strong_auth_accepts_the_right_password() {
+    let origin = http_origin("127.0.0.1:0");
+    let (_proxy, port, log) = start("s5_strong_ok", STRONG, "");
+    let body = curl(
+        &format!("socks5://alice:wonderland@127.0.0.1:{port}"),
+        &format!("http://127.0.0.1:{}/in", origin.port()),
+    )
+    .unwrap();
+    assert_eq!(body, "hello /in");
+    expect_log_line(
+        &log,
+        &format!("SOCK5 00000 alice CONNECT 127.0.0.1:{}", origin.port()),
+    );
+}
+
+#[test]
+fn socks5_strong_auth_refuses_a_wrong_password_with_rep_2() {
+    let origin = http_origin("127.0.0.1:0");
+    let (_proxy, port, log) = start("s5_strong_bad", STRONG, "");
+    let mut s = connect(localhost(port));
+    s.write_all(&[5, 1, 2]).unwrap();
+    expect_bytes(&mut s, &[5, 2]);
+    s.write_all(&[1, 5]).unwrap();
+    s.write_all(b"alice\x03bad").unwrap();
+    expect_bytes(&mut s, &[1, 0]);
+    s.write_all(&v5_connect_v4(localhost(origin.port())))
+        .unwrap();
+    assert_closed_after(&mut s, &[5, 2, 0, 1, 0, 0, 0, 0, 0, 0]);
+    read_log_line(&log, "with code 6", |l| l.starts_with("SOCK5 00006 alice"));
+    // No credentials at all: 4, "not allowed".
+    let mut s = connect(localhost(port));
+    s.write_all(&[5, 1, 0]).unwrap();
+    expect_bytes(&mut s, &[5, 0]);
+    s.write_all(&v5_connect_v4(localhost(origin.port())))
+        .unwrap();
+    assert_closed_after(&mut s, &[5, 2, 0, 1, 0, 0, 0, 0, 0, 0]);
+}
+
+#[test]
+fn curl_socks4_and_5_through_an_acl() {
+    // `deny` gives "not allowed" (REP 2, CD 91).
+    let origin = http_origin("127.0.0.1:0");
+    let pre = format!("deny * * 127.0.0.1 {}\nallow *\n", origin.port());
+    let (_proxy, port, _log) = start("s_acl", &pre, "");
+    let url = format!("http://127.0.0.1:{}/", origin.port());
+    assert!(curl(&format!("socks5://127.0.0.1:{port}"), &url).is_err());
+    let mut s = connect(localhost(port));
+    s.write_all(&[5, 1, 0]).unwrap();
+    expect_bytes(&mut s, &[5, 0]);
+    s.write_all(&v5_connect_v4(localhost(origin.port())))
+        .unwrap();
+    assert_closed_after(&mut s, &[5, 2, 0, 1, 0, 0, 0, 0, 0, 0]);
+}
+
+// ---------------------------------------------------------------------------
+// Raw sockets: the exact bytes
+
+/// Reads exactly `want.len()` bytes and compares.
+fn expect_bytes(s: &mut TcpStream, want: &[u8]) {
+    let mut got = vec![0u8; want.len()];
+    s.read_exact(&mut got)
+        .unwrap_or_else(|e| panic!("reading {} bytes {want:?}: {e}", want.len()));
+    assert_eq!(got, want);
+}
+
+/// Everything until the proxy closes must be exactly `want`.
+fn assert_closed_after(s: &mut TcpStream, want: &[u8]) {
+    let got = read_until_closed(s).expect("the proxy should close the connection");
+    assert_eq!(got, want, "bytes before the close");
+}
+
+fn v5_connect_v4(a: SocketAddr) -> Vec<u8> {
+    let SocketAddr::V4(a) = a else {
+        panic!("v4 only")
+    };
+    let mut b = vec![5, 1, 0, 1];
+    b.extend_from_slice(&a.ip().octets());
+    b.extend_from_slice(&a.port().to_be_bytes());
+    b
+}
+
+fn v5_request_name(cmd: u8, name: &[u8], port: u16) -> Vec<u8> {
+    let mut b = vec![5, cmd, 0, 3, name.len() as u8];
+    b.extend_from_slice(name);
+    b.extend_from_slice(&port.to_be_bytes());
+    b
+}
+
+/// Connects and says the SOCKS5 greeting with "no authentication".
+fn v5_hello(port: u16) -> TcpStream {
+    let mut s = connect(localhost(port));
+    s.write_all(&[5, 1, 0]).unwrap();
+    expect_bytes(&mut s, &[5, 0]);
+    s
+}
+
+const V5_FAIL_1: [u8; 10] = [5, 1, 0, 1, 0, 0, 0, 0, 0, 0];
+const V4_REFUSED: [u8; 8] = [0, 91, 0, 0, 0, 0, 0, 0];
+
+#[test]
+fn unknown_version_just_closes() {
+    let (_proxy, port, log) = start("bad_version", "", "");
+    let mut s = connect(localhost(port));
+    s.write_all(b"GET / HTTP/1.0\r\n\r\n").unwrap();
+    assert_closed_after(&mut s, b"");
+    // The readiness probe left one such record; this client the second.
+    assert!(
+        wait_for(
+            || log_lines(&log)
+                .iter()
+                .filter(|l| l.starts_with("SOCKS 00401"))
+                .count()
+                >= 2,
+            LOG_TIMEOUT
+        ),
+        "{:?}",
+        log_lines(&log)
+    );
+}
+
+#[test]
+fn v5_zero_methods_gets_no_acceptable_method() {
+    let (_proxy, port, _log) = start("zero_methods", "", "");
+    let mut s = connect(localhost(port));
+    s.write_all(&[5, 0]).unwrap();
+    assert_closed_after(&mut s, &[5, 0xFF]);
+}
+
+#[test]
+fn v5_unknown_methods_only_gets_no_acceptable_method() {
+    let (_proxy, port, _log) = start("gssapi_only", "", "");
+    let mut s = connect(localhost(port));
+    s.write_all(&[5, 2, 1, 0x80]).unwrap();
+    assert_closed_after(&mut s, &[5, 0xFF]);
+}
+
+#[test]
+fn v5_truncated_greeting_closes() {
+    let (_proxy, port, log) = start("short_greeting", "", "");
+    let mut s = connect(localhost(port));
+    s.write_all(&[5, 3, 0]).unwrap();
+    s.shutdown(Shutdown::Write).unwrap();
+    assert_closed_after(&mut s, b"");
+    read_log_line(&log, "with code 441", |l| l.starts_with("SOCK5 00441"));
+}
+
+#[test]
+fn v5_silent_client_times_out() {
+    // Half a greeting, then nothing: BYTE_SHORT (1 s) ends it.
+    let (_proxy, port, _log) = start("silent", "", "");
+    let mut s = connect(localhost(port));
+    s.write_all(&[5, 3, 0]).unwrap();
+    let t = std::time::Instant::now();
+    assert_closed_after(&mut s, b"");
+    assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
+}
+
+#[test]
+fn v5_request_with_bad_version() {
+    let (_proxy, port, log) = start("bad_req_version", "", "");
+    let mut s = v5_hello(port);
+    s.write_all(&[4, 1, 0, 1, 127, 0, 0, 1, 0, 80]).unwrap();
+    assert_closed_after(&mut s, &V5_FAIL_1);
+    read_log_line(&log, "with code 421", |l| l.starts_with("SOCK5 00421"));
+}
+
+#[test]
+fn v5_unsupported_command_gets_rep_7() {
+    let (_proxy, port, log) = start("bad_cmd", "", "");
+    let mut s = v5_hello(port);
+    s.write_all(&[5, 9, 0, 1, 127, 0, 0, 1, 0, 80]).unwrap();
+    assert_closed_after(&mut s, &[5, 7, 0, 1, 0, 0, 0, 0, 0, 0]);
+    read_log_line(&log, "with code 407", |l| l.starts_with("SOCK5 00407"));
+}
+
+#[test]
+fn v5_unsupported_address_type_gets_rep_8() {
+    let (_proxy, port, log) = start("bad_atyp", "", "");
+    let mut s = v5_hello(port);
+    s.write_all(&[5, 1, 0, 2, 127, 0, 0, 1, 0, 80]).unwrap();
+    assert_closed_after(&mut s, &[5, 8, 0, 1, 0, 0, 0, 0, 0, 0]);
+    read_log_line(&log, "with code 997", |l| l.starts_with("SOCK5 00997"));
+}
+
+#[test]
+fn v5_truncated_request_gets_general_failure() {
+    let (_proxy, port, _log) = start("short_req", "", "");
+    let mut s = v5_hello(port);
+    s.write_all(&[5, 1, 0, 1, 127, 0]).unwrap();
+    s.shutdown(Shutdown::Write).unwrap();
+    assert_closed_after(&mut s, &V5_FAIL_1);
+}
+
+#[test]
+fn v5_truncated_name_gets_general_failure() {
+    let (_proxy, port, _log) = start("short_name", "", "");
+    let mut s = v5_hello(port);
+    s.write_all(&[5, 1, 0, 3, 200, b'a', b'b']).unwrap();
+    s.shutdown(Shutdown::Write).unwrap();
+    assert_closed_after(&mut s, &V5_FAIL_1);
+}
+
+#[test]
+fn v5_255_byte_name_is_host_unreachable() {
+    // The longest name SOCKS5 can carry is no DNS name: REP 4, code 100.
+    let (_proxy, port, log) = start("long_name", "", "");
+    let mut s = v5_hello(port);
+    s.write_all(&v5_request_name(1, &[b'a'; 255], 80)).unwrap();
+    assert_closed_after(&mut s, &[5, 4, 0, 1, 0, 0, 0, 0, 0, 0]);
+    read_log_line(&log, "with code 100", |l| l.starts_with("SOCK5 00100"));
+}
+
+#[test]
+fn v5_empty_name_is_refused() {
+    let (_proxy, port, _log) = start("empty_name", "", "");
+    let mut s = v5_hello(port);
+    s.write_all(&v5_request_name(1, b"", 80)).unwrap();
+    assert_closed_after(&mut s, &V5_FAIL_1);
+}
+
+#[test]
+fn v5_port_zero_and_null_address_are_refused() {
+    let (_proxy, port, log) = start("port_zero", "", "");
+    let mut s = v5_hello(port);
+    s.write_all(&v5_connect_v4("127.0.0.1:0".parse().unwrap()))
+        .unwrap();
+    assert_closed_after(&mut s, &V5_FAIL_1);
+    read_log_line(&log, "with code 461", |l| l.starts_with("SOCK5 00461"));
+    // 0.0.0.0 would reach this host: refused (431), not connected.
+    let mut s = v5_hello(port);
+    s.write_all(&v5_connect_v4("0.0.0.0:80".parse().unwrap()))
+        .unwrap();
+    assert_closed_after(&mut s, &V5_FAIL_1);
+    read_log_line(&log, "with code 431", |l| l.starts_with("SOCK5 00431"));
+}
+
+#[test]
+fn v5_refused_destination_gets_rep_5() {
+    let (_proxy, port, log) = start("refused", "", "");
+    let dead = free_port();
+    let mut s = v5_hello(port);
+    s.write_all(&v5_connect_v4(localhost(dead))).unwrap();
+    assert_closed_after(&mut s, &[5, 5, 0, 1, 0, 0, 0, 0, 0, 0]);
+    read_log_line(&log, "with code 13", |l| l.starts_with("SOCK5 00013"));
+}
+
+#[test]
+fn v5_connect_reply_carries_the_outgoing_address() {
+    let origin = Origin::echo();
+    let (_proxy, port, _log) = start("bnd_addr", "", "");
+    let mut s = v5_hello(port);
+    s.write_all(&v5_connect_v4(localhost(origin.port())))
+        .unwrap();
+    let mut r = [0u8; 10];
+    s.read_exact(&mut r).unwrap();
+    assert_eq!(r[..8], [5, 0, 0, 1, 127, 0, 0, 1]);
+    let bnd = u16::from_be_bytes([r[8], r[9]]);
+    echo_roundtrip(&mut s, b"through socks5");
+    let peers = origin.peers();
+    assert!(
+        peers.iter().any(|a| a.port() == bnd),
+        "BND.PORT {bnd} should be the port the origin saw: {peers:?}"
+    );
+}
+
+#[test]
+fn dash_ne_reports_the_nat_address() {
+    let origin = Origin::echo();
+    let (_proxy, port, _log) = start("nat", "", "-Ne192.0.2.7");
+    let mut s = v5_hello(port);
+    s.write_all(&v5_connect_v4(localhost(origin.port())))
+        .unwrap();
+    let mut r = [0u8; 10];
+    s.read_exact(&mut r).unwrap();
+    assert_eq!(r[..8], [5, 0, 0, 1, 192, 0, 2, 7]);
+    echo_roundtrip(&mut s, b"nat");
+}
+
+#[test]
+fn v5_ipv6_destination() {
+    let origin = Origin::echo_on("[::1]:0");
+    let (_proxy, port, log) = start("ipv6", "", "");
+    let mut s = v5_hello(port);
+    let mut req = vec![5, 1, 0, 4];
+    req.extend_from_slice(&std::net::Ipv6Addr::LOCALHOST.octets());
+    req.extend_from_slice(&origin.port().to_be_bytes());
+    s.write_all(&req).unwrap();
+    let mut r = [0u8; 22];
+    s.read_exact(&mut r).unwrap();
+    assert_eq!(r[..4], [5, 0, 0, 4], "reply {r:?}");
+    assert_eq!(r[4..20], std::net::Ipv6Addr::LOCALHOST.octets());
+    echo_roundtrip(&mut s, b"over ipv6");
+    drop(s);
+    expect_log_line(
+        &log,
+        &format!("SOCK5 00000 - CONNECT ::1:{}", origin.port()),
+    );
+}
+
+#[test]
+fn v5_name_destination() {
+    let origin = Origin::echo();
+    let (_proxy, port, _log) = start("name", "", "");
+    let mut s = v5_hello(port);
+    s.write_all(&v5_request_name(1, b"localhost", origin.port()))
+        .unwrap();
+    let mut r = [0u8; 10];
+    s.read_exact(&mut r).unwrap();
+    assert_eq!(r[..2], [5, 0]);
+    echo_roundtrip(&mut s, b"by name");
+}
+
+#[test]
+fn v5_unknown_name_is_host_unreachable() {
+    let (_proxy, port, _log) = start("no_such_name", "", "");
+    let mut s = v5_hello(port);
+    s.write_all(&v5_request_name(1, b"no-such-host.invalid", 80))
+        .unwrap();
+    assert_closed_after(&mut s, &[5, 4, 0, 1, 0, 0, 0, 0, 0, 0]);
+}
+
+#[test]
+fn v4_bad_command_is_refused() {
+    let (_proxy, port, log) = start("v4_bad_cmd", "", "");
+    let mut s = connect(localhost(port));
+    s.write_all(&[4, 3, 0, 80, 127, 0, 0, 1, 0]).unwrap();
+    assert_closed_after(&mut s, &V4_REFUSED);
+    read_log_line(&log, "with code 407", |l| l.starts_with("SOCK4 00407"));
+}
+
+#[test]
+fn v4_truncated_request_is_refused() {
+    let (_proxy, port, _log) = start("v4_short", "", "");
+    let mut s = connect(localhost(port));
+    s.write_all(&[4, 1, 0, 80, 127]).unwrap();
+    s.shutdown(Shutdown::Write).unwrap();
+    assert_closed_after(&mut s, &V4_REFUSED);
+}
+
+#[test]
+fn v4a_name_longer_than_255_is_refused() {
+    let (_proxy, port, _log) = start("v4a_long", "", "");
+    let mut s = connect(localhost(port));
+    let mut req = vec![4, 1, 0, 80, 0, 0, 0, 1, 0];
+    req.extend_from_slice(&[b'a'; 300]);
+    req.push(0);
+    s.write_all(&req).unwrap();
+    assert_closed_after(&mut s, &V4_REFUSED);
+}
+
+#[test]
+fn v4_user_id_without_nul_is_refused() {
+    let (_proxy, port, _log) = start("v4_long_user", "", "");
+    let mut s = connect(localhost(port));
+    let mut req = vec![4, 1, 0, 80, 127, 0, 0, 1];
+    req.extend_from_slice(&[b'u'; 400]);
+    s.write_all(&req).unwrap();
+    assert_closed_after(&mut s, &V4_REFUSED);
+}
+
+#[test]
+fn v4_granted_reply() {
+    let origin = Origin::echo();
+    let (_proxy, port, _log) = start("v4_ok", "", "");
+    let mut s = connect(localhost(port));
+    let mut req = vec![4, 1];
+    req.extend_from_slice(&origin.port().to_be_bytes());
+    req.extend_from_slice(&[127, 0, 0, 1, 0]);
+    s.write_all(&req).unwrap();
+    let mut r = [0u8; 8];
+    s.read_exact(&mut r).unwrap();
+    assert_eq!(r[..2], [0, 90]);
+    assert_eq!(r[4..], [127, 0, 0, 1]);
+    echo_roundtrip(&mut s, b"socks4");
+}
+
+// ---------------------------------------------------------------------------
+// Method selection
+
+#[test]
+fn default_prefers_password_when_offered() {
+    let (_proxy, port, _log) = start("m_default", "", "");
+    let mut s = connect(localhost(port));
+    s.write_all(&[5, 2, 0, 2]).unwrap();
+    expect_bytes(&mut s, &[5, 2]);
+    let mut s = connect(localhost(port));
+    s.write_all(&[5, 1, 0]).unwrap();
+    expect_bytes(&mut s, &[5, 0]);
+}
+
+#[test]
+fn dash_u_never_asks() {
+    let (_proxy, port, _log) = start("m_u", "", "-u");
+    let mut s = connect(localhost(port));
+    s.write_all(&[5, 2, 0, 2]).unwrap();
+    expect_bytes(&mut s, &[5, 0]);
+}
+
+#[test]
+fn dash_u2_refuses_clients_without_a_password() {
+    let (_proxy, port, log) = start("m_u2", "", "-u2");
+    let mut s = connect(localhost(port));
+    s.write_all(&[5, 1, 0]).unwrap();
+    assert_closed_after(&mut s, &[5, 0xFF]);
+    read_log_line(&log, "with code 4", |l| l.starts_with("SOCK5 00004"));
+    let mut s = connect(localhost(port));
+    s.write_all(&[5, 2, 0, 2]).unwrap();
+    expect_bytes(&mut s, &[5, 2]);
+}
+
+#[test]
+fn rfc1929_bad_subnegotiation_version_is_refused() {
+    let (_proxy, port, log) = start("m_subneg", "", "-u2");
+    let mut s = connect(localhost(port));
+    s.write_all(&[5, 1, 2]).unwrap();
+    expect_bytes(&mut s, &[5, 2]);
+    s.write_all(&[5, 1, b'a', 1, b'b']).unwrap();
+    assert_closed_after(&mut s, &[1, 1]);
+    read_log_line(&log, "with code 412", |l| l.starts_with("SOCK5 00412"));
+}
+
+// ---------------------------------------------------------------------------
+// UDP ASSOCIATE
+
+/// A SOCKS5 UDP datagram to `to` carrying `data`.
+fn udp_datagram(to: SocketAddr, data: &[u8]) -> Vec<u8> {
+    let SocketAddr::V4(a) = to else {
+        panic!("v4 only")
+    };
+    let mut b = vec![0, 0, 0, 1];
+    b.extend_from_slice(&a.ip().octets());
+    b.extend_from_slice(&a.port().to_be_bytes());
+    b.extend_from_slice(data);
+    b
+}
+
+/// Opens an association; returns the control connection and the relay.
+fn associate(port: u16, client: &UdpSocket) -> (TcpStream, SocketAddr) {
+    let mut ctl = v5_hello(port);
+    let from = client.local_addr().unwrap();
+    let mut req = vec![5, 3, 0, 1, 127, 0, 0, 1];
+    req.extend_from_slice(&from.port().to_be_bytes());
+    ctl.write_all(&req).unwrap();
+    let mut r = [0u8; 10];
+    ctl.read_exact(&mut r).unwrap();
+    assert_eq!(r[..4], [5, 0, 0, 1], "UDP ASSOCIATE reply {r:?}");
+    let relay = SocketAddr::from(([r[4], r[5], r[6], r[7]], u16::from_be_bytes([r[8], r[9]])));
+    (ctl, relay)
+}
+
+#[test]
+fn udp_associate_relays_both_ways() {
+    let echo = UdpEcho::start();
+    let (_proxy, port, log) = start("udp", "", "");
+    let client = udp_client();
+    let (ctl, relay) = associate(port, &client);
+    assert_eq!(relay.ip(), localhost(0).ip());
+
+    let to = localhost(echo.port());
+    for msg in [&b"first"[..], b"second", &[7u8; 1400]] {
+        client.send_to(&udp_datagram(to, msg), relay).unwrap();
+        let mut buf = [0u8; 2048];
+        let (n, from) = client.recv_from(&mut buf).unwrap();
+        assert_eq!(from, relay, "replies come from the relay");
+        assert_eq!(&buf[..n], &udp_datagram(to, msg)[..], "header + echo");
+    }
+    let sources = echo.sources();
+    assert!(sources
+        .iter()
+        .all(|s| s.ip() == to.ip() && s.port() != relay.port()));
+
+    // A name as destination.
+    let mut named = vec![0, 0, 0, 3, 9];
+    named.extend_from_slice(b"localhost");
+    named.extend_from_slice(&echo.port().to_be_bytes());
+    named.extend_from_slice(b"by name");
+    client.send_to(&named, relay).unwrap();
+    let mut buf = [0u8; 2048];
+    let (n, _) = client.recv_from(&mut buf).unwrap();
+    assert_eq!(&buf[..n], &udp_datagram(to, b"by name")[..]);
+
+    // Closing the control connection ends the association.
+    drop(ctl);
+    read_log_line(&log, "UDPMAP end", |l| {
+        l.starts_with("SOCK5 00000 - UDPMAP localhost:")
+    });
+    read_log_line(&log, "UDPMAP first destination", |l| {
+        l == format!("SOCK5 00000 - UDPMAP 127.0.0.1:{}", echo.port())
+    });
+    client.send_to(&udp_datagram(to, b"late"), relay).unwrap();
+    client
+        .set_read_timeout(Some(Duration::from_millis(300)))
+        .unwrap();
+    let mut buf = [0u8; 64];
+    assert!(
+        client.recv_from(&mut buf).is_err(),
+        "the association should be gone"
+    );
+}
+
+#[test]
+fn udp_fragment_ends_the_association() {
+    let echo = UdpEcho::start();
+    let (_proxy, port, log) = start("udp_frag", "", "");
+    let client = udp_client();
+    let (mut ctl, relay) = associate(port, &client);
+    let mut d = udp_datagram(localhost(echo.port()), b"frag");
+    d[2] = 1;
+    client.send_to(&d, relay).unwrap();
+    assert_closed_after(&mut ctl, b"");
+    read_log_line(&log, "with code 483", |l| l.starts_with("SOCK5 00483"));
+}
+
+#[test]
+fn udp_from_another_port_is_ignored() {
+    // The request named the client's port; datagrams from elsewhere drop.
+    let echo = UdpEcho::start();
+    let (_proxy, port, _log) = start("udp_port", "", "");
+    let client = udp_client();
+    let (_ctl, relay) = associate(port, &client);
+    let other = udp_client();
+    other
+        .send_to(&udp_datagram(localhost(echo.port()), b"x"), relay)
+        .unwrap();
+    client
+        .send_to(&udp_datagram(localhost(echo.port()), b"y"), relay)
+        .unwrap();
+    let mut buf = [0u8; 64];
+    let (n, _) = client.recv_from(&mut buf).unwrap();
+    assert_eq!(buf[n - 1], b'y');
+    assert!(wait_for(
+        || echo.sources().len() == 1,
+        Duration::from_secs(1)
+    ));
+    assert_eq!(echo.sources().len(), 1, "only the client's datagram");
+}
+
+// ---------------------------------------------------------------------------
+// BIND
+
+#[test]
+fn v5_bind_accepts_one_peer_and_relays() {
+    let (_proxy, port, log) = start("bind5", "", "");
+    let mut ctl = v5_hello(port);
+    ctl.write_all(&[5, 2, 0, 1, 0, 0, 0, 0, 0, 0]).unwrap();
+    let mut r = [0u8; 10];
+    ctl.read_exact(&mut r).unwrap();
+    assert_eq!(r[..4], [5, 0, 0, 1], "first BIND reply {r:?}");
+    let bound = SocketAddr::from(([r[4], r[5], r[6], r[7]], u16::from_be_bytes([r[8], r[9]])));
+    assert_ne!(bound.port(), port, "the bound port, not the service's");
+    assert_eq!(bound.ip(), localhost(0).ip());
+
+    let mut peer = connect(bound);
+    ctl.read_exact(&mut r).unwrap();
+    let seen = SocketAddr::from(([r[4], r[5], r[6], r[7]], u16::from_be_bytes([r[8], r[9]])));
+    assert_eq!(r[..4], [5, 0, 0, 1], "second BIND reply {r:?}");
+    assert_eq!(seen, peer.local_addr().unwrap(), "the peer's address");
+
+    peer.write_all(b"from the peer").unwrap();
+    expect_bytes(&mut ctl, b"from the peer");
+    ctl.write_all(b"to the peer").unwrap();
+    expect_bytes(&mut peer, b"to the peer");
+    drop(peer);
+    assert_closed_after(&mut ctl, b"");
+    drop(ctl);
+    read_log_line(&log, "BIND record", |l| l == "SOCK5 00000 - BIND 0.0.0.0:0");
+}
+
+#[test]
+fn v4_bind_accepts_one_peer() {
+    let (_proxy, port, _log) = start("bind4", "", "");
+    let mut ctl = connect(localhost(port));
+    // Expect the peer from 127.0.0.1, any port.
+    ctl.write_all(&[4, 2, 0, 0, 127, 0, 0, 1, 0]).unwrap();
+    let mut r = [0u8; 8];
+    ctl.read_exact(&mut r).unwrap();
+    assert_eq!(r[..2], [0, 90]);
+    let bound = SocketAddr::from(([r[4], r[5], r[6], r[7]], u16::from_be_bytes([r[2], r[3]])));
+    let mut peer = connect(bound);
+    ctl.read_exact(&mut r).unwrap();
+    assert_eq!(r[..2], [0, 90]);
+    assert_eq!(
+        u16::from_be_bytes([r[2], r[3]]),
+        peer.local_addr().unwrap().port()
+    );
+    echo_through(&mut ctl, &mut peer);
+}
+
+fn echo_through(a: &mut TcpStream, b: &mut TcpStream) {
+    a.write_all(b"ping").unwrap();
+    expect_bytes(b, b"ping");
+    b.write_all(b"pong").unwrap();
+    expect_bytes(a, b"pong");
+}
+
+#[test]
+fn bind_control_close_ends_the_wait() {
+    let (_proxy, port, log) = start("bind_gone", "", "");
+    let mut ctl = v5_hello(port);
+    ctl.write_all(&[5, 2, 0, 1, 0, 0, 0, 0, 0, 0]).unwrap();
+    let mut r = [0u8; 10];
+    ctl.read_exact(&mut r).unwrap();
+    ctl.shutdown(Shutdown::Write).unwrap();
+    assert_closed_after(&mut ctl, b"");
+    read_log_line(&log, "with code 460", |l| l.starts_with("SOCK5 00460"));
+}
