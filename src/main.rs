@@ -171,21 +171,24 @@ fn main() -> ExitCode {
     }
     ::log::info!("started, pid {}", std::process::id());
 
+    // The main thread's loop: signals, and once a second the `monitor`ed
+    // files (3proxy looks once a minute; a stat per second costs nothing).
+    let mut ops = state.ops;
     loop {
-        match sigs.wait() {
-            Ok(Signal::SIGTERM | Signal::SIGINT) => {
+        match sys::signal::wait_timeout(&sigs, std::time::Duration::from_secs(1)) {
+            Some(Signal::SIGTERM | Signal::SIGINT) => {
                 ::log::info!("exiting on signal");
                 running::stop_all();
                 net::remove_unix_files();
                 shutdown::finish(shutdown::GRACE);
                 return ExitCode::SUCCESS;
             }
-            Ok(Signal::SIGUSR1) => reload(&name),
-            Ok(_) => {}
-            Err(e) => {
-                ::log::error!("sigwait: {e}");
-                return ExitCode::from(1);
-            }
+            Some(Signal::SIGUSR1) => reload(&name, &mut ops),
+            _ => {}
+        }
+        if ops.monitors_changed() {
+            ::log::warn!("monitor: a watched file changed; reloading");
+            reload(&name, &mut ops);
         }
     }
 }
@@ -197,13 +200,18 @@ fn main() -> ExitCode {
 /// second listener, no lost queued client) and only their settings change;
 /// sockets no longer in the cfg are closed. Clients being served finish on
 /// the settings they started with.
-fn reload(name: &str) {
-    if name == "<stdin>" {
+fn reload(cmdline_name: &str, ops: &mut conf::ops_cmds::Ops) {
+    if cmdline_name == "<stdin>" && ops.config.is_none() {
         ::log::warn!("reload: the cfg came from standard input and cannot be read again; keeping it");
         return;
     }
+    // `config` names the file to re-read; after a chroot the path is the
+    // one seen from inside it.
+    let path = ops.reload_path(cmdline_name);
+    let name = path.display().to_string();
+    let name = name.as_str();
     ::log::info!("reload: reading {name}");
-    let text = match std::fs::read_to_string(name) {
+    let text = match std::fs::read_to_string(&path) {
         Ok(t) => t,
         Err(e) => {
             ::log::error!("reload: {name}: {e}; the running configuration stays");
@@ -247,6 +255,12 @@ fn reload(name: &str) {
             Err(e) => ::log::error!("reload: cannot start {what}: {e}"),
         }
     }
+    // pid file and privileges as the new cfg says (daemon never forks
+    // twice); the new cfg's monitors replace the old ones.
+    if let Err(e) = state.ops.after_load() {
+        ::log::error!("reload: {e}");
+    }
+    *ops = state.ops;
     ::log::warn!("reload: {name} loaded, {started} services");
 }
 

@@ -688,12 +688,57 @@ fn keep_alive_reuses_one_origin_connection_per_host() {
     assert_eq!(a.conns(), 1);
     assert_eq!(c.get(&b.url("/hello")).body, b"hello");
     assert_eq!(b.conns(), 1);
+    // Back to the first host: its connection waited in the shared pool.
     assert_eq!(c.get(&a.url("/hello")).body, b"hello");
-    assert_eq!(a.conns(), 2);
-    // curl with two URLs on one connection: one more origin connection.
+    assert_eq!(a.conns(), 1);
+    // curl, another client, with two URLs on one connection: it takes the
+    // connection to b the first client parked.
     let (code, body) = curl(port, &[&b.url("/hello"), &b.url("/hello")]);
     assert_eq!((code, text(&body)), (200, "hello\n200hello".to_string()));
-    assert_eq!(b.conns(), 2);
+    assert_eq!(b.conns(), 1);
+}
+
+#[test]
+fn origin_connections_are_shared_between_clients() {
+    let a = HttpOrigin::start();
+    let b = HttpOrigin::start();
+    let (_proxy, port) = start_proxy("pool", "", "");
+    // Client 1 leaves a's connection in the pool when it moves on to b.
+    let mut c1 = Conn::new(port);
+    assert_eq!(c1.get(&a.url("/hello")).body, b"hello");
+    assert_eq!(c1.get(&b.url("/hello")).body, b"hello");
+    let mut c2 = Conn::new(port);
+    assert_eq!(c2.get(&a.url("/hello")).body, b"hello");
+    assert_eq!(a.conns(), 1);
+    // Two clients at once to one host need two connections.
+    let mut c3 = Conn::new(port);
+    c3.send(
+        format!(
+            "POST {} HTTP/1.1\r\nContent-Length: 2\r\n\r\n",
+            a.url("/sha")
+        )
+        .as_bytes(),
+    );
+    assert_eq!(c2.get(&a.url("/hello")).body, b"hello");
+    c3.send(b"hi");
+    assert_eq!(c3.read(false).status, 200);
+    assert_eq!(a.conns(), 2);
+    // Connection-bound authentication never crosses clients.
+    let mut c4 = Conn::new(port);
+    c4.send(
+        format!(
+            "GET {} HTTP/1.1\r\nAuthorization: NTLM TlRMTVNTUAABAAAA\r\n\r\n",
+            b.url("/hello")
+        )
+        .as_bytes(),
+    );
+    assert_eq!(c4.read(false).status, 200);
+    assert_eq!(c4.get(&a.url("/hello")).body, b"hello");
+    // c4's connection to b (b's second; c1 holds the first) was not
+    // parked, so c5 needs a third.
+    let mut c5 = Conn::new(port);
+    assert_eq!(c5.get(&b.url("/hello")).body, b"hello");
+    assert_eq!(b.conns(), 3);
 }
 
 #[test]

@@ -143,3 +143,50 @@ fn broken_cfg_on_reload_keeps_the_running_one() {
     assert!(proxy.is_running(), "a bad cfg on reload must not stop the server");
     assert_eq!(ask(p1).unwrap(), b"one");
 }
+
+#[test]
+fn monitor_reloads_when_the_file_changes() {
+    let dir = Dir::new("reload_monitor");
+    let (one, two) = (tagged(b"one"), tagged(b"two"));
+    let p1 = free_port();
+    let cfg_path = dir.cfg_path();
+    let body = |o: &Origin| {
+        format!(
+            "monitor {}\ntcppm -i127.0.0.1 {p1} 127.0.0.1 {}\n",
+            p(&cfg_path),
+            o.port()
+        )
+    };
+    let text = cfg(&dir, &body(&one));
+    let proxy = Proxy::start(dir, &text, &[Listen::Tcp(localhost(p1))]);
+    assert_eq!(ask(p1).unwrap(), b"one");
+    // No signal: the edit alone must be picked up.
+    let text = cfg(&proxy.dir, &body(&two));
+    proxy.dir.write("3proxy.cfg", &text);
+    assert!(
+        wait_for(|| ask(p1).map(|b| b == b"two").unwrap_or(false), Duration::from_secs(10)),
+        "the monitored cfg was not reloaded; stderr:\n{}",
+        proxy.stderr()
+    );
+}
+
+#[test]
+fn config_names_the_file_a_reload_reads() {
+    let dir = Dir::new("reload_config");
+    let (one, two) = (tagged(b"one"), tagged(b"two"));
+    let p1 = free_port();
+    let other = dir.join("other.cfg");
+    let text = cfg(
+        &dir,
+        &format!("config {}\ntcppm -i127.0.0.1 {p1} 127.0.0.1 {}\n", p(&other), one.port()),
+    );
+    let proxy = Proxy::start(dir, &text, &[Listen::Tcp(localhost(p1))]);
+    let next = cfg(&proxy.dir, &format!("tcppm -i127.0.0.1 {p1} 127.0.0.1 {}\n", two.port()));
+    proxy.dir.write("other.cfg", &next);
+    proxy.signal("USR1");
+    assert!(
+        wait_for(|| ask(p1).map(|b| b == b"two").unwrap_or(false), START_TIMEOUT),
+        "reload did not read the file named by 'config'; stderr:\n{}",
+        proxy.stderr()
+    );
+}

@@ -82,7 +82,6 @@ impl Ops {
 
     /// The file a reload reads: `config`'s, else the command line's `cmdline`
     /// as seen from inside a `chroot`.
-    #[allow(dead_code)] // for the reload code in main
     pub fn reload_path(&self, cmdline: &str) -> PathBuf {
         match &self.config {
             Some(c) => PathBuf::from(c),
@@ -92,7 +91,6 @@ impl Ops {
 
     /// Whether a `monitor`ed file changed since the last call. The reload
     /// code calls this at least once a minute and reloads on true.
-    #[allow(dead_code)] // for the reload code in main
     pub fn monitors_changed(&mut self) -> bool {
         // Look at every file, so each one's new state is remembered.
         self.monitors

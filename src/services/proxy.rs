@@ -24,6 +24,7 @@
 //! byte of the response went to the client, and always closes the
 //! connection.
 
+use std::collections::HashMap;
 use std::io::{self, IoSlice, Read, Write};
 use std::net::{IpAddr, Shutdown, SocketAddr};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -103,9 +104,14 @@ struct Origin {
     host: String,
     port: u16,
     addr: SocketAddr,
+    /// Our side's address (`%e`).
+    ext: Option<SocketAddr>,
     /// It has served a request already (so it may have been closed by the
     /// origin meanwhile).
     used: bool,
+    /// A request on it used NTLM/Negotiate, which authenticates the
+    /// connection: it never goes to the shared pool.
+    bound: bool,
 }
 
 /// The parts of a request head the exchange needs after the head buffer
@@ -120,6 +126,8 @@ struct Req {
     connect: bool,
     head_method: bool,
     idempotent: bool,
+    /// `Authorization: NTLM|Negotiate`.
+    conn_auth: bool,
     op: access::Op,
     /// The host is an IP literal.
     literal: Option<IpAddr>,
@@ -323,6 +331,7 @@ impl Session {
             keep_alive: h.keep_alive,
             upgrade: h.upgrade,
             expect_continue: h.expect_continue,
+            conn_auth: h.conn_auth,
             connect: h.is_connect(),
             head_method: h.method == "HEAD",
             idempotent: http::is_idempotent(h.method),
@@ -387,7 +396,6 @@ impl Session {
 
     /// A new connection to `dst` (the kept one, if any, is closed).
     fn dial(&mut self, c: &mut Client, dst: SocketAddr) -> Result<Origin, Fail> {
-        self.origin = None;
         let s = self
             .svc
             .dialer
@@ -396,14 +404,30 @@ impl Session {
         let t = self.svc.timeouts.get(Timeouts::STRING_LONG);
         set_timeouts(&s, t, t).map_err(|_| Fail::answer(Res::SOCKET, 502))?;
         c.remote_addr = Some(dst);
-        c.ext_addr = s.local_addr();
+        let ext = s.local_addr();
+        c.ext_addr = ext;
         Ok(Origin {
             s,
             host: self.host.clone(),
             port: dst.port(),
             addr: dst,
+            ext,
             used: false,
+            bound: false,
         })
+    }
+
+    /// An idle connection to `dst` for this host from the shared pool, or
+    /// a new one.
+    fn connect(&mut self, c: &mut Client, dst: SocketAddr) -> Result<Origin, Fail> {
+        match unpark(&self.svc, dst, &self.host) {
+            Some(o) => {
+                c.remote_addr = Some(dst);
+                c.ext_addr = o.ext;
+                Ok(o)
+            }
+            None => self.dial(c, dst),
+        }
     }
 
     /// `CONNECT host:port`: answer 200 and relay until both sides are done.
@@ -411,6 +435,9 @@ impl Session {
         let head_len = cb.head_len;
         cb.consume(head_len);
         let dst = self.authorize(c, req)?;
+        if let Some(k) = self.origin.take() {
+            park(&self.svc, k);
+        }
         let o = self.dial(c, dst)?;
         // 3proxy's exact answer: some clients match on it.
         const ESTABLISHED: &[u8] = b"HTTP/1.0 200 Connection established\r\n\r\n";
@@ -473,15 +500,20 @@ impl Session {
         // goes on a kept connection only if it still looks open.
         let retryable = req.idempotent && req.framing == Framing::None;
         let mut o = match self.origin.take() {
-            Some(o)
-                if o.addr == dst
-                    && o.host.eq_ignore_ascii_case(&self.host)
-                    && (retryable || still_open(&o)) =>
-            {
-                o
+            Some(o) if o.addr == dst && o.host.eq_ignore_ascii_case(&self.host) => {
+                if retryable || still_open(&o) {
+                    o
+                } else {
+                    self.connect(c, dst)?
+                }
             }
-            _ => self.dial(c, dst)?,
+            Some(o) => {
+                park(&self.svc, o);
+                self.connect(c, dst)?
+            }
+            None => self.connect(c, dst)?,
         };
+        o.bound |= req.conn_auth;
         let mut small = [0u8; SMALL];
         let mut sb = HeadBuf::new(&mut small);
         let mut early = None;
@@ -648,6 +680,92 @@ impl Session {
         c.log_record();
         if f.status.is_some() {
             linger(&c.cli, self.svc.timeouts.get(Timeouts::LINGER));
+        }
+    }
+}
+
+impl Drop for Session {
+    /// The client left: its kept origin connection can serve others.
+    fn drop(&mut self) {
+        if let Some(o) = self.origin.take() {
+            park(&self.svc, o);
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// The shared pool of idle origin connections
+
+/// Idle origin connections of all clients, by service and address, most
+/// recently parked last. A client whose next request goes elsewhere, or
+/// who leaves, parks its kept connection here; any client of the same
+/// service going to the same host and port takes it instead of dialing.
+/// (3proxy has no such pool; haproxy and nginx do.)
+static IDLE: Mutex<Option<HashMap<(usize, SocketAddr), Vec<Parked>>>> = Mutex::new(None);
+/// Most idle connections kept per destination, and in all.
+const IDLE_PER_DEST: usize = 32;
+const IDLE_MAX: usize = 1024;
+
+struct Parked {
+    o: Origin,
+    at: Instant,
+}
+
+fn pool_key(svc: &Arc<Service>, dst: SocketAddr) -> (usize, SocketAddr) {
+    (Arc::as_ptr(svc) as usize, dst)
+}
+
+/// How long a connection may wait in the pool: STRING_SHORT, the time a
+/// client may stay idle between requests.
+fn idle_limit(svc: &Service) -> Duration {
+    svc.timeouts.get(Timeouts::STRING_SHORT)
+}
+
+fn park(svc: &Arc<Service>, o: Origin) {
+    if o.bound || !o.used {
+        return;
+    }
+    let limit = idle_limit(svc);
+    let mut g = IDLE.lock().unwrap_or_else(|e| e.into_inner());
+    let map = g.get_or_insert_with(HashMap::new);
+    let total: usize = map.values().map(Vec::len).sum();
+    if total >= IDLE_MAX {
+        // Make room by dropping what has waited too long everywhere.
+        map.retain(|_, v| {
+            v.retain(|p| p.at.elapsed() < limit);
+            !v.is_empty()
+        });
+        if map.values().map(Vec::len).sum::<usize>() >= IDLE_MAX {
+            return;
+        }
+    }
+    let v = map.entry(pool_key(svc, o.addr)).or_default();
+    v.retain(|p| p.at.elapsed() < limit);
+    if v.len() >= IDLE_PER_DEST {
+        v.remove(0);
+    }
+    v.push(Parked {
+        o,
+        at: Instant::now(),
+    });
+}
+
+/// The most recently parked connection to `dst` for `host` that still
+/// looks open.
+fn unpark(svc: &Arc<Service>, dst: SocketAddr, host: &str) -> Option<Origin> {
+    let limit = idle_limit(svc);
+    loop {
+        let p = {
+            let mut g = IDLE.lock().unwrap_or_else(|e| e.into_inner());
+            let v = g.as_mut()?.get_mut(&pool_key(svc, dst))?;
+            let i = v
+                .iter()
+                .rposition(|p| p.o.host.eq_ignore_ascii_case(host))?;
+            v.remove(i)
+        };
+        // Checked outside the lock; a dead one is dropped and the next tried.
+        if p.at.elapsed() < limit && still_open(&p.o) {
+            return Some(p.o);
         }
     }
 }

@@ -8,6 +8,7 @@ use crate::access::{self, Grant, Op, Request};
 use crate::client::Client;
 use crate::conf::Timeouts;
 use crate::net::{resolve, Target};
+use crate::parent;
 use crate::relay::{relay_with, RelayOpts};
 use crate::res::Res;
 
@@ -39,7 +40,7 @@ pub fn serve(c: &mut Client) {
         }
     };
     let srv = match dst {
-        Some(a) => connect(c, a),
+        Some(a) => connect(c, a, target, &grant),
         None => svc.dialer.connect_unix(target),
     };
     let srv = match srv {
@@ -90,17 +91,38 @@ fn authorize(c: &mut Client, target: &Target, dst: Option<SocketAddr>) -> Result
     Ok(grant)
 }
 
-/// Connect to an IP destination, refusing to connect to ourselves.
-fn connect(c: &mut Client, dst: std::net::SocketAddr) -> Result<crate::net::Stream, Res> {
+/// Connect to an IP destination, through the grant's parents if it has
+/// any, refusing to connect to ourselves.
+fn connect(
+    c: &mut Client,
+    dst: SocketAddr,
+    target: &Target,
+    grant: &Grant,
+) -> Result<crate::net::Stream, Res> {
     let svc = c.svc().clone();
     c.req_addr = Some(dst);
     if crate::net::Addr::Ip(dst) == svc.listen || Some(dst) == c.local_addr {
         return Err(Res::LOOP);
     }
-    let s = svc.dialer.connect_ip(dst)?;
-    c.remote_addr = s.peer_addr();
-    c.ext_addr = s.local_addr();
-    Ok(s)
+    let want = parent::Want {
+        addr: Some(dst),
+        host: match target {
+            Target::Name(h, _) => Some(h.as_str()),
+            _ => None,
+        },
+        client: c.client_addr,
+        local: c.local_addr,
+        ..parent::Want::default()
+    };
+    let chain = match parent::connect(&svc, &grant.parents, &want)? {
+        parent::Route::Stream(chain) => chain,
+        // Handing a client to another service is not built yet.
+        parent::Route::Local { .. } => return Err(Res::NOTIMPL),
+    };
+    c.hops = chain.hops;
+    c.remote_addr = chain.stream.peer_addr();
+    c.ext_addr = chain.stream.local_addr();
+    Ok(chain.stream)
 }
 
 /// `-H`: take the PROXY header off the client socket; the addresses it

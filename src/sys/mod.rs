@@ -3,5 +3,6 @@
 //! safe API; each unsafe block says why it is sound.
 
 pub mod process;
+pub mod signal;
 pub mod sockopt;
 pub mod time;
