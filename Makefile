@@ -11,6 +11,9 @@ INITDIR    ?= /etc/init.d
 DESTDIR    ?=
 CARGO      ?= cargo
 BIN         = target/release/3proxy
+# Other names of the one binary: the password tool and the standalone
+# services, as 3proxy installs them.
+LINKS       = 3proxy_crypt 3proxy_proxy 3proxy_socks 3proxy_tcppm 3proxy_udppm
 
 .PHONY: all test check lint install install-bin install-man install-etc install-init uninstall clean bench run
 
@@ -41,7 +44,7 @@ install: install-bin install-man install-etc install-init
 install-bin: $(BIN)
 	install -d $(DESTDIR)$(BINDIR)
 	install -m 755 $(BIN) $(DESTDIR)$(BINDIR)/3proxy
-	ln -sf 3proxy $(DESTDIR)$(BINDIR)/3proxy_crypt
+	for n in $(LINKS); do ln -sf 3proxy $(DESTDIR)$(BINDIR)/$$n; done
 
 install-man:
 	install -d $(DESTDIR)$(MANDIR)/man8 $(DESTDIR)$(MANDIR)/man5
@@ -68,7 +71,8 @@ install-init:
 	chmod 755 $(DESTDIR)$(INITDIR)/3proxy
 
 uninstall:
-	rm -f $(DESTDIR)$(BINDIR)/3proxy $(DESTDIR)$(BINDIR)/3proxy_crypt
+	rm -f $(DESTDIR)$(BINDIR)/3proxy
+	for n in $(LINKS); do rm -f $(DESTDIR)$(BINDIR)/$$n; done
 	rm -f $(DESTDIR)$(MANDIR)/man8/3proxy.8 $(DESTDIR)$(MANDIR)/man5/3proxy.cfg.5
 	rm -f $(DESTDIR)$(MANDIR)/man8/3proxy_crypt.8
 	rm -f $(DESTDIR)$(SYSTEMDDIR)/3proxy.service $(DESTDIR)$(INITDIR)/3proxy

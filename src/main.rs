@@ -90,6 +90,12 @@ fn main() -> ExitCode {
         })
         .init();
 
+    // Run as `3proxy_tcppm`, `3proxy_socks`, ... (links to this binary):
+    // one service from the command line, as 3proxy's standalone programs.
+    if let Some(service) = standalone_service(argv.first().map(|a| a.as_os_str())) {
+        return standalone(service, std::env::args().skip(1).collect());
+    }
+
     let mut opts = getopts::Options::new();
     opts.optflag(
         "t",
@@ -120,17 +126,13 @@ fn main() -> ExitCode {
     }
     let check = m.opt_present("t");
 
-    // Signals are taken by the main thread with sigwait(); they must be
-    // blocked before any other thread starts, so every thread inherits the
-    // mask and none of them is chosen to run a default action.
-    let mut sigs = SigSet::empty();
-    for s in [Signal::SIGTERM, Signal::SIGINT, Signal::SIGUSR1] {
-        sigs.add(s);
-    }
-    if let Err(e) = sigs.thread_block() {
-        eprintln!("3proxy: cannot block signals: {e}");
-        return ExitCode::from(1);
-    }
+    let sigs = match block_signals() {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("3proxy: {e}");
+            return ExitCode::from(1);
+        }
+    };
 
     let (name, text) = match read_cfg(m.free.first().map(String::as_str)) {
         Ok(x) => x,
@@ -156,6 +158,12 @@ fn main() -> ExitCode {
         );
         return ExitCode::SUCCESS;
     }
+    serve(state, &name, &sigs)
+}
+
+/// Start the loaded services and run the main thread's loop until a
+/// signal ends the process.
+fn serve(mut state: conf::State, name: &str, sigs: &SigSet) -> ExitCode {
     // Loaded and bound, and still the only thread: go to the background,
     // write the pid file, give up root (`conf::ops_cmds`, `sys::process`).
     if let Err(e) = state.ops.after_load() {
@@ -175,7 +183,7 @@ fn main() -> ExitCode {
     // files (3proxy looks once a minute; a stat per second costs nothing).
     let mut ops = state.ops;
     loop {
-        match sys::signal::wait_timeout(&sigs, std::time::Duration::from_secs(1)) {
+        match sys::signal::wait_timeout(sigs, std::time::Duration::from_secs(1)) {
             Some(Signal::SIGTERM | Signal::SIGINT) => {
                 ::log::info!("exiting on signal");
                 running::stop_all();
@@ -183,14 +191,76 @@ fn main() -> ExitCode {
                 shutdown::finish(shutdown::GRACE);
                 return ExitCode::SUCCESS;
             }
-            Some(Signal::SIGUSR1) => reload(&name, &mut ops),
+            Some(Signal::SIGUSR1) => reload(name, &mut ops),
             _ => {}
         }
         if ops.monitors_changed() {
             ::log::warn!("monitor: a watched file changed; reloading");
-            reload(&name, &mut ops);
+            reload(name, &mut ops);
         }
     }
+}
+
+/// Block the signals the main thread takes. They are taken with
+/// sigtimedwait(); they must be blocked before any other thread starts, so
+/// every thread inherits the mask and none of them runs a default action.
+fn block_signals() -> Result<SigSet, String> {
+    let mut sigs = SigSet::empty();
+    for s in [Signal::SIGTERM, Signal::SIGINT, Signal::SIGUSR1] {
+        sigs.add(s);
+    }
+    sigs.thread_block()
+        .map_err(|e| format!("cannot block signals: {e}"))?;
+    Ok(sigs)
+}
+
+/// The services 3proxy also installs as programs of their own.
+const STANDALONE: &[&str] = &["proxy", "socks", "tcppm", "udppm"];
+
+/// `3proxy_<service>` as the program name: which service.
+fn standalone_service(argv0: Option<&std::ffi::OsStr>) -> Option<&'static str> {
+    let base = std::path::Path::new(argv0?).file_name()?.to_str()?;
+    let svc = base.strip_prefix("3proxy_")?;
+    STANDALONE.iter().copied().find(|s| *s == svc)
+}
+
+/// A standalone service (3proxy's `proxy`, `socks`, `tcppm`, `udppm`
+/// programs): its options and arguments come from the command line, no
+/// cfg is read, every client is allowed (no user is asked for), and
+/// nothing is logged unless `-l` says so.
+fn standalone(service: &'static str, args: Vec<String>) -> ExitCode {
+    let prog = format!("3proxy_{service}");
+    if args.iter().any(|a| a == "--help" || a == "-?") {
+        println!(
+            "Usage: {prog} [options]{} (the service options of 3proxy.cfg(5))",
+            if service.ends_with("pm") { " LPORT DSTHOST DSTPORT" } else { "" }
+        );
+        return ExitCode::SUCCESS;
+    }
+    let sigs = match block_signals() {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("{prog}: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    let mut state = conf::State::new(false);
+    // Everything allowed; never ask for a password; the HTTP proxy adds no
+    // headers naming itself (3proxy builds its standalone proxy so).
+    let mut line = vec![service.to_string(), "-u".to_string()];
+    if service == "proxy" {
+        line.push("-a".to_string());
+    }
+    line.extend(args);
+    let auth = ["auth".to_string(), "none".to_string()];
+    let loaded = conf::commands::dispatch(&mut state, &auth)
+        .and_then(|_| conf::commands::dispatch(&mut state, &line));
+    if let Err(e) = loaded {
+        eprintln!("{prog}: {e}");
+        return ExitCode::from(1);
+    }
+    state.finalize();
+    serve(state, "<command line>", &sigs)
 }
 
 /// SIGUSR1: read the cfg again and switch to it, better than 3proxy does.
@@ -201,8 +271,8 @@ fn main() -> ExitCode {
 /// sockets no longer in the cfg are closed. Clients being served finish on
 /// the settings they started with.
 fn reload(cmdline_name: &str, ops: &mut conf::ops_cmds::Ops) {
-    if cmdline_name == "<stdin>" && ops.config.is_none() {
-        ::log::warn!("reload: the cfg came from standard input and cannot be read again; keeping it");
+    if cmdline_name.starts_with('<') && ops.config.is_none() {
+        ::log::warn!("reload: the cfg came from {cmdline_name} and cannot be read again; keeping it");
         return;
     }
     // `config` names the file to re-read; after a chroot the path is the

@@ -97,6 +97,7 @@ const KINDS: &[(&str, Kind)] = &[
 
 impl Kind {
     /// The type's cfg name.
+    #[allow(dead_code)] // for the `proxy` service's log and errors
     pub fn name(self) -> &'static str {
         KINDS
             .iter()
@@ -297,6 +298,7 @@ impl Want<'_> {
 
 /// Where a request goes after the chain.
 #[derive(Debug)]
+#[allow(dead_code)] // `Local`'s fields are for the services that hand over
 pub enum Route {
     /// A stream to relay: to the destination, or to a `tcp`/`http`
     /// parent.
@@ -312,6 +314,7 @@ pub enum Route {
 
 /// A connected chain.
 #[derive(Debug)]
+#[allow(dead_code)] // `http_parent`, `credentials`: read by `proxy`
 pub struct Chain {
     pub stream: Stream,
     /// Parents taken (`%h`).

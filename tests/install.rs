@@ -44,6 +44,10 @@ fn make_install_lays_out_every_file() {
     assert_eq!(mode("usr/local/bin/3proxy"), 0o755);
     assert_eq!(mode("etc/init.d/3proxy"), 0o755);
 
+    for name in ["3proxy_proxy", "3proxy_socks", "3proxy_tcppm", "3proxy_udppm"] {
+        let link = fs::read_link(dest.join("usr/local/bin").join(name)).expect(name);
+        assert_eq!(link, std::path::Path::new("3proxy"), "{name}");
+    }
     // 3proxy_crypt is the same binary under another name.
     let link = fs::read_link(dest.join("usr/local/bin/3proxy_crypt")).expect("3proxy_crypt link");
     assert_eq!(link, std::path::Path::new("3proxy"));

@@ -20,3 +20,5 @@ mod resolve;
 mod http;
 mod ops;
 mod socks;
+mod parent;
+mod standalone;

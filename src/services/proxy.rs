@@ -701,7 +701,10 @@ impl Drop for Session {
 /// who leaves, parks its kept connection here; any client of the same
 /// service going to the same host and port takes it instead of dialing.
 /// (3proxy has no such pool; haproxy and nginx do.)
-static IDLE: Mutex<Option<HashMap<(usize, SocketAddr), Vec<Parked>>>> = Mutex::new(None);
+static IDLE: Mutex<Option<IdleMap>> = Mutex::new(None);
+
+/// Parked connections by (service, destination).
+type IdleMap = HashMap<(usize, SocketAddr), Vec<Parked>>;
 /// Most idle connections kept per destination, and in all.
 const IDLE_PER_DEST: usize = 32;
 const IDLE_MAX: usize = 1024;

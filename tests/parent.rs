@@ -1,0 +1,392 @@
+//! parent chains: `tcppm` and `socks` through chains of two and three of
+//! our own `3proxy` processes of different parent types, ending at a real
+//! origin; the bytes that arrive and what each hop logs; credentials to
+//! parents; a parent that is down, after `parentretries`; weights.
+
+use std::io::{Read, Write};
+use std::net::{Shutdown, TcpListener};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::thread;
+use std::time::Duration;
+
+use crate::socks::{curl, http_origin};
+use crate::util::*;
+
+/// Service, code, hops, user, text.
+const FMT: &str = "L%N %E %h %U %T";
+
+/// One hop: a 3proxy with `body` (service lines included) that logs
+/// with [`FMT`], ready on `port`.
+fn hop(name: &str, body: &str, port: u16) -> (Proxy, PathBuf) {
+    let dir = Dir::new(name);
+    let log = dir.join("access.log");
+    let cfg = format!("log {}\nlogformat \"{FMT}\"\n{body}", p(&log));
+    let proxy = Proxy::start(dir, &cfg, &[Listen::Tcp(localhost(port))]);
+    (proxy, log)
+}
+
+fn socks_on(port: u16) -> String {
+    format!("socks -i127.0.0.1 -p{port}\n")
+}
+
+fn tcppm_on(port: u16, to: u16) -> String {
+    format!("tcppm -i127.0.0.1 {port} 127.0.0.1 {to}\n")
+}
+
+/// Connects through a SOCKS5 proxy to 127.0.0.1:`to`, no authentication.
+fn socks5_to(proxy: u16, to: u16) -> std::net::TcpStream {
+    let mut s = connect(localhost(proxy));
+    s.write_all(&[5, 1, 0]).unwrap();
+    let mut r = [0u8; 2];
+    s.read_exact(&mut r).unwrap();
+    assert_eq!(r, [5, 0]);
+    let mut req = vec![5, 1, 0, 1, 127, 0, 0, 1];
+    req.extend_from_slice(&to.to_be_bytes());
+    s.write_all(&req).unwrap();
+    let mut r = [0u8; 10];
+    s.read_exact(&mut r).unwrap();
+    assert_eq!(r[..2], [5, 0], "SOCKS5 reply {r:?}");
+    s
+}
+
+#[test]
+fn tcppm_through_a_socks5_parent() {
+    let origin = Origin::echo();
+    let (pb, pa) = (free_port(), free_port());
+    let (_b, log_b) = hop("p_b", &socks_on(pb), pb);
+    let a_cfg = format!(
+        "allow *\nparent 1000 socks5 127.0.0.1 {pb}\n{}",
+        tcppm_on(pa, origin.port())
+    );
+    let (_a, log_a) = hop("p_a", &a_cfg, pa);
+
+    let mut c = connect(localhost(pa));
+    echo_roundtrip(&mut c, b"through the chain");
+    drop(c);
+    expect_log_line(&log_a, "TCPPM 00000 1 - 127.0.0.1");
+    expect_log_line(
+        &log_b,
+        &format!("SOCK5 00000 0 - CONNECT 127.0.0.1:{}", origin.port()),
+    );
+    // The origin saw B, not A, and not the client.
+    assert!(origin.peers().iter().all(|a| a.ip() == localhost(0).ip()));
+}
+
+#[test]
+fn socks_through_socks5_plus_then_socks4_three_processes() {
+    // client -socks5h-> A -socks5+-> B -socks4-> C -> origin. A passes
+    // the name on; B resolves it (socks4 has no names); C connects.
+    let origin = http_origin("127.0.0.1:0");
+    let (pa, pb, pc) = (free_port(), free_port(), free_port());
+    let (_c, log_c) = hop("p3_c", &socks_on(pc), pc);
+    let b_cfg = format!(
+        "allow *\nparent 1000 socks4 127.0.0.1 {pc}\n{}",
+        socks_on(pb)
+    );
+    let (_b, log_b) = hop("p3_b", &b_cfg, pb);
+    let a_cfg = format!(
+        "allow *\nparent 1000 socks5+ 127.0.0.1 {pb}\n{}",
+        socks_on(pa)
+    );
+    let (_a, log_a) = hop("p3_a", &a_cfg, pa);
+
+    let body = curl(
+        &format!("socks5h://127.0.0.1:{pa}"),
+        &format!("http://localhost:{}/three", origin.port()),
+    )
+    .unwrap();
+    assert_eq!(body, "hello /three");
+    let port = origin.port();
+    expect_log_line(&log_a, &format!("SOCK5 00000 1 - CONNECT localhost:{port}"));
+    expect_log_line(&log_b, &format!("SOCK5 00000 1 - CONNECT localhost:{port}"));
+    expect_log_line(&log_c, &format!("SOCK4 00000 0 - CONNECT 127.0.0.1:{port}"));
+}
+
+#[test]
+fn one_process_two_hops_in_one_chain() {
+    // Two groups in one ACL entry: A dials B, asks B for C, asks C for
+    // the origin.
+    let origin = Origin::echo();
+    let (pa, pb, pc) = (free_port(), free_port(), free_port());
+    let (_c, log_c) = hop("p2_c", &socks_on(pc), pc);
+    let (_b, log_b) = hop("p2_b", &socks_on(pb), pb);
+    let a_cfg = format!(
+        "allow *\nparent 1000 socks5 127.0.0.1 {pb}\nparent 1000 socks4 127.0.0.1 {pc}\n{}",
+        tcppm_on(pa, origin.port())
+    );
+    let (_a, log_a) = hop("p2_a", &a_cfg, pa);
+    let mut s = connect(localhost(pa));
+    echo_roundtrip(&mut s, b"two hops");
+    drop(s);
+    expect_log_line(&log_a, "TCPPM 00000 2 - 127.0.0.1");
+    expect_log_line(&log_b, &format!("SOCK5 00000 0 - CONNECT 127.0.0.1:{pc}"));
+    expect_log_line(
+        &log_c,
+        &format!("SOCK4 00000 0 - CONNECT 127.0.0.1:{}", origin.port()),
+    );
+}
+
+#[test]
+fn connect_and_connect_plus_parents_through_our_http_proxy() {
+    let origin = Origin::echo();
+    let (pa, pb, pa2) = (free_port(), free_port(), free_port());
+    let (_b, log_b) = hop("pc_b", &format!("proxy -i127.0.0.1 -p{pb}\n"), pb);
+    let a_cfg = format!(
+        "allow * * * * CONNECT\nparent 1000 connect 127.0.0.1 {pb}\n{}",
+        socks_on(pa)
+    );
+    let (_a, log_a) = hop("pc_a", &a_cfg, pa);
+    let mut s = socks5_to(pa, origin.port());
+    echo_roundtrip(&mut s, b"over CONNECT");
+    drop(s);
+    expect_log_line(
+        &log_a,
+        &format!("SOCK5 00000 1 - CONNECT 127.0.0.1:{}", origin.port()),
+    );
+    read_log_line(&log_b, "the CONNECT", |l| {
+        l.contains(&format!("CONNECT 127.0.0.1:{}", origin.port()))
+    });
+
+    // connect+ sends the name the client gave.
+    let a2_cfg = format!(
+        "allow *\nparent 1000 connect+ 127.0.0.1 {pb}\n{}",
+        socks_on(pa2)
+    );
+    let (_a2, _log_a2) = hop("pc_a2", &a2_cfg, pa2);
+    let mut s = connect(localhost(pa2));
+    s.write_all(&[5, 1, 0]).unwrap();
+    let mut r = [0u8; 2];
+    s.read_exact(&mut r).unwrap();
+    let mut req = vec![5, 1, 0, 3, 9];
+    req.extend_from_slice(b"localhost");
+    req.extend_from_slice(&origin.port().to_be_bytes());
+    s.write_all(&req).unwrap();
+    let mut r = [0u8; 10];
+    s.read_exact(&mut r).unwrap();
+    assert_eq!(r[..2], [5, 0]);
+    echo_roundtrip(&mut s, b"by name over CONNECT");
+    read_log_line(&log_b, "the CONNECT by name", |l| {
+        l.contains(&format!("CONNECT localhost:{}", origin.port()))
+    });
+}
+
+#[test]
+fn credentials_go_to_the_parent_and_star_passes_the_clients() {
+    let origin = Origin::echo();
+    let (pa, pb, pa2) = (free_port(), free_port(), free_port());
+    let b_cfg = format!(
+        "users carol:CL:pw1 dave:CL:pw2\nauth strong\nallow carol,dave\n{}",
+        socks_on(pb)
+    );
+    let (_b, log_b) = hop("pcred_b", &b_cfg, pb);
+    let a_cfg = format!(
+        "allow *\nparent 1000 socks5 127.0.0.1 {pb} carol pw1\n{}",
+        tcppm_on(pa, origin.port())
+    );
+    let (_a, _log_a) = hop("pcred_a", &a_cfg, pa);
+    let mut s = connect(localhost(pa));
+    echo_roundtrip(&mut s, b"as carol");
+    drop(s);
+    expect_log_line(
+        &log_b,
+        &format!("SOCK5 00000 0 carol CONNECT 127.0.0.1:{}", origin.port()),
+    );
+
+    // `*`: the client's own name and password, from its SOCKS5 login.
+    let a2_cfg = format!(
+        "allow *\nparent 1000 socks5 127.0.0.1 {pb} *\n{}",
+        socks_on(pa2)
+    );
+    let (_a2, log_a2) = hop("pcred_a2", &a2_cfg, pa2);
+    let mut s = connect(localhost(pa2));
+    s.write_all(&[5, 1, 2]).unwrap();
+    let mut r = [0u8; 2];
+    s.read_exact(&mut r).unwrap();
+    assert_eq!(r, [5, 2]);
+    s.write_all(b"\x01\x04dave\x03pw2").unwrap();
+    s.read_exact(&mut r).unwrap();
+    assert_eq!(r, [1, 0]);
+    let mut req = vec![5, 1, 0, 1, 127, 0, 0, 1];
+    req.extend_from_slice(&origin.port().to_be_bytes());
+    s.write_all(&req).unwrap();
+    let mut r = [0u8; 10];
+    s.read_exact(&mut r).unwrap();
+    assert_eq!(r[..2], [5, 0]);
+    echo_roundtrip(&mut s, b"as dave");
+    drop(s);
+    expect_log_line(
+        &log_b,
+        &format!("SOCK5 00000 0 dave CONNECT 127.0.0.1:{}", origin.port()),
+    );
+    // A client with no name cannot lend one: code 4, "not allowed".
+    let mut s = connect(localhost(pa2));
+    s.write_all(&[5, 1, 0]).unwrap();
+    let mut r = [0u8; 2];
+    s.read_exact(&mut r).unwrap();
+    let mut req = vec![5, 1, 0, 1, 127, 0, 0, 1];
+    req.extend_from_slice(&origin.port().to_be_bytes());
+    s.write_all(&req).unwrap();
+    let got = read_until_closed(&mut s).unwrap();
+    assert_eq!(got, [5, 2, 0, 1, 0, 0, 0, 0, 0, 0]);
+    read_log_line(&log_a2, "code 4", |l| l.starts_with("SOCK5 00004"));
+}
+
+#[test]
+fn a_parent_that_refuses_gives_60_plus_its_reply() {
+    let origin = Origin::echo();
+    let (pa, pb) = (free_port(), free_port());
+    let (_b, _log_b) = hop("pref_b", &format!("deny *\n{}", socks_on(pb)), pb);
+    let a_cfg = format!(
+        "allow *\nparent 1000 socks5 127.0.0.1 {pb}\n{}",
+        socks_on(pa)
+    );
+    let (_a, log_a) = hop("pref_a", &a_cfg, pa);
+    let mut s = connect(localhost(pa));
+    s.write_all(&[5, 1, 0]).unwrap();
+    let mut r = [0u8; 2];
+    s.read_exact(&mut r).unwrap();
+    let mut req = vec![5, 1, 0, 1, 127, 0, 0, 1];
+    req.extend_from_slice(&origin.port().to_be_bytes());
+    s.write_all(&req).unwrap();
+    // 62 (B said "not allowed") is a parent failure: host unreachable.
+    assert_eq!(
+        read_until_closed(&mut s).unwrap(),
+        [5, 4, 0, 1, 0, 0, 0, 0, 0, 0]
+    );
+    read_log_line(&log_a, "code 62", |l| l.starts_with("SOCK5 00062"));
+}
+
+/// A fake parent that accepts and closes at once; counts connections
+/// (the readiness probe is one).
+fn slammer() -> (u16, Arc<AtomicUsize>) {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    let n = Arc::new(AtomicUsize::new(0));
+    let n2 = n.clone();
+    thread::spawn(move || {
+        for c in l.incoming().flatten() {
+            n2.fetch_add(1, Ordering::SeqCst);
+            let _ = c.shutdown(Shutdown::Both);
+        }
+    });
+    (port, n)
+}
+
+#[test]
+fn a_broken_parent_is_tried_parentretries_times() {
+    let (bad, tries) = slammer();
+    let pa = free_port();
+    let a_cfg = format!(
+        "parentretries 3\nallow *\nparent 1000 socks5 127.0.0.1 {bad}\n{}",
+        socks_on(pa)
+    );
+    let (_a, log_a) = hop("pdown_a", &a_cfg, pa);
+    let mut s = connect(localhost(pa));
+    s.write_all(&[5, 1, 0]).unwrap();
+    let mut r = [0u8; 2];
+    s.read_exact(&mut r).unwrap();
+    s.write_all(&[5, 1, 0, 1, 127, 0, 0, 1, 0, 80]).unwrap();
+    assert_eq!(
+        read_until_closed(&mut s).unwrap(),
+        [5, 4, 0, 1, 0, 0, 0, 0, 0, 0]
+    );
+    // No greeting came back: 52.
+    read_log_line(&log_a, "code 52", |l| l.starts_with("SOCK5 00052"));
+    assert_eq!(tries.load(Ordering::SeqCst), 3);
+}
+
+#[test]
+fn a_parent_that_is_down_fails_with_13() {
+    let down = free_port();
+    let pa = free_port();
+    let a_cfg = format!(
+        "allow *\nparent 1000 connect 127.0.0.1 {down}\n{}",
+        tcppm_on(pa, 9)
+    );
+    let (_a, log_a) = hop("pdead_a", &a_cfg, pa);
+    let mut s = connect(localhost(pa));
+    assert_eq!(read_until_closed(&mut s).unwrap(), b"");
+    read_log_line(&log_a, "code 13", |l| l.starts_with("TCPPM 00013"));
+}
+
+#[test]
+fn tcp_parent_ends_the_chain_and_keeps_the_requested_port() {
+    // `tcp 127.0.0.1 0`: go to 127.0.0.1, at the port asked for.
+    let origin = Origin::echo();
+    let pa = free_port();
+    let a_cfg = format!("allow *\nparent 1000 tcp 127.0.0.1 0\n{}", socks_on(pa));
+    let (_a, log_a) = hop("ptcp_a", &a_cfg, pa);
+    let mut s = socks5_to(pa, origin.port());
+    echo_roundtrip(&mut s, b"tcp parent");
+    drop(s);
+    expect_log_line(
+        &log_a,
+        &format!("SOCK5 00000 1 - CONNECT 127.0.0.1:{}", origin.port()),
+    );
+}
+
+#[test]
+fn weights_spread_requests_over_a_group() {
+    let origin = Origin::echo();
+    let (pa, pb, pc) = (free_port(), free_port(), free_port());
+    let (_b, log_b) = hop("pw_b", &socks_on(pb), pb);
+    let (_c, log_c) = hop("pw_c", &socks_on(pc), pc);
+    let a_cfg = format!(
+        "allow *\nparent 500 socks5 127.0.0.1 {pb}\nparent 500 socks5 127.0.0.1 {pc}\n{}",
+        tcppm_on(pa, origin.port())
+    );
+    let (_a, _log_a) = hop("pw_a", &a_cfg, pa);
+    for i in 0..40 {
+        let mut s = connect(localhost(pa));
+        echo_roundtrip(&mut s, format!("request {i}").as_bytes());
+    }
+    let count = |log: &PathBuf| {
+        log_lines(log)
+            .iter()
+            .filter(|l| l.starts_with("SOCK5 00000"))
+            .count()
+    };
+    assert!(
+        // 40, and one more from A's readiness probe.
+        wait_for(|| count(&log_b) + count(&log_c) >= 40, LOG_TIMEOUT),
+        "b {} c {}",
+        count(&log_b),
+        count(&log_c)
+    );
+    // Each should get about 20 of 40: (0.5^40 odds of a miss).
+    assert!(count(&log_b) >= 5 && count(&log_c) >= 5);
+}
+
+#[test]
+fn parent_errors_name_the_line() {
+    let dir = Dir::new("perr");
+    let out = start_expect_fail(&dir, "parent 1000 socks5 127.0.0.1 1080\n");
+    out.assert_cfg_error(&dir.cfg_path(), 1, "parent");
+    let out = start_expect_fail(&dir, "allow *\nparent 1000 socks9 127.0.0.1 1080\n");
+    out.assert_cfg_error(&dir.cfg_path(), 2, "parent");
+}
+
+#[test]
+fn idle_chain_session_still_times_out() {
+    // The relay after a chain is the ordinary one: CONNECTION_LONG ends
+    // an idle session with 92 on every hop.
+    let origin = Origin::echo();
+    let (pa, pb) = (free_port(), free_port());
+    let (_b, _log_b) = hop(
+        "pidle_b",
+        &format!("timeouts 1 5 30 60 180 2\n{}", socks_on(pb)),
+        pb,
+    );
+    let a_cfg = format!(
+        "timeouts 1 5 30 60 180 2\nallow *\nparent 1000 socks5 127.0.0.1 {pb}\n{}",
+        tcppm_on(pa, origin.port())
+    );
+    let (_a, log_a) = hop("pidle_a", &a_cfg, pa);
+    let mut s = connect(localhost(pa));
+    echo_roundtrip(&mut s, b"x");
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    assert_eq!(read_until_closed(&mut s).unwrap(), b"");
+    expect_log_line(&log_a, "TCPPM 00092 1 - 127.0.0.1");
+}
