@@ -205,6 +205,67 @@ pub fn authorize(svc: &Service, req: &Request<'_>) -> Result<Grant, Res> {
 
 /// [`authorize`] on a policy, at a given time (for tests).
 pub fn authorize_policy(p: &Policy, req: &Request<'_>, now: SystemTime) -> Result<Grant, Res> {
+    admit(p, req, now, true)
+}
+
+/// What a session was admitted with, kept to check it again after a
+/// reload (`force`, 3proxy's default): the session goes on only if the
+/// service's new policy still allows it. Limits are not taken again.
+#[derive(Debug, Clone)]
+pub struct Recheck {
+    key: String,
+    op: Option<Op>,
+    client: Option<SocketAddr>,
+    local: Option<SocketAddr>,
+    host: Option<String>,
+    addr: Option<IpAddr>,
+    port: u16,
+    user: Option<String>,
+    password: Option<String>,
+}
+
+impl Recheck {
+    pub fn new(svc: &Service, req: &Request<'_>) -> Recheck {
+        Recheck {
+            key: svc.key.clone(),
+            op: req.op,
+            client: req.client,
+            local: req.local,
+            host: req.host.map(str::to_string),
+            addr: req.addr,
+            port: req.port,
+            user: req.user.map(str::to_string),
+            password: req.password.map(str::to_string),
+        }
+    }
+
+    /// Check again against the settings now serving this session's
+    /// listener. A listener the reload removed, or `noforce` in the new
+    /// cfg, leaves the session alone.
+    pub fn run(&self) -> Result<(), Res> {
+        let Some(now) = crate::running::current(&self.key) else {
+            return Ok(());
+        };
+        if !now.access.force {
+            return Ok(());
+        }
+        let req = Request {
+            op: self.op,
+            client: self.client,
+            local: self.local,
+            host: self.host.as_deref(),
+            addr: self.addr,
+            port: self.port,
+            user: self.user.as_deref(),
+            password: self.password.as_deref(),
+        };
+        admit(&now.access, &req, SystemTime::now(), false).map(|_| ())
+    }
+}
+
+/// Authenticate and walk the ACL; then, with `with_limits`, take the
+/// session's limits (connlim slot, bandwidth, counters).
+fn admit(p: &Policy, req: &Request<'_>, now: SystemTime, with_limits: bool) -> Result<Grant, Res> {
     let host = req.host.map(acl::normalize_host);
     let (wday, daysec) = if p.timed || p.limits.timed() {
         local_clock(now)
@@ -305,7 +366,7 @@ pub fn authorize_policy(p: &Policy, req: &Request<'_>, now: SystemTime) -> Resul
     if cache_user.is_some() {
         q.user = cache_user.as_deref();
     }
-    let limits = p.limits.start(&q)?;
+    let limits = if with_limits { p.limits.start(&q)? } else { None };
     Ok(Grant {
         nolog: allowed.nolog,
         weight: allowed.weight,

@@ -325,6 +325,8 @@ fn reload(cmdline_name: &str, ops: &mut conf::ops_cmds::Ops) {
             Err(e) => ::log::error!("reload: cannot start {what}: {e}"),
         }
     }
+    // Sessions admitted under the old cfg are checked again (`force`).
+    running::bump_generation();
     // pid file and privileges as the new cfg says (daemon never forks
     // twice); the new cfg's monitors replace the old ones.
     if let Err(e) = state.ops.after_load() {

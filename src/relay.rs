@@ -29,6 +29,7 @@ use nix::errno::Errno;
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 
 use crate::limit::{Permit, Session};
+use crate::access::Recheck;
 use crate::net::Stream;
 use crate::res::Res;
 use crate::services::{Grace, DEFAULT_BUFSIZE};
@@ -72,6 +73,19 @@ pub fn relay_with(
     opts: &RelayOpts,
     limits: Option<&Session>,
 ) -> Outcome {
+    relay_checked(cli, srv, opts, limits, None)
+}
+
+/// [`relay_with`], and after every reload that takes effect, `recheck`
+/// decides whether the session may go on (`force`); a refusal ends it with
+/// the refusal's code. The check happens when data next moves.
+pub fn relay_checked(
+    cli: &Stream,
+    srv: &Stream,
+    opts: &RelayOpts,
+    limits: Option<&Session>,
+    recheck: Option<&Recheck>,
+) -> Outcome {
     let limits = limits.filter(|l| l.shapes());
     if cli.set_nonblocking(true).is_err() || srv.set_nonblocking(true).is_err() {
         return Outcome {
@@ -82,10 +96,10 @@ pub fn relay_with(
     }
     if opts.splice {
         let mk = || SplicePipe::new(opts.bufsize);
-        run(cli, srv, mk(), mk(), opts, limits)
+        run(cli, srv, mk(), mk(), opts, limits, recheck)
     } else {
         let mk = || CopyBuf::new(opts.bufsize);
-        run(cli, srv, mk(), mk(), opts, limits)
+        run(cli, srv, mk(), mk(), opts, limits, recheck)
     }
 }
 
@@ -441,11 +455,24 @@ fn run<C: Channel>(
     s2c: C,
     opts: &RelayOpts,
     limits: Option<&Session>,
+    recheck: Option<&Recheck>,
 ) -> Outcome {
     let mut up = Dir::new(c2s, cli, srv, Side::Client);
     let mut down = Dir::new(s2c, srv, cli, Side::Server);
     let idle_ms = opts.idle.as_millis().min(i32::MAX as u128) as i32;
+    let mut generation = crate::running::generation();
     let res = loop {
+        if let Some(check) = recheck {
+            // One relaxed load per pass; the check itself runs only after
+            // a reload.
+            let now = crate::running::generation();
+            if now != generation {
+                generation = now;
+                if let Err(res) = check.run() {
+                    break res;
+                }
+            }
+        }
         let moved = match (up.step(opts.grace, limits), down.step(opts.grace, limits)) {
             (Ok(a), Ok(b)) => a || b,
             (Err((side, e)), _) | (_, Err((side, e))) => break error_res(side, e, &up, &down),

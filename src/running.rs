@@ -9,7 +9,7 @@
 //! flag and shuts its socket down, which wakes the blocked accept().
 
 use std::os::fd::{AsFd, OwnedFd};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use crate::services::Service;
@@ -60,6 +60,25 @@ impl Running {
 }
 
 static REGISTRY: Mutex<Vec<Arc<Running>>> = Mutex::new(Vec::new());
+
+/// Bumped by every reload that took effect; relays compare it with the
+/// value they started with to know when to check their session again.
+static GENERATION: AtomicU64 = AtomicU64::new(0);
+
+pub fn generation() -> u64 {
+    GENERATION.load(Ordering::Relaxed)
+}
+
+/// A reload took effect.
+pub fn bump_generation() {
+    GENERATION.fetch_add(1, Ordering::Relaxed);
+}
+
+/// The settings now serving the socket with this key, if it still runs.
+pub fn current(key: &str) -> Option<Arc<Service>> {
+    let reg = REGISTRY.lock().unwrap_or_else(|e| e.into_inner());
+    reg.iter().find(|r| r.key == key).map(|r| r.current())
+}
 
 /// Every serving socket.
 pub fn all() -> Vec<Arc<Running>> {

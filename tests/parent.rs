@@ -77,7 +77,8 @@ fn tcppm_through_a_socks5_parent() {
 #[test]
 fn socks_through_socks5_plus_then_socks4_three_processes() {
     // client -socks5h-> A -socks5+-> B -socks4-> C -> origin. A passes
-    // the name on; B resolves it (socks4 has no names); C connects.
+    // the name on; B resolves it (socks4 has no names); C connects. A
+    // socks4 parent is sent the user id "anonymous", as 3proxy does.
     let origin = http_origin("127.0.0.1:0");
     let (pa, pb, pc) = (free_port(), free_port(), free_port());
     let (_c, log_c) = hop("p3_c", &socks_on(pc), pc);
@@ -101,7 +102,10 @@ fn socks_through_socks5_plus_then_socks4_three_processes() {
     let port = origin.port();
     expect_log_line(&log_a, &format!("SOCK5 00000 1 - CONNECT localhost:{port}"));
     expect_log_line(&log_b, &format!("SOCK5 00000 1 - CONNECT localhost:{port}"));
-    expect_log_line(&log_c, &format!("SOCK4 00000 0 - CONNECT 127.0.0.1:{port}"));
+    expect_log_line(
+        &log_c,
+        &format!("SOCK4 00000 0 anonymous CONNECT 127.0.0.1:{port}"),
+    );
 }
 
 #[test]
@@ -124,7 +128,10 @@ fn one_process_two_hops_in_one_chain() {
     expect_log_line(&log_b, &format!("SOCK5 00000 0 - CONNECT 127.0.0.1:{pc}"));
     expect_log_line(
         &log_c,
-        &format!("SOCK4 00000 0 - CONNECT 127.0.0.1:{}", origin.port()),
+        &format!(
+            "SOCK4 00000 0 anonymous CONNECT 127.0.0.1:{}",
+            origin.port()
+        ),
     );
 }
 
@@ -167,6 +174,7 @@ fn connect_and_connect_plus_parents_through_our_http_proxy() {
     s.read_exact(&mut r).unwrap();
     assert_eq!(r[..2], [5, 0]);
     echo_roundtrip(&mut s, b"by name over CONNECT");
+    drop(s);
     read_log_line(&log_b, "the CONNECT by name", |l| {
         l.contains(&format!("CONNECT localhost:{}", origin.port()))
     });

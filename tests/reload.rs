@@ -190,3 +190,52 @@ fn config_names_the_file_a_reload_reads() {
         proxy.stderr()
     );
 }
+
+/// A session admitted by the old ACL, after a reload whose ACL denies it:
+/// with `force` (the default) it is cut when data next moves, and logged
+/// with the refusal's code; with `noforce` it goes on.
+fn recheck_case(name: &str, noforce: bool) -> (bool, Proxy) {
+    let dir = Dir::new(name);
+    let origin = Origin::echo();
+    let p1 = free_port();
+    let svc = format!("tcppm -i127.0.0.1 {p1} 127.0.0.1 {}\n", origin.port());
+    let text = cfg(&dir, &format!("allow *\n{svc}"));
+    let proxy = Proxy::start(dir, &text, &[Listen::Tcp(localhost(p1))]);
+    let mut s = connect(localhost(p1));
+    echo_roundtrip(&mut s, b"before");
+    let deny = cfg(
+        &proxy.dir,
+        &format!("{}deny *\n{svc}", if noforce { "noforce\n" } else { "" }),
+    );
+    proxy.dir.write("3proxy.cfg", &deny);
+    proxy.signal("USR1");
+    // The reload has happened when a new client is refused (closed
+    // without an echo).
+    let refused = || {
+        let Ok(mut n) = TcpStream::connect(localhost(p1)) else { return true };
+        set_timeouts(&n, IO_TIMEOUT);
+        let _ = n.write_all(b"ping");
+        let mut b = [0u8; 4];
+        n.read_exact(&mut b).is_err()
+    };
+    assert!(wait_for(refused, START_TIMEOUT), "the new ACL never took effect");
+    let _ = s.write_all(b"after");
+    let mut buf = [0u8; 5];
+    let alive = matches!(s.read_exact(&mut buf), Ok(())) && &buf == b"after";
+    (alive, proxy)
+}
+
+#[test]
+fn force_cuts_sessions_the_new_acl_denies() {
+    let (alive, proxy) = recheck_case("reload_force", false);
+    assert!(!alive, "the denied session went on");
+    read_log_line(&proxy.dir.join("access.log"), "TCPPM with code 1 and data", |l| {
+        l.starts_with("TCPPM ") && l.contains(" 00001 ") && !l.ends_with(" 0 0")
+    });
+}
+
+#[test]
+fn noforce_lets_sessions_finish() {
+    let (alive, _proxy) = recheck_case("reload_noforce", true);
+    assert!(alive, "noforce: the session should go on");
+}

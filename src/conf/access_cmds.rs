@@ -223,9 +223,6 @@ mod tests {
         assert_eq!(st.access.acl.len(), 1);
         assert!(run(&["nolog"]).unwrap_err().contains("must follow"));
         assert!(run(&["allow * nonsense"]).is_err());
-        assert!(run(&["redirect 1.2.3.4 80 *"])
-            .unwrap_err()
-            .contains("not supported yet"));
     }
 
     #[test]

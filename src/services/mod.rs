@@ -284,6 +284,8 @@ impl ServiceOpts {
 /// its own options. Shared read-only by its acceptor and clients.
 pub struct Service {
     pub def: &'static ServiceDef,
+    /// The key of its listening socket (`running`), across reloads.
+    pub key: String,
     pub opts: ServiceOpts,
     pub timeouts: Timeouts,
     pub maxconn: u32,
@@ -435,7 +437,8 @@ pub fn prepare(state: &State, args: &[String]) -> Result<Prepared, String> {
             Some(r) => r.current().listen.clone(),
             None => listen,
         };
-        let svc = build(def, opts, state, listen, target, dialer, log, logformat, stack);
+        let mut svc = build(def, opts, state, listen, target, dialer, log, logformat, stack);
+        svc.key.clone_from(&key);
         return Ok(Prepared { svc: Arc::new(svc), socket: None, reuse, key });
     }
     let socket = if udp {
@@ -458,7 +461,8 @@ pub fn prepare(state: &State, args: &[String]) -> Result<Prepared, String> {
         _ => listen,
     };
 
-    let svc = build(def, opts, state, listen, target, dialer, log, logformat, stack);
+    let mut svc = build(def, opts, state, listen, target, dialer, log, logformat, stack);
+    svc.key.clone_from(&key);
     Ok(Prepared { svc: Arc::new(svc), socket: Some(socket), reuse: None, key })
 }
 
@@ -476,6 +480,7 @@ fn build(
 ) -> Service {
     Service {
         def,
+        key: String::new(),
         family: opts.family.unwrap_or_default(),
         bufsize: opts.bufsize.unwrap_or(DEFAULT_BUFSIZE),
         opts,

@@ -4,12 +4,12 @@
 
 use std::net::SocketAddr;
 
-use crate::access::{self, Grant, Op, Request};
+use crate::access::{self, Grant, Op, Recheck, Request};
 use crate::client::Client;
 use crate::conf::Timeouts;
 use crate::net::{resolve, Target};
 use crate::parent;
-use crate::relay::{relay_with, RelayOpts};
+use crate::relay::{relay_checked, RelayOpts};
 use crate::res::Res;
 
 /// The client thread's work for one tcppm client.
@@ -31,8 +31,8 @@ pub fn serve(c: &mut Client) {
         Target::Name(host, port) => resolve(host, *port, svc.family).map(Some),
         Target::Unix(_) | Target::Abstract(_) => Ok(None),
     };
-    let allowed = dst.and_then(|d| authorize(c, target, d).map(|g| (d, g)));
-    let (dst, grant) = match allowed {
+    let allowed = dst.and_then(|d| authorize(c, target, d));
+    let ((dst, grant), recheck) = match allowed {
         Ok(x) => x,
         Err(res) => {
             c.res = res;
@@ -57,7 +57,7 @@ pub fn serve(c: &mut Client) {
         bufsize: svc.bufsize,
         grace: svc.opts.grace,
     };
-    let out = relay_with(&c.cli, &srv, &opts, grant.limits.as_deref());
+    let out = relay_checked(&c.cli, &srv, &opts, grant.limits.as_deref(), Some(&recheck));
     c.res = out.res;
     c.bytes_out = out.out;
     c.bytes_in = out.inb;
@@ -67,7 +67,11 @@ pub fn serve(c: &mut Client) {
 /// Ask the access layer for op CONNECT to the mapped destination. tcppm
 /// has no protocol to say no in: a refused client is closed, and the log
 /// record carries the code.
-fn authorize(c: &mut Client, target: &Target, dst: Option<SocketAddr>) -> Result<Grant, Res> {
+fn authorize(
+    c: &mut Client,
+    target: &Target,
+    dst: Option<SocketAddr>,
+) -> Result<((Option<SocketAddr>, Grant), Recheck), Res> {
     let svc = c.svc().clone();
     let req = Request {
         op: Some(Op::Connect),
@@ -88,7 +92,7 @@ fn authorize(c: &mut Client, target: &Target, dst: Option<SocketAddr>) -> Result
     if grant.user.is_some() {
         c.user.clone_from(&grant.user);
     }
-    Ok(grant)
+    Ok(((dst, grant), Recheck::new(&svc, &req)))
 }
 
 /// Connect to an IP destination, through the grant's parents if it has
