@@ -196,22 +196,11 @@ pub fn svc_record(svc: &Service, what: &str) {
         _ => None,
     };
     let rec = crate::logformat::LogRecord {
-        service: svc.def.log_name,
         listen_port: svc.port(),
-        res: 0,
-        user: None,
         client: listen,
         local: listen,
-        ext: None,
-        remote: None,
-        req: None,
-        req_host: None,
-        bytes_in: 0,
-        bytes_out: 0,
-        hops: 0,
         text: &text,
-        start: now,
-        now,
+        ..crate::logformat::LogRecord::blank(svc.def.log_name, now)
     };
     crate::log::emit(sink, &svc.logformat, &rec);
 }

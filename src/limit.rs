@@ -656,6 +656,12 @@ fn dumper() -> &'static Dumper {
     })
 }
 
+/// Write every changed counter record now (at exit; sessions still open
+/// count what they moved so far only when they end).
+pub fn flush_counters() {
+    dumper().flush();
+}
+
 /// How often changed counters reach the counter file.
 const DUMP_EVERY: Duration = Duration::from_secs(1);
 

@@ -402,25 +402,7 @@ fn file_name(name: &str, template: Option<&LogFormat>, p: Period, key: Key, star
 
 /// A record with nothing but a time, for expanding a file name template.
 fn template_record(t: i64) -> LogRecord<'static> {
-    let when = UNIX_EPOCH + Duration::from_secs(t.max(0) as u64);
-    LogRecord {
-        service: "",
-        listen_port: 0,
-        res: 0,
-        user: None,
-        client: None,
-        local: None,
-        ext: None,
-        remote: None,
-        req: None,
-        req_host: None,
-        bytes_in: 0,
-        bytes_out: 0,
-        hops: 0,
-        text: "",
-        start: when,
-        now: when,
-    }
+    LogRecord::blank("", UNIX_EPOCH + Duration::from_secs(t.max(0) as u64))
 }
 
 /// A log file, and its rotation.

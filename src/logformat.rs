@@ -206,6 +206,31 @@ impl Filter {
     }
 }
 
+impl<'a> LogRecord<'a> {
+    /// A record with nothing known but the service and the time: the
+    /// start of service events and of file name templates.
+    pub fn blank(service: &'a str, when: SystemTime) -> LogRecord<'a> {
+        LogRecord {
+            service,
+            listen_port: 0,
+            res: 0,
+            user: None,
+            client: None,
+            local: None,
+            ext: None,
+            remote: None,
+            req: None,
+            req_host: None,
+            bytes_in: 0,
+            bytes_out: 0,
+            hops: 0,
+            text: "",
+            start: when,
+            now: when,
+        }
+    }
+}
+
 /// A compiled `logformat` string.
 #[derive(Debug, Clone)]
 pub struct LogFormat {

@@ -47,8 +47,9 @@ pub fn finish(grace: Duration) {
     if left > 0 {
         log::info!("exiting with {left} sessions still open");
     }
-    // Traffic counters: limit.rs writes changed ones every second; a final
-    // dump goes here once it offers one.
+    // Traffic counters are written once a second; write the last changes
+    // now, so a stop loses none (3proxy can lose up to a minute).
+    crate::limit::flush_counters();
     crate::log::flush(LOG_FLUSH);
     crate::sys::process::remove_pidfile();
 }

@@ -398,3 +398,79 @@ fn idle_chain_session_still_times_out() {
     assert_eq!(read_until_closed(&mut s).unwrap(), b"");
     expect_log_line(&log_a, "TCPPM 00092 1 - 127.0.0.1");
 }
+
+#[test]
+fn ha_sends_a_proxy_header_to_the_next_hop() {
+    // A: ha, then a tcp parent B; B is a tcppm with -H, which takes the
+    // client address from the header.
+    let origin = Origin::echo();
+    let (pa, pb) = (free_port(), free_port());
+    let b_cfg = format!("tcppm -H -i127.0.0.1 {pb} 127.0.0.1 {}\n", origin.port());
+    let dir = Dir::new("pha_b");
+    let log_b = dir.join("access.log");
+    let cfg = format!("log {}\nlogformat \"L%N %E %C:%c\"\n{b_cfg}", p(&log_b));
+    let _b = Proxy::start(dir, &cfg, &[Listen::Tcp(localhost(pb))]);
+    let a_cfg = format!(
+        "allow *\nparent 1000 ha 0.0.0.0 0\nparent 1000 tcp 127.0.0.1 {pb}\n{}",
+        socks_on(pa)
+    );
+    let (_a, _log_a) = hop("pha_a", &a_cfg, pa);
+    let mut s = socks5_to(pa, 9);
+    let me = s.local_addr().unwrap();
+    echo_roundtrip(&mut s, b"with a PROXY header");
+    drop(s);
+    expect_log_line(&log_b, &format!("TCPPM 00000 {}:{}", me.ip(), me.port()));
+}
+
+#[test]
+fn extip_sets_the_source_address() {
+    let origin = Origin::echo();
+    let pa = free_port();
+    let a_cfg = format!(
+        "allow *\nparent 1000 extip 127.0.0.2 0\n{}",
+        tcppm_on(pa, origin.port())
+    );
+    let (_a, _log_a) = hop("pext_a", &a_cfg, pa);
+    let mut s = connect(localhost(pa));
+    echo_roundtrip(&mut s, b"from 127.0.0.2");
+    let peers = origin.peers();
+    assert!(
+        peers.iter().any(|a| a.ip().to_string() == "127.0.0.2"),
+        "{peers:?}"
+    );
+}
+
+#[test]
+fn redirect_sends_socks_clients_to_the_http_parent_as_tcp() {
+    // For services other than `proxy` an `http` parent is a plain relay.
+    let origin = Origin::echo();
+    let pa = free_port();
+    let a_cfg = format!("redirect 127.0.0.1 {}\n{}", origin.port(), socks_on(pa));
+    let (_a, log_a) = hop("predir_a", &a_cfg, pa);
+    let mut s = socks5_to(pa, 9);
+    echo_roundtrip(&mut s, b"redirected");
+    drop(s);
+    expect_log_line(&log_a, "SOCK5 00000 1 - CONNECT 127.0.0.1:9");
+}
+
+#[test]
+fn bind_skips_an_allow_with_parents() {
+    // 3proxy cannot chain a BIND: the entry with parents is passed over
+    // and the next one decides.
+    let pa = free_port();
+    let a_cfg = format!(
+        "allow *\nparent 1000 socks5 127.0.0.1 9\ndeny *\n{}",
+        socks_on(pa)
+    );
+    let (_a, log_a) = hop("pbind_a", &a_cfg, pa);
+    let mut s = connect(localhost(pa));
+    s.write_all(&[5, 1, 0]).unwrap();
+    let mut r = [0u8; 2];
+    s.read_exact(&mut r).unwrap();
+    s.write_all(&[5, 2, 0, 1, 0, 0, 0, 0, 0, 0]).unwrap();
+    assert_eq!(
+        read_until_closed(&mut s).unwrap(),
+        [5, 2, 0, 1, 0, 0, 0, 0, 0, 0]
+    );
+    read_log_line(&log_a, "code 1", |l| l.starts_with("SOCK5 00001"));
+}
