@@ -787,3 +787,31 @@ fn bind_control_close_ends_the_wait() {
     assert_closed_after(&mut ctl, b"");
     read_log_line(&log, "with code 460", |l| l.starts_with("SOCK5 00460"));
 }
+
+#[test]
+fn udp_denied_destination_is_dropped_and_the_association_goes_on() {
+    let (echo, other) = (UdpEcho::start(), UdpEcho::start());
+    let pre = format!("allow * * 127.0.0.1 {}\ndeny *\n", echo.port());
+    let (_proxy, port, log) = start("udp_acl", &pre, "");
+    let client = udp_client();
+    let (ctl, relay) = associate(port, &client);
+    let mut buf = [0u8; 256];
+    client
+        .send_to(&udp_datagram(localhost(echo.port()), b"allowed"), relay)
+        .unwrap();
+    let (n, _) = client.recv_from(&mut buf).unwrap();
+    assert!(buf[..n].ends_with(b"allowed"));
+    client
+        .send_to(&udp_datagram(localhost(other.port()), b"denied"), relay)
+        .unwrap();
+    client
+        .send_to(&udp_datagram(localhost(echo.port()), b"again"), relay)
+        .unwrap();
+    let (n, _) = client.recv_from(&mut buf).unwrap();
+    assert!(buf[..n].ends_with(b"again"), "{:?}", &buf[..n]);
+    assert!(other.sources().is_empty(), "the denied datagram was sent");
+    read_log_line(&log, "the refused destination", |l| {
+        l == format!("SOCK5 00001 - UDPMAP 127.0.0.1:{}", other.port())
+    });
+    drop(ctl);
+}

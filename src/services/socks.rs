@@ -543,6 +543,7 @@ fn udp_associate(c: &mut Client, ask: &Ask) -> Result<(), Res> {
         client_ip,
         client_port,
         mode: svc.opts.udp_mode.unwrap_or(UDP_LOG | UDP_AUTH),
+        nolog: grant.nolog,
         last: None,
     };
     c.res = u.run(c, ask);
@@ -558,6 +559,8 @@ struct Udp {
     /// Fixed by the request or by the first datagram.
     client_port: Option<u16>,
     mode: u32,
+    /// `nolog` on the association's ACL entry: no per-destination records.
+    nolog: bool,
     /// The current destination, where it resolved to, and whether it was
     /// allowed.
     last: Option<(Dest, SocketAddr, bool)>,
@@ -632,6 +635,15 @@ impl Udp {
         }
     }
 
+    /// Write a record for the destination so far; the association's own
+    /// record still comes when it ends.
+    fn record(&self, c: &mut Client) {
+        if !self.nolog {
+            c.log_record();
+            c.logged = false;
+        }
+    }
+
     /// Where a datagram for `dest` goes, or None to drop it. A new
     /// destination is resolved and, per `-U`, authorized and logged; the
     /// first one always is both.
@@ -645,8 +657,7 @@ impl Udp {
         let left_allowed = self.last.as_ref().is_some_and(|l| l.2);
         if left_allowed && self.mode & UDP_LOG != 0 {
             // The record of the destination we leave.
-            c.log_record();
-            c.logged = false;
+            self.record(c);
         }
         let addr = resolve_dest(c, &dest);
         let ok = match addr {
@@ -668,8 +679,7 @@ impl Udp {
             Err(res) => {
                 if self.mode & UDP_LOG != 0 || first {
                     c.res = res;
-                    c.log_record();
-                    c.logged = false;
+                    self.record(c);
                 }
                 false
             }
