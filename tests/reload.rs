@@ -239,3 +239,41 @@ fn noforce_lets_sessions_finish() {
     let (alive, _proxy) = recheck_case("reload_noforce", true);
     assert!(alive, "noforce: the session should go on");
 }
+
+#[test]
+fn force_cuts_socks_sessions_too() {
+    let dir = Dir::new("reload_force_socks");
+    let origin = Origin::echo();
+    let p1 = free_port();
+    let svc = format!("socks -i127.0.0.1 -p{p1}\n");
+    let text = cfg(&dir, &format!("auth iponly\nallow *\n{svc}"));
+    let proxy = Proxy::start(dir, &text, &[Listen::Tcp(localhost(p1))]);
+    let mut s = connect(localhost(p1));
+    // SOCKS5, no authentication, CONNECT 127.0.0.1:origin.
+    s.write_all(&[5, 1, 0]).unwrap();
+    let mut hello = [0u8; 2];
+    s.read_exact(&mut hello).unwrap();
+    assert_eq!(hello, [5, 0]);
+    let port = origin.port().to_be_bytes();
+    s.write_all(&[5, 1, 0, 1, 127, 0, 0, 1, port[0], port[1]]).unwrap();
+    let mut reply = [0u8; 10];
+    s.read_exact(&mut reply).unwrap();
+    assert_eq!(reply[1], 0, "CONNECT granted");
+    echo_roundtrip(&mut s, b"before");
+    proxy.dir.write("3proxy.cfg", &cfg(&proxy.dir, &format!("auth iponly\ndeny *\n{svc}")));
+    proxy.signal("USR1");
+    let refused = || {
+        let Ok(mut n) = TcpStream::connect(localhost(p1)) else { return true };
+        set_timeouts(&n, IO_TIMEOUT);
+        let _ = n.write_all(&[5, 1, 0]);
+        let _ = n.read_exact(&mut [0u8; 2]);
+        let _ = n.write_all(&[5, 1, 0, 1, 127, 0, 0, 1, port[0], port[1]]);
+        let mut r = [0u8; 10];
+        n.read_exact(&mut r).is_err() || r[1] != 0
+    };
+    assert!(wait_for(refused, START_TIMEOUT), "the new ACL never took effect");
+    let _ = s.write_all(b"after");
+    let mut buf = [0u8; 5];
+    let alive = matches!(s.read_exact(&mut buf), Ok(())) && &buf == b"after";
+    assert!(!alive, "the denied SOCKS session went on");
+}

@@ -24,12 +24,12 @@ use std::time::{Duration, Instant};
 
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 
-use crate::access::{self, Grant, Op, Request};
+use crate::access::{self, Grant, Op, Recheck, Request};
 use crate::client::Client;
 use crate::conf::Timeouts;
 use crate::net::{resolve, Stream};
 use crate::parent;
-use crate::relay::{relay_with, RelayOpts};
+use crate::relay::{relay_checked, RelayOpts};
 use crate::res::Res;
 use crate::socks::{
     choose_method, parse_udp_header, udp_header, v4_reply, v5_rep, v5_reply, Dest, ATYP_NAME,
@@ -338,6 +338,24 @@ fn authorize(
     access::authorize(c.svc(), &req)
 }
 
+/// What to check again after a reload (`force`) for a CONNECT or BIND.
+fn recheck(c: &Client, ask: &Ask, op: Op, dest: (&Dest, SocketAddr)) -> Recheck {
+    let req = Request {
+        op: Some(op),
+        client: c.client_addr,
+        local: c.local_addr,
+        host: match dest.0 {
+            Dest::Name(h, _) => Some(h.as_str()),
+            Dest::Addr(_) => None,
+        },
+        addr: Some(dest.1.ip()),
+        port: dest.0.port(),
+        user: ask.user.as_deref(),
+        password: ask.password.as_deref(),
+    };
+    Recheck::new(c.svc(), &req)
+}
+
 /// Keep what a grant says for the session: `nolog` drops its record.
 fn keep(c: &mut Client, grant: &Grant) {
     c.logged |= grant.nolog;
@@ -383,11 +401,12 @@ fn connect(c: &mut Client, ask: &Ask) -> Result<(), Res> {
     c.ext_addr = srv.local_addr();
     let bnd = nat(svc.opts.nat_ext, c.ext_addr);
     reply(c, ask.ver, Res::OK, bnd);
-    run_relay(c, srv, Timeouts::CONNECTION_LONG, &grant);
+    let again = recheck(c, ask, Op::Connect, (&ask.dest, dst));
+    run_relay(c, srv, Timeouts::CONNECTION_LONG, &grant, &again);
     Ok(())
 }
 
-fn run_relay(c: &mut Client, srv: Stream, idle_slot: usize, grant: &Grant) {
+fn run_relay(c: &mut Client, srv: Stream, idle_slot: usize, grant: &Grant, again: &Recheck) {
     let svc = c.svc().clone();
     let opts = RelayOpts {
         idle: svc.timeouts.get(idle_slot),
@@ -396,7 +415,7 @@ fn run_relay(c: &mut Client, srv: Stream, idle_slot: usize, grant: &Grant) {
         bufsize: svc.bufsize,
         grace: svc.opts.grace,
     };
-    let out = relay_with(&c.cli, &srv, &opts, grant.limits.as_deref());
+    let out = relay_checked(&c.cli, &srv, &opts, grant.limits.as_deref(), Some(again));
     c.res = out.res;
     c.bytes_out = out.out;
     c.bytes_in = out.inb;
@@ -441,7 +460,8 @@ fn bind(c: &mut Client, ask: &Ask) -> Result<(), Res> {
     match accept_peer(c, &l, want) {
         Ok(srv) => {
             reply(c, ask.ver, Res::OK, srv.peer_addr());
-            run_relay(c, srv, Timeouts::CONNECTION_SHORT, &grant);
+            let again = recheck(c, ask, Op::Bind, (&ask.dest, want));
+            run_relay(c, srv, Timeouts::CONNECTION_SHORT, &grant, &again);
         }
         Err(res) => {
             c.res = res;
