@@ -94,12 +94,19 @@ impl Client {
     }
 
     fn write_record(&self) {
+        self.write_record_as(self.res, self.bytes_out, self.bytes_in, self.start);
+    }
+
+    /// A record with this session's fields but the given result, byte
+    /// counts and start: `logdump`'s intermediate records, written while
+    /// the relay holds the sockets.
+    pub fn write_record_as(&self, res: Res, bytes_out: u64, bytes_in: u64, start: SystemTime) {
         let svc = self.slot.service();
         let Some(sink) = &svc.log else { return };
         let rec = LogRecord {
             service: self.service_name.unwrap_or(svc.def.log_name),
             listen_port: svc.port(),
-            res: self.res.0,
+            res: res.0,
             user: self.user.as_deref(),
             client: self.client_addr,
             local: self.local_addr,
@@ -107,11 +114,11 @@ impl Client {
             remote: self.remote_addr,
             req: self.req_addr,
             req_host: self.req_host.as_deref(),
-            bytes_in: self.bytes_in,
-            bytes_out: self.bytes_out,
+            bytes_in,
+            bytes_out,
             hops: self.hops,
             text: &self.text,
-            start: self.start,
+            start,
             now: SystemTime::now(),
         };
         crate::log::emit(sink, &svc.logformat, &rec);

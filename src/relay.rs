@@ -86,6 +86,47 @@ pub fn relay_checked(
     limits: Option<&Session>,
     recheck: Option<&Recheck>,
 ) -> Outcome {
+    relay_hooked(
+        cli,
+        srv,
+        opts,
+        Hooks {
+            limits,
+            recheck,
+            dump: None,
+        },
+    )
+}
+
+/// What a relay does besides moving bytes. All optional.
+#[derive(Default)]
+pub struct Hooks<'a> {
+    /// Bandwidth limits and traffic quotas of the session.
+    pub limits: Option<&'a Session>,
+    /// Check the session again after a reload (`force`).
+    pub recheck: Option<&'a Recheck>,
+    /// `logdump`: intermediate log records.
+    pub dump: Option<Dump<'a>>,
+}
+
+/// `logdump`: when a direction has moved this many bytes since the last
+/// record (0: never), `write(out, in)` writes a record of the bytes since
+/// then; the outcome then counts only what came after the last record.
+pub struct Dump<'a> {
+    /// Bytes client to server.
+    pub out_at: u64,
+    /// Bytes server to client.
+    pub in_at: u64,
+    pub write: &'a mut dyn FnMut(u64, u64),
+}
+
+/// The relay with every hook.
+pub fn relay_hooked(cli: &Stream, srv: &Stream, opts: &RelayOpts, hooks: Hooks<'_>) -> Outcome {
+    let Hooks {
+        limits,
+        recheck,
+        dump,
+    } = hooks;
     let limits = limits.filter(|l| l.shapes());
     if cli.set_nonblocking(true).is_err() || srv.set_nonblocking(true).is_err() {
         return Outcome {
@@ -96,10 +137,10 @@ pub fn relay_checked(
     }
     if opts.splice {
         let mk = || SplicePipe::new(opts.bufsize);
-        run(cli, srv, mk(), mk(), opts, limits, recheck)
+        run(cli, srv, mk(), mk(), opts, limits, recheck, dump)
     } else {
         let mk = || CopyBuf::new(opts.bufsize);
-        run(cli, srv, mk(), mk(), opts, limits, recheck)
+        run(cli, srv, mk(), mk(), opts, limits, recheck, dump)
     }
 }
 
@@ -354,10 +395,13 @@ impl<'a, C: Channel> Dir<'a, C> {
     }
 
     /// Move what can move without blocking. Ok(true) if anything happened.
+    /// `stop_at`: return once this many bytes have been delivered in all,
+    /// so the caller can write a `logdump` record at that point.
     fn step(
         &mut self,
         grace: Option<Grace>,
         limits: Option<&Session>,
+        stop_at: u64,
     ) -> Result<bool, (Side, Errno)> {
         let mut progress = false;
         loop {
@@ -416,6 +460,9 @@ impl<'a, C: Channel> Dir<'a, C> {
                 return Ok(progress);
             }
             progress = true;
+            if self.bytes >= stop_at {
+                return Ok(true);
+            }
         }
     }
 
@@ -456,8 +503,11 @@ fn run<C: Channel>(
     opts: &RelayOpts,
     limits: Option<&Session>,
     recheck: Option<&Recheck>,
+    mut dump: Option<Dump<'_>>,
 ) -> Outcome {
     let mut up = Dir::new(c2s, cli, srv, Side::Client);
+    // Bytes each way already reported by `logdump` records.
+    let mut dumped = (0u64, 0u64);
     let mut down = Dir::new(s2c, srv, cli, Side::Server);
     let idle_ms = opts.idle.as_millis().min(i32::MAX as u128) as i32;
     let mut generation = crate::running::generation();
@@ -473,10 +523,27 @@ fn run<C: Channel>(
                 }
             }
         }
-        let moved = match (up.step(opts.grace, limits), down.step(opts.grace, limits)) {
+        // With `logdump`, each direction stops at its next record's size.
+        let stop = |d: Option<&Dump<'_>>, at: fn(&Dump<'_>) -> u64, done: u64| match d {
+            Some(d) if at(d) > 0 => done + at(d),
+            _ => u64::MAX,
+        };
+        let up_stop = stop(dump.as_ref(), |d| d.out_at, dumped.0);
+        let down_stop = stop(dump.as_ref(), |d| d.in_at, dumped.1);
+        let moved = match (
+            up.step(opts.grace, limits, up_stop),
+            down.step(opts.grace, limits, down_stop),
+        ) {
             (Ok(a), Ok(b)) => a || b,
             (Err((side, e)), _) | (_, Err((side, e))) => break error_res(side, e, &up, &down),
         };
+        if let Some(d) = dump.as_mut().filter(|_| moved) {
+            let (o, i) = (up.bytes - dumped.0, down.bytes - dumped.1);
+            if (d.out_at > 0 && o >= d.out_at) || (d.in_at > 0 && i >= d.in_at) {
+                (d.write)(o, i);
+                dumped = (up.bytes, down.bytes);
+            }
+        }
         if (up.quota_hit && !up.ch.pending()) || (down.quota_hit && !down.ch.pending()) {
             // 3proxy's code for a traffic limit reached mid-session.
             break Res(10);
@@ -523,8 +590,8 @@ fn run<C: Channel>(
     };
     Outcome {
         res,
-        out: up.bytes,
-        inb: down.bytes,
+        out: up.bytes - dumped.0,
+        inb: down.bytes - dumped.1,
     }
 }
 

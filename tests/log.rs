@@ -242,3 +242,56 @@ fn g_stamps_utc_and_other_letters_local_time() {
         "L must stamp local time (TZ=XXX-5): {local:?} vs {utc:?}"
     );
 }
+
+/// `logdump IN OUT`: a session that moves more than IN bytes from the
+/// server writes a record each time, and the final record counts only
+/// what came after the last one, so the records add up to the session.
+#[test]
+fn logdump_writes_intermediate_records() {
+    let dir = Dir::new("logdump");
+    let log = dir.join("access.log");
+    let total: u64 = 8 * BLOCK as u64;
+    let (origin, _rx) = Origin::hash_sink(total, 3);
+    let port = free_port();
+    let cfg = format!(
+        "log {}\nlogformat \"L%N %E %O %I\"\nlogdump 100000 0\n{}",
+        p(&log),
+        tcppm("", port, origin.port())
+    );
+    let _proxy = Proxy::start(dir, &cfg, &[Listen::Tcp(localhost(port))]);
+    let mut s = connect(localhost(port));
+    s.write_all(b"hello").unwrap();
+    s.shutdown(Shutdown::Write).unwrap();
+    let got = hash_to_eof(&mut s).unwrap();
+    assert_eq!(got.bytes, total);
+    drop(s);
+    // The session's records: those with data (the readiness probe's
+    // record has none).
+    let mut records = Vec::new();
+    let done = wait_for(
+        || {
+            records = log_lines(&log)
+                .into_iter()
+                .filter(|l| l.starts_with("TCPPM 00000 ") && !l.ends_with(" 0 0"))
+                .collect();
+            let sum: u64 = records
+                .iter()
+                .map(|l| l.rsplit(' ').next().unwrap().parse::<u64>().unwrap())
+                .sum();
+            sum == total
+        },
+        LOG_TIMEOUT,
+    );
+    assert!(done, "records do not add up to {total}: {records:?}");
+    assert!(records.len() >= 3, "want at least two intermediate records: {records:?}");
+    let inb: Vec<u64> = records
+        .iter()
+        .map(|l| l.rsplit(' ').next().unwrap().parse().unwrap())
+        .collect();
+    assert!(inb[..inb.len() - 1].iter().all(|&n| n >= 100_000), "{records:?}");
+    let outb: u64 = records
+        .iter()
+        .map(|l| l.split(' ').nth(2).unwrap().parse::<u64>().unwrap())
+        .sum();
+    assert_eq!(outb, 5, "client bytes counted once: {records:?}");
+}

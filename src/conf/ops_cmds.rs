@@ -270,11 +270,6 @@ pub fn h_logdump(state: &mut State, args: &[String]) -> Result<(), String> {
         None => 0,
     };
     state.ops.logdump = LogDump { srv, cli };
-    if srv > 0 || cli > 0 {
-        // Kept for the relay hook; until then the cfg still loads and each
-        // session gets its one record at the end.
-        log::warn!("logdump: intermediate log records are not written yet by this version of 3proxy; sessions are logged when they end");
-    }
     Ok(())
 }
 

@@ -138,6 +138,16 @@ pub struct ServiceOpts {
     /// `-U[MODE]`: socks UDP, on a destination change: bit 1 log, bit 2
     /// authorize. None is the default, 3.
     pub udp_mode: Option<u32>,
+    /// `-r<host:port>`: connect-back client; dial out instead of listening
+    /// (see `crate::connectback`).
+    pub connect_to: Option<SocketAddr>,
+    /// `-R<host:port>`: connect-back listener; server sockets come from
+    /// back-connections accepted there.
+    pub back_listen: Option<SocketAddr>,
+    /// `-or`, `-oR`: options of the connect-back client and listening
+    /// sockets.
+    pub cb_client: SockOpts,
+    pub cb_listen: SockOpts,
     /// Options for later services, stored raw: `-h`, `-P`,
     /// `-c`, `-x`, `-X`, `-F`, `-T`.
     pub other: Vec<String>,
@@ -217,9 +227,8 @@ impl ServiceOpts {
                         "c" => o.oc = parsed,
                         "s" => o.os = parsed,
                         "l" => o.ol = parsed,
-                        "r" | "R" => {
-                            return Err(format!("'{a}': connect-back is not supported yet"))
-                        }
+                        "r" => o.cb_client = parsed,
+                        "R" => o.cb_listen = parsed,
                         _ => return Err(bad()),
                     }
                 }
@@ -271,7 +280,16 @@ impl ServiceOpts {
                 }
                 "h" | "P" | "c" | "x" | "X" | "F" | "T" => o.other.push(a.clone()),
                 "d" => o.daemon = true,
-                "r" | "R" => return Err(format!("'{a}': connect-back is not supported yet")),
+                "r" => {
+                    o.connect_to = Some(
+                        crate::connectback::parse_hostport(val).map_err(|e| format!("-r: {e}"))?,
+                    )
+                }
+                "R" => {
+                    o.back_listen = Some(
+                        crate::connectback::parse_hostport(val).map_err(|e| format!("-R: {e}"))?,
+                    )
+                }
                 "I" => return Err("'-I' (inetd mode) is not supported".into()),
                 _ => return Err(format!("unknown option '{a}'")),
             }
@@ -286,6 +304,9 @@ pub struct Service {
     pub def: &'static ServiceDef,
     /// The key of its listening socket (`running`), across reloads.
     pub key: String,
+    /// `logdump`: (client to server, server to client) bytes after which a
+    /// session in progress writes a record; 0 is off. Process-wide.
+    pub logdump: (u64, u64),
     pub opts: ServiceOpts,
     pub timeouts: Timeouts,
     pub maxconn: u32,
@@ -304,6 +325,8 @@ pub struct Service {
     pub left: Condvar,
     /// `auth`, ACL, users and limits as they stood at the service's line.
     pub access: crate::access::Policy,
+    /// `-R`: where server sockets come from (connect-back listener).
+    pub back_listener: Option<Arc<crate::connectback::BackListener>>,
 }
 
 impl Service {
@@ -349,6 +372,8 @@ impl std::fmt::Debug for Prepared {
 pub enum Bound {
     Stream(Listener),
     Datagram(UdpSocket),
+    /// `-r`: no socket to listen on; the service dials out.
+    Dial(crate::connectback::Wake),
 }
 
 /// Build a service from its cfg line and the state so far, and bind it.
@@ -481,6 +506,7 @@ fn build(
     Service {
         def,
         key: String::new(),
+        logdump: (0, 0),
         family: opts.family.unwrap_or_default(),
         bufsize: opts.bufsize.unwrap_or(DEFAULT_BUFSIZE),
         opts,

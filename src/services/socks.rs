@@ -29,7 +29,7 @@ use crate::client::Client;
 use crate::conf::Timeouts;
 use crate::net::{resolve, Stream};
 use crate::parent;
-use crate::relay::{relay_checked, RelayOpts};
+use crate::relay::RelayOpts;
 use crate::res::Res;
 use crate::socks::{
     choose_method, parse_udp_header, udp_header, v4_reply, v5_rep, v5_reply, Dest, ATYP_NAME,
@@ -415,7 +415,7 @@ fn run_relay(c: &mut Client, srv: Stream, idle_slot: usize, grant: &Grant, again
         bufsize: svc.bufsize,
         grace: svc.opts.grace,
     };
-    let out = relay_checked(&c.cli, &srv, &opts, grant.limits.as_deref(), Some(again));
+    let out = super::tcppm::relay_logged(c, &srv, &opts, grant.limits.as_deref(), again);
     c.res = out.res;
     c.bytes_out = out.out;
     c.bytes_in = out.inb;

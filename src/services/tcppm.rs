@@ -9,7 +9,7 @@ use crate::client::Client;
 use crate::conf::Timeouts;
 use crate::net::{resolve, Target};
 use crate::parent;
-use crate::relay::{relay_checked, RelayOpts};
+use crate::relay::{relay_hooked, Dump, Hooks, Outcome, RelayOpts};
 use crate::res::Res;
 
 /// The client thread's work for one tcppm client.
@@ -57,7 +57,7 @@ pub fn serve(c: &mut Client) {
         bufsize: svc.bufsize,
         grace: svc.opts.grace,
     };
-    let out = relay_checked(&c.cli, &srv, &opts, grant.limits.as_deref(), Some(&recheck));
+    let out = relay_logged(c, &srv, &opts, grant.limits.as_deref(), &recheck);
     c.res = out.res;
     c.bytes_out = out.out;
     c.bytes_in = out.inb;
@@ -150,4 +150,38 @@ pub fn read_proxy_header(c: &mut Client) -> bool {
             false
         }
     }
+}
+
+/// Relay the client's session with `srv` under its limits and recheck,
+/// writing `logdump` records while it runs; the start of the final record
+/// is the time of the last of them.
+pub fn relay_logged(
+    c: &mut Client,
+    srv: &crate::net::Stream,
+    opts: &RelayOpts,
+    limits: Option<&crate::limit::Session>,
+    recheck: &Recheck,
+) -> Outcome {
+    let (out_at, in_at) = c.svc().logdump;
+    let mut since = c.start;
+    let out = {
+        let client: &Client = c;
+        let mut write = |o: u64, i: u64| {
+            client.write_record_as(Res::OK, o, i, since);
+            since = std::time::SystemTime::now();
+        };
+        let dump = (out_at > 0 || in_at > 0).then_some(Dump {
+            out_at,
+            in_at,
+            write: &mut write,
+        });
+        let hooks = Hooks {
+            limits,
+            recheck: Some(recheck),
+            dump,
+        };
+        relay_hooked(&client.cli, srv, opts, hooks)
+    };
+    c.start = since;
+    out
 }
