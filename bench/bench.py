@@ -38,7 +38,7 @@ LOCK = "/run/threeproxy-bench.lock"
 NOFILE = 65536
 
 QUICK = {"seconds": 2, "warmup": 1, "runs": 1, "retries": 1, "quiet_wait": 5}
-FULL = {"seconds": 6, "warmup": 1, "runs": 3, "retries": 2, "quiet_wait": 20}
+FULL = {"seconds": 6, "warmup": 1, "runs": 3, "retries": 1, "quiet_wait": 10}
 
 
 def log(*a):
@@ -140,7 +140,7 @@ def parse_args(argv):
     p.add_argument("--proxy", help="comma-separated proxies: " + ", ".join(S.PROXIES))
     p.add_argument("--runs", type=int, help="runs per cell (quick 1, full 3)")
     p.add_argument("--seconds", type=float, help="measured seconds per cell (quick 2, full 6)")
-    p.add_argument("--retries", type=int, help="repeats of a disturbed cell (quick 1, full 2)")
+    p.add_argument("--retries", type=int, help="repeats of a disturbed cell (default 1)")
     p.add_argument("--out", default=os.path.join(HERE, "results"),
                    help="directory for the JSON (default bench/results)")
     p.add_argument("--build", action="store_true",

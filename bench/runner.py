@@ -210,10 +210,11 @@ class Session:
             if res["status"] != "ok":
                 best = best or res
                 break
+            frac = res.get("foreign_frac", 0.0)     # memory cells do not measure it
             if best is None or best["status"] != "ok" or \
-                    res["foreign_frac"] < best["foreign_frac"]:
+                    frac < best.get("foreign_frac", 0.0):
                 best = res
-            if res["foreign_frac"] <= DISTURBED:
+            if frac <= DISTURBED:
                 break
             if attempt < self.retries:
                 self.log("  disturbed: other processes used %.0f%% of a CPU (%s); again"

@@ -126,6 +126,48 @@ pub fn run(r: Arc<Running>, listener: Listener) {
     }
 }
 
+/// The body of a `-r` (connect-back) service's thread, in place of the
+/// accept loop: within `maxconn`, dial the `-R` side, wait for its `C`,
+/// and hand the connection to a client thread as if it had been accepted
+/// (see `crate::connectback`). A failed dial is retried after a pause that
+/// grows to a second, so a relay that is down is not hammered.
+pub fn run_dialing(r: Arc<Running>, wake: crate::connectback::Wake) {
+    let first = r.current();
+    let Kind::Tcp(serve) = first.def.kind else {
+        return;
+    };
+    let Some(to) = first.opts.connect_to else {
+        return;
+    };
+    drop(first);
+    let (tx, rx) = bounded::<Accepted>(0);
+    let mut last_warn = None;
+    let mut pause = Duration::from_millis(10);
+    while !r.stopped() {
+        let svc = r.current();
+        let Some(slot) = Slot::take(&svc, &mut last_warn) else {
+            continue;
+        };
+        match crate::connectback::dial(&svc, to, &wake) {
+            Ok((stream, peer)) => {
+                pause = Duration::from_millis(10);
+                dispatch(&svc, &tx, &rx, serve, Accepted { stream, peer, slot });
+            }
+            Err(crate::connectback::DialError::Stopped) => break,
+            Err(crate::connectback::DialError::Failed(why)) => {
+                drop(slot);
+                log::debug!("{} -r{to}: {why}", svc.def.name);
+                wake.sleep(pause);
+                pause = (pause * 2).min(Duration::from_secs(1));
+            }
+        }
+    }
+    let svc = r.current();
+    if !svc.opts.silent {
+        svc_record(&svc, "Exiting thread");
+    }
+}
+
 /// Hand a client to a waiting thread, or start one.
 fn dispatch(
     svc: &Arc<Service>,

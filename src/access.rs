@@ -111,8 +111,8 @@ pub struct Grant {
     /// The `parent` chain of the matching entry (empty: connect directly);
     /// pass it to `parent::connect`.
     pub parents: crate::parent::Parents,
-    /// The user name the auth cache supplied (`authcache ip`), when the
-    /// client gave none: the one to log.
+    /// The user name the auth cache (`authcache ip`) or `auth dnsname`
+    /// supplied: the one to log.
     pub user: Option<String>,
 }
 
@@ -135,6 +135,9 @@ pub struct Setup {
     /// How often each limit line has appeared so far (`limit` keeps a
     /// rule's state under its line and repetition, across reloads).
     pub seen: HashMap<String, usize>,
+    /// The index of the last ACL snapshot taken, reused by the next
+    /// service line while the ACL is unchanged.
+    index: std::sync::Mutex<Option<(Arc<Vec<Entry>>, Arc<acl::Index>)>>,
 }
 
 impl Default for Setup {
@@ -147,6 +150,7 @@ impl Default for Setup {
             force: true,
             cache: CacheConf::default(),
             seen: HashMap::new(),
+            index: std::sync::Mutex::default(),
         }
     }
 }
@@ -161,7 +165,19 @@ impl Setup {
         {
             CACHE_IN_USE.store(true, std::sync::atomic::Ordering::Relaxed);
         }
+        let index = {
+            let mut cached = self.index.lock().unwrap_or_else(|e| e.into_inner());
+            match &*cached {
+                Some((acl, ix)) if Arc::ptr_eq(acl, &self.acl) => ix.clone(),
+                _ => {
+                    let ix = Arc::new(acl::Index::build(&self.acl));
+                    *cached = Some((self.acl.clone(), ix.clone()));
+                    ix
+                }
+            }
+        };
         Policy {
+            index,
             cache: self.cache,
             auth: self.auth.clone(),
             timed: self.acl.iter().any(|e| e.rule.timed()),
@@ -178,6 +194,8 @@ impl Setup {
 pub struct Policy {
     pub auth: Vec<AuthType>,
     pub acl: Arc<Vec<Entry>>,
+    /// Finds the first matching entry of a long `acl` without a walk.
+    index: Arc<acl::Index>,
     /// Some ACL entry looks at the weekday or the time of day.
     timed: bool,
     pub users: Arc<RwLock<Users>>,
@@ -300,23 +318,40 @@ fn admit(p: &Policy, req: &Request<'_>, now: SystemTime, with_limits: bool) -> R
         now: secs,
     };
     let mut cache_user: Option<String> = None;
+    let mut dns_user: Option<String> = None;
     let mut worst = Res::OK;
     let mut allowed = None;
     for t in &p.auth {
         let step = match t {
             AuthType::None => Ok(Allowed::default()),
-            AuthType::IpOnly => check_acl(&p.acl, &Query { user: None, ..q }),
+            AuthType::IpOnly => check_acl(p, &Query { user: None, ..q }),
             // Once these authenticate, the ACL's answer is final.
             AuthType::UserOnly => match req.user {
-                Some(_) => Ok(check_acl(&p.acl, &q)?),
+                Some(_) => Ok(check_acl(p, &q)?),
                 None => Err(Res(4)),
             },
+            // 3proxy's `dnsauth`: no name, an unconfirmed name or no
+            // `nserver`/`authnserver` at all is code 3.
+            AuthType::DnsName => {
+                let name = q
+                    .src
+                    .and_then(|a| crate::resolve::dnsname(a.to_canonical()));
+                match name {
+                    Some(n) => {
+                        let user = Some(n.as_str());
+                        let r = check_acl(p, &Query { user, ..q });
+                        dns_user = Some(n);
+                        Ok(r?)
+                    }
+                    None => Err(Res(3)),
+                }
+            }
             AuthType::Strong => {
                 let users = p.users.read().unwrap_or_else(|e| e.into_inner());
                 match users.check(req.user, req.password) {
                     Ok(()) => {
                         drop(users);
-                        Ok(check_acl(&p.acl, &q)?)
+                        Ok(check_acl(p, &q)?)
                     }
                     Err(e) => Err(e),
                 }
@@ -330,7 +365,7 @@ fn admit(p: &Policy, req: &Request<'_>, now: SystemTime, with_limits: bool) -> R
                         Ok(Allowed::default())
                     } else {
                         let user = cache_user.as_deref().or(req.user);
-                        Ok(check_acl(&p.acl, &Query { user, ..q })?)
+                        Ok(check_acl(p, &Query { user, ..q })?)
                     }
                 }
                 Err(e) => Err(e),
@@ -363,23 +398,30 @@ fn admit(p: &Policy, req: &Request<'_>, now: SystemTime, with_limits: bool) -> R
         None => return Err(worst),
     };
     q.weight = allowed.weight;
-    if cache_user.is_some() {
-        q.user = cache_user.as_deref();
+    // A name found by `cache` or `dnsname` is the session's user name.
+    let found_user = cache_user.or(dns_user);
+    if found_user.is_some() {
+        q.user = found_user.as_deref();
     }
-    let limits = if with_limits { p.limits.start(&q)? } else { None };
+    let limits = if with_limits {
+        p.limits.start(&q)?
+    } else {
+        None
+    };
     Ok(Grant {
         nolog: allowed.nolog,
         weight: allowed.weight,
         limits,
         parents: allowed.parents,
-        user: cache_user,
+        user: found_user,
     })
 }
 
 /// Walk the ACL (3proxy's `checkACL`): empty allows, a `deny` gives 1, no
 /// match gives 3.
-fn check_acl(acl: &[Entry], q: &Query<'_>) -> Result<Allowed, Res> {
-    match acl::check(acl, q) {
+fn check_acl(p: &Policy, q: &Query<'_>) -> Result<Allowed, Res> {
+    let acl = &p.acl[..];
+    match acl::check_indexed(acl, &p.index, q) {
         Verdict::Empty => Ok(Allowed::default()),
         Verdict::NoMatch => Err(Res(3)),
         Verdict::Matched(i) => {
@@ -578,5 +620,36 @@ mod tests {
         let g = authorize_policy(&p, &req("10.0.0.1", None, None), SystemTime::now()).unwrap();
         assert!(g.nolog);
         assert_eq!(g.weight, 7);
+    }
+
+    #[test]
+    fn dnsname_without_a_name_server_is_code_3() {
+        // No `nserver`/`authnserver` in this process: no name, code 3 (as
+        // 3proxy's dnsauth), and the next type is tried.
+        let acl = vec![entry(Action::Allow, "host.test"), entry(Action::Allow, "-")];
+        let p = policy(&[AuthType::DnsName], acl.clone(), "");
+        assert_eq!(run(&p, &req("127.0.0.1", None, None)), Err(3));
+        let p = policy(&[AuthType::DnsName, IpOnly], acl, "");
+        assert_eq!(run(&p, &req("127.0.0.1", None, None)), Ok(()));
+    }
+
+    #[test]
+    fn a_long_acl_is_answered_through_its_index() {
+        let mut acl: Vec<Entry> = (0..5000u32)
+            .map(|i| {
+                let a = std::net::Ipv4Addr::from(0x0b00_0000 + i * 4);
+                entry(Action::Allow, &format!("* {a}/30"))
+            })
+            .collect();
+        acl.push(entry(Action::Deny, "* 10.0.0.0/8 * 25"));
+        acl.push(entry(Action::Allow, "alice 10.0.0.0/8"));
+        let p = policy(&[Strong], acl, "alice:pw bob:pw");
+        assert!(p.index.enabled());
+        assert_eq!(run(&p, &req("10.1.2.3", Some("alice"), Some("pw"))), Ok(()));
+        assert_eq!(run(&p, &req("10.1.2.3", Some("bob"), Some("pw"))), Err(3));
+        assert_eq!(run(&p, &req("11.0.0.5", Some("bob"), Some("pw"))), Ok(()));
+        let mut r = req("10.1.2.3", Some("alice"), Some("pw"));
+        r.port = 25;
+        assert_eq!(run(&p, &r), Err(1));
     }
 }

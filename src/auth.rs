@@ -24,6 +24,10 @@ pub enum AuthType {
     IpOnly,
     /// Any user name is accepted, then the ACL decides.
     UserOnly,
+    /// The client's forward-confirmed DNS name (PTR, then A/AAAA back to
+    /// the same address, through `authnserver` or the `nserver`s) becomes
+    /// the user name, then the ACL decides.
+    DnsName,
     /// User name and password checked against `users`, then the ACL.
     Strong,
     /// An authcache hit stands for authentication, then the ACL.
@@ -43,7 +47,8 @@ impl AuthType {
             "strong" => AuthType::Strong,
             "cache" => AuthType::Cache,
             "cacheacl" => AuthType::CacheAcl,
-            "dnsname" | "radius" => return Err(format!("auth type '{s}' is not supported yet")),
+            "dnsname" => AuthType::DnsName,
+            "radius" => return Err(format!("auth type '{s}' is not supported yet")),
             _ => return Err(format!("unknown auth type '{s}'")),
         })
     }
@@ -653,7 +658,8 @@ mod tests {
     #[test]
     fn auth_types() {
         assert_eq!(AuthType::parse("iponly"), Ok(AuthType::IpOnly));
-        assert!(AuthType::parse("dnsname")
+        assert_eq!(AuthType::parse("dnsname"), Ok(AuthType::DnsName));
+        assert!(AuthType::parse("radius")
             .unwrap_err()
             .contains("not supported yet"));
         assert!(AuthType::parse("bogus").unwrap_err().contains("unknown"));

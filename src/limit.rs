@@ -24,7 +24,7 @@ use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock, Weak};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
 use crate::acl::{Query, Rule};
 use crate::res::Res;
@@ -42,6 +42,9 @@ struct Rules {
     band_out: Vec<(Rule, Option<Arc<Bucket>>)>,
     count: Vec<(Rule, CountKind, Option<Arc<Counter>>)>,
     file: Option<Arc<CounterFile>>,
+    /// `counter FILE TYPE REPORTNAME`: how often a report is written, and
+    /// the name template of the report files.
+    report: Option<(Period, String)>,
     /// Some rule looks at the weekday or the time of day.
     timed: bool,
 }
@@ -99,7 +102,7 @@ pub struct Counter {
     pub number: u32,
     period: Period,
     limit: u64,
-    #[allow(dead_code)]
+    /// After the `/` of `N/comment`; shown in reports.
     comment: String,
     state: Mutex<CounterState>,
 }
@@ -109,10 +112,14 @@ struct CounterState {
     traf: u64,
     cleared: i64,
     updated: i64,
+    /// What `traf` was when it was last reset (not saved in the file):
+    /// the total of the period just ended, for a report.
+    prev: u64,
 }
 
-/// How often a counter starts again from 0.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// How often a counter starts again from 0. Ordered as 3proxy's
+/// ROTATION: a report lists the counters of its period or a longer one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Period {
     Minutely,
     Hourly,
@@ -134,6 +141,19 @@ impl Period {
             Some(b'M') => Period::Monthly,
             Some(b'Y') => Period::Annually,
             _ => Period::Never,
+        }
+    }
+
+    fn to_log(self) -> crate::log::Period {
+        use crate::log::Period as L;
+        match self {
+            Period::Minutely => L::Minute,
+            Period::Hourly => L::Hour,
+            Period::Daily => L::Day,
+            Period::Weekly => L::Week,
+            Period::Monthly => L::Month,
+            Period::Annually => L::Year,
+            Period::Never => L::Never,
         }
     }
 
@@ -165,6 +185,9 @@ impl Period {
 pub struct CounterFile {
     file: File,
     path: String,
+    /// The header's time of the last update when the file was opened
+    /// (0 for a new file).
+    updated: i64,
 }
 
 const HEADER_LEN: u64 = 16;
@@ -184,6 +207,7 @@ impl CounterFile {
             .open(path)
             .map_err(|e| format!("{path}: {e}"))?;
         let mut h = [0u8; HEADER_LEN as usize];
+        let mut updated = 0;
         if file.read_exact_at(&mut h, 0).is_ok() {
             if &h[..4] != SIGNATURE {
                 return Err(format!("{path}: not a counter file"));
@@ -192,10 +216,12 @@ impl CounterFile {
             if !(0..MAX_TIME).contains(&t) {
                 return Err(format!("{path}: invalid or corrupted counter file"));
             }
+            updated = t;
         }
         Ok(CounterFile {
             file,
             path: path.to_string(),
+            updated,
         })
     }
 
@@ -213,6 +239,7 @@ impl CounterFile {
             traf: u64::from_ne_bytes(word(0)),
             cleared: i64::from_ne_bytes(word(8)),
             updated: i64::from_ne_bytes(word(16)),
+            prev: 0,
         };
         if !(0..MAX_TIME).contains(&st.cleared) || !(0..MAX_TIME).contains(&st.updated) {
             return Err(format!(
@@ -240,11 +267,10 @@ impl CounterFile {
     }
 }
 
+/// Unix seconds, on the clock of the log rotation (which a test may move
+/// forward, see `log::clock`): counter periods and reports follow it.
 fn unix_now() -> i64 {
-    SystemTime::now()
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .map(|d| d.as_secs() as i64)
-        .unwrap_or(0)
+    crate::log::clock()
 }
 
 /// State shared across reloads: one object per distinct cfg line.
@@ -310,9 +336,11 @@ impl Limits {
         }
     }
 
-    /// `counter FILE`.
-    pub fn set_counter_file(&self, f: CounterFile) {
-        self.write().file = Some(Arc::new(f));
+    /// `counter FILE [TYPE REPORTNAME]`.
+    pub fn set_counter_file(&self, f: CounterFile, report: Option<(Period, String)>) {
+        let mut r = self.write();
+        r.file = Some(Arc::new(f));
+        r.report = report;
     }
 
     /// `countin|countout|countall N[/comment] PERIOD MB rule...`. The
@@ -342,6 +370,7 @@ impl Limits {
                         traf: 0,
                         cleared: unix_now(),
                         updated: 0,
+                        prev: 0,
                     })),
                 }))
             }
@@ -514,9 +543,20 @@ impl Counter {
 
     fn roll(&self, st: &mut CounterState, now: i64) {
         if self.period != Period::Never && self.period.changed(st.cleared, now) {
+            st.prev = st.traf;
             st.traf = 0;
             st.cleared = now;
         }
+    }
+
+    /// One report line (3proxy's format: the number, the bytes, then ` #`
+    /// and the comment). `last` is when the reported period was last seen
+    /// running: a counter reset since then reports its total before the
+    /// reset.
+    fn report_line(&self, last: i64) -> String {
+        let st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let traf = if st.cleared > last { st.prev } else { st.traf };
+        format!("{:05} {:020} #{}\n", self.number, traf, self.comment)
     }
 
     fn add(&self, n: u64, now: i64) -> CounterState {
@@ -698,9 +738,113 @@ impl Dumper {
     }
 }
 
+/// The text of a report of period `min` that was last seen running at
+/// `last`: one line per counter rule of that period or a longer one, in
+/// cfg order.
+fn report_text(
+    count: &[(Rule, CountKind, Option<Arc<Counter>>)],
+    min: Period,
+    last: i64,
+) -> String {
+    count
+        .iter()
+        .filter_map(|(_, _, c)| c.as_ref())
+        .filter(|c| c.period >= min)
+        .map(|c| c.report_line(last))
+        .collect()
+}
+
+/// Writes the `counter` reports and resets the counters whose period has
+/// ended, once a second, for the cfg that last named a report (3proxy does
+/// this in its once-a-minute counter dump).
+struct Reporter {
+    state: Mutex<ReportState>,
+    started: AtomicBool,
+}
+
+struct ReportState {
+    limits: Weak<Limits>,
+    /// The last tick (3proxy's counter header time): a report is due when
+    /// now is in another period than this.
+    last: i64,
+}
+
+fn reporter() -> &'static Reporter {
+    static R: OnceLock<Reporter> = OnceLock::new();
+    R.get_or_init(|| Reporter {
+        state: Mutex::new(ReportState {
+            limits: Weak::new(),
+            last: 0,
+        }),
+        started: AtomicBool::new(false),
+    })
+}
+
+/// Make `limits` (a cfg with `counter FILE TYPE REPORTNAME`) the one whose
+/// reports are written, starting the report thread if need be.
+pub fn start_reports(limits: &Arc<Limits>) {
+    let r = reporter();
+    {
+        let mut st = r.state.lock().unwrap_or_else(|e| e.into_inner());
+        st.limits = Arc::downgrade(limits);
+        if st.last == 0 {
+            // A new process goes on from the file's last update, so a
+            // period that ended while it was down is still reported.
+            st.last = limits.read().file.as_ref().map_or(0, |f| f.updated);
+            if st.last == 0 {
+                st.last = unix_now();
+            }
+        }
+    }
+    if !r.started.swap(true, Ordering::AcqRel) {
+        let spawned = std::thread::Builder::new()
+            .name("reports".into())
+            .spawn(|| loop {
+                std::thread::sleep(Duration::from_secs(1));
+                reporter().tick(unix_now());
+            });
+        if let Err(e) = spawned {
+            log::error!("cannot start the counter report writer: {e}");
+            r.started.store(false, Ordering::Release);
+        }
+    }
+}
+
+impl Reporter {
+    fn tick(&self, now: i64) {
+        let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(limits) = st.limits.upgrade() else {
+            return;
+        };
+        let r = limits.read();
+        if let Some((period, name)) = &r.report {
+            if st.last > 0 && period.changed(st.last, now) {
+                let path = crate::log::period_file_name(name, period.to_log(), st.last);
+                let text = report_text(&r.count, *period, st.last);
+                if let Err(e) = std::fs::write(&path, text) {
+                    log::error!("counter report {path}: {e}");
+                }
+            }
+        }
+        // Counters whose period ended start again now, in the file too.
+        for c in r.count.iter().filter_map(|(_, _, c)| c.as_ref()) {
+            let mut cs = c.state.lock().unwrap_or_else(|e| e.into_inner());
+            let before = cs.cleared;
+            c.roll(&mut cs, now);
+            if cs.cleared != before && c.number > 0 {
+                if let Some(f) = &r.file {
+                    dumper().mark(f, c, *cs);
+                }
+            }
+        }
+        st.last = now;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::path::Path;
 
     fn rule(line: &str) -> Rule {
         let f: Vec<String> = line.split_whitespace().map(String::from).collect();
@@ -899,6 +1043,7 @@ mod tests {
             traf: 12345,
             cleared: 1_700_000_000,
             updated: 1_700_000_100,
+            prev: 0,
         };
         f.write(3, st, 1_700_000_200).unwrap();
         let bytes = std::fs::read(&path).unwrap();
@@ -916,6 +1061,71 @@ mod tests {
         assert!(CounterFile::open(p)
             .unwrap_err()
             .contains("not a counter file"));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn reports_list_counters_of_their_period_or_longer() {
+        let dir = std::env::temp_dir().join(format!("threeproxy-report-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let _ = std::fs::remove_file(dir.join("c"));
+        let l = Arc::new(Limits::default());
+        let report = dir.join("rep").to_str().unwrap().to_string();
+        l.set_counter_file(
+            CounterFile::open(dir.join("c").to_str().unwrap()).unwrap(),
+            Some((Period::Daily, report.clone())),
+        );
+        let mb = 1 << 20;
+        for (key, n, comment, period, src) in [
+            ("test-rep h", 1, "hourly", Period::Hourly, "* 10.0.0.1"),
+            ("test-rep d", 2, "daily", Period::Daily, "* 10.0.0.2"),
+            ("test-rep m", 0, "", Period::Monthly, "* 10.0.0.3"),
+        ] {
+            l.add_counter(
+                key,
+                CountKind::All,
+                Some((n, comment.to_string(), period, 100 * mb)),
+                rule(src),
+            )
+            .unwrap();
+        }
+        l.add_counter("test-rep no", CountKind::NoOut, None, rule("*"))
+            .unwrap();
+        // A noon, so that an hour on is the same day and a day on is not.
+        let tm = crate::sys::time::local(1_700_000_000);
+        let noon = 1_700_000_000 - i64::from(tm.hour) * 3600 + 12 * 3600;
+        for (src, n) in [("10.0.0.1", 111), ("10.0.0.2", 222), ("10.0.0.3", 333)] {
+            let s = l.start(&q(src)).unwrap().unwrap();
+            for c in s.count_in.iter() {
+                c.state.lock().unwrap().cleared = noon;
+                c.add(n, noon);
+            }
+            // Its drop would count (nothing) on today's clock.
+            std::mem::forget(s);
+        }
+        let r = Reporter {
+            state: Mutex::new(ReportState {
+                limits: Arc::downgrade(&l),
+                last: noon,
+            }),
+            started: AtomicBool::new(true),
+        };
+        r.tick(noon + 3600);
+        let name = crate::log::period_file_name(&report, crate::log::Period::Day, noon);
+        assert!(
+            name.starts_with(&report) && name.len() == report.len() + 11,
+            "{name}"
+        );
+        assert!(!Path::new(&name).exists(), "same day: no report yet");
+        r.tick(noon + 86400);
+        let text = std::fs::read_to_string(&name).unwrap();
+        assert_eq!(
+            text,
+            "00002 00000000000000000222 #daily\n00000 00000000000000000333 #\n",
+        );
+        // The daily counter started again; the monthly one maybe, too.
+        let c = l.read().count[1].2.clone().unwrap();
+        assert_eq!(c.traffic(), 0);
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -268,7 +268,7 @@ fn warn_limited(msg: &str) {
 /// The rotation clock: Unix seconds, plus the test offset when the
 /// [`CLOCK_OFFSET_ENV`] hook is set (read at every check, so a test can
 /// move time while the proxy runs).
-fn clock() -> i64 {
+pub(crate) fn clock() -> i64 {
     let now = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_secs() as i64)
@@ -398,6 +398,15 @@ fn file_name(name: &str, template: Option<&LogFormat>, p: Period, key: Key, star
         Period::Hour => format!("{name}.{y:04}.{mo:02}.{d:02}-{h:02}"),
         Period::Minute => format!("{name}.{y:04}.{mo:02}.{d:02}-{h:02}.{mi:02}"),
     }
+}
+
+/// The name of a period's file, as for a `log` file of period `p`, for
+/// the period containing `t` (a `%` template is expanded at `t` itself).
+/// For the `counter` reports.
+pub(crate) fn period_file_name(name: &str, p: Period, t: i64) -> String {
+    let template = name.contains('%').then(|| LogFormat::template(name));
+    let (key, _) = period_of(p, t);
+    file_name(name, template.as_ref(), p, key, t)
 }
 
 /// A record with nothing but a time, for expanding a file name template.

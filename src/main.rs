@@ -30,6 +30,7 @@ mod acl;
 mod auth;
 mod client;
 mod conf;
+mod connectback;
 mod crypt;
 mod http;
 mod limit;

@@ -253,6 +253,10 @@ pub struct Dialer {
     pub netns: Option<PathBuf>,
     pub opts: SockOpts,
     pub timeout: Duration,
+    /// IP_FREEBIND on the source address: bind to an address this host
+    /// does not (yet) have (`extip` parents, e.g. a random address of an
+    /// IPv6 prefix routed to the host).
+    pub freebind: bool,
 }
 
 impl Dialer {
@@ -270,6 +274,13 @@ impl Dialer {
         let src = if dst.is_ipv4() { self.ext4 } else { self.ext6 };
         if let Some(ip) = src {
             if !ip.is_unspecified() {
+                if self.freebind {
+                    let _ = if ip.is_ipv4() {
+                        sock.set_freebind(true)
+                    } else {
+                        sock.set_freebind_ipv6(true)
+                    };
+                }
                 sock.bind(&SockAddr::from(SocketAddr::new(ip, 0)))
                     .map_err(|_| Res::BIND)?;
             }

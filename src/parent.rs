@@ -224,6 +224,37 @@ impl Hop {
     }
 }
 
+// --- Local redirection --------------------------------------------------
+
+thread_local! {
+    /// Set while this thread serves a client handed over by a local
+    /// redirection (3proxy's `param->redirected` on the second pass).
+    static REDIRECTED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Marks the current thread's client as locally redirected until dropped.
+pub struct Redirected(bool);
+
+impl Redirected {
+    pub fn enter() -> Redirected {
+        Redirected(REDIRECTED.with(|r| r.replace(true)))
+    }
+}
+
+impl Drop for Redirected {
+    fn drop(&mut self) {
+        let was = self.0;
+        REDIRECTED.with(|r| r.set(was));
+    }
+}
+
+/// 3proxy's rule for the handler a client was redirected to: an ACL entry
+/// whose first parent is a local redirection (`0.0.0.0 0`) is skipped, so
+/// the request is not sent round the same redirection again.
+pub fn skip_on_redirect(parents: &[Hop]) -> bool {
+    REDIRECTED.with(|r| r.get()) && parents.first().is_some_and(Hop::is_local)
+}
+
 /// Choose the hops of one attempt (3proxy's `handleredirect` loop).
 /// `rand` gives uniformly random numbers; only their value mod 1000 is
 /// used.
@@ -345,12 +376,63 @@ pub fn connect(svc: &Service, parents: &[Hop], want: &Want<'_>) -> Result<Route,
     let mut last = Res(60);
     for _ in 0..RETRIES.load(Ordering::Relaxed).max(1) {
         let hops = pick(parents, &mut random);
-        match attempt(&svc.dialer, chain_to, &hops, want, &mut random) {
-            Ok(r) => return Ok(r),
+        match attempt(&svc.dialer, chain_to, &hops, want, &mut random, false) {
+            Ok(Reached::Route(r)) => return Ok(r),
+            Ok(Reached::Udp(_)) => return Err(Res(30)),
             Err(e) => last = e,
         }
     }
     Err(last)
+}
+
+/// A UDP association made with the chain's last hop (a `socks5` or
+/// `socks5+` parent): the control connection runs through the hops before
+/// it like a CONNECT chain, and the datagrams, each with its SOCKS5 UDP
+/// header, go straight to the relay address the last hop gave.
+#[derive(Debug)]
+pub struct UdpChain {
+    /// The association lives as long as this connection.
+    pub control: Stream,
+    /// The parent's UDP relay.
+    pub relay: SocketAddr,
+    /// Parents taken (`%h`).
+    pub hops: u32,
+    /// The source address an `extip` hop set, if any.
+    pub source: Option<IpAddr>,
+}
+
+/// Negotiate a UDP ASSOCIATE through `parents` (3proxy's UDP chaining,
+/// one UDP hop): Ok(None) when the pick took no hop (relay directly).
+/// Err 70 when the last hop cannot relay UDP (not `socks5`/`socks5+`, a
+/// `tcp`/`http` parent, a local redirection).
+pub fn udp_associate(
+    svc: &Service,
+    parents: &[Hop],
+    want: &Want<'_>,
+) -> Result<Option<UdpChain>, Res> {
+    if parents.is_empty() {
+        return Ok(None);
+    }
+    let chain_to = svc.timeouts.get(Timeouts::CHAIN);
+    let mut last = Res(70);
+    for _ in 0..RETRIES.load(Ordering::Relaxed).max(1) {
+        let hops = pick(parents, &mut random);
+        match attempt(&svc.dialer, chain_to, &hops, want, &mut random, true) {
+            Ok(Reached::Udp(u)) => return Ok(u),
+            Ok(Reached::Route(_)) => return Err(Res(70)),
+            // Not a failure another pick would mend the same way, but a
+            // pick may take another type: try again like any failure.
+            Err(e) => last = e,
+        }
+    }
+    Err(last)
+}
+
+/// What one attempt reached.
+enum Reached {
+    Route(Route),
+    /// UDP mode: the association, or None for no hop.
+    Udp(Option<UdpChain>),
 }
 
 /// The credentials a hop sends: its own, the client's for `*`, or none.
@@ -379,7 +461,8 @@ fn attempt(
     hops: &[&Hop],
     want: &Want<'_>,
     rand: &mut impl FnMut() -> u32,
-) -> Result<Route, Res> {
+    udp: bool,
+) -> Result<Reached, Res> {
     let mut source: Option<IpAddr> = None;
     let mut ha = false;
     let mut count = 0u32;
@@ -388,6 +471,10 @@ fn attempt(
     for &h in hops {
         if h.counts() {
             count += 1;
+        }
+        if udp && matches!(h.kind, Kind::Tcp | Kind::Http) {
+            // They end the chain with a byte stream: no UDP there.
+            return Err(Res(70));
         }
         if at.is_none() {
             match h.kind {
@@ -399,12 +486,13 @@ fn attempt(
                     ha = true;
                     continue;
                 }
+                _ if h.is_local() && udp => return Err(Res(70)),
                 _ if h.is_local() => {
-                    return Ok(Route::Local {
+                    return Ok(Reached::Route(Route::Local {
                         kind: h.kind,
                         hops: count,
                         credentials: credentials(h, want)?,
-                    });
+                    }));
                 }
                 _ => {}
             }
@@ -435,12 +523,36 @@ fn attempt(
             negotiate(prev, s, chain_to, &next, want)?;
             at = Some((at.take().map(|(s, _)| s).ok_or(Res(30))?, h));
         }
-        // `tcp` and `http` parents end the chain.
+        // `tcp` and `http` parents end the chain (and cannot carry UDP).
         if let Some((_, last)) = &at {
             if matches!(last.kind, Kind::Tcp | Kind::Http) {
                 break;
             }
         }
+    }
+    if udp {
+        let Some((control, last)) = at else {
+            // No hop (an `extip` alone does not apply to UDP).
+            return Ok(Reached::Udp(None));
+        };
+        if !matches!(last.kind, Kind::Socks5 | Kind::Socks5Plus) {
+            return Err(Res(70));
+        }
+        let creds = credentials(last, want)?;
+        let _ = control.set_timeout(Some(chain_to));
+        let mut relay = socks5_udp(&control, creds.as_ref())?;
+        if relay.ip().is_unspecified() {
+            // "Same address as the control connection" (RFC 1928 leaves
+            // it open; most servers mean their own address).
+            relay.set_ip(last.addr.ip());
+        }
+        let _ = control.set_timeout(None);
+        return Ok(Reached::Udp(Some(UdpChain {
+            control,
+            relay,
+            hops: count,
+            source,
+        })));
     }
     let Some((stream, last)) = at else {
         // No hop picked: straight to the destination.
@@ -449,12 +561,12 @@ fn attempt(
         if ha {
             send_proxy_header(&s, chain_to, want)?;
         }
-        return Ok(Route::Stream(Chain {
+        return Ok(Reached::Route(Route::Stream(Chain {
             stream: s,
             hops: count,
             http_parent: false,
             credentials: None,
-        }));
+        })));
     };
     let mut credentials_out = None;
     if matches!(last.kind, Kind::Tcp | Kind::Http) {
@@ -463,12 +575,12 @@ fn attempt(
         let dest = want.dest(last.kind.sends_name())?;
         negotiate(last, &stream, chain_to, &dest, want)?;
     }
-    Ok(Route::Stream(Chain {
+    Ok(Reached::Route(Route::Stream(Chain {
         stream,
         hops: count,
         http_parent: last.kind == Kind::Http,
         credentials: credentials_out,
-    }))
+    })))
 }
 
 /// Dial `addr`, from `source` if an `extip` set one.
@@ -477,6 +589,8 @@ fn dial(dialer: &Dialer, source: Option<IpAddr>, addr: SocketAddr) -> Result<Str
         None => dialer.connect_ip(addr),
         Some(ip) => {
             let mut d = dialer.clone();
+            // An `extip` address need not be configured here (yet).
+            d.freebind = true;
             if ip.is_ipv4() {
                 d.ext4 = Some(ip);
             } else {
@@ -644,12 +758,8 @@ fn socks4_connect(
     Ok(())
 }
 
-fn socks5_connect(
-    s: &Stream,
-    dest: &Dest,
-    creds: Option<&(String, String)>,
-    short: bool,
-) -> Result<(), Res> {
+/// The SOCKS5 greeting and, if the parent picks it, RFC 1929.
+fn socks5_hello(s: &Stream, creds: Option<&(String, String)>) -> Result<(), Res> {
     send(s, &socks::v5_greeting(creds.is_some()), 51)?;
     let mut r = [0u8; 4];
     recv(s, &mut r[..2], 52)?;
@@ -667,6 +777,17 @@ fn socks5_connect(
         }
         _ => return Err(Res(54)),
     }
+    Ok(())
+}
+
+fn socks5_connect(
+    s: &Stream,
+    dest: &Dest,
+    creds: Option<&(String, String)>,
+    short: bool,
+) -> Result<(), Res> {
+    socks5_hello(s, creds)?;
+    let mut r = [0u8; 4];
     send(s, &socks::v5_request(socks::CMD_CONNECT, dest)?, 51)?;
     recv(s, &mut r, 57)?;
     if r[0] != 5 {
@@ -686,6 +807,42 @@ fn socks5_connect(
     }
     let mut skip = [0u8; 257];
     recv(s, &mut skip[..rest], 59)
+}
+
+/// UDP ASSOCIATE at a SOCKS5 parent, from any address (0.0.0.0:0, as
+/// 3proxy asks); the reply's address is the parent's UDP relay.
+fn socks5_udp(s: &Stream, creds: Option<&(String, String)>) -> Result<SocketAddr, Res> {
+    socks5_hello(s, creds)?;
+    let any = Dest::Addr(SocketAddr::new(
+        IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED),
+        0,
+    ));
+    send(s, &socks::v5_request(socks::CMD_UDP, &any)?, 51)?;
+    let mut r = [0u8; 4];
+    recv(s, &mut r, 57)?;
+    if r[0] != 5 {
+        return Err(Res(53));
+    }
+    if r[1] != 0 {
+        return Err(Res(60 + u32::from(r[1] % 10)));
+    }
+    let mut a = [0u8; 18];
+    let ip = match r[3] {
+        socks::ATYP_V4 => {
+            recv(s, &mut a[..6], 59)?;
+            IpAddr::from([a[0], a[1], a[2], a[3]])
+        }
+        socks::ATYP_V6 => {
+            recv(s, &mut a, 59)?;
+            let mut o = [0u8; 16];
+            o.copy_from_slice(&a[..16]);
+            a.copy_within(16..18, 4);
+            IpAddr::from(o)
+        }
+        // A relay given by name cannot be used.
+        _ => return Err(Res(58)),
+    };
+    Ok(SocketAddr::new(ip, u16::from_be_bytes([a[4], a[5]])))
 }
 
 /// base64 of `user:password`, for `Proxy-Authorization: Basic`.
@@ -889,6 +1046,24 @@ mod tests {
             proxy_v1_line("[::1]:5".parse().unwrap(), "[::2]:10".parse().unwrap()),
             "PROXY TCP6 ::1 ::2 5 10\r\n"
         );
+    }
+
+    #[test]
+    fn extip_sources_bind_with_freebind() {
+        // 192.0.2.1 (TEST-NET-1) is not an address of this host: a plain
+        // bind fails (12); with IP_FREEBIND the bind succeeds and only the
+        // connect fails, as the peer cannot answer that address.
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let to = l.local_addr().unwrap();
+        let src: IpAddr = "192.0.2.1".parse().unwrap();
+        let plain = Dialer {
+            ext4: Some(src),
+            timeout: Duration::from_millis(300),
+            ..Dialer::default()
+        };
+        assert_eq!(plain.connect_ip(to).unwrap_err(), Res::BIND);
+        let r = dial(&plain, Some(src), to);
+        assert_ne!(r.map(|_| ()).unwrap_err(), Res::BIND);
     }
 
     #[test]

@@ -59,14 +59,8 @@ pub struct Outcome {
 }
 
 /// Relay between `cli` and `srv` until both directions have ended, the
-/// session times out, or an error occurs. `early` is data already read from
-/// the client that must reach the server first.
-pub fn relay(cli: &Stream, srv: &Stream, opts: &RelayOpts) -> Outcome {
-    relay_with(cli, srv, opts, None)
-}
-
-/// [`relay`] under a session's limits (bandwidth, traffic quota), as
-/// `access::authorize` granted them.
+/// session times out, or an error occurs, under a session's limits
+/// (bandwidth, traffic quota) as `access::authorize` granted them.
 pub fn relay_with(
     cli: &Stream,
     srv: &Stream,
@@ -121,13 +115,8 @@ pub struct Dump<'a> {
 }
 
 /// The relay with every hook.
-pub fn relay_hooked(cli: &Stream, srv: &Stream, opts: &RelayOpts, hooks: Hooks<'_>) -> Outcome {
-    let Hooks {
-        limits,
-        recheck,
-        dump,
-    } = hooks;
-    let limits = limits.filter(|l| l.shapes());
+pub fn relay_hooked(cli: &Stream, srv: &Stream, opts: &RelayOpts, mut hooks: Hooks<'_>) -> Outcome {
+    hooks.limits = hooks.limits.filter(|l| l.shapes());
     if cli.set_nonblocking(true).is_err() || srv.set_nonblocking(true).is_err() {
         return Outcome {
             res: Res::POLL,
@@ -137,10 +126,10 @@ pub fn relay_hooked(cli: &Stream, srv: &Stream, opts: &RelayOpts, hooks: Hooks<'
     }
     if opts.splice {
         let mk = || SplicePipe::new(opts.bufsize);
-        run(cli, srv, mk(), mk(), opts, limits, recheck, dump)
+        run(cli, srv, mk(), mk(), opts, hooks)
     } else {
         let mk = || CopyBuf::new(opts.bufsize);
-        run(cli, srv, mk(), mk(), opts, limits, recheck, dump)
+        run(cli, srv, mk(), mk(), opts, hooks)
     }
 }
 
@@ -501,10 +490,13 @@ fn run<C: Channel>(
     c2s: C,
     s2c: C,
     opts: &RelayOpts,
-    limits: Option<&Session>,
-    recheck: Option<&Recheck>,
-    mut dump: Option<Dump<'_>>,
+    hooks: Hooks<'_>,
 ) -> Outcome {
+    let Hooks {
+        limits,
+        recheck,
+        mut dump,
+    } = hooks;
     let mut up = Dir::new(c2s, cli, srv, Side::Client);
     // Bytes each way already reported by `logdump` records.
     let mut dumped = (0u64, 0u64);

@@ -351,3 +351,271 @@ fn countout_stops_a_session_and_the_counter_file_survives_a_restart() {
     expect_record(&log, 10, "127.0.0.2");
     drop(client);
 }
+
+/// A DNS server on 127.0.0.1 that answers PTR and A questions from two
+/// tables; stops when dropped.
+struct PtrDns {
+    port: u16,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl PtrDns {
+    /// `ptr`: (reverse name, host name); `a`: (host name, IPv4 address).
+    fn start(ptr: &[(&str, &str)], a: &[(&str, &str)]) -> PtrDns {
+        use simple_dns::rdata::{RData, A, PTR};
+        use simple_dns::{Name, Packet, ResourceRecord, CLASS, QTYPE, RCODE, TYPE};
+        use std::sync::atomic::Ordering;
+
+        let sock = std::net::UdpSocket::bind("127.0.0.1:0").expect("bind test DNS");
+        sock.set_read_timeout(Some(Duration::from_millis(100)))
+            .unwrap();
+        let port = sock.local_addr().unwrap().port();
+        let ptr: Vec<(String, String)> = ptr
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        let a: Vec<(String, std::net::Ipv4Addr)> = a
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.parse().unwrap()))
+            .collect();
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let halt = stop.clone();
+        thread::spawn(move || {
+            let mut buf = [0u8; 2048];
+            while !halt.load(Ordering::SeqCst) {
+                let Ok((n, from)) = sock.recv_from(&mut buf) else {
+                    continue;
+                };
+                let Ok(q) = Packet::parse(&buf[..n]) else {
+                    continue;
+                };
+                let [question] = q.questions.as_slice() else {
+                    continue;
+                };
+                let name = question.qname.to_string().to_ascii_lowercase();
+                let mut reply = Packet::new_reply(q.id());
+                reply.questions.push(question.clone());
+                let owner = Name::new_unchecked(&name);
+                let rdata = match question.qtype {
+                    QTYPE::TYPE(TYPE::PTR) => ptr
+                        .iter()
+                        .find(|(k, _)| *k == name)
+                        .map(|(_, v)| RData::PTR(PTR(Name::new_unchecked(v)))),
+                    QTYPE::TYPE(TYPE::A) => a
+                        .iter()
+                        .find(|(k, _)| *k == name)
+                        .map(|(_, ip)| RData::A(A::from(*ip))),
+                    _ => None,
+                };
+                match rdata {
+                    Some(d) => reply
+                        .answers
+                        .push(ResourceRecord::new(owner, CLASS::IN, 60, d)),
+                    None => *reply.rcode_mut() = RCODE::NameError,
+                }
+                if let Ok(bytes) = reply.build_bytes_vec_compressed() {
+                    let _ = sock.send_to(&bytes, from);
+                }
+            }
+        });
+        PtrDns { port, stop }
+    }
+}
+
+impl Drop for PtrDns {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+#[test]
+fn dnsname_makes_the_confirmed_ptr_name_the_user() {
+    let dns = PtrDns::start(
+        &[
+            ("2.0.0.127.in-addr.arpa", "client.test"),
+            ("3.0.0.127.in-addr.arpa", "liar.test"),
+        ],
+        // liar.test does not point back at 127.0.0.3: not confirmed.
+        &[("client.test", "127.0.0.2"), ("liar.test", "127.0.0.9")],
+    );
+    let dir = Dir::new("acl_dnsname");
+    let log = dir.join("acl.log");
+    let origin = Origin::echo();
+    let port = free_port();
+    let cfg = format!(
+        "nserver 127.0.0.1:{}\nlog {}\nlogformat \"L%E %C %U\"\nauth dnsname\n\
+         allow client.test\n{}",
+        dns.port,
+        p(&log),
+        tcppm(port, origin.port())
+    );
+    let _proxy = Proxy::start(dir, &cfg, &[Listen::Tcp(localhost(port))]);
+
+    echo_roundtrip(&mut connect_from("127.0.0.2", localhost(port)), b"named");
+    expect_log_line(&log, "00000 127.0.0.2 client.test");
+    // A name that does not resolve back to the client, and no name at
+    // all, are both code 3 (3proxy's dnsauth).
+    assert_refused(&mut connect_from("127.0.0.3", localhost(port)));
+    expect_log_line(&log, "00003 127.0.0.3 -");
+    assert_refused(&mut connect_from("127.0.0.4", localhost(port)));
+    expect_log_line(&log, "00003 127.0.0.4 -");
+}
+
+#[test]
+fn connlim_and_counters_survive_a_reload() {
+    let dir = Dir::new("acl_reload_limits");
+    let log = dir.join("acl.log");
+    let counters = dir.join("3proxy.counters");
+    let origin = Origin::echo();
+    let port = free_port();
+    let cfg = format!(
+        "log {}\n{LOGFORMAT}counter {}\nconnlim 1 0 * 127.0.0.2\n\
+         countall 1/kept D 100 * 127.0.0.2\n{}",
+        p(&log),
+        p(&counters),
+        tcppm(port, origin.port())
+    );
+    let proxy = Proxy::start(dir, &cfg, &[Listen::Tcp(localhost(port))]);
+
+    // A finished session counts 2 x 100 bytes.
+    let mut first = connect_from("127.0.0.2", localhost(port));
+    echo_roundtrip(&mut first, &[7u8; 100]);
+    drop(first);
+    assert!(
+        wait_for(|| counter_record(&counters, 1) == Some(200), LOG_TIMEOUT),
+        "record 1 is {:?}, want 200",
+        counter_record(&counters, 1)
+    );
+
+    let mut live = wait_for_slot(port);
+    assert_refused(&mut connect_from("127.0.0.2", localhost(port)));
+    expect_record(&log, 10, "127.0.0.2");
+
+    // The same cfg again: the rule's state is kept with its line.
+    proxy.signal("USR1");
+    assert!(
+        wait_for(
+            || proxy.stderr().contains("loaded, 1 services"),
+            START_TIMEOUT
+        ),
+        "no reload: {}",
+        proxy.stderr()
+    );
+    let refused_before = log_lines(&log)
+        .iter()
+        .filter(|l| l.contains("00010 127.0.0.2"))
+        .count();
+    assert_refused(&mut connect_from("127.0.0.2", localhost(port)));
+    assert!(
+        wait_for(
+            || log_lines(&log)
+                .iter()
+                .filter(|l| l.contains("00010 127.0.0.2"))
+                .count()
+                > refused_before,
+            LOG_TIMEOUT
+        ),
+        "the connlim slot was not kept across the reload"
+    );
+    // The live session goes on, then ends and is counted with the rest.
+    echo_roundtrip(&mut live, b"after");
+    drop(live);
+    assert!(
+        wait_for(
+            || counter_record(&counters, 1) == Some(200 + 2 * 3 + 2 * 5),
+            LOG_TIMEOUT
+        ),
+        "record 1 is {:?}, want 216",
+        counter_record(&counters, 1)
+    );
+    // And the slot it held is free again under the new cfg.
+    drop(wait_for_slot(port));
+}
+
+/// A session from 127.0.0.2 once a connlim slot is free, with "one"
+/// echoed through it.
+fn wait_for_slot(port: u16) -> TcpStream {
+    let mut got = None;
+    let ok = wait_for(
+        || {
+            let mut s = connect_from("127.0.0.2", localhost(port));
+            let _ = s.write_all(b"one");
+            let mut b = [0u8; 3];
+            if s.read_exact(&mut b).is_ok() && &b == b"one" {
+                got = Some(s);
+                true
+            } else {
+                false
+            }
+        },
+        LOG_TIMEOUT,
+    );
+    assert!(ok, "no connlim slot came free");
+    got.unwrap()
+}
+
+#[test]
+fn counter_reports_are_written_when_the_period_changes() {
+    let dir = Dir::new("acl_counter_report");
+    let counters = dir.join("3proxy.counters");
+    let clock = dir.write("clock", "0");
+    let root = dir.join("report").parent().unwrap().to_path_buf();
+    let origin = Origin::echo();
+    let port = free_port();
+    let cfg = format!(
+        "counter {} D {}\ncountall 1/daily D 100 * 127.0.0.2\n\
+         countout 2 M 100 * 127.0.0.2\ncountin 3 H 100 * 127.0.0.2\n{}",
+        p(&counters),
+        p(&dir.join("report")),
+        tcppm(port, origin.port())
+    );
+    let envs = [("TZ", "UTC"), ("THREEPROXY_TEST_CLOCK_OFFSET", p(&clock))];
+    let _proxy = Proxy::start_with_env(dir, &cfg, &[Listen::Tcp(localhost(port))], &envs);
+
+    let mut s = connect_from("127.0.0.2", localhost(port));
+    echo_roundtrip(&mut s, &[1u8; 1000]);
+    drop(s);
+    assert!(
+        wait_for(|| counter_record(&counters, 1) == Some(2000), LOG_TIMEOUT),
+        "record 1 is {:?}",
+        counter_record(&counters, 1)
+    );
+    let reports = || -> Vec<std::path::PathBuf> {
+        std::fs::read_dir(&root)
+            .unwrap()
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| {
+                p.file_name()
+                    .unwrap()
+                    .to_string_lossy()
+                    .starts_with("report.")
+            })
+            .collect()
+    };
+    thread::sleep(Duration::from_millis(1500));
+    assert!(reports().is_empty(), "no report within the day");
+
+    // A day later: the report of the day that ended, named by its date,
+    // lists the counters of a day or longer (not the hourly one).
+    std::fs::write(&clock, "86400").unwrap();
+    assert!(wait_for(|| !reports().is_empty(), LOG_TIMEOUT), "no report");
+    let path = reports().remove(0);
+    let name = path.file_name().unwrap().to_string_lossy().into_owned();
+    let today = String::from_utf8(
+        std::process::Command::new("date")
+            .args(["-u", "+%Y.%m.%d"])
+            .output()
+            .unwrap()
+            .stdout,
+    )
+    .unwrap();
+    assert_eq!(name, format!("report.{}", today.trim()));
+    assert!(wait_for(
+        || std::fs::read_to_string(&path).is_ok_and(|t| t.ends_with('\n')),
+        LOG_TIMEOUT
+    ));
+    assert_eq!(
+        std::fs::read_to_string(&path).unwrap(),
+        "00001 00000000000000002000 #daily\n00002 00000000000000001000 #\n"
+    );
+}

@@ -1208,3 +1208,37 @@ fn a_slow_client_does_not_hold_up_others() {
     );
     slow.join().unwrap();
 }
+
+// ---------------------------------------------------------------------------
+// Limits and log options from the access layer
+
+#[test]
+fn bandlimin_slows_a_download() {
+    let origin = HttpOrigin::start();
+    // 4 Mbit/s: 1 MB takes about 2 s.
+    let (_proxy, port) = start_proxy("bandlim", "bandlimin 4000000 *", "");
+    let mut c = Conn::new(port);
+    let t = Instant::now();
+    let r = c.get(&origin.url("/len/1000000"));
+    assert_eq!(r.body, body_bytes(1_000_000));
+    let took = t.elapsed();
+    assert!(took > Duration::from_millis(1200), "took {took:?}");
+}
+
+#[test]
+fn nolog_requests_leave_no_record() {
+    let origin = HttpOrigin::start();
+    let cfg = "allow * * * * HTTP_HEAD\nnolog\nallow *";
+    let (proxy, port) = start_proxy("nolog", cfg, "");
+    let mut c = Conn::new(port);
+    c.send(format!("HEAD {} HTTP/1.1\r\n\r\n", origin.url("/hello")).as_bytes());
+    assert_eq!(c.read(true).status, 200);
+    assert_eq!(c.get(&origin.url("/len/7")).body, body_bytes(7));
+    let log = log_path(&proxy);
+    read_log_line(&log, "the GET", |l| l.ends_with("/len/7 HTTP/1.1"));
+    assert!(
+        !log_lines(&log).iter().any(|l| l.contains("HEAD ")),
+        "{:?}",
+        log_lines(&log)
+    );
+}

@@ -474,3 +474,113 @@ fn bind_skips_an_allow_with_parents() {
     );
     read_log_line(&log_a, "code 1", |l| l.starts_with("SOCK5 00001"));
 }
+
+/// Opens a SOCKS5 UDP association at `proxy` for `client`; returns the
+/// control connection and the reply's code and relay address.
+fn udp_associate_at(
+    proxy: u16,
+    client: &std::net::UdpSocket,
+) -> (std::net::TcpStream, u8, std::net::SocketAddr) {
+    let mut ctl = connect(localhost(proxy));
+    ctl.write_all(&[5, 1, 0]).unwrap();
+    let mut r = [0u8; 2];
+    ctl.read_exact(&mut r).unwrap();
+    let from = client.local_addr().unwrap();
+    let mut req = vec![5, 3, 0, 1, 127, 0, 0, 1];
+    req.extend_from_slice(&from.port().to_be_bytes());
+    ctl.write_all(&req).unwrap();
+    let mut r = [0u8; 10];
+    ctl.read_exact(&mut r).unwrap();
+    let relay =
+        std::net::SocketAddr::from(([r[4], r[5], r[6], r[7]], u16::from_be_bytes([r[8], r[9]])));
+    (ctl, r[1], relay)
+}
+
+/// A SOCKS5 UDP datagram for 127.0.0.1:`port`.
+fn datagram(port: u16, data: &[u8]) -> Vec<u8> {
+    let mut b = vec![0, 0, 0, 1, 127, 0, 0, 1];
+    b.extend_from_slice(&port.to_be_bytes());
+    b.extend_from_slice(data);
+    b
+}
+
+#[test]
+fn udp_associate_through_a_socks5_parent() {
+    // client -UDP-> A -UDP-> B's relay -> echo; A associates with B over
+    // TCP and passes the datagrams to B's relay with their headers.
+    let echo = UdpEcho::start();
+    let (pb, pa) = (free_port(), free_port());
+    let (_b, log_b) = hop("pu_b", &socks_on(pb), pb);
+    let a_cfg = format!(
+        "allow *\nparent 1000 socks5 127.0.0.1 {pb}\n{}",
+        socks_on(pa)
+    );
+    let (_a, log_a) = hop("pu_a", &a_cfg, pa);
+
+    let client = udp_client();
+    let (ctl, rep, relay) = udp_associate_at(pa, &client);
+    assert_eq!(rep, 0);
+    for msg in [&b"one"[..], b"two", &[9u8; 1200]] {
+        client.send_to(&datagram(echo.port(), msg), relay).unwrap();
+        let mut buf = [0u8; 2048];
+        let (n, from) = client.recv_from(&mut buf).unwrap();
+        assert_eq!(from, relay);
+        assert_eq!(&buf[..n], &datagram(echo.port(), msg)[..]);
+    }
+    // The echo saw B's relay, not A's: nothing came from A's relay port.
+    assert!(echo.sources().iter().all(|s| s.port() != relay.port()));
+    drop(ctl);
+    let text = format!("UDPMAP 127.0.0.1:{}", echo.port());
+    expect_log_line(&log_a, &format!("SOCK5 00000 1 - {text}"));
+    expect_log_line(&log_b, &format!("SOCK5 00000 0 - {text}"));
+}
+
+#[test]
+fn udp_associate_through_a_tcp_parent_is_refused_with_70() {
+    let pa = free_port();
+    let a_cfg = format!("allow *\nparent 1000 tcp 127.0.0.1 9\n{}", socks_on(pa));
+    let (_a, log_a) = hop("pu_tcp", &a_cfg, pa);
+    let client = udp_client();
+    let (_ctl, rep, _) = udp_associate_at(pa, &client);
+    assert_ne!(rep, 0);
+    read_log_line(&log_a, "code 70", |l| l.starts_with("SOCK5 00070"));
+}
+
+#[test]
+fn http_local_redirect_hands_socks_clients_to_the_proxy_handler() {
+    // The SOCKS CONNECT is allowed by an entry that redirects to the
+    // local `proxy` handler; that handler's own ACL pass skips the
+    // entry (no loop) and takes the next.
+    let origin = http_origin("127.0.0.1:0");
+    let pa = free_port();
+    let cfg = format!(
+        "allow * * * * CONNECT\nparent 1000 http 0.0.0.0 0\nallow *\n{}",
+        socks_on(pa)
+    );
+    let (_a, log) = hop("pl_http", &cfg, pa);
+    let body = curl(
+        &format!("socks5://127.0.0.1:{pa}"),
+        &format!("http://127.0.0.1:{}/redir", origin.port()),
+    )
+    .unwrap();
+    assert_eq!(body, "hello /redir");
+    // The record is the HTTP handler's: a GET, one hop (the redirection).
+    let line = read_log_line(&log, "the GET", |l| l.contains("/redir"));
+    assert!(line.contains(" 00000 1 "), "{line}");
+    assert!(line.contains("GET"), "{line}");
+}
+
+#[test]
+fn http_local_redirect_alone_does_not_loop() {
+    // Only the redirecting entry: on the second pass nothing is usable,
+    // so the HTTP request is refused instead of redirected again.
+    let origin = http_origin("127.0.0.1:0");
+    let pa = free_port();
+    let cfg = format!("allow *\nparent 1000 http 0.0.0.0 0\n{}", socks_on(pa));
+    let (_a, _log) = hop("pl_http_loop", &cfg, pa);
+    let body = curl(
+        &format!("socks5://127.0.0.1:{pa}"),
+        &format!("http://127.0.0.1:{}/loop", origin.port()),
+    );
+    assert_ne!(body.as_deref(), Ok("hello /loop"));
+}

@@ -260,7 +260,7 @@ fn force_cuts_socks_sessions_too() {
     s.read_exact(&mut reply).unwrap();
     assert_eq!(reply[1], 0, "CONNECT granted");
     echo_roundtrip(&mut s, b"before");
-    proxy.dir.write("3proxy.cfg", &cfg(&proxy.dir, &format!("auth iponly\ndeny *\n{svc}")));
+    proxy.dir.write("3proxy.cfg", cfg(&proxy.dir, &format!("auth iponly\ndeny *\n{svc}")));
     proxy.signal("USR1");
     let refused = || {
         let Ok(mut n) = TcpStream::connect(localhost(p1)) else { return true };

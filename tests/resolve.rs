@@ -45,9 +45,16 @@ struct TestDns {
 
 impl TestDns {
     fn start(style: Style, records: &[(&str, &str)]) -> TestDns {
-        let udp = UdpSocket::bind("127.0.0.1:0").expect("bind test DNS (UDP)");
-        let port = udp.local_addr().unwrap().port();
-        let tcp = TcpListener::bind(("127.0.0.1", port)).expect("bind test DNS (TCP)");
+        // One port for both transports: a free UDP port may be taken for
+        // TCP by another test running in parallel, so try a few.
+        let (udp, tcp, port) = (0..100)
+            .find_map(|_| {
+                let udp = UdpSocket::bind("127.0.0.1:0").ok()?;
+                let port = udp.local_addr().ok()?.port();
+                let tcp = TcpListener::bind(("127.0.0.1", port)).ok()?;
+                Some((udp, tcp, port))
+            })
+            .expect("bind test DNS on one UDP+TCP port");
         udp.set_read_timeout(Some(Duration::from_millis(100)))
             .unwrap();
         tcp.set_nonblocking(true).unwrap();

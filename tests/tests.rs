@@ -22,3 +22,5 @@ mod ops;
 mod socks;
 mod parent;
 mod standalone;
+mod options;
+mod connectback;

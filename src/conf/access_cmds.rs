@@ -117,13 +117,15 @@ pub fn h_connlim(state: &mut State, args: &[String]) -> Result<(), String> {
     Ok(())
 }
 
-/// `counter FILE`. Reports (`counter FILE TYPE NAME`) come later.
+/// `counter FILE [TYPE REPORTNAME]`: the counter file, and optionally a
+/// report per period TYPE (`H`, `D`, `W`, `M`, ...) written to a file named
+/// from REPORTNAME as `log` names its files. As in 3proxy, a TYPE without a
+/// REPORTNAME is ignored.
 pub fn h_counter(state: &mut State, args: &[String]) -> Result<(), String> {
-    if args.len() > 2 {
-        return Err(
-            "traffic reports ('counter FILE TYPE REPORTNAME') are not supported yet".into(),
-        );
-    }
+    let report = match args {
+        [_, _, t, name] => Some((Period::from_letter(t), name.clone())),
+        _ => None,
+    };
     if state.check_only {
         // `-t` must not create files; still say if an existing one is bad.
         if std::path::Path::new(&args[1]).exists() {
@@ -131,10 +133,14 @@ pub fn h_counter(state: &mut State, args: &[String]) -> Result<(), String> {
         }
         return Ok(());
     }
+    let has_report = report.is_some();
     state
         .access
         .limits
-        .set_counter_file(CounterFile::open(&args[1])?);
+        .set_counter_file(CounterFile::open(&args[1])?, report);
+    if has_report {
+        crate::limit::start_reports(&state.access.limits);
+    }
     Ok(())
 }
 
@@ -197,7 +203,9 @@ mod tests {
         assert!(run(&["auth bogus"])
             .unwrap_err()
             .contains("unknown auth type"));
-        assert!(run(&["auth dnsname"])
+        let st = run(&["auth dnsname strong"]).unwrap();
+        assert_eq!(st.access.auth, [AuthType::DnsName, AuthType::Strong]);
+        assert!(run(&["auth radius"])
             .unwrap_err()
             .contains("not supported yet"));
         let st = run(&["authcache ip,user 60 10"]).unwrap();
@@ -271,9 +279,10 @@ mod tests {
         assert!(run(&["countout 1 D 0 *"])
             .unwrap_err()
             .contains("megabytes"));
-        assert!(run(&["counter /nonexistent/x D rep"])
-            .unwrap_err()
-            .contains("not supported yet"));
+        assert!(
+            run(&["counter /nonexistent/x D rep"]).is_ok(),
+            "-t creates no file"
+        );
         assert!(run(&["force", "noforce"]).is_ok_and(|st| !st.access.force));
     }
 }

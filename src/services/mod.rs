@@ -434,6 +434,7 @@ pub fn prepare(state: &State, args: &[String]) -> Result<Prepared, String> {
         netns: opts.ns_out.clone(),
         opts: opts.os.clone(),
         timeout: state.timeouts.get(Timeouts::CONNECT),
+        freebind: false,
     };
     let backlog = if state.backlog > 0 {
         state.backlog
@@ -443,10 +444,26 @@ pub fn prepare(state: &State, args: &[String]) -> Result<Prepared, String> {
 
     // What makes a listening socket the same one across a reload: the
     // service, the address as written, and every option that shaped it.
-    let key = format!(
+    let mut key = format!(
         "{}|{}|{:?}|{:?}|{:?}|{backlog}",
         def.name, listen, opts.ol, opts.dev_in, opts.ns_in
     );
+    // Connect-back (`-r`, `-R`): see `crate::connectback`.
+    if let Some(to) = opts.connect_to {
+        if udp {
+            return Err("-r (connect-back) is for TCP services".into());
+        }
+        // Nothing listens: the "socket" is the dialing loop.
+        key = format!("{}|{}|r={to}|{:?}", def.name, listen, opts.cb_client);
+    }
+    let back_listener = match opts.back_listen {
+        Some(_) if def.name != "tcppm" => {
+            return Err("-R (connect-back listener) is for tcppm".into());
+        }
+        Some(_) if state.check_only => None,
+        Some(a) => Some(back_listener(a, &opts.cb_listen, state.maxconn)?),
+        None => None,
+    };
     let reuse = if state.check_only {
         None
     } else {
@@ -464,9 +481,12 @@ pub fn prepare(state: &State, args: &[String]) -> Result<Prepared, String> {
         };
         let mut svc = build(def, opts, state, listen, target, dialer, log, logformat, stack);
         svc.key.clone_from(&key);
+        svc.back_listener = back_listener;
         return Ok(Prepared { svc: Arc::new(svc), socket: None, reuse, key });
     }
-    let socket = if udp {
+    let socket = if opts.connect_to.is_some() {
+        Bound::Dial(crate::connectback::Wake::new().map_err(|e| format!("-r: {e}"))?)
+    } else if udp {
         let Addr::Ip(a) = listen else { unreachable!() };
         let u = crate::net::in_netns(opts.ns_in.as_deref(), || {
             bind_udp(a, opts.dev_in.as_deref())
@@ -488,7 +508,29 @@ pub fn prepare(state: &State, args: &[String]) -> Result<Prepared, String> {
 
     let mut svc = build(def, opts, state, listen, target, dialer, log, logformat, stack);
     svc.key.clone_from(&key);
+    svc.back_listener = back_listener;
     Ok(Prepared { svc: Arc::new(svc), socket: Some(socket), reuse: None, key })
+}
+
+/// The `-R` listener on `addr`: the one a running service already has
+/// (a reload keeps it, with any back-connection queued on it), or a new
+/// one.
+fn back_listener(
+    addr: SocketAddr,
+    opts: &SockOpts,
+    maxconn: u32,
+) -> Result<Arc<crate::connectback::BackListener>, String> {
+    let k = crate::connectback::key(addr, opts);
+    let running = crate::running::all()
+        .into_iter()
+        .find_map(|r| r.current().back_listener.clone().filter(|b| b.key == k));
+    if let Some(b) = running {
+        return Ok(b);
+    }
+    let backlog = 1 + (maxconn >> 4) as i32;
+    crate::connectback::BackListener::bind(addr, opts, backlog)
+        .map(Arc::new)
+        .map_err(|e| format!("-R: cannot listen on {addr}: {e}"))
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -521,6 +563,7 @@ fn build(
         live: Mutex::new(0),
         left: Condvar::new(),
         access: state.access.snapshot(),
+        back_listener: None,
     }
 }
 
@@ -560,6 +603,13 @@ pub fn start(p: Prepared) -> std::io::Result<()> {
             std::thread::Builder::new()
                 .name(name)
                 .spawn(move || crate::acceptor::run(r, l))?;
+        }
+        Bound::Dial(w) => {
+            let r = Arc::new(Running::new(key, svc, &w.a));
+            running::register(r.clone());
+            std::thread::Builder::new()
+                .name(name)
+                .spawn(move || crate::acceptor::run_dialing(r, w))?;
         }
         Bound::Datagram(u) => {
             let r = Arc::new(Running::new(key, svc, &u));
@@ -653,10 +703,19 @@ mod tests {
     fn unknown_and_unbuilt_options() {
         assert!(parse("-Z").unwrap_err().contains("unknown option"));
         assert!(parse("-d").unwrap().daemon);
-        assert!(parse("-rhost:1").unwrap_err().contains("not supported yet"));
+        assert!(parse("-rhost").unwrap_err().contains("host:port"));
         assert!(parse("-n").is_ok());
         assert!(parse("-Nexyz").is_err());
         assert!(parse("-U4").is_err());
+    }
+
+    #[test]
+    fn connect_back() {
+        let o = parse("-r127.0.0.1:9000 -R[::1]:9001 -orSO_KEEPALIVE -oRTCP_NODELAY").unwrap();
+        assert_eq!(o.connect_to, Some("127.0.0.1:9000".parse().unwrap()));
+        assert_eq!(o.back_listen, Some("[::1]:9001".parse().unwrap()));
+        assert!(!o.cb_client.is_empty() && !o.cb_listen.is_empty());
+        assert!(parse("-r127.0.0.1:0").is_err());
     }
 
     #[test]

@@ -6,8 +6,10 @@
 //! accepted) through the spine's relay, or forward the request to the
 //! origin and the response back, bodies streamed by their framing. The
 //! origin connection is kept while the next request goes to the same host
-//! and port, and replaced otherwise. Heads are parsed and rewritten by
-//! `http` (pure); this file does the IO.
+//! and port; when the client moves on or leaves, a clean one is parked in
+//! a pool shared by the service's clients (`park`/`unpark`) instead of
+//! being closed. Heads are parsed and rewritten by `http` (pure); this
+//! file does the IO.
 //!
 //! Speed and memory, by design:
 //! - Sockets stay blocking, with read/write timeouts set when they change

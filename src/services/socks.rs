@@ -393,8 +393,16 @@ fn connect(c: &mut Client, ask: &Ask) -> Result<(), Res> {
             c.hops = chain.hops;
             chain.stream
         }
-        // Handing a client to another service (`parent ... http 0.0.0.0
-        // 0`) is not built yet.
+        parent::Route::Local {
+            kind: parent::Kind::Http,
+            hops,
+            ..
+        } => {
+            to_http_proxy(c, ask, hops);
+            return Ok(());
+        }
+        // Other local redirections (pop3, ftp, ...): their services are
+        // not built yet.
         parent::Route::Local { .. } => return Err(Res::NOTIMPL),
     };
     c.remote_addr = srv.peer_addr();
@@ -404,6 +412,21 @@ fn connect(c: &mut Client, ask: &Ask) -> Result<(), Res> {
     let again = recheck(c, ask, Op::Connect, (&ask.dest, dst));
     run_relay(c, srv, Timeouts::CONNECTION_LONG, &grant, &again);
     Ok(())
+}
+
+/// `parent ... http 0.0.0.0 0`: say "granted", then serve the rest of the
+/// connection with the `proxy` handler, whose records are the session's
+/// (3proxy's childfunc going on to the next handler). Its ACL pass skips
+/// the entries that redirect locally ([`parent::skip_on_redirect`]).
+fn to_http_proxy(c: &mut Client, ask: &Ask, hops: u32) {
+    reply(c, ask.ver, Res::OK, None);
+    c.hops = hops;
+    c.text.clear();
+    c.req_host = None;
+    c.req_addr = None;
+    c.service_name = None;
+    let _redirected = parent::Redirected::enter();
+    super::proxy::serve(c);
 }
 
 fn run_relay(c: &mut Client, srv: Stream, idle_slot: usize, grant: &Grant, again: &Recheck) {
@@ -533,17 +556,29 @@ fn udp_associate(c: &mut Client, ask: &Ask) -> Result<(), Res> {
     // preauth; the destinations are checked as the datagrams name them.
     let grant = authorize(c, ask, Op::UdpAssoc, None)?;
     keep(c, &grant);
-    if !grant.parents.is_empty() {
-        // UDP through socks5 parents is not built yet; relaying around
-        // the chain the cfg asks for would be worse than refusing.
-        return Err(Res(70));
-    }
+    // Parents: the association is made with the chain's last hop (a
+    // socks5 parent), whose relay then carries the datagrams.
+    let want = parent::Want {
+        user: ask.user.as_deref(),
+        password: ask.password.as_deref(),
+        client: c.client_addr,
+        local: c.local_addr,
+        ..parent::Want::default()
+    };
+    let up = parent::udp_associate(&svc, &grant.parents, &want)?;
     let local = c.local_addr.ok_or(Res::PEERNAME)?;
     let client_ip = c.client_addr.map(|a| a.ip()).ok_or(Res::PEERNAME)?;
     let near = UdpSocket::bind(SocketAddr::new(local.ip(), 0)).map_err(|_| Res::BIND)?;
-    let far_ip = match local.ip() {
-        IpAddr::V4(_) => svc.dialer.ext4.unwrap_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED)),
-        IpAddr::V6(_) => svc.dialer.ext6.unwrap_or(IpAddr::V6(Ipv6Addr::UNSPECIFIED)),
+    // The far socket speaks the family of the parent's relay, or else
+    // that of the client's side.
+    let far_v4 = match &up {
+        Some(u) => u.relay.is_ipv4(),
+        None => local.is_ipv4(),
+    };
+    let far_ip = match (far_v4, up.as_ref().and_then(|u| u.source)) {
+        (true, Some(ip @ IpAddr::V4(_))) | (false, Some(ip @ IpAddr::V6(_))) => ip,
+        (true, _) => svc.dialer.ext4.unwrap_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED)),
+        (false, _) => svc.dialer.ext6.unwrap_or(IpAddr::V6(Ipv6Addr::UNSPECIFIED)),
     };
     let far = UdpSocket::bind(SocketAddr::new(far_ip, 0)).map_err(|_| Res::BIND)?;
     let near_addr = near.local_addr().map_err(|_| Res::BIND)?;
@@ -565,6 +600,10 @@ fn udp_associate(c: &mut Client, ask: &Ask) -> Result<(), Res> {
         mode: svc.opts.udp_mode.unwrap_or(UDP_LOG | UDP_AUTH),
         nolog: grant.nolog,
         last: None,
+        up: up.map(|u| {
+            c.hops = u.hops;
+            (u.control, u.relay)
+        }),
     };
     c.res = u.run(c, ask);
     Ok(())
@@ -584,6 +623,10 @@ struct Udp {
     /// The current destination, where it resolved to, and whether it was
     /// allowed.
     last: Option<(Dest, SocketAddr, bool)>,
+    /// Through a socks5 parent: its control connection and UDP relay.
+    /// Datagrams then go to the relay with their SOCKS header as the
+    /// client wrote it, and come back from it with the parent's header.
+    up: Option<(Stream, SocketAddr)>,
 }
 
 impl Udp {
@@ -599,10 +642,17 @@ impl Udp {
             if left.is_zero() {
                 return Res::IDLE;
             }
+            // The parent's control connection, or the client's again as a
+            // stand-in.
+            let up_ctl = match &self.up {
+                Some((s, _)) => s.as_fd(),
+                None => c.cli.as_fd(),
+            };
             let mut fds = [
                 PollFd::new(c.cli.as_fd(), PollFlags::POLLIN),
                 PollFd::new(self.near.as_fd(), PollFlags::POLLIN),
                 PollFd::new(self.far.as_fd(), PollFlags::POLLIN),
+                PollFd::new(up_ctl, PollFlags::POLLIN),
             ];
             match poll(&mut fds, poll_ms(left)) {
                 Ok(0) => continue,
@@ -616,6 +666,11 @@ impl Udp {
                 // Any byte or EOF on the control connection ends it.
                 return Res::OK;
             }
+            if ready(3) {
+                // The parent ended the association.
+                return Res(70);
+            }
+            let relay = self.up.as_ref().map(|u| u.1);
             if from_client {
                 while let Ok((n, from)) = self.near.recv_from(&mut buf) {
                     if from.ip() != self.client_ip
@@ -632,7 +687,11 @@ impl Udp {
                     let Some(dst) = self.route(c, ask, dest) else {
                         continue;
                     };
-                    if n > off && self.far.send_to(&buf[off..n], dst).is_ok() {
+                    let sent = match relay {
+                        Some(r) => self.far.send_to(&buf[..n], r),
+                        None => self.far.send_to(&buf[off..n], dst),
+                    };
+                    if n > off && sent.is_ok() {
                         c.bytes_out += (n - off) as u64;
                     }
                 }
@@ -643,6 +702,20 @@ impl Udp {
                         continue;
                     };
                     last_activity = Instant::now();
+                    if let Some(r) = relay {
+                        // From the parent's relay only; its header stays.
+                        if src != r {
+                            continue;
+                        }
+                        let Ok((_, off)) = parse_udp_header(&data[HDR..HDR + n]) else {
+                            continue;
+                        };
+                        let to = SocketAddr::new(self.client_ip, port);
+                        if self.near.send_to(&data[HDR..HDR + n], to).is_ok() {
+                            c.bytes_in += (n - off) as u64;
+                        }
+                        continue;
+                    }
                     let h = udp_header(src);
                     let start = HDR - h.len();
                     data[start..HDR].copy_from_slice(&h);

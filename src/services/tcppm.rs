@@ -15,6 +15,18 @@ use crate::res::Res;
 /// The client thread's work for one tcppm client.
 pub fn serve(c: &mut Client) {
     let svc = c.svc().clone();
+    // `-R`: the server socket is a back-connection, taken first as in
+    // 3proxy (see `crate::connectback`).
+    let mut back = None;
+    if svc.back_listener.is_some() {
+        match crate::connectback::server_socket(c) {
+            Ok(s) => back = Some(s),
+            Err(res) => {
+                c.res = res;
+                return;
+            }
+        }
+    }
     if svc.opts.proxy_header && !read_proxy_header(c) {
         return;
     }
@@ -39,9 +51,15 @@ pub fn serve(c: &mut Client) {
             return;
         }
     };
-    let srv = match dst {
-        Some(a) => connect(c, a, target, &grant),
-        None => svc.dialer.connect_unix(target),
+    let srv = match (back, dst) {
+        (Some(s), dst) => {
+            c.req_addr = dst;
+            c.remote_addr = s.peer_addr();
+            c.ext_addr = s.local_addr();
+            Ok(s)
+        }
+        (None, Some(a)) => connect(c, a, target, &grant),
+        (None, None) => svc.dialer.connect_unix(target),
     };
     let srv = match srv {
         Ok(s) => s,
