@@ -24,3 +24,4 @@ mod parent;
 mod standalone;
 mod options;
 mod connectback;
+mod sample;
