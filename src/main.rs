@@ -40,9 +40,9 @@ mod net;
 mod parent;
 mod proxyproto;
 mod relay;
-mod running;
 mod res;
 mod resolve;
+mod running;
 mod services;
 mod shutdown;
 mod socks;
@@ -234,7 +234,11 @@ fn standalone(service: &'static str, args: Vec<String>) -> ExitCode {
     if args.iter().any(|a| a == "--help" || a == "-?") {
         println!(
             "Usage: {prog} [options]{} (the service options of 3proxy.cfg(5))",
-            if service.ends_with("pm") { " LPORT DSTHOST DSTPORT" } else { "" }
+            if service.ends_with("pm") {
+                " LPORT DSTHOST DSTPORT"
+            } else {
+                ""
+            }
         );
         return ExitCode::SUCCESS;
     }
@@ -273,7 +277,9 @@ fn standalone(service: &'static str, args: Vec<String>) -> ExitCode {
 /// the settings they started with.
 fn reload(cmdline_name: &str, ops: &mut conf::ops_cmds::Ops) {
     if cmdline_name.starts_with('<') && ops.config.is_none() {
-        ::log::warn!("reload: the cfg came from {cmdline_name} and cannot be read again; keeping it");
+        ::log::warn!(
+            "reload: the cfg came from {cmdline_name} and cannot be read again; keeping it"
+        );
         return;
     }
     // `config` names the file to re-read; after a chroot the path is the
@@ -299,8 +305,11 @@ fn reload(cmdline_name: &str, ops: &mut conf::ops_cmds::Ops) {
         return;
     }
     state.finalize();
-    let kept: Vec<std::sync::Arc<running::Running>> =
-        state.services.iter().filter_map(|p| p.reuse.clone()).collect();
+    let kept: Vec<std::sync::Arc<running::Running>> = state
+        .services
+        .iter()
+        .filter_map(|p| p.reuse.clone())
+        .collect();
     let unix_paths: Vec<net::Addr> = state
         .services
         .iter()

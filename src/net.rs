@@ -362,7 +362,10 @@ impl Listener {
                     }
                 }
                 let l = UnixListener::bind(p)?;
-                UNIX_FILES.lock().unwrap_or_else(|e| e.into_inner()).push(p.clone());
+                UNIX_FILES
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .push(p.clone());
                 Ok(Listener::Unix(l))
             }
             Addr::Abstract(n) => {
@@ -398,14 +401,17 @@ impl AsFd for Listener {
     }
 }
 
-
 /// Socket files of unix listeners, removed when the process exits (the
 /// listeners themselves live in acceptor threads that are never joined).
 static UNIX_FILES: std::sync::Mutex<Vec<PathBuf>> = std::sync::Mutex::new(Vec::new());
 
 /// Remove the socket files of every unix listener, at exit.
 pub fn remove_unix_files() {
-    for p in UNIX_FILES.lock().unwrap_or_else(|e| e.into_inner()).drain(..) {
+    for p in UNIX_FILES
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .drain(..)
+    {
         let _ = std::fs::remove_file(p);
     }
 }

@@ -28,8 +28,8 @@ use std::time::{Duration, Instant};
 use nix::errno::Errno;
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 
-use crate::limit::{Permit, Session};
 use crate::access::Recheck;
+use crate::limit::{Permit, Session};
 use crate::net::Stream;
 use crate::res::Res;
 use crate::services::{Grace, DEFAULT_BUFSIZE};

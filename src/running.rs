@@ -36,7 +36,10 @@ impl Running {
 
     /// The snapshot for the next client.
     pub fn current(&self) -> Arc<Service> {
-        self.current.lock().unwrap_or_else(|e| e.into_inner()).clone()
+        self.current
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     /// Serve new clients with `svc` from now on.

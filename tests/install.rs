@@ -27,7 +27,11 @@ fn make_install_lays_out_every_file() {
     let dir = Dir::new("make_install");
     let dest = dir.join("root");
     let out = make(&dest, &["install"]);
-    assert!(out.status.success(), "make install failed: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "make install failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     for f in [
         "usr/local/bin/3proxy",
         "usr/local/share/man/man8/3proxy.8",
@@ -44,20 +48,34 @@ fn make_install_lays_out_every_file() {
     assert_eq!(mode("usr/local/bin/3proxy"), 0o755);
     assert_eq!(mode("etc/init.d/3proxy"), 0o755);
 
-    for name in ["3proxy_proxy", "3proxy_socks", "3proxy_tcppm", "3proxy_udppm"] {
+    for name in [
+        "3proxy_proxy",
+        "3proxy_socks",
+        "3proxy_tcppm",
+        "3proxy_udppm",
+    ] {
         let link = fs::read_link(dest.join("usr/local/bin").join(name)).expect(name);
         assert_eq!(link, std::path::Path::new("3proxy"), "{name}");
     }
     // 3proxy_crypt is the same binary under another name.
     let link = fs::read_link(dest.join("usr/local/bin/3proxy_crypt")).expect("3proxy_crypt link");
     assert_eq!(link, std::path::Path::new("3proxy"));
-    let out = Command::new(dest.join("usr/local/bin/3proxy_crypt")).arg("secret").output().unwrap();
-    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "NT:878D8014606CDA29677A44EFA1353FC7");
+    let out = Command::new(dest.join("usr/local/bin/3proxy_crypt"))
+        .arg("secret")
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        "NT:878D8014606CDA29677A44EFA1353FC7"
+    );
 
     // The init scripts name the installed binary and cfg, not placeholders.
     let unit = fs::read_to_string(dest.join("lib/systemd/system/3proxy.service")).unwrap();
     assert!(!unit.contains('@'), "placeholder left in the unit:\n{unit}");
-    assert!(unit.contains("ExecStart=/usr/local/bin/3proxy ${CONFIGFILE}"), "{unit}");
+    assert!(
+        unit.contains("ExecStart=/usr/local/bin/3proxy ${CONFIGFILE}"),
+        "{unit}"
+    );
     assert!(unit.contains("CONFIGFILE=/etc/3proxy/3proxy.cfg"), "{unit}");
     let init = fs::read_to_string(dest.join("etc/init.d/3proxy")).unwrap();
     assert!(init.contains("DAEMON=/usr/local/bin/3proxy"), "{init}");
@@ -69,13 +87,20 @@ fn make_install_lays_out_every_file() {
         .arg(dest.join("etc/3proxy/3proxy.cfg"))
         .output()
         .unwrap();
-    assert!(check.status.success(), "{}", String::from_utf8_lossy(&check.stderr));
+    assert!(
+        check.status.success(),
+        "{}",
+        String::from_utf8_lossy(&check.stderr)
+    );
 
     // A second install keeps the administrator's cfg.
     fs::write(dest.join("etc/3proxy/3proxy.cfg"), "# mine\n").unwrap();
     let out = make(&dest, &["install-etc"]);
     assert!(out.status.success());
-    assert_eq!(fs::read_to_string(dest.join("etc/3proxy/3proxy.cfg")).unwrap(), "# mine\n");
+    assert_eq!(
+        fs::read_to_string(dest.join("etc/3proxy/3proxy.cfg")).unwrap(),
+        "# mine\n"
+    );
 
     // And uninstall removes what install put there, except the cfg.
     let out = make(&dest, &["uninstall"]);
@@ -90,8 +115,20 @@ fn make_install_lays_out_every_file() {
 fn install_honours_prefix() {
     let dir = Dir::new("make_install_prefix");
     let dest = dir.join("root");
-    let out = make(&dest, &["install-bin", "install-man", "install-init", "PREFIX=/opt/tp"]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = make(
+        &dest,
+        &[
+            "install-bin",
+            "install-man",
+            "install-init",
+            "PREFIX=/opt/tp",
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert!(dest.join("opt/tp/bin/3proxy").is_file());
     assert!(dest.join("opt/tp/share/man/man8/3proxy.8").is_file());
     let unit = fs::read_to_string(dest.join("lib/systemd/system/3proxy.service")).unwrap();

@@ -283,12 +283,18 @@ fn logdump_writes_intermediate_records() {
         LOG_TIMEOUT,
     );
     assert!(done, "records do not add up to {total}: {records:?}");
-    assert!(records.len() >= 3, "want at least two intermediate records: {records:?}");
+    assert!(
+        records.len() >= 3,
+        "want at least two intermediate records: {records:?}"
+    );
     let inb: Vec<u64> = records
         .iter()
         .map(|l| l.rsplit(' ').next().unwrap().parse().unwrap())
         .collect();
-    assert!(inb[..inb.len() - 1].iter().all(|&n| n >= 100_000), "{records:?}");
+    assert!(
+        inb[..inb.len() - 1].iter().all(|&n| n >= 100_000),
+        "{records:?}"
+    );
     let outb: u64 = records
         .iter()
         .map(|l| l.split(' ').nth(2).unwrap().parse::<u64>().unwrap())

@@ -18,14 +18,24 @@ fn bind_to_device_for_listener_and_destination() {
         p(&log),
         o = origin.port()
     );
-    let _proxy = Proxy::start(dir, &cfg, &[Listen::Tcp(localhost(p1)), Listen::Tcp(localhost(p2))]);
+    let _proxy = Proxy::start(
+        dir,
+        &cfg,
+        &[Listen::Tcp(localhost(p1)), Listen::Tcp(localhost(p2))],
+    );
     let mut s = connect(localhost(p1));
     echo_roundtrip(&mut s, b"through lo");
     // A device that does not exist: the outgoing bind fails (code 12).
     let mut s = connect(localhost(p2));
     let mut buf = [0u8; 1];
-    assert_eq!(s.read(&mut buf).unwrap_or(0), 0, "the session must be closed");
-    read_log_line(&log, "code 12 for the missing device", |l| l == format!("{p2} 00012"));
+    assert_eq!(
+        s.read(&mut buf).unwrap_or(0),
+        0,
+        "the session must be closed"
+    );
+    read_log_line(&log, "code 12 for the missing device", |l| {
+        l == format!("{p2} 00012")
+    });
 }
 
 /// A network namespace made for one test, removed on drop.
@@ -35,8 +45,14 @@ impl Netns {
     fn new(tag: &str) -> Netns {
         let name = format!("tp-{tag}-{}", std::process::id());
         let _ = Command::new("ip").args(["netns", "del", &name]).status();
-        let ok = Command::new("ip").args(["netns", "add", &name]).status().expect("run ip(8)");
-        assert!(ok.success(), "ip netns add {name} failed (needs root and iproute2)");
+        let ok = Command::new("ip")
+            .args(["netns", "add", &name])
+            .status()
+            .expect("run ip(8)");
+        assert!(
+            ok.success(),
+            "ip netns add {name} failed (needs root and iproute2)"
+        );
         let up = Command::new("ip")
             .args(["netns", "exec", &name, "ip", "link", "set", "lo", "up"])
             .status()
@@ -114,12 +130,17 @@ fn destination_in_another_network_namespace() {
     let mut up = [0u8; 3];
     origin.stdout.as_mut().unwrap().read_exact(&mut up).unwrap();
     let port = free_port();
-    let cfg = format!("tcppm -ne{} -i127.0.0.1 {port} 127.0.0.1 {oport}\n", ns.path());
+    let cfg = format!(
+        "tcppm -ne{} -i127.0.0.1 {port} 127.0.0.1 {oport}\n",
+        ns.path()
+    );
     let _proxy = Proxy::start(dir, &cfg, &[]);
     let mut got = String::new();
     let ok = wait_for(
         || {
-            let Ok(mut s) = std::net::TcpStream::connect(localhost(port)) else { return false };
+            let Ok(mut s) = std::net::TcpStream::connect(localhost(port)) else {
+                return false;
+            };
             set_timeouts(&s, IO_TIMEOUT);
             let _ = s.write_all(b"x");
             got.clear();
@@ -130,5 +151,8 @@ fn destination_in_another_network_namespace() {
     );
     let _ = origin.kill();
     let _ = origin.wait();
-    assert!(ok, "the connection did not reach the namespace's origin: {got:?}");
+    assert!(
+        ok,
+        "the connection did not reach the namespace's origin: {got:?}"
+    );
 }

@@ -42,7 +42,10 @@ fn reload_switches_settings_and_keeps_the_listener() {
     let dir = Dir::new("reload_switch");
     let (one, two) = (tagged(b"one"), tagged(b"two"));
     let (p1, p2) = (free_port(), free_port());
-    let text = cfg(&dir, &format!("tcppm -i127.0.0.1 {p1} 127.0.0.1 {}\n", one.port()));
+    let text = cfg(
+        &dir,
+        &format!("tcppm -i127.0.0.1 {p1} 127.0.0.1 {}\n", one.port()),
+    );
     let proxy = Proxy::start(dir, &text, &[Listen::Tcp(localhost(p1))]);
     assert_eq!(ask(p1).unwrap(), b"one");
 
@@ -50,10 +53,16 @@ fn reload_switches_settings_and_keeps_the_listener() {
     let (sink, digests) = Origin::hash_sink(0, 0);
     let p3 = free_port();
     let keep = format!("tcppm -i127.0.0.1 {p3} 127.0.0.1 {}\n", sink.port());
-    let text = cfg(&proxy.dir, &format!("tcppm -i127.0.0.1 {p1} 127.0.0.1 {}\n{keep}", one.port()));
+    let text = cfg(
+        &proxy.dir,
+        &format!("tcppm -i127.0.0.1 {p1} 127.0.0.1 {}\n{keep}", one.port()),
+    );
     proxy.dir.write("3proxy.cfg", &text);
     proxy.signal("USR1");
-    assert!(wait_for(|| TcpStream::connect(localhost(p3)).is_ok(), START_TIMEOUT), "p3 never came up");
+    assert!(
+        wait_for(|| TcpStream::connect(localhost(p3)).is_ok(), START_TIMEOUT),
+        "p3 never came up"
+    );
     let mut long = connect(localhost(p3));
     let seed = 7;
     let total: u64 = 8 << 20;
@@ -78,19 +87,30 @@ fn reload_switches_settings_and_keeps_the_listener() {
     };
     let text = cfg(
         &proxy.dir,
-        &format!("tcppm -i127.0.0.1 {p1} 127.0.0.1 {}\n{keep}tcppm -i127.0.0.1 {p2} 127.0.0.1 {}\n", two.port(), one.port()),
+        &format!(
+            "tcppm -i127.0.0.1 {p1} 127.0.0.1 {}\n{keep}tcppm -i127.0.0.1 {p2} 127.0.0.1 {}\n",
+            two.port(),
+            one.port()
+        ),
     );
     proxy.dir.write("3proxy.cfg", &text);
     proxy.signal("USR1");
     assert!(
-        wait_for(|| ask(p1).map(|b| b == b"two").unwrap_or(false), START_TIMEOUT),
+        wait_for(
+            || ask(p1).map(|b| b == b"two").unwrap_or(false),
+            START_TIMEOUT
+        ),
         "p1 never switched to the new origin"
     );
     assert_eq!(ask(p2).unwrap(), b"one", "the added service serves");
     thread::sleep(Duration::from_millis(200));
     stop.store(true, Ordering::SeqCst);
     hammer.join().unwrap();
-    assert_eq!(failures.load(Ordering::SeqCst), 0, "clients refused or cut during the reload");
+    assert_eq!(
+        failures.load(Ordering::SeqCst),
+        0,
+        "clients refused or cut during the reload"
+    );
     assert!(served.load(Ordering::SeqCst) > 0);
 
     // The session started before the reload finishes intact.
@@ -112,8 +132,15 @@ fn removed_service_stops_listening() {
             o = one.port()
         ),
     );
-    let proxy = Proxy::start(dir, &both, &[Listen::Tcp(localhost(p1)), Listen::Tcp(localhost(p2))]);
-    let only = cfg(&proxy.dir, &format!("tcppm -i127.0.0.1 {p1} 127.0.0.1 {}\n", one.port()));
+    let proxy = Proxy::start(
+        dir,
+        &both,
+        &[Listen::Tcp(localhost(p1)), Listen::Tcp(localhost(p2))],
+    );
+    let only = cfg(
+        &proxy.dir,
+        &format!("tcppm -i127.0.0.1 {p1} 127.0.0.1 {}\n", one.port()),
+    );
     proxy.dir.write("3proxy.cfg", &only);
     proxy.signal("USR1");
     assert!(
@@ -128,7 +155,10 @@ fn broken_cfg_on_reload_keeps_the_running_one() {
     let dir = Dir::new("reload_broken");
     let one = tagged(b"one");
     let p1 = free_port();
-    let good = cfg(&dir, &format!("tcppm -i127.0.0.1 {p1} 127.0.0.1 {}\n", one.port()));
+    let good = cfg(
+        &dir,
+        &format!("tcppm -i127.0.0.1 {p1} 127.0.0.1 {}\n", one.port()),
+    );
     let mut proxy = Proxy::start(dir, &good, &[Listen::Tcp(localhost(p1))]);
     let bad = format!("{good}maxconn nonsense\n");
     proxy.dir.write("3proxy.cfg", &bad);
@@ -140,7 +170,10 @@ fn broken_cfg_on_reload_keeps_the_running_one() {
         "no error naming {at} in stderr:\n{}",
         proxy.stderr()
     );
-    assert!(proxy.is_running(), "a bad cfg on reload must not stop the server");
+    assert!(
+        proxy.is_running(),
+        "a bad cfg on reload must not stop the server"
+    );
     assert_eq!(ask(p1).unwrap(), b"one");
 }
 
@@ -164,7 +197,10 @@ fn monitor_reloads_when_the_file_changes() {
     let text = cfg(&proxy.dir, &body(&two));
     proxy.dir.write("3proxy.cfg", &text);
     assert!(
-        wait_for(|| ask(p1).map(|b| b == b"two").unwrap_or(false), Duration::from_secs(10)),
+        wait_for(
+            || ask(p1).map(|b| b == b"two").unwrap_or(false),
+            Duration::from_secs(10)
+        ),
         "the monitored cfg was not reloaded; stderr:\n{}",
         proxy.stderr()
     );
@@ -178,14 +214,24 @@ fn config_names_the_file_a_reload_reads() {
     let other = dir.join("other.cfg");
     let text = cfg(
         &dir,
-        &format!("config {}\ntcppm -i127.0.0.1 {p1} 127.0.0.1 {}\n", p(&other), one.port()),
+        &format!(
+            "config {}\ntcppm -i127.0.0.1 {p1} 127.0.0.1 {}\n",
+            p(&other),
+            one.port()
+        ),
     );
     let proxy = Proxy::start(dir, &text, &[Listen::Tcp(localhost(p1))]);
-    let next = cfg(&proxy.dir, &format!("tcppm -i127.0.0.1 {p1} 127.0.0.1 {}\n", two.port()));
+    let next = cfg(
+        &proxy.dir,
+        &format!("tcppm -i127.0.0.1 {p1} 127.0.0.1 {}\n", two.port()),
+    );
     proxy.dir.write("other.cfg", &next);
     proxy.signal("USR1");
     assert!(
-        wait_for(|| ask(p1).map(|b| b == b"two").unwrap_or(false), START_TIMEOUT),
+        wait_for(
+            || ask(p1).map(|b| b == b"two").unwrap_or(false),
+            START_TIMEOUT
+        ),
         "reload did not read the file named by 'config'; stderr:\n{}",
         proxy.stderr()
     );
@@ -212,13 +258,18 @@ fn recheck_case(name: &str, noforce: bool) -> (bool, Proxy) {
     // The reload has happened when a new client is refused (closed
     // without an echo).
     let refused = || {
-        let Ok(mut n) = TcpStream::connect(localhost(p1)) else { return true };
+        let Ok(mut n) = TcpStream::connect(localhost(p1)) else {
+            return true;
+        };
         set_timeouts(&n, IO_TIMEOUT);
         let _ = n.write_all(b"ping");
         let mut b = [0u8; 4];
         n.read_exact(&mut b).is_err()
     };
-    assert!(wait_for(refused, START_TIMEOUT), "the new ACL never took effect");
+    assert!(
+        wait_for(refused, START_TIMEOUT),
+        "the new ACL never took effect"
+    );
     let _ = s.write_all(b"after");
     let mut buf = [0u8; 5];
     let alive = matches!(s.read_exact(&mut buf), Ok(())) && &buf == b"after";
@@ -229,9 +280,11 @@ fn recheck_case(name: &str, noforce: bool) -> (bool, Proxy) {
 fn force_cuts_sessions_the_new_acl_denies() {
     let (alive, proxy) = recheck_case("reload_force", false);
     assert!(!alive, "the denied session went on");
-    read_log_line(&proxy.dir.join("access.log"), "TCPPM with code 1 and data", |l| {
-        l.starts_with("TCPPM ") && l.contains(" 00001 ") && !l.ends_with(" 0 0")
-    });
+    read_log_line(
+        &proxy.dir.join("access.log"),
+        "TCPPM with code 1 and data",
+        |l| l.starts_with("TCPPM ") && l.contains(" 00001 ") && !l.ends_with(" 0 0"),
+    );
 }
 
 #[test]
@@ -255,15 +308,21 @@ fn force_cuts_socks_sessions_too() {
     s.read_exact(&mut hello).unwrap();
     assert_eq!(hello, [5, 0]);
     let port = origin.port().to_be_bytes();
-    s.write_all(&[5, 1, 0, 1, 127, 0, 0, 1, port[0], port[1]]).unwrap();
+    s.write_all(&[5, 1, 0, 1, 127, 0, 0, 1, port[0], port[1]])
+        .unwrap();
     let mut reply = [0u8; 10];
     s.read_exact(&mut reply).unwrap();
     assert_eq!(reply[1], 0, "CONNECT granted");
     echo_roundtrip(&mut s, b"before");
-    proxy.dir.write("3proxy.cfg", cfg(&proxy.dir, &format!("auth iponly\ndeny *\n{svc}")));
+    proxy.dir.write(
+        "3proxy.cfg",
+        cfg(&proxy.dir, &format!("auth iponly\ndeny *\n{svc}")),
+    );
     proxy.signal("USR1");
     let refused = || {
-        let Ok(mut n) = TcpStream::connect(localhost(p1)) else { return true };
+        let Ok(mut n) = TcpStream::connect(localhost(p1)) else {
+            return true;
+        };
         set_timeouts(&n, IO_TIMEOUT);
         let _ = n.write_all(&[5, 1, 0]);
         let _ = n.read_exact(&mut [0u8; 2]);
@@ -271,7 +330,10 @@ fn force_cuts_socks_sessions_too() {
         let mut r = [0u8; 10];
         n.read_exact(&mut r).is_err() || r[1] != 0
     };
-    assert!(wait_for(refused, START_TIMEOUT), "the new ACL never took effect");
+    assert!(
+        wait_for(refused, START_TIMEOUT),
+        "the new ACL never took effect"
+    );
     let _ = s.write_all(b"after");
     let mut buf = [0u8; 5];
     let alive = matches!(s.read_exact(&mut buf), Ok(())) && &buf == b"after";

@@ -21,17 +21,28 @@ fn tcppm_runs_from_its_command_line() {
     let port = free_port();
     let prog = link(&dir, "3proxy_tcppm");
     let mut child = Command::new(&prog)
-        .args(["-i127.0.0.1", &port.to_string(), "127.0.0.1", &origin.port().to_string()])
+        .args([
+            "-i127.0.0.1",
+            &port.to_string(),
+            "127.0.0.1",
+            &origin.port().to_string(),
+        ])
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let up = wait_for(|| std::net::TcpStream::connect(localhost(port)).is_ok(), START_TIMEOUT);
+    let up = wait_for(
+        || std::net::TcpStream::connect(localhost(port)).is_ok(),
+        START_TIMEOUT,
+    );
     if !up {
         let _ = child.kill();
         let out = child.wait_with_output().unwrap();
-        panic!("3proxy_tcppm did not listen: {}", String::from_utf8_lossy(&out.stderr));
+        panic!(
+            "3proxy_tcppm did not listen: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
     let mut s = connect(localhost(port));
     s.write_all(b"ping").unwrap();
@@ -40,11 +51,18 @@ fn tcppm_runs_from_its_command_line() {
     assert_eq!(&got, b"ping");
     drop(s);
     // Without -l nothing is logged, on stdout or anywhere.
-    let status = Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap();
+    let status = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
     assert!(status.success());
     let out = child.wait_with_output().unwrap();
     assert!(out.status.success(), "exit status {}", out.status);
-    assert_eq!(String::from_utf8_lossy(&out.stdout), "", "no log without -l");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "",
+        "no log without -l"
+    );
 }
 
 #[test]
@@ -54,7 +72,12 @@ fn udppm_runs_from_its_command_line() {
     let port = free_udp_port();
     let prog = link(&dir, "3proxy_udppm");
     let mut child = Command::new(&prog)
-        .args(["-i127.0.0.1", &port.to_string(), "127.0.0.1", &echo.port().to_string()])
+        .args([
+            "-i127.0.0.1",
+            &port.to_string(),
+            "127.0.0.1",
+            &echo.port().to_string(),
+        ])
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
@@ -65,7 +88,8 @@ fn udppm_runs_from_its_command_line() {
         || {
             let _ = c.send_to(b"hi", localhost(port));
             let mut buf = [0u8; 16];
-            c.set_read_timeout(Some(Duration::from_millis(100))).unwrap();
+            c.set_read_timeout(Some(Duration::from_millis(100)))
+                .unwrap();
             matches!(c.recv_from(&mut buf), Ok((2, _)))
         },
         START_TIMEOUT,
@@ -86,5 +110,8 @@ fn a_bad_option_is_a_usage_error() {
         .unwrap();
     assert_eq!(out.status.code(), Some(1));
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("3proxy_tcppm") && err.contains("-Zbad"), "{err}");
+    assert!(
+        err.contains("3proxy_tcppm") && err.contains("-Zbad"),
+        "{err}"
+    );
 }

@@ -479,10 +479,17 @@ pub fn prepare(state: &State, args: &[String]) -> Result<Prepared, String> {
             Some(r) => r.current().listen.clone(),
             None => listen,
         };
-        let mut svc = build(def, opts, state, listen, target, dialer, log, logformat, stack);
+        let mut svc = build(
+            def, opts, state, listen, target, dialer, log, logformat, stack,
+        );
         svc.key.clone_from(&key);
         svc.back_listener = back_listener;
-        return Ok(Prepared { svc: Arc::new(svc), socket: None, reuse, key });
+        return Ok(Prepared {
+            svc: Arc::new(svc),
+            socket: None,
+            reuse,
+            key,
+        });
     }
     let socket = if opts.connect_to.is_some() {
         Bound::Dial(crate::connectback::Wake::new().map_err(|e| format!("-r: {e}"))?)
@@ -506,10 +513,17 @@ pub fn prepare(state: &State, args: &[String]) -> Result<Prepared, String> {
         _ => listen,
     };
 
-    let mut svc = build(def, opts, state, listen, target, dialer, log, logformat, stack);
+    let mut svc = build(
+        def, opts, state, listen, target, dialer, log, logformat, stack,
+    );
     svc.key.clone_from(&key);
     svc.back_listener = back_listener;
-    Ok(Prepared { svc: Arc::new(svc), socket: Some(socket), reuse: None, key })
+    Ok(Prepared {
+        svc: Arc::new(svc),
+        socket: Some(socket),
+        reuse: None,
+        key,
+    })
 }
 
 /// The `-R` listener on `addr`: the one a running service already has
@@ -589,7 +603,12 @@ fn bind_udp(a: SocketAddr, device: Option<&str>) -> std::io::Result<UdpSocket> {
 /// Start serving: the acceptor (or UDP loop) thread of the service, or,
 /// for a socket kept across a reload, the new settings for its next clients.
 pub fn start(p: Prepared) -> std::io::Result<()> {
-    let Prepared { svc, socket, reuse, key } = p;
+    let Prepared {
+        svc,
+        socket,
+        reuse,
+        key,
+    } = p;
     if let Some(r) = reuse {
         r.swap(svc);
         return Ok(());

@@ -49,7 +49,14 @@ pub fn run(r: Arc<crate::running::Running>, listen: UdpSocket) {
     while !r.stopped() {
         let (n, from) = match listen.recv_from(&mut buf) {
             Ok(x) => x,
-            Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => continue,
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                continue
+            }
             Err(e) => {
                 if !r.stopped() {
                     log::warn!("udppm: recvfrom(): {e}");
@@ -168,7 +175,10 @@ fn open(
     // handed to a session that will never answer it.
     let single = matches!(svc.opts.s_option, Some(n) if n > 0);
     if !single {
-        table.lock().unwrap_or_else(|e| e.into_inner()).insert(from, assoc.clone());
+        table
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(from, assoc.clone());
     }
     let (listen, table) = (listen.clone(), table.clone());
     let spawned = std::thread::Builder::new()
@@ -177,7 +187,10 @@ fn open(
         .spawn(move || {
             replies(&mut rec, &assoc, &listen);
             if !single {
-                table.lock().unwrap_or_else(|e| e.into_inner()).remove(&rec.from);
+                table
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .remove(&rec.from);
             }
             rec.count_out(&assoc);
             if let Some(l) = &grant.limits {
