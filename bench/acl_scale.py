@@ -208,6 +208,14 @@ def main():
             print("%-7d %-11d %-6s %-11.1f %-15.0f %-7d %-11.2f %.1f" % (
                 nu, nc, field, r["startup_s"] * 1000, r["startup_cpu_s"] * 1000,
                 r["rss_kb"], r["cpu_us_per_req"], r["wall_us_per_req"]), flush=True)
+    if a.repeat > 1:
+        print("\nper cell over %d runs: cpu_us/req min / median, startup_ms median" % a.repeat)
+        for nu, nc, field in cells:
+            rs = [r for r in rows if (r["users"], r["cidr_rules"], r["rule_field"]) == (nu, nc, field)]
+            cpu = sorted(r["cpu_us_per_req"] for r in rs)
+            st = sorted(r["startup_s"] * 1000 for r in rs)
+            print("%-7d %-11d %-6s %7.1f / %7.1f   %7.1f" % (
+                nu, nc, field, cpu[0], cpu[len(cpu) // 2], st[len(st) // 2]))
     origin.close()
     shutil.rmtree(os.path.dirname(binary), ignore_errors=True)
     if a.json:

@@ -137,8 +137,11 @@ pub struct Setup {
     pub seen: HashMap<String, usize>,
     /// The index of the last ACL snapshot taken, reused by the next
     /// service line while the ACL is unchanged.
-    index: std::sync::Mutex<Option<(Arc<Vec<Entry>>, Arc<acl::Index>)>>,
+    index: std::sync::Mutex<Option<IndexedAcl>>,
 }
+
+/// An ACL and the index built for it.
+type IndexedAcl = (Arc<Vec<Entry>>, Arc<acl::Index>);
 
 impl Default for Setup {
     fn default() -> Self {

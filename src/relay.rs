@@ -244,18 +244,29 @@ struct SplicePipe {
 
 impl SplicePipe {
     fn new(cap: usize) -> SplicePipe {
-        // A pipe holds 64 KiB unless resized; never ask it for more.
+        // A pipe holds 64 KiB unless resized; `-b` above that resizes it
+        // when it is made (see `pipe`).
         SplicePipe {
             pipe: None,
-            cap: cap.min(65536),
+            cap,
             inflight: 0,
         }
     }
 
     fn pipe(&mut self) -> Result<&(OwnedFd, OwnedFd), Errno> {
         if self.pipe.is_none() {
-            use nix::fcntl::OFlag;
-            self.pipe = Some(nix::unistd::pipe2(OFlag::O_CLOEXEC | OFlag::O_NONBLOCK)?);
+            use nix::fcntl::{fcntl, FcntlArg, OFlag};
+            let (r, w) = nix::unistd::pipe2(OFlag::O_CLOEXEC | OFlag::O_NONBLOCK)?;
+            // The pipe's real size bounds what may be in flight: more than
+            // that would make splice() block or fail.
+            let size = if self.cap > 65536 {
+                let want = self.cap.min(i32::MAX as usize) as i32;
+                fcntl(&w, FcntlArg::F_SETPIPE_SZ(want)).or_else(|_| fcntl(&w, FcntlArg::F_GETPIPE_SZ))
+            } else {
+                fcntl(&w, FcntlArg::F_GETPIPE_SZ)
+            };
+            self.cap = self.cap.min(size.map_or(65536, |n| n.max(4096) as usize));
+            self.pipe = Some((r, w));
         }
         Ok(self.pipe.as_ref().expect("just created"))
     }
@@ -266,14 +277,15 @@ impl Channel for SplicePipe {
         self.inflight < self.cap
     }
     fn room(&self) -> usize {
-        self.cap - self.inflight
+        self.cap.saturating_sub(self.inflight)
     }
     fn pending(&self) -> bool {
         self.inflight > 0
     }
     fn fill(&mut self, src: BorrowedFd<'_>, max: usize) -> Result<usize, Errno> {
         use nix::fcntl::{splice, SpliceFFlags};
-        let room = (self.cap - self.inflight).min(max);
+        self.pipe()?;
+        let room = self.cap.saturating_sub(self.inflight).min(max);
         let (_, w) = self.pipe()?;
         let n = splice(
             src,

@@ -53,13 +53,23 @@ fn relays_64mb_each_way_intact_with_splice() {
 
 #[test]
 fn small_buffer_relays_intact() {
-    let dir = Dir::new("small_buf");
+    buffer_size_relays_intact("small_buf", "-b1024");
+}
+
+/// `-s` with `-b` above a pipe's 64 KiB: the pipes are resized.
+#[test]
+fn splice_with_a_large_buffer_relays_intact() {
+    buffer_size_relays_intact("splice_big_buf", "-s -b1048576");
+}
+
+fn buffer_size_relays_intact(name: &str, opts: &str) {
+    let dir = Dir::new(name);
     let len = 16 * BLOCK as u64;
     let (origin, up) = Origin::hash_sink(len, SEED_DOWN);
     let port = free_port();
     let _proxy = Proxy::start(
         dir,
-        &tcppm("-b1024", port, origin.port()),
+        &tcppm(opts, port, origin.port()),
         &[Listen::Tcp(localhost(port))],
     );
     let mut client = connect(localhost(port));
