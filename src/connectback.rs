@@ -80,26 +80,13 @@ impl BackListener {
     /// Bind and listen on `addr`, with SO_REUSEADDR, SO_REUSEPORT and the
     /// `-oR` options, as 3proxy does.
     pub fn bind(addr: SocketAddr, opts: &SockOpts, backlog: i32) -> io::Result<BackListener> {
-        let domain = if addr.is_ipv4() {
-            Domain::IPV4
-        } else {
-            Domain::IPV6
-        };
-        let sock = Socket::new(domain, Type::STREAM.cloexec(), Some(Protocol::TCP))?;
-        sock.set_reuse_address(true)?;
-        sock.set_reuse_port(true)?;
-        if addr.is_ipv6() {
-            let _ = sock.set_only_v6(true);
-        }
-        opts.apply(sock.as_fd());
-        sock.bind(&SockAddr::from(addr))?;
-        sock.listen(backlog)?;
+        let sock = crate::net::tcp_listener(addr, backlog, opts, None)?;
         // Several clients may wait on it at once: whoever loses the race
         // for a connection must not block in accept().
         sock.set_nonblocking(true)?;
         Ok(BackListener {
             key: key(addr, opts),
-            listener: sock.into(),
+            listener: sock,
         })
     }
 }

@@ -746,24 +746,7 @@ mod tests {
 
     /// A record with nothing set.
     fn empty() -> LogRecord<'static> {
-        LogRecord {
-            service: "",
-            listen_port: 0,
-            res: 0,
-            user: None,
-            client: None,
-            local: None,
-            ext: None,
-            remote: None,
-            req: None,
-            req_host: None,
-            bytes_in: 0,
-            bytes_out: 0,
-            hops: 0,
-            text: "",
-            start: UNIX_EPOCH,
-            now: UNIX_EPOCH,
-        }
+        LogRecord::blank("", UNIX_EPOCH)
     }
 
     fn render(fmt: &str, r: &LogRecord<'_>) -> Vec<u8> {

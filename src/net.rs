@@ -330,28 +330,7 @@ impl Listener {
         device: Option<&str>,
     ) -> io::Result<Listener> {
         match addr {
-            Addr::Ip(a) => {
-                let domain = if a.is_ipv4() {
-                    Domain::IPV4
-                } else {
-                    Domain::IPV6
-                };
-                let sock = Socket::new(domain, Type::STREAM.cloexec(), Some(Protocol::TCP))?;
-                sock.set_reuse_address(true)?;
-                sock.set_reuse_port(true)?;
-                if a.is_ipv6() {
-                    // `-i::` means IPv6 only here, as on most systems'
-                    // defaults for a service that also binds 0.0.0.0.
-                    let _ = sock.set_only_v6(true);
-                }
-                if let Some(dev) = device {
-                    sock.bind_device(Some(dev.as_bytes()))?;
-                }
-                opts.apply(sock.as_fd());
-                sock.bind(&SockAddr::from(*a))?;
-                sock.listen(backlog)?;
-                Ok(Listener::Tcp(sock.into()))
-            }
+            Addr::Ip(a) => tcp_listener(*a, backlog, opts, device).map(Listener::Tcp),
             Addr::Unix(p) => {
                 // A stale socket file from a previous run would make bind
                 // fail; 3proxy unlinks it first too.
@@ -399,6 +378,36 @@ impl AsFd for Listener {
             Listener::Unix(l) => l.as_fd(),
         }
     }
+}
+
+/// A listening TCP socket as every service gets one: SO_REUSEADDR and
+/// SO_REUSEPORT (as 3proxy sets them), IPv6-only for an IPv6 address (`-i::`
+/// then means IPv6 only, beside a service that binds 0.0.0.0), bound to a
+/// device (`-Di`) and with the `-ol`/`-oR` options.
+pub fn tcp_listener(
+    a: SocketAddr,
+    backlog: i32,
+    opts: &SockOpts,
+    device: Option<&str>,
+) -> io::Result<TcpListener> {
+    let domain = if a.is_ipv4() {
+        Domain::IPV4
+    } else {
+        Domain::IPV6
+    };
+    let sock = Socket::new(domain, Type::STREAM.cloexec(), Some(Protocol::TCP))?;
+    sock.set_reuse_address(true)?;
+    sock.set_reuse_port(true)?;
+    if a.is_ipv6() {
+        let _ = sock.set_only_v6(true);
+    }
+    if let Some(dev) = device {
+        sock.bind_device(Some(dev.as_bytes()))?;
+    }
+    opts.apply(sock.as_fd());
+    sock.bind(&SockAddr::from(a))?;
+    sock.listen(backlog)?;
+    Ok(sock.into())
 }
 
 /// Socket files of unix listeners, removed when the process exits (the
