@@ -43,6 +43,8 @@ pub struct Client {
     /// %N when it is not the service's own name (SOCKS prints the
     /// protocol version the client spoke: SOCK4, SOCK5, SOC45).
     pub service_name: Option<&'static str>,
+    /// The PROXY protocol header (`-H`) has been taken off `cli`.
+    pub header_read: bool,
     /// Set when the last request was logged and nothing happened since:
     /// the drop then writes no second record (HTTP keep-alive).
     pub logged: bool,
@@ -69,6 +71,7 @@ impl Client {
             hops: 0,
             start: SystemTime::now(),
             service_name: None,
+            header_read: false,
             logged: false,
             slot: a.slot,
         }

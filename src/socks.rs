@@ -67,8 +67,10 @@ pub fn v5_rep(res: Res) -> u8 {
         20..=29 => 1,
         30..=100 => 4,
         997 => 8,
+        // 3proxy sends the last digit; 0 would say success and 9 is not a
+        // reply RFC 1928 defines, so both become 1, general failure.
         n => match (n % 10) as u8 {
-            0 => 1,
+            0 | 9 => 1,
             r => r,
         },
     }
@@ -276,6 +278,8 @@ mod tests {
             (407, 7),
             (470, 1),
             (460, 1),
+            (519, 1),
+            (999, 1),
         ];
         for (res, rep) in cases {
             assert_eq!(v5_rep(Res(res)), rep, "res {res}");

@@ -584,3 +584,38 @@ fn http_local_redirect_alone_does_not_loop() {
     );
     assert_ne!(body.as_deref(), Ok("hello /loop"));
 }
+
+#[test]
+fn http_local_redirect_behind_a_proxy_header() {
+    // `socks -H`: the PROXY line is read once, by the SOCKS service; the
+    // HTTP handler it hands the client to must not expect another.
+    use std::io::{Read, Write};
+    let origin = http_origin("127.0.0.1:0");
+    let pa = free_port();
+    let cfg = format!(
+        "allow * * * * CONNECT\nparent 1000 http 0.0.0.0 0\nallow *\nsocks -H -i127.0.0.1 -p{pa}\n"
+    );
+    let (_a, log) = hop("pl_http_h", &cfg, pa);
+    let mut s = connect(localhost(pa));
+    s.write_all(format!("PROXY TCP4 192.0.2.7 127.0.0.1 4444 {pa}\r\n").as_bytes())
+        .unwrap();
+    s.write_all(&[5, 1, 0]).unwrap();
+    let mut hello = [0u8; 2];
+    s.read_exact(&mut hello).unwrap();
+    let port = origin.port().to_be_bytes();
+    s.write_all(&[5, 1, 0, 1, 127, 0, 0, 1, port[0], port[1]]).unwrap();
+    let mut reply = [0u8; 10];
+    s.read_exact(&mut reply).unwrap();
+    assert_eq!(reply[1], 0, "CONNECT granted");
+    let req = format!(
+        "GET /hdr HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nConnection: close\r\n\r\n",
+        origin.port()
+    );
+    s.write_all(req.as_bytes()).unwrap();
+    let mut got = String::new();
+    let _ = s.read_to_string(&mut got);
+    assert!(got.ends_with("hello /hdr"), "{got:?}");
+    let line = read_log_line(&log, "the GET", |l| l.contains("/hdr"));
+    // Served, not refused for a second, missing PROXY line (511).
+    assert!(line.starts_with("SOCKS 00000 1 "), "{line}");
+}

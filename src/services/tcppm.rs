@@ -151,6 +151,12 @@ fn connect(
 /// names replace the connection's own in the log. False if the header was
 /// bad: the session then ends with a log line saying why.
 pub fn read_proxy_header(c: &mut Client) -> bool {
+    // A client handed from one service to another (SOCKS to the HTTP
+    // proxy) had its header read by the first.
+    if c.header_read {
+        return true;
+    }
+    c.header_read = true;
     let svc = c.svc().clone();
     let _ = c
         .cli
