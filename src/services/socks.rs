@@ -359,6 +359,10 @@ fn recheck(c: &Client, ask: &Ask, op: Op, dest: (&Dest, SocketAddr)) -> Recheck 
 /// Keep what a grant says for the session: `nolog` drops its record.
 fn keep(c: &mut Client, grant: &Grant) {
     c.logged |= grant.nolog;
+    // A name from `auth dnsname` or the auth cache is the one logged.
+    if grant.user.is_some() {
+        c.user.clone_from(&grant.user);
+    }
 }
 
 fn connect(c: &mut Client, ask: &Ask) -> Result<(), Res> {
