@@ -483,6 +483,13 @@ fn split_authority(s: &str, default: Option<u16>) -> Result<(&str, u16), HeadErr
 
 fn put_host(out: &mut Vec<u8>, host: &str, port: u16) {
     out.extend_from_slice(b"Host: ");
+    put_authority(out, host, port, 80);
+    out.extend_from_slice(b"\r\n");
+}
+
+/// `host:port` (IPv6 in brackets); the port is left out when it is
+/// `default`.
+pub fn put_authority(out: &mut Vec<u8>, host: &str, port: u16, default: u16) {
     let v6 = host.contains(':');
     if v6 {
         out.push(b'[');
@@ -491,9 +498,37 @@ fn put_host(out: &mut Vec<u8>, host: &str, port: u16) {
     if v6 {
         out.push(b']');
     }
-    if port != 80 {
+    if port != default {
         out.push(b':');
-        out.extend_from_slice(port.to_string().as_bytes());
+        let mut digits = [0u8; 5];
+        let mut i = digits.len();
+        let mut p = port;
+        loop {
+            i -= 1;
+            digits[i] = b'0' + (p % 10) as u8;
+            p /= 10;
+            if p == 0 {
+                break;
+            }
+        }
+        out.extend_from_slice(&digits[i..]);
+    }
+}
+
+/// A head from [`parse_request`] (origin form) in absolute form, for an
+/// HTTP parent proxy: `GET http://host[:port]/path HTTP/1.1`, and with
+/// `auth` a `Proxy-Authorization` field for that parent. Into `out`.
+pub fn absolute_form(head: &[u8], host: &str, port: u16, auth: Option<&str>, out: &mut Vec<u8>) {
+    out.clear();
+    let sp = head.iter().position(|&b| b == b' ').unwrap_or(0);
+    out.extend_from_slice(&head[..sp]);
+    out.extend_from_slice(b" http://");
+    put_authority(out, host, port, 80);
+    // The path, the version and every field; the blank line comes last.
+    let end = head.len().saturating_sub(2).max(sp);
+    out.extend_from_slice(&head[(sp + 1).min(end)..end]);
+    if let Some(a) = auth {
+        put_field(out, b"Proxy-Authorization", a.as_bytes());
     }
     out.extend_from_slice(b"\r\n");
 }
@@ -832,6 +867,30 @@ mod tests {
             fwd("GET http://[::1]/ HTTP/1.1\r\n\r\n"),
             "GET / HTTP/1.1\r\nHost: [::1]\r\nForwarded: for=x\r\n\r\n"
         );
+    }
+
+    #[test]
+    fn absolute_form_for_an_http_parent() {
+        let head = fwd("GET http://h:8080/a?b HTTP/1.1\r\nAccept: */*\r\n\r\n");
+        let mut out = Vec::new();
+        absolute_form(head.as_bytes(), "h", 8080, Some("Basic eDp5"), &mut out);
+        assert_eq!(
+            String::from_utf8(out.clone()).unwrap(),
+            "GET http://h:8080/a?b HTTP/1.1\r\nHost: h:8080\r\nAccept: */*\r\n\
+            Forwarded: for=x\r\nProxy-Authorization: Basic eDp5\r\n\r\n"
+        );
+        let head = fwd("POST /x HTTP/1.0\r\nHost: [::1]\r\n\r\n");
+        absolute_form(head.as_bytes(), "::1", 80, None, &mut out);
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "POST http://[::1]/x HTTP/1.0\r\nHost: [::1]\r\nConnection: keep-alive\r\n\
+            Forwarded: for=x\r\n\r\n"
+        );
+        let mut a = Vec::new();
+        put_authority(&mut a, "h", 65535, 80);
+        put_authority(&mut a, "h", 1, 80);
+        put_authority(&mut a, "h", 80, 80);
+        assert_eq!(a, b"h:65535h:1h");
     }
 
     #[test]

@@ -539,8 +539,17 @@ const BIG: u64 = 64 * 1024 * 1024;
 
 #[test]
 fn download_64mb_intact() {
+    download_64mb("download", "");
+}
+
+#[test]
+fn download_64mb_intact_with_splice() {
+    download_64mb("download_s", "-s");
+}
+
+fn download_64mb(name: &str, opts: &str) {
     let origin = HttpOrigin::start();
-    let (_proxy, port) = start_proxy("download", "", "");
+    let (_proxy, port) = start_proxy(name, "", opts);
     let mut c = Conn::new(port);
     set_timeouts(&c.w, Duration::from_secs(60));
     c.send(
@@ -563,8 +572,17 @@ fn download_64mb_intact() {
 
 #[test]
 fn upload_64mb_intact() {
+    upload_64mb("upload", "");
+}
+
+#[test]
+fn upload_64mb_intact_with_splice() {
+    upload_64mb("upload_s", "-s");
+}
+
+fn upload_64mb(name: &str, opts: &str) {
     let origin = HttpOrigin::start();
-    let (_proxy, port) = start_proxy("upload", "", "");
+    let (_proxy, port) = start_proxy(name, "", opts);
     let mut c = Conn::new(port);
     set_timeouts(&c.w, Duration::from_secs(60));
     c.send(
@@ -639,6 +657,43 @@ fn close_delimited_response_closes_the_client() {
     let r = c.read(false);
     assert_eq!((r.status, r.field("connection")), (200, Some("close")));
     assert_eq!(r.body, body_bytes(5000));
+}
+
+#[test]
+fn splice_moves_bodies_of_every_framing() {
+    // -s: Content-Length bodies (small ones are copied, big ones spliced)
+    // and close-delimited ones; chunked ones are copied, as they must be
+    // parsed. The connection goes on after each.
+    let origin = HttpOrigin::start();
+    let (_proxy, port) = start_proxy("splice_bodies", "", "-s");
+    let mut c = Conn::new(port);
+    for n in [0, 10, 16383, 16384, 16385, 200_000, 1_000_003] {
+        assert_eq!(
+            c.get(&origin.url(&format!("/len/{n}"))).body,
+            body_bytes(n),
+            "{n}"
+        );
+        assert_eq!(
+            c.get(&origin.url(&format!("/chunked/{n}"))).body,
+            body_bytes(n),
+            "{n}"
+        );
+        let body = body_bytes(n);
+        c.send(
+            format!(
+                "POST {} HTTP/1.1\r\nContent-Length: {n}\r\n\r\n",
+                origin.url("/sha")
+            )
+            .as_bytes(),
+        );
+        c.send(&body);
+        let want = format!("{:x} {n}", Sha256::digest(&body));
+        assert_eq!(text(&c.read(false).body), want);
+    }
+    c.send(format!("GET {} HTTP/1.1\r\n\r\n", origin.url("/close/300000")).as_bytes());
+    let r = c.read(false);
+    assert_eq!(r.field("connection"), Some("close"));
+    assert_eq!(r.body, body_bytes(300_000));
 }
 
 #[test]
@@ -1241,4 +1296,367 @@ fn nolog_requests_leave_no_record() {
         "{:?}",
         log_lines(&log)
     );
+}
+
+// ---------------------------------------------------------------------------
+// Parent proxies
+
+/// Service, code, hops, user, client address, text.
+const CHAIN_FMT: &str = "L%N %E %h %U %C:%c %T";
+
+/// A 3proxy with `body` (service lines included) logging with
+/// [`CHAIN_FMT`], ready on `port`.
+fn chain_hop(name: &str, body: &str, port: u16) -> (Proxy, std::path::PathBuf) {
+    let dir = Dir::new(name);
+    let log = dir.join("access.log");
+    let cfg = format!("log {}\nlogformat \"{CHAIN_FMT}\"\n{body}", p(&log));
+    let proxy = Proxy::start(dir, &cfg, &[Listen::Tcp(localhost(port))]);
+    (proxy, log)
+}
+
+fn proxy_on(port: u16) -> String {
+    format!("proxy -i127.0.0.1 -p{port}\n")
+}
+
+/// The records of `log` whose text contains `what`, once there are `n`.
+fn records(log: &std::path::Path, what: &str, n: usize) -> Vec<String> {
+    let get = || -> Vec<String> {
+        log_lines(log)
+            .into_iter()
+            .filter(|l| l.contains(what))
+            .collect()
+    };
+    wait_for(|| get().len() >= n, LOG_TIMEOUT);
+    get()
+}
+
+/// The client address:port of a [`CHAIN_FMT`] record.
+fn client_of(record: &str) -> String {
+    record.split(' ').nth(4).unwrap_or("").to_string()
+}
+
+#[test]
+fn requests_through_an_http_parent_keep_their_chain() {
+    // client -> A -http-> B (our own proxy, with auth) -> origins. A sends
+    // B absolute-form requests with B's credentials; the connection to B
+    // serves the next requests, to any host.
+    let origin = HttpOrigin::start();
+    let other = HttpOrigin::start();
+    let (pa, pb) = (free_port(), free_port());
+    let b_cfg = format!(
+        "users carol:CL:pw1\nauth strong\nallow carol\n{}",
+        proxy_on(pb)
+    );
+    let (_b, log_b) = chain_hop("ph_b", &b_cfg, pb);
+    let a_cfg = format!(
+        "allow *\nparent 1000 http 127.0.0.1 {pb} carol pw1\n{}",
+        proxy_on(pa)
+    );
+    let (_a, log_a) = chain_hop("ph_a", &a_cfg, pa);
+
+    let mut c = Conn::new(pa);
+    let r = c.get(&origin.url("/head"));
+    assert_eq!(r.status, 200);
+    let head = text(&r.body);
+    // B rewrote the request for the origin: origin form, no credentials.
+    assert!(head.starts_with("GET /head HTTP/1.1\r\n"), "{head}");
+    assert!(!head.contains("Proxy-Authorization"), "{head}");
+    // Origin form from the client works too (transparent use).
+    c.send(
+        format!(
+            "GET /len/9 HTTP/1.1\r\nHost: 127.0.0.1:{}\r\n\r\n",
+            origin.port()
+        )
+        .as_bytes(),
+    );
+    assert_eq!(c.read(false).body, body_bytes(9));
+    // Another host: the same connection to B.
+    assert_eq!(c.get(&other.url("/hello")).body, b"hello");
+    // POST with a body.
+    c.send(
+        format!(
+            "POST {} HTTP/1.1\r\nContent-Length: 5\r\n\r\nabcde",
+            other.url("/sha")
+        )
+        .as_bytes(),
+    );
+    let r = c.read(false);
+    assert!(text(&r.body).ends_with(" 5"), "{}", text(&r.body));
+    drop(c);
+
+    let at_b = records(&log_b, "http://127.0.0.1:", 4);
+    assert_eq!(at_b.len(), 4, "{at_b:?}");
+    assert!(
+        at_b.iter().all(|l| l.starts_with("PROXY 00000 0 carol ")),
+        "{at_b:?}"
+    );
+    assert!(
+        at_b[0].ends_with(&format!("GET {} HTTP/1.1", origin.url("/head"))),
+        "{at_b:?}"
+    );
+    assert!(
+        at_b[1].ends_with(&format!(
+            "GET http://127.0.0.1:{}/len/9 HTTP/1.1",
+            origin.port()
+        )),
+        "{at_b:?}"
+    );
+    let from = client_of(&at_b[0]);
+    assert!(
+        at_b.iter().all(|l| client_of(l) == from),
+        "one connection from A: {at_b:?}"
+    );
+    let at_a = records(&log_a, " HTTP/1.1", 4);
+    assert!(
+        at_a.iter().all(|l| l.starts_with("PROXY 00000 1 ")),
+        "{at_a:?}"
+    );
+}
+
+#[test]
+fn an_http_parent_refusing_the_credentials_is_its_answer() {
+    // A parent's own answer (here 407) reaches the client as it is.
+    let origin = HttpOrigin::start();
+    let (pa, pb) = (free_port(), free_port());
+    let b_cfg = format!(
+        "users carol:CL:pw1\nauth strong\nallow carol\n{}",
+        proxy_on(pb)
+    );
+    let (_b, _log_b) = chain_hop("ph407_b", &b_cfg, pb);
+    let a_cfg = format!(
+        "allow *\nparent 1000 http 127.0.0.1 {pb} carol wrong\n{}",
+        proxy_on(pa)
+    );
+    let (_a, _log_a) = chain_hop("ph407_a", &a_cfg, pa);
+    let mut c = Conn::new(pa);
+    assert_eq!(c.get(&origin.url("/hello")).status, 407);
+    assert!(origin.heads().is_empty());
+}
+
+#[test]
+fn requests_through_a_socks5_parent() {
+    // client -> A -socks5-> B -> origin: the chain reaches one host and
+    // serves the client's next requests to it; another host takes a new
+    // chain.
+    let origin = HttpOrigin::start();
+    let other = HttpOrigin::start();
+    let (pa, pb) = (free_port(), free_port());
+    let (_b, log_b) = chain_hop("ps_b", &format!("socks -i127.0.0.1 -p{pb}\n"), pb);
+    let a_cfg = format!(
+        "allow *\nparent 1000 socks5 127.0.0.1 {pb}\n{}",
+        proxy_on(pa)
+    );
+    let (_a, log_a) = chain_hop("ps_a", &a_cfg, pa);
+    let mut c = Conn::new(pa);
+    for _ in 0..3 {
+        assert_eq!(c.get(&origin.url("/hello")).body, b"hello");
+    }
+    assert_eq!(c.get(&other.url("/len/100")).body, body_bytes(100));
+    drop(c);
+    assert_eq!(origin.conns(), 1);
+    let connects = records(&log_b, "CONNECT 127.0.0.1:", 2);
+    assert_eq!(connects.len(), 2, "{connects:?}");
+    assert!(connects[0].starts_with("SOCK5 00000 0 - "), "{connects:?}");
+    let at_a = records(&log_a, "http://127.0.0.1:", 4);
+    assert!(
+        at_a.iter().all(|l| l.starts_with("PROXY 00000 1 ")),
+        "{at_a:?}"
+    );
+    // The origin saw B: the socks5 parent connected, not A.
+    assert!(origin.heads()[0].starts_with("GET /hello HTTP/1.1"));
+}
+
+#[test]
+fn connect_through_parents() {
+    let echo = Origin::echo();
+    let (pa, pb, pc) = (free_port(), free_port(), free_port());
+    let (_b, log_b) = chain_hop("pc_b", &proxy_on(pb), pb);
+    let (_c, log_c) = chain_hop("pc_c", &format!("socks -i127.0.0.1 -p{pc}\n"), pc);
+    // A: CONNECT through the http parent B; another entry (by port) sends
+    // CONNECTs through the socks5 parent C.
+    let a_cfg = format!(
+        "allow * * * {}\nparent 1000 http 127.0.0.1 {pb} u p\nallow *\nparent 1000 socks5 127.0.0.1 {pc}\n{}",
+        echo.port(),
+        proxy_on(pa)
+    );
+    let (_a, log_a) = chain_hop("pc_a", &a_cfg, pa);
+    for host in ["127.0.0.1", "localhost"] {
+        let mut c = Conn::new(pa);
+        c.send(format!("CONNECT {host}:{} HTTP/1.1\r\n\r\nearly", echo.port()).as_bytes());
+        let mut line = String::new();
+        c.r.read_line(&mut line).unwrap();
+        assert_eq!(line, "HTTP/1.0 200 Connection established\r\n");
+        c.r.read_line(&mut line).unwrap();
+        let mut back = [0u8; 5];
+        c.r.read_exact(&mut back).unwrap();
+        assert_eq!(&back, b"early");
+        echo_roundtrip(&mut c.w, b"through B");
+    }
+    let at_b = records(&log_b, "CONNECT ", 2);
+    assert!(
+        at_b.iter()
+            .any(|l| l.contains(&format!("CONNECT localhost:{} HTTP/1.1", echo.port()))),
+        "{at_b:?}"
+    );
+    // B was given the parent credentials: u is its logged user.
+    assert!(
+        at_b.iter().all(|l| l.starts_with("PROXY 00000 0 u ")),
+        "{at_b:?}"
+    );
+    // Now through C: a port the first entry does not match.
+    let other = Origin::echo();
+    let mut c = Conn::new(pa);
+    c.send(format!("CONNECT 127.0.0.1:{} HTTP/1.1\r\n\r\n", other.port()).as_bytes());
+    let mut line = String::new();
+    c.r.read_line(&mut line).unwrap();
+    assert_eq!(line, "HTTP/1.0 200 Connection established\r\n");
+    c.r.read_line(&mut line).unwrap();
+    echo_roundtrip(&mut c.w, b"through C");
+    drop(c);
+    records(&log_c, &format!("CONNECT 127.0.0.1:{}", other.port()), 1);
+    let at_a = records(&log_a, "CONNECT ", 3);
+    assert!(
+        at_a.iter().all(|l| l.starts_with("PROXY 00000 1 ")),
+        "{at_a:?}"
+    );
+}
+
+#[test]
+fn a_local_http_redirection_serves_the_request_here() {
+    // `parent http 0.0.0.0 0` in the proxy's own ACL: the request is
+    // served by this handler, on a second ACL pass that skips the entry.
+    let origin = HttpOrigin::start();
+    let pa = free_port();
+    let cfg = format!(
+        "allow *\nparent 1000 http 0.0.0.0 0\nallow *\n{}",
+        proxy_on(pa)
+    );
+    let (_a, log) = chain_hop("plocal", &cfg, pa);
+    let mut c = Conn::new(pa);
+    assert_eq!(c.get(&origin.url("/hello")).body, b"hello");
+    assert_eq!(c.get(&origin.url("/hello")).body, b"hello");
+    let rec = records(&log, "/hello", 2);
+    assert!(
+        rec.iter().all(|l| l.starts_with("PROXY 00000 1 ")),
+        "{rec:?}"
+    );
+    // Alone, it cannot be served: refused as when no entry matches (407),
+    // not looped.
+    let pb = free_port();
+    let cfg = format!("allow *\nparent 1000 http 0.0.0.0 0\n{}", proxy_on(pb));
+    let (_b, _log) = chain_hop("plocal2", &cfg, pb);
+    let mut c = Conn::new(pb);
+    assert_eq!(c.get(&origin.url("/hello")).status, 407);
+}
+
+#[test]
+fn a_parent_that_is_down_is_502() {
+    let origin = HttpOrigin::start();
+    let down = free_port();
+    let pa = free_port();
+    let a_cfg = format!(
+        "allow *\nparent 1000 http 127.0.0.1 {down}\n{}",
+        proxy_on(pa)
+    );
+    let (_a, log_a) = chain_hop("pdown_a", &a_cfg, pa);
+    let mut c = Conn::new(pa);
+    assert_eq!(c.get(&origin.url("/hello")).status, 502);
+    c.assert_closed();
+    records(&log_a, "/hello", 1)
+        .iter()
+        .for_each(|l| assert!(l.starts_with("PROXY 00013 "), "{l}"));
+    // A parent that answers nonsense: 3proxy's parent codes, and the page
+    // says so.
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let bad = l.local_addr().unwrap().port();
+    thread::spawn(move || {
+        for s in l.incoming().flatten() {
+            drop(s);
+        }
+    });
+    let pa2 = free_port();
+    let a2_cfg = format!(
+        "allow *\nparent 1000 socks5 127.0.0.1 {bad}\n{}",
+        proxy_on(pa2)
+    );
+    let (_a2, log_a2) = chain_hop("pdown_a2", &a2_cfg, pa2);
+    let mut c = Conn::new(pa2);
+    let r = c.get(&origin.url("/hello"));
+    assert_eq!(r.status, 502);
+    assert!(
+        text(&r.body).contains("Failed to connect parent proxy"),
+        "{}",
+        text(&r.body)
+    );
+    let rec = records(&log_a2, "/hello", 1);
+    assert!(rec[0].starts_with("PROXY 00052 "), "{rec:?}");
+    assert!(origin.heads().is_empty());
+}
+
+// ---------------------------------------------------------------------------
+// Reload
+
+#[test]
+fn force_cuts_connect_and_upgrade_tunnels() {
+    // After a reload whose ACL denies them, a CONNECT tunnel and an
+    // upgraded connection end when data next moves (`force`, the default).
+    let echo = Origin::echo();
+    let origin = HttpOrigin::start();
+    let dir = Dir::new("force_tunnels");
+    let port = free_port();
+    let log = dir.join("proxy.log");
+    let cfg = |acl: &str| {
+        format!(
+            "log {}\nlogformat \"L%N %E %T\"\n{acl}\nproxy -p{port} -i127.0.0.1\n",
+            p(&log)
+        )
+    };
+    let text = cfg("allow *");
+    let proxy = Proxy::start(dir, &text, &[Listen::Tcp(localhost(port))]);
+
+    let mut tunnel = Conn::new(port);
+    tunnel.send(format!("CONNECT 127.0.0.1:{} HTTP/1.1\r\n\r\n", echo.port()).as_bytes());
+    let r = tunnel.read(true);
+    assert_eq!(r.status, 200);
+    echo_roundtrip(&mut tunnel.w, b"before");
+    let mut ws = Conn::new(port);
+    ws.send(
+        format!(
+            "GET {} HTTP/1.1\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n",
+            origin.url("/ws")
+        )
+        .as_bytes(),
+    );
+    assert_eq!(ws.read(true).status, 101);
+    ws.send(b"before");
+    let mut b = [0u8; 6];
+    ws.r.read_exact(&mut b).unwrap();
+
+    proxy
+        .dir
+        .write("3proxy.cfg", cfg("deny * * 127.0.0.1\nallow *"));
+    proxy.signal("USR1");
+    let refused = || {
+        let mut c = Conn::new(port);
+        c.send(format!("GET {} HTTP/1.1\r\n\r\n", origin.url("/hello")).as_bytes());
+        c.try_read(false).is_ok_and(|r| r.status == 403)
+    };
+    assert!(
+        wait_for(refused, START_TIMEOUT),
+        "the new ACL never took effect"
+    );
+    for (c, name) in [(&mut tunnel, "CONNECT"), (&mut ws, "Upgrade")] {
+        set_timeouts(&c.w, IO_TIMEOUT);
+        let _ = c.w.write_all(b"after");
+        let mut buf = [0u8; 5];
+        let alive = matches!(c.r.read_exact(&mut buf), Ok(())) && &buf == b"after";
+        assert!(!alive, "the denied {name} tunnel went on");
+    }
+    // Each ends with the refusal's code (1: denied).
+    read_log_line(&log, "the CONNECT's record", |l| {
+        l.starts_with("PROXY 00001 CONNECT ")
+    });
+    read_log_line(&log, "the Upgrade's record", |l| {
+        l.starts_with("PROXY 00001 GET ") && l.contains("/ws")
+    });
 }

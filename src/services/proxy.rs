@@ -29,15 +29,17 @@
 use std::collections::HashMap;
 use std::io::{self, IoSlice, Read, Write};
 use std::net::{IpAddr, Shutdown, SocketAddr};
+use std::os::fd::{AsFd, OwnedFd};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use crate::access::{self, Grant, Request};
+use crate::access::{self, Grant, Recheck, Request};
 use crate::client::Client;
 use crate::conf::Timeouts;
 use crate::http::{self, ChunkScanner, Framing, HeadError, ResponseHead};
 use crate::limit::{Permit, Session as Limits};
 use crate::net::{parse_ip, resolve, Stream};
+use crate::parent::{self, Parents};
 use crate::relay::{relay_with, RelayOpts};
 use crate::res::Res;
 use crate::services::{Service, DEFAULT_BUFSIZE};
@@ -98,6 +100,13 @@ struct Session {
     grant: Option<Grant>,
     /// Bytes of the current request the limiter counted already (in, out).
     shaped: (u64, u64),
+    /// `force`: what a tunnel (CONNECT, Upgrade) was authorized for, to
+    /// check again after a reload.
+    recheck: Option<Recheck>,
+    /// The request head in absolute form, for an `http` parent.
+    abs_out: Vec<u8>,
+    /// Hops a SOCKS local redirection took before this handler (`%h`).
+    base_hops: u32,
 }
 
 /// A connection to an origin server.
@@ -114,6 +123,29 @@ struct Origin {
     /// A request on it used NTLM/Negotiate, which authenticates the
     /// connection: it never goes to the shared pool.
     bound: bool,
+    /// Made through the parents of an ACL entry (None: directly).
+    via: Option<Via>,
+    /// Parents taken (`%h`).
+    hops: u32,
+}
+
+/// How a connection through `parent`s was made: which later requests of
+/// the same client it may serve (they keep their chain). Such connections
+/// never go to the shared pool.
+struct Via {
+    /// The parents of the ACL entry that allowed it (compared by pointer:
+    /// a request allowed by another entry, or after a reload, dials anew).
+    parents: Parents,
+    /// The last hop is an `http` parent: requests go to it in absolute
+    /// form, for any host. Otherwise the connection reaches one
+    /// destination.
+    http: bool,
+    /// `Basic ...` for the `http` parent's `Proxy-Authorization`.
+    auth: Option<String>,
+    /// The client's credentials when it was made (a `*` parent was given
+    /// them).
+    user: Option<String>,
+    password: Option<String>,
 }
 
 /// The parts of a request head the exchange needs after the head buffer
@@ -175,6 +207,9 @@ impl Session {
             host: String::new(),
             grant: None,
             shaped: (0, 0),
+            recheck: None,
+            abs_out: Vec::new(),
+            base_hops: c.hops,
         }
     }
 
@@ -210,6 +245,7 @@ impl Session {
             }
         };
         self.grant = None;
+        self.recheck = None;
         self.shaped = (0, 0);
         more
     }
@@ -301,6 +337,7 @@ impl Session {
                 return Err(Fail::answer(res, status));
             }
         };
+        c.hops = self.base_hops;
         c.text.clear();
         c.text.push_str(h.method);
         c.text.push(' ');
@@ -365,6 +402,18 @@ impl Session {
             (None, Some(ip)) => Ok(SocketAddr::new(ip, req.port)),
             (None, None) => resolve(&self.host, req.port, self.svc.family),
         };
+        self.ask_acl(c, req, dst.as_ref().ok().copied())?;
+        let dst = dst.map_err(|res| Fail::answer(res, 502))?;
+        c.req_addr = Some(dst);
+        if crate::net::Addr::Ip(dst) == self.svc.listen || Some(dst) == c.local_addr {
+            return Err(Fail::answer(Res::LOOP, 503));
+        }
+        Ok(dst)
+    }
+
+    /// Ask the access layer about the request; keep its grant (and, for a
+    /// tunnel, what to check again after a reload).
+    fn ask_acl(&mut self, c: &mut Client, req: &Req, dst: Option<SocketAddr>) -> Result<(), Fail> {
         let ask = Request {
             op: Some(req.op),
             client: c.client_addr,
@@ -374,7 +423,7 @@ impl Session {
             } else {
                 None
             },
-            addr: dst.as_ref().ok().map(SocketAddr::ip),
+            addr: dst.map(|a| a.ip()),
             port: req.port,
             user: req.user.as_deref(),
             password: req.password.as_deref(),
@@ -385,29 +434,107 @@ impl Session {
                     c.user.clone_from(&grant.user);
                 }
                 self.grant = Some(grant);
+                if req.connect || req.upgrade {
+                    self.recheck = Some(Recheck::new(&self.svc, &ask));
+                }
+                Ok(())
             }
-            Err(res) => return Err(Fail::answer(res, deny_status(res, needuser))),
+            Err(res) => {
+                let needuser = self.svc.opts.needuser.unwrap_or(1);
+                Err(Fail::answer(res, deny_status(res, needuser)))
+            }
         }
-        let dst = dst.map_err(|res| Fail::answer(res, 502))?;
-        c.req_addr = Some(dst);
-        if crate::net::Addr::Ip(dst) == self.svc.listen || Some(dst) == c.local_addr {
-            return Err(Fail::answer(Res::LOOP, 503));
-        }
-        Ok(dst)
     }
 
-    /// A new connection to `dst` (the kept one, if any, is closed).
-    fn dial(&mut self, c: &mut Client, dst: SocketAddr) -> Result<Origin, Fail> {
-        let s = self
-            .svc
-            .dialer
-            .connect_ip(dst)
-            .map_err(|res| Fail::answer(res, 502))?;
+    /// Whether the kept connection `o` can carry this request: a direct
+    /// one to the same host and port, when the request has no parents; one
+    /// made through the same parents for the same client credentials, to
+    /// the same destination, or to any with an `http` last hop.
+    fn fits(&self, o: &Origin, req: &Req, dst: SocketAddr) -> bool {
+        let same_dest = o.addr == dst && o.host.eq_ignore_ascii_case(&self.host);
+        let parents = self.grant.as_ref().map(|g| &g.parents);
+        match &o.via {
+            None => same_dest && parents.is_none_or(|p| p.is_empty()),
+            Some(v) => {
+                parents.is_some_and(|p| Arc::ptr_eq(&v.parents, p))
+                    && v.user == req.user
+                    && v.password == req.password
+                    && (v.http || same_dest)
+            }
+        }
+    }
+
+    /// A new connection for the request to `dst`: directly, or through the
+    /// grant's parents (the kept one, if any, is left alone).
+    fn dial(&mut self, c: &mut Client, req: &Req, dst: SocketAddr) -> Result<Origin, Fail> {
+        self.dial_via(c, req, dst, false)
+    }
+
+    fn dial_via(
+        &mut self,
+        c: &mut Client,
+        req: &Req,
+        dst: SocketAddr,
+        redirected: bool,
+    ) -> Result<Origin, Fail> {
+        let parents = self
+            .grant
+            .as_ref()
+            .map(|g| g.parents.clone())
+            .unwrap_or_default();
+        let want = parent::Want {
+            addr: Some(dst),
+            host: req.literal.is_none().then_some(self.host.as_str()),
+            user: req.user.as_deref(),
+            password: req.password.as_deref(),
+            client: c.client_addr,
+            local: c.local_addr,
+        };
+        let chain = match parent::connect(&self.svc, &parents, &want) {
+            Ok(parent::Route::Stream(chain)) => chain,
+            Ok(parent::Route::Local {
+                kind: parent::Kind::Http,
+                hops,
+                ..
+            }) if !redirected => {
+                // `parent http 0.0.0.0 0`: this handler serves the request
+                // itself, with the ACL entries that redirect locally
+                // skipped (3proxy's second pass).
+                let o = {
+                    let _again = parent::Redirected::enter();
+                    self.ask_acl(c, req, Some(dst))?;
+                    self.dial_via(c, req, dst, true)
+                };
+                let mut o = o?;
+                o.hops += hops;
+                c.hops = self.base_hops + o.hops;
+                return Ok(o);
+            }
+            Ok(parent::Route::Local { .. }) => return Err(Fail::answer(Res::NOTIMPL, 501)),
+            Err(res) => return Err(parent_fail(res)),
+        };
+        let s = chain.stream;
         let t = self.svc.timeouts.get(Timeouts::STRING_LONG);
         set_timeouts(&s, t, t).map_err(|_| Fail::answer(Res::SOCKET, 502))?;
-        c.remote_addr = Some(dst);
+        c.remote_addr = if parents.is_empty() {
+            Some(dst)
+        } else {
+            s.peer_addr()
+        };
         let ext = s.local_addr();
         c.ext_addr = ext;
+        c.hops = self.base_hops + chain.hops;
+        let via = (!parents.is_empty()).then(|| Via {
+            parents,
+            http: chain.http_parent,
+            auth: chain
+                .credentials
+                .as_ref()
+                .filter(|_| chain.http_parent)
+                .map(|(u, p)| format!("Basic {}", parent::basic_auth(u, p))),
+            user: req.user.clone(),
+            password: req.password.clone(),
+        });
         Ok(Origin {
             s,
             host: self.host.clone(),
@@ -416,19 +543,31 @@ impl Session {
             ext,
             used: false,
             bound: false,
+            via,
+            hops: chain.hops,
         })
     }
 
     /// An idle connection to `dst` for this host from the shared pool, or
     /// a new one.
-    fn connect(&mut self, c: &mut Client, dst: SocketAddr) -> Result<Origin, Fail> {
-        match unpark(&self.svc, dst, &self.host) {
+    /// (Only direct connections are pooled.)
+    fn connect(&mut self, c: &mut Client, req: &Req, dst: SocketAddr) -> Result<Origin, Fail> {
+        let direct = self.grant.as_ref().is_none_or(|g| g.parents.is_empty());
+        // A request that can be sent twice is sent on a pooled connection
+        // without looking first (a peek costs a system call): if the
+        // origin had closed it, the request goes again on a new one.
+        let look = !(req.idempotent && req.framing == Framing::None);
+        match direct
+            .then(|| unpark(&self.svc, dst, &self.host, look))
+            .flatten()
+        {
             Some(o) => {
                 c.remote_addr = Some(dst);
                 c.ext_addr = o.ext;
+                c.hops = self.base_hops;
                 Ok(o)
             }
-            None => self.dial(c, dst),
+            None => self.dial(c, req, dst),
         }
     }
 
@@ -440,13 +579,54 @@ impl Session {
         if let Some(k) = self.origin.take() {
             park(&self.svc, k);
         }
-        let o = self.dial(c, dst)?;
+        let o = self.dial(c, req, dst)?;
+        // Bytes an `http` parent sent after its own answer: the tunnel's.
+        let mut small = [0u8; SMALL];
+        let mut sb = HeadBuf::new(&mut small);
+        if o.via.as_ref().is_some_and(|v| v.http) {
+            self.parent_connect(c, &o, &mut sb, req.port)?;
+        }
         // 3proxy's exact answer: some clients match on it.
         const ESTABLISHED: &[u8] = b"HTTP/1.0 200 Connection established\r\n\r\n";
-        write_all_v(&c.cli, ESTABLISHED, &[]).map_err(|e| Fail::silent(cli_res(&e)))?;
-        c.bytes_in += ESTABLISHED.len() as u64;
+        let early = sb.data();
+        write_all_v(&c.cli, ESTABLISHED, early).map_err(|e| Fail::silent(cli_res(&e)))?;
+        c.bytes_in += (ESTABLISHED.len() + early.len()) as u64;
         self.relay(c, cb, &o.s)?;
         c.srv = Some(o.s);
+        Ok(())
+    }
+
+    /// CONNECT through an `http` last hop: ask it for a tunnel (with its
+    /// credentials), as a `connect` parent would be asked. Whatever follows
+    /// its answer's head is left in `sb`.
+    fn parent_connect(
+        &mut self,
+        c: &mut Client,
+        o: &Origin,
+        sb: &mut HeadBuf<'_>,
+        port: u16,
+    ) -> Result<(), Fail> {
+        let auth = o.via.as_ref().and_then(|v| v.auth.as_deref());
+        self.abs_out.clear();
+        self.abs_out.extend_from_slice(b"CONNECT ");
+        http::put_authority(&mut self.abs_out, &self.host, port, 0);
+        self.abs_out.extend_from_slice(b" HTTP/1.1\r\nHost: ");
+        http::put_authority(&mut self.abs_out, &self.host, port, 0);
+        self.abs_out.extend_from_slice(b"\r\n");
+        if let Some(a) = auth {
+            self.abs_out.extend_from_slice(b"Proxy-Authorization: ");
+            self.abs_out.extend_from_slice(a.as_bytes());
+            self.abs_out.extend_from_slice(b"\r\n");
+        }
+        self.abs_out.extend_from_slice(b"\r\n");
+        write_all_v(&o.s, &self.abs_out, &[]).map_err(|_| parent_fail(Res(31)))?;
+        c.bytes_out += self.abs_out.len() as u64;
+        let h =
+            read_response(&o.s, sb, true, &mut self.resp_out).map_err(|_| parent_fail(Res(32)))?;
+        if !(200..300).contains(&h.status) {
+            return Err(parent_fail(Res(33)));
+        }
+        sb.consume(h.len);
         Ok(())
     }
 
@@ -467,7 +647,11 @@ impl Session {
             bufsize: self.svc.bufsize,
             grace: self.svc.opts.grace,
         };
-        let out = relay_with(&c.cli, srv, &opts, self.shaper());
+        // With `force`, a reload whose ACL refuses the tunnel ends it.
+        let out = match &self.recheck {
+            Some(again) => super::tcppm::relay_logged(c, srv, &opts, self.shaper(), again),
+            None => relay_with(&c.cli, srv, &opts, self.shaper()),
+        };
         if self.shaper().is_some() {
             self.shaped.0 += out.inb;
             self.shaped.1 += out.out;
@@ -502,34 +686,37 @@ impl Session {
         // goes on a kept connection only if it still looks open.
         let retryable = req.idempotent && req.framing == Framing::None;
         let mut o = match self.origin.take() {
-            Some(o) if o.addr == dst && o.host.eq_ignore_ascii_case(&self.host) => {
+            Some(o) if self.fits(&o, req, dst) => {
                 if retryable || still_open(&o) {
+                    c.hops = self.base_hops + o.hops;
                     o
                 } else {
-                    self.connect(c, dst)?
+                    self.connect(c, req, dst)?
                 }
             }
             Some(o) => {
                 park(&self.svc, o);
-                self.connect(c, dst)?
+                self.connect(c, req, dst)?
             }
-            None => self.connect(c, dst)?,
+            None => self.connect(c, req, dst)?,
         };
         o.bound |= req.conn_auth;
         let mut small = [0u8; SMALL];
         let mut sb = HeadBuf::new(&mut small);
         let mut early = None;
-        let reused = loop {
+        let (reused, head_len) = loop {
             let reused = std::mem::replace(&mut o.used, true);
-            match write_all_v(&o.s, &self.req_out, &cb.data()[..now]) {
-                Ok(()) => break reused,
+            let head = self.head_for(&o, req.port);
+            let head_len = head.len();
+            match write_all_v(&o.s, head, &cb.data()[..now]) {
+                Ok(()) => break (reused, head_len),
                 // A kept connection the origin closed meanwhile: once more
                 // on a new one.
-                Err(_) if reused && retryable => o = self.dial(c, dst)?,
+                Err(_) if reused && retryable => o = self.dial(c, req, dst)?,
                 Err(e) => return Err(Fail::answer(srv_res(&e), 502)),
             }
         };
-        c.bytes_out += (self.req_out.len() + now) as u64;
+        c.bytes_out += (head_len + now) as u64;
         cb.consume(now);
         if more_body && req.expect_continue && readable_within(&o.s, CONTINUE_WAIT) {
             // The origin answered the Expect: 100 (send the body) or a
@@ -545,8 +732,11 @@ impl Session {
         let mut body_done = !more_body;
         if early.is_none() && more_body {
             let lim = self.shaper();
+            let splice = self.svc.splice();
             let sent = match req.framing {
-                Framing::Length(n) => copy_exact(&c.cli, &o.s, n - now as u64, Side::Client, lim),
+                Framing::Length(n) => {
+                    copy_exact(&c.cli, &o.s, n - now as u64, Side::Client, lim, splice)
+                }
                 _ => copy_chunked_request(&c.cli, &o.s, &mut scanner, cb, lim),
             };
             match sent {
@@ -575,17 +765,35 @@ impl Session {
                         // before it read this request: once more on a new
                         // one.
                         may_retry = false;
-                        o = self.dial(c, dst)?;
+                        o = self.dial(c, req, dst)?;
                         o.used = true;
-                        write_all_v(&o.s, &self.req_out, &[])
-                            .map_err(|e| Fail::answer(srv_res(&e), 502))?;
-                        c.bytes_out += self.req_out.len() as u64;
+                        let head = self.head_for(&o, req.port);
+                        write_all_v(&o.s, head, &[]).map_err(|e| Fail::answer(srv_res(&e), 502))?;
+                        c.bytes_out += head.len() as u64;
                     }
                     Err(e) => return Err(e.fail()),
                 }
             },
         };
         self.respond(c, cb, &mut sb, req, o, h, body_done)
+    }
+
+    /// The head to send on `o`: the rewritten request, or for an `http`
+    /// parent the same in absolute form, with the parent's credentials.
+    fn head_for(&mut self, o: &Origin, port: u16) -> &[u8] {
+        match &o.via {
+            Some(v) if v.http => {
+                http::absolute_form(
+                    &self.req_out,
+                    &self.host,
+                    port,
+                    v.auth.as_deref(),
+                    &mut self.abs_out,
+                );
+                &self.abs_out
+            }
+            _ => &self.req_out,
+        }
     }
 
     /// Send the final response head and body to the client; keep the
@@ -641,12 +849,15 @@ impl Session {
         let mut clean = sb.data().is_empty();
         if !done {
             let lim = self.shaper();
+            let splice = self.svc.splice();
             let moved = match h.framing {
-                Framing::Length(n) => copy_exact(&o.s, &c.cli, n - now as u64, Side::Server, lim),
+                Framing::Length(n) => {
+                    copy_exact(&o.s, &c.cli, n - now as u64, Side::Server, lim, splice)
+                }
                 Framing::Chunked => {
                     copy_chunked_response(&o.s, &c.cli, &mut scanner, &mut clean, lim)
                 }
-                _ => copy_to_eof(&o.s, &c.cli, lim),
+                _ => copy_to_eof(&o.s, &c.cli, lim, splice),
             };
             match moved {
                 Ok(n) => {
@@ -677,7 +888,7 @@ impl Session {
         c.res = f.res;
         self.origin = None;
         if let Some(status) = f.status {
-            c.bytes_in += send_error(&c.cli, status) as u64;
+            c.bytes_in += send_error(&c.cli, status, f.res) as u64;
         }
         c.log_record();
         if f.status.is_some() {
@@ -727,7 +938,7 @@ fn idle_limit(svc: &Service) -> Duration {
 }
 
 fn park(svc: &Arc<Service>, o: Origin) {
-    if o.bound || !o.used {
+    if o.bound || !o.used || o.via.is_some() {
         return;
     }
     let limit = idle_limit(svc);
@@ -755,9 +966,9 @@ fn park(svc: &Arc<Service>, o: Origin) {
     });
 }
 
-/// The most recently parked connection to `dst` for `host` that still
-/// looks open.
-fn unpark(svc: &Arc<Service>, dst: SocketAddr, host: &str) -> Option<Origin> {
+/// The most recently parked connection to `dst` for `host`; with `look`,
+/// one that still looks open.
+fn unpark(svc: &Arc<Service>, dst: SocketAddr, host: &str, look: bool) -> Option<Origin> {
     let limit = idle_limit(svc);
     loop {
         let p = {
@@ -769,7 +980,7 @@ fn unpark(svc: &Arc<Service>, dst: SocketAddr, host: &str) -> Option<Origin> {
             v.remove(i)
         };
         // Checked outside the lock; a dead one is dropped and the next tried.
-        if p.at.elapsed() < limit && still_open(&p.o) {
+        if p.at.elapsed() < limit && (!look || still_open(&p.o)) {
             return Some(p.o);
         }
     }
@@ -815,9 +1026,22 @@ fn deny_status(res: Res, needuser: u32) -> u16 {
     }
 }
 
-/// Write an error answer; the byte count sent.
-fn send_error(cli: &Stream, status: u16) -> usize {
+/// The answer when the destination could not be reached (through the
+/// parents): 3proxy's codes 30-79 are a parent's failure.
+fn parent_fail(res: Res) -> Fail {
+    let status = match res.0 {
+        // A `*` parent needs the client's credentials.
+        1..=9 => 407,
+        999 => 501,
+        _ => 502,
+    };
+    Fail::answer(res, status)
+}
+
+/// Write an error answer (for the failure `res`); the byte count sent.
+fn send_error(cli: &Stream, status: u16, res: Res) -> usize {
     let (reason, why) = match status {
+        502 if (30..80).contains(&res.0) => ("Bad Gateway", "Failed to connect parent proxy."),
         400 => (
             "Bad Request",
             "The proxy could not understand this request.",
@@ -1276,8 +1500,19 @@ fn read_some(
     }
 }
 
-/// Copy exactly `n` bytes from `src` (which is `from`) to `dst`.
-fn copy_exact(src: &Stream, dst: &Stream, n: u64, from: Side, lim: Option<&Limits>) -> Moved {
+/// Copy exactly `n` bytes from `src` (which is `from`) to `dst`; with
+/// `splice` (`-s`) inside the kernel, unless it is little.
+fn copy_exact(
+    src: &Stream,
+    dst: &Stream,
+    n: u64,
+    from: Side,
+    lim: Option<&Limits>,
+    splice: bool,
+) -> Moved {
+    if splice && n >= SPLICE_MIN {
+        return splice_body(src, dst, Some(n), from, lim);
+    }
     let mut buf = BodyBuf::get();
     let b = buf.bytes();
     let mut left = n;
@@ -1294,7 +1529,10 @@ fn copy_exact(src: &Stream, dst: &Stream, n: u64, from: Side, lim: Option<&Limit
 }
 
 /// Copy until the origin closes (a response without a length).
-fn copy_to_eof(src: &Stream, dst: &Stream, lim: Option<&Limits>) -> Moved {
+fn copy_to_eof(src: &Stream, dst: &Stream, lim: Option<&Limits>, splice: bool) -> Moved {
+    if splice {
+        return splice_body(src, dst, None, Side::Server, lim);
+    }
     let mut buf = BodyBuf::get();
     let b = buf.bytes();
     let mut total = 0;
@@ -1306,6 +1544,120 @@ fn copy_to_eof(src: &Stream, dst: &Stream, lim: Option<&Limits>) -> Moved {
         write_all_v(dst, &b[..got], &[]).map_err(|e| (Side::Client, e))?;
         total += got as u64;
     }
+}
+
+/// Bodies shorter than this are copied even with `-s`: for them the two
+/// splice() calls cost as much as a read and a write.
+const SPLICE_MIN: u64 = 16 * 1024;
+/// Bytes moved per splice() pair: what a pipe holds by default.
+const PIPE_CAP: usize = 64 * 1024;
+
+/// Pipes for splice(), empty, waiting for the next body (as `POOL`).
+static PIPES: Mutex<Vec<(OwnedFd, OwnedFd)>> = Mutex::new(Vec::new());
+
+/// A pipe borrowed from `PIPES`; returned on drop if it is empty.
+struct Pipe {
+    fds: Option<(OwnedFd, OwnedFd)>,
+    /// Bytes in the pipe.
+    inflight: usize,
+}
+
+impl Pipe {
+    fn get() -> io::Result<Pipe> {
+        let pooled = PIPES.lock().unwrap_or_else(|e| e.into_inner()).pop();
+        let fds = match pooled {
+            Some(p) => p,
+            // Blocking ends: the sockets' own timeouts then govern each
+            // splice(), as they govern read() and write(); a blocking pipe
+            // never makes one wait, as it is empty before every fill and
+            // drained of what is in it only.
+            None => nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(io::Error::from)?,
+        };
+        Ok(Pipe {
+            fds: Some(fds),
+            inflight: 0,
+        })
+    }
+}
+
+impl Drop for Pipe {
+    fn drop(&mut self) {
+        if let Some(p) = self.fds.take().filter(|_| self.inflight == 0) {
+            let mut pool = PIPES.lock().unwrap_or_else(|e| e.into_inner());
+            if pool.len() < POOL_MAX {
+                pool.push(p);
+            }
+        }
+    }
+}
+
+/// `-s`: move a body of `n` bytes (None: up to EOF) from `src` to `dst`
+/// through a pipe with splice(), never copied to user space.
+fn splice_body(
+    src: &Stream,
+    dst: &Stream,
+    n: Option<u64>,
+    from: Side,
+    lim: Option<&Limits>,
+) -> Moved {
+    use nix::fcntl::{splice, SpliceFFlags};
+    let mut pipe = Pipe::get().map_err(|e| (from, e))?;
+    let Some((r, w)) = pipe.fds.as_ref().map(|(r, w)| (r.as_fd(), w.as_fd())) else {
+        return Ok(0);
+    };
+    let out = from == Side::Client;
+    let mut left = n.unwrap_or(u64::MAX);
+    let mut total = 0u64;
+    while left > 0 {
+        let want = gate(
+            lim,
+            out,
+            PIPE_CAP.min(usize::try_from(left).unwrap_or(usize::MAX)),
+            from,
+        )?;
+        let got = loop {
+            match splice(
+                src.as_fd(),
+                None,
+                w,
+                None,
+                want,
+                SpliceFFlags::SPLICE_F_MOVE,
+            ) {
+                Ok(k) => break k,
+                Err(nix::errno::Errno::EINTR) => {}
+                Err(e) => return Err((from, e.into())),
+            }
+        };
+        if got == 0 {
+            return match n {
+                Some(_) => Err((from, io::ErrorKind::UnexpectedEof.into())),
+                None => Ok(total),
+            };
+        }
+        if let Some(l) = lim {
+            l.used(out, got, Instant::now());
+        }
+        pipe.inflight = got;
+        while pipe.inflight > 0 {
+            match splice(
+                r,
+                None,
+                dst.as_fd(),
+                None,
+                pipe.inflight,
+                SpliceFFlags::SPLICE_F_MOVE,
+            ) {
+                Ok(0) => return Err((other(from), io::ErrorKind::WriteZero.into())),
+                Ok(k) => pipe.inflight -= k,
+                Err(nix::errno::Errno::EINTR) => {}
+                Err(e) => return Err((other(from), e.into())),
+            }
+        }
+        left -= got as u64;
+        total += got as u64;
+    }
+    Ok(total)
 }
 
 /// Copy a chunked response body to its end, as it is. Bytes after the end
