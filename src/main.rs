@@ -78,6 +78,7 @@ fn main() -> ExitCode {
     if crypt::invoked_as_crypt(argv.first().map(|a| a.as_os_str())) {
         return crypt::crypt_main(argv);
     }
+    sys::mem::tune();
     env_logger::Builder::new()
         .parse_env(env_logger::Env::new().filter_or("THREEPROXY_LOG", "warn"))
         .format(|buf, rec| {
@@ -195,6 +196,7 @@ fn serve(mut state: conf::State, name: &str, sigs: &SigSet) -> ExitCode {
             Some(Signal::SIGUSR1) => reload(name, &mut ops),
             _ => {}
         }
+        sys::mem::trim();
         if ops.monitors_changed() {
             ::log::warn!("monitor: a watched file changed; reloading");
             reload(name, &mut ops);

@@ -221,6 +221,8 @@ impl Channel for CopyBuf {
                 let mut pool = POOL.lock().unwrap_or_else(|e| e.into_inner());
                 if pool.len() < POOL_MAX {
                     pool.push(b);
+                } else {
+                    crate::sys::mem::freed_big();
                 }
             }
         }
@@ -435,7 +437,14 @@ impl<'a, C: Channel> Dir<'a, C> {
                             self.count_read(n);
                         }
                     }
-                    Err(Errno::EAGAIN) => self.can_read = false,
+                    Err(Errno::EAGAIN) => {
+                        self.can_read = false;
+                        // A direction that has carried nothing yet (most
+                        // idle sessions) gives its buffer back at once.
+                        if self.bytes == 0 {
+                            self.ch.release();
+                        }
+                    }
                     Err(Errno::EINTR) => moved = true,
                     Err(e) => return Err((self.src_side, e)),
                 }

@@ -162,7 +162,13 @@ fn setuid_to_nobody_after_binding_port_1() {
     let cfg = format!("setuid nobody\nsetgid 65534\n{}", tcppm(1, origin.port()));
     let proxy = Proxy::start(dir, &cfg, &[Listen::Tcp(localhost(1))]);
     let nobody = 65534;
-    assert_eq!(proc_ids(proxy.pid(), "Uid:"), Some(vec![nobody; 4]));
+    // The listener exists (and the readiness probe gets in) before the ids
+    // change: wait for the change rather than race it.
+    let dropped = wait_for(
+        || proc_ids(proxy.pid(), "Uid:") == Some(vec![nobody; 4]),
+        START_TIMEOUT,
+    );
+    assert!(dropped, "uids: {:?}", proc_ids(proxy.pid(), "Uid:"));
     assert_eq!(proc_ids(proxy.pid(), "Gid:"), Some(vec![nobody; 4]));
     let status = fs::read_to_string(format!("/proc/{}/status", proxy.pid())).unwrap();
     let groups = status.lines().find(|l| l.starts_with("Groups:")).unwrap();
