@@ -145,6 +145,8 @@ def parse_args(argv):
                    help="directory for the JSON (default bench/results)")
     p.add_argument("--build", action="store_true",
                    help="run cargo build --release even if target/release/3proxy exists")
+    p.add_argument("--binary", metavar="PATH",
+                   help="measure this 3proxy binary instead of target/release/3proxy")
     p.add_argument("--no-build", action="store_true",
                    help="never build: without target/release/3proxy our cells are n/a")
     p.add_argument("--results-md", choices=("auto", "yes", "no"), default="auto",
@@ -211,7 +213,11 @@ def main(argv=None):
 
     binary, ours_error = None, None
     if any(S.PROXIES[p]["family"] == "ours" for p in prox):
-        if args.no_build:
+        if args.binary:
+            binary = os.path.abspath(args.binary)
+            if not os.path.exists(binary):
+                binary, ours_error = None, "no such binary: %s" % args.binary
+        elif args.no_build:
             binary = os.path.join(REPO, "target", "release", "3proxy")
             if not os.path.exists(binary):
                 binary, ours_error = None, "no target/release/3proxy (--no-build)"
@@ -279,20 +285,23 @@ def main(argv=None):
                     doc["cells"].append(cell)
                     log("[%d/%d] run %d %-17s %-15s %s" % (n, total, run, sc, px,
                                                           report.cell_line(cell)))
-                    with open(out_path, "w") as f:
-                        json.dump(dict(doc, configs=session.configs), f, indent=1)
+                    write_json(out_path, dict(doc, configs=session.configs))
     finally:
         session.close()
     doc["finished"] = datetime.datetime.now().isoformat(timespec="seconds")
     doc["configs"] = session.configs
-    with open(out_path, "w") as f:
-        json.dump(doc, f, indent=1)
+    write_json(out_path, doc)
     log("wrote", out_path)
     print(report.render_tables(doc))
     unfiltered = not args.scenario and not args.proxy
     if args.results_md == "yes" or (args.results_md == "auto" and unfiltered):
         write_results_md([doc], [os.path.relpath(out_path, HERE)])
     return 0
+
+
+def write_json(path, doc):
+    with open(path, "w") as f:
+        f.write(report.dump_json(doc))
 
 
 def write_results_md(docs, names):

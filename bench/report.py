@@ -1,12 +1,23 @@
 """Turns a run's JSON into tables, bench/RESULTS.md, and a comparison of
 two runs.  Pure: dicts in, text out."""
 
+import json
 import re
 
 from . import stats
 
 AGREE = 0.10     # two runs "agree" on a figure when their medians differ by <= 10%...
 # ...or by no more than the larger spread of the two.
+
+
+def dump_json(doc):
+    """DOC as JSON text, indented except for the cells, one to a line, so
+    that the files stay small and diff well."""
+    head = {k: v for k, v in doc.items() if k != "cells"}
+    text = json.dumps(head, indent=1, ensure_ascii=False)
+    cells = ",\n".join("  " + json.dumps(c, separators=(",", ":"), ensure_ascii=False)
+                        for c in doc.get("cells", []))
+    return text[:-2] + ',\n "cells": [\n' + cells + "\n ]\n}\n"
 
 
 def tput(cell):
@@ -46,9 +57,15 @@ def aggregate(doc):
     out = {}
     for key, cells in groups.items():
         ok = [c for c in cells if c.get("status") == "ok"]
-        a = {"n": len(ok), "runs": len(cells),
-             "disturbed": sum(1 for c in ok if c.get("disturbed")),
+        # Disturbed runs are left out of the figures when there are
+        # undisturbed ones to use.
+        clean = [c for c in ok if not c.get("disturbed")]
+        a = {"runs": len(cells), "measured": len(ok),
+             "disturbed": len(ok) - len(clean),
+             "all_disturbed": bool(ok) and not clean,
              "errors": [c.get("reason") for c in cells if c.get("status") == "error"]}
+        ok = clean or ok
+        a["n"] = len(ok)
         if not ok:
             bad = [c for c in cells if c.get("status") == "error"] or cells
             a["status"] = bad[0].get("status", "error")
@@ -150,7 +167,9 @@ def render_tables(doc):
                 out.append("| %s | %s: %s | | | | |" % (p, a["status"], _short(a["reason"])))
                 continue
             flags = ""
-            if a["disturbed"]:
+            if a["all_disturbed"]:
+                flags += " ⚠all"
+            elif a["disturbed"]:
                 flags += " ⚠%d" % a["disturbed"]
             if a["errors"]:
                 flags += " (%d failed)" % len(a["errors"])
@@ -218,16 +237,31 @@ def compare(a, b):
     return rows
 
 
+def _describe(doc):
+    st = doc["settings"]
+    ours = doc.get("tools", {}).get("threeproxy")
+    return "%s, %d run(s) of %g s, started %s, threeproxy %s" % (
+        doc["mode"], st["runs"], st["seconds"], doc["started"],
+        ours["sha256"][:12] if ours else "not measured")
+
+
 def render_compare(a, b, names=("A", "B")):
     rows = compare(a, b)
     if not rows:
         return "No cells measured in both runs.\n"
     n_ok = sum(r["agree"] for r in rows)
     within10 = sum(abs(r["diff"]) <= AGREE for r in rows)
-    out = ["Comparing %s (A) with %s (B): %d figures; %d differ by at most %d%%, "
-           "%d by at most %d%% or the larger spread of the two."
-           % (names[0], names[1], len(rows), within10, round(100 * AGREE), n_ok,
-              round(100 * AGREE)), "",
+    out = ["A: %s (%s). B: %s (%s)." % (names[0], _describe(a), names[1], _describe(b)), "",
+           "Of %d figures, %d differ by at most %d%%, and %d by at most %d%% or the "
+           "larger spread of the two runs (the agreement the README promises)."
+           % (len(rows), within10, round(100 * AGREE), n_ok, round(100 * AGREE)), "",
+           "By figure: " + "; ".join(
+               "%s %d of %d agree" % (label, sum(r["agree"] for r in rows if r["metric"] in ms),
+                                      sum(1 for r in rows if r["metric"] in ms))
+               for label, ms in (("proxy CPU per unit", ("cost",)),
+                                 ("throughput", ("tput",)),
+                                 ("memory", ("rest_mb", "loaded_mb")))
+               if any(r["metric"] in ms for r in rows)) + ".", "",
            "| scenario | proxy | figure | A | B | B vs A | spread | agree |",
            "|---|---|---|---:|---:|---:|---:|---|"]
     for r in rows:
@@ -266,7 +300,8 @@ def render_results_md(docs, names):
     doc = docs[0]
     cells = doc["cells"]
     dist = sum(1 for c in cells if c.get("disturbed"))
-    parts = [RESULTS_HEAD % {"json": names[0]},
+    parts = [RESULTS_HEAD % {"json": names[0],
+                             "all": " ".join("bench/" + n for n in names)},
              "## The machine\n", render_machine(doc), "",
              "## Headline: proxy CPU per unit of work (median)\n",
              "Lower is better; **bold** is the best proxy in the row (no proxy excluded). "
@@ -277,11 +312,16 @@ def render_results_md(docs, names):
              "Figures are medians over the runs; (n%%) after a figure is its spread, "
              "(max − min) / median. **Bold** marks the best proxy in each column "
              "(no proxy excluded). ⚠n: n runs stayed disturbed by other processes "
-             "after the repeats. %d of %d measured cells were disturbed.\n" % (
+             "after the repeat and are left out of the figures (⚠all: every run was "
+             "disturbed, so none is left out). %d of %d measured cells were disturbed.\n" % (
                  dist, sum(1 for c in cells if c.get("status") == "ok")),
              render_tables(doc)]
     if len(docs) > 1:
-        parts += ["## Reproducibility\n", render_compare(docs[0], docs[1], names[:2])]
+        parts.append("## Reproducibility\n")
+        parts.append("Each later run compared with the one the tables come from (A).  "
+                     "Only figures measured in both are compared.\n")
+        for d, n in zip(docs[1:], names[1:]):
+            parts += ["### %s\n" % n, render_compare(docs[0], d, (names[0], n))]
     parts.append(RESULTS_TAIL)
     return "\n".join(parts) + "\n"
 
@@ -289,8 +329,8 @@ def render_results_md(docs, names):
 RESULTS_HEAD = """# Benchmark results
 
 Generated by `bench/bench.py` from `bench/%(json)s`; regenerate with
-`python3 bench/bench.py --report bench/%(json)s`. How the benchmark works is in
-[README.md](README.md). Do not edit the tables by hand.
+`python3 bench/bench.py --report %(all)s`.
+How the benchmark works is in [README.md](README.md). Do not edit the tables by hand.
 """
 
 RESULTS_TAIL = """## How to read the tables
@@ -323,6 +363,12 @@ RESULTS_TAIL = """## How to read the tables
   kernel samples user/system/softirq at the tick and under-counts a CPU that is
   partly idle; the tick-based sum is kept in the JSON (proxy_cpu_ticks_s).
 - Steal time on the hypervisor is excluded from busy but can still slow a run.
+- Throughput set by the client+origin CPU (pace "cli+org") moves more between
+  runs than the proxy CPU per unit of work, which is why the latter is the
+  headline; see Reproducibility.
+- threeproxy changes from day to day: each JSON names the binary it measured
+  (sha256, build time, git HEAD), and a comparison between two binaries
+  measures the code as well as the noise.
 - The SOCKS client is a Python program (bench/loadgen.py): its own CPU cost
   limits socks-1m throughput; the proxy CPU per GB is still comparable.
 """

@@ -1,4 +1,5 @@
 import copy
+import json
 import unittest
 
 from bench import report
@@ -58,11 +59,13 @@ class Aggregate(unittest.TestCase):
     def test_medians_and_spread(self):
         a = report.aggregate(doc(CELLS))
         s = a[("stream1", "3proxy")]
-        self.assertEqual(s["n"], 3)
-        self.assertAlmostEqual(s["tput"]["median"], 7.0)
-        self.assertAlmostEqual(s["tput"]["spread"], 2 / 7)
-        self.assertAlmostEqual(s["cost"]["median"], 1.0)
+        # The disturbed third run is left out.
+        self.assertEqual((s["n"], s["measured"]), (2, 3))
+        self.assertAlmostEqual(s["tput"]["median"], 6.5)
+        self.assertAlmostEqual(s["tput"]["spread"], 1 / 6.5)
+        self.assertAlmostEqual(s["cost"]["median"], 0.95)
         self.assertEqual(s["disturbed"], 1)
+        self.assertFalse(s["all_disturbed"])
         self.assertEqual(s["pace"], "proxy")
         self.assertAlmostEqual(s["peak_mb"]["median"], 10.0)
 
@@ -70,6 +73,13 @@ class Aggregate(unittest.TestCase):
         a = report.aggregate(doc(CELLS))
         self.assertEqual(a[("http-ka-1k", "3proxy")]["status"], "n/a")
         self.assertIn("not supported", a[("http-ka-1k", "3proxy")]["reason"])
+
+    def test_all_disturbed_are_kept(self):
+        cells = [cell("stream1", "nginx", r, gbps=5 + r, cost=1.0, disturbed=True)
+                 for r in range(3)]
+        a = report.aggregate(doc(cells))[("stream1", "nginx")]
+        self.assertEqual((a["n"], a["disturbed"], a["all_disturbed"]), (3, 3, True))
+        self.assertIn("| nginx ⚠all |", report.render_tables(doc(cells)))
 
     def test_errors_do_not_hide_good_runs(self):
         cells = CELLS + [{"scenario": "stream1", "proxy": "nginx", "run": 1,
@@ -83,8 +93,8 @@ class Tables(unittest.TestCase):
     def test_best_is_bold_and_baseline_excluded(self):
         text = report.render_tables(doc(CELLS))
         row = next(l for l in text.splitlines() if l.startswith("| 3proxy"))
-        self.assertIn("**7.00**", row)        # best throughput of the proxies
-        self.assertIn("**1.00**", row)        # lowest CPU per GB
+        self.assertIn("**6.50**", row)        # best throughput of the proxies
+        self.assertIn("**0.950**", row)       # lowest CPU per GB
         self.assertIn("⚠1", row)
         base = next(l for l in text.splitlines() if l.startswith("| noproxy"))
         self.assertNotIn("**", base)          # 10 Gbit/s but not a proxy
@@ -106,7 +116,7 @@ class Tables(unittest.TestCase):
 
     def test_summary(self):
         text = report.render_summary(doc(CELLS))
-        self.assertIn("| stream1 | s/GB | 0.200 | **1.00** | 1.20 |", text)
+        self.assertIn("| stream1 | s/GB | 0.200 | **0.950** | 1.20 |", text)
         self.assertIn("| http-ka-1k | µs/req |  | n/a | 40.0 |", text)
 
     def test_results_md(self):
@@ -115,6 +125,15 @@ class Tables(unittest.TestCase):
                      "## Headline", "## How to read", "## Caveats", "AMD EPYC"):
             self.assertIn(part, md)
         self.assertNotIn("## Reproducibility", md)
+
+
+class Json(unittest.TestCase):
+    def test_round_trip_one_cell_a_line(self):
+        d = doc(CELLS)
+        text = report.dump_json(d)
+        self.assertEqual(json.loads(text), json.loads(json.dumps(d)))
+        self.assertEqual(sum(1 for l in text.splitlines() if l.startswith('  {"scenario"')),
+                         len(CELLS))
 
 
 class Compare(unittest.TestCase):
@@ -132,6 +151,8 @@ class Compare(unittest.TestCase):
         self.assertIn(("mem-idle-2000", "nginx", "rest_mb"), rows)
         text = report.render_compare(a, b)
         self.assertIn("**no**", text)
+        self.assertIn("proxy CPU per unit 4 of 4 agree; throughput 3 of 4 agree; "
+                      "memory 2 of 2 agree.", text)
         md = report.render_results_md([a, b], ["results/a.json", "results/b.json"])
         self.assertIn("## Reproducibility", md)
 
@@ -140,7 +161,7 @@ class Compare(unittest.TestCase):
         b = copy.deepcopy(a)
         for c in b["cells"]:
             if c["scenario"] == "stream1" and c["proxy"] == "3proxy":
-                c["bytes_per_s"] *= 1.2   # 20% off, but the runs spread 29%
+                c["bytes_per_s"] *= 1.14  # 14% off, but the runs spread 15%
         rows = {(r["scenario"], r["proxy"], r["metric"]): r for r in report.compare(a, b)}
         self.assertTrue(rows[("stream1", "3proxy", "tput")]["agree"])
 
