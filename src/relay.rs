@@ -263,7 +263,8 @@ impl SplicePipe {
             // that would make splice() block or fail.
             let size = if self.cap > 65536 {
                 let want = self.cap.min(i32::MAX as usize) as i32;
-                fcntl(&w, FcntlArg::F_SETPIPE_SZ(want)).or_else(|_| fcntl(&w, FcntlArg::F_GETPIPE_SZ))
+                fcntl(&w, FcntlArg::F_SETPIPE_SZ(want))
+                    .or_else(|_| fcntl(&w, FcntlArg::F_GETPIPE_SZ))
             } else {
                 fcntl(&w, FcntlArg::F_GETPIPE_SZ)
             };

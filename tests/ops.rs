@@ -155,7 +155,10 @@ fn daemon_pidfile_holds_the_live_process_and_sigterm_removes_it() {
 
 #[test]
 fn setuid_to_nobody_after_binding_port_1() {
-    assert!(is_root(), "setuid needs root: run the tests as root (CI does)");
+    assert!(
+        is_root(),
+        "setuid needs root: run the tests as root (CI does)"
+    );
     let dir = Dir::new("setuid");
     let origin = Origin::echo();
     // Port 1 needs root to bind; the ids change after binding.
@@ -196,7 +199,10 @@ fn uid_and_gid_0_are_refused() {
 
 #[test]
 fn chroot_makes_later_paths_relative_to_the_new_root() {
-    assert!(is_root(), "chroot needs root: run the tests as root (CI does)");
+    assert!(
+        is_root(),
+        "chroot needs root: run the tests as root (CI does)"
+    );
     let dir = Dir::new("chroot");
     let origin = Origin::echo();
     let port = free_port();

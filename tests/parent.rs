@@ -603,7 +603,8 @@ fn http_local_redirect_behind_a_proxy_header() {
     let mut hello = [0u8; 2];
     s.read_exact(&mut hello).unwrap();
     let port = origin.port().to_be_bytes();
-    s.write_all(&[5, 1, 0, 1, 127, 0, 0, 1, port[0], port[1]]).unwrap();
+    s.write_all(&[5, 1, 0, 1, 127, 0, 0, 1, port[0], port[1]])
+        .unwrap();
     let mut reply = [0u8; 10];
     s.read_exact(&mut reply).unwrap();
     assert_eq!(reply[1], 0, "CONNECT granted");

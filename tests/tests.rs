@@ -7,21 +7,21 @@
 
 mod util;
 
+mod acl;
 mod conf;
+mod connectback;
+mod crypt;
+mod http;
+mod install;
 mod log;
+mod ops;
+mod options;
+mod parent;
 mod process;
+mod reload;
+mod resolve;
+mod sample;
+mod socks;
+mod standalone;
 mod tcppm;
 mod udppm;
-mod install;
-mod crypt;
-mod reload;
-mod acl;
-mod resolve;
-mod http;
-mod ops;
-mod socks;
-mod parent;
-mod standalone;
-mod options;
-mod connectback;
-mod sample;
