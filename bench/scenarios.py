@@ -24,6 +24,8 @@ SCENARIOS = {
                          "what": "64 clients, a new connection per request, 1 KB"},
     "socks-1m":         {"kind": "fetch", "service": "socks", "conns": 8, "file": "1m.bin", "unit": "GB",
                          "what": "8 clients, SOCKS5 CONNECT then GET 1 MB, a connection per request"},
+    "socks-1k":         {"kind": "fetch", "service": "socks", "conns": 8, "file": "1k.bin", "unit": "req",
+                         "what": "8 clients, a new SOCKS5 session per 1 KB request"},
     "mem-idle-2000":    {"kind": "mem", "service": "http", "conns": 2000, "file": "1k.bin", "unit": None,
                          "what": "RSS at rest, then with 2000 idle kept-alive HTTP clients"},
     "mem-idle-2000-tcp": {"kind": "mem", "service": "tcphttp", "conns": 2000, "file": "1k.bin", "unit": None,

@@ -438,14 +438,7 @@ impl<'a, C: Channel> Dir<'a, C> {
                             self.count_read(n);
                         }
                     }
-                    Err(Errno::EAGAIN) => {
-                        self.can_read = false;
-                        // A direction that has carried nothing yet (most
-                        // idle sessions) gives its buffer back at once.
-                        if self.bytes == 0 {
-                            self.ch.release();
-                        }
-                    }
+                    Err(Errno::EAGAIN) => self.can_read = false,
                     Err(Errno::EINTR) => moved = true,
                     Err(e) => return Err((self.src_side, e)),
                 }
@@ -579,17 +572,11 @@ fn run<C: Channel>(
                 std::thread::sleep(Duration::from_millis(u64::from(g.delay_ms)));
             }
         }
-        // Keep the buffers through short pauses (a busy stream pauses at
-        // every poll); a session quiet for HOLD_MS gives them back, so idle
-        // sessions hold none.
-        let waited = match wait(&mut up, &mut down, idle_ms.min(HOLD_MS)) {
-            Ok(false) if idle_ms > HOLD_MS => {
-                up.ch.release();
-                down.ch.release();
-                wait(&mut up, &mut down, idle_ms - HOLD_MS)
-            }
-            other => other,
-        };
+        // Nothing can move: give the buffers back before sleeping, so a
+        // quiet session holds none (the pool makes the next borrow cheap).
+        up.ch.release();
+        down.ch.release();
+        let waited = wait(&mut up, &mut down, idle_ms);
         match waited {
             Ok(true) => {}
             Ok(false) => {
@@ -608,9 +595,6 @@ fn run<C: Channel>(
         inb: down.bytes - dumped.1,
     }
 }
-
-/// How long a quiet session keeps its relay buffers, in ms.
-const HOLD_MS: i32 = 1000;
 
 /// Block until a wanted event or the idle timeout. Ok(false) on timeout.
 fn wait<C: Channel>(up: &mut Dir<'_, C>, down: &mut Dir<'_, C>, idle_ms: i32) -> io::Result<bool> {
