@@ -51,6 +51,14 @@ impl Stream {
         }
     }
 
+    /// The read timeout alone.
+    pub fn set_read_timeout(&self, t: Option<Duration>) -> io::Result<()> {
+        match self {
+            Stream::Tcp(s) => s.set_read_timeout(t),
+            Stream::Unix(s) => s.set_read_timeout(t),
+        }
+    }
+
     /// TCP_NODELAY; a no-op on unix sockets.
     pub fn set_nodelay(&self) {
         if let Stream::Tcp(s) = self {

@@ -53,12 +53,23 @@ struct Reader<'a> {
     s: &'a Stream,
     long: Duration,
     short: Duration,
+    /// The read timeout now set on the socket: set only when it changes
+    /// (two system calls each time otherwise, for every byte).
+    now: Option<Duration>,
 }
 
 impl Reader<'_> {
+    fn timeout(&mut self, t: Duration) {
+        if self.now != Some(t) {
+            let _ = self.s.set_read_timeout(Some(t));
+            self.now = Some(t);
+        }
+    }
+
     /// The first byte of a message: the client may think first.
     fn first(&mut self, code: u32) -> Result<u8, Res> {
-        let _ = self.s.set_timeout(Some(self.long));
+        let long = self.long;
+        self.timeout(long);
         self.byte(code)
     }
 
@@ -71,7 +82,8 @@ impl Reader<'_> {
     fn exact(&mut self, b: &mut [u8], code: u32) -> Result<(), Res> {
         let mut s = self.s;
         s.read_exact(b).map_err(|_| Res(code))?;
-        let _ = self.s.set_timeout(Some(self.short));
+        let short = self.short;
+        self.timeout(short);
         Ok(())
     }
 
@@ -116,10 +128,16 @@ fn read_request(
     owed: &mut bool,
 ) -> Result<Ask, Res> {
     let t = c.svc().timeouts;
+    // Both directions get the long timeout once (the replies written
+    // during the handshake are bounded by it); reads then switch between
+    // long and short as the protocol goes.
+    let long = t.get(Timeouts::BYTE_LONG);
+    let _ = c.cli.set_timeout(Some(long));
     let mut r = Reader {
         s: &c.cli,
-        long: t.get(Timeouts::BYTE_LONG),
+        long,
         short: t.get(Timeouts::BYTE_SHORT),
+        now: Some(long),
     };
     let v = r.first(401)?;
     if v != 4 && v != 5 {
