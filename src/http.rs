@@ -101,8 +101,28 @@ pub fn parse_request<'a>(
     rw: &Rewrite<'_>,
     out: &mut Vec<u8>,
 ) -> Result<Option<RequestHead<'a>>, HeadError> {
-    let mut hs = [httparse::EMPTY_HEADER; MAX_HEADERS];
-    let mut req = httparse::Request::new(&mut hs);
+    let mut hs = [httparse::EMPTY_HEADER; FEW_HEADERS];
+    match parse_request_in(buf, rw, out, &mut hs) {
+        Err(HeadError::TooMany) => {
+            let mut many = vec![httparse::EMPTY_HEADER; MAX_HEADERS];
+            parse_request_in(buf, rw, out, &mut many)
+        }
+        r => r,
+    }
+}
+
+/// Field slots on the stack for the first try at a head; a head with more
+/// fields is parsed again with [`MAX_HEADERS`] slots on the heap. (Every
+/// byte of stack a client thread touches stays resident while it lives.)
+const FEW_HEADERS: usize = 24;
+
+fn parse_request_in<'a>(
+    buf: &'a [u8],
+    rw: &Rewrite<'_>,
+    out: &mut Vec<u8>,
+    hs: &mut [httparse::Header<'a>],
+) -> Result<Option<RequestHead<'a>>, HeadError> {
+    let mut req = httparse::Request::new(hs);
     let len = match req.parse(buf) {
         Ok(httparse::Status::Complete(n)) => n,
         Ok(httparse::Status::Partial) => return Ok(None),
@@ -281,8 +301,23 @@ pub fn parse_response(
     head_req: bool,
     out: &mut Vec<u8>,
 ) -> Result<Option<ResponseHead>, HeadError> {
-    let mut hs = [httparse::EMPTY_HEADER; MAX_HEADERS];
-    let mut resp = httparse::Response::new(&mut hs);
+    let mut hs = [httparse::EMPTY_HEADER; FEW_HEADERS];
+    match parse_response_in(buf, head_req, out, &mut hs) {
+        Err(HeadError::TooMany) => {
+            let mut many = vec![httparse::EMPTY_HEADER; MAX_HEADERS];
+            parse_response_in(buf, head_req, out, &mut many)
+        }
+        r => r,
+    }
+}
+
+fn parse_response_in<'a>(
+    buf: &'a [u8],
+    head_req: bool,
+    out: &mut Vec<u8>,
+    hs: &mut [httparse::Header<'a>],
+) -> Result<Option<ResponseHead>, HeadError> {
+    let mut resp = httparse::Response::new(hs);
     let len = match resp.parse(buf) {
         Ok(httparse::Status::Complete(n)) => n,
         Ok(httparse::Status::Partial) => return Ok(None),
@@ -992,6 +1027,25 @@ mod tests {
         assert_eq!(ok("Transfer-Encoding: gzip, Chunked\r\n"), Framing::Chunked);
         assert_eq!(ok("Content-Length: 0\r\n"), Framing::None);
         assert_eq!(ok(""), Framing::None);
+    }
+
+    #[test]
+    fn many_fields_are_fine_up_to_the_limit() {
+        let many: String = (0..MAX_HEADERS - 1)
+            .map(|i| format!("X-{i}: v\r\n"))
+            .collect();
+        let out = fwd(&format!("GET http://h/ HTTP/1.1\r\n{many}\r\n"));
+        assert!(out.contains("X-98: v\r\n"), "{out}");
+        let mut o = Vec::new();
+        let h = parse_response(
+            format!("HTTP/1.1 200 OK\r\n{many}Content-Length: 1\r\n\r\n").as_bytes(),
+            false,
+            &mut o,
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(h.framing, Framing::Length(1));
+        assert!(String::from_utf8(o).unwrap().contains("X-98: v\r\n"));
     }
 
     #[test]

@@ -47,8 +47,15 @@ use crate::services::{Service, DEFAULT_BUFSIZE};
 /// Largest request or response head (request line and fields); a bigger
 /// request head is answered 431.
 const MAX_HEAD: usize = 64 * 1024;
-/// Head buffers start this small, on the stack.
-const SMALL: usize = 4096;
+/// Head buffers start this small, on the stack: enough for a response
+/// head with a small body (read in one go), and for the heads of most
+/// requests (`SMALL_REQUEST`). Every stack page a client thread touches
+/// stays resident while the thread lives: with 2000 clients each page is
+/// 8 MB. So these are small (a bigger head spills to the heap), and the
+/// deep paths (connecting, exchanging) do not stack their frames on one
+/// another. A client thread touches 3 pages of stack.
+const SMALL: usize = 1536;
+const SMALL_REQUEST: usize = 1024;
 /// How long to wait for an origin's `100 Continue` before sending the body
 /// anyway (an origin may ignore `Expect`, RFC 9110 section 10.1.1).
 const CONTINUE_WAIT: Duration = Duration::from_secs(1);
@@ -64,9 +71,10 @@ pub fn serve(c: &mut Client) {
         c.res = Res::CLIENT_ERR;
         return;
     }
-    let mut small = [0u8; SMALL];
+    let mut small = [0u8; SMALL_REQUEST];
     let mut cb = HeadBuf::new(&mut small);
-    let mut s = Session::new(svc, c);
+    // On the heap: its frame would be on every path of the thread.
+    let mut s = Box::new(Session::new(svc, c));
     let mut first = true;
     loop {
         let more = s.one_request(c, &mut cb, first);
@@ -580,19 +588,27 @@ impl Session {
             park(&self.svc, k);
         }
         let o = self.dial(c, req, dst)?;
+        self.established(c, &o, req.port)?;
+        self.relay(c, cb, &o.s)?;
+        c.srv = Some(o.s);
+        Ok(())
+    }
+
+    /// Tell the client its tunnel is open (after asking an `http` parent
+    /// for it).
+    #[inline(never)]
+    fn established(&mut self, c: &mut Client, o: &Origin, port: u16) -> Result<(), Fail> {
         // Bytes an `http` parent sent after its own answer: the tunnel's.
         let mut small = [0u8; SMALL];
         let mut sb = HeadBuf::new(&mut small);
         if o.via.as_ref().is_some_and(|v| v.http) {
-            self.parent_connect(c, &o, &mut sb, req.port)?;
+            self.parent_connect(c, o, &mut sb, port)?;
         }
         // 3proxy's exact answer: some clients match on it.
         const ESTABLISHED: &[u8] = b"HTTP/1.0 200 Connection established\r\n\r\n";
         let early = sb.data();
         write_all_v(&c.cli, ESTABLISHED, early).map_err(|e| Fail::silent(cli_res(&e)))?;
         c.bytes_in += (ESTABLISHED.len() + early.len()) as u64;
-        self.relay(c, cb, &o.s)?;
-        c.srv = Some(o.s);
         Ok(())
     }
 
@@ -682,6 +698,17 @@ impl Session {
                 (now, !scanner.done())
             }
         };
+        let o = self.origin_for(c, req, dst)?;
+        self.exchange(c, cb, req, o, dst, (now, more_body), scanner)
+    }
+
+    /// The connection to send the request on: the kept one if it fits, a
+    /// pooled one, or a new one. (Not inlined, as the parts of `forward`:
+    /// a client thread's stack is as deep as its deepest path, and each
+    /// page it ever touched stays resident, so connecting and exchanging
+    /// do not stack their frames on one another.)
+    #[inline(never)]
+    fn origin_for(&mut self, c: &mut Client, req: &Req, dst: SocketAddr) -> Result<Origin, Fail> {
         // Only a request that can be sent twice is retried; anything else
         // goes on a kept connection only if it still looks open.
         let retryable = req.idempotent && req.framing == Framing::None;
@@ -701,6 +728,26 @@ impl Session {
             None => self.connect(c, req, dst)?,
         };
         o.bound |= req.conn_auth;
+        Ok(o)
+    }
+
+    /// Send the request (head, body) on `o` and relay the response.
+    /// `body`: the body bytes at the front of `cb` that belong to this
+    /// request, and whether more is to come.
+    #[inline(never)]
+    #[allow(clippy::too_many_arguments)]
+    fn exchange(
+        &mut self,
+        c: &mut Client,
+        cb: &mut HeadBuf<'_>,
+        req: &Req,
+        mut o: Origin,
+        dst: SocketAddr,
+        body: (usize, bool),
+        mut scanner: ChunkScanner,
+    ) -> Result<Next, Fail> {
+        let (now, more_body) = body;
+        let retryable = req.idempotent && req.framing == Framing::None;
         let mut small = [0u8; SMALL];
         let mut sb = HeadBuf::new(&mut small);
         let mut early = None;
