@@ -206,10 +206,12 @@ impl Fail {
 impl Session {
     fn new(svc: Arc<Service>, c: &Client) -> Session {
         let extra = forwarding_fields(&svc, c);
+        // Room for usual heads now, at a shallow point of the stack: a
+        // realloc deep in the response path would touch one more page.
         Session {
             svc,
-            req_out: Vec::new(),
-            resp_out: Vec::new(),
+            req_out: Vec::with_capacity(512),
+            resp_out: Vec::with_capacity(512),
             extra,
             origin: None,
             host: String::new(),
@@ -325,6 +327,7 @@ impl Session {
         }
     }
 
+    #[inline(never)]
     fn parse(&mut self, c: &mut Client, data: &[u8]) -> Result<Option<Req>, Fail> {
         let rw = http::Rewrite {
             strip_forwarding: self.svc.opts.anonymous == Some(0),
@@ -580,6 +583,7 @@ impl Session {
     }
 
     /// `CONNECT host:port`: answer 200 and relay until both sides are done.
+    #[inline(never)]
     fn tunnel(&mut self, c: &mut Client, cb: &mut HeadBuf<'_>, req: &Req) -> Result<(), Fail> {
         let head_len = cb.head_len;
         cb.consume(head_len);
@@ -845,6 +849,7 @@ impl Session {
 
     /// Send the final response head and body to the client; keep the
     /// origin connection if the exchange ended cleanly.
+    #[inline(never)]
     #[allow(clippy::too_many_arguments)]
     fn respond(
         &mut self,
