@@ -27,7 +27,9 @@
 //! connection.
 
 use std::collections::HashMap;
-use std::io::{self, IoSlice, Read, Write};
+use std::io::{self, IoSlice, Read};
+
+use nix::sys::socket::MsgFlags;
 use std::net::{IpAddr, Shutdown, SocketAddr};
 use std::os::fd::{AsFd, OwnedFd};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -66,11 +68,6 @@ pub fn serve(c: &mut Client) {
     if svc.opts.proxy_header && !super::tcppm::read_proxy_header(c) {
         return;
     }
-    let first_wait = svc.timeouts.get(Timeouts::STRING_LONG);
-    if set_timeouts(&c.cli, first_wait, first_wait).is_err() {
-        c.res = Res::CLIENT_ERR;
-        return;
-    }
     let mut small = [0u8; SMALL_REQUEST];
     let mut cb = HeadBuf::new(&mut small);
     // On the heap: its frame would be on every path of the thread.
@@ -84,7 +81,7 @@ pub fn serve(c: &mut Client) {
         if first {
             // Between requests a client gets STRING_S, as in 3proxy.
             first = false;
-            let _ = set_read_timeout(&c.cli, s.svc.timeouts.get(Timeouts::STRING_SHORT));
+            s.cli_want = s.svc.timeouts.get(Timeouts::STRING_SHORT);
         }
         cb.rest();
     }
@@ -115,6 +112,17 @@ struct Session {
     abs_out: Vec<u8>,
     /// Hops a SOCKS local redirection took before this handler (`%h`).
     base_hops: u32,
+    /// The client socket's timeouts are set lazily: a read or a write
+    /// that can proceed at once needs none, which saves a connection that
+    /// makes one request both setsockopt() calls. `cli_rto` is the read
+    /// timeout set (None: not yet), `cli_want` the one the next read of a
+    /// request head must have (STRING_LONG first, then STRING_SHORT),
+    /// `cli_wto` whether the write timeout (STRING_LONG) is set.
+    cli_rto: Option<Duration>,
+    cli_want: Duration,
+    cli_wto: bool,
+    /// STRING_LONG.
+    long: Duration,
 }
 
 /// A connection to an origin server.
@@ -206,6 +214,7 @@ impl Fail {
 impl Session {
     fn new(svc: Arc<Service>, c: &Client) -> Session {
         let extra = forwarding_fields(&svc, c);
+        let long = svc.timeouts.get(Timeouts::STRING_LONG);
         // Room for usual heads now, at a shallow point of the stack: a
         // realloc deep in the response path would touch one more page.
         Session {
@@ -220,6 +229,10 @@ impl Session {
             recheck: None,
             abs_out: Vec::new(),
             base_hops: c.hops,
+            cli_rto: None,
+            cli_want: long,
+            cli_wto: false,
+            long,
         }
     }
 
@@ -292,7 +305,17 @@ impl Session {
     /// between requests.
     fn read_request(&mut self, c: &mut Client, cb: &mut HeadBuf<'_>) -> Result<Option<Req>, Fail> {
         loop {
-            let end = match read_head(&c.cli, cb) {
+            let want = self.cli_want;
+            let unset = self.cli_rto != Some(want);
+            let rto = &mut self.cli_rto;
+            let cli = &c.cli;
+            let mut arm = || {
+                set_read_timeout(cli, want)?;
+                *rto = Some(want);
+                Ok(())
+            };
+            let lazy: Option<&mut dyn FnMut() -> io::Result<()>> = unset.then_some(&mut arm);
+            let end = match read_head(&c.cli, cb, lazy) {
                 Ok(end) => end,
                 Err(HeadRead::Closed { partial: false })
                 | Err(HeadRead::Timeout { partial: false }) => return Ok(None),
@@ -611,7 +634,8 @@ impl Session {
         // 3proxy's exact answer: some clients match on it.
         const ESTABLISHED: &[u8] = b"HTTP/1.0 200 Connection established\r\n\r\n";
         let early = sb.data();
-        write_all_v(&c.cli, ESTABLISHED, early).map_err(|e| Fail::silent(cli_res(&e)))?;
+        send_lazy(&c.cli, ESTABLISHED, early, &mut self.cli_wto, self.long)
+            .map_err(|e| Fail::silent(cli_res(&e)))?;
         c.bytes_in += (ESTABLISHED.len() + early.len()) as u64;
         Ok(())
     }
@@ -775,6 +799,8 @@ impl Session {
             let h = read_response(&o.s, &mut sb, req.head_method, &mut self.resp_out)
                 .map_err(|e| e.fail())?;
             if h.is_interim() {
+                set_write_timeout(&c.cli, &mut self.cli_wto, self.long)
+                    .map_err(|e| Fail::silent(send_res(&e)))?;
                 send_interim(&mut self.resp_out, c, &mut sb, &h, req.version)?;
             } else {
                 early = Some(h);
@@ -782,6 +808,11 @@ impl Session {
         }
         let mut body_done = !more_body;
         if early.is_none() && more_body {
+            // The body is read from the client with its timeout.
+            if self.cli_rto != Some(self.cli_want) {
+                set_read_timeout(&c.cli, self.cli_want).map_err(|e| Fail::silent(cli_res(&e)))?;
+                self.cli_rto = Some(self.cli_want);
+            }
             let lim = self.shaper();
             let splice = self.svc.splice();
             let sent = match req.framing {
@@ -808,6 +839,8 @@ impl Session {
             None => loop {
                 match read_response(&o.s, &mut sb, req.head_method, &mut self.resp_out) {
                     Ok(h) if h.is_interim() => {
+                        set_write_timeout(&c.cli, &mut self.cli_wto, self.long)
+                            .map_err(|e| Fail::silent(send_res(&e)))?;
                         send_interim(&mut self.resp_out, c, &mut sb, &h, req.version)?
                     }
                     Ok(h) => break h,
@@ -868,8 +901,14 @@ impl Session {
             }
             http::end_response_head(&mut self.resp_out, req.version, true, true);
             let n = sb.data().len();
-            write_all_v(&c.cli, &self.resp_out, sb.data())
-                .map_err(|e| Fail::silent(send_res(&e)))?;
+            send_lazy(
+                &c.cli,
+                &self.resp_out,
+                sb.data(),
+                &mut self.cli_wto,
+                self.long,
+            )
+            .map_err(|e| Fail::silent(send_res(&e)))?;
             c.bytes_in += (self.resp_out.len() + n) as u64;
             sb.consume(n);
             self.relay(c, cb, &o.s)?;
@@ -894,12 +933,21 @@ impl Session {
             }
             Framing::Close => (avail.len(), false),
         };
-        write_all_v(&c.cli, &self.resp_out, &avail[..now])
-            .map_err(|e| Fail::silent(send_res(&e)))?;
+        send_lazy(
+            &c.cli,
+            &self.resp_out,
+            &avail[..now],
+            &mut self.cli_wto,
+            self.long,
+        )
+        .map_err(|e| Fail::silent(send_res(&e)))?;
         c.bytes_in += (self.resp_out.len() + now) as u64;
         sb.consume(now);
         let mut clean = sb.data().is_empty();
         if !done {
+            // The rest is written to the client with its timeout.
+            set_write_timeout(&c.cli, &mut self.cli_wto, self.long)
+                .map_err(|e| Fail::silent(send_res(&e)))?;
             let lim = self.shaper();
             let splice = self.svc.splice();
             let moved = match h.framing {
@@ -940,6 +988,7 @@ impl Session {
         c.res = f.res;
         self.origin = None;
         if let Some(status) = f.status {
+            let _ = set_write_timeout(&c.cli, &mut self.cli_wto, self.long);
             c.bytes_in += send_error(&c.cli, status, f.res) as u64;
         }
         c.log_record();
@@ -994,28 +1043,36 @@ fn park(svc: &Arc<Service>, o: Origin) {
         return;
     }
     let limit = idle_limit(svc);
+    let now = Instant::now();
+    // Connections dropped here are closed after the lock is released.
+    let mut dead: Vec<Parked> = Vec::new();
     let mut g = IDLE.lock().unwrap_or_else(|e| e.into_inner());
     let map = g.get_or_insert_with(HashMap::new);
+    // Each list is in the order of parking: what waited too long is a
+    // prefix.
+    let expired = |v: &[Parked]| v.partition_point(|p| now.duration_since(p.at) >= limit);
     let total: usize = map.values().map(Vec::len).sum();
     if total >= IDLE_MAX {
         // Make room by dropping what has waited too long everywhere.
         map.retain(|_, v| {
-            v.retain(|p| p.at.elapsed() < limit);
+            let k = expired(v);
+            dead.extend(v.drain(..k));
             !v.is_empty()
         });
         if map.values().map(Vec::len).sum::<usize>() >= IDLE_MAX {
+            drop(g);
             return;
         }
     }
     let v = map.entry(pool_key(svc, o.addr)).or_default();
-    v.retain(|p| p.at.elapsed() < limit);
-    if v.len() >= IDLE_PER_DEST {
-        v.remove(0);
+    let mut k = expired(v);
+    if v.len() - k >= IDLE_PER_DEST {
+        k += 1;
     }
-    v.push(Parked {
-        o,
-        at: Instant::now(),
-    });
+    dead.extend(v.drain(..k));
+    v.push(Parked { o, at: now });
+    drop(g);
+    drop(dead);
 }
 
 /// The most recently parked connection to `dst` for `host`; with `look`,
@@ -1164,29 +1221,35 @@ fn linger(cli: &Stream, max: Duration) {
 /// `Forwarded`, with `-a1`/`-a2` `Via` and `X-Forwarded-For`, with `-a`
 /// none (3proxy's `anonymous`).
 fn forwarding_fields(svc: &Service, c: &Client) -> Vec<u8> {
+    use std::io::Write as _;
     let host = hostname();
     let port = svc.port();
-    let quoted = |a: SocketAddr| match a {
-        SocketAddr::V4(a) => format!("\"{a}\""),
-        SocketAddr::V6(a) => format!("\"[{}]:{}\"", a.ip(), a.port()),
+    // One allocation per client: written in place, no intermediate strings.
+    let mut v = Vec::with_capacity(64 + host.len());
+    let _ = match (svc.opts.anonymous, c.client_addr) {
+        (Some(0), _) => Ok(()),
+        (Some(2), Some(a)) => write!(
+            v,
+            "Via: 1.1 {host}:{port} (3proxy)\r\nX-Forwarded-For: {}\r\n",
+            a.ip()
+        ),
+        (Some(_), _) => write!(
+            v,
+            "Via: 1.1 {host}:{port} (3proxy)\r\nX-Forwarded-For: {}\r\n",
+            random_ipv4(c)
+        ),
+        (None, Some(SocketAddr::V4(a))) => {
+            write!(v, "Forwarded: for=\"{a}\";by=\"{host}:{port}\"\r\n")
+        }
+        (None, Some(SocketAddr::V6(a))) => write!(
+            v,
+            "Forwarded: for=\"[{}]:{}\";by=\"{host}:{port}\"\r\n",
+            a.ip(),
+            a.port()
+        ),
+        (None, None) => write!(v, "Forwarded: by=\"{host}:{port}\"\r\n"),
     };
-    match svc.opts.anonymous {
-        Some(0) => Vec::new(),
-        Some(n) => {
-            let xff = match (n, c.client_addr) {
-                (2, Some(a)) => a.ip().to_string(),
-                _ => random_ipv4(c).to_string(),
-            };
-            format!("Via: 1.1 {host}:{port} (3proxy)\r\nX-Forwarded-For: {xff}\r\n").into_bytes()
-        }
-        None => {
-            let by = format!("\"{host}:{port}\"");
-            match c.client_addr {
-                Some(a) => format!("Forwarded: for={};by={by}\r\n", quoted(a)).into_bytes(),
-                None => format!("Forwarded: by={by}\r\n").into_bytes(),
-            }
-        }
-    }
+    v
 }
 
 fn hostname() -> &'static str {
@@ -1317,14 +1380,14 @@ impl<'a> HeadBuf<'a> {
         true
     }
 
-    fn read_from(&mut self, s: &Stream) -> io::Result<usize> {
+    fn read_from(&mut self, s: &Stream, flags: MsgFlags) -> io::Result<usize> {
         let end = self.end;
-        let mut r = s;
-        let n = if self.big.is_empty() {
-            r.read(&mut self.small[end..])?
+        let room = if self.big.is_empty() {
+            &mut self.small[end..]
         } else {
-            r.read(&mut self.big[end..])?
+            &mut self.big[end..]
         };
+        let n = recv(s, room, flags)?;
         self.end += n;
         Ok(n)
     }
@@ -1377,7 +1440,14 @@ enum HeadRead {
 /// Read until `buf` holds a whole head (up to an empty line); its length.
 /// Bytes already in `buf` (pipelined) are looked at first, so a read
 /// happens only when the head is not there yet.
-fn read_head(s: &Stream, buf: &mut HeadBuf<'_>) -> Result<usize, HeadRead> {
+///
+/// With `arm`, the socket has no read timeout yet: the first read does not
+/// wait, and only if it would have to does `arm` set the timeout first.
+fn read_head(
+    s: &Stream,
+    buf: &mut HeadBuf<'_>,
+    mut arm: Option<&mut dyn FnMut() -> io::Result<()>>,
+) -> Result<usize, HeadRead> {
     loop {
         if let Some(end) = http::find_head_end(buf.data(), buf.scanned) {
             buf.head_len = end;
@@ -1388,10 +1458,20 @@ fn read_head(s: &Stream, buf: &mut HeadBuf<'_>) -> Result<usize, HeadRead> {
             return Err(HeadRead::TooBig);
         }
         let partial = buf.end > buf.start;
-        match buf.read_from(s) {
+        let flags = if arm.is_some() {
+            MsgFlags::MSG_DONTWAIT
+        } else {
+            MsgFlags::empty()
+        };
+        match buf.read_from(s, flags) {
             Ok(0) => return Err(HeadRead::Closed { partial }),
             Ok(_) => {}
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock && arm.is_some() => {
+                if let Some(set) = arm.take() {
+                    set().map_err(|_| HeadRead::Io { partial })?;
+                }
+            }
             Err(e) if is_timeout(&e) => return Err(HeadRead::Timeout { partial }),
             Err(_) => return Err(HeadRead::Io { partial }),
         }
@@ -1433,7 +1513,7 @@ fn read_response(
     out: &mut Vec<u8>,
 ) -> Result<ResponseHead, RespErr> {
     loop {
-        let end = read_head(srv, sb).map_err(RespErr::Head)?;
+        let end = read_head(srv, sb, None).map_err(RespErr::Head)?;
         match http::parse_response(&sb.data()[..end], head_req, out) {
             Ok(Some(h)) => return Ok(h),
             Ok(None) => sb.scanned = end,
@@ -1771,19 +1851,77 @@ fn copy_chunked_request(
 // ---------------------------------------------------------------------------
 // Socket helpers
 
-/// Write `a` then `b` with as few writev calls as the socket allows.
+/// Write `a` then `b` with as few sendmsg calls as the socket allows.
+/// (sendmsg, not writev: a socket needs none of the file layer's work.)
 fn write_all_v(s: &Stream, a: &[u8], b: &[u8]) -> io::Result<()> {
     let mut bufs = [IoSlice::new(a), IoSlice::new(b)];
     let mut slices = &mut bufs[..];
     IoSlice::advance_slices(&mut slices, 0);
-    let mut w = s;
     while !slices.is_empty() {
-        match w.write_vectored(slices) {
+        match sendv(s, slices, MsgFlags::empty()) {
             Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
             Ok(n) => IoSlice::advance_slices(&mut slices, n),
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
             Err(e) => return Err(e),
         }
+    }
+    Ok(())
+}
+
+/// [`write_all_v`] to a client socket whose write timeout may not be set
+/// yet (`*wto` false): first without waiting; only if the socket cannot
+/// take it all now is the timeout `t` set, and the rest written.
+fn send_lazy(s: &Stream, a: &[u8], b: &[u8], wto: &mut bool, t: Duration) -> io::Result<()> {
+    if *wto {
+        return write_all_v(s, a, b);
+    }
+    let n = loop {
+        match sendv(
+            s,
+            &[IoSlice::new(a), IoSlice::new(b)],
+            MsgFlags::MSG_DONTWAIT,
+        ) {
+            Ok(n) => break n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => break 0,
+            Err(e) => return Err(e),
+        }
+    };
+    if n == a.len() + b.len() {
+        return Ok(());
+    }
+    set_write_timeout(s, wto, t)?;
+    if n < a.len() {
+        write_all_v(s, &a[n..], b)
+    } else {
+        write_all_v(s, &b[n - a.len()..], &[])
+    }
+}
+
+/// One sendmsg() of `bufs`; never raises SIGPIPE.
+fn sendv(s: &Stream, bufs: &[IoSlice<'_>], flags: MsgFlags) -> io::Result<usize> {
+    use std::os::fd::AsRawFd;
+    nix::sys::socket::sendmsg(
+        s.as_raw_fd(),
+        bufs,
+        &[],
+        flags | MsgFlags::MSG_NOSIGNAL,
+        None::<&nix::sys::socket::SockaddrStorage>,
+    )
+    .map_err(io::Error::from)
+}
+
+/// One recv() into `buf`.
+fn recv(s: &Stream, buf: &mut [u8], flags: MsgFlags) -> io::Result<usize> {
+    use std::os::fd::AsRawFd;
+    nix::sys::socket::recv(s.as_raw_fd(), buf, flags).map_err(io::Error::from)
+}
+
+/// Set the write timeout `t` unless `*done` says it is set.
+fn set_write_timeout(s: &Stream, done: &mut bool, t: Duration) -> io::Result<()> {
+    if !*done {
+        socket2::SockRef::from(s).set_write_timeout(nonzero(t))?;
+        *done = true;
     }
     Ok(())
 }
