@@ -388,6 +388,15 @@ impl AsFd for Listener {
     }
 }
 
+/// A socket timeout: blocking sockets report an expired SO_RCVTIMEO or
+/// SO_SNDTIMEO as WouldBlock, some paths as TimedOut.
+pub fn is_timeout(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+    )
+}
+
 /// A listening TCP socket as every service gets one: SO_REUSEADDR and
 /// SO_REUSEPORT (as 3proxy sets them), IPv6-only for an IPv6 address (`-i::`
 /// then means IPv6 only, beside a service that binds 0.0.0.0), bound to a

@@ -374,7 +374,7 @@ impl Resolver {
                 Ok(n) => n,
                 // ICMP port unreachable from an earlier send: nobody there.
                 Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => return Err(e),
-                Err(e) if is_timeout(&e) => return Err(io::ErrorKind::TimedOut.into()),
+                Err(e) if crate::net::is_timeout(&e) => return Err(io::ErrorKind::TimedOut.into()),
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(e) => return Err(e),
             };
@@ -465,18 +465,11 @@ fn read_exact_by(s: &mut TcpStream, mut buf: &mut [u8], deadline: Instant) -> io
             Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
             Ok(n) => buf = &mut buf[n..],
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) if is_timeout(&e) => return Err(io::ErrorKind::TimedOut.into()),
+            Err(e) if crate::net::is_timeout(&e) => return Err(io::ErrorKind::TimedOut.into()),
             Err(e) => return Err(e),
         }
     }
     Ok(())
-}
-
-fn is_timeout(e: &io::Error) -> bool {
-    matches!(
-        e.kind(),
-        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-    )
 }
 
 /// getaddrinfo, filtered by family in the family's order of preference.

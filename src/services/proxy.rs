@@ -1472,7 +1472,7 @@ fn read_head(
                     set().map_err(|_| HeadRead::Io { partial })?;
                 }
             }
-            Err(e) if is_timeout(&e) => return Err(HeadRead::Timeout { partial }),
+            Err(e) if crate::net::is_timeout(&e) => return Err(HeadRead::Timeout { partial }),
             Err(_) => return Err(HeadRead::Io { partial }),
         }
     }
@@ -1926,17 +1926,10 @@ fn set_write_timeout(s: &Stream, done: &mut bool, t: Duration) -> io::Result<()>
     Ok(())
 }
 
-fn is_timeout(e: &io::Error) -> bool {
-    matches!(
-        e.kind(),
-        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-    )
-}
-
 fn cli_res(e: &io::Error) -> Res {
     if is_quota(e) {
         Res(10)
-    } else if is_timeout(e) {
+    } else if crate::net::is_timeout(e) {
         Res::IDLE
     } else {
         Res::CLIENT_ERR
@@ -1946,7 +1939,7 @@ fn cli_res(e: &io::Error) -> Res {
 fn srv_res(e: &io::Error) -> Res {
     if is_quota(e) {
         Res(10)
-    } else if is_timeout(e) {
+    } else if crate::net::is_timeout(e) {
         Res::IDLE
     } else {
         Res::SERVER_ERR
@@ -1955,7 +1948,7 @@ fn srv_res(e: &io::Error) -> Res {
 
 /// Sending to the client failed: 521, or 92 on a timeout.
 fn send_res(e: &io::Error) -> Res {
-    if is_timeout(e) {
+    if crate::net::is_timeout(e) {
         Res::IDLE
     } else {
         Res::HTTP_SEND_CLIENT
