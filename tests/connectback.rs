@@ -97,11 +97,18 @@ fn back_connections_must_pass_the_acl() {
     let mut buf = Vec::new();
     let _ = c.read_to_end(&mut buf);
     assert!(buf.is_empty());
-    let n = log_lines(&relay_log)
-        .iter()
-        .filter(|l| l.contains("TCPPM 00013 Connect back ACL failed"))
-        .count();
-    assert!(n >= 2, "{:?}", log_lines(&relay_log));
+    // The client's record is written after its connection is closed.
+    let refused = || {
+        log_lines(&relay_log)
+            .iter()
+            .filter(|l| l.contains("TCPPM 00013 Connect back ACL failed"))
+            .count()
+    };
+    assert!(
+        wait_for(|| refused() >= 2, LOG_TIMEOUT),
+        "{:?}",
+        log_lines(&relay_log)
+    );
 }
 
 #[test]

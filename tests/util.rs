@@ -487,28 +487,44 @@ pub fn localhost(port: u16) -> SocketAddr {
     SocketAddr::from(([127, 0, 0, 1], port))
 }
 
+/// A port the kernel just gave to `bind(addr:0)`, never one handed out
+/// before in this test process. The kernel may give a port it gave a
+/// moment ago once that socket is closed; two tests would then both start
+/// a 3proxy on it, and with SO_REUSEPORT (as 3proxy sets it) both binds
+/// succeed and each gets some of the other's connections.
+fn unique_port(bind: impl Fn() -> io::Result<u16>) -> u16 {
+    static GIVEN: Mutex<Vec<u16>> = Mutex::new(Vec::new());
+    let mut given = GIVEN.lock().unwrap_or_else(|e| e.into_inner());
+    loop {
+        let port = bind().expect("bind port 0");
+        if !given.contains(&port) {
+            given.push(port);
+            return port;
+        }
+    }
+}
+
 /// A TCP port that was free on 127.0.0.1 a moment ago.
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("bind 127.0.0.1:0")
-        .port()
+    unique_port(|| {
+        TcpListener::bind("127.0.0.1:0")?
+            .local_addr()
+            .map(|a| a.port())
+    })
 }
 
 /// A TCP port that was free on ::1 a moment ago.
 pub fn free_port_v6() -> u16 {
-    TcpListener::bind("[::1]:0")
-        .and_then(|l| l.local_addr())
-        .expect("bind [::1]:0")
-        .port()
+    unique_port(|| TcpListener::bind("[::1]:0")?.local_addr().map(|a| a.port()))
 }
 
 /// A UDP port that was free on 127.0.0.1 a moment ago.
 pub fn free_udp_port() -> u16 {
-    UdpSocket::bind("127.0.0.1:0")
-        .and_then(|s| s.local_addr())
-        .expect("bind udp 127.0.0.1:0")
-        .port()
+    unique_port(|| {
+        UdpSocket::bind("127.0.0.1:0")?
+            .local_addr()
+            .map(|a| a.port())
+    })
 }
 
 /// Connects with the test's read/write timeouts set.
