@@ -1,20 +1,22 @@
 //! One acceptor thread per TCP service (3proxy's `proxymain.c` main loop).
 //!
 //! The loop: wait while the service has `maxconn` live clients (new clients
-//! then queue in the kernel's backlog, as with 3proxy), accept one, set its
-//! socket options, and hand it to a client thread. Client threads are kept:
-//! one that has finished its client waits a while on a channel for the next
-//! (the channel has no capacity, so a hand-off succeeds only when a thread
-//! is already waiting); when none is waiting, a new thread is started with
-//! the service's small stack. That saves a thread start per connection
-//! without changing the model: still one client per thread at a time.
+//! then queue in the kernel's backlog, as with 3proxy), accept one, and
+//! hand it to a client thread. Client threads are kept: one that has
+//! finished its client parks on a seat of the service's idle stack, and the
+//! acceptor gives the next client to the thread parked last (its stack and
+//! caches are the warmest), which costs one wake-up; when none is parked, a
+//! new thread is started with the service's small stack. A thread parked
+//! for `IDLE_THREAD` leaves the stack and exits: with a stack, the threads
+//! left idle by a burst are the ones at the bottom, and they do time out.
+//! Still one client per thread at a time.
 
 use std::io;
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+use std::thread::Thread;
 use std::time::{Duration, Instant};
-
-use crossbeam_channel::{bounded, Receiver, Sender, TrySendError};
 
 use crate::client::Client;
 use crate::net::{Listener, Stream};
@@ -48,11 +50,14 @@ impl Slot {
                 );
                 *last_warn = Some(Instant::now());
             }
+            // Counted under the lock, so a slot freed meanwhile sees it.
+            svc.slot_waiters.fetch_add(1, Ordering::Relaxed);
             let (l, _) = svc
                 .left
                 .wait_timeout_while(live, Duration::from_secs(1), |n| *n >= svc.maxconn)
                 .unwrap_or_else(|e| e.into_inner());
             live = l;
+            svc.slot_waiters.fetch_sub(1, Ordering::Relaxed);
             if *live >= svc.maxconn {
                 return None;
             }
@@ -70,10 +75,15 @@ impl Slot {
 impl Drop for Slot {
     fn drop(&mut self) {
         let mut live = self.0.live.lock().unwrap_or_else(|e| e.into_inner());
-        *live -= 1;
+        *live = live.saturating_sub(1);
+        // A notify is a system call even when nobody waits: only when the
+        // acceptor waits for a slot (it counted itself under the lock).
+        let waiting = self.0.slot_waiters.load(Ordering::Relaxed) > 0;
         drop(live);
         crate::shutdown::session_ended();
-        self.0.left.notify_one();
+        if waiting {
+            self.0.left.notify_one();
+        }
     }
 }
 
@@ -81,6 +91,9 @@ impl Drop for Slot {
 pub struct Accepted {
     pub stream: Stream,
     pub peer: Option<SocketAddr>,
+    /// Our address on the connection when it is known without asking the
+    /// kernel (a listener bound to one address, not a wildcard).
+    pub local: Option<SocketAddr>,
     pub slot: Slot,
 }
 
@@ -95,7 +108,14 @@ pub fn run(r: Arc<Running>, listener: Listener) {
         svc_record(&first, "Accepting connections");
     }
     drop(first);
-    let (tx, rx) = bounded::<Accepted>(0);
+    // TCP_NODELAY by default: a proxy must not add Nagle's delay to small
+    // writes. Accepted sockets inherit it from the listening socket
+    // (Linux), which saves a system call per client; `-oc` comes on top.
+    if let Listener::Tcp(l) = &listener {
+        let _ = socket2::SockRef::from(l).set_nodelay(true);
+    }
+    let local = listener.local_addr().filter(|a| !a.ip().is_unspecified());
+    let idle = Arc::new(IdleThreads::new(serve));
     let mut last_warn = None;
     let mut last_err: Option<Instant> = None;
     while !r.stopped() {
@@ -114,12 +134,16 @@ pub fn run(r: Arc<Running>, listener: Listener) {
                 continue;
             }
         };
-        // TCP_NODELAY by default: a proxy must not add Nagle's delay to
-        // small writes; `-oc` options come on top.
-        stream.set_nodelay();
         svc.opts.oc.apply(std::os::fd::AsFd::as_fd(&stream));
-        dispatch(&svc, &tx, &rx, serve, Accepted { stream, peer, slot });
+        let job = Accepted {
+            stream,
+            peer,
+            local,
+            slot,
+        };
+        idle.dispatch(&svc, job);
     }
+    idle.close();
     let svc = r.current();
     if !svc.opts.silent {
         svc_record(&svc, "Exiting thread");
@@ -140,7 +164,7 @@ pub fn run_dialing(r: Arc<Running>, wake: crate::connectback::Wake) {
         return;
     };
     drop(first);
-    let (tx, rx) = bounded::<Accepted>(0);
+    let idle = Arc::new(IdleThreads::new(serve));
     let mut last_warn = None;
     let mut pause = Duration::from_millis(10);
     while !r.stopped() {
@@ -151,7 +175,13 @@ pub fn run_dialing(r: Arc<Running>, wake: crate::connectback::Wake) {
         match crate::connectback::dial(&svc, to, &wake) {
             Ok((stream, peer)) => {
                 pause = Duration::from_millis(10);
-                dispatch(&svc, &tx, &rx, serve, Accepted { stream, peer, slot });
+                let job = Accepted {
+                    stream,
+                    peer,
+                    local: None,
+                    slot,
+                };
+                idle.dispatch(&svc, job);
             }
             Err(crate::connectback::DialError::Stopped) => break,
             Err(crate::connectback::DialError::Failed(why)) => {
@@ -162,51 +192,147 @@ pub fn run_dialing(r: Arc<Running>, wake: crate::connectback::Wake) {
             }
         }
     }
+    idle.close();
     let svc = r.current();
     if !svc.opts.silent {
         svc_record(&svc, "Exiting thread");
     }
 }
 
-/// Hand a client to a waiting thread, or start one.
-fn dispatch(
-    svc: &Arc<Service>,
-    tx: &Sender<Accepted>,
-    rx: &Receiver<Accepted>,
-    serve: fn(&mut Client),
-    job: Accepted,
-) {
-    let job = match tx.try_send(job) {
-        Ok(()) => return,
-        Err(TrySendError::Full(j) | TrySendError::Disconnected(j)) => j,
-    };
-    let rx = rx.clone();
-    // The job moves into the closure; if the spawn fails the closure is
-    // dropped with it, which closes the client and frees its slot.
-    let spawned = std::thread::Builder::new()
-        .name(format!("{}:{}", svc.def.name, svc.port()))
-        .stack_size(svc.stack_size)
-        .spawn(move || client_thread(job, rx, serve));
-    if let Err(e) = spawned {
-        log::error!(
-            "{} on {}: cannot start a client thread: {e}",
-            svc.def.name,
-            svc.listen
-        );
-    }
+/// Where a parked client thread receives its next client.
+struct Seat {
+    job: Mutex<Option<Accepted>>,
+    thread: Thread,
 }
 
-fn client_thread(first: Accepted, rx: Receiver<Accepted>, serve: fn(&mut Client)) {
-    let mut job = first;
-    loop {
+/// The parked client threads of one service, the last parked on top.
+struct IdleThreads {
+    parked: Mutex<Stack>,
+    serve: fn(&mut Client),
+}
+
+struct Stack {
+    seats: Vec<Arc<Seat>>,
+    /// The acceptor has stopped: parked threads exit, none parks again.
+    closed: bool,
+}
+
+impl IdleThreads {
+    fn new(serve: fn(&mut Client)) -> IdleThreads {
+        IdleThreads {
+            parked: Mutex::new(Stack {
+                seats: Vec::new(),
+                closed: false,
+            }),
+            serve,
+        }
+    }
+
+    fn stack(&self) -> std::sync::MutexGuard<'_, Stack> {
+        self.parked.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Give `job` to the thread parked last, or start a thread for it.
+    fn dispatch(self: &Arc<Self>, svc: &Service, job: Accepted) {
+        let seat = self.stack().seats.pop();
+        if let Some(seat) = seat {
+            *seat.job.lock().unwrap_or_else(|e| e.into_inner()) = Some(job);
+            seat.thread.unpark();
+            return;
+        }
+        let idle = self.clone();
+        // The job moves into the closure; if the spawn fails the closure is
+        // dropped with it, which closes the client and frees its slot.
+        let spawned = std::thread::Builder::new()
+            .name(format!("{}:{}", svc.def.name, svc.port()))
+            .stack_size(svc.stack_size)
+            .spawn(move || idle.client_thread(job));
+        if let Err(e) = spawned {
+            log::error!(
+                "{} on {}: cannot start a client thread: {e}",
+                svc.def.name,
+                svc.listen
+            );
+        }
+    }
+
+    /// The acceptor stopped: wake every parked thread so that it exits.
+    fn close(&self) {
+        let seats = {
+            let mut st = self.stack();
+            st.closed = true;
+            std::mem::take(&mut st.seats)
+        };
+        for seat in seats {
+            seat.thread.unpark();
+        }
+    }
+
+    /// A client thread: serve a client, park for the next, until idle for
+    /// IDLE_THREAD or the acceptor stops.
+    fn client_thread(&self, first: Accepted) {
+        let seat = Arc::new(Seat {
+            job: Mutex::new(None),
+            thread: std::thread::current(),
+        });
+        let mut job = first;
+        loop {
+            {
+                let mut client = Client::accepted(job);
+                (self.serve)(&mut client);
+            }
+            match self.wait(&seat) {
+                Some(next) => job = next,
+                None => return,
+            }
+        }
+    }
+
+    /// Park on `seat` until the acceptor gives it a client (Some), or the
+    /// thread has been idle too long or the acceptor stopped (None).
+    fn wait(&self, seat: &Arc<Seat>) -> Option<Accepted> {
         {
-            let mut client = Client::accepted(job);
-            serve(&mut client);
+            let mut st = self.stack();
+            if st.closed {
+                return None;
+            }
+            st.seats.push(seat.clone());
         }
-        match rx.recv_timeout(IDLE_THREAD) {
-            Ok(next) => job = next,
-            Err(_) => return,
+        let deadline = Instant::now() + IDLE_THREAD;
+        loop {
+            // Spurious wake-ups and an unpark that came before the park
+            // both land here: the seat says what happened.
+            std::thread::park_timeout(deadline.saturating_duration_since(Instant::now()));
+            if let Some(job) = Self::take(seat) {
+                return Some(job);
+            }
+            let mut st = self.stack();
+            match st.seats.iter().position(|s| Arc::ptr_eq(s, seat)) {
+                Some(i) if Instant::now() >= deadline => {
+                    st.seats.remove(i);
+                    return None;
+                }
+                Some(_) => continue,
+                // Emptied by `close` (which runs after the acceptor's last
+                // dispatch, so a job given before is in the seat already).
+                None if st.closed => return Self::take(seat),
+                // Taken off by `dispatch`, which fills the seat, then
+                // unparks us.
+                None => {
+                    drop(st);
+                    loop {
+                        if let Some(job) = Self::take(seat) {
+                            return Some(job);
+                        }
+                        std::thread::park();
+                    }
+                }
+            }
         }
+    }
+
+    fn take(seat: &Seat) -> Option<Accepted> {
+        seat.job.lock().unwrap_or_else(|e| e.into_inner()).take()
     }
 }
 

@@ -53,7 +53,7 @@ pub struct Client {
 
 impl Client {
     pub fn accepted(a: Accepted) -> Client {
-        let local_addr = a.stream.local_addr();
+        let local_addr = a.local.or_else(|| a.stream.local_addr());
         Client {
             cli: a.stream,
             srv: None,

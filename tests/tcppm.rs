@@ -487,3 +487,78 @@ fn dash_e_sets_the_source_address() {
         assert_eq!(peer.ip().to_string(), "127.0.0.5", "origin saw {peer}");
     }
 }
+
+#[test]
+fn client_and_origin_sockets_have_tcp_nodelay() {
+    // On by default (the client's socket inherits it from the listening
+    // socket); a relay must not hold small writes back for Nagle.
+    let dir = Dir::new("nodelay");
+    let origin = Origin::echo();
+    let port = free_port();
+    let proxy = Proxy::start(
+        dir,
+        &tcppm("", port, origin.port()),
+        &[Listen::Tcp(localhost(port))],
+    );
+    let mut c = connect(localhost(port));
+    echo_roundtrip(&mut c, b"nodelay");
+    let me = c.local_addr().unwrap().port();
+    let cli = proxy.tcp_socket(port, me);
+    assert!(
+        socket2::SockRef::from(&cli).nodelay().unwrap(),
+        "client side"
+    );
+    let peers = origin.peers();
+    // The last: the readiness probe made one too.
+    let srv = proxy.tcp_socket(peers.last().unwrap().port(), origin.port());
+    assert!(
+        socket2::SockRef::from(&srv).nodelay().unwrap(),
+        "origin side"
+    );
+}
+
+#[test]
+fn idle_client_threads_exit_after_15_s() {
+    // A client thread that has finished its client parks for the next one;
+    // one idle for 15 s exits, so a burst of clients does not leave its
+    // threads behind.
+    let dir = Dir::new("idle_threads");
+    let origin = Origin::echo();
+    let port = free_port();
+    let proxy = Proxy::start(
+        dir,
+        &tcppm("", port, origin.port()),
+        &[Listen::Tcp(localhost(port))],
+    );
+    let at_rest = proxy.threads();
+    // One client after another: the thread that served one serves the
+    // next.
+    for i in 0..30 {
+        echo_roundtrip(&mut connect(localhost(port)), format!("one {i}").as_bytes());
+    }
+    let after_sequence = proxy.threads();
+    assert!(
+        after_sequence <= at_rest + 2,
+        "{at_rest} threads at rest, {after_sequence} after 30 clients in turn"
+    );
+    let clients: Vec<TcpStream> = (0..20)
+        .map(|i| {
+            let mut c = connect(localhost(port));
+            echo_roundtrip(&mut c, format!("client {i}").as_bytes());
+            c
+        })
+        .collect();
+    let busy = proxy.threads();
+    assert!(
+        busy >= at_rest + 20,
+        "{at_rest} threads at rest, {busy} with 20 clients"
+    );
+    drop(clients);
+    assert!(
+        wait_for(|| proxy.threads() <= at_rest, Duration::from_secs(30)),
+        "{at_rest} threads at rest, {} after the clients left",
+        proxy.threads()
+    );
+    // The service still serves.
+    echo_roundtrip(&mut connect(localhost(port)), b"after");
+}

@@ -297,6 +297,55 @@ impl Proxy {
             .expect("VmRSS in /proc/PID/status")
     }
 
+    /// The proxy's thread count (`Threads:` in /proc/PID/status).
+    pub fn threads(&self) -> usize {
+        let status = fs::read_to_string(format!("/proc/{}/status", self.pid()))
+            .expect("read /proc/PID/status");
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("Threads:"))
+            .and_then(|v| v.trim().parse().ok())
+            .expect("Threads in /proc/PID/status")
+    }
+
+    /// A duplicate of the proxy's IPv4 TCP socket with this local port and
+    /// peer port (pidfd_getfd(2)), to look at its options.
+    pub fn tcp_socket(&self, local_port: u16, peer_port: u16) -> std::os::fd::OwnedFd {
+        use std::os::fd::FromRawFd;
+        let pid = self.pid();
+        let want = format!(":{local_port:04X}");
+        let peer = format!(":{peer_port:04X}");
+        let table = fs::read_to_string(format!("/proc/{pid}/net/tcp")).expect("read net/tcp");
+        let inode = table
+            .lines()
+            .skip(1)
+            .map(|l| l.split_whitespace().collect::<Vec<_>>())
+            .find(|f| {
+                // st 01: ESTABLISHED (a TIME_WAIT one has no descriptor).
+                f.len() > 9 && f[1].ends_with(&want) && f[2].ends_with(&peer) && f[3] == "01"
+            })
+            .map(|f| f[9].to_string())
+            .unwrap_or_else(|| panic!("no socket {local_port} <-> {peer_port} in the proxy"));
+        let link = format!("socket:[{inode}]");
+        let fd: i32 = fs::read_dir(format!("/proc/{pid}/fd"))
+            .expect("read /proc/PID/fd")
+            .filter_map(|e| e.ok())
+            .find(|e| fs::read_link(e.path()).is_ok_and(|t| t.to_string_lossy() == link))
+            .and_then(|e| e.file_name().to_str()?.parse().ok())
+            .unwrap_or_else(|| panic!("no descriptor for {link} in the proxy"));
+        // SAFETY: plain system calls on integers; each result is checked,
+        // and the descriptor pidfd_getfd returns is new and ours alone.
+        unsafe {
+            let pidfd = libc::syscall(libc::SYS_pidfd_open, pid as libc::c_int, 0) as i32;
+            assert!(pidfd >= 0, "pidfd_open: {}", io::Error::last_os_error());
+            let dup = libc::syscall(libc::SYS_pidfd_getfd, pidfd, fd, 0) as i32;
+            let err = io::Error::last_os_error();
+            libc::close(pidfd);
+            assert!(dup >= 0, "pidfd_getfd: {err}");
+            std::os::fd::OwnedFd::from_raw_fd(dup)
+        }
+    }
+
     fn diagnostics(&self) -> String {
         let cfg = fs::read_to_string(self.dir.cfg_path()).unwrap_or_default();
         format!(

@@ -320,9 +320,12 @@ pub struct Service {
     pub bufsize: usize,
     /// Stack size of client threads: 3proxy's base plus `stacksize`/`-S`.
     pub stack_size: usize,
-    /// Live clients, and the acceptor waiting for one to leave.
+    /// Slots taken (clients being served, and threads waiting in accept()
+    /// for one), and the threads waiting for a slot to be freed.
     pub live: Mutex<u32>,
     pub left: Condvar,
+    /// Threads waiting on `left` for a slot.
+    pub slot_waiters: std::sync::atomic::AtomicU32,
     /// `auth`, ACL, users and limits as they stood at the service's line.
     pub access: crate::access::Policy,
     /// `-R`: where server sockets come from (connect-back listener).
@@ -576,6 +579,7 @@ fn build(
         stack_size: stack.max(MIN_STACK) as usize,
         live: Mutex::new(0),
         left: Condvar::new(),
+        slot_waiters: std::sync::atomic::AtomicU32::new(0),
         access: state.access.snapshot(),
         back_listener: None,
     }
