@@ -275,8 +275,15 @@ impl Dialer {
         } else {
             Domain::IPV6
         };
+        // Non-blocking from the start: the connect waits in one poll()
+        // with the CONNECT timeout, and the socket is made blocking once,
+        // after (socket2's connect_timeout switches it twice, four fcntl()).
         let sock = in_netns(self.netns.as_deref(), || {
-            Socket::new(domain, Type::STREAM.cloexec(), Some(Protocol::TCP))
+            Socket::new(
+                domain,
+                Type::STREAM.nonblocking().cloexec(),
+                Some(Protocol::TCP),
+            )
         })
         .map_err(|_| Res::SOCKET)?;
         let src = if dst.is_ipv4() { self.ext4 } else { self.ext6 };
@@ -299,9 +306,10 @@ impl Dialer {
         }
         let _ = sock.set_nodelay(true);
         self.opts.apply(sock.as_fd());
-        sock.connect_timeout(&SockAddr::from(dst), self.timeout)
-            .map_err(|_| Res::CONNECT)?;
-        Ok(Stream::Tcp(sock.into()))
+        connect_nonblocking(&sock, dst, self.timeout).map_err(|_| Res::CONNECT)?;
+        let s: TcpStream = sock.into();
+        s.set_nonblocking(false).map_err(|_| Res::CONNECT)?;
+        Ok(Stream::Tcp(s))
     }
 
     /// Connect to a unix socket destination.
@@ -385,6 +393,41 @@ impl AsFd for Listener {
             Listener::Tcp(l) => l.as_fd(),
             Listener::Unix(l) => l.as_fd(),
         }
+    }
+}
+
+/// Connect the non-blocking `sock` to `dst`, waiting at most `limit`.
+fn connect_nonblocking(sock: &Socket, dst: SocketAddr, limit: Duration) -> io::Result<()> {
+    use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+    match sock.connect(&SockAddr::from(dst)) {
+        Ok(()) => return Ok(()),
+        Err(e) if e.raw_os_error() == Some(libc::EINPROGRESS) => {}
+        Err(e) => return Err(e),
+    }
+    let deadline = std::time::Instant::now() + limit;
+    loop {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        if left.is_zero() {
+            return Err(io::ErrorKind::TimedOut.into());
+        }
+        let ms = left.as_millis().clamp(1, i32::MAX as u128) as i32;
+        let mut fds = [PollFd::new(sock.as_fd(), PollFlags::POLLOUT)];
+        match poll(
+            &mut fds,
+            PollTimeout::try_from(ms).unwrap_or(PollTimeout::MAX),
+        ) {
+            Ok(0) | Err(nix::errno::Errno::EINTR) => continue,
+            Ok(_) => {}
+            Err(e) => return Err(e.into()),
+        }
+        let ev = fds[0].revents().unwrap_or(PollFlags::empty());
+        // Writable alone: connected. An error or hang-up: SO_ERROR says why.
+        if ev.intersects(PollFlags::POLLERR | PollFlags::POLLHUP) {
+            return Err(sock
+                .take_error()?
+                .unwrap_or_else(|| io::ErrorKind::ConnectionRefused.into()));
+        }
+        return Ok(());
     }
 }
 

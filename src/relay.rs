@@ -334,6 +334,10 @@ struct Dir<'a, C> {
     can_write: bool,
     eof: bool,
     shut: bool,
+    /// The other direction has passed its EOF on already: when this one
+    /// ends too, both sockets are about to be closed, and close() sends
+    /// the FIN, so no shutdown() is needed.
+    other_shut: bool,
     bytes: u64,
     /// Limits: set while the direction must not read (bandwidth), and
     /// when its quota is used up.
@@ -356,6 +360,7 @@ impl<'a, C: Channel> Dir<'a, C> {
             can_write: true,
             eof: false,
             shut: false,
+            other_shut: false,
             bytes: 0,
             throttled: None,
             quota_hit: false,
@@ -456,7 +461,9 @@ impl<'a, C: Channel> Dir<'a, C> {
             }
             if self.eof && !self.ch.pending() && !self.shut {
                 // Everything read has been written: pass the EOF on.
-                let _ = self.dst.shutdown(std::net::Shutdown::Write);
+                if !self.other_shut {
+                    let _ = self.dst.shutdown(std::net::Shutdown::Write);
+                }
                 self.shut = true;
                 moved = true;
             }
@@ -537,10 +544,10 @@ fn run<C: Channel>(
         };
         let up_stop = stop(dump.as_ref(), |d| d.out_at, dumped.0);
         let down_stop = stop(dump.as_ref(), |d| d.in_at, dumped.1);
-        let moved = match (
-            up.step(opts.grace, limits, up_stop),
-            down.step(opts.grace, limits, down_stop),
-        ) {
+        up.other_shut = down.shut;
+        let up_moved = up.step(opts.grace, limits, up_stop);
+        down.other_shut = up.shut;
+        let moved = match (up_moved, down.step(opts.grace, limits, down_stop)) {
             (Ok(a), Ok(b)) => a || b,
             (Err((side, e)), _) | (_, Err((side, e))) => break error_res(side, e, &up, &down),
         };

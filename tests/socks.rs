@@ -7,7 +7,8 @@
 use std::io::{Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpStream, UdpSocket};
 use std::process::Command;
-use std::time::Duration;
+use std::thread;
+use std::time::{Duration, Instant};
 
 use crate::util::*;
 
@@ -372,6 +373,73 @@ fn v5_truncated_request_gets_general_failure() {
     s.write_all(&[5, 1, 0, 1, 127, 0]).unwrap();
     s.shutdown(Shutdown::Write).unwrap();
     assert_closed_after(&mut s, &V5_FAIL_1);
+}
+
+#[test]
+fn v5_request_stalled_mid_message_ends_after_byte_short() {
+    // The first byte of a message may take BYTE_LONG (5 s); once it has
+    // begun, each further byte must come within BYTE_SHORT (1 s).
+    let (_proxy, port, _log) = start("stalled_req", "", "");
+    let mut s = v5_hello(port);
+    s.write_all(&[5, 1, 0, 1, 127, 0]).unwrap();
+    let t = Instant::now();
+    assert_closed_after(&mut s, &V5_FAIL_1);
+    let took = t.elapsed();
+    assert!(
+        took >= Duration::from_millis(800) && took < Duration::from_millis(3500),
+        "{took:?}"
+    );
+}
+
+#[test]
+fn v5_client_may_think_byte_long_before_its_request() {
+    let origin = Origin::echo();
+    let (_proxy, port, _log) = start("think_req", "", "");
+    let mut s = v5_hello(port);
+    thread::sleep(Duration::from_millis(2500));
+    s.write_all(&v5_connect_v4(localhost(origin.port())))
+        .unwrap();
+    let mut r = [0u8; 10];
+    s.read_exact(&mut r).unwrap();
+    assert_eq!(r[..2], [5, 0]);
+    echo_roundtrip(&mut s, b"after a pause");
+}
+
+#[test]
+fn v5_data_sent_with_the_request_is_relayed_first() {
+    // A client that does not wait for the replies: greeting, request and
+    // its first data in one segment. The data read with the request must
+    // reach the origin, before what follows.
+    let origin = Origin::echo();
+    let (_proxy, port, _log) = start("early_v5", "", "");
+    let mut s = connect(localhost(port));
+    let mut all = vec![5, 1, 0];
+    all.extend(v5_connect_v4(localhost(origin.port())));
+    all.extend_from_slice(b"early bytes;");
+    s.write_all(&all).unwrap();
+    expect_bytes(&mut s, &[5, 0]);
+    let mut r = [0u8; 10];
+    s.read_exact(&mut r).unwrap();
+    assert_eq!(r[..2], [5, 0]);
+    s.write_all(b"late bytes").unwrap();
+    expect_bytes(&mut s, b"early bytes;late bytes");
+}
+
+#[test]
+fn v4_data_sent_with_the_request_is_relayed_first() {
+    let origin = Origin::echo();
+    let (_proxy, port, _log) = start("early_v4", "", "");
+    let mut s = connect(localhost(port));
+    let mut all = vec![4, 1];
+    all.extend_from_slice(&origin.port().to_be_bytes());
+    all.extend_from_slice(&[127, 0, 0, 1]);
+    all.extend_from_slice(b"user\0early v4;");
+    s.write_all(&all).unwrap();
+    let mut r = [0u8; 8];
+    s.read_exact(&mut r).unwrap();
+    assert_eq!(r[..2], [0, 90]);
+    s.write_all(b"late").unwrap();
+    expect_bytes(&mut s, b"early v4;late");
 }
 
 #[test]

@@ -311,6 +311,12 @@ impl Proxy {
     /// A duplicate of the proxy's IPv4 TCP socket with this local port and
     /// peer port (pidfd_getfd(2)), to look at its options.
     pub fn tcp_socket(&self, local_port: u16, peer_port: u16) -> std::os::fd::OwnedFd {
+        self.try_tcp_socket(local_port, peer_port)
+            .unwrap_or_else(|| panic!("no socket {local_port} <-> {peer_port} in the proxy"))
+    }
+
+    /// [`Proxy::tcp_socket`], None if the proxy has no such connection.
+    pub fn try_tcp_socket(&self, local_port: u16, peer_port: u16) -> Option<std::os::fd::OwnedFd> {
         use std::os::fd::FromRawFd;
         let pid = self.pid();
         let want = format!(":{local_port:04X}");
@@ -324,15 +330,13 @@ impl Proxy {
                 // st 01: ESTABLISHED (a TIME_WAIT one has no descriptor).
                 f.len() > 9 && f[1].ends_with(&want) && f[2].ends_with(&peer) && f[3] == "01"
             })
-            .map(|f| f[9].to_string())
-            .unwrap_or_else(|| panic!("no socket {local_port} <-> {peer_port} in the proxy"));
+            .map(|f| f[9].to_string())?;
         let link = format!("socket:[{inode}]");
         let fd: i32 = fs::read_dir(format!("/proc/{pid}/fd"))
             .expect("read /proc/PID/fd")
             .filter_map(|e| e.ok())
             .find(|e| fs::read_link(e.path()).is_ok_and(|t| t.to_string_lossy() == link))
-            .and_then(|e| e.file_name().to_str()?.parse().ok())
-            .unwrap_or_else(|| panic!("no descriptor for {link} in the proxy"));
+            .and_then(|e| e.file_name().to_str()?.parse().ok())?;
         // SAFETY: plain system calls on integers; each result is checked,
         // and the descriptor pidfd_getfd returns is new and ours alone.
         unsafe {
@@ -342,7 +346,7 @@ impl Proxy {
             let err = io::Error::last_os_error();
             libc::close(pidfd);
             assert!(dup >= 0, "pidfd_getfd: {err}");
-            std::os::fd::OwnedFd::from_raw_fd(dup)
+            Some(std::os::fd::OwnedFd::from_raw_fd(dup))
         }
     }
 

@@ -68,8 +68,16 @@ pub fn serve(c: &mut Client) {
     if svc.opts.proxy_header && !super::tcppm::read_proxy_header(c) {
         return;
     }
+    serve_after(c, &[]);
+}
+
+/// Serve a client of which `early` was read already (a SOCKS client sent
+/// it with its request before a local redirection to this handler).
+pub fn serve_after(c: &mut Client, early: &[u8]) {
+    let svc = c.svc().clone();
     let mut small = [0u8; SMALL_REQUEST];
     let mut cb = HeadBuf::new(&mut small);
+    cb.put_back(early);
     // On the heap: its frame would be on every path of the thread.
     let mut s = Box::new(Session::new(svc, c));
     let mut first = true;

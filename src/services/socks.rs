@@ -17,9 +17,11 @@
 //! UDP datagram) end the session with only a log record, except the BIND
 //! second reply, which RFC 1928 sends for failure as well.
 
-use std::io::{Read, Write};
+use std::io::{self, Write};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener, UdpSocket};
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, AsRawFd};
+
+use nix::sys::socket::MsgFlags;
 use std::time::{Duration, Instant};
 
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
@@ -45,31 +47,78 @@ struct Ask {
     dest: Dest,
     user: Option<String>,
     password: Option<String>,
+    /// Bytes the client sent after its request without waiting for the
+    /// reply (read with it): the start of the session's data.
+    early: Vec<u8>,
 }
 
-/// Reads the client's bytes: BYTE_LONG for the first byte of a message,
-/// BYTE_SHORT for the rest, each failure mapped to the code 3proxy logs.
+/// The largest handshake message: a SOCKS4a request with a 255-byte user
+/// id and a 255-byte name (an RFC 1929 one is 513 bytes).
+const HANDSHAKE_BUF: usize = 528;
+
+/// Reads the client's handshake: BYTE_LONG for the first byte of a
+/// message, BYTE_SHORT for the rest, each failure mapped to the code
+/// 3proxy logs. Bytes come through a buffer, so a message that arrived
+/// whole costs one recv() whatever its fields; and a read first tries
+/// without waiting, so the socket's timeout is set only when the reader
+/// really has to wait (a setsockopt() per change otherwise).
 struct Reader<'a> {
     s: &'a Stream,
     long: Duration,
     short: Duration,
-    /// The read timeout now set on the socket: set only when it changes
-    /// (two system calls each time otherwise, for every byte).
+    /// The read timeout now set on the socket (None: none yet).
     now: Option<Duration>,
+    buf: [u8; HANDSHAKE_BUF],
+    pos: usize,
+    end: usize,
 }
 
-impl Reader<'_> {
-    fn timeout(&mut self, t: Duration) {
-        if self.now != Some(t) {
-            let _ = self.s.set_read_timeout(Some(t));
-            self.now = Some(t);
+impl<'a> Reader<'a> {
+    fn new(s: &'a Stream, t: &crate::conf::Timeouts) -> Reader<'a> {
+        Reader {
+            s,
+            long: t.get(Timeouts::BYTE_LONG),
+            short: t.get(Timeouts::BYTE_SHORT),
+            now: None,
+            buf: [0; HANDSHAKE_BUF],
+            pos: 0,
+            end: 0,
+        }
+    }
+
+    /// Read more bytes; `wait` is how long the client may take.
+    fn fill(&mut self, wait: Duration, code: u32) -> Result<(), Res> {
+        if self.pos == self.end {
+            (self.pos, self.end) = (0, 0);
+        } else if self.end == self.buf.len() {
+            self.buf.copy_within(self.pos..self.end, 0);
+            (self.end, self.pos) = (self.end - self.pos, 0);
+        }
+        let room = &mut self.buf[self.end..];
+        let n = match recv(self.s, room, MsgFlags::MSG_DONTWAIT) {
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                if self.now != Some(wait) {
+                    let _ = self.s.set_read_timeout(Some(wait));
+                    self.now = Some(wait);
+                }
+                recv(self.s, room, MsgFlags::empty())
+            }
+            r => r,
+        };
+        match n {
+            Ok(0) | Err(_) => Err(Res(code)),
+            Ok(n) => {
+                self.end += n;
+                Ok(())
+            }
         }
     }
 
     /// The first byte of a message: the client may think first.
     fn first(&mut self, code: u32) -> Result<u8, Res> {
-        let long = self.long;
-        self.timeout(long);
+        if self.pos == self.end {
+            self.fill(self.long, code)?;
+        }
         self.byte(code)
     }
 
@@ -80,10 +129,11 @@ impl Reader<'_> {
     }
 
     fn exact(&mut self, b: &mut [u8], code: u32) -> Result<(), Res> {
-        let mut s = self.s;
-        s.read_exact(b).map_err(|_| Res(code))?;
-        let short = self.short;
-        self.timeout(short);
+        while self.end - self.pos < b.len() {
+            self.fill(self.short, code)?;
+        }
+        b.copy_from_slice(&self.buf[self.pos..self.pos + b.len()]);
+        self.pos += b.len();
         Ok(())
     }
 
@@ -116,6 +166,42 @@ impl Reader<'_> {
         self.exact(&mut v, 441)?;
         Ok(v)
     }
+
+    /// What was read past the request.
+    fn rest(&self) -> Vec<u8> {
+        self.buf[self.pos..self.end].to_vec()
+    }
+}
+
+fn recv(s: &Stream, buf: &mut [u8], flags: MsgFlags) -> io::Result<usize> {
+    loop {
+        match nix::sys::socket::recv(s.as_raw_fd(), buf, flags) {
+            Err(nix::errno::Errno::EINTR) => continue,
+            r => return r.map_err(io::Error::from),
+        }
+    }
+}
+
+/// Write a handshake message. Its few bytes fit the empty send buffer of
+/// a new connection, so they go without waiting and without a timeout to
+/// set; only if they do not (a peer that stopped reading after flooding
+/// us) does the write wait, for at most STRING_SHORT.
+fn send_small(c: &Client, bytes: &[u8]) -> io::Result<()> {
+    let flags = MsgFlags::MSG_DONTWAIT | MsgFlags::MSG_NOSIGNAL;
+    let sent = loop {
+        match nix::sys::socket::send(c.cli.as_raw_fd(), bytes, flags) {
+            Err(nix::errno::Errno::EINTR) => continue,
+            Err(nix::errno::Errno::EAGAIN) => break 0,
+            r => break r.map_err(io::Error::from)?,
+        }
+    };
+    if sent == bytes.len() {
+        return Ok(());
+    }
+    let wait = c.svc().timeouts.get(Timeouts::STRING_SHORT);
+    socket2::SockRef::from(&c.cli).set_write_timeout(Some(wait))?;
+    let mut w = &c.cli;
+    w.write_all(&bytes[sent..])
 }
 
 /// Read the greeting and request. `ver` becomes the version once it is
@@ -127,29 +213,20 @@ fn read_request(
     ver: &mut Option<u8>,
     owed: &mut bool,
 ) -> Result<Ask, Res> {
-    let t = c.svc().timeouts;
-    // Both directions get the long timeout once (the replies written
-    // during the handshake are bounded by it); reads then switch between
-    // long and short as the protocol goes.
-    let long = t.get(Timeouts::BYTE_LONG);
-    let _ = c.cli.set_timeout(Some(long));
-    let mut r = Reader {
-        s: &c.cli,
-        long,
-        short: t.get(Timeouts::BYTE_SHORT),
-        now: Some(long),
-    };
+    let mut r = Reader::new(&c.cli, &c.svc().timeouts);
     let v = r.first(401)?;
     if v != 4 && v != 5 {
         return Err(Res(401));
     }
     *ver = Some(v);
-    if v == 4 {
+    let mut ask = if v == 4 {
         *owed = true;
         read_v4(&mut r, needuser)
     } else {
-        read_v5(&mut r, &c.cli, needuser, owed)
-    }
+        read_v5(&mut r, c, needuser, owed)
+    }?;
+    ask.early = r.rest();
+    Ok(ask)
 }
 
 fn read_v4(r: &mut Reader<'_>, needuser: u32) -> Result<Ask, Res> {
@@ -179,16 +256,16 @@ fn read_v4(r: &mut Reader<'_>, needuser: u32) -> Result<Ask, Res> {
         dest,
         user,
         password: None,
+        early: Vec::new(),
     })
 }
 
-fn read_v5(r: &mut Reader<'_>, s: &Stream, needuser: u32, owed: &mut bool) -> Result<Ask, Res> {
-    let mut w = s;
+fn read_v5(r: &mut Reader<'_>, c: &Client, needuser: u32, owed: &mut bool) -> Result<Ask, Res> {
     let n = r.byte(441)? as usize;
     let mut methods = vec![0u8; n];
     r.exact(&mut methods, 441)?;
     let m = choose_method(&methods, needuser);
-    w.write_all(&[5, m]).map_err(|_| Res(401))?;
+    send_small(c, &[5, m]).map_err(|_| Res(401))?;
     if m == METHOD_REFUSED {
         return Err(Res(if needuser > 1 { 4 } else { 441 }));
     }
@@ -197,12 +274,12 @@ fn read_v5(r: &mut Reader<'_>, s: &Stream, needuser: u32, owed: &mut bool) -> Re
         // RFC 1929. The credentials are checked with the request, as 3proxy
         // does: this answer is always success, a wrong password gets REP 2.
         if r.first(412)? != 1 {
-            let _ = w.write_all(&[1, 1]);
+            let _ = send_small(c, &[1, 1]);
             return Err(Res(412));
         }
         let u = r.pstr(451)?;
         let p = r.pstr(445)?;
-        w.write_all(&[1, 0]).map_err(|_| Res(481))?;
+        send_small(c, &[1, 0]).map_err(|_| Res(481))?;
         if needuser > 0 {
             user = Some(String::from_utf8_lossy(&u).into_owned());
             password = Some(String::from_utf8_lossy(&p).into_owned());
@@ -246,6 +323,7 @@ fn read_v5(r: &mut Reader<'_>, s: &Stream, needuser: u32, owed: &mut bool) -> Re
         dest,
         user,
         password,
+        early: Vec::new(),
     })
 }
 
@@ -301,17 +379,12 @@ pub fn serve(c: &mut Client) {
 
 /// Send a reply. `bnd` None: the client socket's local address.
 fn reply(c: &Client, ver: u8, res: Res, bnd: Option<SocketAddr>) {
-    let svc = c.svc();
-    let _ = c
-        .cli
-        .set_timeout(Some(svc.timeouts.get(Timeouts::STRING_SHORT)));
     let unspec = SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), 0);
     let bnd = bnd.or(c.local_addr).unwrap_or(unspec);
-    let mut w = &c.cli;
     let _ = if ver == 5 {
-        w.write_all(&v5_reply(v5_rep(res), bnd))
+        send_small(c, &v5_reply(v5_rep(res), bnd))
     } else {
-        w.write_all(&v4_reply(res == Res::OK, bnd))
+        send_small(c, &v4_reply(res == Res::OK, bnd))
     };
 }
 
@@ -432,7 +505,14 @@ fn connect(c: &mut Client, ask: &Ask) -> Result<(), Res> {
     let bnd = nat(svc.opts.nat_ext, c.ext_addr);
     reply(c, ask.ver, Res::OK, bnd);
     let again = recheck(c, ask, Op::Connect, (&ask.dest, dst));
-    run_relay(c, srv, Timeouts::CONNECTION_LONG, &grant, &again);
+    run_relay(
+        c,
+        srv,
+        Timeouts::CONNECTION_LONG,
+        &grant,
+        &again,
+        &ask.early,
+    );
     Ok(())
 }
 
@@ -441,6 +521,7 @@ fn connect(c: &mut Client, ask: &Ask) -> Result<(), Res> {
 /// (3proxy's childfunc going on to the next handler). Its ACL pass skips
 /// the entries that redirect locally ([`parent::skip_on_redirect`]).
 fn to_http_proxy(c: &mut Client, ask: &Ask, hops: u32) {
+    let early = ask.early.clone();
     reply(c, ask.ver, Res::OK, None);
     c.hops = hops;
     c.text.clear();
@@ -448,11 +529,28 @@ fn to_http_proxy(c: &mut Client, ask: &Ask, hops: u32) {
     c.req_addr = None;
     c.service_name = None;
     let _redirected = parent::Redirected::enter();
-    super::proxy::serve(c);
+    super::proxy::serve_after(c, &early);
 }
 
-fn run_relay(c: &mut Client, srv: Stream, idle_slot: usize, grant: &Grant, again: &Recheck) {
+fn run_relay(
+    c: &mut Client,
+    srv: Stream,
+    idle_slot: usize,
+    grant: &Grant,
+    again: &Recheck,
+    early: &[u8],
+) {
     let svc = c.svc().clone();
+    // What the client sent with its request goes first (a few hundred
+    // bytes at most: they fit the new connection's send buffer).
+    if !early.is_empty() {
+        if (&srv).write_all(early).is_err() {
+            c.res = Res::SERVER_ERR;
+            c.srv = Some(srv);
+            return;
+        }
+        c.bytes_out += early.len() as u64;
+    }
     let opts = RelayOpts {
         idle: svc.timeouts.get(idle_slot),
         session_end: svc.opts.session_end,
@@ -462,7 +560,7 @@ fn run_relay(c: &mut Client, srv: Stream, idle_slot: usize, grant: &Grant, again
     };
     let out = super::tcppm::relay_logged(c, &srv, &opts, grant.limits.as_deref(), again);
     c.res = out.res;
-    c.bytes_out = out.out;
+    c.bytes_out += out.out;
     c.bytes_in = out.inb;
     c.srv = Some(srv);
 }
@@ -506,7 +604,14 @@ fn bind(c: &mut Client, ask: &Ask) -> Result<(), Res> {
         Ok(srv) => {
             reply(c, ask.ver, Res::OK, srv.peer_addr());
             let again = recheck(c, ask, Op::Bind, (&ask.dest, want));
-            run_relay(c, srv, Timeouts::CONNECTION_SHORT, &grant, &again);
+            run_relay(
+                c,
+                srv,
+                Timeouts::CONNECTION_SHORT,
+                &grant,
+                &again,
+                &ask.early,
+            );
         }
         Err(res) => {
             c.res = res;
