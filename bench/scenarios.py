@@ -22,8 +22,12 @@ SCENARIOS = {
                          "what": "2000 kept-alive clients, 50 KB responses"},
     "http-close-1k":    {"kind": "wrk", "service": "http", "conns": 64, "file": "1k.bin", "close": True, "unit": "req",
                          "what": "64 clients, a new connection per request, 1 KB"},
+    "tcp-1m":           {"kind": "fetch", "service": "tcphttp", "conns": 8, "file": "1m.bin", "unit": "GB",
+                         "what": "8 clients, GET 1 MB through a TCP mapping, a connection per request"},
     "socks-1m":         {"kind": "fetch", "service": "socks", "conns": 8, "file": "1m.bin", "unit": "GB",
                          "what": "8 clients, SOCKS5 CONNECT then GET 1 MB, a connection per request"},
+    "tcp-1k":           {"kind": "fetch", "service": "tcphttp", "conns": 8, "file": "1k.bin", "unit": "req",
+                         "what": "8 clients, a new connection through a TCP mapping per 1 KB request"},
     "socks-1k":         {"kind": "fetch", "service": "socks", "conns": 8, "file": "1k.bin", "unit": "req",
                          "what": "8 clients, a new SOCKS5 session per 1 KB request"},
     "mem-idle-2000":    {"kind": "mem", "service": "http", "conns": 2000, "file": "1k.bin", "unit": None,
@@ -105,7 +109,10 @@ def fetch_argv(loadgen, scenario, proxy, seconds):
             "--conns", str(s["conns"]), "--seconds", "%g" % seconds]
     if p["family"] == "none":
         return argv + ["--server", target]
-    return argv + ["--server", "%s:%d" % (C.PROXY_IP, C.listen_port(s["service"])), "--socks"]
+    argv += ["--server", "%s:%d" % (C.PROXY_IP, C.listen_port(s["service"]))]
+    # Through a TCP mapping the request goes as is; through SOCKS after
+    # the handshake.
+    return argv + ["--socks"] if s["service"] == "socks" else argv
 
 
 def idle_argv(loadgen, scenario, proxy, conns):

@@ -58,6 +58,13 @@ class ClientCommands(unittest.TestCase):
         a = S.fetch_argv("lg.py", "socks-1m", "noproxy", 6)
         self.assertNotIn("--socks", a)
         self.assertEqual(a[a.index("--server") + 1], "10.0.2.2:80")
+        # The TCP-mapping twin: same client, no handshake, the mapping's
+        # port; nginx and haproxy have one too.
+        for proxy in ("3proxy", "nginx", "haproxy"):
+            a = S.fetch_argv("lg.py", "tcp-1k", proxy, 6)
+            self.assertNotIn("--socks", a)
+            self.assertEqual(a[a.index("--server") + 1], "10.0.1.2:8081")
+            self.assertIsNone(S.applicable("tcp-1k", proxy))
 
     def test_idle(self):
         a = S.idle_argv("lg.py", "mem-idle-2000", "3proxy", 2000)
