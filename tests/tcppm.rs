@@ -13,6 +13,18 @@ fn tcppm(opts: &str, port: u16, to: u16) -> String {
     format!("tcppm {opts} -i127.0.0.1 {port} 127.0.0.1 {to}\n")
 }
 
+/// A tcppm with `opts` in front of an echo origin, ready on its port.
+fn echo_tcppm(name: &str, opts: &str) -> (Proxy, Origin, u16) {
+    let origin = Origin::echo();
+    let port = free_port();
+    let proxy = Proxy::start(
+        Dir::new(name),
+        &tcppm(opts, port, origin.port()),
+        &[Listen::Tcp(localhost(port))],
+    );
+    (proxy, origin, port)
+}
+
 const BULK: u64 = 64 * 1024 * 1024;
 const SEED_UP: u64 = 1;
 const SEED_DOWN: u64 = 2;
@@ -472,14 +484,7 @@ fn ipv6_loopback_both_sides() {
 
 #[test]
 fn dash_e_sets_the_source_address() {
-    let dir = Dir::new("dash_e");
-    let origin = Origin::echo();
-    let port = free_port();
-    let _proxy = Proxy::start(
-        dir,
-        &tcppm("-e127.0.0.5", port, origin.port()),
-        &[Listen::Tcp(localhost(port))],
-    );
+    let (_proxy, origin, port) = echo_tcppm("dash_e", "-e127.0.0.5");
     echo_roundtrip(&mut connect(localhost(port)), b"from 127.0.0.5");
     let peers = origin.peers();
     assert!(!peers.is_empty());
@@ -492,14 +497,7 @@ fn dash_e_sets_the_source_address() {
 fn client_and_origin_sockets_have_tcp_nodelay() {
     // On by default (the client's socket inherits it from the listening
     // socket); a relay must not hold small writes back for Nagle.
-    let dir = Dir::new("nodelay");
-    let origin = Origin::echo();
-    let port = free_port();
-    let proxy = Proxy::start(
-        dir,
-        &tcppm("", port, origin.port()),
-        &[Listen::Tcp(localhost(port))],
-    );
+    let (proxy, origin, port) = echo_tcppm("nodelay", "");
     let mut c = connect(localhost(port));
     echo_roundtrip(&mut c, b"nodelay");
     let me = c.local_addr().unwrap().port();
@@ -525,14 +523,7 @@ fn idle_client_threads_exit_after_15_s() {
     // A client thread that has finished its client parks for the next one;
     // one idle for 15 s exits, so a burst of clients does not leave its
     // threads behind.
-    let dir = Dir::new("idle_threads");
-    let origin = Origin::echo();
-    let port = free_port();
-    let proxy = Proxy::start(
-        dir,
-        &tcppm("", port, origin.port()),
-        &[Listen::Tcp(localhost(port))],
-    );
+    let (proxy, _origin, port) = echo_tcppm("idle_threads", "");
     let at_rest = proxy.threads();
     // One client after another: threads that served one serve the next
     // (a few more when a client comes before the last one's thread has

@@ -285,27 +285,26 @@ impl Proxy {
         self.try_wait()
     }
 
-    /// VmRSS of the proxy in kB.
-    pub fn rss_kb(&self) -> u64 {
+    /// A field of /proc/PID/status, its first word parsed.
+    fn status_field<T: std::str::FromStr>(&self, key: &str) -> T {
         let status = fs::read_to_string(format!("/proc/{}/status", self.pid()))
             .expect("read /proc/PID/status");
         status
             .lines()
-            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .find_map(|l| l.strip_prefix(key))
             .and_then(|v| v.split_whitespace().next())
             .and_then(|v| v.parse().ok())
-            .expect("VmRSS in /proc/PID/status")
+            .unwrap_or_else(|| panic!("{key} in /proc/PID/status"))
     }
 
-    /// The proxy's thread count (`Threads:` in /proc/PID/status).
+    /// VmRSS of the proxy in kB.
+    pub fn rss_kb(&self) -> u64 {
+        self.status_field("VmRSS:")
+    }
+
+    /// The proxy's thread count.
     pub fn threads(&self) -> usize {
-        let status = fs::read_to_string(format!("/proc/{}/status", self.pid()))
-            .expect("read /proc/PID/status");
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix("Threads:"))
-            .and_then(|v| v.trim().parse().ok())
-            .expect("Threads in /proc/PID/status")
+        self.status_field("Threads:")
     }
 
     /// A duplicate of the proxy's IPv4 TCP socket with this local port and

@@ -827,7 +827,9 @@ impl Session {
                 Framing::Length(n) => {
                     copy_exact(&c.cli, &o.s, n - now as u64, Side::Client, lim, splice)
                 }
-                _ => copy_chunked_request(&c.cli, &o.s, &mut scanner, cb, lim),
+                _ => copy_chunked(&c.cli, &o.s, Side::Client, &mut scanner, lim, |b| {
+                    cb.put_back(b)
+                }),
             };
             match sent {
                 Ok(n) => {
@@ -963,7 +965,9 @@ impl Session {
                     copy_exact(&o.s, &c.cli, n - now as u64, Side::Server, lim, splice)
                 }
                 Framing::Chunked => {
-                    copy_chunked_response(&o.s, &c.cli, &mut scanner, &mut clean, lim)
+                    copy_chunked(&o.s, &c.cli, Side::Server, &mut scanner, lim, |_| {
+                        clean = false
+                    })
                 }
                 _ => copy_to_eof(&o.s, &c.cli, lim, splice),
             };
@@ -1800,57 +1804,33 @@ fn splice_body(
     Ok(total)
 }
 
-/// Copy a chunked response body to its end, as it is. Bytes after the end
-/// are dropped and clear `clean` (the connection is then not reused).
-fn copy_chunked_response(
+/// Copy a chunked body (its framing as it is) from `src` (which is
+/// `from`) to `dst`, to its end. Bytes read past the end go to `past`:
+/// a request's are the next pipelined request, a response's are dropped
+/// and make the connection unfit for reuse.
+fn copy_chunked(
     src: &Stream,
     dst: &Stream,
+    from: Side,
     sc: &mut ChunkScanner,
-    clean: &mut bool,
     lim: Option<&Limits>,
+    mut past: impl FnMut(&[u8]),
 ) -> Moved {
     let mut buf = BodyBuf::get();
     let b = buf.bytes();
     let mut total = 0;
     while !sc.done() {
-        let got = read_some(src, b, Side::Server, lim)?;
+        let got = read_some(src, b, from, lim)?;
         if got == 0 {
-            return Err((Side::Server, io::ErrorKind::UnexpectedEof.into()));
+            return Err((from, io::ErrorKind::UnexpectedEof.into()));
         }
         let k = sc
             .feed(&b[..got])
-            .map_err(|()| (Side::Server, io::ErrorKind::InvalidData.into()))?;
-        write_all_v(dst, &b[..k], &[]).map_err(|e| (Side::Client, e))?;
-        total += k as u64;
-        *clean &= k == got;
-    }
-    Ok(total)
-}
-
-/// Copy a chunked request body to its end; bytes after it (the next
-/// pipelined request) go back into the client's head buffer.
-fn copy_chunked_request(
-    src: &Stream,
-    dst: &Stream,
-    sc: &mut ChunkScanner,
-    cb: &mut HeadBuf<'_>,
-    lim: Option<&Limits>,
-) -> Moved {
-    let mut buf = BodyBuf::get();
-    let b = buf.bytes();
-    let mut total = 0;
-    while !sc.done() {
-        let got = read_some(src, b, Side::Client, lim)?;
-        if got == 0 {
-            return Err((Side::Client, io::ErrorKind::UnexpectedEof.into()));
-        }
-        let k = sc
-            .feed(&b[..got])
-            .map_err(|()| (Side::Client, io::ErrorKind::InvalidData.into()))?;
-        write_all_v(dst, &b[..k], &[]).map_err(|e| (Side::Server, e))?;
+            .map_err(|()| (from, io::ErrorKind::InvalidData.into()))?;
+        write_all_v(dst, &b[..k], &[]).map_err(|e| (other(from), e))?;
         total += k as u64;
         if k < got {
-            cb.put_back(&b[k..got]);
+            past(&b[k..got]);
         }
     }
     Ok(total)
