@@ -316,6 +316,14 @@ def render_results_md(docs, names):
              "disturbed, so none is left out). %d of %d measured cells were disturbed.\n" % (
                  dist, sum(1 for c in cells if c.get("status") == "ok")),
              render_tables(doc)]
+    same = pooled(docs)
+    if same is not None:
+        parts += ["## All runs pooled\n",
+                  "The runs of all %d files measured the same binary: here is the headline "
+                  "again with each figure the median over all their runs (%d per cell), "
+                  "the figure to hold a target against when single runs spread widely.\n"
+                  % (len(docs), sum(d["settings"]["runs"] for d in docs)),
+                  render_summary(same), ""]
     if len(docs) > 1:
         parts.append("## Reproducibility\n")
         parts.append("Each later run compared with the one the tables come from (A).  "
@@ -324,6 +332,18 @@ def render_results_md(docs, names):
             parts += ["### %s\n" % n, render_compare(docs[0], d, (names[0], n))]
     parts.append(RESULTS_TAIL)
     return "\n".join(parts) + "\n"
+
+
+def pooled(docs):
+    """DOCS as one document whose cells are all of theirs (medians then go
+    over every run), or None unless there are several and all measured
+    the same threeproxy binary."""
+    shas = {(d.get("tools", {}).get("threeproxy") or {}).get("sha256") for d in docs}
+    if len(docs) < 2 or len(shas) != 1 or None in shas:
+        return None
+    one = dict(docs[0])
+    one["cells"] = [c for d in docs for c in d["cells"]]
+    return one
 
 
 RESULTS_HEAD = """# Benchmark results

@@ -156,6 +156,28 @@ class Compare(unittest.TestCase):
         md = report.render_results_md([a, b], ["results/a.json", "results/b.json"])
         self.assertIn("## Reproducibility", md)
 
+    def test_pooled_medians_over_runs_of_one_binary(self):
+        a = doc(CELLS)
+        b = copy.deepcopy(a)
+        for c in b["cells"]:
+            if c["scenario"] == "stream1" and c["proxy"] == "3proxy":
+                c["cpu_s_per_gb"] = 2.0
+        # Without the threeproxy tool record there is nothing to pool.
+        self.assertIsNone(report.pooled([a, b]))
+        for d in (a, b):
+            d["tools"]["threeproxy"] = {"sha256": "ab" * 32, "built": "x", "git_head": "y"}
+        one = report.pooled([a, b])
+        got = report.aggregate(one)[("stream1", "3proxy")]
+        # 1.0, 0.9 and 2.0, 2.0 (the disturbed runs are left out).
+        self.assertEqual(got["n"], 4)
+        self.assertEqual(len(one["cells"]), 2 * len(CELLS))
+        md = report.render_results_md([a, b], ["results/a.json", "results/b.json"])
+        self.assertIn("## All runs pooled", md)
+        b["tools"]["threeproxy"] = {"sha256": "cd" * 32, "built": "x", "git_head": "y"}
+        self.assertIsNone(report.pooled([a, b]))
+        self.assertNotIn("## All runs pooled",
+                         report.render_results_md([a, b], ["results/a.json", "results/b.json"]))
+
     def test_spread_widens_agreement(self):
         a = doc(CELLS)
         b = copy.deepcopy(a)
