@@ -443,6 +443,29 @@ fn v4_data_sent_with_the_request_is_relayed_first() {
 }
 
 #[test]
+fn record_names_the_destination_as_the_peer() {
+    // %R:%r is the server side's peer: the destination when dialed
+    // directly.
+    let origin = Origin::echo();
+    let dir = Dir::new("socks_peer");
+    let log = dir.join("access.log");
+    let port = free_port();
+    let cfg = format!(
+        "log {}\nlogformat \"L%N %E %R:%r\"\nsocks -i127.0.0.1 -p{port}\n",
+        p(&log)
+    );
+    let _proxy = Proxy::start(dir, &cfg, &[Listen::Tcp(localhost(port))]);
+    let mut s = v5_hello(port);
+    s.write_all(&v5_connect_v4(localhost(origin.port())))
+        .unwrap();
+    let mut r = [0u8; 10];
+    s.read_exact(&mut r).unwrap();
+    echo_roundtrip(&mut s, b"peer");
+    drop(s);
+    expect_log_line(&log, &format!("SOCK5 00000 127.0.0.1:{}", origin.port()));
+}
+
+#[test]
 fn v5_truncated_name_gets_general_failure() {
     let (_proxy, port, _log) = start("short_name", "", "");
     let mut s = v5_hello(port);

@@ -500,7 +500,12 @@ fn connect(c: &mut Client, ask: &Ask) -> Result<(), Res> {
         // not built yet.
         parent::Route::Local { .. } => return Err(Res::NOTIMPL),
     };
-    c.remote_addr = srv.peer_addr();
+    // Straight to `dst`: that is the peer, no getpeername() needed.
+    c.remote_addr = if c.hops == 0 {
+        Some(dst)
+    } else {
+        srv.peer_addr()
+    };
     c.ext_addr = srv.local_addr();
     let bnd = nat(svc.opts.nat_ext, c.ext_addr);
     reply(c, ask.ver, Res::OK, bnd);

@@ -142,7 +142,12 @@ fn connect(
         parent::Route::Local { .. } => return Err(Res::NOTIMPL),
     };
     c.hops = chain.hops;
-    c.remote_addr = chain.stream.peer_addr();
+    // Straight to `dst`: that is the peer, no getpeername() needed.
+    c.remote_addr = if chain.hops == 0 {
+        Some(dst)
+    } else {
+        chain.stream.peer_addr()
+    };
     c.ext_addr = chain.stream.local_addr();
     Ok(chain.stream)
 }
