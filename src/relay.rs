@@ -21,12 +21,13 @@
 //!   direction past its traffic quota ends the session with code 10.
 
 use std::io;
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use nix::errno::Errno;
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+use nix::sys::socket::{recv, send, MsgFlags};
 
 use crate::access::Recheck;
 use crate::limit::{Permit, Session};
@@ -117,7 +118,11 @@ pub struct Dump<'a> {
 /// The relay with every hook.
 pub fn relay_hooked(cli: &Stream, srv: &Stream, opts: &RelayOpts, mut hooks: Hooks<'_>) -> Outcome {
     hooks.limits = hooks.limits.filter(|l| l.shapes());
-    if cli.set_nonblocking(true).is_err() || srv.set_nonblocking(true).is_err() {
+    // The copy relay asks for non-blocking reads and writes per call
+    // (MSG_DONTWAIT), which leaves the sockets' mode alone: two ioctl()
+    // per session less. splice() to a socket follows the socket's mode,
+    // so for it the sockets are switched.
+    if opts.splice && (cli.set_nonblocking(true).is_err() || srv.set_nonblocking(true).is_err()) {
         return Outcome {
             res: Res::POLL,
             out: 0,
@@ -198,13 +203,22 @@ impl Channel for CopyBuf {
     fn fill(&mut self, src: BorrowedFd<'_>, max: usize) -> Result<usize, Errno> {
         let end = self.end;
         let stop = end.saturating_add(max).min(self.size);
-        let n = nix::unistd::read(src, &mut self.buffer()[end..stop])?;
+        // Both ends are sockets (TCP or unix).
+        let n = recv(
+            src.as_raw_fd(),
+            &mut self.buffer()[end..stop],
+            MsgFlags::MSG_DONTWAIT,
+        )?;
         self.end += n;
         Ok(n)
     }
     fn drain(&mut self, dst: BorrowedFd<'_>) -> Result<usize, Errno> {
         let Some(buf) = &self.buf else { return Ok(0) };
-        let n = nix::unistd::write(dst, &buf[self.start..self.end])?;
+        let n = send(
+            dst.as_raw_fd(),
+            &buf[self.start..self.end],
+            MsgFlags::MSG_DONTWAIT | MsgFlags::MSG_NOSIGNAL,
+        )?;
         self.start += n;
         if self.start == self.end {
             self.start = 0;
