@@ -1314,6 +1314,32 @@ fn chain_hop(name: &str, body: &str, port: u16) -> (Proxy, std::path::PathBuf) {
     (proxy, log)
 }
 
+/// client -> A -http-> B: B is our proxy with `auth strong` for user
+/// carol (password pw1), A has B as its `http` parent and gives it
+/// carol's name with `password`. Returns A's port, then A and B with
+/// their logs.
+fn carol_chain(
+    name: &str,
+    password: &str,
+) -> (
+    u16,
+    (Proxy, std::path::PathBuf),
+    (Proxy, std::path::PathBuf),
+) {
+    let (pa, pb) = (free_port(), free_port());
+    let b_cfg = format!(
+        "users carol:CL:pw1\nauth strong\nallow carol\n{}",
+        proxy_on(pb)
+    );
+    let b = chain_hop(&format!("{name}_b"), &b_cfg, pb);
+    let a_cfg = format!(
+        "allow *\nparent 1000 http 127.0.0.1 {pb} carol {password}\n{}",
+        proxy_on(pa)
+    );
+    let a = chain_hop(&format!("{name}_a"), &a_cfg, pa);
+    (pa, a, b)
+}
+
 fn proxy_on(port: u16) -> String {
     format!("proxy -i127.0.0.1 -p{port}\n")
 }
@@ -1342,17 +1368,7 @@ fn requests_through_an_http_parent_keep_their_chain() {
     // serves the next requests, to any host.
     let origin = HttpOrigin::start();
     let other = HttpOrigin::start();
-    let (pa, pb) = (free_port(), free_port());
-    let b_cfg = format!(
-        "users carol:CL:pw1\nauth strong\nallow carol\n{}",
-        proxy_on(pb)
-    );
-    let (_b, log_b) = chain_hop("ph_b", &b_cfg, pb);
-    let a_cfg = format!(
-        "allow *\nparent 1000 http 127.0.0.1 {pb} carol pw1\n{}",
-        proxy_on(pa)
-    );
-    let (_a, log_a) = chain_hop("ph_a", &a_cfg, pa);
+    let (pa, (_a, log_a), (_b, log_b)) = carol_chain("ph", "pw1");
 
     let mut c = Conn::new(pa);
     let r = c.get(&origin.url("/head"));
@@ -1417,17 +1433,7 @@ fn requests_through_an_http_parent_keep_their_chain() {
 fn an_http_parent_refusing_the_credentials_is_its_answer() {
     // A parent's own answer (here 407) reaches the client as it is.
     let origin = HttpOrigin::start();
-    let (pa, pb) = (free_port(), free_port());
-    let b_cfg = format!(
-        "users carol:CL:pw1\nauth strong\nallow carol\n{}",
-        proxy_on(pb)
-    );
-    let (_b, _log_b) = chain_hop("ph407_b", &b_cfg, pb);
-    let a_cfg = format!(
-        "allow *\nparent 1000 http 127.0.0.1 {pb} carol wrong\n{}",
-        proxy_on(pa)
-    );
-    let (_a, _log_a) = chain_hop("ph407_a", &a_cfg, pa);
+    let (pa, _a, _b) = carol_chain("ph407", "wrong");
     let mut c = Conn::new(pa);
     assert_eq!(c.get(&origin.url("/hello")).status, 407);
     assert!(origin.heads().is_empty());
