@@ -645,13 +645,17 @@ fn wait<C: Channel>(up: &mut Dir<'_, C>, down: &mut Dir<'_, C>, idle_ms: i32) ->
     }
     // Only sockets with something to wait for are polled: POLLHUP and
     // POLLERR are reported even for no events and would make this spin.
-    let mut fds = Vec::with_capacity(2);
-    if !cli_ev.is_empty() {
-        fds.push(PollFd::new(up.src.as_fd(), cli_ev));
-    }
-    if !srv_ev.is_empty() {
-        fds.push(PollFd::new(down.src.as_fd(), srv_ev));
-    }
+    // A fixed pair, not a Vec: no allocation per wait.
+    let mut pair = [
+        PollFd::new(up.src.as_fd(), cli_ev),
+        PollFd::new(down.src.as_fd(), srv_ev),
+    ];
+    let fds: &mut [PollFd<'_>] = match (cli_ev.is_empty(), srv_ev.is_empty()) {
+        (false, false) => &mut pair[..],
+        (false, true) => &mut pair[..1],
+        (true, false) => &mut pair[1..],
+        (true, true) => &mut [],
+    };
     if fds.is_empty() && throttled {
         std::thread::sleep(Duration::from_millis(idle_ms as u64));
         return Ok(true);
@@ -665,7 +669,7 @@ fn wait<C: Channel>(up: &mut Dir<'_, C>, down: &mut Dir<'_, C>, idle_ms: i32) ->
     }
     let timeout = PollTimeout::try_from(idle_ms).unwrap_or(PollTimeout::MAX);
     let n = loop {
-        match poll(&mut fds, timeout) {
+        match poll(fds, timeout) {
             Ok(n) => break n,
             Err(Errno::EINTR) => continue,
             Err(e) => return Err(e.into()),
