@@ -84,6 +84,23 @@ def build_ours(force):
     return binary, None
 
 
+def build_fetcher(force, no_build):
+    """Path of the compiled load client of the fetch scenarios
+    (bench/loadgen.rs) and None, or None and why it is unavailable."""
+    fetcher = os.path.join(REPO, "target", "release", "examples", "loadgen")
+    if os.path.exists(fetcher) and not force:
+        return fetcher, None
+    if no_build:
+        return None, "no target/release/examples/loadgen (--no-build)"
+    if not shutil.which("cargo"):
+        return None, "no cargo to build bench/loadgen.rs"
+    log("cargo build --release --example loadgen")
+    r = subprocess.run(["cargo", "build", "--release", "--example", "loadgen"], cwd=REPO)
+    if r.returncode != 0 or not os.path.exists(fetcher):
+        return None, "cargo build --release --example loadgen failed"
+    return fetcher, None
+
+
 def machine_info():
     cpuinfo = open("/proc/cpuinfo").read()
     model = next((l.split(":", 1)[1].strip() for l in cpuinfo.splitlines()
@@ -258,6 +275,15 @@ def main(argv=None):
                              seconds=mode["seconds"], warmup=mode["warmup"],
                              retries=mode["retries"], quiet_wait=mode["quiet_wait"], log=log)
     session.ours_error = ours_error
+    if any(S.SCENARIOS[s]["kind"] == "fetch" for s in scen):
+        fetcher, session.fetcher_error = build_fetcher(args.build, args.no_build)
+        if fetcher:
+            # A copy, as for the proxy binary.
+            os.makedirs(WORKDIR, exist_ok=True)
+            session.fetcher = os.path.join(WORKDIR, "loadgen")
+            shutil.copy2(fetcher, session.fetcher)
+        else:
+            log("the fetch scenarios' load client is unavailable:", session.fetcher_error)
     shutil.rmtree(os.path.join(WORKDIR, "cells"), ignore_errors=True)
     known_na = {}
     try:

@@ -1,9 +1,7 @@
 #!/usr/bin/env python3
-"""Load the harness needs and wrk cannot make.  Runs inside the client netns.
+"""Idle clients for the memory scenarios.  Runs inside the client netns.
+(The fetch scenarios' load client is compiled: bench/loadgen.rs.)
 
-  loadgen.py fetch --server H:P --target H:P --path /1m.bin --conns N --seconds S [--socks]
-      N threads, each in a loop: connect (through a SOCKS5 CONNECT when
-      --socks), GET PATH with `Connection: close`, read the whole body, close.
   loadgen.py idle --server H:P --request-target T --host H --conns N
       open N connections, make one kept-alive request on each, print READY,
       then hold them open until stdin closes.
@@ -16,10 +14,7 @@ import json
 import resource
 import selectors
 import socket
-import struct
 import sys
-import threading
-import time
 
 BUF = 256 * 1024
 
@@ -27,49 +22,6 @@ BUF = 256 * 1024
 def hostport(s):
     host, port = s.rsplit(":", 1)
     return host, int(port)
-
-
-def socks5_greeting():
-    """Version 5, one method: no authentication."""
-    return b"\x05\x01\x00"
-
-
-def socks5_connect_request(ip, port):
-    """CONNECT to an IPv4 address."""
-    return b"\x05\x01\x00\x01" + socket.inet_aton(ip) + struct.pack("!H", port)
-
-
-def socks5_reply_len(head):
-    """Length of a whole CONNECT reply given at least its first 5 bytes."""
-    atyp = head[3]
-    if atyp == 1:
-        return 10
-    if atyp == 4:
-        return 22
-    if atyp == 3:
-        return 7 + head[4]
-    raise ValueError("bad SOCKS5 address type %d" % atyp)
-
-
-def recv_exact(sock, n):
-    buf = b""
-    while len(buf) < n:
-        chunk = sock.recv(n - len(buf))
-        if not chunk:
-            raise ConnectionError("closed after %d of %d bytes" % (len(buf), n))
-        buf += chunk
-    return buf
-
-
-def socks5_handshake(sock, ip, port):
-    sock.sendall(socks5_greeting())
-    if recv_exact(sock, 2) != b"\x05\x00":
-        raise ConnectionError("SOCKS5 method refused")
-    sock.sendall(socks5_connect_request(ip, port))
-    head = recv_exact(sock, 5)
-    if head[1] != 0:
-        raise ConnectionError("SOCKS5 CONNECT failed, reply %d" % head[1])
-    recv_exact(sock, socks5_reply_len(head) - 5)
 
 
 def http_request(target, host, close):
@@ -117,50 +69,6 @@ def read_response(sock, scratch):
     return status, hlen + length
 
 
-def fetch(args):
-    server = hostport(args.server)
-    tip, tport = hostport(args.target)
-    deadline = time.monotonic() + args.seconds
-    totals = {"requests": 0, "bytes": 0, "errors": 0, "first_error": None}
-    lock = threading.Lock()
-    req = http_request(args.path, args.target, close=True)
-
-    def worker():
-        scratch = bytearray(BUF)
-        n = b = e = 0
-        err = None
-        while time.monotonic() < deadline:
-            try:
-                with socket.create_connection(server, timeout=10) as s:
-                    if args.socks:
-                        socks5_handshake(s, tip, tport)
-                    s.sendall(req)
-                    status, got = read_response(s, scratch)
-                    if status != 200:
-                        raise ConnectionError("status %d" % status)
-                n += 1
-                b += got
-            except OSError as ex:
-                e += 1
-                err = err or repr(ex)
-                time.sleep(0.05)
-        with lock:
-            totals["requests"] += n
-            totals["bytes"] += b
-            totals["errors"] += e
-            totals["first_error"] = totals["first_error"] or err
-
-    t0 = time.monotonic()
-    threads = [threading.Thread(target=worker) for _ in range(args.conns)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    totals["seconds"] = time.monotonic() - t0
-    print("LOADGEN " + json.dumps(totals), flush=True)
-    return 0
-
-
 def idle(args):
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     server = hostport(args.server)
@@ -202,20 +110,13 @@ def idle(args):
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="cmd", required=True)
-    f = sub.add_parser("fetch")
-    f.add_argument("--server", required=True)
-    f.add_argument("--target", required=True)
-    f.add_argument("--path", required=True)
-    f.add_argument("--conns", type=int, default=8)
-    f.add_argument("--seconds", type=float, default=5)
-    f.add_argument("--socks", action="store_true")
     i = sub.add_parser("idle")
     i.add_argument("--server", required=True)
     i.add_argument("--request-target", required=True)
     i.add_argument("--host", required=True)
     i.add_argument("--conns", type=int, default=2000)
     args = p.parse_args(argv)
-    return fetch(args) if args.cmd == "fetch" else idle(args)
+    return idle(args)
 
 
 if __name__ == "__main__":

@@ -389,6 +389,6 @@ RESULTS_TAIL = """## How to read the tables
 - threeproxy changes from day to day: each JSON names the binary it measured
   (sha256, build time, git HEAD), and a comparison between two binaries
   measures the code as well as the noise.
-- The SOCKS client is a Python program (bench/loadgen.py): its own CPU cost
-  limits socks-1m throughput; the proxy CPU per GB is still comparable.
+- The tcp-* and socks-* cells use a compiled client (bench/loadgen.rs, one
+  thread, poll()); wrk cannot speak SOCKS.
 """

@@ -89,6 +89,8 @@ class Session:
         self.log = log
         self.www = os.path.join(workdir, "www")
         self.loadgen = os.path.join(repo, "bench", "loadgen.py")
+        self.fetcher = None          # compiled client of the fetch cells
+        self.fetcher_error = None    # why there is none
         self.origin = None
         self.ours_error = None       # why our binary cannot run at all
         self.configs = {}            # "proxy/service" -> config text, for the JSON
@@ -312,7 +314,9 @@ class Session:
 
     def _fetch(self, scenario, proxy, p, celldir):
         s = S.SCENARIOS[scenario]
-        argv = S.fetch_argv(self.loadgen, scenario, proxy, self.seconds)
+        if not self.fetcher:
+            return {"status": "error", "reason": "no load client: %s" % self.fetcher_error}
+        argv = S.fetch_argv(self.fetcher, scenario, proxy, self.seconds)
         (rc, out, err), m = self._measured(p, lambda: procs.run(
             netns.NS_CLI, self.other_cpu, argv, timeout=self.seconds + 60))
         try:

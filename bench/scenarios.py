@@ -102,10 +102,11 @@ def iperf_server_argv():
     return ["iperf3", "-s", "-1", "-B", C.ORIGIN_IP, "-p", str(C.IPERF_PORT)]
 
 
-def fetch_argv(loadgen, scenario, proxy, seconds):
+def fetch_argv(fetcher, scenario, proxy, seconds):
+    """FETCHER: the compiled load client (bench/loadgen.rs)."""
     s, p = SCENARIOS[scenario], PROXIES[proxy]
     target = "%s:%d" % (C.ORIGIN_IP, C.HTTP_PORT)
-    argv = ["python3", loadgen, "fetch", "--target", target, "--path", "/" + s["file"],
+    argv = [fetcher, "fetch", "--target", target, "--path", "/" + s["file"],
             "--conns", str(s["conns"]), "--seconds", "%g" % seconds]
     if p["family"] == "none":
         return argv + ["--server", target]

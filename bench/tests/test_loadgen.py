@@ -5,36 +5,6 @@ import unittest
 from bench import loadgen
 
 
-class Socks5(unittest.TestCase):
-    def test_requests(self):
-        self.assertEqual(loadgen.socks5_greeting(), b"\x05\x01\x00")
-        self.assertEqual(loadgen.socks5_connect_request("10.0.2.2", 80),
-                         b"\x05\x01\x00\x01\x0a\x00\x02\x02\x00\x50")
-
-    def test_reply_length(self):
-        self.assertEqual(loadgen.socks5_reply_len(b"\x05\x00\x00\x01\x0a"), 10)
-        self.assertEqual(loadgen.socks5_reply_len(b"\x05\x00\x00\x04\x00"), 22)
-        self.assertEqual(loadgen.socks5_reply_len(b"\x05\x00\x00\x03\x05"), 12)
-        with self.assertRaises(ValueError):
-            loadgen.socks5_reply_len(b"\x05\x00\x00\x09\x00")
-
-    def test_handshake_over_a_socketpair(self):
-        a, b = socket.socketpair()
-
-        def server():
-            assert b.recv(3) == b"\x05\x01\x00"
-            b.sendall(b"\x05\x00")
-            assert len(b.recv(10)) == 10
-            b.sendall(b"\x05\x00\x00\x01\x01\x02\x03\x04\x00\x50")
-
-        t = threading.Thread(target=server)
-        t.start()
-        loadgen.socks5_handshake(a, "10.0.2.2", 80)
-        t.join()
-        a.close()
-        b.close()
-
-
 class Http(unittest.TestCase):
     def test_request(self):
         self.assertEqual(loadgen.http_request("/x", "h", close=True),

@@ -52,16 +52,17 @@ class ClientCommands(unittest.TestCase):
         self.assertIn("-1", S.iperf_server_argv())
 
     def test_fetch(self):
-        a = S.fetch_argv("lg.py", "socks-1m", "3proxy", 6)
+        a = S.fetch_argv("/x/loadgen", "socks-1m", "3proxy", 6)
+        self.assertEqual(a[:2], ["/x/loadgen", "fetch"])   # compiled, no python3
         self.assertIn("--socks", a)
         self.assertEqual(a[a.index("--server") + 1], "10.0.1.2:1080")
-        a = S.fetch_argv("lg.py", "socks-1m", "noproxy", 6)
+        a = S.fetch_argv("/x/loadgen", "socks-1m", "noproxy", 6)
         self.assertNotIn("--socks", a)
         self.assertEqual(a[a.index("--server") + 1], "10.0.2.2:80")
         # The TCP-mapping twin: same client, no handshake, the mapping's
         # port; nginx and haproxy have one too.
         for proxy in ("3proxy", "nginx", "haproxy"):
-            a = S.fetch_argv("lg.py", "tcp-1k", proxy, 6)
+            a = S.fetch_argv("/x/loadgen", "tcp-1k", proxy, 6)
             self.assertNotIn("--socks", a)
             self.assertEqual(a[a.index("--server") + 1], "10.0.1.2:8081")
             self.assertIsNone(S.applicable("tcp-1k", proxy))
