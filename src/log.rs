@@ -23,9 +23,20 @@
 //! `%`: then it is a template with the logformat time escapes. All in local
 //! time. The writer checks the period at most once a second and at least
 //! once a second even when nothing is logged, so files change on time, as
-//! 3proxy's main loop does. On a change it opens the new file, deletes the
-//! file (archived, if there is an archiver) of N periods ago, and runs the
-//! archiver on the file it just closed.
+//! 3proxy's main loop does. On a change it opens the new file and, if
+//! `rotate` N is set (as in 3proxy, not otherwise), deletes the file
+//! (archived, if there is an archiver) of N periods ago and runs the
+//! archiver on the file it just closed. A template is expanded with the
+//! start of the period (3proxy uses the time of the check), so the name of
+//! any period's file is known and `rotate` deletes the file that was
+//! written. A cfg's rotating files take part in the checks only once that
+//! cfg serves (`commit_files`): a reload that fails changes nothing.
+//!
+//! Syslog: a datagram to the syslog socket waits at most [`SYSLOG_WAIT`]
+//! for room; after one such wait ran out, records are sent only if there
+//! is room at once, and otherwise dropped and counted (the writer warns
+//! how many), until the daemon reads again. So a stuck daemon costs the
+//! writer one short wait, never a stall of the file logs behind it.
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
@@ -52,6 +63,8 @@ const TICK: Duration = Duration::from_secs(1);
 pub const CLOCK_OFFSET_ENV: &str = "THREEPROXY_TEST_CLOCK_OFFSET";
 /// Env var overriding the syslog socket path (default `/dev/log`).
 pub const SYSLOG_SOCKET_ENV: &str = "THREEPROXY_SYSLOG_SOCKET";
+/// Longest wait for room in the syslog socket before a record is dropped.
+const SYSLOG_WAIT: Duration = Duration::from_millis(20);
 
 /// Where access-log records go.
 #[derive(Debug)]
@@ -76,27 +89,17 @@ impl Sink {
     }
 
     /// `log FILE [PERIOD]`: the file for the current period, opened now so
-    /// an error names the cfg line.
+    /// an error names the cfg line. A rotating file joins the writer's
+    /// rotation checks only when its cfg is committed ([`commit_files`]),
+    /// so a cfg that fails to load leaves the running logs as they were.
     pub fn rotating(name: &str, period: Period) -> io::Result<Arc<Sink>> {
         let f = FileLog::open(name, period, clock())?;
         let sink = Arc::new(Sink::File(f));
         if period != Period::Never {
-            let mut files = FILES.lock().unwrap_or_else(|e| e.into_inner());
-            // After a reload, the old target for the same name may live on
-            // with the sessions that use it: it still follows the periods,
-            // but only the newest deletes and archives, so that is done
-            // once.
-            files.retain(|w| match w.upgrade() {
-                None => false,
-                Some(old) => match &*old {
-                    Sink::File(f) if f.name == name => {
-                        f.owner.store(false, Ordering::Relaxed);
-                        false
-                    }
-                    _ => true,
-                },
-            });
-            files.push(Arc::downgrade(&sink));
+            PENDING
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(Arc::downgrade(&sink));
         }
         Ok(sink)
     }
@@ -160,6 +163,38 @@ pub fn flush(limit: Duration) {
     }
 }
 
+/// The cfg that opened the rotating files since the last call is the one
+/// that serves now: its files join the once-a-second rotation check, and
+/// each takes over deleting and archiving from the running file of the
+/// same name. After a reload, that old target may live on with the
+/// sessions that use it: it still follows the periods (when it writes),
+/// but only the newest deletes and archives, so that is done once.
+pub fn commit_files() {
+    let pending = std::mem::take(&mut *PENDING.lock().unwrap_or_else(|e| e.into_inner()));
+    let mut files = FILES.lock().unwrap_or_else(|e| e.into_inner());
+    for w in pending {
+        let Some(new) = w.upgrade() else { continue };
+        let Sink::File(nf) = &*new else { continue };
+        files.retain(|w| match w.upgrade() {
+            None => false,
+            Some(old) => match &*old {
+                Sink::File(f) if f.name == nf.name => {
+                    f.owner.store(false, Ordering::Relaxed);
+                    false
+                }
+                _ => true,
+            },
+        });
+        files.push(w);
+    }
+}
+
+/// The cfg that opened the rotating files since the last commit failed to
+/// load: forget them; the running files keep their rotation duties.
+pub fn discard_files() {
+    PENDING.lock().unwrap_or_else(|e| e.into_inner()).clear();
+}
+
 /// The process-wide `rotate` and `archiver` settings (3proxy keeps them
 /// global and reads them at each rotation). Set when the cfg has loaded.
 pub fn set_rotation(rotate: u32, archiver: Option<Vec<String>>) {
@@ -179,6 +214,8 @@ static WRITER: OnceLock<Option<Sender<Msg>>> = OnceLock::new();
 static DROPPED: AtomicU64 = AtomicU64::new(0);
 /// Every log file that rotates, for the writer's once-a-second check.
 static FILES: Mutex<Vec<Weak<Sink>>> = Mutex::new(Vec::new());
+/// Rotating files opened by a cfg that is still loading.
+static PENDING: Mutex<Vec<Weak<Sink>>> = Mutex::new(Vec::new());
 
 #[derive(Debug, Default)]
 struct Policy {
@@ -252,6 +289,10 @@ fn tick() {
     let n = DROPPED.swap(0, Ordering::Relaxed);
     if n > 0 {
         log::warn!("access log: {n} records dropped: the log target is too slow");
+    }
+    let n = SYSLOG_DROPPED.swap(0, Ordering::Relaxed);
+    if n > 0 {
+        log::warn!("access log: {n} records dropped: the syslog daemon does not read them");
     }
 }
 
@@ -507,17 +548,20 @@ impl FileLog {
         if old == path || !self.owner.load(Ordering::Relaxed) {
             return;
         }
+        // As in 3proxy, `rotate 0` (the default) turns both the deletion
+        // and the archiver off.
         let policy = POLICY.lock().unwrap_or_else(|e| e.into_inner());
+        if policy.rotate == 0 {
+            return;
+        }
         let ext = policy.archiver.as_ref().and_then(|a| a.first());
-        if policy.rotate > 0 {
-            let (k, s) = periods_back(self.period, now, policy.rotate);
-            let mut gone = name(k, s);
-            if let Some(ext) = ext {
-                gone = format!("{gone}.{ext}");
-            }
-            if gone != path.to_string_lossy() {
-                let _ = std::fs::remove_file(&gone);
-            }
+        let (k, s) = periods_back(self.period, now, policy.rotate);
+        let mut gone = name(k, s);
+        if let Some(ext) = ext {
+            gone = format!("{gone}.{ext}");
+        }
+        if gone != path.to_string_lossy() {
+            let _ = std::fs::remove_file(&gone);
         }
         if let Some(a) = &policy.archiver {
             let cmd = archiver_command(a, &old.to_string_lossy());
@@ -569,7 +613,40 @@ fn run_archiver(cmd: String) {
 // Syslog
 
 /// The connection to the syslog daemon, shared by every `@ident` target.
-static SYSLOG: Mutex<Option<UnixDatagram>> = Mutex::new(None);
+static SYSLOG: Mutex<Option<Syslog>> = Mutex::new(None);
+/// Syslog records dropped because the daemon's socket stayed full.
+static SYSLOG_DROPPED: AtomicU64 = AtomicU64::new(0);
+
+struct Syslog {
+    sock: UnixDatagram,
+    /// A send found no room within [`SYSLOG_WAIT`]: the socket is
+    /// non-blocking until a send succeeds again.
+    stuck: bool,
+}
+
+impl Syslog {
+    /// Send one datagram. Ok(false): no room, the record is dropped.
+    fn send(&mut self, msg: &[u8]) -> io::Result<bool> {
+        match self.sock.send(msg) {
+            Ok(_) => {
+                if self.stuck {
+                    self.stuck = false;
+                    self.sock.set_nonblocking(false)?;
+                }
+                Ok(true)
+            }
+            // EAGAIN: SO_SNDTIMEO ran out, or no room now while stuck.
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                if !self.stuck {
+                    self.stuck = true;
+                    self.sock.set_nonblocking(true)?;
+                }
+                Ok(false)
+            }
+            Err(e) => Err(e),
+        }
+    }
+}
 
 fn syslog_path() -> PathBuf {
     std::env::var_os(SYSLOG_SOCKET_ENV)
@@ -577,10 +654,11 @@ fn syslog_path() -> PathBuf {
         .unwrap_or_else(|| PathBuf::from("/dev/log"))
 }
 
-fn syslog_connect() -> io::Result<UnixDatagram> {
-    let s = UnixDatagram::unbound()?;
-    s.connect(syslog_path())?;
-    Ok(s)
+fn syslog_connect() -> io::Result<Syslog> {
+    let sock = UnixDatagram::unbound()?;
+    sock.connect(syslog_path())?;
+    sock.set_write_timeout(Some(SYSLOG_WAIT))?;
+    Ok(Syslog { sock, stuck: false })
 }
 
 /// Connect to the syslog socket now, if it can be reached. `chroot` calls
@@ -620,16 +698,18 @@ fn syslog_send(ident: &str, line: &[u8]) -> io::Result<()> {
         .unwrap_or(0);
     let msg = syslog_message(ident, std::process::id(), now, line);
     let mut s = SYSLOG.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some(sock) = s.as_ref() {
-        if sock.send(&msg).is_ok() {
-            return Ok(());
+    let sent = match s.as_mut().map(|sock| sock.send(&msg)) {
+        Some(Ok(sent)) => sent,
+        // Not connected yet, or the daemon restarted: connect again once.
+        None | Some(Err(_)) => {
+            let sock = s.insert(syslog_connect()?);
+            sock.send(&msg)?
         }
+    };
+    if !sent {
+        SYSLOG_DROPPED.fetch_add(1, Ordering::Relaxed);
     }
-    // Not connected yet, or the daemon restarted: connect again once.
-    let sock = syslog_connect()?;
-    let r = sock.send(&msg).map(|_| ());
-    *s = Some(sock);
-    r
+    Ok(())
 }
 
 #[cfg(test)]

@@ -168,9 +168,13 @@ fn main() -> ExitCode {
 fn serve(mut state: conf::State, name: &str, sigs: &SigSet) -> ExitCode {
     // Loaded and bound, and still the only thread: go to the background,
     // write the pid file, give up root (`conf::ops_cmds`, `sys::process`).
+    // Background threads start only after this: none survives a fork.
     if let Err(e) = state.ops.after_load() {
         eprintln!("3proxy: {e}");
         return ExitCode::from(1);
+    }
+    if state.ops.reports {
+        limit::start_reports(&state.access.limits);
     }
     for p in std::mem::take(&mut state.services) {
         let what = format!("{p:?}");
@@ -290,22 +294,14 @@ fn reload(cmdline_name: &str, ops: &mut conf::ops_cmds::Ops) {
     let name = path.display().to_string();
     let name = name.as_str();
     ::log::info!("reload: reading {name}");
-    let text = match std::fs::read_to_string(&path) {
-        Ok(t) => t,
-        Err(e) => {
-            ::log::error!("reload: {name}: {e}; the running configuration stays");
-            return;
-        }
+    let Some(mut state) = load_for_reload(&path, name) else {
+        // What the failed cfg prepared is dropped with it (its listeners
+        // close); its log files must not take over rotation either. The
+        // running cfg, its logs and its pid file stay exactly as they were.
+        log::discard_files();
+        return;
     };
-    let mut state = conf::State::new(false);
-    if let Err(e) = conf::run_text(&mut state, name, &text) {
-        ::log::error!("reload: {e}; the running configuration stays");
-        return;
-    }
-    if state.services.is_empty() {
-        ::log::error!("reload: {name}: no service is started; the running configuration stays");
-        return;
-    }
+    // From here on the new cfg is the one that serves.
     state.finalize();
     let kept: Vec<std::sync::Arc<running::Running>> = state
         .services
@@ -344,8 +340,33 @@ fn reload(cmdline_name: &str, ops: &mut conf::ops_cmds::Ops) {
     if let Err(e) = state.ops.after_load() {
         ::log::error!("reload: {e}");
     }
+    if state.ops.reports {
+        limit::start_reports(&state.access.limits);
+    }
     *ops = state.ops;
     ::log::warn!("reload: {name} loaded, {started} services");
+}
+
+/// Read and run the cfg for a reload; None (the error logged) if it cannot
+/// serve. Nothing it did is visible until the caller commits it.
+fn load_for_reload(path: &std::path::Path, name: &str) -> Option<conf::State> {
+    let text = match std::fs::read_to_string(path) {
+        Ok(t) => t,
+        Err(e) => {
+            ::log::error!("reload: {name}: {e}; the running configuration stays");
+            return None;
+        }
+    };
+    let mut state = conf::State::new(false);
+    if let Err(e) = conf::run_text(&mut state, name, &text) {
+        ::log::error!("reload: {e}; the running configuration stays");
+        return None;
+    }
+    if state.services.is_empty() {
+        ::log::error!("reload: {name}: no service is started; the running configuration stays");
+        return None;
+    }
+    Some(state)
 }
 
 /// The cfg's name and text: the named file, else the default path; if

@@ -301,3 +301,38 @@ fn logdump_writes_intermediate_records() {
         .sum();
     assert_eq!(outb, 5, "client bytes counted once: {records:?}");
 }
+
+/// A plain `-l` (no file name) sends the service's records to standard
+/// output, even when the global `log` names a file.
+#[test]
+fn per_service_plain_l_logs_to_stdout() {
+    let dir = Dir::new("log_dash_l_stdout");
+    let global = dir.join("global.log");
+    let origin = hello_origin();
+    let (own, other) = (free_port(), free_port());
+    let cfg = format!(
+        "log {}\nlogformat \"L%N %p %O %I\"\n{}{}",
+        p(&global),
+        tcppm("-l", own, origin.port()),
+        tcppm("", other, origin.port())
+    );
+    let ready = [own, other].map(|p| Listen::Tcp(localhost(p)));
+    let proxy = Proxy::start(dir, &cfg, &ready);
+    hello_session(own);
+    hello_session(other);
+    let want = format!("TCPPM {own} 5 11");
+    assert!(
+        wait_for(|| proxy.stdout().lines().any(|l| l == want), LOG_TIMEOUT),
+        "no line {want:?} on stdout:\n{}",
+        proxy.stdout()
+    );
+    expect_log_line(&global, &format!("TCPPM {other} 5 11"));
+    assert!(
+        !log_lines(&global).iter().any(|l| l == &want),
+        "the -l service's record went to the global log"
+    );
+    assert!(
+        !proxy.stdout().contains(&format!("TCPPM {other} ")),
+        "the other service's record went to stdout"
+    );
+}

@@ -504,3 +504,358 @@ fn log_to_stdout_still_works_with_the_writer_thread() {
         proxy.stdout()
     );
 }
+
+/// The counter (bytes) of record `n` of a counter file, if it is there.
+fn counter_record(path: &Path, n: u64) -> Option<u64> {
+    let b = fs::read(path).ok()?;
+    let off = (16 + (n - 1) * 24) as usize;
+    let word: [u8; 8] = b.get(off..off + 8)?.try_into().ok()?;
+    Some(u64::from_ne_bytes(word))
+}
+
+/// Runs `3proxy CFG` for a cfg with `daemon` and `pidfile PIDFILE`: waits
+/// for the foreground process to exit 0 and returns the daemon's pid
+/// (from the pid file) with a guard that kills it.
+fn start_daemon(dir: &Dir, cfg: &str, pidfile: &Path, envs: &[(&str, &str)]) -> (u32, Daemon) {
+    let cfg_path = dir.write("3proxy.cfg", cfg);
+    let stderr = fs::File::create(dir.join("stderr.txt")).unwrap();
+    let mut cmd = Command::new(BIN);
+    cmd.arg(&cfg_path)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(stderr);
+    for (k, v) in envs {
+        cmd.env(k, v);
+    }
+    let mut parent = cmd.spawn().expect("spawn 3proxy");
+    let mut status = None;
+    wait_for(
+        || {
+            status = parent.try_wait().unwrap();
+            status.is_some()
+        },
+        START_TIMEOUT,
+    );
+    let diag = || fs::read_to_string(dir.join("stderr.txt")).unwrap_or_default();
+    let status = status.unwrap_or_else(|| {
+        let _ = parent.kill();
+        panic!("the foreground 3proxy did not exit; stderr:\n{}", diag())
+    });
+    assert_eq!(status.code(), Some(0), "stderr:\n{}", diag());
+    let mut pid = None;
+    wait_for(
+        || {
+            pid = fs::read_to_string(pidfile)
+                .ok()
+                .and_then(|s| s.parse::<u32>().ok());
+            pid.is_some()
+        },
+        START_TIMEOUT,
+    );
+    let pid = pid.unwrap_or_else(|| panic!("no pid in {}; stderr:\n{}", pidfile.display(), diag()));
+    assert_ne!(pid, parent.id(), "the pid file must hold the daemon's pid");
+    (pid, Daemon(pid))
+}
+
+/// A cfg that fails on SIGUSR1 after naming the same rotating log and
+/// another pid file leaves the running log's rotation (new file each
+/// period, `rotate` deleting the old) and every pid file as they were.
+#[test]
+fn a_broken_reload_leaves_rotation_and_pid_files_alone() {
+    let dir = Dir::new("reload_broken_rotation");
+    let clock = dir.join("clock");
+    set_clock(&clock, T0);
+    let origin = Origin::echo();
+    let port = free_port();
+    let base = dir.join("access.log");
+    let pidfile = dir.join("3proxy.pid");
+    let other = dir.write("other.pid", "4242");
+    let good = format!(
+        "pidfile {}\nlog {} c\nrotate 2\nlogformat \"L%N %E %O\"\n{}",
+        p(&pidfile),
+        p(&base),
+        tcppm(port, origin.port())
+    );
+    let envs = [("TZ", "UTC"), ("THREEPROXY_TEST_CLOCK_OFFSET", p(&clock))];
+    let mut proxy = Proxy::start_with_env(dir, &good, &[Listen::Tcp(localhost(port))], &envs);
+    let d = proxy.dir.join("");
+    let name = |min: u32| d.join(format!("access.log.2030.01.01-00.{min:02}"));
+    wait_exists(&name(0), "the first minute's file", &d);
+
+    // Same log, another pid file, then an error on line 7.
+    let bad = format!(
+        "pidfile {}\nlog {} c\nrotate 2\nlogformat \"L%N %E %O\"\n{}pidfile {}\nmaxconn nonsense\n",
+        p(&pidfile),
+        p(&base),
+        tcppm(port, origin.port()),
+        p(&other)
+    );
+    proxy.dir.write("3proxy.cfg", &bad);
+    proxy.signal("USR1");
+    let at = format!("{}:7: maxconn:", proxy.dir.cfg_path().display());
+    assert!(
+        wait_for(|| proxy.stderr().contains(&at), START_TIMEOUT),
+        "no error naming {at}:\n{}",
+        proxy.stderr()
+    );
+    assert!(proxy.is_running());
+    assert_eq!(fs::read_to_string(&other).unwrap(), "4242", "other.pid");
+    assert_eq!(
+        fs::read_to_string(&pidfile).unwrap(),
+        proxy.pid().to_string(),
+        "the running pid file"
+    );
+
+    // The next minute's file comes with no record written (the writer's
+    // own check), and records go there.
+    set_clock(&clock, T0 + 60);
+    wait_exists(&name(1), "the second minute's file", &d);
+    let mut c = connect(localhost(port));
+    echo_roundtrip(&mut c, b"minute 1");
+    drop(c);
+    read_log_line(&name(1), "for the session in minute 1", |l| {
+        l == "TCPPM 00000 8"
+    });
+    // `rotate 2` still deletes: two minutes on, the first file goes.
+    set_clock(&clock, T0 + 120);
+    wait_exists(&name(2), "the third minute's file", &d);
+    assert!(
+        wait_for(|| !name(0).exists(), LOG_TIMEOUT),
+        "rotate 2 should delete {}",
+        name(0).display()
+    );
+    assert!(name(1).exists());
+}
+
+/// `rotate` unset: no file is deleted and, as in 3proxy, the archiver
+/// does not run either.
+#[test]
+fn without_rotate_the_archiver_does_not_run() {
+    let dir = Dir::new("rotation_no_rotate");
+    let clock = dir.join("clock");
+    set_clock(&clock, T0);
+    let origin = Origin::echo();
+    let port = free_port();
+    let base = dir.join("access.log");
+    let cfg = format!(
+        "log {} c\narchiver gz cp %F %A\n{}",
+        p(&base),
+        tcppm(port, origin.port())
+    );
+    let envs = [("TZ", "UTC"), ("THREEPROXY_TEST_CLOCK_OFFSET", p(&clock))];
+    let proxy = Proxy::start_with_env(dir, &cfg, &[Listen::Tcp(localhost(port))], &envs);
+    let d = proxy.dir.join("");
+    let name = |min: u32| d.join(format!("access.log.2030.01.01-00.{min:02}"));
+    wait_exists(&name(0), "the first minute's file", &d);
+    set_clock(&clock, T0 + 60);
+    wait_exists(&name(1), "the second minute's file", &d);
+    set_clock(&clock, T0 + 120);
+    wait_exists(&name(2), "the third minute's file", &d);
+    // Give an archiver that wrongly ran the time to finish.
+    std::thread::sleep(Duration::from_millis(1500));
+    let files: Vec<String> = fs::read_dir(&d)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("access.log"))
+        .collect();
+    assert!(
+        files.iter().all(|n| !n.ends_with(".gz")),
+        "archives without rotate: {files:?}"
+    );
+    assert!(name(0).exists() && name(1).exists(), "{files:?}");
+}
+
+/// `daemon` with `counter FILE D REPORT`: the report thread starts in the
+/// daemon (after the fork), so the day's report is written.
+#[test]
+fn a_daemon_writes_counter_reports() {
+    let dir = Dir::new("daemon_reports");
+    let clock = dir.write("clock", "0");
+    let origin = Origin::echo();
+    let port = free_port();
+    let pidfile = dir.join("3proxy.pid");
+    let counters = dir.join("3proxy.counters");
+    let report = dir.join("report");
+    let cfg = format!(
+        "daemon\npidfile {}\ncounter {} D {}\ncountall 1/daily D 100 *\n{}",
+        p(&pidfile),
+        p(&counters),
+        p(&report),
+        tcppm(port, origin.port())
+    );
+    let envs = [("TZ", "UTC"), ("THREEPROXY_TEST_CLOCK_OFFSET", p(&clock))];
+    let (pid, _guard) = start_daemon(&dir, &cfg, &pidfile, &envs);
+    assert!(alive(pid));
+
+    assert!(
+        wait_for(
+            || TcpStream::connect(localhost(port)).is_ok(),
+            START_TIMEOUT
+        ),
+        "the daemon does not accept"
+    );
+    let mut c = connect(localhost(port));
+    echo_roundtrip(&mut c, &[5u8; 100]);
+    drop(c);
+    assert!(
+        wait_for(|| counter_record(&counters, 1) == Some(200), LOG_TIMEOUT),
+        "counter 1 is {:?}, want 200",
+        counter_record(&counters, 1)
+    );
+
+    // A day later: the report of the day that ended.
+    fs::write(&clock, "86400").unwrap();
+    let reports = || -> Vec<std::path::PathBuf> {
+        fs::read_dir(dir.join(""))
+            .unwrap()
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| {
+                p.file_name()
+                    .unwrap()
+                    .to_string_lossy()
+                    .starts_with("report.")
+            })
+            .collect()
+    };
+    assert!(
+        wait_for(|| !reports().is_empty(), LOG_TIMEOUT),
+        "the daemon wrote no report; stderr:\n{}",
+        fs::read_to_string(dir.join("stderr.txt")).unwrap_or_default()
+    );
+    let path = reports().remove(0);
+    assert!(wait_for(
+        || fs::read_to_string(&path).is_ok_and(|t| t.ends_with('\n')),
+        LOG_TIMEOUT
+    ));
+    assert_eq!(
+        fs::read_to_string(&path).unwrap(),
+        "00001 00000000000000000200 #daily\n"
+    );
+    kill(pid, "TERM");
+    assert!(wait_for(|| !alive(pid), START_TIMEOUT));
+}
+
+/// The service option `-d` in a cfg forks as `daemon` does.
+#[test]
+fn service_option_d_forks() {
+    let dir = Dir::new("dash_d");
+    let origin = Origin::echo();
+    let port = free_port();
+    let pidfile = dir.join("3proxy.pid");
+    let cfg = format!(
+        "pidfile {}\ntcppm -d -i127.0.0.1 {port} 127.0.0.1 {}\n",
+        p(&pidfile),
+        origin.port()
+    );
+    let (pid, _guard) = start_daemon(&dir, &cfg, &pidfile, &[]);
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let fields: Vec<&str> = stat.rsplit_once(") ").unwrap().1.split(' ').collect();
+    assert_eq!(fields[3], pid.to_string(), "the daemon leads its session");
+    let mut c = None;
+    wait_for(
+        || {
+            c = TcpStream::connect(localhost(port)).ok();
+            c.is_some()
+        },
+        START_TIMEOUT,
+    );
+    let mut c = c.expect("the daemon accepts");
+    set_timeouts(&c, IO_TIMEOUT);
+    echo_roundtrip(&mut c, b"forked by -d");
+    drop(c);
+    kill(pid, "TERM");
+    assert!(wait_for(|| !alive(pid), START_TIMEOUT));
+}
+
+/// A session that ended just before SIGTERM is in the counter file after
+/// the exit (the exit writes the counters; it does not rely on the
+/// once-a-second dump having run).
+#[test]
+fn sigterm_writes_the_counters() {
+    let dir = Dir::new("sigterm_counters");
+    let counters = dir.join("3proxy.counters");
+    let origin = Origin::echo();
+    let port = free_port();
+    let cfg = format!(
+        "counter {}\ncountall 1/all D 100 *\n{}",
+        p(&counters),
+        tcppm(port, origin.port())
+    );
+    let mut proxy = Proxy::start(dir, &cfg, &[Listen::Tcp(localhost(port))]);
+    let mut c = connect(localhost(port));
+    echo_roundtrip(&mut c, &[9u8; 1000]);
+    c.shutdown(Shutdown::Write).unwrap();
+    let _ = read_until_closed(&mut c);
+    drop(c);
+    proxy.signal("TERM");
+    let status = proxy.wait_exit(START_TIMEOUT).expect("exit after SIGTERM");
+    assert_eq!(status.code(), Some(0));
+    assert_eq!(
+        counter_record(&counters, 1),
+        Some(2000),
+        "counter 1 after the exit"
+    );
+}
+
+/// A syslog daemon that stops reading (its socket full) costs the log
+/// writer one short wait: relays go on, the file log keeps being written,
+/// and the dropped syslog records are counted in a warning.
+#[test]
+fn a_stuck_syslog_daemon_stalls_neither_relays_nor_file_logs() {
+    let dir = Dir::new("syslog_stuck");
+    // Bound and never read: after max_dgram_qlen datagrams, a blocking
+    // send would wait forever.
+    let (_sock, path) = syslog_socket(&dir);
+    let origin = Origin::echo();
+    let (sink, digests) = Origin::hash_sink(0, 0);
+    let log = dir.join("access.log");
+    let (to_syslog, to_file) = (free_port(), free_port());
+    let cfg = format!(
+        "log {}\nlogformat \"L%N %p %E %O\"\n\
+         tcppm -l@stuck -i127.0.0.1 {to_syslog} 127.0.0.1 {}\n{}",
+        p(&log),
+        sink.port(),
+        tcppm(to_file, origin.port())
+    );
+    let proxy = Proxy::start_with_env(
+        dir,
+        &cfg,
+        &[
+            Listen::Tcp(localhost(to_syslog)),
+            Listen::Tcp(localhost(to_file)),
+        ],
+        &[("THREEPROXY_SYSLOG_SOCKET", &path)],
+    );
+    // Far more records than the socket holds (sessions that carry
+    // nothing, which the hash sink does not report).
+    for _ in 0..60 {
+        let mut c = connect(localhost(to_syslog));
+        c.shutdown(Shutdown::Write).unwrap();
+        let _ = read_until_closed(&mut c);
+    }
+    // A relay through the syslog-logged service moves all its bytes...
+    let started = Instant::now();
+    let total: u64 = 64 * BLOCK as u64;
+    let mut c = connect(localhost(to_syslog));
+    send_pattern(&mut c, 3, total).unwrap();
+    c.shutdown(Shutdown::Write).unwrap();
+    let got = recv_nonempty(&digests, IO_TIMEOUT);
+    assert_eq!(got, pattern_digest(3, total), "bytes through the relay");
+    drop(c);
+    // ...and a session of the file-logged service is logged in time.
+    let mut c = connect(localhost(to_file));
+    echo_roundtrip(&mut c, b"to the file");
+    drop(c);
+    expect_log_line(&log, &format!("TCPPM {to_file} 00000 11"));
+    eprintln!("relay and file record took {:?}", started.elapsed());
+    assert!(
+        wait_for(
+            || proxy.stderr().contains("dropped: the syslog daemon"),
+            LOG_TIMEOUT
+        ),
+        "no warning about dropped syslog records:\n{}",
+        proxy.stderr()
+    );
+}

@@ -130,3 +130,130 @@ fn version_names_the_program_and_a_version() {
         });
     assert!(has_version, "no version number like 1.2 in {line:?}");
 }
+
+/// With no cfg file named and none at the default path, 3proxy reads the
+/// cfg from standard input and serves it; SIGUSR1 cannot read it again,
+/// so the running cfg is kept (and says so) instead of stopping.
+#[test]
+fn a_cfg_from_standard_input_serves_and_survives_sigusr1() {
+    let default = std::path::Path::new("/usr/local/etc/3proxy/3proxy.cfg");
+    assert!(
+        !default.exists(),
+        "this test needs {} not to exist",
+        default.display()
+    );
+    let dir = Dir::new("stdin_cfg");
+    let origin = Origin::echo();
+    let port = free_port();
+    let mut proxy = Proxy::start_stdin(
+        dir,
+        &tcppm(port, origin.port()),
+        &[Listen::Tcp(localhost(port))],
+    );
+    echo_roundtrip(&mut connect(localhost(port)), b"from stdin");
+
+    proxy.signal("USR1");
+    assert!(
+        wait_for(
+            || proxy.stderr().contains("cannot be read again; keeping it"),
+            START_TIMEOUT
+        ),
+        "no word that the cfg is kept:\n{}",
+        proxy.stderr()
+    );
+    assert!(proxy.is_running(), "SIGUSR1 stopped the server");
+    echo_roundtrip(&mut connect(localhost(port)), b"still serving");
+}
+
+/// The stack of each thread of the proxy serving a client on `port`,
+/// in bytes: the size of the mapping that holds the thread's stack
+/// pointer, for every thread named after the service (the acceptor too).
+fn service_thread_stacks(pid: u32, port: u16) -> Vec<u64> {
+    let maps: Vec<(u64, u64)> = std::fs::read_to_string(format!("/proc/{pid}/maps"))
+        .expect("read maps")
+        .lines()
+        .filter_map(|l| {
+            let (a, b) = l.split_whitespace().next()?.split_once('-')?;
+            Some((
+                u64::from_str_radix(a, 16).ok()?,
+                u64::from_str_radix(b, 16).ok()?,
+            ))
+        })
+        .collect();
+    let name = format!("tcppm:{port}");
+    let mut sizes = Vec::new();
+    for task in std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .flatten()
+    {
+        let comm = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default();
+        if comm.trim() != name {
+            continue;
+        }
+        // "NR ARG1 .. ARG6 SP PC" while blocked in a system call.
+        let sc = std::fs::read_to_string(task.path().join("syscall")).unwrap_or_default();
+        let f: Vec<&str> = sc.split_whitespace().collect();
+        let Some(sp) = f
+            .get(7)
+            .and_then(|s| u64::from_str_radix(s.trim_start_matches("0x"), 16).ok())
+        else {
+            continue;
+        };
+        if let Some((a, b)) = maps.iter().find(|(a, b)| *a <= sp && sp < *b) {
+            sizes.push(b - a);
+        }
+    }
+    sizes
+}
+
+/// `stacksize` changes the stack of the threads that serve clients of the
+/// services after it: with +1 MiB, a client thread's stack is 1 MiB
+/// larger than that of a service before the line.
+#[test]
+fn stacksize_changes_client_thread_stacks() {
+    let dir = Dir::new("stacksize");
+    let origin = Origin::echo();
+    let (plain, big) = (free_port(), free_port());
+    let cfg = format!(
+        "{}stacksize 1048576\n{}",
+        tcppm(plain, origin.port()),
+        tcppm(big, origin.port())
+    );
+    let proxy = Proxy::start(
+        dir,
+        &cfg,
+        &[Listen::Tcp(localhost(plain)), Listen::Tcp(localhost(big))],
+    );
+    // A live session on each: its client thread waits in the relay.
+    let mut a = connect(localhost(plain));
+    echo_roundtrip(&mut a, b"a");
+    let mut b = connect(localhost(big));
+    echo_roundtrip(&mut b, b"b");
+    // The smallest stack named after a service is a client thread's (the
+    // acceptor has the default 2 MiB).
+    let smallest = |port| {
+        let mut got = Vec::new();
+        wait_for(
+            || {
+                got = service_thread_stacks(proxy.pid(), port);
+                got.len() >= 2
+            },
+            START_TIMEOUT,
+        );
+        assert!(
+            got.len() >= 2,
+            "want the acceptor and a client thread for {port}: {got:?}"
+        );
+        *got.iter().min().unwrap()
+    };
+    let (small, large) = (smallest(plain), smallest(big));
+    eprintln!("client thread stacks: {small} and {large} bytes");
+    assert!(small < 256 << 10, "default client stack: {small} bytes");
+    let grown = large.saturating_sub(small);
+    assert!(
+        ((1 << 20) - (16 << 10)..=(1 << 20) + (16 << 10)).contains(&grown),
+        "stacksize 1048576 grew the stack by {grown} bytes ({small} -> {large})"
+    );
+    echo_roundtrip(&mut a, b"a");
+    echo_roundtrip(&mut b, b"b");
+}

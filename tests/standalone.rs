@@ -115,3 +115,165 @@ fn a_bad_option_is_a_usage_error() {
         "{err}"
     );
 }
+
+/// Runs `prog ARGS` and waits until it accepts on `port`; kills it and
+/// panics with its stderr if it does not.
+fn serve(prog: &std::path::Path, args: &[&str], port: u16) -> std::process::Child {
+    let mut child = Command::new(prog)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let up = wait_for(
+        || std::net::TcpStream::connect(localhost(port)).is_ok(),
+        START_TIMEOUT,
+    );
+    if !up {
+        let _ = child.kill();
+        let out = child.wait_with_output().unwrap();
+        panic!(
+            "{} did not listen: {}",
+            prog.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    child
+}
+
+/// Kills a child and reaps it when dropped.
+struct Reap(std::process::Child);
+
+impl Drop for Reap {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn proxy_runs_from_its_command_line() {
+    let dir = Dir::new("standalone_proxy");
+    let origin = Origin::start("127.0.0.1:0", |mut conn| {
+        let mut buf = [0u8; 4096];
+        let _ = conn.read(&mut buf);
+        let _ = conn.write_all(
+            b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\nConnection: close\r\n\r\nstandalone",
+        );
+        let _ = conn.shutdown(std::net::Shutdown::Both);
+    });
+    let port = free_port();
+    let prog = link(&dir, "3proxy_proxy");
+    let _child = Reap(serve(&prog, &["-i127.0.0.1", &format!("-p{port}")], port));
+    let mut s = connect(localhost(port));
+    write!(
+        s,
+        "GET http://127.0.0.1:{}/ HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n",
+        origin.port()
+    )
+    .unwrap();
+    let reply = String::from_utf8_lossy(&read_until_closed(&mut s).unwrap()).into_owned();
+    assert!(reply.starts_with("HTTP/1.1 200"), "{reply}");
+    assert!(reply.ends_with("\r\n\r\nstandalone"), "{reply}");
+}
+
+#[test]
+fn socks_runs_from_its_command_line() {
+    let dir = Dir::new("standalone_socks");
+    let origin = Origin::echo();
+    let port = free_port();
+    let prog = link(&dir, "3proxy_socks");
+    let _child = Reap(serve(&prog, &["-i127.0.0.1", &format!("-p{port}")], port));
+    let mut s = connect(localhost(port));
+    // SOCKS5, no authentication, CONNECT 127.0.0.1:origin.
+    s.write_all(&[5, 1, 0]).unwrap();
+    let mut hello = [0u8; 2];
+    s.read_exact(&mut hello).unwrap();
+    assert_eq!(hello, [5, 0], "no authentication asked");
+    let p = origin.port().to_be_bytes();
+    s.write_all(&[5, 1, 0, 1, 127, 0, 0, 1, p[0], p[1]])
+        .unwrap();
+    let mut reply = [0u8; 10];
+    s.read_exact(&mut reply).unwrap();
+    assert_eq!(reply[..2], [5, 0], "CONNECT granted: {reply:?}");
+    echo_roundtrip(&mut s, b"through 3proxy_socks");
+}
+
+/// The pids of processes whose argv[0] is `prog`.
+fn pids_of(prog: &std::path::Path) -> Vec<u32> {
+    let want = prog.as_os_str().as_encoded_bytes();
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline"))
+                .is_ok_and(|c| c.split(|b| *b == 0).next() == Some(want))
+        })
+        .collect()
+}
+
+/// `-d` on a standalone program's command line forks: the program exits
+/// 0 at once and a process of its own serves.
+#[test]
+fn dash_d_forks_a_standalone_program() {
+    let dir = Dir::new("standalone_d");
+    let origin = Origin::echo();
+    let port = free_port();
+    let prog = link(&dir, "3proxy_tcppm");
+    let mut child = Command::new(&prog)
+        .args([
+            "-d",
+            "-i127.0.0.1",
+            &port.to_string(),
+            "127.0.0.1",
+            &origin.port().to_string(),
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let foreground = child.id();
+    let mut status = None;
+    wait_for(
+        || {
+            status = child.try_wait().unwrap();
+            status.is_some()
+        },
+        START_TIMEOUT,
+    );
+    // Whatever happens next, no daemon is left behind.
+    struct KillAll<'a>(&'a std::path::Path);
+    impl Drop for KillAll<'_> {
+        fn drop(&mut self) {
+            for pid in pids_of(self.0) {
+                let _ = Command::new("kill")
+                    .args(["-KILL", &pid.to_string()])
+                    .status();
+            }
+        }
+    }
+    let _cleanup = KillAll(&prog);
+    let Some(status) = status else {
+        let _ = child.kill();
+        let _ = child.wait();
+        panic!("3proxy_tcppm -d did not return to the shell");
+    };
+    assert_eq!(status.code(), Some(0));
+    let mut s = None;
+    wait_for(
+        || {
+            s = std::net::TcpStream::connect(localhost(port)).ok();
+            s.is_some()
+        },
+        START_TIMEOUT,
+    );
+    let mut s = s.expect("the forked 3proxy_tcppm accepts");
+    set_timeouts(&s, IO_TIMEOUT);
+    echo_roundtrip(&mut s, b"forked");
+    let daemons = pids_of(&prog);
+    assert_eq!(daemons.len(), 1, "one background process: {daemons:?}");
+    assert_ne!(daemons[0], foreground, "the foreground process has exited");
+}

@@ -223,6 +223,35 @@ impl Proxy {
         proxy
     }
 
+    /// Starts `3proxy` with no argument and `cfg` on its standard input
+    /// (what 3proxy reads when its default cfg file does not exist), and
+    /// waits until every endpoint in `ready` is up.
+    pub fn start_stdin(dir: Dir, cfg: &str, ready: &[Listen]) -> Proxy {
+        let mut child = Command::new(BIN)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("spawn {BIN}: {e}"));
+        let mut stdin = child.stdin.take().unwrap();
+        stdin
+            .write_all(cfg.as_bytes())
+            .expect("write the cfg to stdin");
+        drop(stdin);
+        let stdout = Capture::new(child.stdout.take().unwrap());
+        let stderr = Capture::new(child.stderr.take().unwrap());
+        dir.write(CFG_NAME, cfg);
+        let mut proxy = Proxy {
+            dir,
+            child,
+            stdout,
+            stderr,
+            exited: None,
+        };
+        proxy.wait_ready(ready);
+        proxy
+    }
+
     fn wait_ready(&mut self, ready: &[Listen]) {
         let deadline = Instant::now() + START_TIMEOUT;
         let mut pending: Vec<&Listen> = ready.iter().collect();

@@ -133,14 +133,12 @@ pub fn h_counter(state: &mut State, args: &[String]) -> Result<(), String> {
         }
         return Ok(());
     }
-    let has_report = report.is_some();
+    // The report thread starts when the cfg is committed (`main`).
+    state.ops.reports = report.is_some();
     state
         .access
         .limits
         .set_counter_file(CounterFile::open(&args[1])?, report);
-    if has_report {
-        crate::limit::start_reports(&state.access.limits);
-    }
     Ok(())
 }
 

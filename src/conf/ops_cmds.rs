@@ -26,7 +26,9 @@ use crate::sys::process::{self, PidFile};
 pub struct Ops {
     /// `daemon` or a service's `-d`: fork into the background after loading.
     pub daemon: bool,
-    /// `pidfile`: created at its line; the pid is written after the fork.
+    /// `pidfile`: checked at its line; created and written only when the
+    /// cfg is committed (after the fork), so a cfg that fails to load
+    /// leaves every pid file as it was.
     pub pidfile: Option<PidFile>,
     /// `setuid`, or `chroot`'s uid: applied after every listener is bound.
     pub uid: Option<Uid>,
@@ -47,12 +49,18 @@ pub struct Ops {
     pub archiver: Option<Vec<String>>,
     /// `logdump IN OUT`: write an intermediate record when a session has
     /// received IN bytes from the server or sent OUT bytes from the client
-    /// since its last record (0 = never). Stored only: the relay does not
-    /// write intermediate records yet (a warning says so at load).
+    /// since its last record (0 = never). `State::finalize` hands the
+    /// thresholds to every service; the relay writes the records.
     pub logdump: LogDump,
-    /// `delimchar C`: separates user and host in `user@host` logins of the
-    /// FTP/POP3/SMTP/IMAP proxies. Default `@`.
+    /// `delimchar C`: separates user and host in `user@host` logins of
+    /// 3proxy's FTP/POP3/SMTP/IMAP proxies and in the credentials of an
+    /// HTTP proxy URL. Default `@`. Checked and kept only: nothing here
+    /// reads it yet (see 3proxy.cfg(5)).
     pub delimchar: u8,
+    /// `counter FILE TYPE REPORTNAME`: the cfg writes counter reports. The
+    /// thread that writes them starts when the cfg is committed, after
+    /// `daemon`'s fork (threads do not survive a fork).
+    pub reports: bool,
 }
 
 impl Default for Ops {
@@ -69,15 +77,18 @@ impl Default for Ops {
             archiver: None,
             logdump: LogDump::default(),
             delimchar: b'@',
+            reports: false,
         }
     }
 }
 
 impl Ops {
-    /// After the whole cfg has run: hand the process-wide log settings to
-    /// the log writer.
+    /// After the whole cfg has run, when it is the one that will serve:
+    /// hand the process-wide log settings to the log writer, and let its
+    /// rotating files take over rotation.
     pub fn finalize(&self) {
         crate::log::set_rotation(self.rotate, self.archiver.clone());
+        crate::log::commit_files();
     }
 
     /// The file a reload reads: `config`'s, else the command line's `cmdline`
@@ -160,13 +171,16 @@ pub fn h_daemon(state: &mut State, _: &[String]) -> Result<(), String> {
 }
 
 pub fn h_pidfile(state: &mut State, args: &[String]) -> Result<(), String> {
-    // `-t` must not truncate the pid file of a running server, nor a
-    // reload the one this process wrote.
-    if state.check_only || process::pidfile_written(&args[1]) {
+    // A reload leaves the pid file this process wrote alone.
+    if process::pidfile_written(&args[1]) {
         return Ok(());
     }
-    let f = PidFile::create(&args[1]).map_err(|e| format!("{}: {e}", args[1]))?;
-    state.ops.pidfile = Some(f);
+    // Only checked here (an unwritable path is an error naming this line;
+    // `-t` checks too): nothing is written before the cfg is committed.
+    let f = PidFile::check(&args[1]).map_err(|e| format!("{}: {e}", args[1]))?;
+    if !state.check_only {
+        state.ops.pidfile = Some(f);
+    }
     Ok(())
 }
 

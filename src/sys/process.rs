@@ -21,13 +21,13 @@
 //! Invariant: `daemonize` and `drop_privileges` run while the calling
 //! thread is the process's only thread.
 
-use std::fs::File;
+use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, OnceLock};
 
-use nix::unistd::{self, ForkResult, Gid, Group, Uid, User};
+use nix::unistd::{self, AccessFlags, ForkResult, Gid, Group, Uid, User};
 
 /// Fork into the background: the parent exits with status 0 at once, the
 /// child starts a new session (3proxy's `daemonize`: no chdir, no umask, no
@@ -55,28 +55,43 @@ pub fn daemonize() -> io::Result<()> {
     }
 }
 
-/// `pidfile`: the file is created (truncated) when its line runs, so an
-/// unwritable path is a cfg error with the line's number; the pid is written
-/// once the process that will serve exists (after `daemon`'s fork).
+/// `pidfile`: when its line runs, the path is only checked (an existing
+/// file must be writable, else its directory must be), so an unwritable
+/// path is a cfg error with the line's number while a cfg that then fails
+/// to load (a bad reload) has changed no file. The file is created and the
+/// pid written once the cfg is committed and the process that will serve
+/// exists (after `daemon`'s fork).
 #[derive(Debug)]
 pub struct PidFile {
     pub path: PathBuf,
-    file: File,
 }
 
 impl PidFile {
-    pub fn create(path: &str) -> io::Result<PidFile> {
-        let file = File::create(path)?;
+    pub fn check(path: &str) -> io::Result<PidFile> {
+        // Opening for writing without O_TRUNC or O_CREAT changes nothing.
+        match OpenOptions::new().write(true).open(path) {
+            Ok(_) => {}
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                let dir = match Path::new(path).parent() {
+                    Some(d) if !d.as_os_str().is_empty() => d,
+                    _ => Path::new("."),
+                };
+                unistd::access(dir, AccessFlags::W_OK | AccessFlags::X_OK)
+                    .map_err(io::Error::from)?;
+            }
+            Err(e) => return Err(e),
+        }
         Ok(PidFile {
             path: PathBuf::from(path),
-            file,
         })
     }
 
-    /// Write our pid, in decimal without a newline, as 3proxy does.
-    pub fn write_pid(mut self) -> io::Result<()> {
-        write!(self.file, "{}", std::process::id())?;
-        self.file.flush()?;
+    /// Create (or empty) the file and write our pid, in decimal without a
+    /// newline, as 3proxy does.
+    pub fn write_pid(self) -> io::Result<()> {
+        let mut file = File::create(&self.path)?;
+        write!(file, "{}", std::process::id())?;
+        file.flush()?;
         *WRITTEN.lock().unwrap_or_else(|e| e.into_inner()) = Some(self.path);
         Ok(())
     }
