@@ -79,9 +79,7 @@ pub struct Request<'a> {
     pub op: Option<Op>,
     /// The client's address (after a PROXY header, if any).
     pub client: Option<SocketAddr>,
-    /// The address the client connected to (the service side); the
-    /// authcache's `srvaddr`/`srvport` keys will use it.
-    #[allow(dead_code)]
+    /// The address the client connected to (the service side).
     pub local: Option<SocketAddr>,
     /// Destination host name, when the client gave a name.
     pub host: Option<&'a str>,
@@ -100,9 +98,10 @@ pub struct Request<'a> {
 pub struct Grant {
     /// `nolog` on the matching ACL entry: write no log record.
     pub nolog: bool,
-    /// The weight of the matching ACL entry (`weight`), for services that
-    /// keep it across requests (HTTP keep-alive).
-    #[allow(dead_code)]
+    /// The request's weight after the check (3proxy's `param->weight`:
+    /// that of the last ACL entry that matched, or the one it came with).
+    /// A service that serves several requests on one connection passes it
+    /// to the next one ([`authorize_at`]).
     pub weight: u32,
     /// Bandwidth limiters and traffic counters of the session: pass it to
     /// `relay::relay_with` (or `Session::add` what moved otherwise) and keep
@@ -179,7 +178,11 @@ impl Setup {
                 }
             }
         };
+        // Each service line gets its own ACL identity (3proxy copies the
+        // list for every service), for the authcache's `acl` key.
+        static IDS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(1);
         Policy {
+            id: IDS.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
             index,
             cache: self.cache,
             auth: self.auth.clone(),
@@ -195,6 +198,8 @@ impl Setup {
 /// A service's view of access control, fixed when its line ran.
 #[derive(Debug, Clone, Default)]
 pub struct Policy {
+    /// Unique per snapshot (service line): the ACL's identity.
+    id: usize,
     pub auth: Vec<AuthType>,
     pub acl: Arc<Vec<Entry>>,
     /// Finds the first matching entry of a long `acl` without a walk.
@@ -212,7 +217,6 @@ pub struct Policy {
 #[derive(Default)]
 struct Allowed {
     nolog: bool,
-    weight: u32,
     parents: crate::parent::Parents,
 }
 
@@ -221,12 +225,45 @@ struct Allowed {
 /// denied, 3 no rule matched, 4 no user name, 5 unknown user, 6-8 wrong
 /// password, 10 a limit.
 pub fn authorize(svc: &Service, req: &Request<'_>) -> Result<Grant, Res> {
-    authorize_policy(&svc.access, req, SystemTime::now())
+    authorize_at(svc, req, 0)
+}
+
+/// [`authorize`] for a request that comes with a weight: the
+/// [`Grant::weight`] of the request before it on the same connection
+/// (an ACL entry with a lower, non-zero weight is then passed over).
+pub fn authorize_at(svc: &Service, req: &Request<'_>, weight: u32) -> Result<Grant, Res> {
+    let at = At {
+        now: SystemTime::now(),
+        srv: listen_addr(svc),
+        weight,
+    };
+    admit(&svc.access, req, &at, true)
+}
+
+/// The service's listening address, for the `srvaddr`/`srvport` keys.
+fn listen_addr(svc: &Service) -> Option<SocketAddr> {
+    match &svc.listen {
+        crate::net::Addr::Ip(a) => Some(*a),
+        _ => None,
+    }
+}
+
+/// When and where a request is checked, and the weight it comes with.
+struct At {
+    now: SystemTime,
+    srv: Option<SocketAddr>,
+    weight: u32,
 }
 
 /// [`authorize`] on a policy, at a given time (for tests).
+#[cfg(test)]
 pub fn authorize_policy(p: &Policy, req: &Request<'_>, now: SystemTime) -> Result<Grant, Res> {
-    admit(p, req, now, true)
+    let at = At {
+        now,
+        srv: req.local,
+        weight: 0,
+    };
+    admit(p, req, &at, true)
 }
 
 /// What a session was admitted with, kept to check it again after a
@@ -243,11 +280,16 @@ pub struct Recheck {
     port: u16,
     user: Option<String>,
     password: Option<String>,
+    /// The session's weight, updated by each check.
+    weight: std::sync::Arc<std::sync::atomic::AtomicU32>,
 }
 
 impl Recheck {
+    /// What to check again; the session's weight is 0 unless given with
+    /// [`Recheck::at_weight`].
     pub fn new(svc: &Service, req: &Request<'_>) -> Recheck {
         Recheck {
+            weight: Default::default(),
             key: svc.key.clone(),
             op: req.op,
             client: req.client,
@@ -258,6 +300,13 @@ impl Recheck {
             user: req.user.map(str::to_string),
             password: req.password.map(str::to_string),
         }
+    }
+
+    /// The weight the session was granted with ([`Grant::weight`]).
+    pub fn at_weight(self, weight: u32) -> Recheck {
+        self.weight
+            .store(weight, std::sync::atomic::Ordering::Relaxed);
+        self
     }
 
     /// Check again against the settings now serving this session's
@@ -280,16 +329,24 @@ impl Recheck {
             user: self.user.as_deref(),
             password: self.password.as_deref(),
         };
-        admit(&now.access, &req, SystemTime::now(), false).map(|_| ())
+        let at = At {
+            now: SystemTime::now(),
+            srv: listen_addr(&now),
+            weight: self.weight.load(std::sync::atomic::Ordering::Relaxed),
+        };
+        let g = admit(&now.access, &req, &at, false)?;
+        self.weight
+            .store(g.weight, std::sync::atomic::Ordering::Relaxed);
+        Ok(())
     }
 }
 
 /// Authenticate and walk the ACL; then, with `with_limits`, take the
 /// session's limits (connlim slot, bandwidth, counters).
-fn admit(p: &Policy, req: &Request<'_>, now: SystemTime, with_limits: bool) -> Result<Grant, Res> {
+fn admit(p: &Policy, req: &Request<'_>, at: &At, with_limits: bool) -> Result<Grant, Res> {
     let host = req.host.map(acl::normalize_host);
     let (wday, daysec) = if p.timed || p.limits.timed() {
-        local_clock(now)
+        local_clock(at.now)
     } else {
         (0, 0)
     };
@@ -302,35 +359,40 @@ fn admit(p: &Policy, req: &Request<'_>, now: SystemTime, with_limits: bool) -> R
         op: req.op.map(Op::bits).unwrap_or(0),
         wday,
         daysec,
-        weight: 0,
+        weight: at.weight,
     };
+    // 3proxy's `param->weight`: every ACL entry that matches sets it.
+    let mut weight = at.weight;
 
-    let secs = now
+    let secs = at
+        .now
         .duration_since(SystemTime::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
     let cq = CacheQuery {
         user: req.user,
         password: req.password,
         client: q.src,
-        acl: Arc::as_ptr(&p.acl) as *const () as usize,
+        acl: if p.acl.is_empty() { 0 } else { p.id },
         dst: req.addr,
         port: req.port,
         host: q.host,
         op: q.op,
-        local: req.local,
+        srv: at.srv,
         now: secs,
     };
-    let mut cache_user: Option<String> = None;
-    let mut dns_user: Option<String> = None;
+    // A user name that `dnsname` or a cache hit supplied.
+    let mut found_user: Option<String> = None;
+    // `authcache ext`: the source a cache hit gave back.
+    let mut route: Option<crate::parent::Parents> = None;
     let mut worst = Res::OK;
     let mut allowed = None;
     for t in &p.auth {
         let step = match t {
             AuthType::None => Ok(Allowed::default()),
-            AuthType::IpOnly => check_acl(p, &Query { user: None, ..q }),
+            AuthType::IpOnly => check_acl(p, &Query { user: None, ..q }, &mut weight),
             // Once these authenticate, the ACL's answer is final.
             AuthType::UserOnly => match req.user {
-                Some(_) => Ok(check_acl(p, &q)?),
+                Some(_) => Ok(check_acl(p, &q, &mut weight)?),
                 None => Err(Res(4)),
             },
             // 3proxy's `dnsauth`: no name, an unconfirmed name or no
@@ -342,8 +404,8 @@ fn admit(p: &Policy, req: &Request<'_>, now: SystemTime, with_limits: bool) -> R
                 match name {
                     Some(n) => {
                         let user = Some(n.as_str());
-                        let r = check_acl(p, &Query { user, ..q });
-                        dns_user = Some(n);
+                        let r = check_acl(p, &Query { user, ..q }, &mut weight);
+                        found_user = Some(n);
                         Ok(r?)
                     }
                     None => Err(Res(3)),
@@ -354,34 +416,56 @@ fn admit(p: &Policy, req: &Request<'_>, now: SystemTime, with_limits: bool) -> R
                 match users.check(req.user, req.password) {
                     Ok(()) => {
                         drop(users);
-                        Ok(check_acl(p, &q)?)
+                        Ok(check_acl(p, &q, &mut weight)?)
                     }
                     Err(e) => Err(e),
                 }
             }
             AuthType::Cache | AuthType::CacheAcl => match AuthCache::global().lookup(&p.cache, &cq)
             {
-                Ok(name) => {
-                    cache_user = name;
+                Ok(hit) => {
+                    if hit.user.is_some() {
+                        found_user = hit.user;
+                    }
+                    route = hit.route;
                     if *t == AuthType::CacheAcl {
                         // The cached grant stands for the ACL too.
                         Ok(Allowed::default())
                     } else {
-                        let user = cache_user.as_deref().or(req.user);
-                        Ok(check_acl(p, &Query { user, ..q })?)
+                        let user = found_user.as_deref().or(req.user);
+                        Ok(check_acl(p, &Query { user, ..q }, &mut weight)?)
                     }
                 }
                 Err(e) => Err(e),
             },
         };
         match step {
-            Ok(a) => {
-                let cacheable =
-                    matches!(t, AuthType::IpOnly | AuthType::UserOnly | AuthType::Strong)
-                        && req.user.is_some()
-                        && (p.cache.kind & CacheConf::PASS == 0 || req.password.is_some());
+            Ok(mut a) => {
+                // As 3proxy's `doauth`: every type but `none` and the
+                // cache's own makes an entry once it has a user name (the
+                // client's, or the one `dnsname` found) and, if the type
+                // keys on it, a password.
+                let user = match t {
+                    AuthType::DnsName => found_user.as_deref(),
+                    _ => req.user,
+                };
+                let cacheable = !matches!(t, AuthType::None | AuthType::Cache | AuthType::CacheAcl)
+                    && user.is_some()
+                    && (p.cache.kind & CacheConf::PASS == 0 || req.password.is_some());
                 if cacheable && CACHE_IN_USE.load(std::sync::atomic::Ordering::Relaxed) {
-                    AuthCache::global().insert(&p.cache, &cq);
+                    let mut source = None;
+                    if p.cache.kind & CacheConf::EXT != 0
+                        && a.parents
+                            .iter()
+                            .any(|h| h.kind == crate::parent::Kind::ExtIp)
+                    {
+                        // Draw the parents now, so the source address
+                        // cached is the one this session uses.
+                        let (src, chain) = crate::parent::settle(&a.parents, req.client);
+                        source = src;
+                        a.parents = chain;
+                    }
+                    AuthCache::global().insert(&p.cache, &CacheQuery { user, ..cq }, source);
                 }
                 allowed = Some(a);
                 break;
@@ -395,14 +479,18 @@ fn admit(p: &Policy, req: &Request<'_>, now: SystemTime, with_limits: bool) -> R
         }
     }
     // No `auth` types at all allows, as 3proxy's empty list does.
-    let allowed = match allowed {
+    let mut allowed = match allowed {
         Some(a) => a,
         None if p.auth.is_empty() => Allowed::default(),
         None => return Err(worst),
     };
-    q.weight = allowed.weight;
+    if let Some(r) = route.filter(|_| q.op != acl::OpBits::BIND) {
+        // The cached source goes first; an `extip` of the entry that
+        // allowed the request overrides it, as in 3proxy.
+        allowed.parents = crate::parent::prepend(&r, &allowed.parents);
+    }
+    q.weight = weight;
     // A name found by `cache` or `dnsname` is the session's user name.
-    let found_user = cache_user.or(dns_user);
     if found_user.is_some() {
         q.user = found_user.as_deref();
     }
@@ -413,7 +501,7 @@ fn admit(p: &Policy, req: &Request<'_>, now: SystemTime, with_limits: bool) -> R
     };
     Ok(Grant {
         nolog: allowed.nolog,
-        weight: allowed.weight,
+        weight,
         limits,
         parents: allowed.parents,
         user: found_user,
@@ -421,18 +509,22 @@ fn admit(p: &Policy, req: &Request<'_>, now: SystemTime, with_limits: bool) -> R
 }
 
 /// Walk the ACL (3proxy's `checkACL`): empty allows, a `deny` gives 1, no
-/// match gives 3.
-fn check_acl(p: &Policy, q: &Query<'_>) -> Result<Allowed, Res> {
+/// match gives 3. An entry that matches sets `weight` to its own.
+fn check_acl(p: &Policy, q: &Query<'_>, weight: &mut u32) -> Result<Allowed, Res> {
     let acl = &p.acl[..];
-    match acl::check_indexed(acl, &p.index, q) {
+    let q = Query {
+        weight: *weight,
+        ..*q
+    };
+    match acl::check_indexed(acl, &p.index, &q) {
         Verdict::Empty => Ok(Allowed::default()),
         Verdict::NoMatch => Err(Res(3)),
         Verdict::Matched(i) => {
             let e = &acl[i];
+            *weight = e.rule.weight;
             match e.action {
                 Action::Allow => Ok(Allowed {
                     nolog: e.nolog,
-                    weight: e.rule.weight,
                     parents: e.parents.clone(),
                 }),
                 Action::Deny => Err(Res(1)),
@@ -613,6 +705,168 @@ mod tests {
             Res(4),
             "expired"
         );
+    }
+
+    fn cached(kind: u32) -> CacheConf {
+        CACHE_IN_USE.store(true, std::sync::atomic::Ordering::Relaxed);
+        CacheConf {
+            kind,
+            secs: 60,
+            size: 1000,
+        }
+    }
+
+    #[test]
+    fn cacheacl_stands_for_the_acl_within_its_key() {
+        // `auth cacheacl strong`, `authcache ip,dstport`: once dave has
+        // given his password for port 80, the address alone passes for
+        // port 80, even where the ACL would now refuse (no user name), but
+        // not for another port.
+        let mut p = policy(
+            &[AuthType::CacheAcl, Strong],
+            vec![entry(Action::Allow, "dave")],
+            "dave:pw",
+        );
+        p.cache = cached(CacheConf::IP | CacheConf::DSTPORT);
+        let src = "192.0.2.81";
+        assert_eq!(run(&p, &req(src, None, None)), Err(4));
+        assert_eq!(run(&p, &req(src, Some("dave"), Some("pw"))), Ok(()));
+        let g = authorize_policy(&p, &req(src, None, None), SystemTime::now()).unwrap();
+        assert_eq!(g.user.as_deref(), Some("dave"));
+        let mut other = req(src, None, None);
+        other.port = 81;
+        assert_eq!(run(&p, &other), Err(4));
+        // `cache` instead checks the ACL with the cached name.
+        let mut p2 = policy(
+            &[AuthType::Cache, Strong],
+            vec![
+                entry(Action::Deny, "dave * * 80"),
+                entry(Action::Allow, "dave"),
+            ],
+            "dave:pw",
+        );
+        p2.cache = p.cache;
+        assert_eq!(run(&p2, &req(src, None, None)), Err(1));
+    }
+
+    #[test]
+    fn the_acl_key_is_per_service_line() {
+        // Two services after the same ACL (no `flush` between them) do not
+        // share `authcache acl` entries: 3proxy copies the ACL for each.
+        let setup = Setup {
+            auth: vec![AuthType::Cache, Strong],
+            acl: Arc::new(vec![entry(Action::Allow, "erin")]),
+            users: Arc::new(RwLock::new({
+                let mut u = Users::default();
+                u.add_line(&["erin:pw".to_string()]).unwrap();
+                u
+            })),
+            cache: cached(CacheConf::IP | CacheConf::ACL),
+            ..Setup::default()
+        };
+        let (a, b) = (setup.snapshot(), setup.snapshot());
+        let src = "192.0.2.82";
+        assert_eq!(run(&a, &req(src, Some("erin"), Some("pw"))), Ok(()));
+        assert_eq!(run(&a, &req(src, None, None)), Ok(()));
+        assert_eq!(run(&b, &req(src, None, None)), Err(4));
+        // Services without an ACL all share the same (empty) one.
+        let open = Setup {
+            auth: vec![AuthType::Cache, AuthType::UserOnly],
+            cache: cached(CacheConf::IP | CacheConf::ACL),
+            ..Setup::default()
+        };
+        let (c, d) = (open.snapshot(), open.snapshot());
+        let src = "192.0.2.83";
+        assert_eq!(run(&c, &req(src, Some("x"), None)), Ok(()));
+        let g = authorize_policy(&d, &req(src, None, None), SystemTime::now()).unwrap();
+        assert_eq!(g.user.as_deref(), Some("x"));
+    }
+
+    #[test]
+    fn ext_keeps_the_drawn_source_address() {
+        // Two `extip` parents of weight 500: each request draws one. With
+        // `authcache ip,ext` the draw made at the password check is given
+        // back on every cache hit.
+        let hop = |a: &str| {
+            let f: Vec<String> = format!("500 extip {a} 0")
+                .split(' ')
+                .map(String::from)
+                .collect();
+            crate::parent::Hop::parse(&f, |s| s.parse().map_err(|_| s.to_string())).unwrap()
+        };
+        let mut e = entry(Action::Allow, "*");
+        e.parents = Arc::from(vec![hop("127.0.0.2"), hop("127.0.0.3")]);
+        let mut p = policy(&[AuthType::CacheAcl, Strong], vec![e], "fay:pw");
+        p.cache = cached(CacheConf::IP | CacheConf::EXT);
+        let src = "192.0.2.84";
+        let first = authorize_policy(&p, &req(src, Some("fay"), Some("pw")), SystemTime::now())
+            .unwrap()
+            .parents;
+        assert_eq!(first.len(), 1, "{first:?}");
+        let ip = first[0].addr.ip();
+        assert!(["127.0.0.2", "127.0.0.3"].contains(&ip.to_string().as_str()));
+        for _ in 0..20 {
+            let g = authorize_policy(&p, &req(src, None, None), SystemTime::now()).unwrap();
+            assert_eq!(g.parents.len(), 1);
+            assert_eq!(g.parents[0].addr.ip(), ip);
+        }
+        // Without `ext` a hit has no parents (cacheacl checks no ACL).
+        p.cache = cached(CacheConf::IP);
+        let src = "192.0.2.85";
+        assert_eq!(run(&p, &req(src, Some("fay"), Some("pw"))), Ok(()));
+        let g = authorize_policy(&p, &req(src, None, None), SystemTime::now()).unwrap();
+        assert!(g.parents.is_empty());
+    }
+
+    #[test]
+    fn weight_passes_over_lighter_entries() {
+        let w = |line: &str, weight: u32| {
+            let mut e = entry(Action::Allow, line);
+            e.rule.weight = weight;
+            e
+        };
+        let acl = vec![
+            w("* * * 80", 500),
+            w("* * * *", 100),
+            entry(Action::Allow, "* * * 25"),
+        ];
+        let p = policy(&[IpOnly], acl, "");
+        let at = |r: &Request<'_>, weight: u32| {
+            let at = At {
+                now: SystemTime::now(),
+                srv: None,
+                weight,
+            };
+            admit(&p, r, &at, true).map(|g| g.weight)
+        };
+        let mut r = req("10.0.0.1", None, None);
+        // A fresh request matches the heavy entry and takes its weight.
+        assert_eq!(at(&r, 0), Ok(500));
+        r.port = 81;
+        assert_eq!(at(&r, 0), Ok(100));
+        // After weight 500, the entry of weight 100 is passed over.
+        assert_eq!(at(&r, 500), Err(Res(3)));
+        // An entry without a weight matches any, and sets the weight to 0.
+        r.port = 25;
+        assert_eq!(at(&r, 500), Ok(0));
+    }
+
+    #[test]
+    fn a_deny_that_matched_sets_the_weight_for_the_next_type() {
+        // iponly matches the deny (weight 900); strong then passes over
+        // the allow of weight 100 and takes the one without a weight.
+        let acl = vec![
+            entry(Action::Deny, "- * * * * * * 900"),
+            entry(Action::Allow, "gus * * * * * * 100"),
+            entry(Action::Allow, "gus"),
+        ];
+        let p = policy(&[IpOnly, Strong], acl, "gus:pw");
+        let g = authorize_policy(
+            &p,
+            &req("10.0.0.1", Some("gus"), Some("pw")),
+            SystemTime::now(),
+        );
+        assert_eq!(g.unwrap().weight, 0);
     }
 
     #[test]

@@ -96,14 +96,20 @@ impl Password {
 /// The `users` table: name → password. Later lines replace earlier
 /// entries of the same name, as 3proxy's hash does.
 #[derive(Debug, Clone, Default)]
-pub struct Users(HashMap<String, Password>);
+pub struct Users {
+    map: HashMap<String, Password>,
+    /// A stored password of the costliest kind in the table (CR, then NT,
+    /// then CL), checked in vain for a name the table lacks.
+    decoy: Option<Password>,
+}
 
 impl Users {
     /// Add the entries of one `users` line (arguments after the command).
     /// `user:pass`, `user:CL:pass`, `user:CR:$1$...`, `user:NT:HEX`.
-    /// Entries without `:` or with an unknown type are skipped with a
-    /// warning, as 3proxy skips them silently; a malformed `NT` hash is an
-    /// error.
+    /// As in 3proxy, two characters and a colon after the name are a type:
+    /// `CL`, `CR` or `NT`, and an entry with any other type (`u:xy:pw`)
+    /// is skipped, as is one without a colon; we warn about both. A
+    /// malformed `NT` hash is an error.
     pub fn add_line(&mut self, args: &[String]) -> Result<(), String> {
         for a in args {
             let Some((name, rest)) = a.split_once(':') else {
@@ -111,21 +117,23 @@ impl Users {
                 continue;
             };
             let pw = match rest.as_bytes() {
-                [t0, t1, b':', ..] if t0.is_ascii_uppercase() && t1.is_ascii_uppercase() => {
+                [_, _, b':', ..] => {
+                    // Byte 2 is a ':', so byte 3 starts a character.
                     let value = &rest[3..];
-                    match &rest[..2] {
-                        "CL" => Password::Clear(value.to_string()),
-                        "CR" => {
+                    match &rest.as_bytes()[..2] {
+                        b"CL" => Password::Clear(value.to_string()),
+                        b"CR" => {
                             if !value.starts_with("$1$") && !value.starts_with("$3$") {
                                 log::warn!("users: {name}: a CR password not in $1$ or $3$ form never matches");
                             }
                             Password::Crypt(value.to_string())
                         }
-                        "NT" => Password::Nt(
+                        b"NT" => Password::Nt(
                             parse_hex16(value)
                                 .ok_or_else(|| format!("{name}: an NT hash is 32 hex digits"))?,
                         ),
                         t => {
+                            let t = String::from_utf8_lossy(t);
                             log::warn!("users: {name}: unknown password type '{t}', entry skipped");
                             continue;
                         }
@@ -133,19 +141,27 @@ impl Users {
                 }
                 _ => Password::Clear(rest.to_string()),
             };
-            self.0.insert(name.to_string(), pw);
+            let cost = |p: &Password| match p {
+                Password::Clear(_) => 0,
+                Password::Nt(_) => 1,
+                Password::Crypt(_) => 2,
+            };
+            if self.decoy.as_ref().is_none_or(|d| cost(&pw) > cost(d)) {
+                self.decoy = Some(pw.clone());
+            }
+            self.map.insert(name.to_string(), pw);
         }
         Ok(())
     }
 
     #[cfg(test)]
     pub fn get(&self, name: &str) -> Option<&Password> {
-        self.0.get(name)
+        self.map.get(name)
     }
 
     #[cfg(test)]
     pub fn len(&self) -> usize {
-        self.0.len()
+        self.map.len()
     }
 
     /// 3proxy's `strongauth`: 4 no user name, 5 unknown user or no
@@ -153,12 +169,17 @@ impl Users {
     pub fn check(&self, user: Option<&str>, password: Option<&str>) -> Result<(), Res> {
         let user = user.ok_or(Res(4))?;
         let password = password.ok_or(Res(5))?;
-        match self.0.get(user) {
+        match self.map.get(user) {
             Some(p) => p.verify(password),
             None => {
-                // Spend about the same time as for a known user, so the
-                // answer time does not tell which names exist.
-                let _ = ct_eq(password.as_bytes(), password.as_bytes());
+                // Do the work of a wrong password for the costliest kind
+                // of entry in the table (an MD5-crypt if there is a CR
+                // user), so that where all users have the same kind the
+                // answer time does not tell which names exist. The
+                // outcome is thrown away.
+                if let Some(d) = &self.decoy {
+                    let _ = std::hint::black_box(d.verify(password));
+                }
                 Err(Res(5))
             }
         }
@@ -180,10 +201,13 @@ impl CacheConf {
     pub const IP: u32 = 1;
     pub const USER: u32 = 2;
     pub const PASS: u32 = 4;
-    /// One address per user: `ip` is compared, not part of the key.
+    /// With `ip`: the address is compared, not part of the key, so an
+    /// entry serves only the address that made it (one address per user,
+    /// per password, ...). Without `ip` it does nothing, as in 3proxy.
     pub const LIMIT: u32 = 8;
     pub const ACL: u32 = 16;
-    /// Cache the external address (used by parents; kept for them).
+    /// A hit gives back the outgoing source address (`extip`) chosen when
+    /// the entry was made.
     pub const EXT: u32 = 32;
     pub const DSTADDR: u32 = 64;
     pub const DSTPORT: u32 = 128;
@@ -218,11 +242,6 @@ impl CacheConf {
         if kind != 0 {
             c.kind = kind;
         }
-        if kind & CacheConf::LIMIT != 0
-            && kind & (CacheConf::IP | CacheConf::USER) != CacheConf::IP | CacheConf::USER
-        {
-            return Err("'limit' needs both 'ip' and 'user' in the cache type".into());
-        }
         let num = |s: &String| {
             s.parse::<u64>()
                 .map_err(|_| format!("'{s}' is not a number"))
@@ -255,30 +274,60 @@ pub struct CacheQuery<'a> {
     pub user: Option<&'a str>,
     pub password: Option<&'a str>,
     pub client: Option<std::net::IpAddr>,
-    /// Identity of the service's ACL (`acl` key).
+    /// Identity of the service's ACL (`acl` key): one per service line
+    /// with a non-empty ACL, 0 for all services without one (3proxy keys
+    /// on its per-service copy of the list).
     pub acl: usize,
     pub dst: Option<std::net::IpAddr>,
     pub port: u16,
     pub host: Option<&'a str>,
     pub op: u32,
-    pub local: Option<std::net::SocketAddr>,
+    /// The service's listening address (`srvaddr`, `srvport`; 3proxy's
+    /// `intsa`): 0.0.0.0 for a service on every address.
+    pub srv: Option<std::net::SocketAddr>,
     /// Seconds since the epoch.
     pub now: u64,
+}
+
+/// A cache hit.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Hit {
+    /// The cached user name, when the type lacks `user`.
+    pub user: Option<String>,
+    /// With `ext`: a chain that makes the session's outgoing connection
+    /// from the source address the entry was made with (one `extip` hop);
+    /// None when the entry has none.
+    pub route: Option<crate::parent::Parents>,
 }
 
 #[derive(Debug, Clone)]
 struct Cached {
     user: String,
     client: Option<std::net::IpAddr>,
+    /// `extip` source of the session that made the entry, as a chain.
+    route: Option<crate::parent::Parents>,
     expires: u64,
+    /// Position in the expiry queue.
+    seq: u64,
+}
+
+#[derive(Debug, Default)]
+struct Table {
+    map: HashMap<[u8; 32], Cached>,
+    /// Every entry of `map` by (expiry, insertion number): the ones that
+    /// have expired are at the front.
+    queue: std::collections::BTreeMap<(u64, u64), [u8; 32]>,
+    seq: u64,
 }
 
 /// The authentication cache: process-wide, so it survives reloads, as in
 /// 3proxy. Keys are BLAKE2b digests of the chosen fields, so no password
-/// is kept in memory; a lookup is one hash-map probe.
+/// is kept in memory; a lookup is one hash-map probe, an insertion
+/// O(log n) amortized (expired entries leave through an ordered queue,
+/// each once).
 #[derive(Debug, Default)]
 pub struct AuthCache {
-    map: std::sync::RwLock<HashMap<[u8; 32], Cached>>,
+    table: std::sync::RwLock<Table>,
 }
 
 /// Whether any service uses `auth cache`/`cacheacl`; entries are only made
@@ -333,57 +382,88 @@ impl AuthCache {
             put(8, &q.op.to_le_bytes());
         }
         if k & CacheConf::SRVADDR != 0 {
-            put(9, &q.local.map(|a| ip_bytes(a.ip())).unwrap_or_default());
+            put(9, &q.srv.map(|a| ip_bytes(a.ip())).unwrap_or_default());
         }
         if k & CacheConf::SRVPORT != 0 {
-            put(10, &q.local.map_or(0, |a| a.port()).to_le_bytes());
+            put(10, &q.srv.map_or(0, |a| a.port()).to_le_bytes());
         }
         let mut out = [0u8; 32];
         h.finalize_variable(&mut out).ok()?;
         Some(out)
     }
 
-    /// 3proxy's `cacheauth`: Ok(Some(name)) when the hit supplies the user
-    /// name (a type without `user`), Ok(None) for a plain hit; Err 4 on a
-    /// miss, 10 when `limit` finds the user at another address.
-    pub fn lookup(&self, conf: &CacheConf, q: &CacheQuery<'_>) -> Result<Option<String>, Res> {
+    /// 3proxy's `cacheauth`: the hit (see [`Hit`]); Err 4 on a miss, 10
+    /// when `ip,limit` finds the entry made from another address.
+    pub fn lookup(&self, conf: &CacheConf, q: &CacheQuery<'_>) -> Result<Hit, Res> {
         if conf.kind & CacheConf::IP != 0 && q.client.is_none() {
             return Err(Res(4));
         }
         let key = Self::key(conf, q).ok_or(Res(4))?;
-        let map = self.map.read().unwrap_or_else(|e| e.into_inner());
-        let hit = map.get(&key).filter(|c| c.expires > q.now).ok_or(Res(4))?;
+        let table = self.table.read().unwrap_or_else(|e| e.into_inner());
+        let hit = table
+            .map
+            .get(&key)
+            .filter(|c| c.expires > q.now)
+            .ok_or(Res(4))?;
         let limit = CacheConf::IP | CacheConf::LIMIT;
         if conf.kind & limit == limit
             && hit.client.map(|a| a.to_canonical()) != q.client.map(|a| a.to_canonical())
         {
             return Err(Res(10));
         }
-        if conf.kind & CacheConf::USER == 0 && !hit.user.is_empty() {
-            return Ok(Some(hit.user.clone()));
-        }
-        Ok(None)
+        Ok(Hit {
+            user: (conf.kind & CacheConf::USER == 0 && !hit.user.is_empty())
+                .then(|| hit.user.clone()),
+            route: if conf.kind & CacheConf::EXT != 0 {
+                hit.route.clone()
+            } else {
+                None
+            },
+        })
     }
 
-    /// Remember a successful authentication of `q.user`.
-    pub fn insert(&self, conf: &CacheConf, q: &CacheQuery<'_>) {
+    /// Remember a successful authentication of `q.user`, made with the
+    /// outgoing source address `source` (an `extip` choice) if any. A
+    /// cache full of live entries takes no more.
+    pub fn insert(&self, conf: &CacheConf, q: &CacheQuery<'_>, source: Option<std::net::IpAddr>) {
         let Some(user) = q.user else { return };
         let Some(key) = Self::key(conf, q) else {
             return;
         };
-        let mut map = self.map.write().unwrap_or_else(|e| e.into_inner());
-        if map.len() >= conf.size && !map.contains_key(&key) {
-            map.retain(|_, c| c.expires > q.now);
-            if map.len() >= conf.size {
-                return;
+        let mut guard = self.table.write().unwrap_or_else(|e| e.into_inner());
+        let t = &mut *guard;
+        // Expired entries leave first: each is removed once, so this costs
+        // O(log n) per insertion on average.
+        while let Some(e) = t.queue.first_entry() {
+            if e.key().0 > q.now {
+                break;
             }
+            let gone = e.remove();
+            t.map.remove(&gone);
         }
+        match t.map.get(&key) {
+            Some(old) => {
+                t.queue.remove(&(old.expires, old.seq));
+            }
+            None if t.map.len() >= conf.size => return,
+            None => {}
+        }
+        t.seq += 1;
         let entry = Cached {
             user: user.to_string(),
             client: q.client,
+            route: source.map(crate::parent::from_source),
             expires: q.now.saturating_add(conf.secs),
+            seq: t.seq,
         };
-        map.insert(key, entry);
+        t.queue.insert((entry.expires, entry.seq), key);
+        t.map.insert(key, entry);
+    }
+
+    #[cfg(test)]
+    fn len(&self) -> (usize, usize) {
+        let t = self.table.read().unwrap();
+        (t.map.len(), t.queue.len())
     }
 }
 
@@ -477,9 +557,15 @@ mod tests {
     #[test]
     fn users_line_forms() {
         let u = users(
-            "a:pa b:CL:pb c:CR:$1$saltsalt$qjXMvbEw8oaL.CzflDtaK/ noColon d:XX:skipped e: f:a:b",
+            "a:pa b:CL:pb c:CR:$1$saltsalt$qjXMvbEw8oaL.CzflDtaK/ noColon d:XX:skipped e: f:a:b \
+             g:xy:pw h:C1:pw i:cl:pw j::x:pw",
         );
         assert_eq!(u.len(), 5);
+        // Two characters and a colon are a type; only CL, CR and NT are
+        // known (3proxy skips the rest, lowercase too).
+        for skipped in ["g", "h", "i", "j"] {
+            assert!(u.get(skipped).is_none(), "{skipped}");
+        }
         assert!(u.check(Some("a"), Some("pa")).is_ok());
         assert!(u.check(Some("b"), Some("pb")).is_ok());
         assert!(u.check(Some("c"), Some("password")).is_ok());
@@ -500,6 +586,20 @@ mod tests {
         assert_eq!(u.check(Some("a"), Some("pa ")), Err(Res(6)));
         assert_eq!(u.check(Some("c"), Some("passwor")), Err(Res(7)));
         assert_eq!(u.check(Some("x"), Some("plain")), Err(Res(7)));
+    }
+
+    #[test]
+    fn unknown_users_are_checked_against_the_costliest_entry() {
+        let kind = |line: &str| users(line).decoy.map(|d| format!("{d:?}"));
+        assert_eq!(kind(""), None);
+        assert_eq!(kind("a:pa").as_deref(), Some("CL:***"));
+        let nt = "n:NT:8846F7EAEE8FB117AD06BDD830B7586C";
+        assert_eq!(kind(&format!("a:pa {nt} b:pb")).as_deref(), Some("NT:***"));
+        let cr = "c:CR:$1$saltsalt$qjXMvbEw8oaL.CzflDtaK/";
+        assert_eq!(kind(&format!("a:pa {cr} {nt}")).as_deref(), Some("CR:***"));
+        // The password of the decoy's own user does not let a stranger in.
+        let u = users(&format!("a:pa {cr}"));
+        assert_eq!(u.check(Some("zz"), Some("password")), Err(Res(5)));
     }
 
     #[test]
@@ -550,7 +650,9 @@ mod tests {
         assert_eq!(parse("nothing").unwrap().kind, 6);
         let all = "ip,user,limit,acl,ext,dstaddr,dstport,dsthost,dstoper,srvaddr,srvport";
         assert_eq!(parse(all).unwrap().kind, 0xffb);
-        assert!(parse("limit,user").is_err());
+        // `limit` goes with anything, as in 3proxy.
+        assert_eq!(parse("limit,user").unwrap().kind, 10);
+        assert_eq!(parse("limit").unwrap().kind, 8);
         assert!(parse("ip 1x").is_err());
     }
 
@@ -564,22 +666,27 @@ mod tests {
         }
     }
 
+    fn conf(kind: u32, secs: u64, size: usize) -> CacheConf {
+        CacheConf { kind, secs, size }
+    }
+
+    /// A plain hit: no user name given back, no route.
+    fn plain() -> Result<Hit, Res> {
+        Ok(Hit::default())
+    }
+
     #[test]
     fn authcache_user_password_and_expiry() {
         let c = AuthCache::default();
-        let conf = CacheConf {
-            kind: CacheConf::USER | CacheConf::PASS,
-            secs: 60,
-            size: 10,
-        };
+        let conf = conf(CacheConf::USER | CacheConf::PASS, 60, 10);
         assert_eq!(
             c.lookup(&conf, &cq(Some("a"), Some("pw"), "10.0.0.1", 100)),
             Err(Res(4))
         );
-        c.insert(&conf, &cq(Some("a"), Some("pw"), "10.0.0.1", 100));
+        c.insert(&conf, &cq(Some("a"), Some("pw"), "10.0.0.1", 100), None);
         assert_eq!(
             c.lookup(&conf, &cq(Some("a"), Some("pw"), "10.0.0.9", 159)),
-            Ok(None)
+            plain()
         );
         assert_eq!(
             c.lookup(&conf, &cq(Some("a"), Some("bad"), "10.0.0.1", 101)),
@@ -599,15 +706,13 @@ mod tests {
     #[test]
     fn authcache_by_ip_supplies_the_user() {
         let c = AuthCache::default();
-        let conf = CacheConf {
-            kind: CacheConf::IP,
-            secs: 60,
-            size: 10,
-        };
-        c.insert(&conf, &cq(Some("alice"), Some("pw"), "10.0.0.1", 0));
+        let conf = conf(CacheConf::IP, 60, 10);
+        c.insert(&conf, &cq(Some("alice"), Some("pw"), "10.0.0.1", 0), None);
         assert_eq!(
-            c.lookup(&conf, &cq(None, None, "10.0.0.1", 1)),
-            Ok(Some("alice".into()))
+            c.lookup(&conf, &cq(None, None, "10.0.0.1", 1))
+                .unwrap()
+                .user,
+            Some("alice".into())
         );
         assert_eq!(c.lookup(&conf, &cq(None, None, "10.0.0.2", 1)), Err(Res(4)));
     }
@@ -615,32 +720,189 @@ mod tests {
     #[test]
     fn authcache_limit_pins_a_user_to_one_address() {
         let c = AuthCache::default();
-        let conf = CacheConf {
-            kind: CacheConf::IP | CacheConf::USER | CacheConf::LIMIT,
-            secs: 60,
-            size: 10,
-        };
-        c.insert(&conf, &cq(Some("a"), None, "10.0.0.1", 0));
+        let conf = conf(CacheConf::IP | CacheConf::USER | CacheConf::LIMIT, 60, 10);
+        c.insert(&conf, &cq(Some("a"), None, "10.0.0.1", 0), None);
         assert_eq!(
             c.lookup(&conf, &cq(Some("a"), None, "10.0.0.1", 1)),
-            Ok(None)
+            plain()
         );
         assert_eq!(
             c.lookup(&conf, &cq(Some("a"), None, "10.0.0.2", 1)),
             Err(Res(10))
+        );
+        // Another user is just a miss.
+        assert_eq!(
+            c.lookup(&conf, &cq(Some("b"), None, "10.0.0.2", 1)),
+            Err(Res(4))
+        );
+    }
+
+    #[test]
+    fn authcache_limit_in_any_combination() {
+        // `ip,password,limit`: a password serves one address at a time.
+        let c = AuthCache::default();
+        let k = CacheConf::IP | CacheConf::PASS | CacheConf::LIMIT;
+        let parsed = CacheConf::parse(&["ip,password,limit".to_string()]).unwrap();
+        assert_eq!(parsed.kind, k);
+        let conf = conf(k, 60, 10);
+        c.insert(&conf, &cq(Some("a"), Some("pw"), "10.0.0.1", 0), None);
+        assert_eq!(
+            c.lookup(&conf, &cq(None, Some("pw"), "10.0.0.1", 1))
+                .unwrap()
+                .user,
+            Some("a".into())
+        );
+        assert_eq!(
+            c.lookup(&conf, &cq(None, Some("pw"), "10.0.0.2", 1)),
+            Err(Res(10))
+        );
+        // `user,limit` without `ip`: `limit` does nothing, any address hits.
+        let c = AuthCache::default();
+        let k = CacheConf::USER | CacheConf::LIMIT;
+        assert_eq!(
+            CacheConf::parse(&["user,limit".to_string()]).unwrap().kind,
+            k
+        );
+        let conf = self::conf(k, 60, 10);
+        c.insert(&conf, &cq(Some("a"), None, "10.0.0.1", 0), None);
+        assert_eq!(
+            c.lookup(&conf, &cq(Some("a"), None, "10.0.0.2", 1)),
+            plain()
+        );
+        // `ip,limit` alone: the key is empty, one entry for everybody,
+        // owned by the last address that authenticated.
+        let c = AuthCache::default();
+        let conf = self::conf(CacheConf::IP | CacheConf::LIMIT, 60, 10);
+        c.insert(&conf, &cq(Some("a"), None, "10.0.0.1", 0), None);
+        c.insert(&conf, &cq(Some("b"), None, "10.0.0.2", 0), None);
+        assert_eq!(
+            c.lookup(&conf, &cq(None, None, "10.0.0.2", 1))
+                .unwrap()
+                .user,
+            Some("b".into())
+        );
+        assert_eq!(
+            c.lookup(&conf, &cq(None, None, "10.0.0.1", 1)),
+            Err(Res(10))
+        );
+    }
+
+    #[test]
+    fn authcache_key_fields_separate_entries() {
+        let base = CacheQuery {
+            user: Some("u"),
+            client: Some("10.0.0.1".parse().unwrap()),
+            acl: 7,
+            dst: Some("192.0.2.1".parse().unwrap()),
+            port: 80,
+            host: Some("example.org"),
+            op: 0x100,
+            srv: Some("127.0.0.1:3128".parse().unwrap()),
+            now: 1,
+            ..CacheQuery::default()
+        };
+        // Each field, with the request that differs from `base` in it.
+        let cases: [(u32, CacheQuery<'_>); 7] = [
+            (CacheConf::ACL, CacheQuery { acl: 8, ..base }),
+            (
+                CacheConf::DSTADDR,
+                CacheQuery {
+                    dst: Some("192.0.2.2".parse().unwrap()),
+                    ..base
+                },
+            ),
+            (CacheConf::DSTPORT, CacheQuery { port: 443, ..base }),
+            (
+                CacheConf::DSTHOST,
+                CacheQuery {
+                    host: Some("example.com"),
+                    ..base
+                },
+            ),
+            (CacheConf::DSTOPER, CacheQuery { op: 0x200, ..base }),
+            (
+                CacheConf::SRVADDR,
+                CacheQuery {
+                    srv: Some("127.0.0.2:3128".parse().unwrap()),
+                    ..base
+                },
+            ),
+            (
+                CacheConf::SRVPORT,
+                CacheQuery {
+                    srv: Some("127.0.0.1:8080".parse().unwrap()),
+                    ..base
+                },
+            ),
+        ];
+        for (i, (bit, other)) in cases.iter().enumerate() {
+            let c = AuthCache::default();
+            let conf = conf(CacheConf::IP | bit, 60, 10);
+            c.insert(&conf, &base, None);
+            assert_eq!(
+                c.lookup(&conf, &base).unwrap().user,
+                Some("u".into()),
+                "{bit:#x}"
+            );
+            assert_eq!(
+                c.lookup(&conf, other),
+                Err(Res(4)),
+                "{bit:#x} tells them apart"
+            );
+            // A field the type leaves out does not count.
+            for (j, (_, unrelated)) in cases.iter().enumerate() {
+                if j != i {
+                    assert!(
+                        c.lookup(&conf, unrelated).is_ok(),
+                        "{bit:#x} ignores case {j}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn authcache_ext_gives_back_the_source() {
+        let c = AuthCache::default();
+        let src: std::net::IpAddr = "2001:db8::1234".parse().unwrap();
+        let with_ext = conf(CacheConf::IP | CacheConf::EXT, 60, 10);
+        c.insert(&with_ext, &cq(Some("a"), None, "10.0.0.1", 0), Some(src));
+        let route = c
+            .lookup(&with_ext, &cq(None, None, "10.0.0.1", 1))
+            .unwrap()
+            .route
+            .expect("a route");
+        assert_eq!(route.len(), 1);
+        assert_eq!(route[0].kind, crate::parent::Kind::ExtIp);
+        assert_eq!(route[0].addr.ip(), src);
+        // The same route each time (a kept HTTP connection compares it).
+        let again = c.lookup(&with_ext, &cq(None, None, "10.0.0.1", 2)).unwrap();
+        assert!(std::sync::Arc::ptr_eq(&route, &again.route.unwrap()));
+        // Without `ext` in the type nothing is given back; an entry made
+        // without a source gives none.
+        let no_ext = conf(CacheConf::IP, 60, 10);
+        c.insert(&no_ext, &cq(Some("a"), None, "10.0.0.2", 0), Some(src));
+        assert_eq!(
+            c.lookup(&no_ext, &cq(None, None, "10.0.0.2", 1))
+                .unwrap()
+                .route,
+            None
+        );
+        c.insert(&with_ext, &cq(Some("b"), None, "10.0.0.3", 0), None);
+        assert_eq!(
+            c.lookup(&with_ext, &cq(None, None, "10.0.0.3", 1))
+                .unwrap()
+                .route,
+            None
         );
     }
 
     #[test]
     fn authcache_size_is_bounded() {
         let c = AuthCache::default();
-        let conf = CacheConf {
-            kind: CacheConf::USER,
-            secs: 10,
-            size: 2,
-        };
+        let conf = conf(CacheConf::USER, 10, 2);
         for u in ["a", "b", "c"] {
-            c.insert(&conf, &cq(Some(u), None, "10.0.0.1", 0));
+            c.insert(&conf, &cq(Some(u), None, "10.0.0.1", 0), None);
         }
         assert_eq!(
             c.lookup(&conf, &cq(Some("c"), None, "10.0.0.1", 1)),
@@ -648,11 +910,44 @@ mod tests {
             "full"
         );
         // Once the old ones expire they make room.
-        c.insert(&conf, &cq(Some("c"), None, "10.0.0.1", 20));
+        c.insert(&conf, &cq(Some("c"), None, "10.0.0.1", 20), None);
         assert_eq!(
             c.lookup(&conf, &cq(Some("c"), None, "10.0.0.1", 21)),
-            Ok(None)
+            plain()
         );
+    }
+
+    #[test]
+    fn authcache_expired_entries_leave_and_renewals_move() {
+        let c = AuthCache::default();
+        let short = conf(CacheConf::USER, 10, 1000);
+        let long = conf(CacheConf::USER, 100, 1000);
+        let names: Vec<String> = (0..200).map(|i| format!("u{i}")).collect();
+        for (i, n) in names.iter().enumerate() {
+            let conf = if i % 2 == 0 { &short } else { &long };
+            c.insert(conf, &cq(Some(n), None, "10.0.0.1", 0), None);
+        }
+        assert_eq!(c.len(), (200, 200));
+        // Renewing an entry moves it in the queue, not a second copy.
+        c.insert(&long, &cq(Some("u0"), None, "10.0.0.1", 5), None);
+        assert_eq!(c.len(), (200, 200));
+        // At 10 the 99 short ones left are gone, u0 (renewed) stays.
+        c.insert(&long, &cq(Some("new"), None, "10.0.0.1", 10), None);
+        assert_eq!(c.len(), (102, 102));
+        assert_eq!(
+            c.lookup(&long, &cq(Some("u0"), None, "10.0.0.1", 11)),
+            plain()
+        );
+        assert_eq!(
+            c.lookup(&long, &cq(Some("u2"), None, "10.0.0.1", 11)),
+            Err(Res(4))
+        );
+        assert_eq!(
+            c.lookup(&long, &cq(Some("u1"), None, "10.0.0.1", 11)),
+            plain()
+        );
+        c.insert(&long, &cq(Some("last"), None, "10.0.0.1", 200), None);
+        assert_eq!(c.len(), (1, 1));
     }
 
     #[test]

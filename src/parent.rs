@@ -622,6 +622,61 @@ fn extip(h: &Hop, want: &Want<'_>, rand: &mut impl FnMut() -> u32) -> IpAddr {
     }
 }
 
+/// A chain of one `extip` hop that makes the outgoing connection from
+/// `ip` (the source address `authcache ext` gives back).
+pub fn from_source(ip: IpAddr) -> Parents {
+    Arc::from([Hop {
+        weight: 1000,
+        kind: Kind::ExtIp,
+        host: ip.to_string(),
+        addr: SocketAddr::new(ip, 0),
+        prefix: None,
+        user: None,
+        password: None,
+    }])
+}
+
+/// For `authcache ext`: draw the hops of an attempt now, with the source
+/// address its `extip` hops give (3proxy draws while it checks the ACL
+/// and caches what the draw set). Returns that source (None when the draw
+/// set none) and a chain that takes exactly the drawn hops from it, so the
+/// session uses the address that is cached.
+pub fn settle(parents: &[Hop], client: Option<SocketAddr>) -> (Option<IpAddr>, Parents) {
+    let want = Want {
+        client,
+        ..Want::default()
+    };
+    let mut source = None;
+    let mut rest: Vec<Hop> = Vec::new();
+    for h in pick(parents, &mut random) {
+        match h.kind {
+            // Only an `extip` before the first hop counts (see `attempt`).
+            Kind::ExtIp => {
+                if rest.iter().all(|r| r.kind == Kind::Ha) {
+                    source = Some(extip(h, &want, &mut random));
+                }
+            }
+            _ => rest.push(Hop {
+                weight: 1000,
+                ..h.clone()
+            }),
+        }
+    }
+    let chain = match source {
+        Some(ip) => from_source(ip).iter().cloned().chain(rest).collect(),
+        None => Arc::from(rest),
+    };
+    (source, chain)
+}
+
+/// `route` (see [`from_source`]) followed by `parents`.
+pub fn prepend(route: &Parents, parents: &[Hop]) -> Parents {
+    if parents.is_empty() {
+        return route.clone();
+    }
+    route.iter().chain(parents).cloned().collect()
+}
+
 /// `base` with the bits after the first `len` replaced by `r`'s.
 pub fn random_in_prefix(base: Ipv6Addr, len: u8, r: u128) -> Ipv6Addr {
     let host_mask = if len >= 128 { 0 } else { u128::MAX >> len };

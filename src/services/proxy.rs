@@ -116,6 +116,9 @@ struct Session {
     /// `force`: what a tunnel (CONNECT, Upgrade) was authorized for, to
     /// check again after a reload.
     recheck: Option<Recheck>,
+    /// The connection's ACL weight: each request's check starts from the
+    /// one before it (3proxy's `param->weight`).
+    weight: u32,
     /// The request head in absolute form, for an `http` parent.
     abs_out: Vec<u8>,
     /// Hops a SOCKS local redirection took before this handler (`%h`).
@@ -235,6 +238,7 @@ impl Session {
             grant: None,
             shaped: (0, 0),
             recheck: None,
+            weight: 0,
             abs_out: Vec::new(),
             base_hops: c.hops,
             cli_rto: None,
@@ -470,15 +474,16 @@ impl Session {
             user: req.user.as_deref(),
             password: req.password.as_deref(),
         };
-        match access::authorize(&self.svc, &ask) {
+        match access::authorize_at(&self.svc, &ask, self.weight) {
             Ok(grant) => {
                 if grant.user.is_some() {
                     c.user.clone_from(&grant.user);
                 }
-                self.grant = Some(grant);
+                self.weight = grant.weight;
                 if req.connect || req.upgrade {
-                    self.recheck = Some(Recheck::new(&self.svc, &ask));
+                    self.recheck = Some(Recheck::new(&self.svc, &ask).at_weight(grant.weight));
                 }
+                self.grant = Some(grant);
                 Ok(())
             }
             Err(res) => {

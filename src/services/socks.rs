@@ -412,6 +412,7 @@ fn authorize(
     ask: &Ask,
     op: Op,
     dest: Option<(&Dest, SocketAddr)>,
+    weight: u32,
 ) -> Result<Grant, Res> {
     let req = Request {
         op: Some(op),
@@ -426,7 +427,7 @@ fn authorize(
         user: ask.user.as_deref(),
         password: ask.password.as_deref(),
     };
-    access::authorize(c.svc(), &req)
+    access::authorize_at(c.svc(), &req, weight)
 }
 
 /// What to check again after a reload (`force`) for a CONNECT or BIND.
@@ -467,7 +468,7 @@ fn connect(c: &mut Client, ask: &Ask) -> Result<(), Res> {
         // 0.0.0.0 would reach this host on Linux: never a destination.
         return Err(Res(431));
     }
-    let grant = authorize(c, ask, Op::Connect, Some((&ask.dest, dst)))?;
+    let grant = authorize(c, ask, Op::Connect, Some((&ask.dest, dst)), 0)?;
     keep(c, &grant);
     if crate::net::Addr::Ip(dst) == svc.listen || Some(dst) == c.local_addr {
         return Err(Res::LOOP);
@@ -509,7 +510,7 @@ fn connect(c: &mut Client, ask: &Ask) -> Result<(), Res> {
     c.ext_addr = srv.local_addr();
     let bnd = nat(svc.opts.nat_ext, c.ext_addr);
     reply(c, ask.ver, Res::OK, bnd);
-    let again = recheck(c, ask, Op::Connect, (&ask.dest, dst));
+    let again = recheck(c, ask, Op::Connect, (&ask.dest, dst)).at_weight(grant.weight);
     run_relay(
         c,
         srv,
@@ -586,7 +587,7 @@ fn bind(c: &mut Client, ask: &Ask) -> Result<(), Res> {
     // unspecified address (or port) accepts anyone.
     let want = resolve_dest(c, &ask.dest)?;
     c.req_addr = Some(want);
-    let grant = authorize(c, ask, Op::Bind, Some((&ask.dest, want)))?;
+    let grant = authorize(c, ask, Op::Bind, Some((&ask.dest, want)), 0)?;
     keep(c, &grant);
     // Listen on our external address if one is set, else on the address
     // the client reached us on, any port; and report the address really
@@ -608,7 +609,7 @@ fn bind(c: &mut Client, ask: &Ask) -> Result<(), Res> {
     match accept_peer(c, &l, want) {
         Ok(srv) => {
             reply(c, ask.ver, Res::OK, srv.peer_addr());
-            let again = recheck(c, ask, Op::Bind, (&ask.dest, want));
+            let again = recheck(c, ask, Op::Bind, (&ask.dest, want)).at_weight(grant.weight);
             run_relay(
                 c,
                 srv,
@@ -686,7 +687,7 @@ fn udp_associate(c: &mut Client, ask: &Ask) -> Result<(), Res> {
     let svc = c.svc().clone();
     // Authorize the association itself (no destination yet): 3proxy's
     // preauth; the destinations are checked as the datagrams name them.
-    let grant = authorize(c, ask, Op::UdpAssoc, None)?;
+    let grant = authorize(c, ask, Op::UdpAssoc, None, 0)?;
     keep(c, &grant);
     // Parents: the association is made with the chain's last hop (a
     // socks5 parent), whose relay then carries the datagrams.
@@ -731,6 +732,7 @@ fn udp_associate(c: &mut Client, ask: &Ask) -> Result<(), Res> {
         client_port,
         mode: svc.opts.udp_mode.unwrap_or(UDP_LOG | UDP_AUTH),
         nolog: grant.nolog,
+        weight: grant.weight,
         last: None,
         up: up.map(|u| {
             c.hops = u.hops;
@@ -752,6 +754,8 @@ struct Udp {
     mode: u32,
     /// `nolog` on the association's ACL entry: no per-destination records.
     nolog: bool,
+    /// The association's ACL weight, carried from check to check.
+    weight: u32,
     /// The current destination, where it resolved to, and whether it was
     /// allowed.
     last: Option<(Dest, SocketAddr, bool)>,
@@ -887,7 +891,10 @@ impl Udp {
         let addr = resolve_dest(c, &dest);
         let ok = match addr {
             Ok(a) if first || self.mode & UDP_AUTH != 0 => {
-                authorize(c, ask, Op::UdpAssoc, Some((&dest, a))).map(|_| a)
+                authorize(c, ask, Op::UdpAssoc, Some((&dest, a)), self.weight).map(|g| {
+                    self.weight = g.weight;
+                    a
+                })
             }
             other => other,
         };

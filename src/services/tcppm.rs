@@ -110,7 +110,8 @@ fn authorize(
     if grant.user.is_some() {
         c.user.clone_from(&grant.user);
     }
-    Ok(((dst, grant), Recheck::new(&svc, &req)))
+    let again = Recheck::new(&svc, &req).at_weight(grant.weight);
+    Ok(((dst, grant), again))
 }
 
 /// Connect to an IP destination, through the grant's parents if it has
