@@ -611,6 +611,13 @@ impl Session {
             || self.budget_out.is_some()
     }
 
+    /// Whether direction `out` (client to server) has a bandwidth limit or
+    /// a traffic quota; if not, its traffic need not be charged.
+    pub fn shapes_dir(&self, out: bool) -> bool {
+        let (buckets, budget, _) = self.dir(out);
+        !buckets.is_empty() || budget.is_some()
+    }
+
     /// May the relay read in direction `out` (client to server) now?
     pub fn permit(&self, out: bool, now: Instant) -> Permit {
         let (buckets, budget, moved) = self.dir(out);

@@ -1,7 +1,11 @@
 //! udppm, the UDP port mapper: datagrams both ways, clients kept apart,
-//! `-s` single-packet sessions, and the association's idle end.
+//! `-s` single-packet sessions, the association's idle end, and the access
+//! layer on associations: bandwidth limits, connlim, traffic quotas with
+//! their counter file, `nolog`, and `force` after a reload.
 
 use std::net::{SocketAddr, UdpSocket};
+use std::path::Path;
+use std::time::{Duration, Instant};
 
 use crate::util::*;
 
@@ -161,4 +165,258 @@ fn survives_an_unreachable_destination() {
     client.send_to(b"nobody home", localhost(port)).unwrap();
     roundtrip(&client, localhost(port2), b"still serving");
     assert!(proxy.is_running(), "3proxy died after ICMP unreachable");
+}
+
+/// A UDP client on `ip` (127.0.0.2 for rules that must not match the
+/// tests' other clients) with the test timeouts.
+fn udp_client_on(ip: &str) -> UdpSocket {
+    let s = UdpSocket::bind((ip, 0)).expect("bind udp client");
+    s.set_read_timeout(Some(IO_TIMEOUT)).unwrap();
+    s
+}
+
+/// `L%N %E %C:%c %O %I`: service, code, client, bytes each way.
+const ASSOC_FMT: &str = "logformat \"L%N %E %C:%c %O %I\"\n";
+
+/// The record of an association of `client`.
+fn record(client: &UdpSocket, code: u32, out: u64, inb: u64) -> String {
+    let c = client.local_addr().unwrap();
+    format!("UDPPM {code:05} {}:{} {out} {inb}", c.ip(), c.port())
+}
+
+/// The bit rate of echoes through a udppm limited by `limit` (a
+/// `bandlimin` or `bandlimout` line) over about three seconds, with eight
+/// datagrams of 1000 bytes in flight: each echo sends the next one, so the
+/// limited direction always has datagrams waiting.
+fn echo_rate(name: &str, limit: &str) -> f64 {
+    let dir = Dir::new(name);
+    let origin = UdpEcho::start();
+    let port = free_udp_port();
+    let cfg = format!("{limit}\n{}", udppm("", port, origin.port()));
+    let _proxy = Proxy::start(dir, &cfg, &[Listen::Udp(port)]);
+    let proxy = localhost(port);
+
+    let client = udp_client();
+    let msg = vec![0x3cu8; 1000];
+    for _ in 0..8 {
+        client.send_to(&msg, proxy).unwrap();
+    }
+    let mut buf = vec![0u8; 2048];
+    let (n, _) = client.recv_from(&mut buf).expect("the first echo");
+    assert_eq!(n, msg.len());
+    client.send_to(&msg, proxy).unwrap();
+    // Measured from the first echo, so the start of the association does
+    // not count.
+    let start = Instant::now();
+    let mut bytes = 0u64;
+    while start.elapsed() < Duration::from_secs(3) {
+        let (n, _) = client
+            .recv_from(&mut buf)
+            .expect("an echo (none within the timeout: datagrams were lost)");
+        bytes += n as u64;
+        client.send_to(&msg, proxy).unwrap();
+    }
+    bytes as f64 * 8.0 / start.elapsed().as_secs_f64()
+}
+
+fn assert_rate(rate: f64, want: f64) {
+    assert!(
+        (rate - want).abs() <= want * 0.15,
+        "{rate:.0} bit/s, want {want:.0} within 15%"
+    );
+}
+
+#[test]
+fn bandlimout_paces_what_clients_send() {
+    // Unlimited, the loopback echo runs at hundreds of Mbit/s.
+    assert_rate(
+        echo_rate("udppm_bandlimout", "bandlimout 400000 *"),
+        400_000.0,
+    );
+}
+
+#[test]
+fn bandlimin_paces_the_replies() {
+    assert_rate(
+        echo_rate("udppm_bandlimin", "bandlimin 400000 *"),
+        400_000.0,
+    );
+}
+
+#[test]
+fn connlim_refuses_the_third_association() {
+    let dir = Dir::new("udppm_connlim");
+    let log = dir.join("access.log");
+    let origin = UdpEcho::start();
+    let port = free_udp_port();
+    // STRING_LONG 2: associations end after two quiet seconds.
+    let cfg = format!(
+        "timeouts 1 5 30 2\nlog {}\n{ASSOC_FMT}connlim 2 0 * 127.0.0.2\n{}",
+        p(&log),
+        udppm("", port, origin.port())
+    );
+    let _proxy = Proxy::start(dir, &cfg, &[Listen::Udp(port)]);
+    let proxy = localhost(port);
+
+    let (a, b, c) = (
+        udp_client_on("127.0.0.2"),
+        udp_client_on("127.0.0.2"),
+        udp_client_on("127.0.0.2"),
+    );
+    roundtrip(&a, proxy, b"one");
+    roundtrip(&b, proxy, b"two");
+    c.send_to(b"three", proxy).unwrap();
+    expect_log_line(&log, &record(&c, 10, 0, 0));
+    assert_eq!(
+        origin.sources().len(),
+        2,
+        "the refused datagram must not reach the origin"
+    );
+    // Other sources are not limited.
+    roundtrip(&udp_client(), proxy, b"other");
+
+    // When the first two end, their slots are free again.
+    expect_log_line(&log, &record(&a, 92, 3, 3));
+    expect_log_line(&log, &record(&b, 92, 3, 3));
+    roundtrip(&c, proxy, b"three again");
+}
+
+/// Record `n`'s byte count in a counter file (3proxy's layout).
+fn counter_record(path: &Path, n: u64) -> Option<u64> {
+    let b = std::fs::read(path).ok()?;
+    let off = (16 + (n - 1) * 24) as usize;
+    let word: [u8; 8] = b.get(off..off + 8)?.try_into().ok()?;
+    Some(u64::from_ne_bytes(word))
+}
+
+#[test]
+fn countout_ends_an_association_past_its_quota() {
+    const SIZE: u64 = 60_000;
+    let dir = Dir::new("udppm_count");
+    let log = dir.join("access.log");
+    let counters = dir.join("3proxy.counters");
+    let origin = UdpEcho::start();
+    let port = free_udp_port();
+    // 1 MiB each way: 17 datagrams of 60000 bytes fit, the 18th passes it.
+    let cfg = format!(
+        "log {}\n{ASSOC_FMT}counter {}\ncountout 1 D 1 *\ncountin 2 D 1 *\n{}",
+        p(&log),
+        p(&counters),
+        udppm("", port, origin.port())
+    );
+    let _proxy = Proxy::start(dir, &cfg, &[Listen::Udp(port)]);
+    let proxy = localhost(port);
+
+    let client = udp_client();
+    let msg = vec![0x77u8; SIZE as usize];
+    for _ in 0..17 {
+        roundtrip(&client, proxy, &msg);
+    }
+    // The datagram that passes the quota is the last one sent on: the
+    // association ends with code 10 before its echo comes back.
+    client.send_to(&msg, proxy).unwrap();
+    expect_log_line(&log, &record(&client, 10, 18 * SIZE, 17 * SIZE));
+    // The quota is used up: the next datagram is refused when it would
+    // open a new association.
+    client.send_to(&msg, proxy).unwrap();
+    expect_log_line(&log, &record(&client, 10, 0, 0));
+    assert_eq!(
+        origin.sources().len(),
+        18,
+        "datagrams that reached the origin"
+    );
+    let both = || (counter_record(&counters, 1), counter_record(&counters, 2));
+    assert!(
+        wait_for(|| both() == (Some(18 * SIZE), Some(17 * SIZE)), LOG_TIMEOUT),
+        "counter records 1 and 2 (out, in): {:?}",
+        both()
+    );
+}
+
+#[test]
+fn nolog_associations_leave_no_record() {
+    let dir = Dir::new("udppm_nolog");
+    let log = dir.join("access.log");
+    let origin = UdpEcho::start();
+    let port = free_udp_port();
+    let cfg = format!(
+        "log {}\n{ASSOC_FMT}allow * 127.0.0.2\nnolog\nallow *\n{}",
+        p(&log),
+        udppm("-s", port, origin.port())
+    );
+    let mut proxy = Proxy::start(dir, &cfg, &[Listen::Udp(port)]);
+    let addr = localhost(port);
+
+    let quiet = udp_client_on("127.0.0.2");
+    roundtrip(&quiet, addr, b"not logged");
+    roundtrip(&quiet, addr, b"nor this");
+    let loud = udp_client();
+    roundtrip(&loud, addr, b"logged");
+    // With -s every association has ended with its reply; at exit the log
+    // holds all that will ever be written.
+    proxy.signal("TERM");
+    assert!(
+        proxy.wait_exit(START_TIMEOUT).is_some(),
+        "3proxy did not exit"
+    );
+    let lines = log_lines(&log);
+    assert!(
+        lines.contains(&record(&loud, 0, 6, 6)),
+        "no record of the logged client: {lines:?}"
+    );
+    assert!(
+        !lines.iter().any(|l| l.contains("127.0.0.2")),
+        "a nolog association was logged: {lines:?}"
+    );
+}
+
+#[test]
+fn force_stops_an_association_the_new_acl_denies() {
+    let dir = Dir::new("udppm_force");
+    let log = dir.join("access.log");
+    let origin = UdpEcho::start();
+    let port = free_udp_port();
+    let cfg = |acl: &str| {
+        format!(
+            "log {}\n{ASSOC_FMT}{acl}\n{}",
+            p(&log),
+            udppm("", port, origin.port())
+        )
+    };
+    let proxy = Proxy::start(dir, &cfg("allow *"), &[Listen::Udp(port)]);
+    let addr = localhost(port);
+
+    let client = udp_client();
+    roundtrip(&client, addr, b"before");
+    let assoc_src = origin.sources()[0];
+
+    proxy.dir.write("3proxy.cfg", cfg("deny *"));
+    proxy.signal("USR1");
+    // The reload has taken effect once another client is refused.
+    let probe = udp_client();
+    let refused = |l: &String| {
+        let p = probe.local_addr().unwrap();
+        l.starts_with(&format!("UDPPM 00001 {}:{} ", p.ip(), p.port()))
+    };
+    assert!(
+        wait_for(
+            || {
+                let _ = probe.send_to(b"probe", addr);
+                log_lines(&log).iter().any(refused)
+            },
+            START_TIMEOUT
+        ),
+        "the new ACL never took effect:\n{}",
+        log_lines(&log).join("\n")
+    );
+
+    // The association admitted before the reload is checked when its next
+    // datagram comes, and ends with the refusal's code.
+    client.send_to(b"after", addr).unwrap();
+    expect_log_line(&log, &record(&client, 1, 6, 6));
+    let via_old = origin.sources().iter().filter(|s| **s == assoc_src).count();
+    assert_eq!(
+        via_old, 1,
+        "the denied association relayed another datagram"
+    );
 }

@@ -2,20 +2,39 @@
 //!
 //! The service thread receives every datagram on the listening socket. The
 //! first datagram from a client address opens an association: a socket
-//! connected to the destination, and a thread that waits for the
-//! destination's replies and sends them back to that client. Later
-//! datagrams from the same client are forwarded by the service thread
-//! directly. An association ends after STRING_LONG seconds without
-//! traffic, or, with `-s`, after the first reply (one request, one answer,
-//! as DNS does), and is then logged like a TCP session.
+//! connected to the destination, and a thread that passes the
+//! destination's replies back to that client. Later datagrams from the
+//! same client are sent on by the service thread itself, unless they have
+//! to wait: when the association limits what the client sends
+//! (`bandlimout`, `countout`, `countall`), or a reload is to be checked
+//! first (`force`), the service thread hands them to the association's
+//! thread through a local datagram socket pair (the association's queue)
+//! and goes on with other clients. The association's thread sends them
+//! when the limit allows, waiting in poll() with a timeout; replies held
+//! back by `bandlimin` wait in the outgoing socket's receive buffer.
+//!
+//! An association ends after STRING_LONG seconds without a reply, with
+//! `-s` after the first reply (one request, one answer, as DNS does), with
+//! code 10 once it has used up a traffic quota, or with the refusal's code
+//! when a reload's ACL no longer allows it; it is then logged like a TCP
+//! session.
 
 use std::collections::HashMap;
+use std::io::ErrorKind;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::os::fd::{AsFd, AsRawFd};
+use std::os::unix::net::UnixDatagram;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
+use nix::errno::Errno;
+use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+use nix::sys::socket::{recv, MsgFlags};
+
+use crate::access::{self, Op, Recheck, Request};
 use crate::conf::Timeouts;
+use crate::limit::{Permit, Session as Limits};
 use crate::logformat::LogRecord;
 use crate::net::{resolve, Target};
 use crate::res::Res;
@@ -24,11 +43,48 @@ use crate::services::Service;
 /// Largest datagram relayed.
 const DGRAM_MAX: usize = 65536;
 
+/// Most datagrams an association's thread moves one way before it looks
+/// at the other way.
+const BATCH: usize = 64;
+
 struct Assoc {
     /// Connected to the destination.
     sock: UdpSocket,
+    /// The service thread's end of the queue to the association's thread;
+    /// non-blocking: when the queue is full a datagram is dropped, as a
+    /// full socket buffer would drop it.
+    queue: UnixDatagram,
+    /// Datagrams handed to the queue and not yet taken from it.
+    queued: AtomicUsize,
+    /// What the client sends has a bandwidth limit or a quota: all of it
+    /// goes through the queue.
+    shaped: bool,
+    /// The reload generation the association was last checked against.
+    checked: AtomicU64,
     /// Client to server bytes (%O).
     out: AtomicU64,
+}
+
+impl Assoc {
+    /// Send a client datagram to the destination, or queue it for the
+    /// association's thread. Err if sending it failed.
+    fn forward(&self, d: &[u8]) -> Result<(), ()> {
+        if !self.shaped
+            && self.queued.load(Ordering::Acquire) == 0
+            && self.checked.load(Ordering::Acquire) == crate::running::generation()
+        {
+            self.sock.send(d).map_err(|_| ())?;
+            self.out.fetch_add(d.len() as u64, Ordering::Relaxed);
+            return Ok(());
+        }
+        // Counted before it is sent, so the count is never short of what
+        // the queue holds.
+        self.queued.fetch_add(1, Ordering::AcqRel);
+        if self.queue.send(d).is_err() {
+            self.queued.fetch_sub(1, Ordering::AcqRel);
+        }
+        Ok(())
+    }
 }
 
 type Table = Arc<Mutex<HashMap<SocketAddr, Arc<Assoc>>>>;
@@ -49,14 +105,7 @@ pub fn run(r: Arc<crate::running::Running>, listen: UdpSocket) {
     while !r.stopped() {
         let (n, from) = match listen.recv_from(&mut buf) {
             Ok(x) => x,
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-                ) =>
-            {
-                continue
-            }
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => continue,
             Err(e) => {
                 if !r.stopped() {
                     log::warn!("udppm: recvfrom(): {e}");
@@ -65,18 +114,16 @@ pub fn run(r: Arc<crate::running::Running>, listen: UdpSocket) {
                 continue;
             }
         };
-        let svc = r.current();
         let known = table
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .get(&from)
             .cloned();
         if let Some(a) = known {
-            if a.sock.send(&buf[..n]).is_ok() {
-                a.out.fetch_add(n as u64, Ordering::Relaxed);
-            }
+            let _ = a.forward(&buf[..n]);
             continue;
         }
+        let svc = r.current();
         {
             let mut live = svc.live.lock().unwrap_or_else(|e| e.into_inner());
             if *live >= svc.maxconn {
@@ -107,11 +154,15 @@ fn open(
     first: &[u8],
 ) {
     let start = SystemTime::now();
+    // Read before the check, so that a reload during it is checked again.
+    let generation = crate::running::generation();
     let mut rec = Session {
         svc: svc.clone(),
         from,
         start,
         res: Res::OK,
+        user: None,
+        nolog: false,
         remote: None,
         ext: None,
         out: 0,
@@ -129,8 +180,8 @@ fn open(
             return;
         }
     };
-    let req = crate::access::Request {
-        op: Some(crate::access::Op::UdpAssoc),
+    let req = Request {
+        op: Some(Op::UdpAssoc),
         client: Some(from),
         local: match svc.listen {
             crate::net::Addr::Ip(a) => Some(a),
@@ -146,13 +197,18 @@ fn open(
         password: None,
     };
     // A refused datagram is dropped; its record carries the code.
-    let grant = match crate::access::authorize(svc, &req) {
+    let grant = match access::authorize(svc, &req) {
         Ok(g) => g,
         Err(res) => {
             rec.res = res;
             return;
         }
     };
+    // `nolog`: the association ends without a record.
+    rec.nolog = grant.nolog;
+    rec.user = grant.user;
+    let limits = grant.limits;
+    let recheck = Recheck::new(svc, &req);
     let sock = match connect(svc, dst) {
         Ok(s) => s,
         Err(res) => {
@@ -162,14 +218,27 @@ fn open(
     };
     rec.remote = Some(dst);
     rec.ext = sock.local_addr().ok();
-    if sock.send(first).is_err() {
+    let pair = UnixDatagram::pair().and_then(|(tx, rx)| {
+        tx.set_nonblocking(true)?;
+        rx.set_nonblocking(true)?;
+        Ok((tx, rx))
+    });
+    let Ok((queue, rx)) = pair else {
+        rec.res = Res::SOCKET;
+        return;
+    };
+    let assoc = Arc::new(Assoc {
+        sock,
+        queue,
+        queued: AtomicUsize::new(0),
+        shaped: limits.as_ref().is_some_and(|l| l.shapes_dir(true)),
+        checked: AtomicU64::new(generation),
+        out: AtomicU64::new(0),
+    });
+    if assoc.forward(first).is_err() {
         rec.res = Res::SERVER_ERR;
         return;
     }
-    let assoc = Arc::new(Assoc {
-        sock,
-        out: AtomicU64::new(first.len() as u64),
-    });
     // With -s every datagram is a session of its own: it is not entered in
     // the table, so a datagram arriving as the previous session ends is not
     // handed to a session that will never answer it.
@@ -185,59 +254,224 @@ fn open(
         .name(format!("udppm:{}", svc.port()))
         .stack_size(svc.stack_size)
         .spawn(move || {
-            replies(&mut rec, &assoc, &listen);
+            let ends = Ends {
+                assoc: &assoc,
+                rx: &rx,
+                listen: &listen,
+                limits: limits.as_deref(),
+                recheck: &recheck,
+            };
+            rec.res = relay(&mut rec, &ends);
             if !single {
-                table
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .remove(&rec.from);
+                let mut t = table.lock().unwrap_or_else(|e| e.into_inner());
+                // A new association of the same client may have taken the
+                // slot already.
+                if t.get(&rec.from).is_some_and(|a| Arc::ptr_eq(a, &assoc)) {
+                    t.remove(&rec.from);
+                }
             }
-            rec.count_out(&assoc);
-            if let Some(l) = &grant.limits {
-                l.add(rec.inb, rec.out);
-            }
+            rec.out = assoc.out.load(Ordering::Relaxed);
+            // The counters take the traffic before the record is written,
+            // so a client that sees the record finds them up to date.
+            drop(limits);
+            drop(rec);
         });
     if let Err(e) = spawned {
         log::error!("udppm on {}: cannot start a thread: {e}", svc.listen);
     }
 }
 
-/// Relay the destination's datagrams back to the client until idle.
-fn replies(rec: &mut Session, assoc: &Assoc, listen: &UdpSocket) {
+/// What an association's thread works with.
+struct Ends<'a> {
+    assoc: &'a Assoc,
+    /// The thread's end of the queue.
+    rx: &'a UnixDatagram,
+    listen: &'a UdpSocket,
+    limits: Option<&'a Limits>,
+    recheck: &'a Recheck,
+}
+
+/// What the limits allow in one direction now.
+fn permit(limits: Option<&Limits>, out: bool, now: Instant) -> Permit {
+    limits.map_or(Permit::Go(usize::MAX), |l| l.permit(out, now))
+}
+
+/// The association's thread: queued client datagrams to the destination,
+/// the destination's replies to the client, until the association ends;
+/// returns its result code.
+fn relay(rec: &mut Session, e: &Ends<'_>) -> Res {
+    let a = e.assoc;
     let svc = rec.svc.clone();
     let single = matches!(svc.opts.s_option, Some(n) if n > 0);
-    let _ = assoc
-        .sock
-        .set_read_timeout(Some(svc.timeouts.get(Timeouts::STRING_LONG)));
+    let idle = svc.timeouts.get(Timeouts::STRING_LONG);
+    let shaped_in = e.limits.is_some_and(|l| l.shapes_dir(false));
+    let dst = a.sock.as_raw_fd();
     let mut buf = vec![0u8; DGRAM_MAX];
+    let mut deadline = Instant::now() + idle;
+    let mut generation = a.checked.load(Ordering::Acquire);
+    // Until when a limit holds each direction back.
+    let mut out_wait: Option<Instant> = None;
+    let mut in_wait: Option<Instant> = None;
+    // The destination socket may have a datagram (or an error) to read.
+    let mut dst_ready = true;
     loop {
-        match assoc.sock.recv(&mut buf) {
-            Ok(n) => {
-                if listen.send_to(&buf[..n], rec.from).is_err() {
-                    rec.res = Res::CLIENT_ERR;
-                    return;
+        // `force`: after a reload, check the association again.
+        let g = crate::running::generation();
+        if g != generation {
+            generation = g;
+            if let Err(res) = e.recheck.run() {
+                return res;
+            }
+            a.checked.store(g, Ordering::Release);
+        }
+        let now = Instant::now();
+        let mut busy = false;
+
+        // Client datagrams waiting in the queue.
+        out_wait = out_wait.filter(|t| *t > now);
+        let mut moved = 0;
+        while out_wait.is_none() && a.queued.load(Ordering::Acquire) > 0 {
+            if moved == BATCH {
+                busy = true;
+                break;
+            }
+            match permit(e.limits, true, now) {
+                Permit::Go(_) => {}
+                Permit::Wait(t) => {
+                    out_wait = Some(t);
+                    break;
                 }
-                rec.inb += n as u64;
-                if single {
-                    return;
+                Permit::Stop => return Res(10),
+            }
+            let n = match e.rx.recv(&mut buf) {
+                Ok(n) => n,
+                // Counted, not yet in the queue: poll() waits for it.
+                Err(err) if err.kind() == ErrorKind::WouldBlock => break,
+                Err(err) if err.kind() == ErrorKind::Interrupted => continue,
+                Err(_) => return Res::POLL,
+            };
+            moved += 1;
+            if a.sock.send(&buf[..n]).is_ok() {
+                a.out.fetch_add(n as u64, Ordering::Relaxed);
+                if let Some(l) = e.limits {
+                    l.used(true, n, now);
                 }
             }
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-                ) =>
-            {
-                rec.res = Res::IDLE;
-                return;
+            a.queued.fetch_sub(1, Ordering::AcqRel);
+            // The datagram that uses up the quota is the last one.
+            if permit(e.limits, true, now) == Permit::Stop {
+                return Res(10);
             }
-            // ECONNREFUSED: the destination port is closed (ICMP). The
-            // association stays until idle, as the client may retry.
-            Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => continue,
-            Err(_) => {
-                rec.res = Res::SERVER_ERR;
-                return;
+        }
+
+        // Replies from the destination.
+        in_wait = in_wait.filter(|t| *t > now);
+        let mut moved = 0;
+        while dst_ready && in_wait.is_none() {
+            if moved == BATCH {
+                busy = true;
+                break;
             }
+            if shaped_in {
+                // Ask the limits only for a datagram that is there.
+                let mut probe = [0u8; 1];
+                match recv(dst, &mut probe, MsgFlags::MSG_PEEK | MsgFlags::MSG_DONTWAIT) {
+                    Ok(_) => {}
+                    Err(Errno::EAGAIN) => {
+                        dst_ready = false;
+                        break;
+                    }
+                    Err(Errno::EINTR | Errno::ECONNREFUSED) => continue,
+                    Err(_) => return Res::SERVER_ERR,
+                }
+                match permit(e.limits, false, now) {
+                    Permit::Go(_) => {}
+                    Permit::Wait(t) => {
+                        in_wait = Some(t);
+                        break;
+                    }
+                    Permit::Stop => return Res(10),
+                }
+            }
+            let n = match recv(dst, &mut buf, MsgFlags::MSG_DONTWAIT) {
+                Ok(n) => n,
+                Err(Errno::EAGAIN) => {
+                    dst_ready = false;
+                    break;
+                }
+                // ECONNREFUSED: the destination port is closed (ICMP). The
+                // association stays until idle, as the client may retry.
+                Err(Errno::EINTR | Errno::ECONNREFUSED) => continue,
+                Err(_) => return Res::SERVER_ERR,
+            };
+            moved += 1;
+            deadline = Instant::now() + idle;
+            if e.listen.send_to(&buf[..n], rec.from).is_err() {
+                return Res::CLIENT_ERR;
+            }
+            rec.inb += n as u64;
+            if let Some(l) = e.limits {
+                l.used(false, n, now);
+            }
+            if single {
+                return Res::OK;
+            }
+            if permit(e.limits, false, now) == Permit::Stop {
+                return Res(10);
+            }
+        }
+        if busy {
+            continue;
+        }
+
+        // A reply held back by a limit is waiting: the association is not
+        // idle.
+        let now = Instant::now();
+        if in_wait.is_none() && now >= deadline {
+            return Res::IDLE;
+        }
+        let wake = [in_wait.is_none().then_some(deadline), out_wait, in_wait]
+            .into_iter()
+            .flatten()
+            .min()
+            .unwrap_or(deadline);
+        // Rounded up: a wait shorter than a millisecond is not a busy loop.
+        let ms = wake
+            .saturating_duration_since(now)
+            .as_nanos()
+            .div_ceil(1_000_000);
+        let timeout =
+            PollTimeout::try_from(ms.min(i32::MAX as u128) as i32).unwrap_or(PollTimeout::MAX);
+        let rx_ev = if out_wait.is_none() {
+            PollFlags::POLLIN
+        } else {
+            PollFlags::empty()
+        };
+        let dst_ev = if in_wait.is_none() && !dst_ready {
+            PollFlags::POLLIN
+        } else {
+            PollFlags::empty()
+        };
+        // Only descriptors with something to wait for are polled: POLLERR
+        // and POLLHUP come even for no events and would make this spin.
+        let mut pair = [
+            PollFd::new(e.rx.as_fd(), rx_ev),
+            PollFd::new(a.sock.as_fd(), dst_ev),
+        ];
+        let fds: &mut [PollFd<'_>] = match (rx_ev.is_empty(), dst_ev.is_empty()) {
+            (false, false) => &mut pair[..],
+            (false, true) => &mut pair[..1],
+            (true, false) => &mut pair[1..],
+            (true, true) => &mut [],
+        };
+        match poll(fds, timeout) {
+            Ok(_) => {}
+            Err(Errno::EINTR) => continue,
+            Err(_) => return Res::POLL,
+        }
+        if !dst_ev.is_empty() {
+            let r = fds[fds.len() - 1].revents().unwrap_or(PollFlags::empty());
+            dst_ready |= !r.is_empty();
         }
     }
 }
@@ -265,28 +499,25 @@ fn connect(svc: &Service, dst: SocketAddr) -> Result<UdpSocket, Res> {
 }
 
 /// One association's log record and its slot in the service's count;
-/// written and released on drop.
+/// written (unless `nolog`) and released on drop.
 struct Session {
     svc: Arc<Service>,
     from: SocketAddr,
     start: SystemTime,
     res: Res,
+    /// From the auth cache or `auth dnsname`.
+    user: Option<String>,
+    nolog: bool,
     remote: Option<SocketAddr>,
     ext: Option<SocketAddr>,
     out: u64,
     inb: u64,
 }
 
-impl Session {
-    fn count_out(&mut self, a: &Assoc) {
-        self.out = a.out.load(Ordering::Relaxed);
-    }
-}
-
 impl Drop for Session {
     fn drop(&mut self) {
         let svc = &self.svc;
-        if let Some(sink) = &svc.log {
+        if let Some(sink) = svc.log.as_ref().filter(|_| !self.nolog) {
             let host = svc.target.as_ref().map(|t| t.host()).unwrap_or_default();
             let listen = match svc.listen {
                 crate::net::Addr::Ip(a) => Some(a),
@@ -296,7 +527,7 @@ impl Drop for Session {
                 service: svc.def.log_name,
                 listen_port: svc.port(),
                 res: self.res.0,
-                user: None,
+                user: self.user.as_deref(),
                 client: Some(self.from),
                 local: listen,
                 ext: self.ext,
