@@ -339,3 +339,85 @@ fn force_cuts_socks_sessions_too() {
     let alive = matches!(s.read_exact(&mut buf), Ok(())) && &buf == b"after";
     assert!(!alive, "the denied SOCKS session went on");
 }
+
+/// A client socket bound to `from` (a 127.0.0.0/8 address), connected.
+fn connect_from(from: &str, to: std::net::SocketAddr) -> std::io::Result<TcpStream> {
+    use socket2::{Domain, Socket, Type};
+    let s = Socket::new(Domain::IPV4, Type::STREAM, None)?;
+    let src: std::net::IpAddr = from.parse().unwrap();
+    s.bind(&std::net::SocketAddr::new(src, 0).into())?;
+    s.connect_timeout(&to.into(), IO_TIMEOUT)?;
+    let s: TcpStream = s.into();
+    set_timeouts(&s, IO_TIMEOUT);
+    Ok(s)
+}
+
+/// Whether a client from `from` gets any of the origin's bytes.
+fn served_from(from: &str, port: u16) -> bool {
+    let Ok(mut s) = connect_from(from, localhost(port)) else {
+        return false;
+    };
+    let mut b = [0u8; 1];
+    matches!(s.read(&mut b), Ok(1))
+}
+
+/// A long download through a listener the reload keeps goes on undisturbed
+/// (every byte, in order) while the reload's new ACL refuses new clients
+/// it denies.
+#[test]
+fn a_download_goes_on_while_a_reload_changes_the_acl() {
+    use sha2::{Digest, Sha256};
+    let dir = Dir::new("reload_acl_download");
+    let (seed, total) = (11, 32u64 << 20);
+    let (origin, _reports) = Origin::hash_sink(total, seed);
+    let port = free_port();
+    let svc = format!("tcppm -i127.0.0.1 {port} 127.0.0.1 {}\n", origin.port());
+    let text = cfg(&dir, &format!("allow *\n{svc}"));
+    let proxy = Proxy::start(dir, &text, &[Listen::Tcp(localhost(port))]);
+    assert!(
+        served_from("127.0.0.2", port),
+        "the old ACL allows 127.0.0.2"
+    );
+
+    // The download starts, then stalls on the client's side (the proxy's
+    // buffers and the socket's fill up) while the cfg changes.
+    let mut down = connect(localhost(port));
+    let mut hasher = Sha256::new();
+    let mut got = 0u64;
+    let mut buf = vec![0u8; BLOCK];
+    while got < 1 << 20 {
+        let n = down.read(&mut buf).expect("read the download");
+        assert!(n > 0, "the download ended after {got} bytes");
+        hasher.update(&buf[..n]);
+        got += n as u64;
+    }
+    proxy.dir.write(
+        "3proxy.cfg",
+        cfg(&proxy.dir, &format!("deny * 127.0.0.2\nallow *\n{svc}")),
+    );
+    proxy.signal("USR1");
+    assert!(
+        wait_for(|| !served_from("127.0.0.2", port), START_TIMEOUT),
+        "the new ACL never refused 127.0.0.2; stderr:\n{}",
+        proxy.stderr()
+    );
+    assert!(
+        served_from("127.0.0.1", port),
+        "the new ACL still allows 127.0.0.1"
+    );
+
+    // The rest of the download, intact.
+    loop {
+        let n = down.read(&mut buf).expect("read the rest of the download");
+        if n == 0 {
+            break;
+        }
+        hasher.update(&buf[..n]);
+        got += n as u64;
+    }
+    let digest = Digested {
+        bytes: got,
+        sha256: hasher.finalize().into(),
+    };
+    assert_eq!(digest, pattern_digest(seed, total), "the download");
+}

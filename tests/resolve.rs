@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::Duration;
 
-use simple_dns::rdata::{RData, A, AAAA};
+use simple_dns::rdata::{RData, A, AAAA, PTR};
 use simple_dns::{Name, Packet, PacketFlag, ResourceRecord, CLASS, QTYPE, RCODE, TYPE};
 
 use crate::util::*;
@@ -40,6 +40,8 @@ struct TestDns {
     /// either transport.
     asked: Arc<Mutex<Vec<String>>>,
     table: Arc<Mutex<Table>>,
+    /// PTR answers: reverse name (`1.0.0.127.in-addr.arpa`) to host name.
+    ptrs: Arc<Mutex<HashMap<String, String>>>,
     stop: Arc<AtomicBool>,
 }
 
@@ -68,14 +70,16 @@ impl TestDns {
             port,
             asked: Arc::default(),
             table: Arc::new(Mutex::new(table)),
+            ptrs: Arc::default(),
             stop: Arc::default(),
         };
         let (asked, table, stop) = (dns.asked.clone(), dns.table.clone(), dns.stop.clone());
+        let ptrs = dns.ptrs.clone();
         thread::spawn(move || {
             let mut buf = [0u8; 2048];
             while !stop.load(Ordering::SeqCst) {
                 if let Ok((n, from)) = udp.recv_from(&mut buf) {
-                    let replies = answer(&buf[..n], style, true, &asked, &table);
+                    let replies = answer(&buf[..n], style, true, &asked, &table, &ptrs);
                     for r in replies {
                         let _ = udp.send_to(&r, from);
                     }
@@ -91,7 +95,7 @@ impl TestDns {
                     if s.read_exact(&mut q).is_err() {
                         continue;
                     }
-                    for r in answer(&q, Style::Plain, false, &asked, &table) {
+                    for r in answer(&q, Style::Plain, false, &asked, &table, &ptrs) {
                         let mut framed = (r.len() as u16).to_be_bytes().to_vec();
                         framed.extend_from_slice(&r);
                         let _ = s.write_all(&framed);
@@ -113,6 +117,14 @@ impl TestDns {
     fn count(&self, question: &str) -> usize {
         self.asked().iter().filter(|q| *q == question).count()
     }
+
+    /// Answer PTR questions for `reverse` with `name`.
+    fn add_ptr(&self, reverse: &str, name: &str) {
+        self.ptrs
+            .lock()
+            .unwrap()
+            .insert(reverse.to_string(), name.to_string());
+    }
 }
 
 impl Drop for TestDns {
@@ -128,6 +140,7 @@ fn answer(
     udp: bool,
     asked: &Mutex<Vec<String>>,
     table: &Mutex<Table>,
+    ptrs: &Mutex<HashMap<String, String>>,
 ) -> Vec<Vec<u8>> {
     let Ok(q) = Packet::parse(msg) else {
         return vec![];
@@ -140,6 +153,21 @@ fn answer(
         return vec![];
     };
     asked.lock().unwrap().push(format!("{name} {t:?}"));
+    if t == TYPE::PTR {
+        let mut p = Packet::new_reply(q.id());
+        p.questions.push(question.clone());
+        let host = ptrs.lock().unwrap().get(&name).cloned();
+        match &host {
+            Some(host) => p.answers.push(ResourceRecord::new(
+                Name::new_unchecked(&name),
+                CLASS::IN,
+                300,
+                RData::PTR(PTR(Name::new_unchecked(host))),
+            )),
+            None => *p.rcode_mut() = RCODE::NameError,
+        }
+        return vec![p.build_bytes_vec_compressed().unwrap()];
+    }
     let found = table.lock().unwrap().get(&(name.clone(), t)).copied();
 
     let reply = |id: u16, qname: &str, ip: Option<IpAddr>, response: bool, tc: bool| {
@@ -490,4 +518,92 @@ fn bad_resolver_lines_are_cfg_errors() {
         let out = run_check(&dir, cfg);
         out.assert_cfg_error(&dir.cfg_path(), 1, command);
     }
+}
+
+/// `nscache6`: an AAAA answer is kept, so two sessions to a name over
+/// IPv6 ask the server once.
+#[test]
+fn nscache6_keeps_aaaa_answers() {
+    assert!(
+        TcpListener::bind("[::1]:0").is_ok(),
+        "this test needs IPv6 loopback (::1)"
+    );
+    let origin6 = Origin::echo_on("[::1]:0");
+    let dns = TestDns::start(Style::Plain, &[("six-cached.test", "::1")]);
+    let (cached, p_cached) = tcppm("-6", "six-cached.test", origin6.port());
+    let _proxy = start(
+        Dir::new("resolve-nscache6"),
+        &format!("{}nscache6 256\n{cached}", dns.nserver()),
+    );
+    roundtrip(p_cached);
+    roundtrip(p_cached);
+    assert_eq!(
+        dns.count("six-cached.test AAAA"),
+        1,
+        "one query for two sessions: {:?}",
+        dns.asked()
+    );
+}
+
+/// `nscache` alone does not cache AAAA answers (that is `nscache6`).
+#[test]
+fn nscache_alone_does_not_keep_aaaa_answers() {
+    assert!(
+        TcpListener::bind("[::1]:0").is_ok(),
+        "this test needs IPv6 loopback (::1)"
+    );
+    let origin6 = Origin::echo_on("[::1]:0");
+    let dns = TestDns::start(Style::Plain, &[("six-nocache.test", "::1")]);
+    let (line, port) = tcppm("-6", "six-nocache.test", origin6.port());
+    let _proxy = start(
+        Dir::new("resolve-nscache-not6"),
+        &format!("{}nscache 256\n{line}", dns.nserver()),
+    );
+    roundtrip(port);
+    roundtrip(port);
+    assert_eq!(dns.count("six-nocache.test AAAA"), 2, "{:?}", dns.asked());
+}
+
+/// `authnserver`: `auth dnsname` asks it, not the `nserver`, for the
+/// client's PTR name and the name's address.
+#[test]
+fn authnserver_answers_dnsname_lookups() {
+    let origin = Origin::echo();
+    // The nserver knows the names too, but says the client is someone
+    // the ACL refuses: a lookup through it would be refused.
+    let ns = TestDns::start(Style::Plain, &[("other.test", "127.0.0.1")]);
+    ns.add_ptr("1.0.0.127.in-addr.arpa", "other.test");
+    let auth = TestDns::start(Style::Plain, &[("client.test", "127.0.0.1")]);
+    auth.add_ptr("1.0.0.127.in-addr.arpa", "client.test");
+    let (line, port) = tcppm("", "127.0.0.1", origin.port());
+    let dir = Dir::new("resolve-authnserver");
+    let log = dir.join("access.log");
+    // The readiness service that `start` adds comes after `auth iponly`
+    // and `allow *`.
+    let proxy = start(
+        dir,
+        &format!(
+            "{}authnserver 127.0.0.1:{}\nlogformat \"L%E %U %p\"\nauth dnsname\n\
+             allow client.test\n{line}auth iponly\nallow *\n",
+            ns.nserver(),
+            auth.port
+        ),
+    );
+    roundtrip(port);
+    read_log_line(&log, "for the session", |l| {
+        l == format!("00000 client.test {port}")
+    });
+    assert!(
+        auth.asked()
+            .contains(&"1.0.0.127.in-addr.arpa PTR".to_string()),
+        "authnserver asked: {:?}",
+        auth.asked()
+    );
+    assert_eq!(auth.count("client.test A"), 1, "{:?}", auth.asked());
+    assert!(
+        !ns.asked().iter().any(|q| q.ends_with(" PTR")),
+        "the nserver was asked for a PTR: {:?}",
+        ns.asked()
+    );
+    drop(proxy);
 }
