@@ -38,6 +38,16 @@ pub fn daemonize() -> io::Result<()> {
     if DONE.swap(true, Ordering::AcqRel) {
         return Ok(());
     }
+    // Threads do not survive a fork: a thread started while the cfg loaded
+    // would silently be missing in the daemon. Refuse rather than lose it.
+    if let Ok(tasks) = std::fs::read_dir("/proc/self/task") {
+        let n = tasks.count();
+        if n > 1 {
+            return Err(io::Error::other(format!(
+                "{n} threads are running; background threads must start after the fork"
+            )));
+        }
+    }
     // What the parent has buffered must not be written twice.
     let _ = io::stdout().flush();
     let _ = io::stderr().flush();
