@@ -619,3 +619,512 @@ fn counter_reports_are_written_when_the_period_changes() {
         "00001 00000000000000002000 #daily\n00002 00000000000000001000 #\n"
     );
 }
+
+// ---------------------------------------------------------------------------
+// The authentication cache, through the HTTP proxy and the port mappers
+
+/// `alice:pw` for `Proxy-Authorization: Basic`.
+const ALICE: &str = "YWxpY2U6cHc=";
+
+/// A keep-alive HTTP origin: every request gets 200 with the body `ok`
+/// (none for HEAD). Records the peer of each request: the proxy's
+/// outgoing address.
+fn http_origin() -> (Origin, std::sync::Arc<std::sync::Mutex<Vec<SocketAddr>>>) {
+    use std::io::BufRead;
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let log = seen.clone();
+    let origin = Origin::start("127.0.0.1:0", move |conn| {
+        let peer = conn.peer_addr().ok();
+        let mut w = conn.try_clone().expect("clone origin socket");
+        let mut r = std::io::BufReader::new(conn);
+        loop {
+            let mut first = String::new();
+            if r.read_line(&mut first).unwrap_or(0) == 0 {
+                return;
+            }
+            loop {
+                let mut line = String::new();
+                if r.read_line(&mut line).unwrap_or(0) == 0 {
+                    return;
+                }
+                if line == "\r\n" {
+                    break;
+                }
+            }
+            if let Some(p) = peer {
+                log.lock().unwrap().push(p);
+            }
+            let answer: &[u8] = if first.starts_with("HEAD ") {
+                b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n"
+            } else {
+                b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
+            };
+            if w.write_all(answer).is_err() {
+                return;
+            }
+        }
+    });
+    (origin, seen)
+}
+
+/// A client connection to the HTTP proxy from a given local address.
+struct Http {
+    r: std::io::BufReader<TcpStream>,
+    w: TcpStream,
+}
+
+impl Http {
+    fn from(src: &str, port: u16) -> Http {
+        let s = connect_from(src, localhost(port));
+        Http {
+            r: std::io::BufReader::new(s.try_clone().unwrap()),
+            w: s,
+        }
+    }
+
+    /// Send `METHOD url` (with Basic credentials if given) and read the
+    /// answer's status; 0 if the proxy closed without one.
+    fn ask(&mut self, method: &str, url: &str, auth: Option<&str>) -> u16 {
+        use std::io::BufRead;
+        let creds = auth
+            .map(|a| format!("Proxy-Authorization: Basic {a}\r\n"))
+            .unwrap_or_default();
+        let req = format!("{method} {url} HTTP/1.1\r\nHost: x\r\n{creds}\r\n");
+        if self.w.write_all(req.as_bytes()).is_err() {
+            return 0;
+        }
+        let mut status = 0;
+        let mut len = 0usize;
+        let mut first = true;
+        loop {
+            let mut line = String::new();
+            match self.r.read_line(&mut line) {
+                Ok(0) | Err(_) => return 0,
+                Ok(_) => {}
+            }
+            if first {
+                status = line
+                    .split_whitespace()
+                    .nth(1)
+                    .and_then(|s| s.parse().ok())
+                    .unwrap_or(0);
+                first = false;
+            } else if line == "\r\n" {
+                break;
+            } else if let Some((k, v)) = line.split_once(':') {
+                if k.eq_ignore_ascii_case("content-length") {
+                    len = v.trim().parse().unwrap_or(0);
+                }
+            }
+        }
+        if method != "HEAD" {
+            let mut body = vec![0u8; len];
+            if self.r.read_exact(&mut body).is_err() {
+                return 0;
+            }
+        }
+        status
+    }
+}
+
+/// One request on a connection of its own.
+fn http(src: &str, port: u16, method: &str, url: &str, auth: Option<&str>) -> u16 {
+    Http::from(src, port).ask(method, url, auth)
+}
+
+fn url(port: u16) -> String {
+    format!("http://127.0.0.1:{port}/")
+}
+
+#[test]
+fn auth_cache_strong_by_address_and_port_until_it_expires() {
+    let dir = Dir::new("acl_cache_dstport");
+    let log = dir.join("acl.log");
+    let ((o1, _), (o2, _)) = (http_origin(), http_origin());
+    let port = free_port();
+    let cfg = format!(
+        "log {}\nlogformat \"L%E %C %U\"\nauth cache strong\nauthcache ip,dstport 2\n\
+         users alice:pw\nallow alice\nproxy -i127.0.0.1 -p{port}\n",
+        p(&log)
+    );
+    let _proxy = Proxy::start(dir, &cfg, &[Listen::Tcp(localhost(port))]);
+    let (u1, u2) = (url(o1.port()), url(o2.port()));
+
+    assert_eq!(http("127.0.0.2", port, "GET", &u1, None), 407);
+    assert_eq!(http("127.0.0.2", port, "GET", &u1, Some(ALICE)), 200);
+    // The address and the port now stand for alice, who is logged.
+    assert_eq!(http("127.0.0.2", port, "GET", &u1, None), 200);
+    expect_log_line(&log, "00000 127.0.0.2 alice");
+    // Another port or another address is not in the cache.
+    assert_eq!(http("127.0.0.2", port, "GET", &u2, None), 407);
+    assert_eq!(http("127.0.0.3", port, "GET", &u1, None), 407);
+    // After the 2 s of `authcache`, the password is asked for again.
+    thread::sleep(Duration::from_millis(3100));
+    assert_eq!(http("127.0.0.2", port, "GET", &u1, None), 407);
+}
+
+#[test]
+fn auth_cacheacl_skips_the_acl_and_keys_on_host_and_operation() {
+    let dir = Dir::new("acl_cacheacl");
+    let ((o1, _), (o2, _)) = (http_origin(), http_origin());
+    let (pa, pb) = (free_port(), free_port());
+    // o2 is denied; `cacheacl` does not look at the ACL on a hit, `cache`
+    // does (with the cached user name).
+    let cfg = format!(
+        "authcache ip,dsthost,dstoper\nusers alice:pw\ndeny * * * {}\nallow alice\n\
+         auth cacheacl strong\nproxy -i127.0.0.1 -p{pa}\nauth cache strong\nproxy -i127.0.0.1 -p{pb}\n",
+        o2.port()
+    );
+    let _proxy = Proxy::start(
+        dir,
+        &cfg,
+        &[Listen::Tcp(localhost(pa)), Listen::Tcp(localhost(pb))],
+    );
+    let by_name = |o: &Origin| format!("http://localhost:{}/", o.port());
+
+    assert_eq!(
+        http("127.0.0.2", pa, "GET", &by_name(&o1), Some(ALICE)),
+        200
+    );
+    assert_eq!(http("127.0.0.2", pa, "GET", &by_name(&o1), None), 200);
+    // The port is not part of the key, and the ACL is not asked: o2 too.
+    assert_eq!(http("127.0.0.2", pa, "GET", &by_name(&o2), None), 200);
+    // The same entry through `cache`: the ACL denies o2.
+    assert_eq!(http("127.0.0.2", pb, "GET", &by_name(&o1), None), 200);
+    assert_eq!(http("127.0.0.2", pb, "GET", &by_name(&o2), None), 403);
+    // Another operation, or the address instead of the name, is a miss.
+    assert_eq!(http("127.0.0.2", pa, "HEAD", &by_name(&o1), None), 407);
+    assert_eq!(http("127.0.0.2", pa, "GET", &url(o1.port()), None), 407);
+}
+
+#[test]
+fn authcache_acl_srvport_and_srvaddr_tell_services_apart() {
+    let dir = Dir::new("acl_cache_services");
+    let (o, _) = http_origin();
+    let [a, b, c, d, e, f, g] = [(); 7].map(|_| free_port());
+    let cfg = format!(
+        "auth cache strong\nusers alice:pw\nallow alice\n\
+         authcache ip,acl\nproxy -i127.0.0.1 -p{a}\nproxy -i127.0.0.1 -p{b}\n\
+         authcache ip,srvport\nproxy -i127.0.0.1 -p{c}\nproxy -i127.0.0.1 -p{d}\n\
+         authcache ip,srvaddr\nproxy -i127.0.0.1 -p{e}\nproxy -i127.0.0.3 -p{f}\n\
+         proxy -i127.0.0.1 -p{g}\n"
+    );
+    let v4 = |ip: &str, port| Listen::Tcp(SocketAddr::new(ip.parse().unwrap(), port));
+    let listen = [
+        v4("127.0.0.1", a),
+        v4("127.0.0.1", b),
+        v4("127.0.0.1", c),
+        v4("127.0.0.1", d),
+        v4("127.0.0.1", e),
+        v4("127.0.0.3", f),
+        v4("127.0.0.1", g),
+    ];
+    let _proxy = Proxy::start(dir, &cfg, &listen);
+    let u = url(o.port());
+    let ask = |ip: &str, port, auth| {
+        let s = connect_from("127.0.0.2", SocketAddr::new(ip.parse().unwrap(), port));
+        let mut h = Http {
+            r: std::io::BufReader::new(s.try_clone().unwrap()),
+            w: s,
+        };
+        h.ask("GET", &u, auth)
+    };
+
+    // `acl`: each service line has its own ACL, though a and b were
+    // started from the same list (3proxy copies it per service).
+    assert_eq!(ask("127.0.0.1", a, Some(ALICE)), 200);
+    assert_eq!(ask("127.0.0.1", a, None), 200);
+    assert_eq!(ask("127.0.0.1", b, None), 407);
+    // `srvport`: the service's port.
+    assert_eq!(ask("127.0.0.1", c, Some(ALICE)), 200);
+    assert_eq!(ask("127.0.0.1", c, None), 200);
+    assert_eq!(ask("127.0.0.1", d, None), 407);
+    // `srvaddr`: the service's address, whatever its port.
+    assert_eq!(ask("127.0.0.1", e, Some(ALICE)), 200);
+    assert_eq!(ask("127.0.0.1", g, None), 200);
+    assert_eq!(ask("127.0.0.3", f, None), 407);
+}
+
+#[test]
+fn authcache_ext_keeps_the_external_address_drawn_for_the_user() {
+    let dir = Dir::new("acl_cache_ext");
+    let (o, peers) = http_origin();
+    let port = free_port();
+    // Each request draws one of two source addresses; with `ext` the one
+    // drawn when alice gave her password serves her cache hits.
+    let cfg = format!(
+        "auth cacheacl strong\nauthcache ip,ext\nusers alice:pw\nallow *\n\
+         parent 500 extip 127.0.0.5 0\nparent 500 extip 127.0.0.6 0\n\
+         proxy -i127.0.0.1 -p{port}\n"
+    );
+    let _proxy = Proxy::start(dir, &cfg, &[Listen::Tcp(localhost(port))]);
+    let u = url(o.port());
+    assert_eq!(http("127.0.0.2", port, "GET", &u, Some(ALICE)), 200);
+    for _ in 0..12 {
+        assert_eq!(http("127.0.0.2", port, "GET", &u, None), 200);
+    }
+    let ips: Vec<IpAddr> = peers.lock().unwrap().iter().map(|a| a.ip()).collect();
+    assert_eq!(ips.len(), 13);
+    assert!(
+        ["127.0.0.5", "127.0.0.6"].contains(&ips[0].to_string().as_str()),
+        "{ips:?}"
+    );
+    assert!(ips.iter().all(|ip| *ip == ips[0]), "{ips:?}");
+}
+
+#[test]
+fn dnsname_logins_are_cached_for_other_services() {
+    let dns = PtrDns::start(
+        &[("2.0.0.127.in-addr.arpa", "client.test")],
+        &[("client.test", "127.0.0.2")],
+    );
+    let dir = Dir::new("acl_cache_dnsname");
+    let log = dir.join("acl.log");
+    let origin = Origin::echo();
+    let (pa, pb) = (free_port(), free_port());
+    // b knows nobody by itself: `auth cache` alone.
+    let cfg = format!(
+        "nserver 127.0.0.1:{}\nlog {}\nlogformat \"L%E %p %C %U\"\nauthcache ip\n\
+         allow client.test\nauth dnsname\n{}auth cache\n{}",
+        dns.port,
+        p(&log),
+        tcppm(pa, origin.port()),
+        tcppm(pb, origin.port())
+    );
+    let _proxy = Proxy::start(
+        dir,
+        &cfg,
+        &[Listen::Tcp(localhost(pa)), Listen::Tcp(localhost(pb))],
+    );
+    assert_refused(&mut connect_from("127.0.0.2", localhost(pb)));
+    expect_log_line(&log, &format!("00004 {pb} 127.0.0.2 -"));
+    echo_roundtrip(&mut connect_from("127.0.0.2", localhost(pa)), b"by name");
+    echo_roundtrip(&mut connect_from("127.0.0.2", localhost(pb)), b"cached");
+    expect_log_line(&log, &format!("00000 {pb} 127.0.0.2 client.test"));
+}
+
+// ---------------------------------------------------------------------------
+// Weight
+
+#[test]
+fn weight_carries_over_keep_alive_requests() {
+    let ((o1, _), (o2, _)) = (http_origin(), http_origin());
+    let dir = Dir::new("acl_weight_keepalive");
+    let port = free_port();
+    // o1 is reached through an entry of weight 500; any other port
+    // through one of weight 100, which a request of weight 500 skips.
+    let cfg = format!(
+        "allow * * * {} * * * 500\nallow * * * * * * * 100\nproxy -i127.0.0.1 -p{port}\n",
+        o1.port()
+    );
+    let _proxy = Proxy::start(dir, &cfg, &[Listen::Tcp(localhost(port))]);
+    let (u1, u2) = (url(o1.port()), url(o2.port()));
+
+    let mut c = Http::from("127.0.0.2", port);
+    assert_eq!(c.ask("GET", &u2, None), 200);
+    assert_eq!(c.ask("GET", &u1, None), 200);
+    assert_eq!(c.ask("GET", &u1, None), 200);
+    // Now at weight 500: the entry of weight 100 no longer matches (code
+    // 3, which the HTTP proxy answers with 407).
+    assert_eq!(c.ask("GET", &u2, None), 407);
+    // A new connection starts from weight 0.
+    assert_eq!(http("127.0.0.2", port, "GET", &u2, None), 200);
+}
+
+#[test]
+fn a_session_is_rechecked_after_a_reload_with_its_weight() {
+    let dir = Dir::new("acl_weight_reload");
+    let log = dir.join("acl.log");
+    let origin = Origin::echo();
+    let port = free_port();
+    let cfg = |weight: u32| {
+        format!(
+            "log {}\n{LOGFORMAT}allow * * * * * * * {weight}\n{}",
+            p(&log),
+            tcppm(port, origin.port())
+        )
+    };
+    let proxy = Proxy::start(dir, &cfg(500), &[Listen::Tcp(localhost(port))]);
+    let mut heavy = connect_from("127.0.0.2", localhost(port));
+    echo_roundtrip(&mut heavy, b"weight 500");
+
+    // The same entry with weight 100: the session (weight 500) no longer
+    // matches it when it is checked again; new sessions do.
+    proxy.dir.write("3proxy.cfg", cfg(100));
+    proxy.signal("USR1");
+    assert!(
+        wait_for(
+            || proxy.stderr().contains("loaded, 1 services"),
+            START_TIMEOUT
+        ),
+        "no reload: {}",
+        proxy.stderr()
+    );
+    echo_roundtrip(&mut connect_from("127.0.0.2", localhost(port)), b"new");
+    assert_refused(&mut heavy);
+    expect_record(&log, 3, "127.0.0.2");
+}
+
+// ---------------------------------------------------------------------------
+// Limits
+
+#[test]
+fn auth_none_still_applies_connlim() {
+    let dir = Dir::new("acl_none_connlim");
+    let log = dir.join("acl.log");
+    let origin = Origin::echo();
+    let port = free_port();
+    let cfg = format!(
+        "log {}\n{LOGFORMAT}auth none\ndeny *\nconnlim 1 0 * 127.0.0.2\n{}",
+        p(&log),
+        tcppm(port, origin.port())
+    );
+    let _proxy = Proxy::start(dir, &cfg, &[Listen::Tcp(localhost(port))]);
+    // The `deny *` is not asked, the connlim is.
+    let mut one = connect_from("127.0.0.2", localhost(port));
+    echo_roundtrip(&mut one, b"one");
+    assert_refused(&mut connect_from("127.0.0.2", localhost(port)));
+    expect_record(&log, 10, "127.0.0.2");
+    drop(one);
+}
+
+#[test]
+fn connlim_with_a_period_limits_the_rate_of_new_sessions() {
+    let dir = Dir::new("acl_connlim_rate");
+    let log = dir.join("acl.log");
+    let origin = Origin::echo();
+    let port = free_port();
+    let cfg = format!(
+        "log {}\n{LOGFORMAT}connlim 2 60 * 127.0.0.2\n{}",
+        p(&log),
+        tcppm(port, origin.port())
+    );
+    let _proxy = Proxy::start(dir, &cfg, &[Listen::Tcp(localhost(port))]);
+    // Two sessions, one after the other, each closed before the next.
+    for i in 0..2 {
+        let mut s = connect_from("127.0.0.2", localhost(port));
+        echo_roundtrip(&mut s, format!("session {i}").as_bytes());
+    }
+    // None is open, but two in the last minute is the rate.
+    assert_refused(&mut connect_from("127.0.0.2", localhost(port)));
+    expect_record(&log, 10, "127.0.0.2");
+    echo_roundtrip(&mut connect_from("127.0.0.1", localhost(port)), b"other");
+}
+
+/// An origin that sends without end to each connection.
+fn endless_source() -> Origin {
+    Origin::start("127.0.0.1:0", |mut conn| {
+        let block = vec![0x3cu8; 16384];
+        while conn.write_all(&block).is_ok() {}
+    })
+}
+
+#[test]
+fn countin_stops_a_download_at_its_quota() {
+    const MB: u64 = 1 << 20;
+    let dir = Dir::new("acl_countin");
+    let log = dir.join("acl.log");
+    let counters = dir.join("3proxy.counters");
+    let origin = endless_source();
+    let port = free_port();
+    let cfg = format!(
+        "log {}\n{LOGFORMAT}counter {}\ncountin 2/down D 1 * 127.0.0.2\n{}",
+        p(&log),
+        p(&counters),
+        tcppm(port, origin.port())
+    );
+    let _proxy = Proxy::start(dir, &cfg, &[Listen::Tcp(localhost(port))]);
+    let mut s = connect_from("127.0.0.2", localhost(port));
+    let got = read_until_closed(&mut s).map_or_else(|_| 0, |b| b.len() as u64);
+    expect_record(&log, 10, "127.0.0.2");
+    assert_eq!(got, MB, "the client must get exactly the quota");
+    assert!(
+        wait_for(
+            || counter_record(&counters, 2).is_some_and(|n| n >= MB),
+            LOG_TIMEOUT
+        ),
+        "record 2 is {:?}",
+        counter_record(&counters, 2)
+    );
+    // Used up: the next download is refused at once.
+    assert_refused(&mut connect_from("127.0.0.2", localhost(port)));
+}
+
+/// Clients from 127.0.0.2 reading from `port` without end; the bytes they
+/// got so far, all together.
+struct Downloads {
+    total: std::sync::Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl Downloads {
+    fn new() -> Downloads {
+        Downloads {
+            total: Default::default(),
+        }
+    }
+
+    fn start(&self, port: u16) {
+        let total = self.total.clone();
+        let mut s = connect_from("127.0.0.2", localhost(port));
+        thread::spawn(move || {
+            let mut buf = vec![0u8; 65536];
+            while let Ok(n) = s.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                total.fetch_add(n as u64, std::sync::atomic::Ordering::SeqCst);
+            }
+        });
+    }
+
+    /// The rate in bit/s over `window`.
+    fn rate(&self, window: Duration) -> f64 {
+        use std::sync::atomic::Ordering::SeqCst;
+        let before = self.total.load(SeqCst);
+        let t = Instant::now();
+        thread::sleep(window);
+        let bytes = self.total.load(SeqCst) - before;
+        bytes as f64 * 8.0 / t.elapsed().as_secs_f64()
+    }
+}
+
+#[test]
+fn bandlimin_holds_its_rate_and_keeps_it_across_a_reload() {
+    const BPS: f64 = 2_000_000.0;
+    let dir = Dir::new("acl_bandlimin");
+    let origin = endless_source();
+    let port = free_port();
+    let cfg = format!(
+        "bandlimin {} * 127.0.0.2\n{}",
+        BPS as u64,
+        tcppm(port, origin.port())
+    );
+    let proxy = Proxy::start(dir, &cfg, &[Listen::Tcp(localhost(port))]);
+    let d = Downloads::new();
+    d.start(port);
+    thread::sleep(Duration::from_millis(500));
+    let rate = d.rate(Duration::from_secs(4));
+    assert!(
+        (rate - BPS).abs() <= BPS * 0.10,
+        "one download at {rate:.0} bit/s, want {BPS} within 10%"
+    );
+
+    // The same cfg again: the rule keeps its bucket, so a second download
+    // started after the reload shares the limit with the first.
+    proxy.signal("USR1");
+    assert!(
+        wait_for(
+            || proxy.stderr().contains("loaded, 1 services"),
+            START_TIMEOUT
+        ),
+        "no reload: {}",
+        proxy.stderr()
+    );
+    d.start(port);
+    thread::sleep(Duration::from_millis(500));
+    let rate = d.rate(Duration::from_secs(4));
+    assert!(
+        (rate - BPS).abs() <= BPS * 0.15,
+        "two downloads at {rate:.0} bit/s together, want {BPS} within 15%"
+    );
+}
