@@ -1021,20 +1021,56 @@ mod tests {
 
     #[test]
     fn periods_change_at_their_boundaries() {
+        use crate::sys::time::local;
+        /// A field of the local time at a given second.
+        type Field = fn(i64) -> i32;
+        // The first second at which `f` of the local time differs from
+        // its value at `t`, found by scanning forward in `step`s and then
+        // second by second.
+        let next_change = |t: i64, step: i64, f: Field| {
+            let v = f(t);
+            let mut a = t;
+            while f(a + step) == v {
+                a += step;
+            }
+            let mut b = a + 1;
+            while f(b) == v {
+                b += 1;
+            }
+            b
+        };
+        // Mid-January 2024, away from any DST change.
+        let t = 1_705_500_000;
+        let cases: [(Period, i64, Field); 5] = [
+            (Period::Minutely, 1, |x| local(x).min as i32),
+            (Period::Hourly, 60, |x| local(x).hour as i32),
+            (Period::Daily, 600, |x| local(x).mday as i32),
+            (Period::Monthly, 3600, |x| local(x).mon as i32),
+            (Period::Annually, 86400, |x| local(x).year),
+        ];
+        for (p, step, f) in cases {
+            let b = next_change(t, step, f);
+            assert!(p.changed(b - 1, b), "{p:?} changes at {b}");
+            assert!(!p.changed(t, b - 1), "{p:?} holds until {b}");
+        }
         // Two times within one minute are in the same period of any kind.
-        let t = 1_700_000_000 - 1_700_000_000 % 60;
+        let m = next_change(t, 1, |x| local(x).min as i32);
         for p in [
             Period::Minutely,
             Period::Hourly,
             Period::Daily,
             Period::Weekly,
             Period::Monthly,
+            Period::Annually,
         ] {
-            assert!(!p.changed(t, t + 30), "{p:?}");
+            assert!(!p.changed(m, m + 30), "{p:?}");
         }
-        assert!(Period::Minutely.changed(t, t + 60));
-        assert!(Period::Daily.changed(t, t + 86400));
-        assert!(Period::Weekly.changed(t, t + 8 * 86400));
+        // A week starts on Sunday.
+        let sunday = next_change(t, 600, |x| i32::from(local(x).wday == 0));
+        assert_eq!(local(sunday).wday, 0);
+        assert!(Period::Weekly.changed(sunday - 1, sunday));
+        assert!(!Period::Weekly.changed(sunday, sunday + 6 * 86400));
+        assert!(Period::Weekly.changed(sunday, sunday + 7 * 86400));
         assert!(!Period::Never.changed(0, t));
     }
 
