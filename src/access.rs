@@ -280,8 +280,29 @@ pub struct Recheck {
     port: u16,
     user: Option<String>,
     password: Option<String>,
-    /// The session's weight, updated by each check.
-    weight: std::sync::Arc<std::sync::atomic::AtomicU32>,
+    /// The session's weight, updated by each check (a copy starts from
+    /// the value at the time).
+    weight: AtomicWeight,
+}
+
+/// A weight that a shared `&Recheck` updates.
+#[derive(Debug, Default)]
+struct AtomicWeight(std::sync::atomic::AtomicU32);
+
+impl Clone for AtomicWeight {
+    fn clone(&self) -> Self {
+        AtomicWeight(self.get().into())
+    }
+}
+
+impl AtomicWeight {
+    fn get(&self) -> u32 {
+        self.0.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    fn set(&self, w: u32) {
+        self.0.store(w, std::sync::atomic::Ordering::Relaxed)
+    }
 }
 
 impl Recheck {
@@ -304,8 +325,7 @@ impl Recheck {
 
     /// The weight the session was granted with ([`Grant::weight`]).
     pub fn at_weight(self, weight: u32) -> Recheck {
-        self.weight
-            .store(weight, std::sync::atomic::Ordering::Relaxed);
+        self.weight.set(weight);
         self
     }
 
@@ -332,11 +352,10 @@ impl Recheck {
         let at = At {
             now: SystemTime::now(),
             srv: listen_addr(&now),
-            weight: self.weight.load(std::sync::atomic::Ordering::Relaxed),
+            weight: self.weight.get(),
         };
         let g = admit(&now.access, &req, &at, false)?;
-        self.weight
-            .store(g.weight, std::sync::atomic::Ordering::Relaxed);
+        self.weight.set(g.weight);
         Ok(())
     }
 }
