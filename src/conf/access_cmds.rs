@@ -215,7 +215,8 @@ mod tests {
                 size: 10
             }
         );
-        assert!(run(&["authcache limit"]).is_err());
+        // `limit` goes with any other type, or alone, as in 3proxy.
+        assert_eq!(run(&["authcache limit"]).unwrap().access.cache.kind, 8);
     }
 
     #[test]
