@@ -15,10 +15,12 @@
 //!
 //! Built by bench.py with `cargo build --release --example loadgen`.
 
+use nix::errno::Errno;
+use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, SocketAddrV4};
-use std::os::fd::AsRawFd;
+use std::os::fd::AsFd;
 use std::time::{Duration, Instant};
 
 /// A request that takes longer than this counts as an error.
@@ -282,17 +284,6 @@ impl Gen {
     }
 }
 
-fn poll_fds(fds: &mut [libc::pollfd], timeout_ms: i32) -> std::io::Result<usize> {
-    // SAFETY: `fds` is a valid, exclusively borrowed array of pollfd for
-    // the duration of the call, and its length is passed with it.
-    let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout_ms) };
-    if n < 0 {
-        Err(std::io::Error::last_os_error())
-    } else {
-        Ok(n as usize)
-    }
-}
-
 fn json_str(s: &str) -> String {
     let mut out = String::from("\"");
     for c in s.chars() {
@@ -339,8 +330,8 @@ fn run(args: Args) -> Totals {
             got: 0,
         })
         .collect();
-    let mut fds: Vec<libc::pollfd> = Vec::with_capacity(conns);
-    let mut index: Vec<usize> = Vec::with_capacity(conns);
+    // (slot, ready) after each poll.
+    let mut ready: Vec<(usize, bool)> = Vec::with_capacity(conns);
     loop {
         let now = Instant::now();
         // (Re)start idle slots while the run lasts.
@@ -353,21 +344,17 @@ fn run(args: Args) -> Totals {
                 }
             }
         }
-        fds.clear();
-        index.clear();
+        ready.clear();
+        let mut fds = Vec::with_capacity(conns);
         for (i, slot) in slots.iter().enumerate() {
             if let Some(s) = &slot.sock {
                 let events = if slot.state == State::Connecting {
-                    libc::POLLOUT
+                    PollFlags::POLLOUT
                 } else {
-                    libc::POLLIN
+                    PollFlags::POLLIN
                 };
-                fds.push(libc::pollfd {
-                    fd: s.as_raw_fd(),
-                    events,
-                    revents: 0,
-                });
-                index.push(i);
+                fds.push(PollFd::new(s.as_fd(), events));
+                ready.push((i, false));
             }
         }
         if fds.is_empty() {
@@ -379,17 +366,22 @@ fn run(args: Args) -> Totals {
             std::thread::sleep(next.saturating_duration_since(now));
             continue;
         }
-        if let Err(e) = poll_fds(&mut fds, 100) {
-            if e.kind() == ErrorKind::Interrupted {
-                continue;
+        match poll(&mut fds, PollTimeout::from(100u8)) {
+            Ok(_) => {}
+            Err(Errno::EINTR) => continue,
+            Err(e) => {
+                totals.first_error.get_or_insert(format!("poll: {e}"));
+                break;
             }
-            totals.first_error.get_or_insert(format!("poll: {e}"));
-            break;
         }
+        for (r, fd) in ready.iter_mut().zip(&fds) {
+            r.1 = fd.revents().is_some_and(|e| !e.is_empty());
+        }
+        drop(fds);
         let now = Instant::now();
-        for (k, fd) in fds.iter().enumerate() {
-            let slot = &mut slots[index[k]];
-            let outcome = if fd.revents != 0 {
+        for &(i, is_ready) in &ready {
+            let slot = &mut slots[i];
+            let outcome = if is_ready {
                 gen.step(slot)
             } else if now.duration_since(slot.started) > REQUEST_TIMEOUT {
                 Err("request timed out".into())
