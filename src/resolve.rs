@@ -495,6 +495,76 @@ fn cache_key(name: &str) -> String {
 }
 
 // ---------------------------------------------------------------------------
+// Lookups for `dnspr`
+
+/// An address `dnspr` can answer with, and how long the client may keep it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Record {
+    pub ip: IpAddr,
+    /// Seconds: what is left of a cached answer, the server's TTL (capped
+    /// as the cache caps it) for a fresh one, 12 hours for an `nsrecord`.
+    pub ttl: u32,
+    /// The `nserver` that answered, None for a static or cached record.
+    pub server: Option<SocketAddr>,
+}
+
+/// An A (or, with `v6`, AAAA) record for `host` as 3proxy's `udpresolve`
+/// finds one: `nsrecord`, then the cache, then the `nserver`s in order
+/// (the first that answers decides). Neither getaddrinfo nor
+/// `fakeresolve` is asked; an `nsrecord` to 0.0.0.0 is answered as it is.
+pub fn record(host: &str, v6: bool) -> Option<Record> {
+    current()?.record(host, if v6 { Qt::Aaaa } else { Qt::A })
+}
+
+/// The first `nserver`, where `dnspr` forwards what it does not answer.
+pub fn first_server() -> Option<NameServer> {
+    current()?.conf.servers.first().copied()
+}
+
+impl Resolver {
+    fn record(&self, host: &str, qt: Qt) -> Option<Record> {
+        let key = cache_key(host);
+        if let Some(ip) = self.static_record(&key, qt) {
+            return Some(Record {
+                ip,
+                ttl: MAX_TTL,
+                server: None,
+            });
+        }
+        let cache = if qt == Qt::Aaaa {
+            &self.cache6
+        } else {
+            &self.cache4
+        };
+        let now = Instant::now();
+        if let Some((ip, ttl)) = cache.lock().ok().and_then(|mut c| c.get_ttl(&key, now)) {
+            return Some(Record {
+                ip,
+                ttl,
+                server: None,
+            });
+        }
+        for server in &self.conf.servers {
+            match self.ask(server, host, qt) {
+                Ok(Answer::Addr(ip, ttl)) => {
+                    if let Ok(mut c) = cache.lock() {
+                        c.put(&key, ip, ttl, Instant::now());
+                    }
+                    return Some(Record {
+                        ip,
+                        ttl: ttl.clamp(1, MAX_TTL),
+                        server: Some(server.addr),
+                    });
+                }
+                Ok(Answer::None | Answer::Name(_)) => return None,
+                Err(e) => log::debug!("nserver {}: {host}: {e}", server.addr),
+            }
+        }
+        None
+    }
+}
+
+// ---------------------------------------------------------------------------
 // Reverse lookups for `auth dnsname`
 
 /// The name `ip` has in the DNS, forward-confirmed: its PTR name (asked
@@ -697,6 +767,13 @@ impl Cache {
             }
             None => None,
         }
+    }
+
+    /// Like `get`, with the seconds left (at least 1).
+    fn get_ttl(&mut self, key: &str, now: Instant) -> Option<(IpAddr, u32)> {
+        let ip = self.get(key, now)?;
+        let left = self.map.get(key)?.1.saturating_duration_since(now);
+        Some((ip, (left.as_secs() as u32).max(1)))
     }
 
     fn put(&mut self, key: &str, ip: IpAddr, ttl: u32, now: Instant) {

@@ -20,7 +20,7 @@ use crate::util::*;
 
 /// How the test server treats a query.
 #[derive(Clone, Copy, PartialEq, Eq)]
-enum Style {
+pub(crate) enum Style {
     /// Answer from the table.
     Plain,
     /// First send replies a resolver must drop (another ID, another
@@ -34,7 +34,7 @@ enum Style {
 type Table = HashMap<(String, TYPE), IpAddr>;
 
 /// A DNS server on 127.0.0.1 (UDP, and TCP on the same port number).
-struct TestDns {
+pub(crate) struct TestDns {
     port: u16,
     /// Every question asked, as "name TYPE" (e.g. "some.test A"), over
     /// either transport.
@@ -46,7 +46,7 @@ struct TestDns {
 }
 
 impl TestDns {
-    fn start(style: Style, records: &[(&str, &str)]) -> TestDns {
+    pub(crate) fn start(style: Style, records: &[(&str, &str)]) -> TestDns {
         // One port for both transports: a free UDP port may be taken for
         // TCP by another test running in parallel, so try a few.
         let (udp, tcp, port) = (0..100)
@@ -106,20 +106,20 @@ impl TestDns {
         dns
     }
 
-    fn nserver(&self) -> String {
+    pub(crate) fn nserver(&self) -> String {
         format!("nserver 127.0.0.1:{}\n", self.port)
     }
 
-    fn asked(&self) -> Vec<String> {
+    pub(crate) fn asked(&self) -> Vec<String> {
         self.asked.lock().unwrap().clone()
     }
 
-    fn count(&self, question: &str) -> usize {
+    pub(crate) fn count(&self, question: &str) -> usize {
         self.asked().iter().filter(|q| *q == question).count()
     }
 
     /// Answer PTR questions for `reverse` with `name`.
-    fn add_ptr(&self, reverse: &str, name: &str) {
+    pub(crate) fn add_ptr(&self, reverse: &str, name: &str) {
         self.ptrs
             .lock()
             .unwrap()

@@ -11,6 +11,7 @@ mod acl;
 mod conf;
 mod connectback;
 mod crypt;
+mod dnspr;
 mod http;
 mod install;
 mod log;

@@ -6,6 +6,7 @@
 //! by its acceptor and client threads through an `Arc`) and a bound listener.
 //! Both are held in a [`Prepared`] until the whole cfg has loaded.
 
+pub mod dnspr;
 pub mod proxy;
 pub mod socks;
 pub mod tcppm;
@@ -26,8 +27,8 @@ use crate::sys::sockopt::SockOpts;
 pub enum Kind {
     /// TCP: the function a client thread runs.
     Tcp(fn(&mut crate::client::Client)),
-    /// UDP: the service owns its socket loop.
-    Udp,
+    /// UDP: the function that runs the service's socket loop.
+    Udp(fn(Arc<Running>, UdpSocket)),
 }
 
 /// One entry of the service table (3proxy's `proxydef` + `childdef`).
@@ -56,7 +57,7 @@ pub static SERVICES: &[ServiceDef] = &[
         log_name: "UDPPM",
         default_port: 0,
         positional: 3,
-        kind: Kind::Udp,
+        kind: Kind::Udp(udppm::run),
     },
     ServiceDef {
         name: "socks",
@@ -71,6 +72,13 @@ pub static SERVICES: &[ServiceDef] = &[
         default_port: 3128,
         positional: 0,
         kind: Kind::Tcp(proxy::serve),
+    },
+    ServiceDef {
+        name: "dnspr",
+        log_name: "DNSPR",
+        default_port: 53,
+        positional: 0,
+        kind: Kind::Udp(dnspr::run),
     },
 ];
 
@@ -387,6 +395,9 @@ pub fn prepare(state: &State, args: &[String]) -> Result<Prepared, String> {
         return Err("this service is not supported yet by this version of 3proxy".to_string());
     };
     let opts = ServiceOpts::parse(&args[1..], state.maxseg)?;
+    if def.name == "dnspr" {
+        dnspr::fake(&opts)?;
+    }
     if opts.positional.len() != def.positional {
         return Err(if def.positional == 3 {
             format!(
@@ -414,7 +425,7 @@ pub fn prepare(state: &State, args: &[String]) -> Result<Prepared, String> {
         .or(state.internal.as_deref())
         .unwrap_or("0.0.0.0");
     let listen = Addr::parse_listen(internal, port)?;
-    let udp = matches!(def.kind, Kind::Udp);
+    let udp = matches!(def.kind, Kind::Udp(_));
     if udp && !matches!(listen, Addr::Ip(_)) {
         return Err("a UDP service cannot listen on a unix socket".into());
     }
@@ -635,11 +646,14 @@ pub fn start(p: Prepared) -> std::io::Result<()> {
                 .spawn(move || crate::acceptor::run_dialing(r, w))?;
         }
         Bound::Datagram(u) => {
+            let Kind::Udp(serve) = svc.def.kind else {
+                return Err(std::io::Error::other("a datagram socket for a TCP service"));
+            };
             let r = Arc::new(Running::new(key, svc, &u));
             running::register(r.clone());
             std::thread::Builder::new()
                 .name(name)
-                .spawn(move || udppm::run(r, u))?;
+                .spawn(move || serve(r, u))?;
         }
     }
     Ok(())

@@ -1,0 +1,583 @@
+//! `tlspr`: the TLS SNI proxy (3proxy's tlspr.c, tlspr(8)). The client's
+//! first TLS record, its ClientHello, names the destination host (the SNI
+//! extension); the port is `-P` (443 by default). The record is read
+//! whole, the name checked with the access layer (op CONNECT), and after
+//! connecting (directly or through `parent`s) the bytes read are replayed
+//! to the destination before the two sockets are relayed.
+//!
+//! `-c` is how much TLS is required: 0 (the default) lets anything pass
+//! (without a name there is no destination, so such a session ends with
+//! 100), 1 refuses a first record that is not a well-formed ClientHello,
+//! 2 also reads the server's first record and refuses it unless it is a
+//! ServerHello. 3proxy's levels 3 and 4 (certificate checks) and `-X`
+//! (STARTTLS) are refused by the cfg as not supported yet.
+//!
+//! The record carrying the text `%T`: `TLSv1.3 host alpn` as in 3proxy
+//! (`NONEv0.0 - -` when no hello was seen).
+
+use std::io::{Read, Write};
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use crate::access::{self, Op, Recheck, Request};
+use crate::client::Client;
+use crate::conf::commands::number;
+use crate::conf::Timeouts;
+use crate::net::{resolve, Stream};
+use crate::parent;
+use crate::relay::RelayOpts;
+use crate::res::Res;
+use crate::services::ServiceOpts;
+
+/// The destination port when `-P` is not given (or is 0).
+pub const DEFAULT_PORT: u16 = 443;
+/// The longest host name kept from SNI (3proxy's SNILEN less its NUL).
+const SNI_MAX: usize = 255;
+/// The longest ALPN protocol name kept (3proxy's PROTOLEN less its NUL).
+const ALPN_MAX: usize = 31;
+/// A TLS record's header: type, version (2), length (2).
+const RECORD_HEAD: usize = 5;
+/// Record content type of handshake messages.
+const HANDSHAKE: u8 = 22;
+/// Handshake types.
+const CLIENT_HELLO: u8 = 1;
+const SERVER_HELLO: u8 = 2;
+
+/// The tlspr options of a service line (also read by `auto`, which hands
+/// TLS clients to tlspr).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TlsOpts {
+    /// `-P`: the destination port.
+    pub port: u16,
+    /// `-c[N]`: the TLS check level, 0 to 2.
+    pub check: u32,
+}
+
+impl Default for TlsOpts {
+    fn default() -> TlsOpts {
+        TlsOpts {
+            port: DEFAULT_PORT,
+            check: 0,
+        }
+    }
+}
+
+/// Read `-P` and `-c` from a service line's options; the cfg refuses what
+/// is not built (`-c3`, `-c4`, `-X`).
+pub fn options(o: &ServiceOpts) -> Result<TlsOpts, String> {
+    let mut t = TlsOpts::default();
+    for a in &o.other {
+        let (letter, val) = a[1..].split_at(1);
+        match letter {
+            "P" => {
+                let p = number(val, 0u16, 65535).map_err(|e| format!("'{a}': {e}"))?;
+                t.port = if p == 0 { DEFAULT_PORT } else { p };
+            }
+            "c" => {
+                t.check = if val.is_empty() {
+                    1
+                } else {
+                    number(val, 0u32, 4).map_err(|e| format!("'{a}': {e}"))?
+                };
+                if t.check > 2 {
+                    return Err(format!(
+                        "'{a}': TLS check levels 3 and 4 are not supported yet"
+                    ));
+                }
+            }
+            "X" => return Err(format!("'{a}': STARTTLS mode is not supported yet")),
+            _ => {}
+        }
+    }
+    Ok(t)
+}
+
+/// What a hello said.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Hello {
+    /// The SNI host name (None when absent or empty).
+    pub sni: Option<Vec<u8>>,
+    /// The first ALPN protocol.
+    pub alpn: Option<Vec<u8>>,
+}
+
+fn be16(b: &[u8], i: usize) -> Option<usize> {
+    Some(((*b.get(i)? as usize) << 8) | *b.get(i + 1)? as usize)
+}
+
+/// Parse one TLS record holding exactly one hello message of type `kind`
+/// (1 ClientHello, 2 ServerHello). `lv` is updated with the minor
+/// version the hello claims (client_version, then supported_versions).
+/// An error is 3proxy's negative code for what is wrong (-1 short, -2
+/// wrong message type, -4 lengths disagree, -5 not version 3.x, -6 to
+/// -10 fields overrunning, -12 to -15 a bad SNI, -16, -17 a bad ALPN).
+pub fn parse_hello(kind: u8, h: &[u8], lv: &mut i32) -> Result<Hello, i32> {
+    let len = h.len();
+    if len < 64 {
+        return Err(-1);
+    }
+    if h[5] != kind {
+        return Err(-2);
+    }
+    if h[6] != 0 {
+        return Err(-3);
+    }
+    if be16(h, 7).ok_or(-4)? + 9 != len {
+        return Err(-4);
+    }
+    let mut off = 9;
+    if h[off] != 3 {
+        return Err(-5);
+    }
+    *lv = h[off + 1] as i32;
+    // version (2) and random (32)
+    off += 34;
+    let slen = h[off] as usize;
+    if off + slen + 3 > len {
+        return Err(-6);
+    }
+    off += slen + 1;
+    if kind == CLIENT_HELLO {
+        let cs = be16(h, off).ok_or(-7)?;
+        if off + cs + 3 > len {
+            return Err(-7);
+        }
+        off += cs + 2;
+        let cm = h[off] as usize;
+        if off + cm + 3 > len {
+            return Err(-8);
+        }
+        off += cm + 1;
+    } else {
+        // cipher suite (2) and compression method (1)
+        off += 3;
+    }
+    let mut elen = be16(h, off).ok_or(-9)?;
+    off += 2;
+    if elen + off != len {
+        return Err(-9);
+    }
+    let mut out = Hello::default();
+    // From here `off + elen == len`: every index below is checked
+    // against `elen` first.
+    while elen > 3 {
+        let xlen = be16(h, off + 2).ok_or(-10)?;
+        if xlen + 4 > elen {
+            return Err(-10);
+        }
+        let body = &h[off + 4..off + 4 + xlen];
+        match (h[off], h[off + 1]) {
+            (0, 0) if kind == CLIENT_HELLO && xlen >= 5 => {
+                let list = be16(body, 0).ok_or(-12)?;
+                if list > 3 {
+                    if list + 2 != xlen {
+                        return Err(-12);
+                    }
+                    if body[2] != 0 {
+                        return Err(-13);
+                    }
+                    let n = be16(body, 3).ok_or(-14)?;
+                    if n + 3 > list {
+                        return Err(-14);
+                    }
+                    if n > SNI_MAX {
+                        return Err(-15);
+                    }
+                    out.sni = (n > 0).then(|| body[5..5 + n].to_vec());
+                }
+            }
+            (0, 43) if xlen > 2 => *lv = body[2] as i32,
+            (0, 43) if xlen == 2 => *lv = body[1] as i32,
+            (0, 16) if xlen >= 3 => {
+                let n = body[2] as usize;
+                if n + 7 > elen {
+                    return Err(-16);
+                }
+                if n > ALPN_MAX {
+                    return Err(-17);
+                }
+                out.alpn = Some(h[off + 7..off + 7 + n].to_vec());
+            }
+            _ => {}
+        }
+        off += xlen + 4;
+        elen -= xlen + 4;
+    }
+    Ok(out)
+}
+
+/// Read one whole TLS record from `s` into `buf` (bytes already there
+/// count), within `wait` overall and at most `max` bytes. Ok is the
+/// record's length; an error is 3proxy's code: -2 fewer than 5 bytes
+/// came, -3 not version 3.x, -4 longer than `max`, -5 cut short.
+pub fn read_record(
+    s: &Stream,
+    buf: &mut Vec<u8>,
+    max: usize,
+    wait: Duration,
+) -> Result<usize, i32> {
+    let until = Instant::now() + wait;
+    fill(s, buf, RECORD_HEAD, until).map_err(|_| -2)?;
+    if buf[1] != 3 {
+        return Err(-3);
+    }
+    let len = RECORD_HEAD + be16(buf, 3).unwrap_or(0);
+    if len > max {
+        return Err(-4);
+    }
+    fill(s, buf, len, until).map_err(|_| -5)?;
+    Ok(len)
+}
+
+/// Read until `buf` holds `need` bytes or `until` passes.
+fn fill(s: &Stream, buf: &mut Vec<u8>, need: usize, until: Instant) -> Result<(), ()> {
+    while buf.len() < need {
+        let left = until.saturating_duration_since(Instant::now());
+        if left.is_zero() || s.set_read_timeout(Some(left)).is_err() {
+            return Err(());
+        }
+        let have = buf.len();
+        buf.resize(need, 0);
+        let mut r = s;
+        let n = r.read(&mut buf[have..]);
+        match n {
+            Ok(n) if n > 0 => buf.truncate(have + n),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => buf.truncate(have),
+            _ => {
+                buf.truncate(have);
+                return Err(());
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `%T` of a tlspr record, as 3proxy writes it.
+fn text(lv: i32, host: Option<&str>, alpn: Option<&[u8]>) -> String {
+    let (name, major, minor) = match lv {
+        l if l < 0 => ("NONE", 0, 0),
+        0 => ("SSL", 3, 0),
+        l => ("TLS", 1, l - 1),
+    };
+    let alpn = alpn.map_or("-".into(), String::from_utf8_lossy);
+    format!("{name}v{major}.{minor} {} {alpn}", host.unwrap_or("-"))
+}
+
+/// A name fit to be a destination: printable ASCII without blanks.
+fn host_name(sni: &[u8]) -> Option<String> {
+    let ok = sni.iter().all(|&b| b.is_ascii_graphic());
+    ok.then(|| String::from_utf8_lossy(sni).into_owned())
+}
+
+/// The client thread's work for one tlspr client.
+pub fn serve(c: &mut Client) {
+    let svc = c.svc().clone();
+    if svc.opts.proxy_header && !super::tcppm::read_proxy_header(c) {
+        return;
+    }
+    let t = options(&svc.opts).unwrap_or_default();
+    let mut st = State {
+        lv: -1,
+        host: None,
+        alpn: None,
+        buf: Vec::new(),
+    };
+    if let Err(res) = run(c, &t, &mut st) {
+        c.res = res;
+    }
+    c.text = text(st.lv, st.host.as_deref(), st.alpn.as_deref());
+}
+
+/// What the session learned, for its record.
+struct State {
+    lv: i32,
+    host: Option<String>,
+    alpn: Option<Vec<u8>>,
+    /// The client's bytes read so far.
+    buf: Vec<u8>,
+}
+
+fn run(c: &mut Client, t: &TlsOpts, st: &mut State) -> Result<(), Res> {
+    let svc = c.svc().clone();
+    let wait = svc.timeouts.get(Timeouts::STRING_SHORT);
+    let read = read_record(&c.cli, &mut st.buf, svc.bufsize, wait);
+    match read {
+        Ok(n) if st.buf[0] == HANDSHAKE => {
+            st.lv = st.buf[2] as i32;
+            match parse_hello(CLIENT_HELLO, &st.buf[..n], &mut st.lv) {
+                Ok(h) => {
+                    st.alpn = h.alpn;
+                    if let Some(sni) = h.sni {
+                        st.host = Some(host_name(&sni).ok_or(Res::NOHOST)?);
+                    }
+                }
+                Err(e) if t.check > 0 => return Err(Res((310 - e) as u32)),
+                Err(_) => {}
+            }
+        }
+        // 3proxy logs 300 minus the record's length for a record that
+        // is not a handshake: the code is 300 here.
+        Ok(_) if t.check > 0 => return Err(Res(300)),
+        Err(e) if t.check > 0 => return Err(Res((300 - e) as u32)),
+        _ => {}
+    }
+    c.text = text(st.lv, st.host.as_deref(), st.alpn.as_deref());
+    c.req_host.clone_from(&st.host);
+    let port = t.port;
+    let dst = match &st.host {
+        Some(h) => Some(resolve(h, port, svc.family)?),
+        None => None,
+    };
+    c.req_addr = dst;
+    let req = Request {
+        op: Some(Op::Connect),
+        client: c.client_addr,
+        local: c.local_addr,
+        host: st.host.as_deref(),
+        addr: dst.map(|a| a.ip()),
+        port: if dst.is_some() { port } else { 0 },
+        user: None,
+        password: None,
+    };
+    let grant = access::authorize(&svc, &req)?;
+    c.logged |= grant.nolog;
+    if grant.user.is_some() {
+        c.user.clone_from(&grant.user);
+    }
+    let again = Recheck::new(&svc, &req).at_weight(grant.weight);
+    // No name: nowhere to go (3proxy's transparent plugin is not built).
+    let dst = dst.ok_or(Res::NOHOST)?;
+    if crate::net::Addr::Ip(dst) == svc.listen || Some(dst) == c.local_addr {
+        return Err(Res::LOOP);
+    }
+    let srv = connect(c, dst, st.host.as_deref(), &grant.parents)?;
+    let sent = (&srv).write_all(&st.buf);
+    c.bytes_out += st.buf.len() as u64;
+    if sent.is_err() {
+        c.srv = Some(srv);
+        return Err(Res::SERVER_ERR);
+    }
+    if t.check > 1 {
+        let mut sbuf = Vec::new();
+        let n = match read_record(&srv, &mut sbuf, svc.bufsize, wait) {
+            Ok(n) if sbuf[0] == HANDSHAKE => n,
+            Ok(_) => return Err(Res(340)),
+            Err(e) => return Err(Res((340 - e) as u32)),
+        };
+        st.lv = sbuf[2] as i32;
+        parse_hello(SERVER_HELLO, &sbuf[..n], &mut st.lv).map_err(|e| Res((350 - e) as u32))?;
+        c.text = text(st.lv, st.host.as_deref(), st.alpn.as_deref());
+        let _ = c
+            .cli
+            .set_timeout(Some(svc.timeouts.get(Timeouts::STRING_SHORT)));
+        (&c.cli).write_all(&sbuf).map_err(|_| Res::CLIENT_ERR)?;
+        c.bytes_in += sbuf.len() as u64;
+    }
+    let opts = RelayOpts {
+        idle: svc.timeouts.get(Timeouts::CONNECTION_LONG),
+        session_end: svc.opts.session_end,
+        splice: svc.splice(),
+        bufsize: svc.bufsize,
+        grace: svc.opts.grace,
+    };
+    let out = super::tcppm::relay_logged(c, &srv, &opts, grant.limits.as_deref(), &again);
+    c.res = out.res;
+    c.bytes_out += out.out;
+    c.bytes_in += out.inb;
+    c.srv = Some(srv);
+    Ok(())
+}
+
+/// Connect to `dst` (the name `host`), through the grant's parents.
+fn connect(
+    c: &mut Client,
+    dst: SocketAddr,
+    host: Option<&str>,
+    parents: &[parent::Hop],
+) -> Result<Stream, Res> {
+    let svc = c.svc().clone();
+    let want = parent::Want {
+        addr: Some(dst),
+        host,
+        client: c.client_addr,
+        local: c.local_addr,
+        ..parent::Want::default()
+    };
+    let chain = match parent::connect(&svc, parents, &want)? {
+        parent::Route::Stream(chain) => chain,
+        // Handing a client to another service locally is not built.
+        parent::Route::Local { .. } => return Err(Res::NOTIMPL),
+    };
+    c.hops = chain.hops;
+    c.remote_addr = if chain.hops == 0 {
+        Some(dst)
+    } else {
+        chain.stream.peer_addr()
+    };
+    c.ext_addr = chain.stream.local_addr();
+    Ok(chain.stream)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A ClientHello record as a TLS 1.3 client sends it: session id,
+    /// suites, compression, then SNI, supported_versions and ALPN.
+    fn client_hello(sni: &[u8], alpn: &[u8]) -> Vec<u8> {
+        let mut ext = Vec::new();
+        if !sni.is_empty() {
+            let n = sni.len();
+            ext.extend_from_slice(&[0, 0]);
+            ext.extend_from_slice(&((n + 5) as u16).to_be_bytes());
+            ext.extend_from_slice(&((n + 3) as u16).to_be_bytes());
+            ext.push(0);
+            ext.extend_from_slice(&(n as u16).to_be_bytes());
+            ext.extend_from_slice(sni);
+        }
+        ext.extend_from_slice(&[0, 43, 0, 5, 4, 3, 4, 3, 3]);
+        if !alpn.is_empty() {
+            let n = alpn.len();
+            ext.extend_from_slice(&[0, 16]);
+            ext.extend_from_slice(&((n + 3) as u16).to_be_bytes());
+            ext.extend_from_slice(&((n + 1) as u16).to_be_bytes());
+            ext.push(n as u8);
+            ext.extend_from_slice(alpn);
+        }
+        let mut body = vec![3, 3];
+        body.extend_from_slice(&[7u8; 32]);
+        body.push(32);
+        body.extend_from_slice(&[9u8; 32]);
+        body.extend_from_slice(&[0, 4, 0x13, 0x01, 0x13, 0x02]);
+        body.extend_from_slice(&[1, 0]);
+        body.extend_from_slice(&(ext.len() as u16).to_be_bytes());
+        body.extend_from_slice(&ext);
+        let mut hs = vec![CLIENT_HELLO, 0];
+        hs.extend_from_slice(&(body.len() as u16).to_be_bytes());
+        hs.extend_from_slice(&body);
+        let mut rec = vec![HANDSHAKE, 3, 1];
+        rec.extend_from_slice(&(hs.len() as u16).to_be_bytes());
+        rec.extend_from_slice(&hs);
+        rec
+    }
+
+    #[test]
+    fn finds_sni_alpn_and_version() {
+        let rec = client_hello(b"example.com", b"h2");
+        let mut lv = rec[2] as i32;
+        let h = parse_hello(CLIENT_HELLO, &rec, &mut lv).unwrap();
+        assert_eq!(h.sni.as_deref(), Some(&b"example.com"[..]));
+        assert_eq!(h.alpn.as_deref(), Some(&b"h2"[..]));
+        assert_eq!(lv, 4);
+        assert_eq!(
+            text(lv, Some("example.com"), h.alpn.as_deref()),
+            "TLSv1.3 example.com h2"
+        );
+        assert_eq!(text(-1, None, None), "NONEv0.0 - -");
+        assert_eq!(text(0, None, None), "SSLv3.0 - -");
+    }
+
+    #[test]
+    fn no_sni_is_not_an_error() {
+        let rec = client_hello(b"", b"");
+        let mut lv = -1;
+        let h = parse_hello(CLIENT_HELLO, &rec, &mut lv).unwrap();
+        assert_eq!(h, Hello::default());
+    }
+
+    #[test]
+    fn every_truncation_is_refused_without_panic() {
+        let rec = client_hello(b"example.com", b"http/1.1");
+        for n in 0..rec.len() {
+            let mut lv = -1;
+            assert!(
+                parse_hello(CLIENT_HELLO, &rec[..n], &mut lv).is_err(),
+                "{n}"
+            );
+        }
+    }
+
+    #[test]
+    fn garbage_and_bad_fields_never_panic() {
+        let rec = client_hello(b"example.com", b"h2");
+        // Every single byte changed to every value: no panic, and a
+        // result is either an error or a hello.
+        for i in 0..rec.len() {
+            for v in [0u8, 1, 2, 3, 0x7f, 0x80, 0xfe, 0xff] {
+                let mut r = rec.clone();
+                r[i] = v;
+                let mut lv = -1;
+                let _ = parse_hello(CLIENT_HELLO, &r, &mut lv);
+                let _ = parse_hello(SERVER_HELLO, &r, &mut lv);
+            }
+        }
+        let mut seed = 0x1234_5678_u64;
+        for len in 0..600 {
+            let g: Vec<u8> = (0..len)
+                .map(|_| {
+                    seed ^= seed << 13;
+                    seed ^= seed >> 7;
+                    seed ^= seed << 17;
+                    seed as u8
+                })
+                .collect();
+            let mut lv = -1;
+            let _ = parse_hello(CLIENT_HELLO, &g, &mut lv);
+        }
+        let mut lv = -1;
+        assert_eq!(parse_hello(CLIENT_HELLO, &[0u8; 64], &mut lv), Err(-2));
+        let mut r = rec.clone();
+        r[9] = 2;
+        assert_eq!(parse_hello(CLIENT_HELLO, &r, &mut lv), Err(-5));
+        let mut r = rec.clone();
+        r.push(0);
+        assert_eq!(parse_hello(CLIENT_HELLO, &r, &mut lv), Err(-4));
+    }
+
+    #[test]
+    fn oversized_names_are_refused() {
+        let long = vec![b'a'; 256];
+        let rec = client_hello(&long, b"");
+        let mut lv = -1;
+        assert_eq!(parse_hello(CLIENT_HELLO, &rec, &mut lv), Err(-15));
+        let rec = client_hello(b"a.example", &[b'p'; 32]);
+        assert_eq!(parse_hello(CLIENT_HELLO, &rec, &mut lv), Err(-17));
+        let ok = client_hello(&[b'a'; 255], &[b'p'; 31]);
+        assert!(parse_hello(CLIENT_HELLO, &ok, &mut lv).is_ok());
+    }
+
+    #[test]
+    fn host_names_must_be_printable() {
+        assert_eq!(host_name(b"a.example").as_deref(), Some("a.example"));
+        assert_eq!(host_name(b"a b"), None);
+        assert_eq!(host_name(b"a\0b"), None);
+        assert_eq!(host_name(&[0xc3, 0xa9]), None);
+    }
+
+    #[test]
+    fn options_p_and_c() {
+        let o = |s: &str| {
+            let args: Vec<String> = s.split_whitespace().map(String::from).collect();
+            options(&ServiceOpts::parse(&args, 1400).unwrap())
+        };
+        assert_eq!(o("").unwrap(), TlsOpts::default());
+        assert_eq!(
+            o("-P8443 -c").unwrap(),
+            TlsOpts {
+                port: 8443,
+                check: 1
+            }
+        );
+        assert_eq!(
+            o("-P0 -c2").unwrap(),
+            TlsOpts {
+                port: 443,
+                check: 2
+            }
+        );
+        assert!(o("-c3").is_err());
+        assert!(o("-c9").is_err());
+        assert!(o("-Ximap").is_err());
+        assert!(o("-Pxyz").is_err());
+    }
+}
