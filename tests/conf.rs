@@ -129,7 +129,6 @@ const NOT_YET: &[&str] = &[
     "pop3p",
     "ftppr",
     "admin -p8080",
-    "tlspr",
     "plugin lib.so start",
     "ssl_serv",
     "filtermaxsize 10",

@@ -22,6 +22,7 @@ mod process;
 mod reload;
 mod resolve;
 mod sample;
+mod services;
 mod socks;
 mod standalone;
 mod tcppm;

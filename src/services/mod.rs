@@ -6,10 +6,12 @@
 //! by its acceptor and client threads through an `Arc`) and a bound listener.
 //! Both are held in a [`Prepared`] until the whole cfg has loaded.
 
+pub mod auto;
 pub mod dnspr;
 pub mod proxy;
 pub mod socks;
 pub mod tcppm;
+pub mod tlspr;
 pub mod udppm;
 
 use std::net::{IpAddr, SocketAddr, UdpSocket};
@@ -79,6 +81,20 @@ pub static SERVICES: &[ServiceDef] = &[
         default_port: 53,
         positional: 0,
         kind: Kind::Udp(dnspr::run),
+    },
+    ServiceDef {
+        name: "auto",
+        log_name: "AUTO",
+        default_port: 8080,
+        positional: 0,
+        kind: Kind::Tcp(auto::serve),
+    },
+    ServiceDef {
+        name: "tlspr",
+        log_name: "TLSPR",
+        default_port: 1443,
+        positional: 0,
+        kind: Kind::Tcp(tlspr::serve),
     },
 ];
 
@@ -397,6 +413,9 @@ pub fn prepare(state: &State, args: &[String]) -> Result<Prepared, String> {
     let opts = ServiceOpts::parse(&args[1..], state.maxseg)?;
     if def.name == "dnspr" {
         dnspr::fake(&opts)?;
+    }
+    if matches!(def.name, "tlspr" | "auto") {
+        tlspr::options(&opts)?;
     }
     if opts.positional.len() != def.positional {
         return Err(if def.positional == 3 {
