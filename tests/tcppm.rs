@@ -524,17 +524,19 @@ fn idle_client_threads_exit_after_15_s() {
     // one idle for 15 s exits, so a burst of clients does not leave its
     // threads behind.
     let (proxy, _origin, port) = echo_tcppm("idle_threads", "");
-    let at_rest = proxy.threads();
+    // Client threads: the threads named like the acceptor, but it.
+    let name = format!("tcppm:{port}");
+    let client_threads = || proxy.threads_named(&name).saturating_sub(1);
     // One client after another: threads that served one serve the next
     // (a few more when a client comes before the last one's thread has
     // closed up, but not one per client).
     for i in 0..30 {
         echo_roundtrip(&mut connect(localhost(port)), format!("one {i}").as_bytes());
     }
-    let after_sequence = proxy.threads();
+    let after_sequence = client_threads();
     assert!(
-        after_sequence < at_rest + 10,
-        "{at_rest} threads at rest, {after_sequence} after 30 clients in turn"
+        after_sequence < 10,
+        "{after_sequence} client threads after 30 clients in turn"
     );
     let clients: Vec<TcpStream> = (0..20)
         .map(|i| {
@@ -543,17 +545,13 @@ fn idle_client_threads_exit_after_15_s() {
             c
         })
         .collect();
-    let busy = proxy.threads();
-    // (At rest may count the readiness probe's parked thread.)
-    assert!(
-        busy >= at_rest + 19,
-        "{at_rest} threads at rest, {busy} with 20 clients"
-    );
+    let busy = client_threads();
+    assert!(busy >= 20, "{busy} client threads with 20 clients");
     drop(clients);
     assert!(
-        wait_for(|| proxy.threads() <= at_rest, Duration::from_secs(30)),
-        "{at_rest} threads at rest, {} after the clients left",
-        proxy.threads()
+        wait_for(|| client_threads() == 0, Duration::from_secs(30)),
+        "{} client threads left after the clients left",
+        client_threads()
     );
     // The service still serves.
     echo_roundtrip(&mut connect(localhost(port)), b"after");

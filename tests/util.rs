@@ -332,8 +332,16 @@ impl Proxy {
     }
 
     /// The proxy's thread count.
-    pub fn threads(&self) -> usize {
-        self.status_field("Threads:")
+    /// Threads of the proxy named `name` (a service's acceptor and its
+    /// client threads are named `SERVICE:PORT`).
+    pub fn threads_named(&self, name: &str) -> usize {
+        let Ok(tasks) = fs::read_dir(format!("/proc/{}/task", self.pid())) else {
+            return 0;
+        };
+        tasks
+            .filter_map(|t| fs::read_to_string(t.ok()?.path().join("comm")).ok())
+            .filter(|comm| comm.trim_end() == name)
+            .count()
     }
 
     /// A duplicate of the proxy's IPv4 TCP socket with this local port and
@@ -568,44 +576,51 @@ pub fn localhost(port: u16) -> SocketAddr {
     SocketAddr::from(([127, 0, 0, 1], port))
 }
 
-/// A port the kernel just gave to `bind(addr:0)`, never one handed out
-/// before in this test process. The kernel may give a port it gave a
-/// moment ago once that socket is closed; two tests would then both start
-/// a 3proxy on it, and with SO_REUSEPORT (as 3proxy sets it) both binds
-/// succeed and each gets some of the other's connections.
-fn unique_port(bind: impl Fn() -> io::Result<u16>) -> u16 {
-    static GIVEN: Mutex<Vec<u16>> = Mutex::new(Vec::new());
-    let mut given = GIVEN.lock().unwrap_or_else(|e| e.into_inner());
-    loop {
-        let port = bind().expect("bind port 0");
-        if !given.contains(&port) {
-            given.push(port);
-            return port;
+/// The ports tests hand to 3proxy: below the kernel's ephemeral range
+/// (32768-60999 by default, see /proc/sys/net/ipv4/ip_local_port_range).
+/// A port taken from bind(addr:0) and released could be given by the kernel
+/// to another test's origin or client socket before this test's 3proxy
+/// binds it (the proxy then fails with "address in use"), or to another
+/// 3proxy, and with SO_REUSEPORT (as 3proxy sets it) both binds succeed and
+/// each gets some of the other's connections. The kernel never picks a port
+/// from this range by itself, and each is handed out once per test process.
+const TEST_PORTS: std::ops::Range<u16> = 20000..32000;
+
+/// The next port of TEST_PORTS that `probe` can bind now.
+fn unique_port(probe: impl Fn(u16) -> io::Result<()>) -> u16 {
+    static NEXT: Mutex<Option<u16>> = Mutex::new(None);
+    let mut next = NEXT.lock().unwrap_or_else(|e| e.into_inner());
+    let span = TEST_PORTS.end - TEST_PORTS.start;
+    // Start where an earlier run (whose sockets may linger) likely did not.
+    let mut port = next.unwrap_or(TEST_PORTS.start + (std::process::id() % u32::from(span)) as u16);
+    for _ in 0..span {
+        let candidate = port;
+        port = if port + 1 >= TEST_PORTS.end {
+            TEST_PORTS.start
+        } else {
+            port + 1
+        };
+        if probe(candidate).is_ok() {
+            *next = Some(port);
+            return candidate;
         }
     }
+    panic!("no free port in {TEST_PORTS:?}");
 }
 
-/// A TCP port that was free on 127.0.0.1 a moment ago.
+/// A TCP port free on 127.0.0.1 (and never handed out before).
 pub fn free_port() -> u16 {
-    unique_port(|| {
-        TcpListener::bind("127.0.0.1:0")?
-            .local_addr()
-            .map(|a| a.port())
-    })
+    unique_port(|p| TcpListener::bind(("127.0.0.1", p)).map(drop))
 }
 
-/// A TCP port that was free on ::1 a moment ago.
+/// A TCP port free on ::1.
 pub fn free_port_v6() -> u16 {
-    unique_port(|| TcpListener::bind("[::1]:0")?.local_addr().map(|a| a.port()))
+    unique_port(|p| TcpListener::bind(("::1", p)).map(drop))
 }
 
-/// A UDP port that was free on 127.0.0.1 a moment ago.
+/// A UDP port free on 127.0.0.1.
 pub fn free_udp_port() -> u16 {
-    unique_port(|| {
-        UdpSocket::bind("127.0.0.1:0")?
-            .local_addr()
-            .map(|a| a.port())
-    })
+    unique_port(|p| UdpSocket::bind(("127.0.0.1", p)).map(drop))
 }
 
 /// Connects with the test's read/write timeouts set.
