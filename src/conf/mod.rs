@@ -157,6 +157,7 @@ impl State {
             svc.timeouts = self.timeouts;
             svc.dialer.timeout = self.timeouts.get(Timeouts::CONNECT);
             svc.logdump = (self.ops.logdump.cli, self.ops.logdump.srv);
+            svc.delimchar = self.ops.delimchar;
             if svc.opts.log.is_none() && svc.log.is_some() {
                 svc.log = self.log.clone();
             }

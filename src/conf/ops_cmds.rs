@@ -54,8 +54,8 @@ pub struct Ops {
     pub logdump: LogDump,
     /// `delimchar C`: separates user and host in `user@host` logins of
     /// 3proxy's FTP/POP3/SMTP/IMAP proxies and in the credentials of an
-    /// HTTP proxy URL. Default `@`. Checked and kept only: nothing here
-    /// reads it yet (see 3proxy.cfg(5)).
+    /// HTTP proxy URL. Default `@`. `State::finalize` hands it to every
+    /// service (`Service::delimchar`).
     pub delimchar: u8,
     /// `counter FILE TYPE REPORTNAME`: the cfg writes counter reports. The
     /// thread that writes them starts when the cfg is committed, after

@@ -331,6 +331,9 @@ pub struct Service {
     /// `logdump`: (client to server, server to client) bytes after which a
     /// session in progress writes a record; 0 is off. Process-wide.
     pub logdump: (u64, u64),
+    /// `delimchar`: splits `user@host` logins (pop3p). Process-wide, set
+    /// with `logdump` after the whole cfg has run.
+    pub delimchar: u8,
     pub opts: ServiceOpts,
     pub timeouts: Timeouts,
     pub maxconn: u32,
@@ -596,6 +599,7 @@ fn build(
         def,
         key: String::new(),
         logdump: (0, 0),
+        delimchar: b'@',
         family: opts.family.unwrap_or_default(),
         bufsize: opts.bufsize.unwrap_or(DEFAULT_BUFSIZE),
         opts,
