@@ -18,6 +18,7 @@ mod log;
 mod ops;
 mod options;
 mod parent;
+mod pop3p;
 mod process;
 mod reload;
 mod resolve;

@@ -8,6 +8,7 @@
 
 pub mod auto;
 pub mod dnspr;
+pub mod pop3p;
 pub mod proxy;
 pub mod socks;
 pub mod tcppm;
@@ -95,6 +96,13 @@ pub static SERVICES: &[ServiceDef] = &[
         default_port: 1443,
         positional: 0,
         kind: Kind::Tcp(tlspr::serve),
+    },
+    ServiceDef {
+        name: "pop3p",
+        log_name: "POP3P",
+        default_port: 110,
+        positional: 0,
+        kind: Kind::Tcp(pop3p::serve),
     },
 ];
 
