@@ -48,6 +48,9 @@ pub enum HeadError {
     Target,
     /// An absolute URI with a scheme other than `http` (https://, ftp://).
     Scheme,
+    /// Credentials in the authority that do not split into a login and a
+    /// host (3proxy's 100: nothing before or after the delimiter).
+    Login,
 }
 
 /// A parsed request head. Strings borrow the caller's buffer.
@@ -60,8 +63,9 @@ pub struct RequestHead<'a> {
     pub version: u8,
     /// Bytes of the head, blank line included.
     pub len: usize,
-    /// Destination host, without IPv6 brackets.
-    pub host: &'a str,
+    /// Destination host, without IPv6 brackets (decoded when the
+    /// authority carried credentials).
+    pub host: std::borrow::Cow<'a, str>,
     pub port: u16,
     pub framing: Framing,
     /// The client wants the connection kept after this request.
@@ -75,6 +79,22 @@ pub struct RequestHead<'a> {
     /// `Authorization: NTLM|Negotiate`: authentication bound to the
     /// origin connection.
     pub conn_auth: bool,
+    /// Credentials from the URI's (or CONNECT target's) authority.
+    pub login: UrlLogin,
+}
+
+/// What `user:pass@host` in a request's authority said (3proxy's
+/// parseconnusername and parseusername).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct UrlLogin {
+    /// The proxy login of `puser:ppass:euser:epass@host` (each only when
+    /// not empty), for the ACL like `Proxy-Authorization`.
+    pub user: Option<String>,
+    pub password: Option<String>,
+    /// `Basic base64(euser:epass)`: the destination's credentials, sent to
+    /// the origin as `Authorization` (to an `http` parent as
+    /// `Proxy-Authorization`).
+    pub dest_auth: Option<String>,
 }
 
 impl RequestHead<'_> {
@@ -90,6 +110,12 @@ pub struct Rewrite<'a> {
     pub strip_forwarding: bool,
     /// Fields to add, each ending in CRLF (`Forwarded: ...`).
     pub extra: &'a [u8],
+    /// `delimchar`: splits credentials from the host in an authority that
+    /// has an `@` (0 is `@`).
+    pub delim: u8,
+    /// The service asks for users (`needuser` not 0, i.e. no `-u`): an
+    /// authority's `puser:ppass:euser:epass` also gives the proxy login.
+    pub login: bool,
 }
 
 /// Parse a request head at the start of `buf`. Ok(None) if the head is not
@@ -138,10 +164,11 @@ fn parse_request_in<'a>(
     // Where to: CONNECT authority, absolute URI, or origin-form plus Host.
     let mut path = uri;
     let absolute;
+    let mut login = UrlLogin::default();
+    let delim = if rw.delim == 0 { b'@' } else { rw.delim };
     let (host, port) = if method == "CONNECT" {
         absolute = false;
-        let (h, p) = split_authority(uri, None)?;
-        (h, p)
+        login_authority(uri, None, delim, rw.login, &mut login)?
     } else if uri.starts_with('/') {
         absolute = false;
         let mut hosts = headers
@@ -151,7 +178,8 @@ fn parse_request_in<'a>(
             return Err(HeadError::Target);
         };
         let v = std::str::from_utf8(h.value).map_err(|_| HeadError::Target)?;
-        split_authority(v, Some(80))?
+        let (h, p) = split_authority(v, Some(80))?;
+        (std::borrow::Cow::Borrowed(h), p)
     } else {
         absolute = true;
         let Some(colon) = uri.find("://") else {
@@ -161,14 +189,16 @@ fn parse_request_in<'a>(
             return Err(HeadError::Scheme);
         }
         let rest = &uri[colon + 3..];
-        let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-        let mut auth = &rest[..end];
-        // Credentials in the URI are not passed on.
-        if let Some(at) = auth.rfind('@') {
-            auth = &auth[at + 1..];
+        // With `delimchar #` a `#` separates credentials from the host, so
+        // it cannot end the authority.
+        let end = if delim == b'#' {
+            rest.find(['/', '?'])
+        } else {
+            rest.find(['/', '?', '#'])
         }
+        .unwrap_or(rest.len());
         path = &rest[end..];
-        split_authority(auth, Some(80))?
+        login_authority(&rest[..end], Some(80), delim, rw.login, &mut login)?
     };
 
     let mut cl: Option<u64> = None;
@@ -228,6 +258,7 @@ fn parse_request_in<'a>(
         expect_continue,
         proxy_auth,
         conn_auth,
+        login,
     };
     out.clear();
     if head.is_connect() {
@@ -247,7 +278,7 @@ fn parse_request_in<'a>(
     if absolute {
         // The URI's authority wins over any Host field (RFC 9112 section
         // 3.2.2).
-        put_host(out, host, port);
+        put_host(out, &head.host, head.port);
     }
     for h in headers {
         let n = h.name;
@@ -479,6 +510,143 @@ fn base64_decode(s: &[u8]) -> Option<Vec<u8>> {
     }
     // Leftover bits must be a partial group, never a whole lone char.
     (bits < 6).then_some(out)
+}
+
+/// The host and port of an authority (a CONNECT target, or an absolute
+/// URI's) and its credentials, as 3proxy reads them: only an authority
+/// with an `@` has credentials; it is then percent-decoded whole and split
+/// at its last `delim`: the host and port after it, the credentials
+/// before it (see [`split_login`]).
+fn login_authority<'a>(
+    auth: &'a str,
+    default: Option<u16>,
+    delim: u8,
+    want_login: bool,
+    login: &mut UrlLogin,
+) -> Result<(std::borrow::Cow<'a, str>, u16), HeadError> {
+    if !auth.contains('@') {
+        let (h, p) = split_authority(auth, default)?;
+        return Ok((std::borrow::Cow::Borrowed(h), p));
+    }
+    let decoded = decode_url(auth.as_bytes());
+    let at = decoded
+        .iter()
+        .rposition(|&b| b == delim)
+        .ok_or(HeadError::Login)?;
+    let (creds, hostport) = (&decoded[..at], &decoded[at + 1..]);
+    if creds.is_empty() || hostport.is_empty() {
+        return Err(HeadError::Login);
+    }
+    let hostport = std::str::from_utf8(hostport).map_err(|_| HeadError::Target)?;
+    let (h, p) = split_authority(hostport, default)?;
+    *login = split_login(creds, want_login);
+    Ok((std::borrow::Cow::Owned(h.to_string()), p))
+}
+
+/// 3proxy's decodeurl for an authority: `%XX` decoded (CR and LF dropped,
+/// `"` and `\` escaped with a `\`, 0xFF doubled, and NUL ending the
+/// string), `+` a space, a `%` without two hex digits kept, and nothing
+/// from a `?` on.
+fn decode_url(s: &[u8]) -> Vec<u8> {
+    let mut d = Vec::with_capacity(s.len());
+    let mut i = 0;
+    while i < s.len() {
+        let c = s[i];
+        let pair = s
+            .get(i + 1)
+            .and_then(|&a| hex(a))
+            .zip(s.get(i + 2).and_then(|&b| hex(b)));
+        match (c, pair) {
+            (b'%', Some((a, b))) => {
+                let u = a << 4 | b;
+                match u {
+                    0 => break,
+                    b'\r' | b'\n' => {}
+                    b'"' | b'\\' => d.extend_from_slice(&[b'\\', u]),
+                    255 => d.extend_from_slice(&[255, 255]),
+                    _ => d.push(u),
+                }
+                i += 3;
+                continue;
+            }
+            (b'?', _) | (0, _) => break,
+            (b'+', _) => d.push(b' '),
+            _ => d.push(c),
+        }
+        i += 1;
+    }
+    d
+}
+
+/// The credentials before the delimiter (3proxy's parseusername): with
+/// `want_login` and at least three colons, `puser:ppass:euser:epass` (an
+/// empty puser or ppass is left unset); otherwise `euser[:epass]`. The
+/// destination's user and password are cut to 128 bytes each, as 3proxy
+/// does.
+fn split_login(creds: &[u8], want_login: bool) -> UrlLogin {
+    let colon = |from: usize| {
+        creds[from..]
+            .iter()
+            .position(|&b| b == b':')
+            .map(|i| from + i)
+    };
+    let lossy = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+    let mut login = UrlLogin::default();
+    let mut rest = creds;
+    if want_login {
+        if let Some(a) = colon(0) {
+            if let Some(b) = colon(a + 1) {
+                if colon(b + 1).is_some() {
+                    if b > a + 1 {
+                        login.password = Some(lossy(&creds[a + 1..b]));
+                    }
+                    if a > 0 {
+                        login.user = Some(lossy(&creds[..a]));
+                    }
+                    rest = &creds[b + 1..];
+                }
+            }
+        }
+    }
+    let (user, pass): (&[u8], &[u8]) = match rest.iter().position(|&b| b == b':') {
+        Some(c) => (&rest[..c], &rest[c + 1..]),
+        None => (rest, b""),
+    };
+    let mut raw = Vec::with_capacity(user.len() + pass.len() + 1);
+    raw.extend_from_slice(&user[..user.len().min(128)]);
+    raw.push(b':');
+    raw.extend_from_slice(&pass[..pass.len().min(128)]);
+    login.dest_auth = Some(format!("Basic {}", base64_encode(&raw)));
+    login
+}
+
+/// Standard base64 with padding.
+fn base64_encode(raw: &[u8]) -> String {
+    const ABC: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::with_capacity(raw.len().div_ceil(3) * 4);
+    for c in raw.chunks(3) {
+        let n = (u32::from(c[0]) << 16)
+            | (u32::from(*c.get(1).unwrap_or(&0)) << 8)
+            | u32::from(*c.get(2).unwrap_or(&0));
+        for i in 0..4 {
+            if i <= c.len() {
+                out.push(ABC[(n >> (18 - 6 * i) & 63) as usize] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+/// `head` (from [`parse_request`]) with the field `name: value` added
+/// before its blank line, into `out`.
+pub fn with_field(head: &[u8], name: &[u8], value: &[u8], out: &mut Vec<u8>) {
+    out.clear();
+    let end = head.len().saturating_sub(2);
+    out.extend_from_slice(&head[..end]);
+    put_field(out, name, value);
+    out.extend_from_slice(b"\r\n");
 }
 
 /// Split `host[:port]` (IPv6 in brackets). `default` None: the port is
@@ -861,6 +1029,8 @@ mod tests {
         let rw = Rewrite {
             strip_forwarding: false,
             extra: b"Forwarded: for=x\r\n",
+            delim: b'@',
+            login: true,
         };
         let mut out = Vec::new();
         let h = parse_request(text.as_bytes(), &rw, &mut out)?;
@@ -897,10 +1067,133 @@ mod tests {
         let (h, _) = req("GET HTTP://[::1]:81/x HTTP/1.1\r\n\r\n")
             .unwrap()
             .unwrap();
-        assert_eq!((h.host, h.port), ("::1", 81));
+        assert_eq!((&*h.host, h.port), ("::1", 81));
         assert_eq!(
             fwd("GET http://[::1]/ HTTP/1.1\r\n\r\n"),
             "GET / HTTP/1.1\r\nHost: [::1]\r\nForwarded: for=x\r\n\r\n"
+        );
+    }
+
+    /// Host, port and login of a request parsed with `delim` and `login`.
+    fn login_of(text: &str, delim: u8, login: bool) -> Result<(String, u16, UrlLogin), HeadError> {
+        let rw = Rewrite {
+            delim,
+            login,
+            ..Rewrite::default()
+        };
+        let mut out = Vec::new();
+        let h = parse_request(text.as_bytes(), &rw, &mut out)?.unwrap();
+        let first = String::from_utf8(out).unwrap();
+        assert!(!first.contains('@') || delim != b'@', "{first}");
+        Ok((h.host.into_owned(), h.port, h.login))
+    }
+
+    fn basic(s: &str) -> Option<String> {
+        Some(format!("Basic {}", base64_encode(s.as_bytes())))
+    }
+
+    #[test]
+    fn credentials_in_the_authority() {
+        let get = |uri: &str| format!("GET {uri} HTTP/1.1\r\n\r\n");
+        let ok = |uri: &str, login: bool| login_of(&get(uri), b'@', login).unwrap();
+        // user:pass@host: the destination's credentials only.
+        let (h, p, l) = ok("http://alice:secret@h:81/x", true);
+        assert_eq!((h.as_str(), p), ("h", 81));
+        assert_eq!((l.user, l.password), (None, None));
+        assert_eq!(l.dest_auth, basic("alice:secret"));
+        assert_eq!(
+            fwd("GET http://alice:secret@h:81/x HTTP/1.1\r\n\r\n"),
+            "GET /x HTTP/1.1\r\nHost: h:81\r\nForwarded: for=x\r\n\r\n"
+        );
+        // Three colons: the proxy login too, unless the service never asks
+        // for users (-u).
+        let l = ok("http://pu:pp:eu:ep@h/", true).2;
+        assert_eq!(
+            (l.user.as_deref(), l.password.as_deref()),
+            (Some("pu"), Some("pp"))
+        );
+        assert_eq!(l.dest_auth, basic("eu:ep"));
+        let l = ok("http://pu:pp:eu:ep:more@h/", true).2;
+        assert_eq!(l.dest_auth, basic("eu:ep:more"));
+        let l = ok("http://pu:pp:eu:ep@h/", false).2;
+        assert_eq!((l.user, l.password), (None, None));
+        assert_eq!(l.dest_auth, basic("pu:pp:eu:ep"));
+        // Two colons are not the login form.
+        let l = ok("http://a:b:c@h/", true).2;
+        assert_eq!((l.user, l.dest_auth), (None, basic("a:b:c")));
+        // Empty parts: an empty puser or ppass is left unset.
+        let l = ok("http://:pp:eu:ep@h/", true).2;
+        assert_eq!((l.user, l.password.as_deref()), (None, Some("pp")));
+        let l = ok("http://pu:::@h/", true).2;
+        assert_eq!((l.user.as_deref(), l.password), (Some("pu"), None));
+        assert_eq!(l.dest_auth, basic(":"));
+        assert_eq!(ok("http://alice@h/", true).2.dest_auth, basic("alice:"));
+        assert_eq!(ok("http://:pw@h/", true).2.dest_auth, basic(":pw"));
+        // Decoded before the split, at the last delimiter.
+        let l = ok("http://a%40b.c:p%3Ax@d@h/", true).2;
+        assert_eq!(l.dest_auth, basic("a@b.c:p:x@d"));
+        assert_eq!(
+            ok("http://u:a+b%20c@h/", true).2.dest_auth,
+            basic("u:a b c")
+        );
+        assert_eq!(ok("http://u:%zz%4@h/", true).2.dest_auth, basic("u:%zz%4"));
+        assert_eq!(ok("http://u:a%0d%0Ab@h/", true).2.dest_auth, basic("u:ab"));
+        assert_eq!(
+            ok("http://u:%22%5c@h/", true).2.dest_auth,
+            basic("u:\\\"\\\\")
+        );
+        let (h, _, _) = ok("http://u:p@%31%32%37.0.0.1/", true);
+        assert_eq!(h, "127.0.0.1");
+        // 128 bytes each at most.
+        let long = "x".repeat(200);
+        let l = ok(&format!("http://{long}:{long}@h/"), true).2;
+        let cut = "x".repeat(128);
+        assert_eq!(l.dest_auth, basic(&format!("{cut}:{cut}")));
+        // Nothing before or after the delimiter, or none left after
+        // decoding (a NUL ends the string): 3proxy's 100.
+        let bad = |uri: &str| login_of(&get(uri), b'@', true).unwrap_err();
+        assert_eq!(bad("http://@h/"), HeadError::Login);
+        assert_eq!(bad("http://u:p@/"), HeadError::Login);
+        assert_eq!(bad("http://u%00:p@h/"), HeadError::Login);
+        assert_eq!(bad("http://u:p%00@h/"), HeadError::Login);
+        assert_eq!(ok("http://u:p@h%00junk/", true).0, "h");
+        assert_eq!(bad("http://u:p@h:0/"), HeadError::Target);
+        assert_eq!(bad("http://u:p@a b/"), HeadError::Syntax);
+        assert_eq!(bad("http://u:p@%ff/"), HeadError::Target);
+        // Another delimiter: `@` still has to be there for credentials to
+        // be looked for, and then the split is at the last `#`.
+        let l = login_of(&get("http://a@b.c:p#h:82/x"), b'#', true).unwrap();
+        assert_eq!((l.0.as_str(), l.1), ("h", 82));
+        assert_eq!(l.2.dest_auth, basic("a@b.c:p"));
+        assert_eq!(
+            login_of(&get("http://u:p@h/"), b'#', true).unwrap_err(),
+            HeadError::Login
+        );
+        let l = login_of(&get("http://h/#frag"), b'#', true).unwrap();
+        assert_eq!((l.0.as_str(), l.2), ("h", UrlLogin::default()));
+        // CONNECT's target too.
+        let l = login_of("CONNECT pu:pp:eu:ep@h:443 HTTP/1.1\r\n\r\n", b'@', true).unwrap();
+        assert_eq!(
+            (l.0.as_str(), l.1, l.2.user.as_deref()),
+            ("h", 443, Some("pu"))
+        );
+        assert_eq!(l.2.dest_auth, basic("eu:ep"));
+        // Adding the field to a rewritten head.
+        let mut out = Vec::new();
+        with_field(
+            b"GET / HTTP/1.1\r\nHost: h\r\n\r\n",
+            b"Authorization",
+            b"Basic x",
+            &mut out,
+        );
+        assert_eq!(
+            out,
+            b"GET / HTTP/1.1\r\nHost: h\r\nAuthorization: Basic x\r\n\r\n"
+        );
+        assert_eq!(base64_encode(b"ab"), "YWI=");
+        assert_eq!(
+            base64_decode(base64_encode(&[0, 255, 7, 9]).as_bytes()),
+            Some(vec![0, 255, 7, 9])
         );
     }
 
@@ -934,7 +1227,7 @@ mod tests {
             .unwrap()
             .unwrap();
         assert_eq!(
-            (h.host, h.port, h.framing, h.len),
+            (&*h.host, h.port, h.framing, h.len),
             ("a.b", 99, Framing::Length(3), 53)
         );
         assert_eq!(
@@ -958,7 +1251,7 @@ mod tests {
             .unwrap()
             .unwrap();
         assert!(h.is_connect());
-        assert_eq!((h.host, h.port), ("h", 443));
+        assert_eq!((&*h.host, h.port), ("h", 443));
         assert_eq!(out, "");
         let (h, _) = req("CONNECT [2001:db8::1]:443 HTTP/1.1\r\n\r\n")
             .unwrap()
@@ -1086,6 +1379,7 @@ mod tests {
         let rw = Rewrite {
             strip_forwarding: true,
             extra: b"",
+            ..Rewrite::default()
         };
         let mut out = Vec::new();
         let t = b"GET http://h/ HTTP/1.1\r\nVia: 1.1 x\r\nX-Forwarded-For: 1.2.3.4\r\nForwarded: for=y\r\nA: b\r\n\r\n";

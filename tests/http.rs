@@ -1666,3 +1666,206 @@ fn force_cuts_connect_and_upgrade_tunnels() {
         l.starts_with("PROXY 00001 GET ") && l.contains("/ws")
     });
 }
+
+// ---------------------------------------------------------------------------
+// Credentials in the request URL
+
+/// The head the `/head` route echoed, for a raw `GET uri` through `port`.
+fn head_via(port: u16, uri: &str, fields: &str) -> (u16, String) {
+    let mut c = Conn::new(port);
+    c.send(format!("GET {uri} HTTP/1.1\r\nHost: ignored\r\n{fields}\r\n").as_bytes());
+    let r = c.read(false);
+    (r.status, text(&r.body))
+}
+
+/// The values of the field `name` in a head, in order.
+fn field_values<'h>(head: &'h str, name: &str) -> Vec<&'h str> {
+    head.split("\r\n")
+        .filter_map(|l| l.split_once(':'))
+        .filter(|(n, _)| n.eq_ignore_ascii_case(name))
+        .map(|(_, v)| v.trim())
+        .collect()
+}
+
+#[test]
+fn url_credentials_go_to_the_origin_as_authorization() {
+    let origin = HttpOrigin::start();
+    let op = origin.port();
+    let (_proxy, port) = start_proxy("url_creds", "", "");
+    // A raw request: the credentials leave the request line and Host.
+    let (status, head) = head_via(
+        port,
+        &format!("http://alice:secret@127.0.0.1:{op}/head"),
+        "",
+    );
+    assert_eq!(status, 200);
+    assert!(
+        head.starts_with(&format!("GET /head HTTP/1.1\r\nHost: 127.0.0.1:{op}\r\n")),
+        "{head}"
+    );
+    assert_eq!(
+        field_values(&head, "authorization"),
+        ["Basic YWxpY2U6c2VjcmV0"]
+    );
+    assert!(!head.contains("alice") && !head.contains('@'), "{head}");
+    // Percent-encoded, with an `@` in the user name: split at the last `@`.
+    let (_, head) = head_via(port, &format!("http://a%40b.c:pw@127.0.0.1:{op}/head"), "");
+    assert_eq!(field_values(&head, "authorization"), ["Basic YUBiLmM6cHc="]);
+    // The client's own Authorization stays; the URL's comes after it.
+    let (_, head) = head_via(
+        port,
+        &format!("http://alice:secret@127.0.0.1:{op}/head"),
+        "Authorization: Bearer t\r\n",
+    );
+    assert_eq!(
+        field_values(&head, "authorization"),
+        ["Bearer t", "Basic YWxpY2U6c2VjcmV0"]
+    );
+    // curl sends URL credentials as a field itself; the origin sees them
+    // once, the same way.
+    let url = format!("http://alice:secret@127.0.0.1:{op}/head");
+    let (code, body) = curl(port, &[&url]);
+    assert_eq!(code, 200);
+    let head = text(&body);
+    assert_eq!(
+        field_values(&head, "authorization"),
+        ["Basic YWxpY2U6c2VjcmV0"]
+    );
+    assert!(head.starts_with("GET /head HTTP/1.1\r\n"), "{head}");
+    // Nothing before the `@`: 3proxy's 100, 502, and nothing sent.
+    let before = origin.heads().len();
+    let mut c = Conn::new(port);
+    let r = c.get(&format!("http://@127.0.0.1:{op}/head"));
+    assert_eq!(r.status, 502);
+    assert_eq!(origin.heads().len(), before);
+}
+
+#[test]
+fn url_login_form_authenticates_against_users() {
+    let origin = HttpOrigin::start();
+    let op = origin.port();
+    let (_proxy, port) = start_proxy(
+        "url_login",
+        "auth strong\nusers alice:CL:pw\nallow alice\ndeny *",
+        "",
+    );
+    let (status, head) = head_via(
+        port,
+        &format!("http://alice:pw:eu:ep@127.0.0.1:{op}/head"),
+        "",
+    );
+    assert_eq!(status, 200, "{head}");
+    assert_eq!(field_values(&head, "authorization"), ["Basic ZXU6ZXA="]);
+    assert!(!head.contains("alice"), "{head}");
+    let (status, _) = head_via(
+        port,
+        &format!("http://alice:bad:eu:ep@127.0.0.1:{op}/head"),
+        "",
+    );
+    assert_eq!(status, 407);
+    // Two fields only are the destination's credentials, not a login.
+    let (status, _) = head_via(port, &format!("http://alice:pw@127.0.0.1:{op}/head"), "");
+    assert_eq!(status, 407);
+    // Proxy-Authorization wins over the URL's login (alice:bad).
+    let (status, _) = head_via(
+        port,
+        &format!("http://alice:pw:eu:ep@127.0.0.1:{op}/head"),
+        "Proxy-Authorization: Basic YWxpY2U6YmFk\r\n",
+    );
+    assert_eq!(status, 407);
+    // CONNECT takes the same form.
+    let echo = Origin::echo();
+    let mut c = Conn::new(port);
+    c.send(
+        format!(
+            "CONNECT alice:pw:eu:ep@127.0.0.1:{} HTTP/1.1\r\n\r\n",
+            echo.port()
+        )
+        .as_bytes(),
+    );
+    assert_eq!(c.read(true).status, 200);
+    echo_roundtrip(&mut c.w, b"tunnel");
+    let mut c = Conn::new(port);
+    c.send(
+        format!(
+            "CONNECT alice:no:eu:ep@127.0.0.1:{} HTTP/1.1\r\n\r\n",
+            echo.port()
+        )
+        .as_bytes(),
+    );
+    assert_eq!(c.read(true).status, 407);
+}
+
+#[test]
+fn url_login_form_is_plain_credentials_with_u() {
+    // `-u`: the service never asks for a user, so all of
+    // `pu:pp:eu:ep` is for the destination (user pu, password pp:eu:ep).
+    let origin = HttpOrigin::start();
+    let op = origin.port();
+    let (_proxy, port) = start_proxy("url_login_u", "", "-u");
+    let (status, head) = head_via(port, &format!("http://pu:pp:eu:ep@127.0.0.1:{op}/head"), "");
+    assert_eq!(status, 200);
+    assert_eq!(
+        field_values(&head, "authorization"),
+        ["Basic cHU6cHA6ZXU6ZXA="]
+    );
+}
+
+#[test]
+fn delimchar_splits_url_credentials() {
+    let origin = HttpOrigin::start();
+    let op = origin.port();
+    let (_proxy, port) = start_proxy("url_delimchar", "delimchar #", "");
+    let (status, head) = head_via(port, &format!("http://a@b.c:pw#127.0.0.1:{op}/head"), "");
+    assert_eq!(status, 200, "{head}");
+    assert!(
+        head.starts_with(&format!("GET /head HTTP/1.1\r\nHost: 127.0.0.1:{op}\r\n")),
+        "{head}"
+    );
+    assert_eq!(field_values(&head, "authorization"), ["Basic YUBiLmM6cHc="]);
+    // An `@` and no `#`: no host to split off.
+    let (status, _) = head_via(port, &format!("http://u:p@127.0.0.1:{op}/head"), "");
+    assert_eq!(status, 502);
+}
+
+#[test]
+fn url_credentials_go_to_an_http_parent_as_proxy_authorization() {
+    // A parent that records the head it got and answers 200.
+    let (tx, rx) = std::sync::mpsc::channel::<String>();
+    let tx = Mutex::new(tx);
+    let parent = Origin::start("127.0.0.1:0", move |conn| {
+        let mut r = BufReader::new(conn.try_clone().unwrap());
+        let mut head = String::new();
+        loop {
+            let mut line = String::new();
+            if r.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
+                break;
+            }
+            head.push_str(&line);
+        }
+        let _ = tx.lock().unwrap().send(head);
+        let mut w = conn;
+        let _ = w.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok");
+    });
+    let (_proxy, port) = start_proxy(
+        "url_creds_parent",
+        &format!("allow *\nparent 1000 http 127.0.0.1 {}", parent.port()),
+        "",
+    );
+    // Nothing listens there: only the parent is asked.
+    let dst = free_port();
+    let (status, _) = head_via(port, &format!("http://alice:secret@127.0.0.1:{dst}/x"), "");
+    assert_eq!(status, 200);
+    let head = rx
+        .recv_timeout(IO_TIMEOUT)
+        .expect("the parent got a request");
+    assert!(
+        head.starts_with(&format!("GET http://127.0.0.1:{dst}/x HTTP/1.1\r\n")),
+        "{head}"
+    );
+    assert_eq!(
+        field_values(&head, "proxy-authorization"),
+        ["Basic YWxpY2U6c2VjcmV0"]
+    );
+    assert!(field_values(&head, "authorization").is_empty(), "{head}");
+}

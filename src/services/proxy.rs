@@ -121,6 +121,10 @@ struct Session {
     weight: u32,
     /// The request head in absolute form, for an `http` parent.
     abs_out: Vec<u8>,
+    /// `Basic ...` for the current request's destination, from credentials
+    /// in its URL: `Authorization` for the origin, `Proxy-Authorization`
+    /// for an `http` parent that has none of its own.
+    dest_auth: Option<String>,
     /// Hops a SOCKS local redirection took before this handler (`%h`).
     base_hops: u32,
     /// The client socket's timeouts are set lazily: a read or a write
@@ -240,6 +244,7 @@ impl Session {
             recheck: None,
             weight: 0,
             abs_out: Vec::new(),
+            dest_auth: None,
             base_hops: c.hops,
             cli_rto: None,
             cli_want: long,
@@ -367,8 +372,10 @@ impl Session {
         let rw = http::Rewrite {
             strip_forwarding: self.svc.opts.anonymous == Some(0),
             extra: &self.extra,
+            delim: self.svc.delimchar,
+            login: self.svc.opts.needuser.unwrap_or(1) > 0,
         };
-        let h = match http::parse_request(data, &rw, &mut self.req_out) {
+        let mut h = match http::parse_request(data, &rw, &mut self.req_out) {
             Ok(Some(h)) => h,
             Ok(None) => return Ok(None),
             Err(e) => {
@@ -378,8 +385,13 @@ impl Session {
                     HeadError::Framing => Res::HTTP_FRAMING,
                     HeadError::Target => Res::HTTP_BAD_TARGET,
                     HeadError::TooMany => Res::HTTP_HEAD_TOO_LARGE,
+                    HeadError::Login => Res::NOHOST,
                 };
-                let status = if e == HeadError::TooMany { 431 } else { 400 };
+                let status = match e {
+                    HeadError::TooMany => 431,
+                    HeadError::Login => 502,
+                    _ => 400,
+                };
                 return Err(Fail::answer(res, status));
             }
         };
@@ -394,20 +406,24 @@ impl Session {
             " HTTP/1.1"
         });
         self.host.clear();
-        self.host.push_str(h.host);
-        let literal = parse_ip(h.host);
+        self.host.push_str(&h.host);
+        let literal = parse_ip(&h.host);
         match (&mut c.req_host, literal) {
             (_, Some(_)) => c.req_host = None,
             (Some(n), None) => {
                 n.clear();
-                n.push_str(h.host);
+                n.push_str(&h.host);
             }
             (None, None) => c.req_host = Some(h.host.to_string()),
         }
+        // `Proxy-Authorization` wins over a login in the URL, as in 3proxy
+        // (it reads the URL first, then the fields).
+        let login = std::mem::take(&mut h.login);
         let (user, password) = match h.proxy_auth.and_then(http::basic_credentials) {
             Some((u, p)) => (Some(u), Some(p)),
-            None => (None, None),
+            None => (login.user, login.password),
         };
+        self.dest_auth = login.dest_auth;
         c.user.clone_from(&user);
         Ok(Some(Req {
             port: h.port,
@@ -663,7 +679,11 @@ impl Session {
         sb: &mut HeadBuf<'_>,
         port: u16,
     ) -> Result<(), Fail> {
-        let auth = o.via.as_ref().and_then(|v| v.auth.as_deref());
+        let auth = o
+            .via
+            .as_ref()
+            .and_then(|v| v.auth.as_deref())
+            .or(self.dest_auth.as_deref());
         self.abs_out.clear();
         self.abs_out.extend_from_slice(b"CONNECT ");
         http::put_authority(&mut self.abs_out, &self.host, port, 0);
@@ -886,12 +906,23 @@ impl Session {
                     &self.req_out,
                     &self.host,
                     port,
-                    v.auth.as_deref(),
+                    v.auth.as_deref().or(self.dest_auth.as_deref()),
                     &mut self.abs_out,
                 );
                 &self.abs_out
             }
-            _ => &self.req_out,
+            _ => match &self.dest_auth {
+                Some(a) => {
+                    http::with_field(
+                        &self.req_out,
+                        b"Authorization",
+                        a.as_bytes(),
+                        &mut self.abs_out,
+                    );
+                    &self.abs_out
+                }
+                None => &self.req_out,
+            },
         }
     }
 
