@@ -200,6 +200,37 @@ fn socks_runs_from_its_command_line() {
     echo_roundtrip(&mut s, b"through 3proxy_socks");
 }
 
+#[test]
+fn pop3p_runs_from_its_command_line() {
+    let dir = Dir::new("standalone_pop3p");
+    // A POP3 server that greets, then echoes the first line it gets.
+    let origin = Origin::start("127.0.0.1:0", |mut s| {
+        s.write_all(b"+OK ready\r\n").unwrap();
+        let mut line = Vec::new();
+        let mut b = [0u8; 1];
+        while s.read(&mut b).is_ok_and(|n| n == 1) {
+            line.push(b[0]);
+            if b[0] == b'\n' {
+                break;
+            }
+        }
+        let _ = s.write_all(b"+OK got ");
+        let _ = s.write_all(&line);
+    });
+    let port = free_port();
+    let prog = link(&dir, "3proxy_pop3p");
+    let _child = Reap(serve(&prog, &["-i127.0.0.1", &format!("-p{port}")], port));
+    let mut s = connect(localhost(port));
+    set_timeouts(&s, Duration::from_secs(10));
+    let o = origin.port();
+    s.write_all(format!("USER a:b:bob@127.0.0.1:{o}\r\n").as_bytes())
+        .unwrap();
+    let mut got = String::new();
+    let _ = s.read_to_string(&mut got);
+    // No user is asked for: `a:b:` is part of the name, not credentials.
+    assert_eq!(got, "+OK Proxy\r\n+OK got USER a:b:bob\r\n");
+}
+
 /// The pids of processes whose argv[0] is `prog`.
 fn pids_of(prog: &std::path::Path) -> Vec<u32> {
     let want = prog.as_os_str().as_encoded_bytes();
