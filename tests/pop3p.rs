@@ -47,11 +47,16 @@ fn pop3_server() -> (Origin, Receiver<String>) {
 
 /// A proxy with `pre` before `pop3p -i127.0.0.1 -pPORT opts`.
 fn start(name: &str, pre: &str, opts: &str) -> (Proxy, PathBuf, u16) {
+    start_then(name, pre, opts, "")
+}
+
+/// [`start`] with `post` after the service line.
+fn start_then(name: &str, pre: &str, opts: &str, post: &str) -> (Proxy, PathBuf, u16) {
     let port = free_port();
     let dir = Dir::new(name);
     let log = dir.join("access.log");
     let cfg = format!(
-        "log {}\nlogformat \"{FMT}\"\n{pre}pop3p -i127.0.0.1 -p{port} {opts}\n",
+        "log {}\nlogformat \"{FMT}\"\n{pre}pop3p -i127.0.0.1 -p{port} {opts}\n{post}",
         p(&log)
     );
     let proxy = Proxy::start(dir, &cfg, &[Listen::Tcp(localhost(port))]);
@@ -151,7 +156,8 @@ fn pop3p_login_and_pipelined_commands_in_one_write() {
 #[test]
 fn pop3p_delimchar_changes_the_separator() {
     let (origin, rx) = pop3_server();
-    let (_proxy, log, port) = start("pop3p_delim", "delimchar #\n", "");
+    // Process-wide, as in 3proxy: a line after the service counts too.
+    let (_proxy, log, port) = start_then("pop3p_delim", "", "", "delimchar #\n");
     let mut c = Pop::connect(port);
     let o = origin.port();
     assert_eq!(
