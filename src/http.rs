@@ -484,7 +484,7 @@ pub fn basic_credentials(value: &[u8]) -> Option<(String, String)> {
 }
 
 /// Standard base64 with optional padding; None on any other byte.
-fn base64_decode(s: &[u8]) -> Option<Vec<u8>> {
+pub(crate) fn base64_decode(s: &[u8]) -> Option<Vec<u8>> {
     let s = match s {
         [rest @ .., b'=', b'='] | [rest @ .., b'='] => rest,
         _ => s,
@@ -621,7 +621,7 @@ fn split_login(creds: &[u8], want_login: bool) -> UrlLogin {
 }
 
 /// Standard base64 with padding.
-fn base64_encode(raw: &[u8]) -> String {
+pub(crate) fn base64_encode(raw: &[u8]) -> String {
     const ABC: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
     let mut out = String::with_capacity(raw.len().div_ceil(3) * 4);
     for c in raw.chunks(3) {

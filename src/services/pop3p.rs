@@ -48,16 +48,16 @@ const USER_FAILED: Res = Res(623);
 
 /// Lines read from a socket, with what came after them kept for the relay.
 #[derive(Default)]
-struct Lines {
-    buf: Vec<u8>,
+pub(super) struct Lines {
+    pub(super) buf: Vec<u8>,
     /// Bytes read from the socket in all.
-    total: u64,
+    pub(super) total: u64,
 }
 
 impl Lines {
     /// One line up to and including `\n`, at most `max` bytes; fewer (maybe
     /// none) when the peer closes or `wait` passes first.
-    fn line(&mut self, s: &Stream, max: usize, wait: Duration) -> Vec<u8> {
+    pub(super) fn line(&mut self, s: &Stream, max: usize, wait: Duration) -> Vec<u8> {
         let until = Instant::now() + wait;
         let mut scanned = 0;
         loop {
@@ -91,28 +91,28 @@ impl Lines {
 }
 
 /// What `USER` said.
-#[derive(Debug, PartialEq, Eq)]
-struct Login {
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Login {
     /// The proxy's own credentials (`proxyuser:proxypass:name`).
-    user: Option<String>,
-    password: Option<String>,
+    pub(super) user: Option<String>,
+    pub(super) password: Option<String>,
     /// The name for the POP3 server.
-    name: String,
-    host: String,
-    port: u16,
+    pub(super) name: String,
+    pub(super) host: String,
+    pub(super) port: u16,
 }
 
-fn starts_ci(line: &[u8], word: &[u8]) -> bool {
+pub(super) fn starts_ci(line: &[u8], word: &[u8]) -> bool {
     line.len() >= word.len() && line[..word.len()].eq_ignore_ascii_case(word)
 }
 
-fn text(b: &[u8]) -> String {
+pub(super) fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }
 
 /// `host`, `host:port`, `[v6]`, `[v6]:port` or a bare IPv6 address;
 /// `port` when none is given.
-fn parse_host(s: &[u8], port: u16) -> Option<(String, u16)> {
+pub(super) fn parse_host(s: &[u8], port: u16) -> Option<(String, u16)> {
     let (host, p) = if let Some(rest) = s.strip_prefix(b"[") {
         let close = rest.iter().position(|&b| b == b']')?;
         let after = &rest[close + 1..];
@@ -146,7 +146,12 @@ fn parse_host(s: &[u8], port: u16) -> Option<(String, u16)> {
 /// The argument of `USER`, split as 3proxy splits it: the host after the
 /// last `delim`, and with `creds`, `user:pass:` in front of the name.
 /// `default` is `-h`'s host and the port of a host given without one.
-fn parse_login(arg: &[u8], delim: u8, creds: bool, default: (Option<&str>, u16)) -> Option<Login> {
+pub(super) fn parse_login(
+    arg: &[u8],
+    delim: u8,
+    creds: bool,
+    default: (Option<&str>, u16),
+) -> Option<Login> {
     let (name, host, port) = match arg.iter().rposition(|&b| b == delim) {
         Some(i) => {
             let (h, p) = parse_host(&arg[i + 1..], default.1)?;
@@ -311,7 +316,7 @@ fn run(c: &mut Client, login: &mut Option<Login>) -> Result<(), Res> {
 }
 
 /// Connect to `dst` through the grant's parents.
-fn connect(
+pub(super) fn connect(
     c: &mut Client,
     dst: SocketAddr,
     l: &Login,
