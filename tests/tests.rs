@@ -19,6 +19,7 @@ mod ops;
 mod options;
 mod parent;
 mod pop3p;
+mod smtpp;
 mod process;
 mod reload;
 mod resolve;

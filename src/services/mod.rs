@@ -10,6 +10,7 @@ pub mod auto;
 pub mod dnspr;
 pub mod pop3p;
 pub mod proxy;
+pub mod smtpp;
 pub mod socks;
 pub mod tcppm;
 pub mod tlspr;
@@ -103,6 +104,13 @@ pub static SERVICES: &[ServiceDef] = &[
         default_port: 110,
         positional: 0,
         kind: Kind::Tcp(pop3p::serve),
+    },
+    ServiceDef {
+        name: "smtpp",
+        log_name: "SMTPP",
+        default_port: 587,
+        positional: 0,
+        kind: Kind::Tcp(smtpp::serve),
     },
 ];
 

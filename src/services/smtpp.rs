@@ -1,0 +1,401 @@
+//! `smtpp`: the SMTP proxy (3proxy's smtpp.c). The client is greeted as by
+//! an SMTP server and chooses the destination with its login: `AUTH LOGIN`
+//! or `AUTH PLAIN` naming `name@host[:port]` (port 587 by default). The
+//! proxy connects to `host`, checks that it greets with `220`, says
+//! `EHLO [its own address]`, logs in as `name` with the client's password
+//! (AUTH LOGIN if the server offers it, else AUTH PLAIN), and from then
+//! relays both ways: the server's answer to the login is the client's
+//! answer to its AUTH.
+//!
+//! Before AUTH, `HELO` gets `250 Proxy`, `EHLO` the proxy's capabilities
+//! (AUTH PLAIN LOGIN, 8BITMIME, DSN; no STARTTLS: 3proxy's hand-over to
+//! tlspr is not built, as with its `-x`) and `QUIT` `221 Proxy`. With
+//! `-hhost[:port]` a login without a host goes there, and a client that
+//! sends any other command goes there unauthenticated: the command is
+//! the first thing the server gets after the proxy's EHLO. Without `-h`
+//! such a command is answered `571 need AUTH first`.
+//!
+//! The login is split at its last `delimchar`; with `-u` not 0,
+//! `proxyuser:proxypass:name@host` carries the proxy's own credentials
+//! for `auth` (op CONNECT). Result codes are 3proxy's: 611 the greeting
+//! could not be sent, 662 no AUTH (or command) came, 663-668 a bad AUTH
+//! LOGIN / AUTH PLAIN exchange, 671 no banner from the server, 672 the
+//! banner is not `220`, is another proxy's, or EHLO got no answer, 673
+//! EHLO could not be sent, 680-682 the server refused the AUTH steps, 683
+//! the credentials are too long. A session ending with a code of 1 to 99
+//! or 662 to 699 is told `571 `. The record's `%T` is `name@host`, with
+//! `:port` when it is not 587.
+
+use std::io::Write;
+
+use super::pop3p::{self, parse_host, parse_login, starts_ci, Lines, Login};
+use crate::access::{self, Op, Recheck, Request};
+use crate::client::Client;
+use crate::conf::Timeouts;
+use crate::http::{base64_decode, base64_encode};
+use crate::net::{resolve, Stream};
+use crate::relay::RelayOpts;
+use crate::res::Res;
+
+/// The destination port when the login names none.
+pub const DEFAULT_PORT: u16 = 587;
+/// The longest client line read before the relay.
+const CLIENT_LINE: usize = 310;
+/// The longest server line read before the relay.
+const SERVER_LINE: usize = 319;
+/// The longest decoded login or password.
+const MAX_CRED: usize = 255;
+
+const GREET_FAILED: Res = Res(611);
+const NO_AUTH: Res = Res(662);
+const NO_USERNAME: Res = Res(663);
+const BAD_USERNAME: Res = Res(664);
+const NO_PASSWORD: Res = Res(665);
+const BAD_PASSWORD: Res = Res(666);
+const NO_PLAIN: Res = Res(667);
+const BAD_PLAIN: Res = Res(668);
+const NO_BANNER: Res = Res(671);
+const BAD_BANNER: Res = Res(672);
+const EHLO_FAILED: Res = Res(673);
+const LOGIN_USER_REFUSED: Res = Res(680);
+const LOGIN_PASS_REFUSED: Res = Res(681);
+const PLAIN_REFUSED: Res = Res(682);
+const TOO_LONG: Res = Res(683);
+
+const EHLO_REPLY: &[u8] = b"250-Proxy\r\n250-AUTH PLAIN LOGIN\r\n250-8BITMIME\r\n250 DSN\r\n";
+
+/// How the client chose its destination.
+enum Start {
+    /// AUTH: the login, the password for the server, and the code of a
+    /// bad login (for a host that does not resolve).
+    Auth(Login, Vec<u8>, Res),
+    /// A command with `-h`'s destination: sent on as it came.
+    Command(Login, Vec<u8>),
+}
+
+/// `-hhost[:port]`: the destination of logins without a host, and the
+/// port of a host without one.
+fn default_dest(other: &[String]) -> (Option<String>, u16) {
+    let h = other.iter().rev().find_map(|a| a.strip_prefix("-h"));
+    match h.and_then(|h| parse_host(h.as_bytes(), DEFAULT_PORT)) {
+        Some((host, port)) => (Some(host), port),
+        None => (None, DEFAULT_PORT),
+    }
+}
+
+/// A line without its line end.
+fn chomp(line: &[u8]) -> &[u8] {
+    let end = line
+        .iter()
+        .position(|&b| b == b'\r' || b == b'\n')
+        .unwrap_or(line.len());
+    &line[..end]
+}
+
+/// A base64 credential of at most [`MAX_CRED`] bytes.
+fn decode(b64: &[u8]) -> Option<Vec<u8>> {
+    base64_decode(chomp(b64)).filter(|v| v.len() <= MAX_CRED)
+}
+
+/// `authzid NUL authcid NUL password` with an empty authzid, as 3proxy
+/// takes it: the name and whatever follows the second NUL.
+fn split_plain(raw: &[u8]) -> Option<(&[u8], &[u8])> {
+    if raw.len() < 3 || raw[0] != 0 {
+        return None;
+    }
+    let rest = &raw[1..];
+    let name_end = rest.iter().position(|&b| b == 0).unwrap_or(rest.len());
+    let pass = rest.get(name_end + 1..).unwrap_or(&[]);
+    let pass_end = pass.iter().position(|&b| b == 0).unwrap_or(pass.len());
+    Some((&rest[..name_end], &pass[..pass_end]))
+}
+
+/// The client thread's work for one smtpp client.
+pub fn serve(c: &mut Client) {
+    let svc = c.svc().clone();
+    if svc.opts.proxy_header && !super::tcppm::read_proxy_header(c) {
+        return;
+    }
+    let mut login = None;
+    if let Err(res) = run(c, &mut login) {
+        c.res = res;
+    }
+    if let Some(l) = &login {
+        c.text = format!("{}@{}", l.name, l.host);
+        if l.port != DEFAULT_PORT {
+            c.text.push_str(&format!(":{}", l.port));
+        }
+    }
+    if matches!(c.res.0, 1..=99 | 662..=699) {
+        let _ = c
+            .cli
+            .set_timeout(Some(svc.timeouts.get(Timeouts::STRING_SHORT)));
+        let _ = (&c.cli).write_all(b"571 \r\n");
+    }
+}
+
+/// Greet the client and read until it logs in (or, with `-h`, sends a
+/// command); None when it quits.
+fn greet(c: &mut Client, from_cli: &mut Lines) -> Result<Option<Start>, Res> {
+    let svc = c.svc().clone();
+    let short = svc.timeouts.get(Timeouts::STRING_SHORT);
+    let _ = c.cli.set_timeout(Some(short));
+    (&c.cli)
+        .write_all(b"220 Proxy\r\n")
+        .map_err(|_| GREET_FAILED)?;
+    let (dhost, dport) = default_dest(&svc.opts.other);
+    let default = (dhost.as_deref(), dport);
+    let creds = svc.opts.needuser.unwrap_or(1) > 0;
+    let say = |m: &[u8]| {
+        let _ = (&c.cli).write_all(m);
+    };
+    let mut line = from_cli.line(&c.cli, CLIENT_LINE, short);
+    let plain = loop {
+        if line.len() <= 4 {
+            return Err(NO_AUTH);
+        }
+        if starts_ci(&line, b"AUTH PLAIN") {
+            break true;
+        }
+        if starts_ci(&line, b"AUTH LOGIN") {
+            break false;
+        }
+        if starts_ci(&line, b"QUIT") {
+            say(b"221 Proxy\r\n");
+            return Ok(None);
+        } else if starts_ci(&line, b"HELO ") {
+            say(b"250 Proxy\r\n");
+        } else if starts_ci(&line, b"EHLO ") {
+            say(EHLO_REPLY);
+        } else if let Some(host) = &dhost {
+            let l = Login {
+                user: None,
+                password: None,
+                name: String::new(),
+                host: host.clone(),
+                port: dport,
+            };
+            return Ok(Some(Start::Command(l, line)));
+        } else {
+            say(b"571 need AUTH first\r\n");
+        }
+        line = from_cli.line(&c.cli, CLIENT_LINE, short);
+    };
+    if plain {
+        let raw = if line.len() > 13 {
+            decode(&line[11..])
+        } else {
+            say(b"334\r\n");
+            let l = from_cli.line(&c.cli, CLIENT_LINE, short);
+            if l.len() < 3 {
+                return Err(NO_PLAIN);
+            }
+            decode(&l)
+        };
+        let raw = raw.ok_or(BAD_PLAIN)?;
+        let (name, pass) = split_plain(&raw).ok_or(BAD_PLAIN)?;
+        let l = parse_login(name, svc.delimchar, creds, default).ok_or(BAD_PLAIN)?;
+        return Ok(Some(Start::Auth(l, pass.to_vec(), BAD_PLAIN)));
+    }
+    say(b"334 VXNlcm5hbWU6\r\n");
+    let l = from_cli.line(&c.cli, CLIENT_LINE, short);
+    if l.len() < 3 {
+        return Err(NO_USERNAME);
+    }
+    let name = decode(&l).filter(|n| !n.is_empty()).ok_or(BAD_USERNAME)?;
+    let login = parse_login(&name, svc.delimchar, creds, default).ok_or(BAD_USERNAME)?;
+    say(b"334 UGFzc3dvcmQ6\r\n");
+    let l = from_cli.line(&c.cli, CLIENT_LINE, short);
+    if l.len() < 2 {
+        return Err(NO_PASSWORD);
+    }
+    let pass = decode(&l).ok_or(BAD_PASSWORD)?;
+    Ok(Some(Start::Auth(login, pass, BAD_USERNAME)))
+}
+
+/// One server reply (its lines while the fourth byte is `-`); the last
+/// line read and all the lines (short or empty when the server is silent).
+fn reply(c: &mut Client, srv: &Stream, from_srv: &mut Lines) -> (Vec<u8>, Vec<u8>) {
+    let long = c.svc().timeouts.get(Timeouts::STRING_LONG);
+    let before = from_srv.total;
+    let mut all = Vec::new();
+    let mut line;
+    loop {
+        line = from_srv.line(srv, SERVER_LINE, long);
+        all.extend_from_slice(&line);
+        if !(line.len() > 3 && line[3] == b'-') {
+            break;
+        }
+    }
+    c.bytes_in += from_srv.total - before;
+    (line, all)
+}
+
+fn send(c: &mut Client, srv: &Stream, data: &[u8], err: Res) -> Result<(), Res> {
+    (&*srv).write_all(data).map_err(|_| err)?;
+    c.bytes_out += data.len() as u64;
+    Ok(())
+}
+
+fn run(c: &mut Client, login: &mut Option<Login>) -> Result<(), Res> {
+    let svc = c.svc().clone();
+    let short = svc.timeouts.get(Timeouts::STRING_SHORT);
+    let mut from_cli = Lines::default();
+    let Some(start) = greet(c, &mut from_cli)? else {
+        return Ok(());
+    };
+    let (l, password, command, bad) = match start {
+        Start::Auth(l, p, bad) => {
+            *login = Some(l.clone());
+            (l, Some(p), None, bad)
+        }
+        Start::Command(l, cmd) => (l, None, Some(cmd), BAD_USERNAME),
+    };
+    c.req_host = Some(l.host.clone());
+    c.user.clone_from(&l.user);
+    let dst = resolve(&l.host, l.port, svc.family).map_err(|_| bad)?;
+    c.req_addr = Some(dst);
+    let req = Request {
+        op: Some(Op::Connect),
+        client: c.client_addr,
+        local: c.local_addr,
+        host: Some(&l.host),
+        addr: Some(dst.ip()),
+        port: l.port,
+        user: l.user.as_deref(),
+        password: l.password.as_deref(),
+    };
+    let grant = access::authorize(&svc, &req)?;
+    c.logged |= grant.nolog;
+    if grant.user.is_some() {
+        c.user.clone_from(&grant.user);
+    }
+    let again = Recheck::new(&svc, &req).at_weight(grant.weight);
+    if crate::net::Addr::Ip(dst) == svc.listen || Some(dst) == c.local_addr {
+        return Err(Res::LOOP);
+    }
+    let srv = pop3p::connect(c, dst, &l, &grant.parents)?;
+    let mut from_srv = Lines::default();
+    let (_, banner) = reply(c, &srv, &mut from_srv);
+    if banner.len() < 3 {
+        return Err(NO_BANNER);
+    }
+    if !banner.starts_with(b"220") || starts_ci(banner.get(4..).unwrap_or(&[]), b"PROXY") {
+        return Err(BAD_BANNER);
+    }
+    let _ = srv.set_timeout(Some(short));
+    let me = srv
+        .local_addr()
+        .map(|a| a.ip().to_string())
+        .unwrap_or_default();
+    send(c, &srv, format!("EHLO [{me}]\r\n").as_bytes(), EHLO_FAILED)?;
+    let (last, caps) = reply(c, &srv, &mut from_srv);
+    if last.len() < 3 {
+        return Err(BAD_BANNER);
+    }
+    let has = |w: &[u8]| caps.windows(w.len()).any(|x| x == w);
+    let (login_ok, plain_ok) = (has(b"LOGIN"), has(b"PLAIN"));
+    if let Some(pass) = &password {
+        if pass.is_empty() || !(login_ok || plain_ok) {
+            let _ = (&c.cli).write_all(b"235 auth required\r\n");
+        }
+        let long = svc.timeouts.get(Timeouts::STRING_LONG);
+        let mut ok_334 = |c: &mut Client, err: Res| {
+            let before = from_srv.total;
+            let r = from_srv.line(&srv, SERVER_LINE, long);
+            c.bytes_in += from_srv.total - before;
+            if r.len() < 4 || !r.starts_with(b"334") {
+                return Err(err);
+            }
+            Ok(())
+        };
+        if login_ok {
+            send(c, &srv, b"AUTH LOGIN\r\n", Res::SERVER_ERR)?;
+            ok_334(c, LOGIN_USER_REFUSED)?;
+            let user = base64_encode(l.name.as_bytes());
+            let pass = base64_encode(pass);
+            if user.len() > SERVER_LINE || pass.len() > SERVER_LINE {
+                return Err(TOO_LONG);
+            }
+            send(c, &srv, format!("{user}\r\n").as_bytes(), Res::SERVER_ERR)?;
+            ok_334(c, LOGIN_PASS_REFUSED)?;
+            send(c, &srv, format!("{pass}\r\n").as_bytes(), Res::SERVER_ERR)?;
+        } else if plain_ok {
+            send(c, &srv, b"AUTH PLAIN\r\n", Res::SERVER_ERR)?;
+            ok_334(c, PLAIN_REFUSED)?;
+            if l.name.len() + 2 + pass.len() > MAX_CRED {
+                return Err(TOO_LONG);
+            }
+            let mut raw = vec![0];
+            raw.extend_from_slice(l.name.as_bytes());
+            raw.push(0);
+            raw.extend_from_slice(pass);
+            let line = format!("{}\r\n", base64_encode(&raw));
+            send(c, &srv, line.as_bytes(), Res::SERVER_ERR)?;
+        }
+    }
+    if let Some(cmd) = &command {
+        send(c, &srv, cmd, Res::SERVER_ERR)?;
+    }
+    // What either side sent after its line goes on first.
+    if !from_cli.buf.is_empty() {
+        let rest = std::mem::take(&mut from_cli.buf);
+        send(c, &srv, &rest, Res::SERVER_ERR)?;
+    }
+    if !from_srv.buf.is_empty() {
+        (&c.cli)
+            .write_all(&from_srv.buf)
+            .map_err(|_| Res::CLIENT_ERR)?;
+    }
+    let opts = RelayOpts {
+        idle: svc.timeouts.get(Timeouts::CONNECTION_SHORT),
+        session_end: svc.opts.session_end,
+        splice: svc.splice(),
+        bufsize: svc.bufsize,
+        grace: svc.opts.grace,
+    };
+    let out = super::tcppm::relay_logged(c, &srv, &opts, grant.limits.as_deref(), &again);
+    c.res = out.res;
+    c.bytes_out += out.out;
+    c.bytes_in += out.inb;
+    c.srv = Some(srv);
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plain_credentials_as_3proxy_takes_them() {
+        assert_eq!(
+            split_plain(b"\0bob@h\0pw"),
+            Some((&b"bob@h"[..], &b"pw"[..]))
+        );
+        assert_eq!(split_plain(b"\0bob@h"), Some((&b"bob@h"[..], &b""[..])));
+        assert_eq!(
+            split_plain(b"\0bob\0pw\0x"),
+            Some((&b"bob"[..], &b"pw"[..]))
+        );
+        // An authorization identity, or too short: refused.
+        assert_eq!(split_plain(b"z\0bob\0pw"), None);
+        assert_eq!(split_plain(b"\0b"), None);
+    }
+
+    #[test]
+    fn credentials_decode_within_limits() {
+        assert_eq!(decode(b"Ym9i\r\n"), Some(b"bob".to_vec()));
+        assert_eq!(decode(b"!!\r\n"), None);
+        let long = base64_encode(&[b'a'; MAX_CRED + 1]);
+        assert_eq!(decode(long.as_bytes()), None);
+    }
+
+    #[test]
+    fn default_host_and_port() {
+        let d = default_dest(&["-hmail.example".to_string()]);
+        assert_eq!(d, (Some("mail.example".to_string()), 587));
+        let d = default_dest(&["-hmail.example:25".to_string()]);
+        assert_eq!(d, (Some("mail.example".to_string()), 25));
+        assert_eq!(default_dest(&[]), (None, 587));
+    }
+}
