@@ -231,6 +231,48 @@ fn pop3p_runs_from_its_command_line() {
     assert_eq!(got, "+OK Proxy\r\n+OK got USER a:b:bob\r\n");
 }
 
+#[test]
+fn smtpp_runs_from_its_command_line() {
+    let dir = Dir::new("standalone_smtpp");
+    // An SMTP server offering AUTH LOGIN that answers the login with the
+    // user name it got.
+    let origin = Origin::start("127.0.0.1:0", |mut s| {
+        s.write_all(b"220 ready\r\n").unwrap();
+        let mut r = std::io::BufReader::new(s.try_clone().unwrap());
+        let mut lines = Vec::new();
+        for reply in ["250 AUTH LOGIN\r\n", "334 a\r\n", "334 b\r\n", ""] {
+            let mut line = String::new();
+            if !std::io::BufRead::read_line(&mut r, &mut line).is_ok_and(|n| n > 0) {
+                return;
+            }
+            lines.push(line);
+            let _ = s.write_all(reply.as_bytes());
+        }
+        let _ = s.write_all(format!("235 got {}", lines[2]).as_bytes());
+    });
+    let port = free_port();
+    let o = origin.port();
+    let prog = link(&dir, "3proxy_smtpp");
+    let args = [
+        "-i127.0.0.1",
+        &format!("-p{port}"),
+        &format!("-h127.0.0.1:{o}"),
+    ];
+    let _child = Reap(serve(&prog, &args, port));
+    let mut s = connect(localhost(port));
+    set_timeouts(&s, Duration::from_secs(10));
+    // AUTH LOGIN as a:b:bob, no host: -h's. No user is asked for, so
+    // `a:b:` is part of the name.
+    s.write_all(b"AUTH LOGIN\r\nYTpiOmJvYg==\r\ncHc=\r\n")
+        .unwrap();
+    let mut got = String::new();
+    let _ = s.read_to_string(&mut got);
+    assert_eq!(
+        got,
+        "220 Proxy\r\n334 VXNlcm5hbWU6\r\n334 UGFzc3dvcmQ6\r\n235 got YTpiOmJvYg==\r\n"
+    );
+}
+
 /// The pids of processes whose argv[0] is `prog`.
 fn pids_of(prog: &std::path::Path) -> Vec<u32> {
     let want = prog.as_os_str().as_encoded_bytes();
