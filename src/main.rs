@@ -222,7 +222,7 @@ fn block_signals() -> Result<SigSet, String> {
 }
 
 /// The services 3proxy also installs as programs of their own.
-const STANDALONE: &[&str] = &["proxy", "socks", "pop3p", "smtpp", "tcppm", "udppm"];
+const STANDALONE: &[&str] = &["proxy", "socks", "pop3p", "smtpp", "imapp", "tcppm", "udppm"];
 
 /// `3proxy_<service>` as the program name: which service.
 fn standalone_service(argv0: Option<&std::ffi::OsStr>) -> Option<&'static str> {
@@ -231,7 +231,7 @@ fn standalone_service(argv0: Option<&std::ffi::OsStr>) -> Option<&'static str> {
     STANDALONE.iter().copied().find(|s| *s == svc)
 }
 
-/// A standalone service (3proxy's `proxy`, `socks`, `pop3p`, `tcppm`, `udppm`
+/// A standalone service (3proxy's `proxy`, `socks`, `pop3p`, `imapp`, `tcppm`, `udppm`
 /// programs): its options and arguments come from the command line, no
 /// cfg is read, every client is allowed (no user is asked for), and
 /// nothing is logged unless `-l` says so.

@@ -350,3 +350,38 @@ fn dash_d_forks_a_standalone_program() {
     assert_eq!(daemons.len(), 1, "one background process: {daemons:?}");
     assert_ne!(daemons[0], foreground, "the foreground process has exited");
 }
+
+#[test]
+fn imapp_runs_from_its_command_line() {
+    let dir = Dir::new("standalone_imapp");
+    // An IMAP server that greets, then echoes the first line it gets.
+    let origin = Origin::start("127.0.0.1:0", |mut s| {
+        s.write_all(b"* OK [CAPABILITY IMAP4rev1] ready\r\n").unwrap();
+        let mut line = Vec::new();
+        let mut b = [0u8; 1];
+        while s.read(&mut b).is_ok_and(|n| n == 1) {
+            line.push(b[0]);
+            if b[0] == b'\n' {
+                break;
+            }
+        }
+        let _ = s.write_all(b"* got ");
+        let _ = s.write_all(&line);
+    });
+    let port = free_port();
+    let prog = link(&dir, "3proxy_imapp");
+    let _child = Reap(serve(&prog, &["-i127.0.0.1", &format!("-p{port}")], port));
+    let mut s = connect(localhost(port));
+    set_timeouts(&s, Duration::from_secs(10));
+    let o = origin.port();
+    s.write_all(format!("t LOGIN a:b:bob@127.0.0.1:{o} pw\r\n").as_bytes())
+        .unwrap();
+    let mut got = String::new();
+    let _ = s.read_to_string(&mut got);
+    // No user is asked for: `a:b:` is part of the name, not credentials.
+    assert_eq!(
+        got,
+        "* OK [CAPABILITY IMAP4rev1 AUTH=PLAIN AUTH=LOGIN] IMAP4rev1 Proxy Ready\r\n\
+         * got t LOGIN a:b:bob pw\r\n"
+    );
+}

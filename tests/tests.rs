@@ -13,6 +13,7 @@ mod connectback;
 mod crypt;
 mod dnspr;
 mod http;
+mod imapp;
 mod install;
 mod log;
 mod ops;

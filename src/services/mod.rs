@@ -8,6 +8,7 @@
 
 pub mod auto;
 pub mod dnspr;
+pub mod imapp;
 pub mod pop3p;
 pub mod proxy;
 pub mod smtpp;
@@ -104,6 +105,13 @@ pub static SERVICES: &[ServiceDef] = &[
         default_port: 110,
         positional: 0,
         kind: Kind::Tcp(pop3p::serve),
+    },
+    ServiceDef {
+        name: "imapp",
+        log_name: "IMAPP",
+        default_port: 143,
+        positional: 0,
+        kind: Kind::Tcp(imapp::serve),
     },
     ServiceDef {
         name: "smtpp",

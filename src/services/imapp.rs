@@ -1,0 +1,571 @@
+//! `imapp`: the IMAP4 proxy (3proxy's imapp.c). The client is greeted as
+//! by an IMAP server and logs in with `tag LOGIN name@host[:port] password`
+//! (or `AUTHENTICATE PLAIN` / `AUTHENTICATE LOGIN` carrying that name);
+//! the proxy connects to `host` (port 143 by default), checks that it
+//! greets with `* OK`, logs in there as `name` with the client's tag, and
+//! from then relays both ways: the server's tagged answer to the login and
+//! everything after it pass untouched.
+//!
+//! The login is split at its last `delimchar` (`@` by default), with the
+//! proxy's own `proxyuser:proxypass:` in front of the name as in pop3p; a
+//! login password is also the proxy password when the name gave none.
+//! `-hhost[:port]` is the destination of a login without a host.
+//!
+//! Towards the server the proxy logs in the way the server offers: with
+//! `AUTHENTICATE PLAIN` if its capabilities (from the greeting's
+//! `[CAPABILITY ...]`, else asked with `zz CAPABILITY`) name AUTH=PLAIN,
+//! else `AUTHENTICATE LOGIN` if they name AUTH=LOGIN, else `LOGIN`; a
+//! client's own AUTHENTICATE method is kept when the server offers it.
+//!
+//! Before the login, CAPABILITY and LOGOUT are answered and any other
+//! command gets `tag BAD need LOGIN first`; STARTTLS is not offered
+//! (3proxy's hand-over to tlspr is not built), as with 3proxy's `-x`.
+//! Result codes are 3proxy's: 691 the greeting could not be sent, 692 no
+//! command or no tag, 693 a malformed login, 694 a login naming no usable
+//! server, 695 no greeting from the server, 696 the greeting is not
+//! `* OK`, 697 CAPABILITY failed, 698 an AUTHENTICATE exchange with the
+//! client failed, 699 logging in at the server failed. A session ending
+//! with a code of 1 to 99 or 692 to 699 is told `tag NO proxy error`. The
+//! record's `%T` is `name@host`, with `:port` when it is not 143.
+
+use std::io::Write;
+
+use super::pop3p::{connect, parse_host, parse_login, starts_ci, Lines};
+use crate::access::{self, Op, Recheck, Request};
+use crate::client::Client;
+use crate::conf::Timeouts;
+use crate::http::base64_encode;
+use crate::net::{resolve, Stream};
+use crate::relay::RelayOpts;
+use crate::res::Res;
+
+/// The destination port when the login names none.
+pub const DEFAULT_PORT: u16 = 143;
+/// The longest client command line read (3proxy's buffer less its slack).
+const CLIENT_LINE: usize = 2038;
+/// The longest server line read.
+const SERVER_LINE: usize = 1023;
+/// The longest tag, name and password (3proxy's buffers less the NUL).
+const TAG_MAX: usize = 62;
+const CRED_MAX: usize = 319;
+const GREETING: &[u8] =
+    b"* OK [CAPABILITY IMAP4rev1 AUTH=PLAIN AUTH=LOGIN] IMAP4rev1 Proxy Ready\r\n";
+const CAPABILITY: &[u8] = b"* CAPABILITY IMAP4rev1 AUTH=PLAIN AUTH=LOGIN\r\n";
+/// What asks a server for its capabilities.
+const ASK_CAPS: &[u8] = b"zz CAPABILITY\r\n";
+
+const GREET_FAILED: Res = Res(691);
+const NO_COMMAND: Res = Res(692);
+const BAD_LOGIN: Res = Res(693);
+const BAD_DEST: Res = Res(694);
+const NO_GREETING: Res = Res(695);
+const BAD_GREETING: Res = Res(696);
+const CAPA_FAILED: Res = Res(697);
+const AUTH_FAILED: Res = Res(698);
+const LOGIN_FAILED: Res = Res(699);
+
+/// How a login is made: the LOGIN command or an AUTHENTICATE mechanism.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Method {
+    Command,
+    Plain,
+    Login,
+}
+
+/// The server's capabilities that matter: (AUTH=PLAIN, AUTH=LOGIN).
+type Caps = (bool, bool);
+
+/// The method to use at a server offering `caps`, for a client that used
+/// `client`.
+fn choose(client: Method, caps: Caps) -> Method {
+    let (plain, login) = caps;
+    match client {
+        Method::Plain if !plain => {
+            if login {
+                Method::Login
+            } else {
+                Method::Command
+            }
+        }
+        Method::Login if !login => {
+            if plain {
+                Method::Plain
+            } else {
+                Method::Command
+            }
+        }
+        Method::Command if plain => Method::Plain,
+        Method::Command if login => Method::Login,
+        m => m,
+    }
+}
+
+/// Whether `cap` occurs in `line`, in any case (3proxy's hascap).
+fn has_cap(line: &[u8], cap: &[u8]) -> bool {
+    line.windows(cap.len()).any(|w| w.eq_ignore_ascii_case(cap))
+}
+
+fn caps_of(line: &[u8]) -> Caps {
+    (has_cap(line, b"AUTH=PLAIN"), has_cap(line, b"AUTH=LOGIN"))
+}
+
+/// 3proxy's de64: an optional `+ ` prefix, then whole groups of four
+/// base64 characters up to the first padded group; at most `max` bytes
+/// out. None on any other character or a short group, and for nothing.
+fn de64(s: &[u8], max: usize) -> Option<Vec<u8>> {
+    let s = s.strip_prefix(b"+ ").unwrap_or(s);
+    let val = |c: u8| match c {
+        b'A'..=b'Z' => Some(c - b'A'),
+        b'a'..=b'z' => Some(c - b'a' + 26),
+        b'0'..=b'9' => Some(c - b'0' + 52),
+        b'+' => Some(62),
+        b'/' => Some(63),
+        _ => None,
+    };
+    let mut out = Vec::new();
+    let mut i = 0;
+    loop {
+        let g = |k: usize| s.get(i + k).copied().unwrap_or(0);
+        let (a, b) = (val(g(0))?, val(g(1))?);
+        let c = if g(2) == b'=' { None } else { Some(val(g(2))?) };
+        let d = if g(3) == b'=' { None } else { Some(val(g(3))?) };
+        i += 4;
+        out.push(a << 2 | b >> 4);
+        if let Some(c) = c {
+            out.push(b << 4 | c >> 2);
+            if let Some(d) = d {
+                out.push(c << 6 | d);
+            }
+        }
+        if c.is_none() || d.is_none() || i >= s.len() {
+            break;
+        }
+    }
+    out.truncate(max);
+    Some(out)
+}
+
+/// Up to the first NUL, as C's string functions see a buffer.
+fn cstr(b: &[u8]) -> &[u8] {
+    &b[..b.iter().position(|&c| c == 0).unwrap_or(b.len())]
+}
+
+/// A line without its end: cut at the first CR or LF.
+fn chomp(line: &[u8]) -> &[u8] {
+    &line[..line
+        .iter()
+        .position(|&b| b == b'\r' || b == b'\n')
+        .unwrap_or(line.len())]
+}
+
+/// `LOGIN`'s arguments: a name, bare or in double quotes, and the rest of
+/// the line, sent on as it came, as the password.
+fn parse_login_args(args: &[u8]) -> Option<(Vec<u8>, Vec<u8>)> {
+    let (user, pass) = if let Some(rest) = args.strip_prefix(b"\"") {
+        let q = rest.iter().position(|&b| b == b'"')?;
+        let pass = &rest[q + 1..];
+        (&rest[..q], pass.strip_prefix(b" ").unwrap_or(pass))
+    } else {
+        let sp = args.iter().position(|&b| b == b' ')?;
+        (&args[..sp], &args[sp + 1..])
+    };
+    (user.len() <= CRED_MAX && pass.len() <= CRED_MAX).then(|| (user.to_vec(), pass.to_vec()))
+}
+
+/// `AUTHENTICATE PLAIN`'s decoded response: `[authzid] NUL name NUL
+/// password`, or `name NUL password`.
+fn parse_plain(raw: &[u8]) -> Option<(Vec<u8>, Vec<u8>)> {
+    if raw.len() < 3 {
+        return None;
+    }
+    let p1 = raw.iter().position(|&b| b == 0)?;
+    if p1 == raw.len() - 1 {
+        return None;
+    }
+    let (user, pass) = match raw[p1 + 1..].iter().position(|&b| b == 0) {
+        Some(p2) => (&raw[p1 + 1..p1 + 1 + p2], &raw[p1 + 2 + p2..]),
+        None => (&raw[..p1], &raw[p1 + 1..]),
+    };
+    let (user, pass) = (cstr(user), cstr(pass));
+    (user.len() <= CRED_MAX && pass.len() <= CRED_MAX).then(|| (user.to_vec(), pass.to_vec()))
+}
+
+/// What the client logged in with.
+struct Creds {
+    tag: Vec<u8>,
+    user: Vec<u8>,
+    pass: Vec<u8>,
+    method: Method,
+}
+
+/// The client thread's work for one imapp client.
+pub fn serve(c: &mut Client) {
+    let svc = c.svc().clone();
+    if svc.opts.proxy_header && !super::tcppm::read_proxy_header(c) {
+        return;
+    }
+    let mut tag = Vec::new();
+    let mut login = None;
+    if let Err(res) = run(c, &mut tag, &mut login) {
+        c.res = res;
+    }
+    if let Some((name, host, port)) = &login {
+        c.text = format!("{name}@{host}");
+        if *port != DEFAULT_PORT {
+            c.text.push_str(&format!(":{port}"));
+        }
+    }
+    if matches!(c.res.0, 1..=99 | 692..=699) {
+        let _ = c
+            .cli
+            .set_timeout(Some(svc.timeouts.get(Timeouts::STRING_SHORT)));
+        let tag = if tag.is_empty() { &b"*"[..] } else { &tag };
+        let mut msg = tag[..tag.len().min(60)].to_vec();
+        msg.extend_from_slice(b" NO proxy error\r\n");
+        let _ = (&c.cli).write_all(&msg);
+    }
+}
+
+/// Send `msg` to the client with the short timeout.
+fn say(s: &Stream, msg: &[u8]) -> std::io::Result<()> {
+    let mut w = s;
+    w.write_all(msg)
+}
+
+/// Read the client's commands until it logs in; None when it logged out.
+fn client_login(c: &Client, from_cli: &mut Lines, tag: &mut Vec<u8>) -> Result<Option<Creds>, Res> {
+    let short = c.svc().timeouts.get(Timeouts::STRING_SHORT);
+    let cli = &c.cli;
+    let read_line = |from_cli: &mut Lines| from_cli.line(cli, CLIENT_LINE, short);
+    loop {
+        let line = read_line(from_cli);
+        if line.len() < 4 {
+            return Err(NO_COMMAND);
+        }
+        let line = chomp(&line);
+        let sp = line.iter().position(|&b| b == b' ');
+        let Some(sp) = sp.filter(|&sp| sp <= TAG_MAX) else {
+            return Err(NO_COMMAND);
+        };
+        *tag = line[..sp].to_vec();
+        let cmd = &line[sp + 1..];
+        let reply = |text: &str| {
+            let mut m = tag[..tag.len().min(60)].to_vec();
+            m.extend_from_slice(text.as_bytes());
+            m
+        };
+        if starts_ci(cmd, b"LOGOUT") {
+            let _ = say(cli, b"* BYE\r\n");
+            let _ = say(cli, &reply(" OK LOGOUT completed\r\n"));
+            return Ok(None);
+        }
+        if starts_ci(cmd, b"CAPABILITY") {
+            let mut m = CAPABILITY.to_vec();
+            m.extend(reply(" OK CAPABILITY completed\r\n"));
+            let _ = say(cli, &m);
+            continue;
+        }
+        if starts_ci(cmd, b"LOGIN ") {
+            let (user, pass) = parse_login_args(&cmd[6..]).ok_or(BAD_LOGIN)?;
+            return Ok(Some(Creds {
+                tag: tag.clone(),
+                user,
+                pass,
+                method: Method::Command,
+            }));
+        }
+        if starts_ci(cmd, b"AUTHENTICATE PLAIN") {
+            let initial = cmd[18..].strip_prefix(b" ").filter(|r| !r.is_empty());
+            let resp = match initial {
+                Some(r) => r.to_vec(),
+                None => {
+                    say(cli, b"+ \r\n").map_err(|_| AUTH_FAILED)?;
+                    let l = read_line(from_cli);
+                    if l.is_empty() {
+                        return Err(AUTH_FAILED);
+                    }
+                    chomp(&l).to_vec()
+                }
+            };
+            let raw = de64(&resp, 2047).ok_or(BAD_LOGIN)?;
+            let (user, pass) = parse_plain(&raw).ok_or(BAD_LOGIN)?;
+            return Ok(Some(Creds {
+                tag: tag.clone(),
+                user,
+                pass,
+                method: Method::Plain,
+            }));
+        }
+        if starts_ci(cmd, b"AUTHENTICATE LOGIN") {
+            let initial = cmd[18..].strip_prefix(b" ").filter(|r| !r.is_empty());
+            let ask = |prompt: &[u8], from_cli: &mut Lines| -> Result<Vec<u8>, Res> {
+                say(cli, prompt).map_err(|_| AUTH_FAILED)?;
+                let l = read_line(from_cli);
+                if l.is_empty() {
+                    return Err(AUTH_FAILED);
+                }
+                let v = de64(chomp(&l), CRED_MAX).ok_or(BAD_LOGIN)?;
+                Ok(cstr(&v).to_vec())
+            };
+            let user = match initial {
+                Some(r) => cstr(&de64(r, CRED_MAX).ok_or(BAD_LOGIN)?).to_vec(),
+                None => ask(b"+ VXNlcm5hbWU6\r\n", from_cli)?,
+            };
+            let pass = ask(b"+ UGFzc3dvcmQ6\r\n", from_cli)?;
+            return Ok(Some(Creds {
+                tag: tag.clone(),
+                user,
+                pass,
+                method: Method::Login,
+            }));
+        }
+        let _ = say(cli, &reply(" BAD need LOGIN first\r\n"));
+    }
+}
+
+/// Read the server's capabilities after a greeting without them.
+fn ask_caps(srv: &Stream, from_srv: &mut Lines, long: std::time::Duration) -> Result<Caps, Res> {
+    say(srv, ASK_CAPS).map_err(|_| CAPA_FAILED)?;
+    let mut caps = (false, false);
+    loop {
+        let l = from_srv.line(srv, SERVER_LINE, long);
+        if l.len() < 3 {
+            return Err(CAPA_FAILED);
+        }
+        if starts_ci(&l, b"* CAPABILITY") {
+            let (p, g) = caps_of(&l);
+            caps = (caps.0 | p, caps.1 | g);
+        } else if starts_ci(&l, b"zz ") {
+            return Ok(caps);
+        }
+    }
+}
+
+/// Log in at the server as `name` with `how`; what was sent, in bytes.
+fn server_login(
+    srv: &Stream,
+    from_srv: &mut Lines,
+    long: std::time::Duration,
+    creds: &Creds,
+    name: &[u8],
+    how: Method,
+) -> Result<u64, Res> {
+    let failed = |_| LOGIN_FAILED;
+    let mut sent = 0u64;
+    let mut send = |b: &[u8]| -> Result<(), Res> {
+        if b.is_empty() {
+            // 3proxy fails on a send of nothing (an empty name or password).
+            return Err(LOGIN_FAILED);
+        }
+        say(srv, b).map_err(failed)?;
+        sent += b.len() as u64;
+        Ok(())
+    };
+    let tag = &creds.tag;
+    match how {
+        Method::Plain => {
+            let mut raw = vec![0u8];
+            raw.extend_from_slice(name);
+            raw.push(0);
+            raw.extend_from_slice(&creds.pass);
+            let mut m = tag.clone();
+            m.extend_from_slice(b" AUTHENTICATE PLAIN ");
+            m.extend_from_slice(base64_encode(&raw).as_bytes());
+            m.extend_from_slice(b"\r\n");
+            send(&m)?;
+        }
+        Method::Login => {
+            let mut m = tag.clone();
+            m.extend_from_slice(b" AUTHENTICATE LOGIN\r\n");
+            send(&m)?;
+            for v in [name, &creds.pass[..]] {
+                let l = from_srv.line(srv, SERVER_LINE, long);
+                if !l.starts_with(b"+") {
+                    return Err(LOGIN_FAILED);
+                }
+                send(base64_encode(v).as_bytes())?;
+                send(b"\r\n")?;
+            }
+        }
+        Method::Command => {
+            let mut m = tag.clone();
+            m.extend_from_slice(b" LOGIN ");
+            m.extend_from_slice(name);
+            m.push(b' ');
+            send(&m)?;
+            send(&creds.pass)?;
+            send(b"\r\n")?;
+        }
+    }
+    Ok(sent)
+}
+
+fn run(
+    c: &mut Client,
+    tag: &mut Vec<u8>,
+    login: &mut Option<(String, String, u16)>,
+) -> Result<(), Res> {
+    let svc = c.svc().clone();
+    let short = svc.timeouts.get(Timeouts::STRING_SHORT);
+    let long = svc.timeouts.get(Timeouts::STRING_LONG);
+    let _ = c.cli.set_timeout(Some(short));
+    say(&c.cli, GREETING).map_err(|_| GREET_FAILED)?;
+    let mut from_cli = Lines::default();
+    let Some(creds) = client_login(c, &mut from_cli, tag)? else {
+        return Ok(());
+    };
+    // `-hhost[:port]`: the server of a login without one.
+    let h = svc
+        .opts
+        .other
+        .iter()
+        .rev()
+        .find_map(|a| a.strip_prefix("-h"));
+    let (dhost, dport) = match h.and_then(|h| parse_host(h.as_bytes(), DEFAULT_PORT)) {
+        Some((host, port)) => (Some(host), port),
+        None => (None, DEFAULT_PORT),
+    };
+    let with_creds = svc.opts.needuser.unwrap_or(1) > 0;
+    let mut l = parse_login(
+        &creds.user,
+        svc.delimchar,
+        with_creds,
+        (dhost.as_deref(), dport),
+    )
+    .ok_or(BAD_DEST)?;
+    if l.password.is_none() && !creds.pass.is_empty() {
+        l.password = Some(String::from_utf8_lossy(&creds.pass).into_owned());
+    }
+    *login = Some((l.name.clone(), l.host.clone(), l.port));
+    c.req_host = Some(l.host.clone());
+    c.user.clone_from(&l.user);
+    let dst = resolve(&l.host, l.port, svc.family).map_err(|_| BAD_DEST)?;
+    c.req_addr = Some(dst);
+    let req = Request {
+        op: Some(Op::Connect),
+        client: c.client_addr,
+        local: c.local_addr,
+        host: Some(&l.host),
+        addr: Some(dst.ip()),
+        port: l.port,
+        user: l.user.as_deref(),
+        password: l.password.as_deref(),
+    };
+    let grant = access::authorize(&svc, &req)?;
+    c.logged |= grant.nolog;
+    if grant.user.is_some() {
+        c.user.clone_from(&grant.user);
+    }
+    let again = Recheck::new(&svc, &req).at_weight(grant.weight);
+    if crate::net::Addr::Ip(dst) == svc.listen || Some(dst) == c.local_addr {
+        return Err(Res::LOOP);
+    }
+    let srv = connect(c, dst, &l, &grant.parents)?;
+    let _ = srv.set_timeout(Some(short));
+    let mut from_srv = Lines::default();
+    let result = greet_and_login(&srv, &mut from_srv, long, &creds, l.name.as_bytes());
+    c.bytes_in += from_srv.total;
+    c.bytes_out += result?;
+    // What either side sent after its login goes on first.
+    if !from_cli.buf.is_empty() {
+        say(&srv, &from_cli.buf).map_err(|_| Res::SERVER_ERR)?;
+        c.bytes_out += from_cli.buf.len() as u64;
+    }
+    if !from_srv.buf.is_empty() {
+        say(&c.cli, &from_srv.buf).map_err(|_| Res::CLIENT_ERR)?;
+    }
+    let opts = RelayOpts {
+        idle: svc.timeouts.get(Timeouts::CONNECTION_SHORT),
+        session_end: svc.opts.session_end,
+        splice: svc.splice(),
+        bufsize: svc.bufsize,
+        grace: svc.opts.grace,
+    };
+    let out = super::tcppm::relay_logged(c, &srv, &opts, grant.limits.as_deref(), &again);
+    c.res = out.res;
+    c.bytes_out += out.out;
+    c.bytes_in += out.inb;
+    c.srv = Some(srv);
+    Ok(())
+}
+
+/// The server's greeting, its capabilities, and the login there; the
+/// bytes sent.
+fn greet_and_login(
+    srv: &Stream,
+    from_srv: &mut Lines,
+    long: std::time::Duration,
+    creds: &Creds,
+    name: &[u8],
+) -> Result<u64, Res> {
+    let greeting = from_srv.line(srv, SERVER_LINE, long);
+    if greeting.len() < 4 {
+        return Err(NO_GREETING);
+    }
+    if !starts_ci(&greeting, b"* OK") {
+        return Err(BAD_GREETING);
+    }
+    let marker = b"[CAPABILITY ";
+    let (caps, asked) = match greeting.windows(marker.len()).position(|w| w == marker) {
+        Some(at) => (caps_of(&greeting[at..]), 0),
+        None => (ask_caps(srv, from_srv, long)?, ASK_CAPS.len() as u64),
+    };
+    Ok(asked + server_login(srv, from_srv, long, creds, name, choose(creds.method, caps))?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn login_arguments() {
+        let (u, p) = parse_login_args(b"bob@h secret").unwrap();
+        assert_eq!((&u[..], &p[..]), (&b"bob@h"[..], &b"secret"[..]));
+        let (u, p) = parse_login_args(b"\"me@corp@h\" \"pw x\"").unwrap();
+        assert_eq!((&u[..], &p[..]), (&b"me@corp@h"[..], &b"\"pw x\""[..]));
+        let (u, p) = parse_login_args(b"\"bob@h\"pw").unwrap();
+        assert_eq!((&u[..], &p[..]), (&b"bob@h"[..], &b"pw"[..]));
+        assert_eq!(parse_login_args(b"bob@h"), None);
+        assert_eq!(parse_login_args(b"\"bob@h pw"), None);
+        let long = format!("{} p", "a".repeat(320));
+        assert_eq!(parse_login_args(long.as_bytes()), None);
+    }
+
+    #[test]
+    fn base64_as_3proxy_reads_it() {
+        assert_eq!(de64(b"Ym9i", 100).unwrap(), b"bob");
+        assert_eq!(de64(b"+ Ym9iMQ==", 100).unwrap(), b"bob1");
+        assert_eq!(de64(b"Ym9iMTI=", 100).unwrap(), b"bob12");
+        assert_eq!(de64(b"Ym9iMQ==junk", 100).unwrap(), b"bob1");
+        assert_eq!(de64(b"Ym9iMTIz", 2).unwrap(), b"bo");
+        assert_eq!(de64(b"", 100), None);
+        assert_eq!(de64(b"Ym9", 100), None);
+        assert_eq!(de64(b"Ym9*", 100), None);
+    }
+
+    #[test]
+    fn plain_responses() {
+        let (u, p) = parse_plain(b"\0bob@h\0pw").unwrap();
+        assert_eq!((&u[..], &p[..]), (&b"bob@h"[..], &b"pw"[..]));
+        let (u, p) = parse_plain(b"admin\0bob@h\0pw").unwrap();
+        assert_eq!((&u[..], &p[..]), (&b"bob@h"[..], &b"pw"[..]));
+        let (u, p) = parse_plain(b"bob@h\0pw").unwrap();
+        assert_eq!((&u[..], &p[..]), (&b"bob@h"[..], &b"pw"[..]));
+        assert_eq!(parse_plain(b"bob@h\0"), None);
+        assert_eq!(parse_plain(b"bob@h"), None);
+        assert_eq!(parse_plain(b"a\0"), None);
+    }
+
+    #[test]
+    fn method_follows_the_server() {
+        use Method::*;
+        assert_eq!(choose(Command, (false, false)), Command);
+        assert_eq!(choose(Command, (true, true)), Plain);
+        assert_eq!(choose(Command, (false, true)), Login);
+        assert_eq!(choose(Plain, (false, true)), Login);
+        assert_eq!(choose(Plain, (false, false)), Command);
+        assert_eq!(choose(Login, (true, false)), Plain);
+        assert_eq!(choose(Login, (true, true)), Login);
+        assert!(has_cap(b"* CAPABILITY imap4rev1 auth=plain", b"AUTH=PLAIN"));
+    }
+}
