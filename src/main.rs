@@ -222,7 +222,9 @@ fn block_signals() -> Result<SigSet, String> {
 }
 
 /// The services 3proxy also installs as programs of their own.
-const STANDALONE: &[&str] = &["proxy", "socks", "pop3p", "smtpp", "imapp", "tcppm", "udppm"];
+const STANDALONE: &[&str] = &[
+    "proxy", "socks", "pop3p", "smtpp", "imapp", "ftppr", "tcppm", "udppm",
+];
 
 /// `3proxy_<service>` as the program name: which service.
 fn standalone_service(argv0: Option<&std::ffi::OsStr>) -> Option<&'static str> {

@@ -52,6 +52,7 @@ fn make_install_lays_out_every_file() {
         "3proxy_proxy",
         "3proxy_socks",
         "3proxy_pop3p",
+        "3proxy_ftppr",
         "3proxy_imapp",
         "3proxy_smtpp",
         "3proxy_tcppm",

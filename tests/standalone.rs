@@ -232,6 +232,52 @@ fn pop3p_runs_from_its_command_line() {
 }
 
 #[test]
+fn ftppr_runs_from_its_command_line() {
+    let dir = Dir::new("standalone_ftppr");
+    // An FTP server that takes any login and echoes the user name.
+    let origin = Origin::start("127.0.0.1:0", |mut s| {
+        s.write_all(b"220 ready\r\n").unwrap();
+        let mut r = std::io::BufReader::new(s.try_clone().unwrap());
+        let (mut line, mut user) = (String::new(), String::new());
+        while std::io::BufRead::read_line(&mut r, &mut line).is_ok_and(|n| n > 0) {
+            let reply = if line.starts_with("USER") {
+                user = line.trim_end().to_string();
+                "331 pass\r\n".to_string()
+            } else {
+                format!("230 in as {user}\r\n")
+            };
+            line.clear();
+            if s.write_all(reply.as_bytes()).is_err() {
+                return;
+            }
+        }
+    });
+    let port = free_port();
+    let prog = link(&dir, "3proxy_ftppr");
+    let _child = Reap(serve(&prog, &["-i127.0.0.1", &format!("-p{port}")], port));
+    let mut s = connect(localhost(port));
+    set_timeouts(&s, Duration::from_secs(10));
+    let o = origin.port();
+    s.write_all(format!("USER a:b:bob@127.0.0.1:{o}\r\nPASS x\r\n").as_bytes())
+        .unwrap();
+    let mut got = Vec::new();
+    let mut b = [0u8; 256];
+    // Until the answer to PASS has come whole (or the proxy closes).
+    while !(got.windows(4).any(|w| w == b"\n230") && got.ends_with(b"\n")) {
+        match s.read(&mut b) {
+            Ok(n) if n > 0 => got.extend_from_slice(&b[..n]),
+            _ => break,
+        }
+    }
+    // No user is asked for: `a:b:` is part of the name, not credentials.
+    assert_eq!(
+        String::from_utf8_lossy(&got),
+        "220 Ready\r\n331 ok\r\n230 in as USER a:b:bob\r\n"
+    );
+    drop(origin);
+}
+
+#[test]
 fn smtpp_runs_from_its_command_line() {
     let dir = Dir::new("standalone_smtpp");
     // An SMTP server offering AUTH LOGIN that answers the login with the

@@ -12,6 +12,7 @@ mod conf;
 mod connectback;
 mod crypt;
 mod dnspr;
+mod ftppr;
 mod http;
 mod imapp;
 mod install;

@@ -8,6 +8,7 @@
 
 pub mod auto;
 pub mod dnspr;
+pub mod ftppr;
 pub mod imapp;
 pub mod pop3p;
 pub mod proxy;
@@ -105,6 +106,13 @@ pub static SERVICES: &[ServiceDef] = &[
         default_port: 110,
         positional: 0,
         kind: Kind::Tcp(pop3p::serve),
+    },
+    ServiceDef {
+        name: "ftppr",
+        log_name: "FTPPR",
+        default_port: 21,
+        positional: 0,
+        kind: Kind::Tcp(ftppr::serve),
     },
     ServiceDef {
         name: "imapp",

@@ -1,0 +1,678 @@
+//! `ftppr`: the FTP proxy (3proxy's ftppr.c with its ftp.c helpers). The
+//! client is greeted `220 Ready` and logs in with `USER name@host[:port]`
+//! (split at the last `delimchar`, port 21 by default; `OPEN host` first
+//! and a plain `USER name` works too) and `PASS`; the proxy connects at
+//! USER (op CONNECT), answers `331 ok`, and at PASS logs in to the server
+//! itself, passing the server's final answer on.
+//!
+//! After login, PASV, EPSV and PORT are answered by the proxy: it listens
+//! on the address the client reached it at (PASV, EPSV) or connects back
+//! to the client's address (PORT). RETR, LIST, NLST, MLSD, STOR and APPE
+//! then make the proxy send PASV to the server, connect to the port it
+//! names at the control connection's server address (checked as op
+//! FTP_DATA, as 3proxy does), send the command, tell the client
+//! `125 data` and relay the data connection; a refusal is told
+//! `550 err`. Every other command goes to the server as it is.
+//!
+//! A record is written after each PASS, CWD or data command that moved
+//! bytes (`%T` `name@host[:port]`, or the command), and at the end.
+//! Result codes are 3proxy's: 700-707 the server login failed, 801 the
+//! greeting could not be sent, 802 a short command, 803/804 a bad host or
+//! login, 821-829 the client's data connection, 834 no answer after a
+//! transfer.
+
+use std::io::{Read, Write};
+use std::net::{IpAddr, Ipv4Addr, Shutdown, SocketAddr, TcpListener};
+use std::time::{Duration, Instant};
+
+use socket2::{Domain, Protocol, SockAddr, Socket, Type};
+
+use crate::access::{self, Op, Request};
+use crate::client::Client;
+use crate::conf::Timeouts;
+use crate::net::{resolve, Stream};
+use crate::parent;
+use crate::relay::{Hooks, RelayOpts};
+use crate::res::Res;
+
+/// The destination port when the login names none.
+pub const DEFAULT_PORT: u16 = 21;
+/// The longest line read (3proxy's buffer less its slack).
+const LINE: usize = 2038;
+
+/// Lines read from a socket, with what came after them kept.
+#[derive(Default)]
+struct Lines {
+    buf: Vec<u8>,
+    /// Bytes read from the socket and not yet counted.
+    total: u64,
+}
+
+impl Lines {
+    /// A whole line already read, if there is one.
+    fn buffered(&mut self) -> Option<Vec<u8>> {
+        let end = self.buf.iter().position(|&b| b == b'\n')?;
+        Some(self.buf.drain(..=end).collect())
+    }
+
+    /// One line up to and including `\n`, at most `max` bytes; fewer (maybe
+    /// none) when the peer closes or `wait` passes first.
+    fn line(&mut self, s: &Stream, max: usize, wait: Duration) -> Vec<u8> {
+        let until = Instant::now() + wait;
+        let mut scanned = 0;
+        loop {
+            let end = self.buf[scanned..]
+                .iter()
+                .position(|&b| b == b'\n')
+                .map(|i| scanned + i + 1);
+            if let Some(end) = end.filter(|&e| e <= max) {
+                return self.buf.drain(..end).collect();
+            }
+            if self.buf.len() >= max {
+                return self.buf.drain(..max).collect();
+            }
+            scanned = self.buf.len();
+            let left = until.saturating_duration_since(Instant::now());
+            if left.is_zero() || s.set_read_timeout(Some(left)).is_err() {
+                return self.buf.drain(..).collect();
+            }
+            let mut chunk = [0u8; 1024];
+            let mut r = s;
+            match r.read(&mut chunk) {
+                Ok(n) if n > 0 => {
+                    self.buf.extend_from_slice(&chunk[..n]);
+                    self.total += n as u64;
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                _ => return self.buf.drain(..).collect(),
+            }
+        }
+    }
+}
+
+/// A reply's last line: three digits and no `-` after them.
+fn is_final(l: &[u8]) -> bool {
+    l.len() > 3 && l[0].is_ascii_digit() && l[3] != b'-'
+}
+
+fn starts_ci(line: &[u8], word: &[u8]) -> bool {
+    line.len() >= word.len() && line[..word.len()].eq_ignore_ascii_case(word)
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// What USER (and OPEN) said.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct Login {
+    user: Option<String>,
+    password: Option<String>,
+    name: String,
+    host: String,
+    port: u16,
+}
+
+/// `USER`'s argument: the host after the last `delim` (or `host`, from
+/// OPEN or `-h`), and with `creds`, `proxyuser:proxypass:` before the name.
+fn parse_login(arg: &[u8], delim: u8, creds: bool, host: Option<(&str, u16)>) -> Option<Login> {
+    let dport = host.map_or(DEFAULT_PORT, |h| h.1);
+    let (name, host, port) = match arg.iter().rposition(|&b| b == delim) {
+        Some(i) => {
+            let (h, p) = super::pop3p::parse_host(&arg[i + 1..], dport)?;
+            (&arg[..i], h, p)
+        }
+        None => {
+            let (h, p) = host?;
+            (arg, h.to_string(), p)
+        }
+    };
+    if name.is_empty() {
+        return None;
+    }
+    let mut l = Login {
+        name: text(name),
+        host,
+        port,
+        ..Login::default()
+    };
+    if creds {
+        let mut parts = name.splitn(3, |&b| b == b':');
+        if let (Some(u), Some(p), Some(n)) = (parts.next(), parts.next(), parts.next()) {
+            l.user = (!u.is_empty()).then(|| text(u));
+            l.password = (!p.is_empty()).then(|| text(p));
+            l.name = text(n);
+        }
+    }
+    Some(l)
+}
+
+/// `-hhost[:port]`: the destination of logins without a host.
+fn default_dest(other: &[String]) -> Option<(String, u16)> {
+    let h = other.iter().rev().find_map(|a| a.strip_prefix("-h"))?;
+    super::pop3p::parse_host(h.as_bytes(), DEFAULT_PORT)
+}
+
+/// The client's data connection as PASV/EPSV or PORT prepared it.
+enum Data {
+    None,
+    Listening(TcpListener),
+    Connected(Stream),
+}
+
+struct State {
+    status: u8,
+    srv: Option<Stream>,
+    rd: Lines,
+    login: Option<Login>,
+    weight: u32,
+    limits: Option<std::sync::Arc<crate::limit::Session>>,
+    data: Data,
+    req: Option<String>,
+}
+
+/// The client thread's work for one ftppr client.
+pub fn serve(c: &mut Client) {
+    let svc = c.svc().clone();
+    if svc.opts.proxy_header && !super::tcppm::read_proxy_header(c) {
+        return;
+    }
+    let mut st = State {
+        status: 0,
+        srv: None,
+        rd: Lines::default(),
+        login: None,
+        weight: 0,
+        limits: None,
+        data: Data::None,
+        req: None,
+    };
+    let res = run(c, &mut st).err().unwrap_or(Res::OK);
+    c.res = res;
+    c.bytes_in += std::mem::take(&mut st.rd.total);
+    if let Some(s) = st.srv.take() {
+        c.srv = Some(s);
+    }
+    if c.res.0 != 0 || c.bytes_in != 0 || c.bytes_out != 0 {
+        c.text = if c.res.0 > 802 {
+            st.req.take().unwrap_or_default()
+        } else {
+            String::new()
+        };
+        c.logged = false;
+        c.log_record();
+    } else {
+        c.logged = true;
+    }
+}
+
+/// Write to the client, `err` if it fails.
+fn tell(c: &Client, msg: &[u8], err: u32) -> Result<(), Res> {
+    (&c.cli).write_all(msg).map_err(|_| Res(err))
+}
+
+/// Send a command line to the server, counted.
+fn send(c: &mut Client, st: &State, line: &[u8], err: u32) -> Result<(), Res> {
+    let srv = st.srv.as_ref().ok_or(Res(err))?;
+    srv.set_timeout(Some(c.svc().timeouts.get(Timeouts::STRING_SHORT)))
+        .map_err(|_| Res(err))?;
+    let mut w = srv;
+    w.write_all(line).map_err(|_| Res(err))?;
+    c.bytes_out += line.len() as u64;
+    Ok(())
+}
+
+/// One line from the server (empty when there is no server).
+fn srv_line(c: &Client, st: &mut State) -> Vec<u8> {
+    let wait = c.svc().timeouts.get(Timeouts::STRING_LONG);
+    match &st.srv {
+        Some(s) => st.rd.line(s, LINE, wait),
+        None => Vec::new(),
+    }
+}
+
+/// The last line of the server's next reply (continuation lines skipped).
+fn srv_reply(c: &Client, st: &mut State) -> Vec<u8> {
+    loop {
+        let l = srv_line(c, st);
+        if l.len() < 3 || is_final(&l) {
+            return l;
+        }
+    }
+}
+
+fn run(c: &mut Client, st: &mut State) -> Result<(), Res> {
+    let svc = c.svc().clone();
+    let _ = c
+        .cli
+        .set_timeout(Some(svc.timeouts.get(Timeouts::STRING_SHORT)));
+    tell(c, b"220 Ready\r\n", 801)?;
+    let mut from_cli = Lines::default();
+    loop {
+        let line = from_cli.line(&c.cli, LINE, svc.timeouts.get(Timeouts::CONNECTION_SHORT));
+        if line.is_empty() {
+            return Ok(());
+        }
+        if line.len() < 4 {
+            return Err(Res(802));
+        }
+        let end = line
+            .iter()
+            .position(|&b| b == b'\r' || b == b'\n')
+            .unwrap_or(line.len());
+        let line = &line[..end];
+        st.req = None;
+        command(c, st, line)?;
+        c.bytes_in += std::mem::take(&mut st.rd.total);
+        if st.req.is_some() && (c.bytes_in != 0 || c.bytes_out != 0) {
+            c.text = st.req.clone().unwrap_or_default();
+            c.log_record();
+        }
+    }
+}
+
+fn command(c: &mut Client, st: &mut State, line: &[u8]) -> Result<(), Res> {
+    let svc = c.svc().clone();
+    let creds = svc.opts.needuser.unwrap_or(1) > 0;
+    if starts_ci(line, b"OPEN ") {
+        let (host, port) = super::pop3p::parse_host(&line[5..], DEFAULT_PORT).ok_or(Res(803))?;
+        st.srv = None;
+        let l = Login {
+            host,
+            port,
+            ..Login::default()
+        };
+        open(c, st, l)?;
+        tell(c, b"220 Ready\r\n", 801)?;
+        st.status = 1;
+    } else if starts_ci(line, b"USER ") {
+        let known = match (&st.login, st.status) {
+            (Some(l), 1) => Some((l.host.clone(), l.port)),
+            _ => default_dest(&svc.opts.other),
+        };
+        let host = known.as_ref().map(|(h, p)| (h.as_str(), *p));
+        let l = parse_login(&line[5..], svc.delimchar, creds, host).ok_or(Res(804))?;
+        if st.status == 0 {
+            open(c, st, l)?;
+        } else if let Some(old) = &mut st.login {
+            old.name = l.name;
+            old.password.clone_from(&l.password);
+        }
+        tell(c, b"331 ok\r\n", 807)?;
+        st.status = 2;
+    } else if starts_ci(line, b"PASS ") && st.status >= 2 {
+        let (res, reply) = login(c, st, &line[5..]);
+        if !reply.is_empty() {
+            tell(c, &reply, 807)?;
+        }
+        c.res = res;
+        if res.0 == 0 {
+            st.status = 3;
+        }
+        if let Some(l) = &st.login {
+            let mut t = format!("{}@{}", l.name, l.host);
+            if l.port != DEFAULT_PORT {
+                t.push_str(&format!(":{}", l.port));
+            }
+            st.req = Some(t);
+        }
+    } else if st.status >= 3
+        && (starts_ci(line, b"PASV") || starts_ci(line, b"EPSV") || starts_ci(line, b"PORT "))
+    {
+        st.data = Data::None;
+        let reply = prepare_data(c, st, line)?;
+        tell(c, reply.as_bytes(), 825)?;
+        st.status = 4;
+    } else if st.status == 4
+        && [
+            &b"RETR "[..],
+            b"LIST",
+            b"NLST ",
+            b"MLSD",
+            b"APPE ",
+            b"STOR ",
+        ]
+        .iter()
+        .any(|w| starts_ci(line, w))
+    {
+        transfer(c, st, line)?;
+    } else if st.status < 3 {
+        tell(c, b"530 login\r\n", 810)?;
+    } else {
+        let quit = starts_ci(line, b"QUIT");
+        if starts_ci(line, b"CWD ") {
+            st.req = Some(text(line));
+        }
+        let mut l = line.to_vec();
+        l.extend_from_slice(b"\r\n");
+        send(c, st, &l, 811)?;
+        let mut last;
+        loop {
+            last = srv_line(c, st);
+            if last.is_empty() {
+                break;
+            }
+            tell(c, &last, 812)?;
+            if last.len() > 4 && is_final(&last) {
+                break;
+            }
+        }
+        if quit {
+            return Err(Res::OK);
+        }
+        if last.len() < 3 {
+            return Err(Res(813));
+        }
+    }
+    Ok(())
+}
+
+/// Check the login (op CONNECT) and connect to its host.
+fn open(c: &mut Client, st: &mut State, l: Login) -> Result<(), Res> {
+    let svc = c.svc().clone();
+    c.req_host = Some(l.host.clone());
+    if l.user.is_some() {
+        c.user.clone_from(&l.user);
+    }
+    let l = st.login.insert(l);
+    let dst = resolve(&l.host, l.port, svc.family).map_err(|_| Res(803))?;
+    c.req_addr = Some(dst);
+    let req = Request {
+        op: Some(Op::Connect),
+        client: c.client_addr,
+        local: c.local_addr,
+        host: Some(&l.host),
+        addr: Some(dst.ip()),
+        port: l.port,
+        user: l.user.as_deref(),
+        password: l.password.as_deref(),
+    };
+    let grant = access::authorize(&svc, &req)?;
+    c.logged |= grant.nolog;
+    if grant.user.is_some() {
+        c.user.clone_from(&grant.user);
+    }
+    if crate::net::Addr::Ip(dst) == svc.listen || Some(dst) == c.local_addr {
+        return Err(Res::LOOP);
+    }
+    st.weight = grant.weight;
+    let (s, hops) = connect(c, dst, Some(&l.host), l, &grant.parents)?;
+    c.hops = hops;
+    c.remote_addr = if hops == 0 { Some(dst) } else { s.peer_addr() };
+    c.ext_addr = s.local_addr();
+    st.limits = grant.limits;
+    st.rd = Lines::default();
+    st.srv = Some(s);
+    Ok(())
+}
+
+fn connect(
+    c: &Client,
+    dst: SocketAddr,
+    host: Option<&str>,
+    l: &Login,
+    parents: &[parent::Hop],
+) -> Result<(Stream, u32), Res> {
+    let svc = c.svc().clone();
+    let want = parent::Want {
+        addr: Some(dst),
+        host,
+        user: l.user.as_deref(),
+        password: l.password.as_deref(),
+        client: c.client_addr,
+        local: c.local_addr,
+    };
+    match parent::connect(&svc, parents, &want)? {
+        parent::Route::Stream(chain) => Ok((chain.stream, chain.hops)),
+        parent::Route::Local { .. } => Err(Res::NOTIMPL),
+    }
+}
+
+/// Log in to the server (3proxy's ftplogin): its greeting must be 2xx,
+/// then USER, and PASS when asked. The result and what the client is told.
+fn login(c: &mut Client, st: &mut State, pass: &[u8]) -> (Res, Vec<u8>) {
+    let greet = srv_reply(c, st);
+    if greet.len() < 3 {
+        return (Res(706), Vec::new());
+    }
+    if greet[0] != b'2' {
+        return (Res(702), greet);
+    }
+    let name = st.login.as_ref().map_or(String::new(), |l| l.name.clone());
+    let user = format!("USER {name}\r\n");
+    if send(c, st, user.as_bytes(), 703).is_err() {
+        return (Res(703), Vec::new());
+    }
+    let answer = srv_reply(c, st);
+    if answer.len() < 3 {
+        return (Res(704), Vec::new());
+    }
+    match answer[0] {
+        b'2' => return (Res::OK, answer),
+        b'3' => {}
+        _ => return (Res(700), answer),
+    }
+    let mut cmd = b"PASS ".to_vec();
+    cmd.extend_from_slice(pass);
+    cmd.extend_from_slice(b"\r\n");
+    if send(c, st, &cmd, 705).is_err() {
+        return (Res(705), Vec::new());
+    }
+    let mut told = Vec::new();
+    loop {
+        let l = srv_line(c, st);
+        if l.len() < 3 {
+            return (Res(701), told);
+        }
+        told.extend_from_slice(&l);
+        if is_final(&l) {
+            let ok = l[0] == b'2';
+            return (if ok { Res::OK } else { Res(700) }, told);
+        }
+    }
+}
+
+/// PASV, EPSV or PORT: the proxy's side of the client's data connection.
+fn prepare_data(c: &mut Client, st: &mut State, line: &[u8]) -> Result<String, Res> {
+    let svc = c.svc().clone();
+    let local = c.local_addr.ok_or(Res(821))?;
+    let bind = SocketAddr::new(local.ip(), 0);
+    if starts_ci(line, b"PORT ") {
+        let n: Vec<u32> = text(&line[5..])
+            .trim()
+            .split(',')
+            .map(|x| x.trim().parse().unwrap_or(u32::MAX))
+            .collect();
+        if n.len() != 6 || n.iter().any(|&x| x > 255) {
+            return Err(Res(828));
+        }
+        let client = c.client_addr.ok_or(Res(826))?;
+        let to = SocketAddr::new(client.ip(), ((n[4] << 8) ^ n[5]) as u16);
+        let domain = if bind.is_ipv4() {
+            Domain::IPV4
+        } else {
+            Domain::IPV6
+        };
+        let sock = Socket::new(domain, Type::STREAM.cloexec(), Some(Protocol::TCP))
+            .map_err(|_| Res(821))?;
+        sock.bind(&SockAddr::from(bind)).map_err(|_| Res(822))?;
+        sock.connect_timeout(&SockAddr::from(to), svc.timeouts.get(Timeouts::CONNECT))
+            .map_err(|_| Res(826))?;
+        st.data = Data::Connected(Stream::Tcp(sock.into()));
+        return Ok("200 OK\r\n".to_string());
+    }
+    let l = TcpListener::bind(bind).map_err(|_| Res(822))?;
+    let port = l.local_addr().map_err(|_| Res(824))?.port();
+    st.data = Data::Listening(l);
+    if starts_ci(line, b"EPSV") {
+        return Ok(format!("229 OK (|||{port}|)\r\n"));
+    }
+    let ip = match local.ip() {
+        IpAddr::V4(v4) => v4,
+        IpAddr::V6(_) => Ipv4Addr::LOCALHOST,
+    };
+    let o = ip.octets();
+    Ok(format!(
+        "227 OK ({},{},{},{},{},{})\r\n",
+        o[0],
+        o[1],
+        o[2],
+        o[3],
+        port >> 8,
+        port & 0xff
+    ))
+}
+
+/// The numbers of a 227 reply: the port.
+fn pasv_port(reply: &[u8]) -> Option<u16> {
+    let s = text(reply.get(4..)?);
+    let open = s.find('(')?;
+    let close = open + s[open..].find(')')?;
+    let n: Vec<u16> = s[open + 1..close]
+        .split(',')
+        .map(|x| x.trim().parse().ok())
+        .collect::<Option<_>>()?;
+    if n.len() != 6 {
+        return None;
+    }
+    Some(((n[4] & 0xff) << 8) | (n[5] & 0xff))
+}
+
+/// Open the server's data connection (3proxy's ftpdata, op FTP_DATA) and
+/// send the command; None when any step fails.
+fn server_data(c: &mut Client, st: &mut State, line: &[u8]) -> Option<Stream> {
+    let svc = c.svc().clone();
+    send(c, st, b"PASV\r\n", 0).ok()?;
+    let r = srv_reply(c, st);
+    if r.len() < 7 || r[0] != b'2' {
+        return None;
+    }
+    let port = pasv_port(&r)?;
+    let ip = st.srv.as_ref()?.peer_addr()?.ip();
+    let dst = SocketAddr::new(ip, port);
+    let l = st.login.as_ref()?;
+    let req = Request {
+        op: Some(Op::FtpData),
+        client: c.client_addr,
+        local: c.local_addr,
+        host: Some(&l.host),
+        addr: Some(ip),
+        port,
+        user: l.user.as_deref(),
+        password: l.password.as_deref(),
+    };
+    let grant = access::authorize_at(&svc, &req, st.weight).ok()?;
+    let (data, _) = connect(c, dst, None, l, &grant.parents).ok()?;
+    let cmd = &line[..4];
+    let arg = line.get(5..).filter(|a| !a.is_empty() && line[4] != 0);
+    let mut out = cmd.to_vec();
+    if let Some(a) = arg {
+        out.push(b' ');
+        out.extend_from_slice(&a[..a.len().min(512)]);
+    }
+    out.extend_from_slice(b"\r\n");
+    send(c, st, &out, 0).ok()?;
+    let r = srv_reply(c, st);
+    (r.len() >= 3 && r[0] == b'1').then_some(data)
+}
+
+/// A data command: RETR, LIST, NLST, MLSD, STOR or APPE.
+fn transfer(c: &mut Client, st: &mut State, line: &[u8]) -> Result<(), Res> {
+    let svc = c.svc().clone();
+    let cli_data = match std::mem::replace(&mut st.data, Data::None) {
+        Data::None => return Err(Res(829)),
+        Data::Connected(s) => s,
+        Data::Listening(l) => {
+            let sock = Socket::from(l);
+            let _ = sock.set_read_timeout(Some(svc.timeouts.get(Timeouts::STRING_LONG)));
+            match sock.accept() {
+                Ok((s, _)) => Stream::Tcp(s.into()),
+                Err(e) if crate::net::is_timeout(&e) => return Err(Res(857)),
+                Err(_) => return Err(Res(858)),
+            }
+        }
+    };
+    st.req = Some(text(line));
+    st.status = 3;
+    let Some(srv_data) = server_data(c, st, line) else {
+        let _ = cli_data.shutdown(Shutdown::Both);
+        return tell(c, b"550 err\r\n", 831);
+    };
+    tell(c, b"125 data\r\n", 832)?;
+    let mut sent = false;
+    while let Some(l) = st.rd.buffered() {
+        tell(c, &l, 833)?;
+        if is_final(&l) {
+            sent = true;
+            break;
+        }
+    }
+    let opts = RelayOpts {
+        idle: svc.timeouts.get(Timeouts::CONNECTION_SHORT),
+        // A data connection carries one direction: its first EOF ends it.
+        session_end: true,
+        splice: false,
+        bufsize: svc.bufsize,
+        grace: svc.opts.grace,
+    };
+    let out = crate::relay::relay_hooked(
+        &cli_data,
+        &srv_data,
+        &opts,
+        Hooks {
+            limits: st.limits.as_deref(),
+            recheck: None,
+            dump: None,
+        },
+    );
+    c.bytes_out += out.out;
+    c.bytes_in += out.inb;
+    let _ = srv_data.shutdown(Shutdown::Both);
+    let _ = cli_data.shutdown(Shutdown::Both);
+    drop((srv_data, cli_data));
+    if !sent {
+        loop {
+            let l = srv_line(c, st);
+            if l.len() <= 3 {
+                if l.len() < 3 {
+                    return Err(Res(834));
+                }
+                break;
+            }
+            tell(c, &l, 833)?;
+            if is_final(&l) {
+                break;
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn logins() {
+        let l = parse_login(b"me@corp@ftp.example:2121", b'@', true, None).unwrap();
+        assert_eq!(
+            (l.name.as_str(), l.host.as_str(), l.port),
+            ("me@corp", "ftp.example", 2121)
+        );
+        let l = parse_login(b"bob@h", b'@', true, None).unwrap();
+        assert_eq!(l.port, 21);
+        let l = parse_login(b"bob", b'@', true, Some(("h", 2100))).unwrap();
+        assert_eq!((l.host.as_str(), l.port), ("h", 2100));
+        assert_eq!(parse_login(b"bob", b'@', true, None), None);
+        assert_eq!(parse_login(b"@h", b'@', true, None), None);
+        let l = parse_login(b"pu:pp:bob@h", b'@', true, None).unwrap();
+        assert_eq!((l.user.as_deref(), l.name.as_str()), (Some("pu"), "bob"));
+    }
+
+    #[test]
+    fn pasv_replies() {
+        assert_eq!(pasv_port(b"227 Entering (127,0,0,1,4,1)\r\n"), Some(1025));
+        assert_eq!(pasv_port(b"227 Entering 127,0,0,1,4,1\r\n"), None);
+        assert_eq!(pasv_port(b"227 (1,2,3)\r\n"), None);
+    }
+}
