@@ -402,7 +402,8 @@ fn imapp_runs_from_its_command_line() {
     let dir = Dir::new("standalone_imapp");
     // An IMAP server that greets, then echoes the first line it gets.
     let origin = Origin::start("127.0.0.1:0", |mut s| {
-        s.write_all(b"* OK [CAPABILITY IMAP4rev1] ready\r\n").unwrap();
+        s.write_all(b"* OK [CAPABILITY IMAP4rev1] ready\r\n")
+            .unwrap();
         let mut line = Vec::new();
         let mut b = [0u8; 1];
         while s.read(&mut b).is_ok_and(|n| n == 1) {
