@@ -31,7 +31,6 @@
 use std::io::Write;
 
 use super::pop3p::{connect, parse_host, parse_login, starts_ci, Lines};
-use crate::access::{self, Op, Recheck, Request};
 use crate::client::Client;
 use crate::conf::Timeouts;
 use crate::http::base64_encode;
@@ -441,25 +440,7 @@ fn run(
     c.user.clone_from(&l.user);
     let dst = resolve(&l.host, l.port, svc.family).map_err(|_| BAD_DEST)?;
     c.req_addr = Some(dst);
-    let req = Request {
-        op: Some(Op::Connect),
-        client: c.client_addr,
-        local: c.local_addr,
-        host: Some(&l.host),
-        addr: Some(dst.ip()),
-        port: l.port,
-        user: l.user.as_deref(),
-        password: l.password.as_deref(),
-    };
-    let grant = access::authorize(&svc, &req)?;
-    c.logged |= grant.nolog;
-    if grant.user.is_some() {
-        c.user.clone_from(&grant.user);
-    }
-    let again = Recheck::new(&svc, &req).at_weight(grant.weight);
-    if crate::net::Addr::Ip(dst) == svc.listen || Some(dst) == c.local_addr {
-        return Err(Res::LOOP);
-    }
+    let (grant, again) = super::pop3p::admit_login(c, &l, dst)?;
     let srv = connect(c, dst, &l, &grant.parents)?;
     let _ = srv.set_timeout(Some(short));
     let mut from_srv = Lines::default();

@@ -252,25 +252,7 @@ fn run(c: &mut Client, login: &mut Option<Login>) -> Result<(), Res> {
     let l = login.insert(l);
     let dst = resolve(&l.host, l.port, svc.family).map_err(|_| BAD_LOGIN)?;
     c.req_addr = Some(dst);
-    let req = Request {
-        op: Some(Op::Connect),
-        client: c.client_addr,
-        local: c.local_addr,
-        host: Some(&l.host),
-        addr: Some(dst.ip()),
-        port: l.port,
-        user: l.user.as_deref(),
-        password: l.password.as_deref(),
-    };
-    let grant = access::authorize(&svc, &req)?;
-    c.logged |= grant.nolog;
-    if grant.user.is_some() {
-        c.user.clone_from(&grant.user);
-    }
-    let again = Recheck::new(&svc, &req).at_weight(grant.weight);
-    if crate::net::Addr::Ip(dst) == svc.listen || Some(dst) == c.local_addr {
-        return Err(Res::LOOP);
-    }
+    let (grant, again) = admit_login(c, l, dst)?;
     let srv = connect(c, dst, l, &grant.parents)?;
     let mut from_srv = Lines::default();
     let banner = from_srv.line(&srv, SERVER_LINE, svc.timeouts.get(Timeouts::STRING_LONG));
@@ -313,6 +295,39 @@ fn run(c: &mut Client, login: &mut Option<Login>) -> Result<(), Res> {
     c.bytes_in += out.inb;
     c.srv = Some(srv);
     Ok(())
+}
+
+/// Check a login's destination `dst` with the access layer, as CONNECT
+/// to the login's host: the grant (its `nolog` and user name already
+/// applied to `c`) and what to check again after a reload. A destination
+/// that is this service itself is refused (a loop). Shared by the mail
+/// and FTP proxies.
+pub(super) fn admit_login(
+    c: &mut Client,
+    l: &Login,
+    dst: SocketAddr,
+) -> Result<(access::Grant, Recheck), Res> {
+    let svc = c.svc().clone();
+    let req = Request {
+        op: Some(Op::Connect),
+        client: c.client_addr,
+        local: c.local_addr,
+        host: Some(&l.host),
+        addr: Some(dst.ip()),
+        port: l.port,
+        user: l.user.as_deref(),
+        password: l.password.as_deref(),
+    };
+    let grant = access::authorize(&svc, &req)?;
+    c.logged |= grant.nolog;
+    if grant.user.is_some() {
+        c.user.clone_from(&grant.user);
+    }
+    let again = Recheck::new(&svc, &req).at_weight(grant.weight);
+    if crate::net::Addr::Ip(dst) == svc.listen || Some(dst) == c.local_addr {
+        return Err(Res::LOOP);
+    }
+    Ok((grant, again))
 }
 
 /// Connect to `dst` through the grant's parents.

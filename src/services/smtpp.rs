@@ -29,7 +29,6 @@
 use std::io::Write;
 
 use super::pop3p::{self, parse_host, parse_login, starts_ci, Lines, Login};
-use crate::access::{self, Op, Recheck, Request};
 use crate::client::Client;
 use crate::conf::Timeouts;
 use crate::http::{base64_decode, base64_encode};
@@ -255,25 +254,7 @@ fn run(c: &mut Client, login: &mut Option<Login>) -> Result<(), Res> {
     c.user.clone_from(&l.user);
     let dst = resolve(&l.host, l.port, svc.family).map_err(|_| bad)?;
     c.req_addr = Some(dst);
-    let req = Request {
-        op: Some(Op::Connect),
-        client: c.client_addr,
-        local: c.local_addr,
-        host: Some(&l.host),
-        addr: Some(dst.ip()),
-        port: l.port,
-        user: l.user.as_deref(),
-        password: l.password.as_deref(),
-    };
-    let grant = access::authorize(&svc, &req)?;
-    c.logged |= grant.nolog;
-    if grant.user.is_some() {
-        c.user.clone_from(&grant.user);
-    }
-    let again = Recheck::new(&svc, &req).at_weight(grant.weight);
-    if crate::net::Addr::Ip(dst) == svc.listen || Some(dst) == c.local_addr {
-        return Err(Res::LOOP);
-    }
+    let (grant, again) = pop3p::admit_login(c, &l, dst)?;
     let srv = pop3p::connect(c, dst, &l, &grant.parents)?;
     let mut from_srv = Lines::default();
     let (_, banner) = reply(c, &srv, &mut from_srv);
