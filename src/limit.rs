@@ -381,6 +381,36 @@ impl Limits {
         Ok(())
     }
 
+    /// The counter rules in cfg order, as the admin service shows them.
+    pub fn counter_views(&self) -> Vec<CounterView> {
+        let now = unix_now();
+        self.read()
+            .count
+            .iter()
+            .map(|(rule, kind, c)| CounterView {
+                kind: *kind,
+                users: rule.users.as_ref().map(|u| {
+                    let mut v: Vec<String> = u.iter().cloned().collect();
+                    v.sort();
+                    v
+                }),
+                counter: c.as_ref().map(|c| {
+                    let mut st = c.state.lock().unwrap_or_else(|e| e.into_inner());
+                    c.roll(&mut st, now);
+                    CounterValue {
+                        number: c.number,
+                        comment: c.comment.clone(),
+                        period: c.period,
+                        limit: c.limit,
+                        traf: st.traf,
+                        cleared: st.cleared,
+                        updated: st.updated,
+                    }
+                }),
+            })
+            .collect()
+    }
+
     /// After a request is authorized (3proxy's `alwaysauth`): take a
     /// connlim slot, refuse with 10 past a limit or quota, and pick the
     /// session's bandwidth limiters and counters. None if no rule applies.
@@ -571,6 +601,31 @@ impl Counter {
     fn traffic(&self) -> u64 {
         self.state.lock().unwrap().traf
     }
+}
+
+/// One counter rule as [`Limits::counter_views`] reports it.
+#[derive(Debug, Clone)]
+pub struct CounterView {
+    pub kind: CountKind,
+    /// The rule's user list; None is any user.
+    pub users: Option<Vec<String>>,
+    /// None for the `nocount*` rules.
+    pub counter: Option<CounterValue>,
+}
+
+/// A counter's settings and current value.
+#[derive(Debug, Clone)]
+pub struct CounterValue {
+    pub number: u32,
+    pub comment: String,
+    pub period: Period,
+    /// Bytes allowed per period.
+    pub limit: u64,
+    /// Bytes counted in this period.
+    pub traf: u64,
+    /// Unix times of the last reset and the last update (0 = never).
+    pub cleared: i64,
+    pub updated: i64,
 }
 
 /// What one session may do: its limiters, counters and connlim slots.

@@ -173,6 +173,10 @@ fn serve(mut state: conf::State, name: &str, sigs: &SigSet) -> ExitCode {
         eprintln!("3proxy: {e}");
         return ExitCode::from(1);
     }
+    // Where the admin service's cfg page reads the running cfg from.
+    services::admin::set_cfg(
+        (!name.starts_with('<') || state.ops.config.is_some()).then(|| state.ops.reload_path(name)),
+    );
     if state.ops.reports {
         limit::start_reports(&state.access.limits);
     }

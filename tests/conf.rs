@@ -126,7 +126,6 @@ fn port_in_use_is_an_error() {
 /// command lands (and give it real tests).
 /// Commands no stage has built yet (the list shrinks as services land).
 const NOT_YET: &[&str] = &[
-    "admin -p8080",
     "plugin lib.so start",
     "ssl_serv",
     "filtermaxsize 10",

@@ -8,6 +8,7 @@
 mod util;
 
 mod acl;
+mod admin;
 mod conf;
 mod connectback;
 mod crypt;

@@ -6,6 +6,7 @@
 //! by its acceptor and client threads through an `Arc`) and a bound listener.
 //! Both are held in a [`Prepared`] until the whole cfg has loaded.
 
+pub mod admin;
 pub mod auto;
 pub mod dnspr;
 pub mod ftppr;
@@ -120,6 +121,13 @@ pub static SERVICES: &[ServiceDef] = &[
         default_port: 143,
         positional: 0,
         kind: Kind::Tcp(imapp::serve),
+    },
+    ServiceDef {
+        name: "admin",
+        log_name: "ADMIN",
+        default_port: 80,
+        positional: 0,
+        kind: Kind::Tcp(admin::serve),
     },
     ServiceDef {
         name: "smtpp",

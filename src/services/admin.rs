@@ -1,0 +1,343 @@
+//! `admin`: the web admin (3proxy's webadmin.c). An HTTP/1.0 server of a
+//! few pages, one request per connection:
+//!
+//! * `/` the start page, linking the others;
+//! * `/C` the traffic counters: each `countin`/`countout`/`countall` rule
+//!   with its users, limit, period, current value and times; `/CD<n>` and
+//!   `/CS<n>` are 3proxy's links to switch a counter off and on, shown but
+//!   answered as `/C` (a counter cannot be switched off here);
+//! * `/R` schedules a reload, exactly as SIGUSR1 does;
+//! * `/F` the cfg file's text, HTML-escaped.
+//!
+//! 3proxy's `/U` (a POST rewriting the cfg when `writable` is set) is
+//! refused with 403: a remote rewrite of the file that holds the passwords
+//! is not offered. 3proxy's XML dump of the services (`/S`, `/SX`) is not
+//! built. Any other path is 404; a request that is not `GET` or `POST`
+//! with a parsable head is 400.
+//!
+//! Access: `auth` and the ACL with operation ADMIN; the user and password
+//! come from a Basic `Authorization` header. Any refusal is answered 401
+//! with `WWW-Authenticate: Basic realm="proxy"`, as 3proxy does (a refusal
+//! by a limit, code 10, is let through, also as 3proxy). With `-s` only
+//! the start and counters pages are served. The log record's `%T` is the
+//! path asked for.
+
+use std::io::{Read, Write};
+use std::path::PathBuf;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use crate::access::{Op, Request};
+use crate::client::Client;
+use crate::conf::Timeouts;
+use crate::limit::{CountKind, Period};
+use crate::res::Res;
+
+/// The longest request head read.
+const MAX_HEAD: usize = 16 * 1024;
+
+/// The request could not be read or parsed (3proxy's 701/702).
+const BAD_REQUEST: Res = Res(701);
+/// A path with no page.
+const NOT_FOUND: Res = Res(702);
+/// `/U`: rewriting the cfg is refused.
+const FORBIDDEN: Res = Res(703);
+
+/// The cfg file the running configuration came from; None when it came
+/// from standard input or the command line.
+static CFG: Mutex<Option<PathBuf>> = Mutex::new(None);
+
+/// Record where the running cfg is read from (for `/F`).
+pub fn set_cfg(path: Option<PathBuf>) {
+    *CFG.lock().unwrap_or_else(|e| e.into_inner()) = path;
+}
+
+fn cfg_path() -> Option<PathBuf> {
+    CFG.lock().unwrap_or_else(|e| e.into_inner()).clone()
+}
+
+/// Escape text for HTML.
+pub fn escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            _ => out.push(c),
+        }
+    }
+    out
+}
+
+/// Read the request head: up to the empty line, within `wait`.
+fn read_head(c: &Client, wait: Duration) -> Option<Vec<u8>> {
+    let until = Instant::now() + wait;
+    let mut buf = Vec::new();
+    loop {
+        if crate::http::find_head_end(&buf, 0).is_some() {
+            return Some(buf);
+        }
+        if buf.len() >= MAX_HEAD {
+            return None;
+        }
+        let left = until.saturating_duration_since(Instant::now());
+        if left.is_zero() || c.cli.set_read_timeout(Some(left)).is_err() {
+            return None;
+        }
+        let mut chunk = [0u8; 1024];
+        let mut r = &c.cli;
+        match r.read(&mut chunk) {
+            Ok(n) if n > 0 => buf.extend_from_slice(&chunk[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            _ => return None,
+        }
+    }
+}
+
+struct Head {
+    method: String,
+    path: String,
+    user: Option<String>,
+    password: Option<String>,
+}
+
+fn parse_head(buf: &[u8]) -> Option<Head> {
+    let mut headers = [httparse::EMPTY_HEADER; 64];
+    let mut req = httparse::Request::new(&mut headers);
+    match req.parse(buf) {
+        Ok(httparse::Status::Complete(_)) => {}
+        _ => return None,
+    }
+    let method = req.method?.to_string();
+    let path = req.path?.to_string();
+    if !path.starts_with('/') {
+        return None;
+    }
+    let (mut user, mut password) = (None, None);
+    for h in req.headers.iter() {
+        if h.name.eq_ignore_ascii_case("authorization") {
+            if let Some((u, p)) = crate::http::basic_credentials(h.value) {
+                user = Some(u);
+                password = Some(p);
+            }
+        }
+    }
+    Some(Head {
+        method,
+        path,
+        user,
+        password,
+    })
+}
+
+fn respond(c: &Client, status: &str, extra: &str, body: &str) {
+    let out = format!(
+        "HTTP/1.0 {status}\r\nConnection: close\r\nCache-Control: no-cache\r\n\
+         Content-Type: text/html; charset=utf-8\r\n{extra}Content-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    let mut w = &c.cli;
+    let _ = w.write_all(out.as_bytes());
+}
+
+fn page(title: &str, content: &str) -> String {
+    format!(
+        "<!DOCTYPE html>\n<html><head><title>threeproxy: {t}</title></head>\n<body>\n\
+         <p><a href=\"/\">Home</a> | <a href=\"/C\">Counters</a> | \
+         <a href=\"/F\">Configuration</a> | <a href=\"/R\">Reload</a></p>\n\
+         <h1>{t}</h1>\n{content}</body></html>\n",
+        t = escape(title)
+    )
+}
+
+fn error_page(c: &mut Client, res: Res, status: &str, extra: &str, what: &str) {
+    c.res = res;
+    respond(
+        c,
+        status,
+        extra,
+        &page(status, &format!("<p>{}</p>\n", escape(what))),
+    );
+}
+
+pub fn serve(c: &mut Client) {
+    let svc = c.svc().clone();
+    let wait = Duration::from_secs(u64::from(svc.timeouts.0[Timeouts::STRING_SHORT]).max(1));
+    let Some(buf) = read_head(c, wait) else {
+        c.text = "-".into();
+        return error_page(c, BAD_REQUEST, "400 Bad Request", "", "Unreadable request.");
+    };
+    let Some(head) = parse_head(&buf) else {
+        c.text = "-".into();
+        return error_page(c, BAD_REQUEST, "400 Bad Request", "", "Malformed request.");
+    };
+    c.text = head.path.clone();
+    if head.method != "GET" && head.method != "POST" {
+        return error_page(
+            c,
+            BAD_REQUEST,
+            "400 Bad Request",
+            "",
+            "Only GET and POST are answered.",
+        );
+    }
+    c.user = head.user.clone();
+    let req = Request {
+        op: Some(Op::Admin),
+        client: c.client_addr,
+        local: c.local_addr,
+        user: head.user.as_deref(),
+        password: head.password.as_deref(),
+        ..Default::default()
+    };
+    if let Err(res) = crate::access::authorize(&svc, &req) {
+        if res.0 != 10 {
+            return error_page(
+                c,
+                res,
+                "401 Authentication Required",
+                "WWW-Authenticate: Basic realm=\"proxy\"\r\n",
+                "Access denied.",
+            );
+        }
+    }
+    let limited = svc.opts.s_option.is_some();
+    let path = head.path.split('?').next().unwrap_or("");
+    let body = match path {
+        "/" => page(
+            "Web admin",
+            "<ul>\n<li><a href=\"/C\">Traffic counters</a></li>\n\
+             <li><a href=\"/F\">Configuration file</a></li>\n\
+             <li><a href=\"/R\">Reload the configuration</a></li>\n</ul>\n",
+        ),
+        p if p.starts_with("/C") && (p.len() == 2 || p[2..].starts_with(['D', 'S'])) => {
+            page("Traffic counters", &counters(&svc))
+        }
+        _ if limited => {
+            return error_page(c, NOT_FOUND, "404 Not Found", "", "No such page.");
+        }
+        "/R" => {
+            ::log::warn!("admin: reload asked for by {:?}", c.client_addr);
+            let _ =
+                nix::sys::signal::kill(nix::unistd::Pid::this(), nix::sys::signal::Signal::SIGUSR1);
+            page("Reload", "<p>Reload scheduled.</p>\n")
+        }
+        "/F" => match cfg_path().map(std::fs::read) {
+            Some(Ok(text)) => page(
+                "Configuration file",
+                &format!("<pre>{}</pre>\n", escape(&String::from_utf8_lossy(&text))),
+            ),
+            _ => page(
+                "Configuration file",
+                "<p>The configuration file cannot be read.</p>\n",
+            ),
+        },
+        "/U" => {
+            return error_page(
+                c,
+                FORBIDDEN,
+                "403 Forbidden",
+                "",
+                "Editing the configuration file over the web is not supported.",
+            );
+        }
+        _ => {
+            return error_page(c, NOT_FOUND, "404 Not Found", "", "No such page.");
+        }
+    };
+    c.res = Res::OK;
+    respond(c, "200 OK", "", &body);
+}
+
+fn kind_name(k: CountKind) -> &'static str {
+    match k {
+        CountKind::In => "countin",
+        CountKind::Out => "countout",
+        CountKind::All => "countall",
+        CountKind::NoIn => "nocountin",
+        CountKind::NoOut => "nocountout",
+        CountKind::NoAll => "nocountall",
+    }
+}
+
+fn period_name(p: Period) -> &'static str {
+    match p {
+        Period::Minutely => "minute",
+        Period::Hourly => "hour",
+        Period::Daily => "day",
+        Period::Weekly => "week",
+        Period::Monthly => "month",
+        Period::Annually => "year",
+        Period::Never => "never reset",
+    }
+}
+
+fn when(t: i64) -> String {
+    if t == 0 {
+        return "never".into();
+    }
+    let tm = crate::sys::time::local(t);
+    format!(
+        "{:04}-{:02}-{:02} {:02}:{:02}:{:02}",
+        tm.year, tm.mon, tm.mday, tm.hour, tm.min, tm.sec
+    )
+}
+
+fn counters(svc: &crate::services::Service) -> String {
+    let mut out = String::from(
+        "<table border=\"1\">\n<tr><th>Rule</th><th>Number/comment</th><th>Users</th>\
+         <th>Limit (bytes)</th><th>Period</th><th>Counted (bytes)</th>\
+         <th>Reset</th><th>Updated</th></tr>\n",
+    );
+    for v in svc.access.limits.counter_views() {
+        let users = match &v.users {
+            None => "ANY".to_string(),
+            Some(u) => escape(&u.join(", ")),
+        };
+        out += &format!("<tr><td>{}</td>", kind_name(v.kind));
+        match &v.counter {
+            None => {
+                out += &format!(
+                    "<td>-</td><td>{users}</td><td colspan=\"5\">excluded from counting</td></tr>\n"
+                )
+            }
+            Some(c) => {
+                out += &format!(
+                    "<td>{}/{}</td><td>{users}</td><td>{}</td><td>{}</td><td>{}</td>\
+                     <td>{}</td><td>{}</td></tr>\n",
+                    c.number,
+                    escape(&c.comment),
+                    c.limit,
+                    period_name(c.period),
+                    c.traf,
+                    when(c.cleared),
+                    when(c.updated)
+                )
+            }
+        }
+    }
+    out += "</table>\n";
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn escapes_markup() {
+        assert_eq!(escape("a<b>&\"'"), "a&lt;b&gt;&amp;&quot;&#39;");
+    }
+
+    #[test]
+    fn parses_basic_auth() {
+        let h = parse_head(b"GET /C HTTP/1.0\r\nAuthorization: Basic dTpw\r\n\r\n").unwrap();
+        assert_eq!(h.path, "/C");
+        assert_eq!(h.user.as_deref(), Some("u"));
+        assert_eq!(h.password.as_deref(), Some("p"));
+        assert!(parse_head(b"GARBAGE\r\n\r\n").is_none());
+    }
+}

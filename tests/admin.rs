@@ -1,0 +1,194 @@
+//! `admin`, the web admin: its pages (start, counters, cfg file, reload),
+//! Basic auth and the ACL with operation ADMIN, 404 and 400, and the log
+//! records.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::util::*;
+
+/// Service, code, client port, user, text.
+const FMT: &str = "L%N %E %c %U %T";
+
+/// A proxy whose cfg is `pre` then `admin -i127.0.0.1 -pPORT`.
+fn start(name: &str, pre: &str) -> (Proxy, PathBuf, u16) {
+    let port = free_port();
+    let dir = Dir::new(name);
+    let log = dir.join("access.log");
+    let cfg = format!(
+        "log {}\nlogformat \"{FMT}\"\n{pre}admin -i127.0.0.1 -p{port}\n",
+        p(&log)
+    );
+    let proxy = Proxy::start(dir, &cfg, &[Listen::Tcp(localhost(port))]);
+    (proxy, log, port)
+}
+
+struct Reply {
+    status: String,
+    head: String,
+    body: String,
+    /// The client's port, to find its log record.
+    cport: u16,
+}
+
+/// Send `raw` and read the whole answer.
+fn send(port: u16, raw: &[u8]) -> Reply {
+    let mut s = connect(localhost(port));
+    set_timeouts(&s, Duration::from_secs(10));
+    let cport = s.local_addr().unwrap().port();
+    s.write_all(raw).unwrap();
+    let mut out = Vec::new();
+    s.read_to_end(&mut out).unwrap();
+    let text = String::from_utf8_lossy(&out).into_owned();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    Reply {
+        status: head.lines().next().unwrap_or("").to_string(),
+        head: head.to_string(),
+        body: body.to_string(),
+        cport,
+    }
+}
+
+fn get(port: u16, path: &str, extra: &str) -> Reply {
+    send(
+        port,
+        format!("GET {path} HTTP/1.0\r\nHost: x\r\n{extra}\r\n").as_bytes(),
+    )
+}
+
+#[test]
+fn admin_start_page_404_and_400() {
+    let (_proxy, log, port) = start("admin_pages", "timeouts 1 5 2 60 180 1800 15 60 15 5\n");
+    let r = get(port, "/", "");
+    assert_eq!(r.status, "HTTP/1.0 200 OK");
+    assert!(r.head.contains("Content-Type: text/html"), "{}", r.head);
+    assert!(r.body.contains("<a href=\"/C\">"), "{}", r.body);
+    assert!(r.body.contains("<a href=\"/F\">"), "{}", r.body);
+    expect_log_line(&log, &format!("ADMIN 00000 {} - /", r.cport));
+
+    let r = get(port, "/nothing-here", "");
+    assert_eq!(r.status, "HTTP/1.0 404 Not Found");
+    expect_log_line(&log, &format!("ADMIN 00702 {} - /nothing-here", r.cport));
+
+    let r = send(port, b"\x01\x02 garbage\r\n\r\n");
+    assert_eq!(r.status, "HTTP/1.0 400 Bad Request");
+    expect_log_line(&log, &format!("ADMIN 00701 {} - -", r.cport));
+
+    let r = get(port, "/U", "");
+    assert_eq!(r.status, "HTTP/1.0 403 Forbidden");
+
+    // A client that never ends its head is answered after the string
+    // timeout (2 s here).
+    let mut s = connect(localhost(port));
+    set_timeouts(&s, Duration::from_secs(20));
+    s.write_all(b"GET / HTTP/1.0\r\n").unwrap();
+    let mut out = Vec::new();
+    s.read_to_end(&mut out).unwrap();
+    assert!(out.starts_with(b"HTTP/1.0 400"), "{out:?}");
+}
+
+#[test]
+fn admin_counters_show_tcppm_traffic() {
+    let echo = Origin::echo();
+    let t = free_port();
+    let pre = format!(
+        "auth iponly\nallow *\ncountin 7/test<in> D 100 *\n\
+         tcppm -i127.0.0.1 {t} 127.0.0.1 {}\n",
+        echo.port()
+    );
+    let (_proxy, _log, port) = start("admin_counters", &pre);
+    let mut s = connect(localhost(t));
+    echo_roundtrip(&mut s, &[b'x'; 1000]);
+    drop(s);
+    let mut body = String::new();
+    let counted = wait_for(
+        || {
+            let r = get(port, "/C", "");
+            assert_eq!(r.status, "HTTP/1.0 200 OK");
+            body = r.body;
+            body.contains("<td>1000</td>")
+        },
+        Duration::from_secs(10),
+    );
+    assert!(counted, "no 1000 bytes counted: {body}");
+    assert!(body.contains("<td>countin</td>"), "{body}");
+    assert!(body.contains("<td>7/test&lt;in&gt;</td>"), "{body}");
+    assert!(
+        body.contains(&format!("<td>{}</td>", 100u64 << 20)),
+        "{body}"
+    );
+    assert!(body.contains("<td>day</td>"), "{body}");
+}
+
+#[test]
+fn admin_cfg_page_escapes_the_text() {
+    let (_proxy, _log, port) = start("admin_cfg", "# a <b> & c\n");
+    let r = get(port, "/F", "");
+    assert_eq!(r.status, "HTTP/1.0 200 OK");
+    assert!(r.body.contains("# a &lt;b&gt; &amp; c"), "{}", r.body);
+    assert!(!r.body.contains("<b>"), "{}", r.body);
+    assert!(r.body.contains("admin -i127.0.0.1"), "{}", r.body);
+}
+
+#[test]
+fn admin_reload_applies_a_changed_cfg() {
+    let echo = Origin::echo();
+    let (proxy, log, port) = start("admin_reload", "");
+    let t = free_port();
+    let text = format!(
+        "log {}\nlogformat \"{FMT}\"\ntcppm -i127.0.0.1 {t} 127.0.0.1 {}\n\
+         admin -i127.0.0.1 -p{port}\n",
+        p(&log),
+        echo.port()
+    );
+    proxy.dir.write("3proxy.cfg", &text);
+    assert!(TcpStream::connect(localhost(t)).is_err());
+    let r = get(port, "/R", "");
+    assert_eq!(r.status, "HTTP/1.0 200 OK");
+    assert!(r.body.contains("Reload scheduled"), "{}", r.body);
+    assert!(
+        wait_for(
+            || TcpStream::connect(localhost(t)).is_ok(),
+            Duration::from_secs(10)
+        ),
+        "the added tcppm never came up"
+    );
+    let mut s = connect(localhost(t));
+    echo_roundtrip(&mut s, b"after reload");
+}
+
+#[test]
+fn admin_acl_deny_asks_for_credentials() {
+    let (_proxy, log, port) = start("admin_deny", "auth iponly\ndeny *\n");
+    let r = get(port, "/C", "");
+    assert_eq!(r.status, "HTTP/1.0 401 Authentication Required");
+    assert!(
+        r.head.contains("WWW-Authenticate: Basic realm=\"proxy\""),
+        "{}",
+        r.head
+    );
+    assert!(!r.body.contains("countin"));
+    expect_log_line(&log, &format!("ADMIN 00001 {} - /C", r.cport));
+}
+
+#[test]
+fn admin_strong_auth_takes_basic_credentials() {
+    let (_proxy, log, port) = start(
+        "admin_strong",
+        "users admin:CL:secret\nauth strong\nallow admin\n",
+    );
+    let r = get(port, "/", "");
+    assert_eq!(r.status, "HTTP/1.0 401 Authentication Required");
+    assert!(r.head.contains("WWW-Authenticate: Basic"), "{}", r.head);
+
+    // admin:wrong
+    let r = get(port, "/", "Authorization: Basic YWRtaW46d3Jvbmc=\r\n");
+    assert_eq!(r.status, "HTTP/1.0 401 Authentication Required");
+
+    // admin:secret
+    let r = get(port, "/", "Authorization: Basic YWRtaW46c2VjcmV0\r\n");
+    assert_eq!(r.status, "HTTP/1.0 200 OK");
+    expect_log_line(&log, &format!("ADMIN 00000 {} admin /", r.cport));
+}
