@@ -122,14 +122,9 @@ fn port_in_use_is_an_error() {
     start_expect_fail(&dir, &cfg).assert_cfg_error(&dir.cfg_path(), 2, "tcppm");
 }
 
-/// Commands of 3proxy this stage does not have yet. Drop an entry when its
-/// command lands (and give it real tests).
-/// Commands no stage has built yet (the list shrinks as services land).
-const NOT_YET: &[&str] = &[
-    "plugin lib.so start",
-    "ssl_serv",
-    "filtermaxsize 10",
-];
+/// Commands of 3proxy not built yet. Drop an entry when its command lands
+/// (and give it real tests).
+const NOT_YET: &[&str] = &["plugin lib.so start", "ssl_serv", "filtermaxsize 10"];
 
 #[test]
 fn unimplemented_commands_say_so() {
