@@ -21,12 +21,12 @@
 //! login, 821-829 the client's data connection, 834 no answer after a
 //! transfer.
 
-use std::io::{Read, Write};
+use std::io::Write;
 use std::net::{IpAddr, Ipv4Addr, Shutdown, SocketAddr, TcpListener};
-use std::time::{Duration, Instant};
 
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 
+use super::pop3p::Lines;
 use crate::access::{self, Op, Request};
 use crate::client::Client;
 use crate::conf::Timeouts;
@@ -39,56 +39,6 @@ use crate::res::Res;
 pub const DEFAULT_PORT: u16 = 21;
 /// The longest line read (3proxy's buffer less its slack).
 const LINE: usize = 2038;
-
-/// Lines read from a socket, with what came after them kept.
-#[derive(Default)]
-struct Lines {
-    buf: Vec<u8>,
-    /// Bytes read from the socket and not yet counted.
-    total: u64,
-}
-
-impl Lines {
-    /// A whole line already read, if there is one.
-    fn buffered(&mut self) -> Option<Vec<u8>> {
-        let end = self.buf.iter().position(|&b| b == b'\n')?;
-        Some(self.buf.drain(..=end).collect())
-    }
-
-    /// One line up to and including `\n`, at most `max` bytes; fewer (maybe
-    /// none) when the peer closes or `wait` passes first.
-    fn line(&mut self, s: &Stream, max: usize, wait: Duration) -> Vec<u8> {
-        let until = Instant::now() + wait;
-        let mut scanned = 0;
-        loop {
-            let end = self.buf[scanned..]
-                .iter()
-                .position(|&b| b == b'\n')
-                .map(|i| scanned + i + 1);
-            if let Some(end) = end.filter(|&e| e <= max) {
-                return self.buf.drain(..end).collect();
-            }
-            if self.buf.len() >= max {
-                return self.buf.drain(..max).collect();
-            }
-            scanned = self.buf.len();
-            let left = until.saturating_duration_since(Instant::now());
-            if left.is_zero() || s.set_read_timeout(Some(left)).is_err() {
-                return self.buf.drain(..).collect();
-            }
-            let mut chunk = [0u8; 1024];
-            let mut r = s;
-            match r.read(&mut chunk) {
-                Ok(n) if n > 0 => {
-                    self.buf.extend_from_slice(&chunk[..n]);
-                    self.total += n as u64;
-                }
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                _ => return self.buf.drain(..).collect(),
-            }
-        }
-    }
-}
 
 /// A reply's last line: three digits and no `-` after them.
 fn is_final(l: &[u8]) -> bool {

@@ -55,6 +55,12 @@ pub(super) struct Lines {
 }
 
 impl Lines {
+    /// A whole line already read, if there is one.
+    pub(super) fn buffered(&mut self) -> Option<Vec<u8>> {
+        let end = self.buf.iter().position(|&b| b == b'\n')?;
+        Some(self.buf.drain(..=end).collect())
+    }
+
     /// One line up to and including `\n`, at most `max` bytes; fewer (maybe
     /// none) when the peer closes or `wait` passes first.
     pub(super) fn line(&mut self, s: &Stream, max: usize, wait: Duration) -> Vec<u8> {
