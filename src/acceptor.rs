@@ -108,12 +108,6 @@ pub fn run(r: Arc<Running>, listener: Listener) {
         svc_record(&first, "Accepting connections");
     }
     drop(first);
-    // TCP_NODELAY by default: a proxy must not add Nagle's delay to small
-    // writes. Accepted sockets inherit it from the listening socket
-    // (Linux), which saves a system call per client; `-oc` comes on top.
-    if let Listener::Tcp(l) = &listener {
-        let _ = socket2::SockRef::from(l).set_nodelay(true);
-    }
     let local = listener.local_addr().filter(|a| !a.ip().is_unspecified());
     let idle = Arc::new(IdleThreads::new(serve));
     let mut last_warn = None;

@@ -441,7 +441,7 @@ pub fn is_timeout(e: &io::Error) -> bool {
 }
 
 /// A listening TCP socket as every service gets one: SO_REUSEADDR and
-/// SO_REUSEPORT (as 3proxy sets them), IPv6-only for an IPv6 address (`-i::`
+/// SO_REUSEPORT (as 3proxy sets them), TCP_NODELAY, IPv6-only for an IPv6 address (`-i::`
 /// then means IPv6 only, beside a service that binds 0.0.0.0), bound to a
 /// device (`-Di`) and with the `-ol`/`-oR` options.
 pub fn tcp_listener(
@@ -464,6 +464,11 @@ pub fn tcp_listener(
     if let Some(dev) = device {
         sock.bind_device(Some(dev.as_bytes()))?;
     }
+    // TCP_NODELAY by default: a proxy must not add Nagle's delay to small
+    // writes. Accepted sockets inherit it from the listening socket (Linux),
+    // which saves a system call per client; set before listen() so no
+    // client, however early, is accepted without it. `-ol`/`-oc` come on top.
+    let _ = sock.set_nodelay(true);
     opts.apply(sock.as_fd());
     sock.bind(&SockAddr::from(a))?;
     sock.listen(backlog)?;
