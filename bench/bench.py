@@ -164,6 +164,9 @@ def parse_args(argv):
                    help="run cargo build --release even if target/release/3proxy exists")
     p.add_argument("--binary", metavar="PATH",
                    help="measure this 3proxy binary instead of target/release/3proxy")
+    p.add_argument("--alt-binary", metavar="PATH",
+                   help="also measure this 3proxy binary, as proxy 3proxy-alt (copy relay), "
+                        "for an A/B comparison within one run")
     p.add_argument("--no-build", action="store_true",
                    help="never build: without target/release/3proxy our cells are n/a")
     p.add_argument("--results-md", choices=("auto", "yes", "no"), default="auto",
@@ -178,6 +181,8 @@ def parse_args(argv):
 
 def main(argv=None):
     args = parse_args(argv)
+    if args.alt_binary:
+        S.add_alt(os.path.abspath(args.alt_binary))
     if args.compare:
         a, b = (json.load(open(f)) for f in args.compare)
         print(report.render_compare(a, b, names=args.compare))
@@ -249,6 +254,15 @@ def main(argv=None):
         snap = os.path.join(WORKDIR, "3proxy")
         shutil.copy2(binary, snap)
         binary = snap
+    alt = S.PROXIES.get("3proxy-alt")
+    if alt and "3proxy-alt" in prox:
+        if not os.path.exists(alt["binary"]):
+            log("no such binary:", alt["binary"])
+            return 2
+        os.makedirs(WORKDIR, exist_ok=True)
+        snap = os.path.join(WORKDIR, "3proxy-alt")
+        shutil.copy2(alt["binary"], snap)
+        alt["binary"] = snap
 
     proxy_cpu, other_cpu = 1, 0
     os.sched_setaffinity(0, {other_cpu})     # the harness stays off the proxy CPU

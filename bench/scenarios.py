@@ -144,10 +144,19 @@ def proxy_config(proxy, service, rundir, nofile=65536):
     raise ValueError(fam)
 
 
+def add_alt(binary):
+    """Register proxy 3proxy-alt: our copy relay run from another binary
+    (bench.py --alt-binary), to compare two builds within one run."""
+    PROXIES["3proxy-alt"] = {"family": "ours", "splice": False, "binary": binary,
+                             "what": "threeproxy, copy relay, the --alt-binary build"}
+    if "3proxy-alt" not in PROXY_ORDER:
+        PROXY_ORDER.insert(PROXY_ORDER.index("3proxy") + 1, "3proxy-alt")
+
+
 def proxy_argv(proxy, cfg_path, rundir, binary):
     fam = PROXIES[proxy]["family"]
     if fam == "ours":
-        return [binary, cfg_path]
+        return [PROXIES[proxy].get("binary", binary), cfg_path]
     if fam == "nginx":
         return ["nginx", "-e", rundir + "/proxy.err", "-p", rundir, "-c", cfg_path]
     if fam == "haproxy":

@@ -307,6 +307,12 @@ impl Dialer {
         let _ = sock.set_nodelay(true);
         self.opts.apply(sock.as_fd());
         connect_nonblocking(&sock, dst, self.timeout).map_err(|_| Res::CONNECT)?;
+        // Quick ACKs off once connected (not before: the handshake's last
+        // ACK would wait for our first data, and an origin that speaks
+        // first would wait for it): the ACK of the origin's answer then
+        // rides on what we send next (often the FIN) instead of going
+        // out alone.
+        let _ = sock.set_quickack(false);
         let s: TcpStream = sock.into();
         s.set_nonblocking(false).map_err(|_| Res::CONNECT)?;
         Ok(Stream::Tcp(s))
@@ -336,6 +342,19 @@ pub enum Listener {
 }
 
 impl Listener {
+    /// For services whose client speaks first and is answered at once
+    /// (SOCKS, HTTP, TLS): quick ACKs off on the listener, which accepted
+    /// sockets inherit (Linux copies the listener's TCP state into each
+    /// new connection). The kernel then does not send a bare ACK for the
+    /// client's first bytes but lets it ride on our answer a moment later,
+    /// one packet less per connection (haproxy's tcp-smart-accept). If no
+    /// answer comes, the delayed-ACK timer still sends it.
+    pub fn delay_first_ack(&self) {
+        if let Listener::Tcp(l) = self {
+            let _ = socket2::SockRef::from(l).set_quickack(false);
+        }
+    }
+
     /// Bind and listen. IP listeners always get SO_REUSEADDR and
     /// SO_REUSEPORT (as 3proxy's do) plus the `-ol` options; `device` is
     /// `-Di`.

@@ -282,6 +282,50 @@ const V5_FAIL_1: [u8; 10] = [5, 1, 0, 1, 0, 0, 0, 0, 0, 0];
 const V4_REFUSED: [u8; 8] = [0, 91, 0, 0, 0, 0, 0, 0];
 
 #[test]
+fn handshake_acks_ride_on_the_answers() {
+    // Quick ACKs are off on both of the proxy's sockets of a session: the
+    // client's (inherited from the listener, as the client speaks first)
+    // and the origin's (set once connected). The kernel then lets the ACK
+    // of each message ride on the answer instead of sending a bare one.
+    // Each is checked before data has moved on it: after an exchange the
+    // kernel delays ACKs by itself.
+    let origin = Origin::echo();
+    let (proxy, port, _log) = start("quickack", "", "");
+    let mut s = connect(localhost(port));
+    let me = s.local_addr().unwrap().port();
+    assert!(
+        wait_for(
+            || proxy.try_tcp_socket(port, me).is_some(),
+            Duration::from_secs(5)
+        ),
+        "the proxy did not accept the client"
+    );
+    assert!(
+        !socket2::SockRef::from(&proxy.tcp_socket(port, me))
+            .quickack()
+            .unwrap(),
+        "quick ACKs still on for the client's socket"
+    );
+    s.write_all(&[5, 1, 0]).unwrap();
+    expect_bytes(&mut s, &[5, 0]);
+    s.write_all(&v5_connect_v4(localhost(origin.port())))
+        .unwrap();
+    let mut reply = [0u8; 10];
+    s.read_exact(&mut reply).unwrap();
+    assert_eq!(reply[..2], [5, 0], "CONNECT reply {reply:?}");
+    let peers = origin.peers();
+    let srv = peers
+        .iter()
+        .find_map(|p| proxy.try_tcp_socket(p.port(), origin.port()))
+        .expect("the proxy's connection to the origin");
+    assert!(
+        !socket2::SockRef::from(&srv).quickack().unwrap(),
+        "quick ACKs still on for the origin's socket"
+    );
+    echo_roundtrip(&mut s, b"and the session relays");
+}
+
+#[test]
 fn unknown_version_just_closes() {
     let (_proxy, port, log) = start("bad_version", "", "");
     let mut s = connect(localhost(port));

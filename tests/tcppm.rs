@@ -506,6 +506,25 @@ fn client_and_origin_sockets_have_tcp_nodelay() {
         socket2::SockRef::from(&cli).nodelay().unwrap(),
         "client side"
     );
+    // The origin may speak first (SMTP, SSH): unlike SOCKS and HTTP, a
+    // new client's socket keeps quick ACKs, so its bytes are acknowledged
+    // at once even when no answer is coming. (Checked before any data:
+    // an exchange of data makes the kernel delay ACKs by itself.)
+    let fresh = connect(localhost(port));
+    let me = fresh.local_addr().unwrap().port();
+    assert!(
+        wait_for(
+            || proxy.try_tcp_socket(port, me).is_some(),
+            Duration::from_secs(5)
+        ),
+        "the proxy did not accept the second client"
+    );
+    assert!(
+        socket2::SockRef::from(&proxy.tcp_socket(port, me))
+            .quickack()
+            .unwrap(),
+        "quick ACKs off on a port mapping's new client socket"
+    );
     let peers = origin.peers();
     // The readiness probe's session dialed the origin too, but closed.
     let srv = peers

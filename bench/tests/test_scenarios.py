@@ -90,6 +90,23 @@ class ProxyCommands(unittest.TestCase):
         self.assertEqual(S.proxy_argv("haproxy", "/r/h", "/r", None)[:2], ["haproxy", "-db"])
         self.assertIn("-c", S.proxy_argv("nginx", "/r/n", "/r", None))
 
+    def test_alt_binary(self):
+        saved = (dict(S.PROXIES), list(S.PROXY_ORDER))
+        try:
+            S.add_alt("/other/3proxy")
+            self.assertEqual(S.proxy_argv("3proxy-alt", "/r/c", "/r", "/b/3proxy"),
+                             ["/other/3proxy", "/r/c"])
+            self.assertEqual(S.proxy_argv("3proxy", "/r/c", "/r", "/b/3proxy"),
+                             ["/b/3proxy", "/r/c"])
+            self.assertEqual(S.PROXY_ORDER.index("3proxy-alt"), S.PROXY_ORDER.index("3proxy") + 1)
+            name, text = S.proxy_config("3proxy-alt", "socks", "/r")
+            self.assertEqual(name, "3proxy.cfg")
+            self.assertNotIn(" -s ", text)
+        finally:
+            S.PROXIES.clear()
+            S.PROXIES.update(saved[0])
+            S.PROXY_ORDER[:] = saved[1]
+
     def test_select(self):
         self.assertEqual(S.select(None, S.PROXIES, "proxy"), list(S.PROXIES))
         self.assertEqual(S.select("nginx, noproxy", S.PROXIES, "proxy"), ["nginx", "noproxy"])

@@ -48,6 +48,10 @@ pub struct ServiceDef {
     /// Positional arguments after the options (tcppm: LPORT HOST RPORT).
     pub positional: usize,
     pub kind: Kind,
+    /// The client speaks first (a request, a greeting, a TLS hello) and
+    /// the service answers it: the listener delays its ACKs so they ride
+    /// on the answers (see [`crate::net::Listener::answer_first`]).
+    pub client_first: bool,
 }
 
 /// The services built so far; the others are refused as "not supported yet".
@@ -58,6 +62,7 @@ pub static SERVICES: &[ServiceDef] = &[
         default_port: 0,
         positional: 3,
         kind: Kind::Tcp(tcppm::serve),
+        client_first: false,
     },
     ServiceDef {
         name: "udppm",
@@ -65,6 +70,7 @@ pub static SERVICES: &[ServiceDef] = &[
         default_port: 0,
         positional: 3,
         kind: Kind::Udp(udppm::run),
+        client_first: false,
     },
     ServiceDef {
         name: "socks",
@@ -72,6 +78,7 @@ pub static SERVICES: &[ServiceDef] = &[
         default_port: 1080,
         positional: 0,
         kind: Kind::Tcp(socks::serve),
+        client_first: true,
     },
     ServiceDef {
         name: "proxy",
@@ -79,6 +86,7 @@ pub static SERVICES: &[ServiceDef] = &[
         default_port: 3128,
         positional: 0,
         kind: Kind::Tcp(proxy::serve),
+        client_first: true,
     },
     ServiceDef {
         name: "dnspr",
@@ -86,6 +94,7 @@ pub static SERVICES: &[ServiceDef] = &[
         default_port: 53,
         positional: 0,
         kind: Kind::Udp(dnspr::run),
+        client_first: false,
     },
     ServiceDef {
         name: "auto",
@@ -93,6 +102,7 @@ pub static SERVICES: &[ServiceDef] = &[
         default_port: 8080,
         positional: 0,
         kind: Kind::Tcp(auto::serve),
+        client_first: true,
     },
     ServiceDef {
         name: "tlspr",
@@ -100,6 +110,7 @@ pub static SERVICES: &[ServiceDef] = &[
         default_port: 1443,
         positional: 0,
         kind: Kind::Tcp(tlspr::serve),
+        client_first: true,
     },
     ServiceDef {
         name: "pop3p",
@@ -107,6 +118,7 @@ pub static SERVICES: &[ServiceDef] = &[
         default_port: 110,
         positional: 0,
         kind: Kind::Tcp(pop3p::serve),
+        client_first: false,
     },
     ServiceDef {
         name: "ftppr",
@@ -114,6 +126,7 @@ pub static SERVICES: &[ServiceDef] = &[
         default_port: 21,
         positional: 0,
         kind: Kind::Tcp(ftppr::serve),
+        client_first: false,
     },
     ServiceDef {
         name: "imapp",
@@ -121,6 +134,7 @@ pub static SERVICES: &[ServiceDef] = &[
         default_port: 143,
         positional: 0,
         kind: Kind::Tcp(imapp::serve),
+        client_first: false,
     },
     ServiceDef {
         name: "admin",
@@ -128,6 +142,7 @@ pub static SERVICES: &[ServiceDef] = &[
         default_port: 80,
         positional: 0,
         kind: Kind::Tcp(admin::serve),
+        client_first: true,
     },
     ServiceDef {
         name: "smtpp",
@@ -135,6 +150,7 @@ pub static SERVICES: &[ServiceDef] = &[
         default_port: 587,
         positional: 0,
         kind: Kind::Tcp(smtpp::serve),
+        client_first: false,
     },
 ];
 
@@ -580,6 +596,9 @@ pub fn prepare(state: &State, args: &[String]) -> Result<Prepared, String> {
             Listener::bind(&listen, backlog as i32, &opts.ol, opts.dev_in.as_deref())
         })
         .map_err(|e| format!("cannot listen on {listen}: {e}"))?;
+        if def.client_first {
+            l.delay_first_ack();
+        }
         Bound::Stream(l)
     };
     // Port 0 asks the kernel for one: report the real one in the log.
