@@ -313,11 +313,20 @@ fn handshake_acks_ride_on_the_answers() {
     let mut reply = [0u8; 10];
     s.read_exact(&mut reply).unwrap();
     assert_eq!(reply[..2], [5, 0], "CONNECT reply {reply:?}");
-    let peers = origin.peers();
-    let srv = peers
-        .iter()
-        .find_map(|p| proxy.try_tcp_socket(p.port(), origin.port()))
-        .expect("the proxy's connection to the origin");
+    // The origin's accept thread records the peer a moment after the
+    // proxy's connect returned.
+    let mut srv = None;
+    wait_for(
+        || {
+            srv = origin
+                .peers()
+                .iter()
+                .find_map(|p| proxy.try_tcp_socket(p.port(), origin.port()));
+            srv.is_some()
+        },
+        Duration::from_secs(5),
+    );
+    let srv = srv.expect("the proxy's connection to the origin");
     assert!(
         !socket2::SockRef::from(&srv).quickack().unwrap(),
         "quick ACKs still on for the origin's socket"
