@@ -167,6 +167,8 @@ def parse_args(argv):
     p.add_argument("--alt-binary", metavar="PATH",
                    help="also measure this 3proxy binary, as proxy 3proxy-alt (copy relay), "
                         "for an A/B comparison within one run")
+    p.add_argument("--alt-what", metavar="TEXT",
+                   help="what the --alt-binary build is, for the report (e.g. '3proxy 1.0.0, C')")
     p.add_argument("--no-build", action="store_true",
                    help="never build: without target/release/3proxy our cells are n/a")
     p.add_argument("--results-md", choices=("auto", "yes", "no"), default="auto",
@@ -182,7 +184,7 @@ def parse_args(argv):
 def main(argv=None):
     args = parse_args(argv)
     if args.alt_binary:
-        S.add_alt(os.path.abspath(args.alt_binary))
+        S.add_alt(os.path.abspath(args.alt_binary), args.alt_what)
     if args.compare:
         a, b = (json.load(open(f)) for f in args.compare)
         print(report.render_compare(a, b, names=args.compare))
@@ -262,6 +264,8 @@ def main(argv=None):
         os.makedirs(WORKDIR, exist_ok=True)
         snap = os.path.join(WORKDIR, "3proxy-alt")
         shutil.copy2(alt["binary"], snap)
+        h = hashlib.sha256(open(snap, "rb").read()).hexdigest()[:16]
+        alt["what"] += " (binary sha256 %s)" % h
         alt["binary"] = snap
 
     proxy_cpu, other_cpu = 1, 0

@@ -287,6 +287,10 @@ def render_machine(doc):
                                                   t.get("haproxy"), t.get("python")),
         "| threeproxy | %s |" % ("binary sha256 %s, built %s, git %s" % (
             ours["sha256"], ours["built"], ours["git_head"]) if ours else "not measured"),
+    ] + [
+        "| %s | %s |" % (name, p["what"])
+        for name, p in doc.get("proxies", {}).items() if p.get("binary")
+    ] + [
         "| run | %s mode, %d run(s) per cell, %g s measured after %g s warm-up, started %s |" % (
             doc["mode"], st["runs"], st["seconds"], st["warmup"], doc["started"]),
         "| pinning | proxy alone on CPU %d; client and origin on CPU %d; RPS check %s |" % (

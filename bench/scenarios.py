@@ -144,11 +144,11 @@ def proxy_config(proxy, service, rundir, nofile=65536):
     raise ValueError(fam)
 
 
-def add_alt(binary):
+def add_alt(binary, what=None):
     """Register proxy 3proxy-alt: our copy relay run from another binary
     (bench.py --alt-binary), to compare two builds within one run."""
     PROXIES["3proxy-alt"] = {"family": "ours", "splice": False, "binary": binary,
-                             "what": "threeproxy, copy relay, the --alt-binary build"}
+                             "what": what or "another build of threeproxy, copy relay"}
     if "3proxy-alt" not in PROXY_ORDER:
         PROXY_ORDER.insert(PROXY_ORDER.index("3proxy") + 1, "3proxy-alt")
 

@@ -126,6 +126,14 @@ class Tables(unittest.TestCase):
             self.assertIn(part, md)
         self.assertNotIn("## Reproducibility", md)
 
+    def test_machine_names_an_alt_build(self):
+        d = doc(CELLS)
+        self.assertNotIn("3proxy-alt", report.render_machine(d))
+        d["proxies"]["3proxy-alt"] = {"family": "ours", "splice": False, "binary": "/x",
+                                      "what": "3proxy 1.0.0, C (binary sha256 abcd)"}
+        self.assertIn("| 3proxy-alt | 3proxy 1.0.0, C (binary sha256 abcd) |",
+                      report.render_machine(d))
+
 
 class Json(unittest.TestCase):
     def test_round_trip_one_cell_a_line(self):
