@@ -20,12 +20,14 @@
 //! Every read and write of a handshake has the CHAIN timeout; the dial of
 //! the first hop has the CONNECT timeout.
 
+use std::cell::{Cell, RefCell};
 use std::io::{Read, Write};
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::client::Client;
 use crate::conf::Timeouts;
 use crate::net::{Dialer, Stream};
 use crate::res::Res;
@@ -97,7 +99,6 @@ const KINDS: &[(&str, Kind)] = &[
 
 impl Kind {
     /// The type's cfg name.
-    #[allow(dead_code)] // for the `proxy` service's log and errors
     pub fn name(self) -> &'static str {
         KINDS
             .iter()
@@ -225,11 +226,24 @@ impl Hop {
 }
 
 // --- Local redirection --------------------------------------------------
+//
+// `parent W TYPE 0.0.0.0 0` does not dial: the client is handed to the
+// handler of TYPE in this process (3proxy's `redirs[]` table and its
+// childfunc loop). The service that met the redirection says "granted"
+// in its own protocol where it has one, calls [`hand_over`] and returns;
+// its `serve` then ends with [`serve_handoffs`], which runs the target
+// handler on the same thread and client. Handlers never call one another,
+// so a chain of hand-offs does not deepen the (small) client stack, and
+// [`MAX_HANDOFFS`] stops a chain that would go round for ever.
 
 thread_local! {
     /// Set while this thread serves a client handed over by a local
     /// redirection (3proxy's `param->redirected` on the second pass).
-    static REDIRECTED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    static REDIRECTED: Cell<bool> = const { Cell::new(false) };
+    /// The hops the hand-offs so far took (`%h` before the target's own).
+    static LOCAL_HOPS: Cell<u32> = const { Cell::new(0) };
+    /// A hand-off asked for and not yet served.
+    static PENDING: RefCell<Option<Handoff>> = const { RefCell::new(None) };
 }
 
 /// Marks the current thread's client as locally redirected until dropped.
@@ -253,6 +267,155 @@ impl Drop for Redirected {
 /// the request is not sent round the same redirection again.
 pub fn skip_on_redirect(parents: &[Hop]) -> bool {
     REDIRECTED.with(|r| r.get()) && parents.first().is_some_and(Hop::is_local)
+}
+
+/// Hops taken by the local redirections that brought the client to the
+/// handler serving it now (0 when none did). A handler that dials adds
+/// its own chain's hops to these for `%h`.
+pub fn local_hops() -> u32 {
+    LOCAL_HOPS.with(|h| h.get())
+}
+
+/// Hand-offs one client may take; one more ends the session with
+/// [`REDIRECTION_LOOP`] (3proxy allows 16 handlers per client, too).
+pub const MAX_HANDOFFS: u32 = 15;
+/// 3proxy's code for a client sent round local redirections too often.
+pub const REDIRECTION_LOOP: Res = Res(101);
+
+/// The destination a service chose before it handed its client over.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Known {
+    /// The host name the client gave, if it gave a name.
+    pub name: Option<String>,
+    /// Where it resolved to, with the port.
+    pub addr: SocketAddr,
+}
+
+impl Known {
+    /// The host as the next handler takes it: the name, or the address.
+    pub fn host(&self) -> String {
+        match &self.name {
+            Some(n) => n.clone(),
+            None => self.addr.ip().to_string(),
+        }
+    }
+}
+
+/// A client to hand to the handler of `kind`.
+#[derive(Debug)]
+pub struct Handoff {
+    pub kind: Kind,
+    /// Hops the redirection took, the local one included.
+    pub hops: u32,
+    /// Bytes read from the client that the next handler must see first.
+    pub early: Vec<u8>,
+    /// The destination already chosen, if the first handler knew one.
+    pub dest: Option<Known>,
+}
+
+/// Ask for the client to be handed over once the current handler returns.
+/// Err NOTIMPL for `dns`: its handler serves UDP datagrams, not a TCP
+/// client (nothing is scheduled; the caller refuses the client).
+pub fn hand_over(h: Handoff) -> Result<(), Res> {
+    if !takes_tcp(h.kind) {
+        log::warn!(
+            "a TCP client cannot be redirected locally to '{}': that handler is UDP only",
+            h.kind.name()
+        );
+        return Err(Res::NOTIMPL);
+    }
+    PENDING.with(|p| *p.borrow_mut() = Some(h));
+    Ok(())
+}
+
+/// Whether the handler of `kind` can take a client of a TCP service: all
+/// but `dns`, which answers UDP datagrams (and `extip` and `ha`, which
+/// are not handlers).
+pub fn takes_tcp(kind: Kind) -> bool {
+    matches!(
+        kind,
+        Kind::Tcp
+            | Kind::Http
+            | Kind::Connect
+            | Kind::ConnectPlus
+            | Kind::Socks4
+            | Kind::Socks4Plus
+            | Kind::Socks4b
+            | Kind::Socks5
+            | Kind::Socks5Plus
+            | Kind::Socks5b
+            | Kind::Pop3
+            | Kind::Imap
+            | Kind::Smtp
+            | Kind::Ftp
+            | Kind::Admin
+            | Kind::Tls
+    )
+}
+
+/// Serve the hand-offs the handler that just returned asked for, one
+/// after another (3proxy's childfunc loop). Called at the end of the
+/// `serve` of each service that can hand clients over.
+pub fn serve_handoffs(c: &mut Client) {
+    let Some(mut next) = PENDING.with(|p| p.borrow_mut().take()) else {
+        return;
+    };
+    let _redirected = Redirected::enter();
+    let hops_before = local_hops();
+    let mut hops = hops_before;
+    let mut taken = 0;
+    loop {
+        taken += 1;
+        hops += next.hops;
+        // What the first handler learned is not the next one's record.
+        c.text.clear();
+        c.req_host = None;
+        c.req_addr = None;
+        c.remote_addr = None;
+        c.ext_addr = None;
+        c.service_name = None;
+        c.res = Res::OK;
+        c.logged = false;
+        c.hops = hops;
+        if taken > MAX_HANDOFFS {
+            c.res = REDIRECTION_LOOP;
+            c.text = "local redirection loop".into();
+            PENDING.with(|p| p.borrow_mut().take());
+            break;
+        }
+        LOCAL_HOPS.with(|h| h.set(hops));
+        run_handler(c, next);
+        match PENDING.with(|p| p.borrow_mut().take()) {
+            Some(h) => next = h,
+            None => break,
+        }
+    }
+    LOCAL_HOPS.with(|h| h.set(hops_before));
+}
+
+/// The handler of a local redirection's type (3proxy's `redirs[]`).
+fn run_handler(c: &mut Client, h: Handoff) {
+    use crate::services::{admin, ftppr, imapp, pop3p, proxy, smtpp, socks, tcppm, tlspr};
+    let early = &h.early[..];
+    let dest = h.dest.as_ref();
+    match h.kind {
+        Kind::Tcp => tcppm::serve_redirected(c, early, dest),
+        Kind::Http | Kind::Connect | Kind::ConnectPlus => proxy::serve_after(c, early),
+        Kind::Socks4
+        | Kind::Socks4Plus
+        | Kind::Socks4b
+        | Kind::Socks5
+        | Kind::Socks5Plus
+        | Kind::Socks5b => socks::serve_redirected(c, early),
+        Kind::Pop3 => pop3p::serve_redirected(c, early, dest),
+        Kind::Imap => imapp::serve_redirected(c, early, dest),
+        Kind::Smtp => smtpp::serve_redirected(c, early, dest),
+        Kind::Ftp => ftppr::serve_redirected(c, early, dest),
+        Kind::Admin => admin::serve_redirected(c, early),
+        Kind::Tls => tlspr::serve_redirected(c, early, dest),
+        // Refused by `hand_over`; never scheduled.
+        Kind::Dns | Kind::ExtIp | Kind::Ha => c.res = Res::NOTIMPL,
+    }
 }
 
 /// Choose the hops of one attempt (3proxy's `handleredirect` loop).
@@ -329,23 +492,18 @@ impl Want<'_> {
 
 /// Where a request goes after the chain.
 #[derive(Debug)]
-#[allow(dead_code)] // `Local`'s fields are for the services that hand over
 pub enum Route {
     /// A stream to relay: to the destination, or to a `tcp`/`http`
     /// parent.
     Stream(Chain),
     /// A local redirection (`parent 1000 http 0.0.0.0 0`): hand the client
-    /// to the handler of `kind` in this process (`http` is `proxy`).
-    Local {
-        kind: Kind,
-        hops: u32,
-        credentials: Option<(String, String)>,
-    },
+    /// to the handler of `kind` in this process (`http` is `proxy`; see
+    /// [`hand_over`]). `hops` counts the redirection.
+    Local { kind: Kind, hops: u32 },
 }
 
 /// A connected chain.
 #[derive(Debug)]
-#[allow(dead_code)] // `http_parent`, `credentials`: read by `proxy`
 pub struct Chain {
     pub stream: Stream,
     /// Parents taken (`%h`).
@@ -488,10 +646,14 @@ fn attempt(
                 }
                 _ if h.is_local() && udp => return Err(Res(70)),
                 _ if h.is_local() => {
+                    // A user and password on a local redirection are not
+                    // passed on (the next handler takes the client's own),
+                    // but `*` still needs the client to have given some,
+                    // as in 3proxy.
+                    credentials(h, want)?;
                     return Ok(Reached::Route(Route::Local {
                         kind: h.kind,
                         hops: count,
-                        credentials: credentials(h, want)?,
                     }));
                 }
                 _ => {}

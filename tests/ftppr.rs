@@ -21,14 +21,14 @@ fn file() -> Vec<u8> {
 }
 
 /// What the FTP server saw: its control lines, and what STOR stored.
-enum Seen {
+pub enum Seen {
     Line(String),
     Stored(Vec<u8>),
 }
 
 /// A tiny FTP server: greets 220, USER 331, PASS 230 (530 for "bad"),
 /// PASV opens a data listener, LIST/RETR/STOR use it (150 then 226).
-fn ftp_server() -> (Origin, Receiver<Seen>) {
+pub fn ftp_server() -> (Origin, Receiver<Seen>) {
     let (tx, rx) = channel();
     let origin = Origin::start("127.0.0.1:0", move |mut s: TcpStream| {
         let tx = tx.clone();

@@ -20,7 +20,7 @@ const PLAIN_GREETING: &str = "* OK test imap ready\r\n";
 /// AUTH= part of its capabilities); it answers CAPABILITY, LOGIN,
 /// AUTHENTICATE (PLAIN with its argument, LOGIN with both prompts),
 /// SELECT and LOGOUT, and sends every line it receives down the channel.
-fn imap_server(greeting: &'static str, caps: &'static str) -> (Origin, Receiver<String>) {
+pub fn imap_server(greeting: &'static str, caps: &'static str) -> (Origin, Receiver<String>) {
     let (tx, rx) = channel();
     let origin = Origin::start("127.0.0.1:0", move |mut s: TcpStream| {
         let tx = tx.clone();

@@ -36,7 +36,7 @@ fn tcppm_on(port: u16, to: u16) -> String {
 }
 
 /// Connects through a SOCKS5 proxy to 127.0.0.1:`to`, no authentication.
-fn socks5_to(proxy: u16, to: u16) -> std::net::TcpStream {
+pub fn socks5_to(proxy: u16, to: u16) -> std::net::TcpStream {
     let mut s = connect(localhost(proxy));
     s.write_all(&[5, 1, 0]).unwrap();
     let mut r = [0u8; 2];

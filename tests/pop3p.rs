@@ -17,7 +17,7 @@ const BANNER: &[u8] = b"+OK test pop3 ready\r\n";
 
 /// A tiny POP3 server: greets, answers USER, PASS, STAT and QUIT, and
 /// sends every line it receives down the channel.
-fn pop3_server() -> (Origin, Receiver<String>) {
+pub fn pop3_server() -> (Origin, Receiver<String>) {
     let (tx, rx) = channel();
     let origin = Origin::start("127.0.0.1:0", move |mut s: TcpStream| {
         let tx = tx.clone();

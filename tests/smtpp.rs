@@ -15,7 +15,7 @@ use crate::util::*;
 const FMT: &str = "L%N %E %c %U %T %O %I";
 const BANNER: &str = "220-test.example ESMTP\r\n220 ready\r\n";
 
-fn b64(s: &[u8]) -> String {
+pub fn b64(s: &[u8]) -> String {
     const ABC: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
     let mut out = String::new();
     for c in s.chunks(3) {
@@ -36,7 +36,7 @@ fn b64(s: &[u8]) -> String {
 /// A tiny SMTP server offering `auth` in its EHLO answer: it answers the
 /// commands of a session and sends every line it receives down the
 /// channel.
-fn smtp_server(auth: &'static str) -> (Origin, Receiver<String>) {
+pub fn smtp_server(auth: &'static str) -> (Origin, Receiver<String>) {
     let (tx, rx) = channel();
     let origin = Origin::start("127.0.0.1:0", move |mut s: TcpStream| {
         let tx = tx.clone();

@@ -23,6 +23,7 @@ mod options;
 mod parent;
 mod pop3p;
 mod process;
+mod redirect_local;
 mod reload;
 mod resolve;
 mod sample;

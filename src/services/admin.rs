@@ -72,10 +72,11 @@ pub fn escape(s: &str) -> String {
     out
 }
 
-/// Read the request head: up to the empty line, within `wait`.
-fn read_head(c: &Client, wait: Duration) -> Option<Vec<u8>> {
+/// Read the request head: up to the empty line, within `wait`; `early`
+/// is what the client sent before a local redirection handed it here.
+fn read_head(c: &Client, early: &[u8], wait: Duration) -> Option<Vec<u8>> {
     let until = Instant::now() + wait;
-    let mut buf = Vec::new();
+    let mut buf = early.to_vec();
     loop {
         if crate::http::find_head_end(&buf, 0).is_some() {
             return Some(buf);
@@ -164,9 +165,22 @@ fn error_page(c: &mut Client, res: Res, status: &str, extra: &str, what: &str) {
 }
 
 pub fn serve(c: &mut Client) {
+    serve_request(c, &[], false);
+}
+
+/// `parent admin 0.0.0.0 0` in another service's ACL: answer the
+/// client's request (`early` read first) as with `-s`, only the start
+/// and counters pages, as 3proxy limits a redirected client. The ACL is
+/// checked again (op ADMIN) with the entries that redirect locally
+/// skipped.
+pub fn serve_redirected(c: &mut Client, early: &[u8]) {
+    serve_request(c, early, true);
+}
+
+fn serve_request(c: &mut Client, early: &[u8], redirected: bool) {
     let svc = c.svc().clone();
     let wait = Duration::from_secs(u64::from(svc.timeouts.0[Timeouts::STRING_SHORT]).max(1));
-    let Some(buf) = read_head(c, wait) else {
+    let Some(buf) = read_head(c, early, wait) else {
         c.text = "-".into();
         return error_page(c, BAD_REQUEST, "400 Bad Request", "", "Unreadable request.");
     };
@@ -204,7 +218,7 @@ pub fn serve(c: &mut Client) {
             );
         }
     }
-    let limited = svc.opts.s_option.is_some();
+    let limited = redirected || svc.opts.s_option.is_some();
     let path = head.path.split('?').next().unwrap_or("");
     let body = match path {
         "/" => page(

@@ -119,6 +119,9 @@ struct State {
     limits: Option<std::sync::Arc<crate::limit::Session>>,
     data: Data,
     req: Option<String>,
+    /// The destination chosen by the handler that handed the client over
+    /// (`parent ftp 0.0.0.0 0`): where a login without a host goes.
+    known: Option<parent::Known>,
 }
 
 /// The client thread's work for one ftppr client.
@@ -127,6 +130,19 @@ pub fn serve(c: &mut Client) {
     if svc.opts.proxy_header && !super::tcppm::read_proxy_header(c) {
         return;
     }
+    serve_session(c, &[], None);
+}
+
+/// `parent ftp 0.0.0.0 0` in another service's ACL: greet the client as
+/// ftppr does (`early`, what it sent before, is read first); a `USER`
+/// without a host logs in at the destination the first handler chose
+/// (3proxy's parseconnusername with a host known). The ACL is checked
+/// again with the entries that redirect locally skipped.
+pub fn serve_redirected(c: &mut Client, early: &[u8], dest: Option<&parent::Known>) {
+    serve_session(c, early, dest);
+}
+
+fn serve_session(c: &mut Client, early: &[u8], known: Option<&parent::Known>) {
     let mut st = State {
         status: 0,
         srv: None,
@@ -136,8 +152,9 @@ pub fn serve(c: &mut Client) {
         limits: None,
         data: Data::None,
         req: None,
+        known: known.cloned(),
     };
-    let res = run(c, &mut st).err().unwrap_or(Res::OK);
+    let res = run(c, &mut st, early).err().unwrap_or(Res::OK);
     c.res = res;
     c.bytes_in += std::mem::take(&mut st.rd.total);
     if let Some(s) = st.srv.take() {
@@ -191,13 +208,13 @@ fn srv_reply(c: &Client, st: &mut State) -> Vec<u8> {
     }
 }
 
-fn run(c: &mut Client, st: &mut State) -> Result<(), Res> {
+fn run(c: &mut Client, st: &mut State, early: &[u8]) -> Result<(), Res> {
     let svc = c.svc().clone();
     let _ = c
         .cli
         .set_timeout(Some(svc.timeouts.get(Timeouts::STRING_SHORT)));
     tell(c, b"220 Ready\r\n", 801)?;
-    let mut from_cli = Lines::default();
+    let mut from_cli = Lines::with(early);
     loop {
         let line = from_cli.line(&c.cli, LINE, svc.timeouts.get(Timeouts::CONNECTION_SHORT));
         if line.is_empty() {
@@ -236,8 +253,9 @@ fn command(c: &mut Client, st: &mut State, line: &[u8]) -> Result<(), Res> {
         tell(c, b"220 Ready\r\n", 801)?;
         st.status = 1;
     } else if starts_ci(line, b"USER ") {
-        let known = match (&st.login, st.status) {
-            (Some(l), 1) => Some((l.host.clone(), l.port)),
+        let known = match (&st.login, st.status, &st.known) {
+            (Some(l), 1, _) => Some((l.host.clone(), l.port)),
+            (_, _, Some(k)) => Some((k.host(), k.addr.port())),
             _ => default_dest(&svc.opts.other),
         };
         let host = known.as_ref().map(|(h, p)| (h.as_str(), *p));
@@ -325,7 +343,10 @@ fn open(c: &mut Client, st: &mut State, l: Login) -> Result<(), Res> {
         c.user.clone_from(&l.user);
     }
     let l = st.login.insert(l);
-    let dst = resolve(&l.host, l.port, svc.family).map_err(|_| Res(803))?;
+    let dst = match &st.known {
+        Some(k) if k.addr.port() == l.port && k.host() == l.host => k.addr,
+        _ => resolve(&l.host, l.port, svc.family).map_err(|_| Res(803))?,
+    };
     c.req_addr = Some(dst);
     let req = Request {
         op: Some(Op::Connect),
@@ -347,7 +368,7 @@ fn open(c: &mut Client, st: &mut State, l: Login) -> Result<(), Res> {
     }
     st.weight = grant.weight;
     let (s, hops) = connect(c, dst, Some(&l.host), l, &grant.parents)?;
-    c.hops = hops;
+    c.hops = parent::local_hops() + hops;
     c.remote_addr = if hops == 0 { Some(dst) } else { s.peer_addr() };
     c.ext_addr = s.local_addr();
     st.limits = grant.limits;
@@ -374,6 +395,7 @@ fn connect(
     };
     match parent::connect(&svc, parents, &want)? {
         parent::Route::Stream(chain) => Ok((chain.stream, chain.hops)),
+        // ftppr does not hand clients on (nor does 3proxy's).
         parent::Route::Local { .. } => Err(Res::NOTIMPL),
     }
 }

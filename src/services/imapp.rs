@@ -34,7 +34,8 @@ use super::pop3p::{connect, parse_host, parse_login, starts_ci, Lines};
 use crate::client::Client;
 use crate::conf::Timeouts;
 use crate::http::base64_encode;
-use crate::net::{resolve, Stream};
+use crate::net::Stream;
+use crate::parent;
 use crate::relay::RelayOpts;
 use crate::res::Res;
 
@@ -203,9 +204,22 @@ pub fn serve(c: &mut Client) {
     if svc.opts.proxy_header && !super::tcppm::read_proxy_header(c) {
         return;
     }
+    serve_login(c, &[], None);
+}
+
+/// `parent imap 0.0.0.0 0` in another service's ACL: greet the client as
+/// imapp does (`early`, what it sent before, is read first); a login
+/// without a host goes to the destination the first handler chose. The
+/// ACL is checked again with the entries that redirect locally skipped.
+pub fn serve_redirected(c: &mut Client, early: &[u8], dest: Option<&parent::Known>) {
+    serve_login(c, early, dest);
+}
+
+fn serve_login(c: &mut Client, early: &[u8], known: Option<&parent::Known>) {
+    let svc = c.svc().clone();
     let mut tag = Vec::new();
     let mut login = None;
-    if let Err(res) = run(c, &mut tag, &mut login) {
+    if let Err(res) = run(c, &mut tag, &mut login, early, known) {
         c.res = res;
     }
     if let Some((name, host, port)) = &login {
@@ -403,13 +417,15 @@ fn run(
     c: &mut Client,
     tag: &mut Vec<u8>,
     login: &mut Option<(String, String, u16)>,
+    early: &[u8],
+    known: Option<&parent::Known>,
 ) -> Result<(), Res> {
     let svc = c.svc().clone();
     let short = svc.timeouts.get(Timeouts::STRING_SHORT);
     let long = svc.timeouts.get(Timeouts::STRING_LONG);
     let _ = c.cli.set_timeout(Some(short));
     say(&c.cli, GREETING).map_err(|_| GREET_FAILED)?;
-    let mut from_cli = Lines::default();
+    let mut from_cli = Lines::with(early);
     let Some(creds) = client_login(c, &mut from_cli, tag)? else {
         return Ok(());
     };
@@ -420,9 +436,13 @@ fn run(
         .iter()
         .rev()
         .find_map(|a| a.strip_prefix("-h"));
-    let (dhost, dport) = match h.and_then(|h| parse_host(h.as_bytes(), DEFAULT_PORT)) {
-        Some((host, port)) => (Some(host), port),
-        None => (None, DEFAULT_PORT),
+    let (dhost, dport) = match (
+        known,
+        h.and_then(|h| parse_host(h.as_bytes(), DEFAULT_PORT)),
+    ) {
+        (Some(k), _) => (Some(k.host()), k.addr.port()),
+        (None, Some((host, port))) => (Some(host), port),
+        (None, None) => (None, DEFAULT_PORT),
     };
     let with_creds = svc.opts.needuser.unwrap_or(1) > 0;
     let mut l = parse_login(
@@ -438,7 +458,7 @@ fn run(
     *login = Some((l.name.clone(), l.host.clone(), l.port));
     c.req_host = Some(l.host.clone());
     c.user.clone_from(&l.user);
-    let dst = resolve(&l.host, l.port, svc.family).map_err(|_| BAD_DEST)?;
+    let dst = super::pop3p::resolve_login(&l, known, svc.family).map_err(|_| BAD_DEST)?;
     c.req_addr = Some(dst);
     let (grant, again) = super::pop3p::admit_login(c, &l, dst)?;
     let srv = connect(c, dst, &l, &grant.parents)?;

@@ -55,6 +55,15 @@ pub(super) struct Lines {
 }
 
 impl Lines {
+    /// A reader with `early` already read (by the handler that handed the
+    /// client over).
+    pub(super) fn with(early: &[u8]) -> Lines {
+        Lines {
+            buf: early.to_vec(),
+            total: 0,
+        }
+    }
+
     /// A whole line already read, if there is one.
     pub(super) fn buffered(&mut self) -> Option<Vec<u8>> {
         let end = self.buf.iter().position(|&b| b == b'\n')?;
@@ -202,8 +211,22 @@ pub fn serve(c: &mut Client) {
     if svc.opts.proxy_header && !super::tcppm::read_proxy_header(c) {
         return;
     }
+    serve_login(c, &[], None);
+}
+
+/// `parent pop3 0.0.0.0 0` in another service's ACL: greet the client
+/// as pop3p does (`early`, what it sent before, is read first); a `USER`
+/// without a host logs in at the destination the first handler chose
+/// (3proxy's parseconnusername with a host known). The ACL is checked
+/// again with the entries that redirect locally skipped.
+pub fn serve_redirected(c: &mut Client, early: &[u8], dest: Option<&parent::Known>) {
+    serve_login(c, early, dest);
+}
+
+fn serve_login(c: &mut Client, early: &[u8], known: Option<&parent::Known>) {
+    let svc = c.svc().clone();
     let mut login = None;
-    if let Err(res) = run(c, &mut login) {
+    if let Err(res) = run(c, &mut login, early, known) {
         c.res = res;
     }
     if let Some(l) = &login {
@@ -221,14 +244,19 @@ pub fn serve(c: &mut Client) {
     }
 }
 
-fn run(c: &mut Client, login: &mut Option<Login>) -> Result<(), Res> {
+fn run(
+    c: &mut Client,
+    login: &mut Option<Login>,
+    early: &[u8],
+    known: Option<&parent::Known>,
+) -> Result<(), Res> {
     let svc = c.svc().clone();
     let short = svc.timeouts.get(Timeouts::STRING_SHORT);
     let _ = c.cli.set_timeout(Some(short));
     (&c.cli)
         .write_all(b"+OK Proxy\r\n")
         .map_err(|_| GREET_FAILED)?;
-    let mut from_cli = Lines::default();
+    let mut from_cli = Lines::with(early);
     let mut line = from_cli.line(&c.cli, CLIENT_LINE, short);
     while line.len() > 4 && !starts_ci(&line, b"USER") {
         if starts_ci(&line, b"QUIT") {
@@ -249,14 +277,17 @@ fn run(c: &mut Client, login: &mut Option<Login>) -> Result<(), Res> {
     if !starts_ci(line, b"USER ") {
         return Err(NOT_USER);
     }
-    let (dhost, dport) = default_dest(&svc.opts.other);
+    let (dhost, dport) = match known {
+        Some(k) => (Some(k.host()), k.addr.port()),
+        None => default_dest(&svc.opts.other),
+    };
     let creds = svc.opts.needuser.unwrap_or(1) > 0;
     let l = parse_login(&line[5..], svc.delimchar, creds, (dhost.as_deref(), dport))
         .ok_or(BAD_LOGIN)?;
     c.req_host = Some(l.host.clone());
     c.user.clone_from(&l.user);
     let l = login.insert(l);
-    let dst = resolve(&l.host, l.port, svc.family).map_err(|_| BAD_LOGIN)?;
+    let dst = resolve_login(l, known, svc.family).map_err(|_| BAD_LOGIN)?;
     c.req_addr = Some(dst);
     let (grant, again) = admit_login(c, l, dst)?;
     let srv = connect(c, dst, l, &grant.parents)?;
@@ -301,6 +332,19 @@ fn run(c: &mut Client, login: &mut Option<Login>) -> Result<(), Res> {
     c.bytes_in += out.inb;
     c.srv = Some(srv);
     Ok(())
+}
+
+/// Where a login's host is: the address the first handler resolved when
+/// the login goes to the destination it chose, else looked up.
+pub(super) fn resolve_login(
+    l: &Login,
+    known: Option<&parent::Known>,
+    family: crate::net::Family,
+) -> Result<SocketAddr, Res> {
+    match known {
+        Some(k) if k.addr.port() == l.port && k.host() == l.host => Ok(k.addr),
+        _ => resolve(&l.host, l.port, family),
+    }
 }
 
 /// Check a login's destination `dst` with the access layer, as CONNECT
@@ -354,10 +398,10 @@ pub(super) fn connect(
     };
     let chain = match parent::connect(&svc, parents, &want)? {
         parent::Route::Stream(chain) => chain,
-        // Handing a client to another service locally is not built.
+        // The mail proxies do not hand clients on (nor does 3proxy's).
         parent::Route::Local { .. } => return Err(Res::NOTIMPL),
     };
-    c.hops = chain.hops;
+    c.hops = parent::local_hops() + chain.hops;
     c.remote_addr = if chain.hops == 0 {
         Some(dst)
     } else {

@@ -65,14 +65,18 @@ const CONTINUE_WAIT: Duration = Duration::from_secs(1);
 /// The client thread's work for one proxy client.
 pub fn serve(c: &mut Client) {
     let svc = c.svc().clone();
-    if svc.opts.proxy_header && !super::tcppm::read_proxy_header(c) {
-        return;
+    if !svc.opts.proxy_header || super::tcppm::read_proxy_header(c) {
+        serve_after(c, &[]);
     }
-    serve_after(c, &[]);
+    // A CONNECT tunnel redirected locally (`parent pop3 0.0.0.0 0`, ...):
+    // the client goes on to that handler.
+    parent::serve_handoffs(c);
 }
 
-/// Serve a client of which `early` was read already (a SOCKS client sent
-/// it with its request before a local redirection to this handler).
+/// Serve a client of which `early` was read already: the handler of a
+/// local redirection (`parent http|connect|connect+ 0.0.0.0 0` in
+/// another service's ACL), where `early` is what the client sent before
+/// it was handed over.
 pub fn serve_after(c: &mut Client, early: &[u8]) {
     let svc = c.svc().clone();
     let mut small = [0u8; SMALL_REQUEST];
@@ -205,6 +209,9 @@ enum Next {
     /// Serve the next request.
     KeepAlive,
     Close,
+    /// A CONNECT went to a local redirection: the connection is the next
+    /// handler's, which writes the record.
+    HandedOver,
 }
 
 /// A failure with the 3proxy code and, when no response was sent yet,
@@ -212,6 +219,9 @@ enum Next {
 struct Fail {
     res: Res,
     status: Option<u16>,
+    /// Not a failure: the tunnel's chain is a local redirection to the
+    /// handler of this type, with these hops (see `Session::tunnel`).
+    handoff: Option<(parent::Kind, u32)>,
 }
 
 impl Fail {
@@ -219,10 +229,15 @@ impl Fail {
         Fail {
             res,
             status: Some(status),
+            handoff: None,
         }
     }
     fn silent(res: Res) -> Fail {
-        Fail { res, status: None }
+        Fail {
+            res,
+            status: None,
+            handoff: None,
+        }
     }
 }
 
@@ -270,11 +285,12 @@ impl Session {
             }
         };
         let result = if req.connect {
-            self.tunnel(c, cb, &req).map(|()| Next::Close)
+            self.tunnel(c, cb, &req)
         } else {
             self.forward(c, cb, &req)
         };
         let more = match result {
+            Ok(Next::HandedOver) => false,
             Ok(next) => {
                 self.end_request(c);
                 matches!(next, Next::KeepAlive)
@@ -568,10 +584,27 @@ impl Session {
                     self.ask_acl(c, req, Some(dst))?;
                     self.dial_via(c, req, dst, true)
                 };
-                let mut o = o?;
+                // A tunnel the second pass hands over counts this hop too.
+                let mut o = o.map_err(|mut f| {
+                    if let Some((_, h)) = &mut f.handoff {
+                        *h += hops;
+                    }
+                    f
+                })?;
                 o.hops += hops;
                 c.hops = self.base_hops + o.hops;
                 return Ok(o);
+            }
+            // Another type: only a tunnel can be handed to its handler
+            // (as in 3proxy); `tunnel` does it.
+            Ok(parent::Route::Local { kind, hops })
+                if req.connect && kind != parent::Kind::Http && parent::takes_tcp(kind) =>
+            {
+                return Err(Fail {
+                    res: Res::OK,
+                    status: None,
+                    handoff: Some((kind, hops)),
+                })
             }
             Ok(parent::Route::Local { .. }) => return Err(Fail::answer(Res::NOTIMPL, 501)),
             Err(res) => return Err(parent_fail(res)),
@@ -636,18 +669,58 @@ impl Session {
 
     /// `CONNECT host:port`: answer 200 and relay until both sides are done.
     #[inline(never)]
-    fn tunnel(&mut self, c: &mut Client, cb: &mut HeadBuf<'_>, req: &Req) -> Result<(), Fail> {
+    fn tunnel(&mut self, c: &mut Client, cb: &mut HeadBuf<'_>, req: &Req) -> Result<Next, Fail> {
         let head_len = cb.head_len;
         cb.consume(head_len);
         let dst = self.authorize(c, req)?;
         if let Some(k) = self.origin.take() {
             park(&self.svc, k);
         }
-        let o = self.dial(c, req, dst)?;
+        let o = match self.dial(c, req, dst) {
+            Ok(o) => o,
+            Err(Fail {
+                handoff: Some((kind, hops)),
+                ..
+            }) => return self.hand_over(c, cb, req, dst, kind, hops),
+            Err(f) => return Err(f),
+        };
         self.established(c, &o, req.port)?;
         self.relay(c, cb, &o.s)?;
         c.srv = Some(o.s);
-        Ok(())
+        Ok(Next::Close)
+    }
+
+    /// A CONNECT whose chain is `parent TYPE 0.0.0.0 0`: say the tunnel
+    /// is open, then the connection goes to the handler of `kind` with the
+    /// destination asked for and what the client sent after its head.
+    #[inline(never)]
+    fn hand_over(
+        &mut self,
+        c: &mut Client,
+        cb: &mut HeadBuf<'_>,
+        req: &Req,
+        dst: SocketAddr,
+        kind: parent::Kind,
+        hops: u32,
+    ) -> Result<Next, Fail> {
+        const ESTABLISHED: &[u8] = b"HTTP/1.0 200 Connection established\r\n\r\n";
+        send_lazy(&c.cli, ESTABLISHED, &[], &mut self.cli_wto, self.long)
+            .map_err(|e| Fail::silent(cli_res(&e)))?;
+        let early = cb.data().to_vec();
+        let n = early.len();
+        cb.consume(n);
+        let dest = parent::Known {
+            name: req.literal.is_none().then(|| self.host.clone()),
+            addr: dst,
+        };
+        parent::hand_over(parent::Handoff {
+            kind,
+            hops,
+            early,
+            dest: Some(dest),
+        })
+        .map_err(Fail::silent)?;
+        Ok(Next::HandedOver)
     }
 
     /// Tell the client its tunnel is open (after asking an `http` parent

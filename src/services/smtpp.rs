@@ -32,7 +32,8 @@ use super::pop3p::{self, parse_host, parse_login, starts_ci, Lines, Login};
 use crate::client::Client;
 use crate::conf::Timeouts;
 use crate::http::{base64_decode, base64_encode};
-use crate::net::{resolve, Stream};
+use crate::net::Stream;
+use crate::parent;
 use crate::relay::RelayOpts;
 use crate::res::Res;
 
@@ -115,8 +116,23 @@ pub fn serve(c: &mut Client) {
     if svc.opts.proxy_header && !super::tcppm::read_proxy_header(c) {
         return;
     }
+    serve_login(c, &[], None);
+}
+
+/// `parent smtp 0.0.0.0 0` in another service's ACL: greet the client as
+/// smtpp does (`early`, what it sent before, is read first), with the
+/// destination the first handler chose in the place of `-h`: a login
+/// without a host, or a command before AUTH, goes there (3proxy's smtppchild
+/// with a host known). The ACL is checked again with the entries that
+/// redirect locally skipped.
+pub fn serve_redirected(c: &mut Client, early: &[u8], dest: Option<&parent::Known>) {
+    serve_login(c, early, dest);
+}
+
+fn serve_login(c: &mut Client, early: &[u8], known: Option<&parent::Known>) {
+    let svc = c.svc().clone();
     let mut login = None;
-    if let Err(res) = run(c, &mut login) {
+    if let Err(res) = run(c, &mut login, early, known) {
         c.res = res;
     }
     if let Some(l) = &login {
@@ -135,14 +151,21 @@ pub fn serve(c: &mut Client) {
 
 /// Greet the client and read until it logs in (or, with `-h`, sends a
 /// command); None when it quits.
-fn greet(c: &mut Client, from_cli: &mut Lines) -> Result<Option<Start>, Res> {
+fn greet(
+    c: &mut Client,
+    from_cli: &mut Lines,
+    known: Option<&parent::Known>,
+) -> Result<Option<Start>, Res> {
     let svc = c.svc().clone();
     let short = svc.timeouts.get(Timeouts::STRING_SHORT);
     let _ = c.cli.set_timeout(Some(short));
     (&c.cli)
         .write_all(b"220 Proxy\r\n")
         .map_err(|_| GREET_FAILED)?;
-    let (dhost, dport) = default_dest(&svc.opts.other);
+    let (dhost, dport) = match known {
+        Some(k) => (Some(k.host()), k.addr.port()),
+        None => default_dest(&svc.opts.other),
+    };
     let default = (dhost.as_deref(), dport);
     let creds = svc.opts.needuser.unwrap_or(1) > 0;
     let say = |m: &[u8]| {
@@ -236,11 +259,16 @@ fn send(c: &mut Client, srv: &Stream, data: &[u8], err: Res) -> Result<(), Res> 
     Ok(())
 }
 
-fn run(c: &mut Client, login: &mut Option<Login>) -> Result<(), Res> {
+fn run(
+    c: &mut Client,
+    login: &mut Option<Login>,
+    early: &[u8],
+    known: Option<&parent::Known>,
+) -> Result<(), Res> {
     let svc = c.svc().clone();
     let short = svc.timeouts.get(Timeouts::STRING_SHORT);
-    let mut from_cli = Lines::default();
-    let Some(start) = greet(c, &mut from_cli)? else {
+    let mut from_cli = Lines::with(early);
+    let Some(start) = greet(c, &mut from_cli, known)? else {
         return Ok(());
     };
     let (l, password, command, bad) = match start {
@@ -252,7 +280,7 @@ fn run(c: &mut Client, login: &mut Option<Login>) -> Result<(), Res> {
     };
     c.req_host = Some(l.host.clone());
     c.user.clone_from(&l.user);
-    let dst = resolve(&l.host, l.port, svc.family).map_err(|_| bad)?;
+    let dst = pop3p::resolve_login(&l, known, svc.family).map_err(|_| bad)?;
     c.req_addr = Some(dst);
     let (grant, again) = pop3p::admit_login(c, &l, dst)?;
     let srv = pop3p::connect(c, dst, &l, &grant.parents)?;

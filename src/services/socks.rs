@@ -64,6 +64,9 @@ const HANDSHAKE_BUF: usize = 528;
 /// really has to wait (a setsockopt() per change otherwise).
 struct Reader<'a> {
     s: &'a Stream,
+    /// Bytes another handler read before it handed the client over: read
+    /// before the socket.
+    pre: &'a [u8],
     long: Duration,
     short: Duration,
     /// The read timeout now set on the socket (None: none yet).
@@ -74,9 +77,10 @@ struct Reader<'a> {
 }
 
 impl<'a> Reader<'a> {
-    fn new(s: &'a Stream, t: &crate::conf::Timeouts) -> Reader<'a> {
+    fn new(s: &'a Stream, pre: &'a [u8], t: &crate::conf::Timeouts) -> Reader<'a> {
         Reader {
             s,
+            pre,
             long: t.get(Timeouts::BYTE_LONG),
             short: t.get(Timeouts::BYTE_SHORT),
             now: None,
@@ -95,6 +99,13 @@ impl<'a> Reader<'a> {
             (self.end, self.pos) = (self.end - self.pos, 0);
         }
         let room = &mut self.buf[self.end..];
+        if !self.pre.is_empty() {
+            let n = room.len().min(self.pre.len());
+            room[..n].copy_from_slice(&self.pre[..n]);
+            self.pre = &self.pre[n..];
+            self.end += n;
+            return Ok(());
+        }
         let n = match recv(self.s, room, MsgFlags::MSG_DONTWAIT) {
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                 if self.now != Some(wait) {
@@ -169,7 +180,7 @@ impl<'a> Reader<'a> {
 
     /// What was read past the request.
     fn rest(&self) -> Vec<u8> {
-        self.buf[self.pos..self.end].to_vec()
+        [&self.buf[self.pos..self.end], self.pre].concat()
     }
 }
 
@@ -209,11 +220,12 @@ fn send_small(c: &Client, bytes: &[u8]) -> io::Result<()> {
 /// request in that version.
 fn read_request(
     c: &Client,
+    early: &[u8],
     needuser: u32,
     ver: &mut Option<u8>,
     owed: &mut bool,
 ) -> Result<Ask, Res> {
-    let mut r = Reader::new(&c.cli, &c.svc().timeouts);
+    let mut r = Reader::new(&c.cli, early, &c.svc().timeouts);
     let v = r.first(401)?;
     if v != 4 && v != 5 {
         return Err(Res(401));
@@ -332,12 +344,26 @@ fn read_v5(r: &mut Reader<'_>, c: &Client, needuser: u32, owed: &mut bool) -> Re
 /// The client thread's work for one SOCKS client.
 pub fn serve(c: &mut Client) {
     let svc = c.svc().clone();
-    if svc.opts.proxy_header && !super::tcppm::read_proxy_header(c) {
-        return;
+    if !svc.opts.proxy_header || super::tcppm::read_proxy_header(c) {
+        serve_request(c, &[]);
     }
+    // `parent TYPE 0.0.0.0 0`: the client goes on to that handler.
+    parent::serve_handoffs(c);
+}
+
+/// `parent socks5 0.0.0.0 0` (or another SOCKS type) in another service's
+/// ACL: read a SOCKS request from the client, `early` first, and serve it
+/// with the entries that redirect locally skipped (3proxy's sockschild
+/// after a redirection).
+pub fn serve_redirected(c: &mut Client, early: &[u8]) {
+    serve_request(c, early);
+}
+
+fn serve_request(c: &mut Client, early: &[u8]) {
+    let svc = c.svc().clone();
     let needuser = svc.opts.needuser.unwrap_or(1);
     let (mut ver, mut owed) = (None, false);
-    let ask = read_request(c, needuser, &mut ver, &mut owed);
+    let ask = read_request(c, early, needuser, &mut ver, &mut owed);
     c.service_name = match ver {
         Some(4) => Some("SOCK4"),
         Some(_) => Some("SOCK5"),
@@ -484,29 +510,33 @@ fn connect(c: &mut Client, ask: &Ask) -> Result<(), Res> {
         client: c.client_addr,
         local: c.local_addr,
     };
-    let srv = match parent::connect(&svc, &grant.parents, &want)? {
+    let (srv, direct) = match parent::connect(&svc, &grant.parents, &want)? {
         parent::Route::Stream(chain) => {
-            c.hops = chain.hops;
-            chain.stream
+            c.hops = parent::local_hops() + chain.hops;
+            (chain.stream, chain.hops == 0)
         }
-        parent::Route::Local {
-            kind: parent::Kind::Http,
-            hops,
-            ..
-        } => {
-            to_http_proxy(c, ask, hops);
+        parent::Route::Local { kind, hops } => {
+            // Say "granted", then the rest of the connection is the next
+            // handler's (3proxy's childfunc going on), with what the client
+            // sent after its request and the destination it asked for.
+            parent::hand_over(parent::Handoff {
+                kind,
+                hops,
+                early: ask.early.clone(),
+                dest: Some(parent::Known {
+                    name: match &ask.dest {
+                        Dest::Name(h, _) => Some(h.clone()),
+                        Dest::Addr(_) => None,
+                    },
+                    addr: dst,
+                }),
+            })?;
+            reply(c, ask.ver, Res::OK, None);
             return Ok(());
         }
-        // Other local redirections (pop3, ftp, ...): their services are
-        // not built yet.
-        parent::Route::Local { .. } => return Err(Res::NOTIMPL),
     };
     // Straight to `dst`: that is the peer, no getpeername() needed.
-    c.remote_addr = if c.hops == 0 {
-        Some(dst)
-    } else {
-        srv.peer_addr()
-    };
+    c.remote_addr = if direct { Some(dst) } else { srv.peer_addr() };
     c.ext_addr = srv.local_addr();
     let bnd = nat(svc.opts.nat_ext, c.ext_addr);
     reply(c, ask.ver, Res::OK, bnd);
@@ -520,22 +550,6 @@ fn connect(c: &mut Client, ask: &Ask) -> Result<(), Res> {
         &ask.early,
     );
     Ok(())
-}
-
-/// `parent ... http 0.0.0.0 0`: say "granted", then serve the rest of the
-/// connection with the `proxy` handler, whose records are the session's
-/// (3proxy's childfunc going on to the next handler). Its ACL pass skips
-/// the entries that redirect locally ([`parent::skip_on_redirect`]).
-fn to_http_proxy(c: &mut Client, ask: &Ask, hops: u32) {
-    let early = ask.early.clone();
-    reply(c, ask.ver, Res::OK, None);
-    c.hops = hops;
-    c.text.clear();
-    c.req_host = None;
-    c.req_addr = None;
-    c.service_name = None;
-    let _redirected = parent::Redirected::enter();
-    super::proxy::serve_after(c, &early);
 }
 
 fn run_relay(
@@ -735,7 +749,7 @@ fn udp_associate(c: &mut Client, ask: &Ask) -> Result<(), Res> {
         weight: grant.weight,
         last: None,
         up: up.map(|u| {
-            c.hops = u.hops;
+            c.hops = parent::local_hops() + u.hops;
             (u.control, u.relay)
         }),
     };

@@ -1,19 +1,32 @@
 //! `tcppm`: the TCP port mapper (3proxy's tcppm.c, tcppm(8)). Every client
 //! of `tcppm LPORT DSTHOST DSTPORT` is connected to DSTHOST:DSTPORT and the
 //! bytes are relayed both ways.
+//!
+//! It is also the handler of `parent tcp 0.0.0.0 0`: a client another
+//! service hands over is relayed to the destination that service chose
+//! ([`serve_redirected`]). And a tcppm client whose ACL entry redirects
+//! locally goes to that handler with tcppm's destination as the one
+//! chosen (`parent::hand_over`).
 
+use std::io::Write;
 use std::net::SocketAddr;
 
 use crate::access::{self, Grant, Op, Recheck, Request};
 use crate::client::Client;
 use crate::conf::Timeouts;
-use crate::net::{resolve, Target};
+use crate::net::{resolve, Stream, Target};
 use crate::parent;
 use crate::relay::{relay_hooked, Dump, Hooks, Outcome, RelayOpts};
 use crate::res::Res;
 
 /// The client thread's work for one tcppm client.
 pub fn serve(c: &mut Client) {
+    serve_mapped(c);
+    // `parent TYPE 0.0.0.0 0`: the client goes on to that handler.
+    parent::serve_handoffs(c);
+}
+
+fn serve_mapped(c: &mut Client) {
     let svc = c.svc().clone();
     // `-R`: the server socket is a back-connection, taken first as in
     // 3proxy (see `crate::connectback`).
@@ -56,18 +69,60 @@ pub fn serve(c: &mut Client) {
             c.req_addr = dst;
             c.remote_addr = s.peer_addr();
             c.ext_addr = s.local_addr();
-            Ok(s)
+            Ok(Some(s))
         }
         (None, Some(a)) => connect(c, a, target, &grant),
-        (None, None) => svc.dialer.connect_unix(target),
+        (None, None) => svc.dialer.connect_unix(target).map(Some),
     };
-    let srv = match srv {
-        Ok(s) => s,
+    match srv {
+        Ok(Some(s)) => relay_to(c, s, &grant, &recheck, &[]),
+        // Handed over to a local handler.
+        Ok(None) => {}
+        Err(res) => c.res = res,
+    }
+}
+
+/// `parent tcp 0.0.0.0 0` in another service's ACL: relay the client to
+/// the destination it already chose there (3proxy's tcppmchild with the
+/// host name known), with this ACL pass skipping the entries that
+/// redirect locally. `early` goes to the destination first.
+pub fn serve_redirected(c: &mut Client, early: &[u8], dest: Option<&parent::Known>) {
+    let Some(d) = dest else {
+        c.res = Res::NOHOST;
+        return;
+    };
+    let target = match &d.name {
+        Some(n) => Target::Name(n.clone(), d.addr.port()),
+        None => Target::Fixed(d.addr),
+    };
+    c.text = target.host();
+    c.req_host = Some(c.text.clone());
+    let ((_, grant), recheck) = match authorize(c, &target, Some(d.addr)) {
+        Ok(x) => x,
         Err(res) => {
             c.res = res;
             return;
         }
     };
+    match connect(c, d.addr, &target, &grant) {
+        Ok(Some(s)) => relay_to(c, s, &grant, &recheck, early),
+        Ok(None) => {}
+        Err(res) => c.res = res,
+    }
+}
+
+/// Send `early` to `srv`, then relay the client's session with it.
+fn relay_to(c: &mut Client, srv: Stream, grant: &Grant, recheck: &Recheck, early: &[u8]) {
+    let svc = c.svc().clone();
+    if !early.is_empty() {
+        let _ = srv.set_timeout(Some(svc.timeouts.get(Timeouts::STRING_SHORT)));
+        if (&srv).write_all(early).is_err() {
+            c.res = Res::SERVER_ERR;
+            c.srv = Some(srv);
+            return;
+        }
+        let _ = srv.set_timeout(None);
+    }
     let opts = RelayOpts {
         idle: svc.timeouts.get(Timeouts::CONNECTION_LONG),
         session_end: svc.opts.session_end,
@@ -75,9 +130,9 @@ pub fn serve(c: &mut Client) {
         bufsize: svc.bufsize,
         grace: svc.opts.grace,
     };
-    let out = relay_logged(c, &srv, &opts, grant.limits.as_deref(), &recheck);
+    let out = relay_logged(c, &srv, &opts, grant.limits.as_deref(), recheck);
     c.res = out.res;
-    c.bytes_out = out.out;
+    c.bytes_out = early.len() as u64 + out.out;
     c.bytes_in = out.inb;
     c.srv = Some(srv);
 }
@@ -115,13 +170,14 @@ fn authorize(
 }
 
 /// Connect to an IP destination, through the grant's parents if it has
-/// any, refusing to connect to ourselves.
+/// any, refusing to connect to ourselves. Ok(None): a local redirection
+/// took the client (see [`parent::hand_over`]).
 fn connect(
     c: &mut Client,
     dst: SocketAddr,
     target: &Target,
     grant: &Grant,
-) -> Result<crate::net::Stream, Res> {
+) -> Result<Option<Stream>, Res> {
     let svc = c.svc().clone();
     c.req_addr = Some(dst);
     if crate::net::Addr::Ip(dst) == svc.listen || Some(dst) == c.local_addr {
@@ -139,10 +195,25 @@ fn connect(
     };
     let chain = match parent::connect(&svc, &grant.parents, &want)? {
         parent::Route::Stream(chain) => chain,
-        // Handing a client to another service is not built yet.
-        parent::Route::Local { .. } => return Err(Res::NOTIMPL),
+        parent::Route::Local { kind, hops } => {
+            // tcppm has nothing to say first: the next handler greets.
+            let dest = parent::Known {
+                name: match target {
+                    Target::Name(h, _) => Some(h.clone()),
+                    _ => None,
+                },
+                addr: dst,
+            };
+            parent::hand_over(parent::Handoff {
+                kind,
+                hops,
+                early: Vec::new(),
+                dest: Some(dest),
+            })?;
+            return Ok(None);
+        }
     };
-    c.hops = chain.hops;
+    c.hops = parent::local_hops() + chain.hops;
     // Straight to `dst`: that is the peer, no getpeername() needed.
     c.remote_addr = if chain.hops == 0 {
         Some(dst)
@@ -150,7 +221,7 @@ fn connect(
         chain.stream.peer_addr()
     };
     c.ext_addr = chain.stream.local_addr();
-    Ok(chain.stream)
+    Ok(Some(chain.stream))
 }
 
 /// `-H`: take the PROXY header off the client socket; the addresses it

@@ -272,17 +272,33 @@ fn host_name(sni: &[u8]) -> Option<String> {
 /// The client thread's work for one tlspr client.
 pub fn serve(c: &mut Client) {
     let svc = c.svc().clone();
-    if svc.opts.proxy_header && !super::tcppm::read_proxy_header(c) {
-        return;
+    if !svc.opts.proxy_header || super::tcppm::read_proxy_header(c) {
+        serve_hello(c, Vec::new(), None);
     }
+    // `parent TYPE 0.0.0.0 0`: the client goes on to that handler.
+    parent::serve_handoffs(c);
+}
+
+/// `parent tls 0.0.0.0 0` in another service's ACL: read the client's
+/// ClientHello (`early` first), check the ACL again with its SNI as the
+/// destination's name (the entries that redirect locally skipped), and
+/// relay to the destination the first handler chose, as 3proxy's
+/// tlsprchild does with a host already known. Without one, the SNI is
+/// the destination, as for a tlspr client.
+pub fn serve_redirected(c: &mut Client, early: &[u8], dest: Option<&parent::Known>) {
+    serve_hello(c, early.to_vec(), dest);
+}
+
+fn serve_hello(c: &mut Client, early: Vec<u8>, known: Option<&parent::Known>) {
+    let svc = c.svc().clone();
     let t = options(&svc.opts).unwrap_or_default();
     let mut st = State {
         lv: -1,
         host: None,
         alpn: None,
-        buf: Vec::new(),
+        buf: early,
     };
-    if let Err(res) = run(c, &t, &mut st) {
+    if let Err(res) = run(c, &t, &mut st, known) {
         c.res = res;
     }
     c.text = text(st.lv, st.host.as_deref(), st.alpn.as_deref());
@@ -297,7 +313,12 @@ struct State {
     buf: Vec<u8>,
 }
 
-fn run(c: &mut Client, t: &TlsOpts, st: &mut State) -> Result<(), Res> {
+fn run(
+    c: &mut Client,
+    t: &TlsOpts,
+    st: &mut State,
+    known: Option<&parent::Known>,
+) -> Result<(), Res> {
     let svc = c.svc().clone();
     let wait = svc.timeouts.get(Timeouts::STRING_SHORT);
     let read = read_record(&c.cli, &mut st.buf, svc.bufsize, wait);
@@ -321,12 +342,16 @@ fn run(c: &mut Client, t: &TlsOpts, st: &mut State) -> Result<(), Res> {
         Err(e) if t.check > 0 => return Err(Res((300 - e) as u32)),
         _ => {}
     }
+    if st.host.is_none() {
+        // No SNI: a redirected client keeps the name it asked for.
+        st.host = known.and_then(|k| k.name.clone());
+    }
     c.text = text(st.lv, st.host.as_deref(), st.alpn.as_deref());
     c.req_host.clone_from(&st.host);
-    let port = t.port;
-    let dst = match &st.host {
-        Some(h) => Some(resolve(h, port, svc.family)?),
-        None => None,
+    let (dst, port) = match (known, &st.host) {
+        (Some(k), _) => (Some(k.addr), k.addr.port()),
+        (None, Some(h)) => (Some(resolve(h, t.port, svc.family)?), t.port),
+        (None, None) => (None, t.port),
     };
     c.req_addr = dst;
     let req = Request {
@@ -350,7 +375,10 @@ fn run(c: &mut Client, t: &TlsOpts, st: &mut State) -> Result<(), Res> {
     if crate::net::Addr::Ip(dst) == svc.listen || Some(dst) == c.local_addr {
         return Err(Res::LOOP);
     }
-    let srv = connect(c, dst, st.host.as_deref(), &grant.parents)?;
+    let Some(srv) = connect(c, dst, st, &grant.parents)? else {
+        // Handed over to a local handler, the hello with it.
+        return Ok(());
+    };
     let sent = (&srv).write_all(&st.buf);
     c.bytes_out += st.buf.len() as u64;
     if sent.is_err() {
@@ -388,34 +416,46 @@ fn run(c: &mut Client, t: &TlsOpts, st: &mut State) -> Result<(), Res> {
     Ok(())
 }
 
-/// Connect to `dst` (the name `host`), through the grant's parents.
+/// Connect to `dst` (the name `st.host`), through the grant's parents.
+/// Ok(None): a local redirection took the client, with the bytes read so
+/// far (see [`parent::hand_over`]).
 fn connect(
     c: &mut Client,
     dst: SocketAddr,
-    host: Option<&str>,
+    st: &mut State,
     parents: &[parent::Hop],
-) -> Result<Stream, Res> {
+) -> Result<Option<Stream>, Res> {
     let svc = c.svc().clone();
     let want = parent::Want {
         addr: Some(dst),
-        host,
+        host: st.host.as_deref(),
         client: c.client_addr,
         local: c.local_addr,
         ..parent::Want::default()
     };
     let chain = match parent::connect(&svc, parents, &want)? {
         parent::Route::Stream(chain) => chain,
-        // Handing a client to another service locally is not built.
-        parent::Route::Local { .. } => return Err(Res::NOTIMPL),
+        parent::Route::Local { kind, hops } => {
+            parent::hand_over(parent::Handoff {
+                kind,
+                hops,
+                early: std::mem::take(&mut st.buf),
+                dest: Some(parent::Known {
+                    name: st.host.clone(),
+                    addr: dst,
+                }),
+            })?;
+            return Ok(None);
+        }
     };
-    c.hops = chain.hops;
+    c.hops = parent::local_hops() + chain.hops;
     c.remote_addr = if chain.hops == 0 {
         Some(dst)
     } else {
         chain.stream.peer_addr()
     };
     c.ext_addr = chain.stream.local_addr();
-    Ok(chain.stream)
+    Ok(Some(chain.stream))
 }
 
 #[cfg(test)]
