@@ -1284,6 +1284,36 @@ mod tests {
     }
 
     #[test]
+    fn local_redirections_take_every_tcp_handler_but_dns() {
+        for (_, k) in KINDS {
+            let tcp = !matches!(k, Kind::Dns | Kind::ExtIp | Kind::Ha);
+            assert_eq!(takes_tcp(*k), tcp, "{}", k.name());
+        }
+        let h = |kind| Handoff {
+            kind,
+            hops: 1,
+            early: b"x".to_vec(),
+            dest: None,
+        };
+        assert_eq!(hand_over(h(Kind::Dns)), Err(Res::NOTIMPL));
+        assert!(PENDING.with(|p| p.borrow().is_none()));
+        assert_eq!(hand_over(h(Kind::Pop3)), Ok(()));
+        let got = PENDING.with(|p| p.borrow_mut().take()).unwrap();
+        assert_eq!((got.kind, got.early.as_slice()), (Kind::Pop3, &b"x"[..]));
+    }
+
+    #[test]
+    fn a_known_destination_is_named_or_its_address() {
+        let addr: SocketAddr = "192.0.2.1:110".parse().unwrap();
+        let named = Known {
+            name: Some("mail.example".into()),
+            addr,
+        };
+        assert_eq!(named.host(), "mail.example");
+        assert_eq!(Known { name: None, addr }.host(), "192.0.2.1");
+    }
+
+    #[test]
     fn star_passes_the_clients_credentials() {
         let h = hop("1000 socks5 1.2.3.4 1 * *").unwrap();
         let want = Want {
