@@ -270,6 +270,20 @@ pub struct Dialer {
 impl Dialer {
     /// Connect to an IP destination. On failure, the 3proxy code to log.
     pub fn connect_ip(&self, dst: SocketAddr) -> Result<Stream, Res> {
+        self.open(dst, false)
+    }
+
+    /// [`Dialer::connect_ip`] for a peer we speak to first, at once (a
+    /// parent's handshake, an HTTP request already read): the last ACK of
+    /// the handshake then waits for our first bytes and goes with them,
+    /// one packet less (haproxy's tcp-smart-connect). Only for peers that
+    /// wait for us: one that speaks first would wait for that ACK (up to
+    /// the kernel's delayed-ACK limit) before it sees the connection.
+    pub fn connect_ip_to_send(&self, dst: SocketAddr) -> Result<Stream, Res> {
+        self.open(dst, true)
+    }
+
+    fn open(&self, dst: SocketAddr, we_speak_first: bool) -> Result<Stream, Res> {
         let domain = if dst.is_ipv4() {
             Domain::IPV4
         } else {
@@ -305,14 +319,19 @@ impl Dialer {
                 .map_err(|_| Res::BIND)?;
         }
         let _ = sock.set_nodelay(true);
+        if we_speak_first {
+            let _ = sock.set_quickack(false);
+        }
         self.opts.apply(sock.as_fd());
         connect_nonblocking(&sock, dst, self.timeout).map_err(|_| Res::CONNECT)?;
-        // Quick ACKs off once connected (not before: the handshake's last
-        // ACK would wait for our first data, and an origin that speaks
-        // first would wait for it): the ACK of the origin's answer then
-        // rides on what we send next (often the FIN) instead of going
-        // out alone.
-        let _ = sock.set_quickack(false);
+        if !we_speak_first {
+            // Quick ACKs off once connected (not before: the handshake's
+            // last ACK would wait for data of ours, and an origin that
+            // speaks first would wait for it): the ACK of the origin's
+            // answer then rides on what we send next (often the FIN)
+            // instead of going out alone.
+            let _ = sock.set_quickack(false);
+        }
         let s: TcpStream = sock.into();
         s.set_nonblocking(false).map_err(|_| Res::CONNECT)?;
         Ok(Stream::Tcp(s))
@@ -534,6 +553,51 @@ pub fn in_netns<T>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Accept on a non-blocking listener within `within`, else None.
+    fn accept_within(l: &TcpListener, within: Duration) -> Option<TcpStream> {
+        let t = std::time::Instant::now();
+        while t.elapsed() < within {
+            match l.accept() {
+                Ok((s, _)) => return Some(s),
+                Err(_) => std::thread::sleep(Duration::from_millis(2)),
+            }
+        }
+        None
+    }
+
+    #[test]
+    fn the_last_ack_of_a_handshake_waits_only_when_we_speak_first() {
+        use std::io::{Read, Write};
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        l.set_nonblocking(true).unwrap();
+        let to = l.local_addr().unwrap();
+        let d = Dialer {
+            timeout: Duration::from_secs(5),
+            ..Dialer::default()
+        };
+        // A server that may speak first sees the connection at once.
+        let _plain = d.connect_ip(to).unwrap();
+        assert!(
+            accept_within(&l, Duration::from_millis(150)).is_some(),
+            "a plain connection was not accepted at once"
+        );
+        // When we speak first, the server sees the connection with our
+        // first bytes, which carry the handshake's last ACK.
+        let Stream::Tcp(mut ours) = d.connect_ip_to_send(to).unwrap() else {
+            panic!("not TCP")
+        };
+        assert!(
+            accept_within(&l, Duration::from_millis(50)).is_none(),
+            "the handshake's last ACK went out alone"
+        );
+        ours.write_all(b"hello").unwrap();
+        let mut theirs = accept_within(&l, Duration::from_secs(1)).expect("accepted with our data");
+        theirs.set_nonblocking(false).unwrap();
+        let mut got = [0u8; 5];
+        theirs.read_exact(&mut got).unwrap();
+        assert_eq!(&got, b"hello");
+    }
 
     #[test]
     fn parses_listen_addresses() {

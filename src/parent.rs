@@ -478,6 +478,10 @@ pub struct Want<'a> {
     /// header of `ha`, and `extip 0.0.0.0` (use the client's address).
     pub client: Option<SocketAddr>,
     pub local: Option<SocketAddr>,
+    /// We send at once when connected (the `proxy` service with an HTTP
+    /// request in hand), so a direct connection may hold the handshake's
+    /// last ACK back for our first bytes ([`Dialer::connect_ip_to_send`]).
+    pub sends_first: bool,
 }
 
 impl Want<'_> {
@@ -523,8 +527,13 @@ pub struct Chain {
 pub fn connect(svc: &Service, parents: &[Hop], want: &Want<'_>) -> Result<Route, Res> {
     if parents.is_empty() {
         let addr = want.addr.ok_or(Res::NOHOST)?;
+        let stream = if want.sends_first {
+            svc.dialer.connect_ip_to_send(addr)?
+        } else {
+            svc.dialer.connect_ip(addr)?
+        };
         return Ok(Route::Stream(Chain {
-            stream: svc.dialer.connect_ip(addr)?,
+            stream,
             hops: 0,
             http_parent: false,
             credentials: None,
@@ -667,7 +676,12 @@ fn attempt(
             if addr.port() == 0 {
                 addr.set_port(want.addr.ok_or(Res::NOHOST)?.port());
             }
-            let s = dial(dialer, source, addr)?;
+            // We speak first to a parent that negotiates and to any peer
+            // that gets a PROXY header; a `tcp` parent may forward to a
+            // server that speaks first, an `http` one gets what the
+            // client sends, whenever it does.
+            let first = ha || want.sends_first || !matches!(h.kind, Kind::Tcp | Kind::Http);
+            let s = dial(dialer, source, addr, first)?;
             if ha {
                 send_proxy_header(&s, chain_to, want)?;
             }
@@ -719,7 +733,7 @@ fn attempt(
     let Some((stream, last)) = at else {
         // No hop picked: straight to the destination.
         let addr = want.addr.ok_or(Res::NOHOST)?;
-        let s = dial(dialer, source, addr)?;
+        let s = dial(dialer, source, addr, ha || want.sends_first)?;
         if ha {
             send_proxy_header(&s, chain_to, want)?;
         }
@@ -745,10 +759,23 @@ fn attempt(
     })))
 }
 
-/// Dial `addr`, from `source` if an `extip` set one.
-fn dial(dialer: &Dialer, source: Option<IpAddr>, addr: SocketAddr) -> Result<Stream, Res> {
+/// Dial `addr`, from `source` if an `extip` set one; `first`: we send at
+/// once (see [`Dialer::connect_ip_to_send`]).
+fn dial(
+    dialer: &Dialer,
+    source: Option<IpAddr>,
+    addr: SocketAddr,
+    first: bool,
+) -> Result<Stream, Res> {
+    let open = |d: &Dialer| {
+        if first {
+            d.connect_ip_to_send(addr)
+        } else {
+            d.connect_ip(addr)
+        }
+    };
     match source {
-        None => dialer.connect_ip(addr),
+        None => open(dialer),
         Some(ip) => {
             let mut d = dialer.clone();
             // An `extip` address need not be configured here (yet).
@@ -758,7 +785,7 @@ fn dial(dialer: &Dialer, source: Option<IpAddr>, addr: SocketAddr) -> Result<Str
             } else {
                 d.ext6 = Some(ip);
             }
-            d.connect_ip(addr)
+            open(&d)
         }
     }
 }
@@ -1279,7 +1306,7 @@ mod tests {
             ..Dialer::default()
         };
         assert_eq!(plain.connect_ip(to).unwrap_err(), Res::BIND);
-        let r = dial(&plain, Some(src), to);
+        let r = dial(&plain, Some(src), to, false);
         assert_ne!(r.map(|_| ()).unwrap_err(), Res::BIND);
     }
 

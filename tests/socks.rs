@@ -335,6 +335,34 @@ fn handshake_acks_ride_on_the_answers() {
 }
 
 #[test]
+fn an_origin_that_speaks_first_greets_at_once() {
+    // SMTP, SSH, FTP servers talk first: the proxy must not hold the
+    // handshake's last ACK back for data of its own (the server would not
+    // see the connection for up to 200 ms, the delayed-ACK limit).
+    let origin = Origin::start("127.0.0.1:0", |mut s| {
+        let _ = s.write_all(b"220 ready\r\n");
+        let mut rest = Vec::new();
+        let _ = s.read_to_end(&mut rest);
+    });
+    let (_proxy, port, _log) = start("server_first", "", "");
+    for _ in 0..3 {
+        let mut s = v5_hello(port);
+        s.write_all(&v5_connect_v4(localhost(origin.port())))
+            .unwrap();
+        let mut reply = [0u8; 10];
+        s.read_exact(&mut reply).unwrap();
+        assert_eq!(reply[..2], [5, 0], "CONNECT reply {reply:?}");
+        let t = Instant::now();
+        expect_bytes(&mut s, b"220 ready\r\n");
+        assert!(
+            t.elapsed() < Duration::from_millis(150),
+            "the greeting took {:?}",
+            t.elapsed()
+        );
+    }
+}
+
+#[test]
 fn unknown_version_just_closes() {
     let (_proxy, port, log) = start("bad_version", "", "");
     let mut s = connect(localhost(port));

@@ -392,6 +392,7 @@ fn connect(
         password: l.password.as_deref(),
         client: c.client_addr,
         local: c.local_addr,
+        sends_first: false,
     };
     match parent::connect(&svc, parents, &want)? {
         parent::Route::Stream(chain) => Ok((chain.stream, chain.hops)),

@@ -395,6 +395,7 @@ pub(super) fn connect(
         password: l.password.as_deref(),
         client: c.client_addr,
         local: c.local_addr,
+        sends_first: false,
     };
     let chain = match parent::connect(&svc, parents, &want)? {
         parent::Route::Stream(chain) => chain,

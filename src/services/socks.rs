@@ -509,6 +509,7 @@ fn connect(c: &mut Client, ask: &Ask) -> Result<(), Res> {
         password: ask.password.as_deref(),
         client: c.client_addr,
         local: c.local_addr,
+        sends_first: false,
     };
     let (srv, direct) = match parent::connect(&svc, &grant.parents, &want)? {
         parent::Route::Stream(chain) => {
