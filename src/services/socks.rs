@@ -31,7 +31,6 @@ use crate::client::Client;
 use crate::conf::Timeouts;
 use crate::net::{resolve, Stream};
 use crate::parent;
-use crate::relay::RelayOpts;
 use crate::res::Res;
 use crate::socks::{
     choose_method, parse_udp_header, udp_header, v4_reply, v5_rep, v5_reply, Dest, ATYP_NAME,
@@ -542,48 +541,15 @@ fn connect(c: &mut Client, ask: &Ask) -> Result<(), Res> {
     let bnd = nat(svc.opts.nat_ext, c.ext_addr);
     reply(c, ask.ver, Res::OK, bnd);
     let again = recheck(c, ask, Op::Connect, (&ask.dest, dst)).at_weight(grant.weight);
-    run_relay(
+    super::tcppm::relay_to(
         c,
         srv,
-        Timeouts::CONNECTION_LONG,
         &grant,
         &again,
         &ask.early,
+        Timeouts::CONNECTION_LONG,
     );
     Ok(())
-}
-
-fn run_relay(
-    c: &mut Client,
-    srv: Stream,
-    idle_slot: usize,
-    grant: &Grant,
-    again: &Recheck,
-    early: &[u8],
-) {
-    let svc = c.svc().clone();
-    // What the client sent with its request goes first (a few hundred
-    // bytes at most: they fit the new connection's send buffer).
-    if !early.is_empty() {
-        if (&srv).write_all(early).is_err() {
-            c.res = Res::SERVER_ERR;
-            c.srv = Some(srv);
-            return;
-        }
-        c.bytes_out += early.len() as u64;
-    }
-    let opts = RelayOpts {
-        idle: svc.timeouts.get(idle_slot),
-        session_end: svc.opts.session_end,
-        splice: svc.splice(),
-        bufsize: svc.bufsize,
-        grace: svc.opts.grace,
-    };
-    let out = super::tcppm::relay_logged(c, &srv, &opts, grant.limits.as_deref(), again);
-    c.res = out.res;
-    c.bytes_out += out.out;
-    c.bytes_in = out.inb;
-    c.srv = Some(srv);
 }
 
 /// `-Ne`/`-Ni`/`-N`: report `nat`'s address instead of ours (IP-to-IP
@@ -625,13 +591,13 @@ fn bind(c: &mut Client, ask: &Ask) -> Result<(), Res> {
         Ok(srv) => {
             reply(c, ask.ver, Res::OK, srv.peer_addr());
             let again = recheck(c, ask, Op::Bind, (&ask.dest, want)).at_weight(grant.weight);
-            run_relay(
+            super::tcppm::relay_to(
                 c,
                 srv,
-                Timeouts::CONNECTION_SHORT,
                 &grant,
                 &again,
                 &ask.early,
+                Timeouts::CONNECTION_SHORT,
             );
         }
         Err(res) => {

@@ -75,7 +75,7 @@ fn serve_mapped(c: &mut Client) {
         (None, None) => svc.dialer.connect_unix(target).map(Some),
     };
     match srv {
-        Ok(Some(s)) => relay_to(c, s, &grant, &recheck, &[]),
+        Ok(Some(s)) => relay_to(c, s, &grant, &recheck, &[], Timeouts::CONNECTION_LONG),
         // Handed over to a local handler.
         Ok(None) => {}
         Err(res) => c.res = res,
@@ -105,14 +105,23 @@ pub fn serve_redirected(c: &mut Client, early: &[u8], dest: Option<&parent::Know
         }
     };
     match connect(c, d.addr, &target, &grant) {
-        Ok(Some(s)) => relay_to(c, s, &grant, &recheck, early),
+        Ok(Some(s)) => relay_to(c, s, &grant, &recheck, early, Timeouts::CONNECTION_LONG),
         Ok(None) => {}
         Err(res) => c.res = res,
     }
 }
 
-/// Send `early` to `srv`, then relay the client's session with it.
-fn relay_to(c: &mut Client, srv: Stream, grant: &Grant, recheck: &Recheck, early: &[u8]) {
+/// Send `early` (what the client sent before its session began) to
+/// `srv`, then relay the client's session with it, idle for at most the
+/// `idle_slot` timeout. Shared by socks (CONNECT and BIND).
+pub fn relay_to(
+    c: &mut Client,
+    srv: Stream,
+    grant: &Grant,
+    recheck: &Recheck,
+    early: &[u8],
+    idle_slot: usize,
+) {
     let svc = c.svc().clone();
     if !early.is_empty() {
         let _ = srv.set_timeout(Some(svc.timeouts.get(Timeouts::STRING_SHORT)));
@@ -124,7 +133,7 @@ fn relay_to(c: &mut Client, srv: Stream, grant: &Grant, recheck: &Recheck, early
         let _ = srv.set_timeout(None);
     }
     let opts = RelayOpts {
-        idle: svc.timeouts.get(Timeouts::CONNECTION_LONG),
+        idle: svc.timeouts.get(idle_slot),
         session_end: svc.opts.session_end,
         splice: svc.splice(),
         bufsize: svc.bufsize,
@@ -132,7 +141,7 @@ fn relay_to(c: &mut Client, srv: Stream, grant: &Grant, recheck: &Recheck, early
     };
     let out = relay_logged(c, &srv, &opts, grant.limits.as_deref(), recheck);
     c.res = out.res;
-    c.bytes_out = early.len() as u64 + out.out;
+    c.bytes_out += early.len() as u64 + out.out;
     c.bytes_in = out.inb;
     c.srv = Some(srv);
 }
