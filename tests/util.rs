@@ -227,13 +227,12 @@ impl Proxy {
             if proxy.wait_ready_or_exit(ready).is_ok() {
                 return proxy;
             }
-            if !proxy.stderr().contains("Address already in use") {
+            // It has exited: read its stderr to the end.
+            let err = proxy.stderr.finish();
+            if !err.contains("Address already in use") {
                 break;
             }
-            eprintln!(
-                "3proxy could not bind a test port, starting it again:\n{}",
-                proxy.stderr()
-            );
+            eprintln!("3proxy could not bind a test port, starting it again:\n{err}");
             thread::sleep(Duration::from_millis(300));
             let (child, stdout, stderr) = spawn(&[p(&cfg_path)], envs);
             (proxy.child, proxy.stdout, proxy.stderr, proxy.exited) = (child, stdout, stderr, None);
