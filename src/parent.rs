@@ -367,13 +367,14 @@ pub fn serve_handoffs(c: &mut Client) {
     loop {
         taken += 1;
         hops += next.hops;
-        // What the first handler learned is not the next one's record.
+        // What the first handler learned is not the next one's record;
+        // `%N` stays (3proxy keeps the service, SOCK5 after a SOCKS5
+        // handshake).
         c.text.clear();
         c.req_host = None;
         c.req_addr = None;
         c.remote_addr = None;
         c.ext_addr = None;
-        c.service_name = None;
         c.res = Res::OK;
         c.logged = false;
         c.hops = hops;

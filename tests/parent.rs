@@ -618,5 +618,5 @@ fn http_local_redirect_behind_a_proxy_header() {
     assert!(got.ends_with("hello /hdr"), "{got:?}");
     let line = read_log_line(&log, "the GET", |l| l.contains("/hdr"));
     // Served, not refused for a second, missing PROXY line (511).
-    assert!(line.starts_with("SOCKS 00000 1 "), "{line}");
+    assert!(line.starts_with("SOCK5 00000 1 "), "{line}");
 }

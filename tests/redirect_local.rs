@@ -123,7 +123,7 @@ fn socks_to_pop3_logs_in_at_the_requested_server() {
     let rec = record_of(&log, cport);
     assert_eq!(
         rec,
-        format!("SOCKS 00000 1 {cport} bob@127.0.0.1:{}", origin.port())
+        format!("SOCK5 00000 1 {cport} bob@127.0.0.1:{}", origin.port())
     );
 }
 
@@ -143,7 +143,7 @@ fn socks_to_pop3_login_with_a_host_goes_there() {
     let rec = record_of(&log, cport);
     assert_eq!(
         rec,
-        format!("SOCKS 00000 1 {cport} carol@localhost:{}", origin.port())
+        format!("SOCK5 00000 1 {cport} carol@localhost:{}", origin.port())
     );
 }
 
@@ -179,7 +179,7 @@ fn socks_to_smtp_auth_login_without_a_host() {
     drop(c);
     assert_eq!(
         record_of(&log, cport),
-        format!("SOCKS 00000 1 {cport} bob@127.0.0.1:{}", origin.port())
+        format!("SOCK5 00000 1 {cport} bob@127.0.0.1:{}", origin.port())
     );
 }
 
@@ -198,7 +198,7 @@ fn socks_to_imap_login_without_a_host() {
     drop(c);
     assert_eq!(
         record_of(&log, cport),
-        format!("SOCKS 00000 1 {cport} bob@127.0.0.1:{}", origin.port())
+        format!("SOCK5 00000 1 {cport} bob@127.0.0.1:{}", origin.port())
     );
 }
 
@@ -244,7 +244,7 @@ fn socks_to_ftp_login_and_a_listing() {
     drop(c);
     assert_eq!(
         record_of(&log, cport),
-        format!("SOCKS 00000 1 {cport} bob@127.0.0.1:{}", origin.port())
+        format!("SOCK5 00000 1 {cport} bob@127.0.0.1:{}", origin.port())
     );
 }
 
@@ -329,7 +329,7 @@ fn socks_to_tls_checks_the_sni_and_relays_to_the_destination() {
     drop(s);
     assert_eq!(
         record_of(&log, cport),
-        format!("SOCKS 00000 1 {cport} TLSv1.2 localhost -")
+        format!("SOCK5 00000 1 {cport} TLSv1.2 localhost -")
     );
     // The SNI is the name the ACL sees: a denied one is not relayed.
     let mut s = socks5_to(pa, echo.port());
@@ -338,7 +338,7 @@ fn socks_to_tls_checks_the_sni_and_relays_to_the_destination() {
     let cport = s.local_addr().unwrap().port();
     let rec = record_of(&log, cport);
     assert!(
-        rec.starts_with("SOCKS 00001 1 ") && rec.ends_with(" TLSv1.2 blocked.test -"),
+        rec.starts_with("SOCK5 00001 1 ") && rec.ends_with(" TLSv1.2 blocked.test -"),
         "{rec}"
     );
 }
@@ -375,11 +375,11 @@ fn socks_to_admin_serves_the_start_page_only() {
     let (page, cport) = get("/");
     assert!(page.starts_with("HTTP/1.0 200 OK\r\n"), "{page}");
     assert!(page.contains("Web admin"), "{page}");
-    assert_eq!(record_of(&log, cport), format!("SOCKS 00000 1 {cport} /"));
+    assert_eq!(record_of(&log, cport), format!("SOCK5 00000 1 {cport} /"));
     // A redirected client gets what `-s` allows: no cfg file.
     let (page, cport) = get("/F");
     assert!(page.starts_with("HTTP/1.0 404"), "{page}");
-    assert_eq!(record_of(&log, cport), format!("SOCKS 00702 1 {cport} /F"));
+    assert_eq!(record_of(&log, cport), format!("SOCK5 00702 1 {cport} /F"));
 }
 
 #[test]
