@@ -66,10 +66,6 @@ impl Slot {
         crate::shutdown::session_started();
         Some(Slot(svc.clone()))
     }
-
-    pub fn service(&self) -> &Arc<Service> {
-        &self.0
-    }
 }
 
 impl Drop for Slot {
@@ -90,6 +86,12 @@ impl Drop for Slot {
 /// An accepted client on its way to a client thread.
 pub struct Accepted {
     pub stream: Stream,
+    /// The settings the client is served with: those current when it
+    /// was accepted (a reload may come while the acceptor waits).
+    pub svc: Arc<Service>,
+    /// The reload generation read just before `svc`: a reload racing
+    /// with that read makes the session be checked again (`force`).
+    pub generation: u64,
     pub peer: Option<SocketAddr>,
     /// Our address on the connection when it is known without asking the
     /// kernel (a listener bound to one address, not a wildcard).
@@ -128,9 +130,14 @@ pub fn run(r: Arc<Running>, listener: Listener) {
                 continue;
             }
         };
+        // Served with the settings of now, not of when the wait began.
+        let generation = crate::running::generation();
+        let svc = r.current();
         svc.opts.oc.apply(std::os::fd::AsFd::as_fd(&stream));
         let job = Accepted {
             stream,
+            svc: svc.clone(),
+            generation,
             peer,
             local,
             slot,
@@ -169,8 +176,12 @@ pub fn run_dialing(r: Arc<Running>, wake: crate::connectback::Wake) {
         match crate::connectback::dial(&svc, to, &wake) {
             Ok((stream, peer)) => {
                 pause = Duration::from_millis(10);
+                let generation = crate::running::generation();
+                let svc = r.current();
                 let job = Accepted {
                     stream,
+                    svc: svc.clone(),
+                    generation,
                     peer,
                     local: None,
                     slot,

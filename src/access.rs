@@ -283,6 +283,9 @@ pub struct Recheck {
     /// The session's weight, updated by each check (a copy starts from
     /// the value at the time).
     weight: AtomicWeight,
+    /// The reload generation of the settings the session was admitted
+    /// with: any other generation seen later means a check is due.
+    since: u64,
 }
 
 /// A weight that a shared `&Recheck` updates.
@@ -311,6 +314,7 @@ impl Recheck {
     pub fn new(svc: &Service, req: &Request<'_>) -> Recheck {
         Recheck {
             weight: Default::default(),
+            since: crate::running::generation(),
             key: svc.key.clone(),
             op: req.op,
             client: req.client,
@@ -321,6 +325,18 @@ impl Recheck {
             user: req.user.map(str::to_string),
             password: req.password.map(str::to_string),
         }
+    }
+
+    /// The session was admitted with the settings of reload `generation`
+    /// (a client's, read when it was accepted), not those of now.
+    pub fn since(mut self, generation: u64) -> Recheck {
+        self.since = generation;
+        self
+    }
+
+    /// The reload generation the session was last admitted under.
+    pub fn generation(&self) -> u64 {
+        self.since
     }
 
     /// The weight the session was granted with ([`Grant::weight`]).

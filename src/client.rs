@@ -48,7 +48,11 @@ pub struct Client {
     /// Set when the last request was logged and nothing happened since:
     /// the drop then writes no second record (HTTP keep-alive).
     pub logged: bool,
-    slot: Slot,
+    /// The reload generation `svc` belongs to (see [`Accepted`]).
+    pub generation: u64,
+    svc: Arc<Service>,
+    /// Counts the client against `maxconn` until dropped.
+    _slot: Slot,
 }
 
 impl Client {
@@ -73,12 +77,14 @@ impl Client {
             service_name: None,
             header_read: false,
             logged: false,
-            slot: a.slot,
+            generation: a.generation,
+            svc: a.svc,
+            _slot: a.slot,
         }
     }
 
     pub fn svc(&self) -> &Arc<Service> {
-        self.slot.service()
+        &self.svc
     }
 }
 
@@ -104,7 +110,7 @@ impl Client {
     /// counts and start: `logdump`'s intermediate records, written while
     /// the relay holds the sockets.
     pub fn write_record_as(&self, res: Res, bytes_out: u64, bytes_in: u64, start: SystemTime) {
-        let svc = self.slot.service();
+        let svc = &self.svc;
         let Some(sink) = &svc.log else { return };
         let rec = LogRecord {
             service: self.service_name.unwrap_or(svc.def.log_name),

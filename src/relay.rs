@@ -538,7 +538,9 @@ fn run<C: Channel>(
     let mut dumped = (0u64, 0u64);
     let mut down = Dir::new(s2c, srv, cli, Side::Server);
     let idle_ms = opts.idle.as_millis().min(i32::MAX as u128) as i32;
-    let mut generation = crate::running::generation();
+    // A reload since the session was admitted (even one during its
+    // handshake) is noticed at the first pass.
+    let mut generation = recheck.map_or_else(crate::running::generation, |c| c.generation());
     let res = loop {
         if let Some(check) = recheck {
             // One relaxed load per pass; the check itself runs only after

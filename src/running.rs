@@ -69,12 +69,13 @@ static REGISTRY: Mutex<Vec<Arc<Running>>> = Mutex::new(Vec::new());
 static GENERATION: AtomicU64 = AtomicU64::new(0);
 
 pub fn generation() -> u64 {
-    GENERATION.load(Ordering::Relaxed)
+    GENERATION.load(Ordering::Acquire)
 }
 
 /// A reload took effect.
 pub fn bump_generation() {
-    GENERATION.fetch_add(1, Ordering::Relaxed);
+    // Release: whoever reads the new value also sees the swapped settings.
+    GENERATION.fetch_add(1, Ordering::Release);
 }
 
 /// The settings now serving the socket with this key, if it still runs.

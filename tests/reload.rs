@@ -151,6 +151,44 @@ fn removed_service_stops_listening() {
 }
 
 #[test]
+fn the_first_client_after_a_reload_gets_the_new_settings() {
+    // The acceptor waits in accept() across the reload: the client it
+    // accepts next must be served by the new cfg, not by the settings of
+    // when the wait began.
+    let dir = Dir::new("reload_first_client");
+    let (one, two) = (tagged(b"one"), tagged(b"two"));
+    let (p1, marker) = (free_port(), free_port());
+    let text = cfg(
+        &dir,
+        &format!(
+            "tcppm -i127.0.0.1 {p1} 127.0.0.1 {}
+",
+            one.port()
+        ),
+    );
+    let proxy = Proxy::start(dir, &text, &[Listen::Tcp(localhost(p1))]);
+    let text = cfg(
+        &proxy.dir,
+        &format!(
+            "tcppm -i127.0.0.1 {p1} 127.0.0.1 {}\ntcppm -i127.0.0.1 {marker} 127.0.0.1 {}\n",
+            two.port(),
+            one.port()
+        ),
+    );
+    proxy.dir.write("3proxy.cfg", &text);
+    proxy.signal("USR1");
+    // The marker service starts after p1's settings were swapped.
+    assert!(
+        wait_for(
+            || TcpStream::connect(localhost(marker)).is_ok(),
+            START_TIMEOUT
+        ),
+        "the reload never started the marker service"
+    );
+    assert_eq!(ask(p1).unwrap(), b"two", "served by the old cfg");
+}
+
+#[test]
 fn broken_cfg_on_reload_keeps_the_running_one() {
     let dir = Dir::new("reload_broken");
     let one = tagged(b"one");

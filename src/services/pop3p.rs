@@ -373,7 +373,9 @@ pub(super) fn admit_login(
     if grant.user.is_some() {
         c.user.clone_from(&grant.user);
     }
-    let again = Recheck::new(&svc, &req).at_weight(grant.weight);
+    let again = Recheck::new(&svc, &req)
+        .since(c.generation)
+        .at_weight(grant.weight);
     if crate::net::Addr::Ip(dst) == svc.listen || Some(dst) == c.local_addr {
         return Err(Res::LOOP);
     }

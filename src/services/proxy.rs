@@ -513,7 +513,11 @@ impl Session {
                 }
                 self.weight = grant.weight;
                 if req.connect || req.upgrade {
-                    self.recheck = Some(Recheck::new(&self.svc, &ask).at_weight(grant.weight));
+                    self.recheck = Some(
+                        Recheck::new(&self.svc, &ask)
+                            .since(c.generation)
+                            .at_weight(grant.weight),
+                    );
                 }
                 self.grant = Some(grant);
                 Ok(())

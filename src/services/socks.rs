@@ -470,7 +470,7 @@ fn recheck(c: &Client, ask: &Ask, op: Op, dest: (&Dest, SocketAddr)) -> Recheck 
         user: ask.user.as_deref(),
         password: ask.password.as_deref(),
     };
-    Recheck::new(c.svc(), &req)
+    Recheck::new(c.svc(), &req).since(c.generation)
 }
 
 /// Keep what a grant says for the session: `nolog` drops its record.

@@ -174,7 +174,9 @@ fn authorize(
     if grant.user.is_some() {
         c.user.clone_from(&grant.user);
     }
-    let again = Recheck::new(&svc, &req).at_weight(grant.weight);
+    let again = Recheck::new(&svc, &req)
+        .since(c.generation)
+        .at_weight(grant.weight);
     Ok(((dst, grant), again))
 }
 

@@ -369,7 +369,9 @@ fn run(
     if grant.user.is_some() {
         c.user.clone_from(&grant.user);
     }
-    let again = Recheck::new(&svc, &req).at_weight(grant.weight);
+    let again = Recheck::new(&svc, &req)
+        .since(c.generation)
+        .at_weight(grant.weight);
     // No name: nowhere to go (3proxy's transparent plugin is not built).
     let dst = dst.ok_or(Res::NOHOST)?;
     if crate::net::Addr::Ip(dst) == svc.listen || Some(dst) == c.local_addr {

@@ -123,6 +123,9 @@ pub fn run(r: Arc<crate::running::Running>, listen: UdpSocket) {
             let _ = a.forward(&buf[..n]);
             continue;
         }
+        // The generation first: a reload between the two reads makes the
+        // association be checked again, never missed.
+        let generation = crate::running::generation();
         let svc = r.current();
         {
             let mut live = svc.live.lock().unwrap_or_else(|e| e.into_inner());
@@ -141,21 +144,21 @@ pub fn run(r: Arc<crate::running::Running>, listen: UdpSocket) {
             *live += 1;
             crate::shutdown::session_started();
         }
-        open(&svc, &listen, &table, from, &buf[..n]);
+        open(&svc, generation, &listen, &table, from, &buf[..n]);
     }
 }
 
-/// Open an association for `from` and send its first datagram.
+/// Open an association for `from` and send its first datagram; `svc` is
+/// the settings of reload `generation` or a later one.
 fn open(
     svc: &Arc<Service>,
+    generation: u64,
     listen: &Arc<UdpSocket>,
     table: &Table,
     from: SocketAddr,
     first: &[u8],
 ) {
     let start = SystemTime::now();
-    // Read before the check, so that a reload during it is checked again.
-    let generation = crate::running::generation();
     let mut rec = Session {
         svc: svc.clone(),
         from,
