@@ -285,7 +285,8 @@ impl Proxy {
             if let Some(status) = self.try_wait() {
                 return Err(status);
             }
-            pending.retain(|l| !is_ready(l));
+            let pid = self.child.id();
+            pending.retain(|l| !is_ready(l, pid));
             if pending.is_empty() {
                 return Ok(());
             }
@@ -435,9 +436,15 @@ impl Drop for Proxy {
     }
 }
 
-fn is_ready(l: &Listen) -> bool {
+fn is_ready(l: &Listen, pid: u32) -> bool {
     match l {
-        Listen::Tcp(addr) => TcpStream::connect_timeout(addr, Duration::from_millis(500)).is_ok(),
+        // Our 3proxy must hold the listening socket: a connection alone
+        // could be accepted by another program's socket on the port (seen
+        // once in CI while 3proxy itself failed with "address in use").
+        Listen::Tcp(addr) => {
+            owns_tcp_listener(pid, addr.port())
+                && TcpStream::connect_timeout(addr, Duration::from_millis(500)).is_ok()
+        }
         Listen::Unix(path) => UnixStream::connect(path).is_ok(),
         Listen::Udp(port) => udp_port_bound(*port),
     }
@@ -449,6 +456,32 @@ fn describe(l: &Listen) -> String {
         Listen::Unix(path) => format!("unix {}", path.display()),
         Listen::Udp(port) => format!("udp port {port}"),
     }
+}
+
+/// Whether process `pid` has a TCP socket listening on `port`: a LISTEN
+/// row of /proc/PID/net/tcp{,6} whose inode is one of its descriptors.
+fn owns_tcp_listener(pid: u32, port: u16) -> bool {
+    let hex = format!(":{port:04X}");
+    let inodes: Vec<String> = ["tcp", "tcp6"]
+        .iter()
+        .filter_map(|t| fs::read_to_string(format!("/proc/{pid}/net/{t}")).ok())
+        .flat_map(|text| {
+            text.lines()
+                .skip(1)
+                .map(|l| l.split_whitespace().map(str::to_string).collect::<Vec<_>>())
+                .filter(|f| f.len() > 9 && f[1].ends_with(&hex) && f[3] == "0A")
+                .map(|f| format!("socket:[{}]", f[9]))
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    if inodes.is_empty() {
+        return false;
+    }
+    fs::read_dir(format!("/proc/{pid}/fd")).is_ok_and(|d| {
+        d.filter_map(|e| e.ok())
+            .filter_map(|e| fs::read_link(e.path()).ok())
+            .any(|t| inodes.iter().any(|i| t.to_string_lossy() == i.as_str()))
+    })
 }
 
 /// Whether some socket is bound to UDP `port` (Linux /proc/net/udp{,6}).
@@ -1108,14 +1141,13 @@ fn civil_dates() {
 
 #[test]
 fn start_waits_out_a_port_taken_for_a_moment() {
-    // Another program holds the test's port (a socket bound without
-    // SO_REUSEADDR, not listening) and lets it go 400 ms later: the
-    // harness starts 3proxy again instead of failing the test.
+    // Another program listens on the test's port (without SO_REUSEPORT,
+    // so 3proxy cannot share it) and lets it go 400 ms later. Its socket
+    // accepts connections, so connecting alone would call 3proxy ready;
+    // the harness checks that 3proxy holds the listener, and starts it
+    // again instead of failing the test.
     let port = free_port();
-    let holder = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
-    holder
-        .bind(&SocketAddr::from(([127, 0, 0, 1], port)).into())
-        .unwrap();
+    let holder = TcpListener::bind(("127.0.0.1", port)).unwrap();
     let release = thread::spawn(move || {
         thread::sleep(Duration::from_millis(400));
         drop(holder);
@@ -1124,6 +1156,6 @@ fn start_waits_out_a_port_taken_for_a_moment() {
     let cfg = format!("tcppm -i127.0.0.1 {port} 127.0.0.1 {}\n", origin.port());
     let mut proxy = Proxy::start(Dir::new("port_busy"), &cfg, &[Listen::Tcp(localhost(port))]);
     release.join().unwrap();
-    echo_roundtrip(&mut connect(localhost(port)), b"after the retry");
     assert!(proxy.is_running(), "3proxy is not running");
+    echo_roundtrip(&mut connect(localhost(port)), b"after the retry");
 }
