@@ -130,7 +130,7 @@ pub fn serve(c: &mut Client) {
     if svc.opts.proxy_header && !super::tcppm::read_proxy_header(c) {
         return;
     }
-    serve_session(c, &[], None);
+    serve_redirected(c, &[], None);
 }
 
 /// `parent ftp 0.0.0.0 0` in another service's ACL: greet the client as
@@ -138,11 +138,8 @@ pub fn serve(c: &mut Client) {
 /// without a host logs in at the destination the first handler chose
 /// (3proxy's parseconnusername with a host known). The ACL is checked
 /// again with the entries that redirect locally skipped.
-pub fn serve_redirected(c: &mut Client, early: &[u8], dest: Option<&parent::Known>) {
-    serve_session(c, early, dest);
-}
-
-fn serve_session(c: &mut Client, early: &[u8], known: Option<&parent::Known>) {
+/// [`serve`] runs it too, with nothing read early and no destination.
+pub fn serve_redirected(c: &mut Client, early: &[u8], known: Option<&parent::Known>) {
     let mut st = State {
         status: 0,
         srv: None,

@@ -204,18 +204,15 @@ pub fn serve(c: &mut Client) {
     if svc.opts.proxy_header && !super::tcppm::read_proxy_header(c) {
         return;
     }
-    serve_login(c, &[], None);
+    serve_redirected(c, &[], None);
 }
 
 /// `parent imap 0.0.0.0 0` in another service's ACL: greet the client as
 /// imapp does (`early`, what it sent before, is read first); a login
 /// without a host goes to the destination the first handler chose. The
 /// ACL is checked again with the entries that redirect locally skipped.
-pub fn serve_redirected(c: &mut Client, early: &[u8], dest: Option<&parent::Known>) {
-    serve_login(c, early, dest);
-}
-
-fn serve_login(c: &mut Client, early: &[u8], known: Option<&parent::Known>) {
+/// [`serve`] runs it too, with nothing read early and no destination.
+pub fn serve_redirected(c: &mut Client, early: &[u8], known: Option<&parent::Known>) {
     let svc = c.svc().clone();
     let mut tag = Vec::new();
     let mut login = None;

@@ -211,7 +211,7 @@ pub fn serve(c: &mut Client) {
     if svc.opts.proxy_header && !super::tcppm::read_proxy_header(c) {
         return;
     }
-    serve_login(c, &[], None);
+    serve_redirected(c, &[], None);
 }
 
 /// `parent pop3 0.0.0.0 0` in another service's ACL: greet the client
@@ -219,11 +219,8 @@ pub fn serve(c: &mut Client) {
 /// without a host logs in at the destination the first handler chose
 /// (3proxy's parseconnusername with a host known). The ACL is checked
 /// again with the entries that redirect locally skipped.
-pub fn serve_redirected(c: &mut Client, early: &[u8], dest: Option<&parent::Known>) {
-    serve_login(c, early, dest);
-}
-
-fn serve_login(c: &mut Client, early: &[u8], known: Option<&parent::Known>) {
+/// [`serve`] runs it too, with nothing read early and no destination.
+pub fn serve_redirected(c: &mut Client, early: &[u8], known: Option<&parent::Known>) {
     let svc = c.svc().clone();
     let mut login = None;
     if let Err(res) = run(c, &mut login, early, known) {
