@@ -273,7 +273,7 @@ fn host_name(sni: &[u8]) -> Option<String> {
 pub fn serve(c: &mut Client) {
     let svc = c.svc().clone();
     if !svc.opts.proxy_header || super::tcppm::read_proxy_header(c) {
-        serve_hello(c, Vec::new(), None);
+        serve_redirected(c, &[], None);
     }
     // `parent TYPE 0.0.0.0 0`: the client goes on to that handler.
     parent::serve_handoffs(c);
@@ -285,18 +285,15 @@ pub fn serve(c: &mut Client) {
 /// relay to the destination the first handler chose, as 3proxy's
 /// tlsprchild does with a host already known. Without one, the SNI is
 /// the destination, as for a tlspr client.
-pub fn serve_redirected(c: &mut Client, early: &[u8], dest: Option<&parent::Known>) {
-    serve_hello(c, early.to_vec(), dest);
-}
-
-fn serve_hello(c: &mut Client, early: Vec<u8>, known: Option<&parent::Known>) {
+/// [`serve`] runs it too, with nothing read early and no destination.
+pub fn serve_redirected(c: &mut Client, early: &[u8], known: Option<&parent::Known>) {
     let svc = c.svc().clone();
     let t = options(&svc.opts).unwrap_or_default();
     let mut st = State {
         lv: -1,
         host: None,
         alpn: None,
-        buf: early,
+        buf: early.to_vec(),
     };
     if let Err(res) = run(c, &t, &mut st, known) {
         c.res = res;
