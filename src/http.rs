@@ -160,6 +160,13 @@ fn parse_request_in<'a>(
     };
     let headers: &[httparse::Header<'a>] = req.headers;
     let conn = ConnTokens::of(headers);
+    if conn.frames || conn.routes {
+        // RFC 9110 section 7.6.1 lets a proxy refuse such a request; the
+        // alternatives (dropping the field while framing the body by it,
+        // or keeping a field the client declared hop-by-hop) both let the
+        // next hop read the body as another request.
+        return Err(HeadError::Framing);
+    }
 
     // Where to: CONNECT authority, absolute URI, or origin-form plus Host.
     let mut path = uri;
@@ -220,6 +227,11 @@ fn parse_request_in<'a>(
         } else if n.eq_ignore_ascii_case("expect") {
             expect_continue = trim(h.value).eq_ignore_ascii_case(b"100-continue");
         } else if n.eq_ignore_ascii_case("proxy-authorization") {
+            if proxy_auth.is_some() {
+                // Two sets of credentials: which one the ACL would see
+                // is a guess, so neither is taken.
+                return Err(HeadError::Syntax);
+            }
             proxy_auth = Some(h.value);
         } else if n.eq_ignore_ascii_case("authorization") {
             let v = trim(h.value);
@@ -280,8 +292,18 @@ fn parse_request_in<'a>(
         // 3.2.2).
         put_host(out, &head.host, head.port);
     }
+    let mut cl_sent = false;
     for h in headers {
         let n = h.name;
+        if n.eq_ignore_ascii_case("content-length") {
+            // Repeats and lists of one value become one field: the next
+            // hop must not have to merge them (RFC 9110 section 8.6).
+            if let (Some(v), false) = (cl, cl_sent) {
+                put_length(out, v);
+                cl_sent = true;
+            }
+            continue;
+        }
         if (absolute && n.eq_ignore_ascii_case("host"))
             || is_hop_by_hop(n, false)
             || (n.eq_ignore_ascii_case("upgrade") && !upgrade)
@@ -360,6 +382,11 @@ fn parse_response_in<'a>(
     };
     let headers: &[httparse::Header<'_>] = resp.headers;
     let conn = ConnTokens::of(headers);
+    if conn.frames {
+        // The client would get the body without the field that frames
+        // it, on a connection that stays open: never relay that.
+        return Err(HeadError::Framing);
+    }
     let mut cl: Option<u64> = None;
     let mut te: Option<&[u8]> = None;
     for h in headers {
@@ -394,12 +421,21 @@ fn parse_response_in<'a>(
     let line = &buf[..line_end];
     out.extend_from_slice(line.strip_suffix(b"\r").unwrap_or(line));
     out.extend_from_slice(b"\r\n");
+    let mut cl_sent = false;
     for h in headers {
         let n = h.name;
+        if n.eq_ignore_ascii_case("content-length") {
+            // With Transfer-Encoding the length is dropped; otherwise
+            // repeats and lists of one value become one field.
+            if let (Some(v), None, false) = (cl, te, cl_sent) {
+                put_length(out, v);
+                cl_sent = true;
+            }
+            continue;
+        }
         if is_hop_by_hop(n, true)
             || (n.eq_ignore_ascii_case("upgrade") && status != 101)
             || conn.names(n)
-            || (te.is_some() && n.eq_ignore_ascii_case("content-length"))
         {
             continue;
         }
@@ -743,6 +779,13 @@ fn put_field(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
     out.extend_from_slice(b"\r\n");
 }
 
+/// `Content-Length: N\r\n`.
+fn put_length(out: &mut Vec<u8>, n: u64) {
+    use std::io::Write;
+    // Writing to a Vec cannot fail.
+    let _ = write!(out, "Content-Length: {n}\r\n");
+}
+
 /// A Content-Length value merged with the ones seen before: a list or
 /// repeats of one number are that number; anything else is an error.
 fn merge_length(prev: Option<u64>, value: &[u8]) -> Result<u64, HeadError> {
@@ -799,6 +842,13 @@ struct ConnTokens<'a> {
     close: bool,
     keep_alive: bool,
     upgrade: bool,
+    /// A `Connection` field names `Content-Length` or `Transfer-Encoding`:
+    /// dropping the named field (as hop-by-hop) would change where the
+    /// message ends for the next hop, so the message is refused.
+    frames: bool,
+    /// A `Connection` field names `Host` or `Expect`, which route the
+    /// request or decide when its body is sent (refused in requests).
+    routes: bool,
     /// The values of the `Connection` fields, to find other named fields.
     lists: [Option<&'a [u8]>; 4],
 }
@@ -809,6 +859,8 @@ impl<'a> ConnTokens<'a> {
             close: false,
             keep_alive: false,
             upgrade: false,
+            frames: false,
+            routes: false,
             lists: [None; 4],
         };
         let mut k = 0;
@@ -822,10 +874,23 @@ impl<'a> ConnTokens<'a> {
                 t.close |= tok.eq_ignore_ascii_case(b"close");
                 t.keep_alive |= tok.eq_ignore_ascii_case(b"keep-alive");
                 t.upgrade |= is_conn && tok.eq_ignore_ascii_case(b"upgrade");
+                if is_conn {
+                    t.frames |= tok.eq_ignore_ascii_case(b"content-length")
+                        || tok.eq_ignore_ascii_case(b"transfer-encoding");
+                    t.routes |=
+                        tok.eq_ignore_ascii_case(b"host") || tok.eq_ignore_ascii_case(b"expect");
+                }
             }
-            if is_conn && k < t.lists.len() {
-                t.lists[k] = Some(h.value);
-                k += 1;
+            if is_conn {
+                if k == t.lists.len() {
+                    // More Connection fields than remembered: a field one
+                    // of them names could slip through, so refuse (no
+                    // client sends that many).
+                    t.frames = true;
+                } else {
+                    t.lists[k] = Some(h.value);
+                    k += 1;
+                }
             }
         }
         t
@@ -872,8 +937,10 @@ pub struct ChunkScanner {
 enum ChunkState {
     /// In the hex size; the value so far and whether a digit was seen.
     Size(u64, bool),
-    /// After the size: blanks or an extension up to CR.
-    Ext(u64),
+    /// The size line after its digits, as RFC 9112 section 7.1.1 writes
+    /// it: `*( BWS ";" BWS name [ BWS "=" BWS value ] )` up to CR. The
+    /// chunk size rides along in each state.
+    Ext(u64, ExtState),
     /// Saw the CR ending the size line.
     SizeLf(u64),
     /// Chunk data left.
@@ -888,6 +955,31 @@ enum ChunkState {
     /// CR of the final blank line seen.
     EndLf,
     Done,
+}
+
+/// Where in a chunk extension the scanner is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ExtState {
+    /// Blanks after the digits or after a value: `;` or CR may follow.
+    Gap,
+    /// After `;`, blanks before a name.
+    BeforeName,
+    /// In a name (a token).
+    Name,
+    /// Blanks after a name: `=`, `;` or CR may follow.
+    AfterName,
+    /// After `=`, blanks before the value.
+    BeforeValue,
+    /// In a token value.
+    Value,
+    /// In a quoted-string value; `Escape` just after a backslash.
+    Quoted,
+    Escape,
+}
+
+/// A `tchar` of RFC 9110 section 5.6.2.
+fn is_tchar(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
 }
 
 /// Longest chunk-size line (with extensions) and trailer section accepted.
@@ -937,9 +1029,9 @@ impl ChunkScanner {
                         Size(v << 4 | u64::from(d), true)
                     }
                     None if !seen => return Err(()),
-                    None => self.after_size(v, b)?,
+                    None => ext_byte(v, ExtState::Gap, b)?,
                 },
-                Ext(v) => self.after_size(v, b)?,
+                Ext(v, e) => ext_byte(v, e, b)?,
                 SizeLf(v) => match b {
                     b'\n' if v == 0 => TrailerStart,
                     b'\n' => Data(v),
@@ -1000,16 +1092,40 @@ impl ChunkScanner {
         }
         Ok(i)
     }
+}
 
-    /// A byte after the chunk size: blanks, an extension, or the CR.
-    fn after_size(&mut self, v: u64, b: u8) -> Result<ChunkState, ()> {
-        match b {
-            b'\r' => Ok(ChunkState::SizeLf(v)),
-            b'\n' => Err(()),
-            b'\t' | b' '..=126 => Ok(ChunkState::Ext(v)),
-            _ => Err(()),
+/// The state after byte `b` of a size line past its digits (chunk size
+/// `v`, extension state `e`). Anything the grammar does not allow is an
+/// error: a parser that reads `0x17` or `5garbage` differently from us
+/// must never get to see such a line (strtol-like parsers stop at the
+/// first non-digit and take the rest for data).
+fn ext_byte(v: u64, e: ExtState, b: u8) -> Result<ChunkState, ()> {
+    let blank = b == b' ' || b == b'\t';
+    let next = match (e, b) {
+        // CR ends the line where a name, a value or blanks end. Blanks
+        // right before CR are not in the grammar, but every parser reads
+        // them the same way, and some senders write them.
+        (ExtState::Gap | ExtState::Name | ExtState::AfterName | ExtState::Value, b'\r') => {
+            return Ok(ChunkState::SizeLf(v))
         }
-    }
+        (ExtState::Gap | ExtState::Name | ExtState::AfterName | ExtState::Value, b';') => {
+            ExtState::BeforeName
+        }
+        (ExtState::Gap | ExtState::Value, _) if blank => ExtState::Gap,
+        (ExtState::BeforeName, _) if blank => ExtState::BeforeName,
+        (ExtState::BeforeName | ExtState::Name, _) if is_tchar(b) => ExtState::Name,
+        (ExtState::Name | ExtState::AfterName, _) if blank => ExtState::AfterName,
+        (ExtState::Name | ExtState::AfterName, b'=') => ExtState::BeforeValue,
+        (ExtState::BeforeValue, _) if blank => ExtState::BeforeValue,
+        (ExtState::BeforeValue, b'"') => ExtState::Quoted,
+        (ExtState::BeforeValue | ExtState::Value, _) if is_tchar(b) => ExtState::Value,
+        (ExtState::Quoted, b'"') => ExtState::Gap,
+        (ExtState::Quoted, b'\\') => ExtState::Escape,
+        // qdtext, and what quoted-pair may escape: no controls but HTAB.
+        (ExtState::Quoted | ExtState::Escape, b'\t' | b' '..=126 | 128..=255) => ExtState::Quoted,
+        _ => return Err(()),
+    };
+    Ok(ChunkState::Ext(v, next))
 }
 
 fn hex(b: u8) -> Option<u8> {
@@ -1574,5 +1690,147 @@ mod tests {
         }
         let long_ext = format!("1;{}\r\n", "a".repeat(MAX_CHUNK_LINE));
         assert_eq!(scan(long_ext.as_bytes(), 64), None);
+    }
+
+    /// Size lines that strtol-like parsers read another way, or that the
+    /// grammar of RFC 9112 section 7.1 does not allow.
+    #[test]
+    fn chunk_size_lines_follow_the_grammar() {
+        let bad: [&[u8]; 17] = [
+            b"0x17",
+            b"5garbage",
+            b"5 garbage",
+            b"+5",
+            b" 5",
+            b"5;",
+            b"5;=x",
+            b"5;a=",
+            b"5;a=\"x",
+            b"5;a\x01",
+            b"5\r",
+            b"5;a b",
+            b"5;a=b c",
+            b"5;a=\"x\"y",
+            b"5;a=\"\x01\"",
+            b"5;a=\"x\"\x7f",
+            b"5,a",
+        ];
+        for line in bad {
+            for step in [1, 100] {
+                let mut body = line.to_vec();
+                body.extend_from_slice(b"\r\nhello\r\n0\r\n\r\n");
+                assert_eq!(
+                    scan(&body, step),
+                    None,
+                    "{:?}",
+                    String::from_utf8_lossy(line)
+                );
+            }
+        }
+        let good: [&[u8]; 11] = [
+            b"5",
+            b"5;name",
+            b"5;name=val",
+            b"5 ; name = \"q\\\"uoted\"",
+            b"5\t;x",
+            b"0005",
+            b"5 ",
+            b"5;a;b=c;d=\"e;f\"",
+            b"5;a=\"\xe9\"",
+            b"5;a=b ",
+            b"5;!#$%&'*+-.^_`|~=x",
+        ];
+        for line in good {
+            for step in [1, 3, 100] {
+                let mut body = line.to_vec();
+                body.extend_from_slice(b"\r\nhello\r\n0\r\n\r\n");
+                assert_eq!(
+                    scan(&body, step),
+                    Some(body.len()),
+                    "{:?}",
+                    String::from_utf8_lossy(line)
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn connection_may_not_name_framing_or_routing_fields() {
+        for name in [
+            "content-length",
+            "Content-Length",
+            "TRANSFER-ENCODING",
+            "host",
+            "Expect",
+        ] {
+            for conn in [
+                format!("Connection: {name}\r\n"),
+                format!("Connection: close, {name} \r\n"),
+                format!("Connection: keep-alive\r\nConnection: {name}\r\n"),
+            ] {
+                let t = format!("POST http://h/ HTTP/1.1\r\n{conn}Content-Length: 1\r\n\r\n");
+                assert_eq!(err(&t), HeadError::Framing, "{t}");
+                let t = format!("GET / HTTP/1.1\r\nHost: h\r\n{conn}\r\n");
+                assert_eq!(err(&t), HeadError::Framing, "{t}");
+            }
+        }
+        // Already hop-by-hop, or not about framing: forwarded without them.
+        let out = fwd("GET http://h/ HTTP/1.1\r\nConnection: te, trailer, x-a\r\nTE: trailers\r\nX-A: 1\r\nX-B: 2\r\n\r\n");
+        assert_eq!(
+            out,
+            "GET / HTTP/1.1\r\nHost: h\r\nX-B: 2\r\nForwarded: for=x\r\n\r\n"
+        );
+        // Proxy-Connection names nothing.
+        let out = fwd("POST http://h/ HTTP/1.1\r\nProxy-Connection: content-length\r\nContent-Length: 1\r\n\r\n");
+        assert_eq!(
+            out,
+            "POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 1\r\nForwarded: for=x\r\n\r\n"
+        );
+        // More Connection fields than are remembered.
+        let many = "Connection: x\r\n".repeat(5);
+        assert_eq!(
+            err(&format!("GET http://h/ HTTP/1.1\r\n{many}\r\n")),
+            HeadError::Framing
+        );
+
+        let mut o = Vec::new();
+        for t in [
+            "HTTP/1.1 200 OK\r\nConnection: content-length\r\nContent-Length: 5\r\n\r\n",
+            "HTTP/1.1 200 OK\r\nConnection: close, Transfer-Encoding\r\nTransfer-Encoding: chunked\r\n\r\n",
+            "HTTP/1.1 304 OK\r\nConnection: CONTENT-LENGTH\r\n\r\n",
+        ] {
+            assert_eq!(parse_response(t.as_bytes(), false, &mut o), Err(HeadError::Framing), "{t}");
+        }
+        let (_, out) = resp(
+            "HTTP/1.1 200 OK\r\nConnection: x-a\r\nX-A: 1\r\nContent-Length: 0\r\n\r\n",
+            false,
+        );
+        assert_eq!(out, "HTTP/1.1 200 OK\r\nContent-Length: 0\r\n");
+    }
+
+    #[test]
+    fn one_content_length_is_forwarded() {
+        for fields in [
+            "Content-Length: 5, 5\r\n",
+            "Content-Length: 5\r\nX: y\r\ncontent-length: 5\r\n",
+        ] {
+            let out = fwd(&format!("POST http://h/ HTTP/1.1\r\n{fields}\r\n"));
+            assert_eq!(out.matches("Content-Length").count(), 1, "{out}");
+            assert!(out.contains("Content-Length: 5\r\n"), "{out}");
+            let (h, out) = resp(&format!("HTTP/1.1 200 OK\r\n{fields}\r\n"), false);
+            assert_eq!(h.framing, Framing::Length(5));
+            assert_eq!(out.matches("Content-Length").count(), 1, "{out}");
+            assert!(out.contains("Content-Length: 5\r\n"), "{out}");
+        }
+        assert_eq!(
+            err("POST http://h/ HTTP/1.1\r\nContent-Length: 5, 6\r\n\r\n"),
+            HeadError::Framing
+        );
+    }
+
+    #[test]
+    fn two_proxy_authorizations_are_refused() {
+        let t = "GET http://h/ HTTP/1.1\r\nProxy-Authorization: Basic dTpw\r\nProxy-Authorization: Basic dTpw\r\n\r\n";
+        assert_eq!(err(t), HeadError::Syntax);
     }
 }

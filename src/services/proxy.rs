@@ -61,6 +61,9 @@ const SMALL_REQUEST: usize = 1024;
 /// How long to wait for an origin's `100 Continue` before sending the body
 /// anyway (an origin may ignore `Expect`, RFC 9110 section 10.1.1).
 const CONTINUE_WAIT: Duration = Duration::from_secs(1);
+/// Most interim (1xx) responses relayed for one request; one more is
+/// answered 502. Real origins send one or two (100, 102, 103).
+const MAX_INTERIM: u32 = 16;
 
 /// The client thread's work for one proxy client.
 pub fn serve(c: &mut Client) {
@@ -336,19 +339,26 @@ impl Session {
 
     /// Read a request head. Ok(None): the client closed (or went quiet)
     /// between requests.
+    ///
+    /// The head has deadlines, not idle times (a client that sends a byte
+    /// now and then must not hold its thread and its `maxconn` slot for
+    /// ever): the request line must be in within `cli_want` (STRING_LONG
+    /// for a connection's first request, STRING_SHORT between requests),
+    /// and the rest of the head within STRING_SHORT after the line. Past
+    /// a deadline a client that sent part of a head is answered 408.
     fn read_request(&mut self, c: &mut Client, cb: &mut HeadBuf<'_>) -> Result<Option<Req>, Fail> {
+        let window = self.cli_want;
+        let mut clock = HeadClock {
+            line_by: Instant::now() + window,
+            rest: self.svc.timeouts.get(Timeouts::STRING_SHORT),
+            rest_by: None,
+            window,
+            rto: self.cli_rto,
+        };
         loop {
-            let want = self.cli_want;
-            let unset = self.cli_rto != Some(want);
-            let rto = &mut self.cli_rto;
-            let cli = &c.cli;
-            let mut arm = || {
-                set_read_timeout(cli, want)?;
-                *rto = Some(want);
-                Ok(())
-            };
-            let lazy: Option<&mut dyn FnMut() -> io::Result<()>> = unset.then_some(&mut arm);
-            let end = match read_head(&c.cli, cb, lazy) {
+            let read = read_head(&c.cli, cb, Some(&mut clock));
+            self.cli_rto = clock.rto;
+            let end = match read {
                 Ok(end) => end,
                 Err(HeadRead::Closed { partial: false })
                 | Err(HeadRead::Timeout { partial: false }) => return Ok(None),
@@ -361,7 +371,7 @@ impl Session {
                 Err(HeadRead::Timeout { partial: true }) => {
                     c.logged = false;
                     set_text_from_raw(c, cb.data());
-                    return Err(Fail::silent(Res::IDLE));
+                    return Err(Fail::answer(Res::IDLE, 408));
                 }
                 Err(_) => {
                     c.logged = false;
@@ -893,6 +903,7 @@ impl Session {
         let mut small = [0u8; SMALL];
         let mut sb = HeadBuf::new(&mut small);
         let mut early = None;
+        let mut interim = 0;
         let (reused, head_len) = loop {
             let reused = std::mem::replace(&mut o.used, true);
             let head = self.head_for(&o, req.port);
@@ -915,7 +926,14 @@ impl Session {
             if h.is_interim() {
                 set_write_timeout(&c.cli, &mut self.cli_wto, self.long)
                     .map_err(|e| Fail::silent(send_res(&e)))?;
-                send_interim(&mut self.resp_out, c, &mut sb, &h, req.version)?;
+                send_interim(
+                    &mut self.resp_out,
+                    c,
+                    &mut sb,
+                    &h,
+                    req.version,
+                    &mut interim,
+                )?;
             } else {
                 early = Some(h);
             }
@@ -944,6 +962,11 @@ impl Session {
                         self.shaped.1 += n;
                     }
                 }
+                // The server has the head already: close, without an
+                // answer the client could take for the server's.
+                Err((Side::Client, e)) if is_bad_chunk(&e) => {
+                    return Err(Fail::silent(Res::HTTP_CHUNK_CLIENT))
+                }
                 Err((Side::Client, e)) => return Err(Fail::silent(cli_res(&e))),
                 Err((Side::Server, e)) => return Err(Fail::answer(srv_res(&e), 502)),
             }
@@ -957,7 +980,14 @@ impl Session {
                     Ok(h) if h.is_interim() => {
                         set_write_timeout(&c.cli, &mut self.cli_wto, self.long)
                             .map_err(|e| Fail::silent(send_res(&e)))?;
-                        send_interim(&mut self.resp_out, c, &mut sb, &h, req.version)?
+                        send_interim(
+                            &mut self.resp_out,
+                            c,
+                            &mut sb,
+                            &h,
+                            req.version,
+                            &mut interim,
+                        )?
                     }
                     Ok(h) => break h,
                     Err(e) if may_retry && e.nothing_read() => {
@@ -1096,6 +1126,9 @@ impl Session {
                     }
                 }
                 Err((Side::Client, e)) => return Err(Fail::silent(send_res(&e))),
+                Err((Side::Server, e)) if is_bad_chunk(&e) => {
+                    return Err(Fail::silent(Res::HTTP_CHUNK_SERVER))
+                }
                 Err((Side::Server, e)) => return Err(Fail::silent(srv_res(&e))),
             }
         }
@@ -1243,7 +1276,14 @@ fn send_interim(
     sb: &mut HeadBuf<'_>,
     h: &ResponseHead,
     version: u8,
+    count: &mut u32,
 ) -> Result<(), Fail> {
+    *count += 1;
+    if *count > MAX_INTERIM {
+        // An origin that never gets to its final answer would hold the
+        // client (and this thread) for as long as it likes.
+        return Err(Fail::answer(Res::HTTP_BAD_REPLY, 502));
+    }
     sb.consume(h.len);
     if version == 0 {
         // HTTP/1.0 clients do not expect interim answers.
@@ -1305,6 +1345,10 @@ fn send_error(cli: &Stream, status: u16, res: Res) -> usize {
             "The proxy cannot serve this request now (a limit, or a loop).",
         ),
         504 => ("Gateway Timeout", "The server did not answer in time."),
+        408 => (
+            "Request Timeout",
+            "The request head did not arrive in time.",
+        ),
         _ => (
             "Bad Gateway",
             "The proxy could not reach the server, or the server's answer was broken.",
@@ -1566,16 +1610,85 @@ enum HeadRead {
     TooBig,
 }
 
+/// The deadlines of a request head being read from a client (see
+/// `Session::read_request`), and the client socket's read timeout.
+struct HeadClock {
+    /// When the request line must be complete.
+    line_by: Instant,
+    /// How long the rest of the head may take after the request line.
+    rest: Duration,
+    /// When the whole head must be complete (once the line is in).
+    rest_by: Option<Instant>,
+    /// The request line's time: the socket's read timeout while no byte
+    /// of a head has come, set once and kept between requests.
+    window: Duration,
+    /// The socket's read timeout as set (None: not yet).
+    rto: Option<Duration>,
+}
+
+impl HeadClock {
+    /// Before a read of `data`'s next bytes: the flags for it, after the
+    /// socket's timeout was fitted to the deadline. Timeout when the
+    /// deadline has passed.
+    fn before_read(&mut self, s: &Stream, data: &[u8]) -> Result<MsgFlags, HeadRead> {
+        if data.is_empty() {
+            // Nothing of a head yet: a blocking read with the full window
+            // (the fast path of a kept-alive client: no system call but
+            // the read), or a first read that does not wait when the
+            // timeout is not set yet (see `arm`).
+            return Ok(if self.rto == Some(self.window) {
+                MsgFlags::empty()
+            } else {
+                MsgFlags::MSG_DONTWAIT
+            });
+        }
+        let now = Instant::now();
+        if self.rest_by.is_none() && data.contains(&b'\n') {
+            self.rest_by = Some(now + self.rest);
+        }
+        let left = self
+            .rest_by
+            .unwrap_or(self.line_by)
+            .saturating_duration_since(now);
+        if left.is_zero() {
+            return Err(HeadRead::Timeout { partial: true });
+        }
+        // A slow head: its socket waits no longer than the deadline. (The
+        // next head's first wait sets the window again.)
+        set_read_timeout(s, left).map_err(|_| HeadRead::Io { partial: true })?;
+        self.rto = Some(left);
+        Ok(MsgFlags::empty())
+    }
+
+    /// A read that was not to wait would have: set the window and wait.
+    fn arm(&mut self, s: &Stream) -> Result<(), HeadRead> {
+        set_read_timeout(s, self.window).map_err(|_| HeadRead::Io { partial: false })?;
+        self.rto = Some(self.window);
+        Ok(())
+    }
+
+    /// A read timed out: the deadline has passed, unless the socket's
+    /// timeout ended earlier than it (then read on).
+    fn expired(&self, partial: bool) -> bool {
+        !partial
+            || self
+                .rest_by
+                .unwrap_or(self.line_by)
+                .saturating_duration_since(Instant::now())
+                .is_zero()
+    }
+}
+
 /// Read until `buf` holds a whole head (up to an empty line); its length.
 /// Bytes already in `buf` (pipelined) are looked at first, so a read
 /// happens only when the head is not there yet.
 ///
-/// With `arm`, the socket has no read timeout yet: the first read does not
-/// wait, and only if it would have to does `arm` set the timeout first.
+/// With a `clock` (a client's request head), reads keep its deadlines;
+/// without, each read waits for the socket's own timeout (a response).
 fn read_head(
     s: &Stream,
     buf: &mut HeadBuf<'_>,
-    mut arm: Option<&mut dyn FnMut() -> io::Result<()>>,
+    mut clock: Option<&mut HeadClock>,
 ) -> Result<usize, HeadRead> {
     loop {
         if let Some(end) = http::find_head_end(buf.data(), buf.scanned) {
@@ -1587,21 +1700,27 @@ fn read_head(
             return Err(HeadRead::TooBig);
         }
         let partial = buf.end > buf.start;
-        let flags = if arm.is_some() {
-            MsgFlags::MSG_DONTWAIT
-        } else {
-            MsgFlags::empty()
+        let flags = match clock.as_deref_mut() {
+            Some(k) => k.before_read(s, buf.data())?,
+            None => MsgFlags::empty(),
         };
         match buf.read_from(s, flags) {
             Ok(0) => return Err(HeadRead::Closed { partial }),
             Ok(_) => {}
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock && arm.is_some() => {
-                if let Some(set) = arm.take() {
-                    set().map_err(|_| HeadRead::Io { partial })?;
+            Err(e)
+                if e.kind() == io::ErrorKind::WouldBlock
+                    && flags.contains(MsgFlags::MSG_DONTWAIT) =>
+            {
+                if let Some(k) = clock.as_deref_mut() {
+                    k.arm(s)?;
                 }
             }
-            Err(e) if crate::net::is_timeout(&e) => return Err(HeadRead::Timeout { partial }),
+            Err(e) if crate::net::is_timeout(&e) => {
+                if clock.as_deref().is_none_or(|k| k.expired(partial)) {
+                    return Err(HeadRead::Timeout { partial });
+                }
+            }
             Err(_) => return Err(HeadRead::Io { partial }),
         }
     }
@@ -1941,9 +2060,7 @@ fn copy_chunked(
         if got == 0 {
             return Err((from, io::ErrorKind::UnexpectedEof.into()));
         }
-        let k = sc
-            .feed(&b[..got])
-            .map_err(|()| (from, io::ErrorKind::InvalidData.into()))?;
+        let k = sc.feed(&b[..got]).map_err(|()| (from, bad_chunk()))?;
         write_all_v(dst, &b[..k], &[]).map_err(|e| (other(from), e))?;
         total += k as u64;
         if k < got {
@@ -2029,6 +2146,16 @@ fn set_write_timeout(s: &Stream, done: &mut bool, t: Duration) -> io::Result<()>
         *done = true;
     }
     Ok(())
+}
+
+/// The error `copy_chunked` reports for a body that is not valid chunked
+/// coding (no socket error has this kind).
+fn bad_chunk() -> io::Error {
+    io::ErrorKind::InvalidData.into()
+}
+
+fn is_bad_chunk(e: &io::Error) -> bool {
+    e.kind() == io::ErrorKind::InvalidData
 }
 
 fn cli_res(e: &io::Error) -> Res {
