@@ -13,7 +13,9 @@
 //! cannot grant access hands over to the next, one whose authentication
 //! succeeded decides for good, and a code of 10 or more stops the chain.
 //! After a grant, the limits (connlim, traffic quotas) are checked and the
-//! bandwidth limiters chosen (`limit`).
+//! bandwidth limiters chosen (`limit`). [`refuses_credentials`] tells,
+//! before a request is known, whether the chain refuses a client on its
+//! user name and password alone (SOCKS5's RFC 1929 exchange).
 //!
 //! Invariant: nothing here does IO; a request costs a hash lookup per
 //! `users`/cache access and O(log n) per big ACL list.
@@ -238,6 +240,72 @@ pub fn authorize_at(svc: &Service, req: &Request<'_>, weight: u32) -> Result<Gra
         weight,
     };
     admit(&svc.access, req, &at, true)
+}
+
+/// Whether the service's `auth` chain refuses a client on its user name
+/// and password alone, before the client has said what it wants (the
+/// SOCKS5 username/password sub-negotiation). `req` carries the client,
+/// local address and credentials; its destination is not looked at.
+///
+/// Some(code) only when [`authorize`] would refuse every request this
+/// client could make next with these credentials, with that same code:
+/// the password check of `strong` fails (an empty `users` table aside),
+/// and every type of the chain fails whatever the destination is, which
+/// holds for `strong` itself and for a `cache`/`cacheacl` whose
+/// `authcache` type keys only on what is known now (user, password,
+/// client address, ACL, listening address) and that misses now. Any
+/// other type (`none`, `iponly`, `useronly`, `dnsname`: the ACL may admit
+/// the client without its password), a cache keyed on the destination or
+/// operation, or a cache hit gives None: the request decides, as before.
+/// The code is the highest of the chain (5 unknown user, 6-8 wrong
+/// password), or one of 10 or more that stops it.
+pub fn refuses_credentials(svc: &Service, req: &Request<'_>) -> Option<Res> {
+    refuses_credentials_at(&svc.access, req, listen_addr(svc), SystemTime::now())
+}
+
+fn refuses_credentials_at(
+    p: &Policy,
+    req: &Request<'_>,
+    srv: Option<SocketAddr>,
+    now: SystemTime,
+) -> Option<Res> {
+    if !p.auth.contains(&AuthType::Strong) {
+        return None;
+    }
+    let bad = {
+        let users = p.users.read().unwrap_or_else(|e| e.into_inner());
+        if users.is_empty() {
+            return None;
+        }
+        users.check(req.user, req.password).err()?
+    };
+    let cq = CacheQuery {
+        user: req.user,
+        password: req.password,
+        client: req.client.map(|a| a.ip()),
+        acl: if p.acl.is_empty() { 0 } else { p.id },
+        srv,
+        now: now
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs()),
+        ..CacheQuery::default()
+    };
+    let later = CacheConf::DSTADDR | CacheConf::DSTPORT | CacheConf::DSTHOST | CacheConf::DSTOPER;
+    let mut worst = Res::OK;
+    for t in &p.auth {
+        let e = match t {
+            AuthType::Strong => bad,
+            AuthType::Cache | AuthType::CacheAcl if p.cache.kind & later == 0 => {
+                AuthCache::global().lookup(&p.cache, &cq).err()?
+            }
+            _ => return None,
+        };
+        worst = worst.max(e);
+        if worst.0 >= 10 {
+            break;
+        }
+    }
+    Some(worst)
 }
 
 /// The service's listening address, for the `srvaddr`/`srvport` keys.
@@ -851,6 +919,114 @@ mod tests {
         assert_eq!(run(&p, &req(src, Some("fay"), Some("pw"))), Ok(()));
         let g = authorize_policy(&p, &req(src, None, None), SystemTime::now()).unwrap();
         assert!(g.parents.is_empty());
+    }
+
+    /// `refuses_credentials` for `user`/`pass` from `src`, each answer
+    /// checked against `authorize` on a few destinations: a refusal must
+    /// be the code every request gets.
+    fn early(p: &Policy, src: &str, user: &str, pass: &str) -> Option<u32> {
+        let r = req(src, Some(user), Some(pass));
+        let known = Request {
+            op: None,
+            addr: None,
+            port: 0,
+            ..r.clone()
+        };
+        let got = refuses_credentials_at(p, &known, None, SystemTime::now()).map(|e| e.0);
+        if let Some(code) = got {
+            for (op, port) in [(Op::Connect, 80), (Op::Bind, 0), (Op::UdpAssoc, 53)] {
+                let r = Request {
+                    op: Some(op),
+                    port,
+                    ..r.clone()
+                };
+                assert_eq!(run(p, &r), Err(code), "{op:?} {port}");
+            }
+        }
+        got
+    }
+
+    #[test]
+    fn strong_alone_refuses_bad_credentials_early() {
+        let acl = vec![entry(Action::Allow, "alice")];
+        let p = policy(
+            &[Strong],
+            acl,
+            "alice:pw c:CR:$1$saltsalt$qjXMvbEw8oaL.CzflDtaK/",
+        );
+        let src = "10.0.0.1";
+        assert_eq!(early(&p, src, "alice", "no"), Some(6));
+        assert_eq!(early(&p, src, "c", "no"), Some(7));
+        assert_eq!(early(&p, src, "eve", "pw"), Some(5));
+        assert_eq!(early(&p, src, "", ""), Some(5));
+        // A right password waits for the request (and its ACL check),
+        // even when the ACL will refuse it.
+        assert_eq!(early(&p, src, "alice", "pw"), None);
+        assert_eq!(early(&p, src, "c", "password"), None);
+        // `strong` twice is still decided by the password.
+        let p = policy(&[Strong, Strong], vec![], "alice:pw");
+        assert_eq!(early(&p, src, "alice", "no"), Some(6));
+    }
+
+    #[test]
+    fn a_type_that_may_admit_without_the_password_waits() {
+        let acl = vec![
+            entry(Action::Allow, "* 127.0.0.0/8"),
+            entry(Action::Allow, "alice"),
+        ];
+        for chain in [
+            &[IpOnly, Strong][..],
+            &[Strong, IpOnly],
+            &[UserOnly, Strong],
+            &[Strong, AuthType::None],
+            &[AuthType::DnsName, Strong],
+            &[IpOnly],
+            &[AuthType::None],
+        ] {
+            let p = policy(chain, acl.clone(), "alice:pw");
+            assert_eq!(early(&p, "10.0.0.1", "alice", "no"), None, "{chain:?}");
+            assert_eq!(early(&p, "10.0.0.1", "eve", "no"), None, "{chain:?}");
+        }
+        // `auth strong` without a `users` table: as before, at the request.
+        let p = policy(&[Strong], vec![], "");
+        assert_eq!(early(&p, "10.0.0.1", "alice", "no"), None);
+    }
+
+    #[test]
+    fn a_cache_refuses_early_only_when_it_misses_on_what_is_known() {
+        let src = "192.0.2.90";
+        // `authcache user,password` (the default): a miss, then strong.
+        let mut p = policy(&[AuthType::Cache, Strong], vec![], "hal:pw");
+        p.cache = cached(CacheConf::USER | CacheConf::PASS);
+        assert_eq!(early(&p, src, "hal", "no"), Some(6));
+        assert_eq!(early(&p, src, "nohal", "pw"), Some(5));
+        // `authcache ip`: once hal gave his password from this address,
+        // the address stands for him, whatever password comes next.
+        let mut p = policy(&[AuthType::Cache, Strong], vec![], "hal:pw");
+        p.cache = cached(CacheConf::IP);
+        assert_eq!(early(&p, src, "hal", "no"), Some(6));
+        assert_eq!(run(&p, &req(src, Some("hal"), Some("pw"))), Ok(()));
+        assert_eq!(early(&p, src, "hal", "no"), None);
+        assert_eq!(run(&p, &req(src, Some("hal"), Some("no"))), Ok(()));
+        assert_eq!(early(&p, "192.0.2.91", "hal", "no"), Some(6));
+        // A key with the destination or the operation cannot be looked
+        // up before the request.
+        for bit in [
+            CacheConf::DSTADDR,
+            CacheConf::DSTPORT,
+            CacheConf::DSTHOST,
+            CacheConf::DSTOPER,
+        ] {
+            let mut p = policy(&[AuthType::CacheAcl, Strong], vec![], "hal:pw");
+            p.cache = cached(CacheConf::IP | bit);
+            assert_eq!(early(&p, "192.0.2.92", "hal", "no"), None, "{bit:#x}");
+        }
+        // `ip,user,limit`: hal's entry is pinned to his address; from
+        // another one the cache says 10, which ends the chain.
+        let mut p = policy(&[AuthType::Cache, Strong], vec![], "hal:pw");
+        p.cache = cached(CacheConf::IP | CacheConf::USER | CacheConf::LIMIT);
+        assert_eq!(run(&p, &req("192.0.2.93", Some("hal"), Some("pw"))), Ok(()));
+        assert_eq!(early(&p, "192.0.2.94", "hal", "no"), Some(10));
     }
 
     #[test]

@@ -159,6 +159,11 @@ impl Users {
         self.map.get(name)
     }
 
+    /// No `users` line gave an entry.
+    pub fn is_empty(&self) -> bool {
+        self.map.is_empty()
+    }
+
     #[cfg(test)]
     pub fn len(&self) -> usize {
         self.map.len()

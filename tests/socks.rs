@@ -197,27 +197,162 @@ fn curl_socks5_strong_auth_accepts_the_right_password() {
     );
 }
 
-#[test]
-fn socks5_strong_auth_refuses_a_wrong_password_with_rep_2() {
-    let origin = http_origin("127.0.0.1:0");
-    let (_proxy, port, log) = start("s5_strong_bad", STRONG, "");
+/// Greets with "username/password" only and sends `user`/`pass`.
+fn v5_login(port: u16, user: &str, pass: &str) -> TcpStream {
     let mut s = connect(localhost(port));
     s.write_all(&[5, 1, 2]).unwrap();
     expect_bytes(&mut s, &[5, 2]);
-    s.write_all(&[1, 5]).unwrap();
-    s.write_all(b"alice\x03bad").unwrap();
+    let mut b = vec![1, user.len() as u8];
+    b.extend_from_slice(user.as_bytes());
+    b.push(pass.len() as u8);
+    b.extend_from_slice(pass.as_bytes());
+    s.write_all(&b).unwrap();
+    s
+}
+
+/// Logs in, CONNECTs to the echo `origin` and sees `ping` come back.
+fn v5_login_and_echo(port: u16, user: &str, pass: &str, origin: &Origin) {
+    let mut s = v5_login(port, user, pass);
     expect_bytes(&mut s, &[1, 0]);
     s.write_all(&v5_connect_v4(localhost(origin.port())))
         .unwrap();
-    assert_closed_after(&mut s, &[5, 2, 0, 1, 0, 0, 0, 0, 0, 0]);
-    read_log_line(&log, "with code 6", |l| l.starts_with("SOCK5 00006 alice"));
-    // No credentials at all: 4, "not allowed".
+    let mut r = [0u8; 10];
+    s.read_exact(&mut r).unwrap();
+    assert_eq!(r[..4], [5, 0, 0, 1], "granted: {r:?}");
+    s.write_all(b"ping").unwrap();
+    expect_bytes(&mut s, b"ping");
+}
+
+#[test]
+fn socks5_strong_auth_refuses_a_wrong_password_in_the_subnegotiation() {
+    // `auth strong` decides on the password alone: RFC 1929's failure
+    // status, then the close, before any request; the record has the code
+    // the request would have had (6 wrong password, 5 unknown user).
+    let origin = Origin::echo();
+    let (_proxy, port, log) = start("s5_strong_bad", STRONG, "");
+    let mut s = v5_login(port, "alice", "bad");
+    assert_closed_after(&mut s, &[1, 1]);
+    expect_log_line(&log, "SOCK5 00006 alice ");
+    let mut s = v5_login(port, "mallory", "wonderland");
+    assert_closed_after(&mut s, &[1, 1]);
+    expect_log_line(&log, "SOCK5 00005 mallory ");
+    assert_eq!(origin.peers(), vec![], "the origin was never reached");
+    // The right password: success, and the request goes on as before.
+    v5_login_and_echo(port, "alice", "wonderland", &origin);
+    assert_eq!(origin.peers().len(), 1);
+    // No credentials at all: 4, "not allowed", at the request.
     let mut s = connect(localhost(port));
     s.write_all(&[5, 1, 0]).unwrap();
     expect_bytes(&mut s, &[5, 0]);
     s.write_all(&v5_connect_v4(localhost(origin.port())))
         .unwrap();
     assert_closed_after(&mut s, &[5, 2, 0, 1, 0, 0, 0, 0, 0, 0]);
+    read_log_line(&log, "with code 4", |l| l.starts_with("SOCK5 00004 -"));
+}
+
+#[test]
+fn socks5_strong_auth_a_refused_user_with_the_right_password_gets_rep_2() {
+    // The ACL is checked with the request, as before: the sub-negotiation
+    // says success for the right password even though the ACL denies.
+    let origin = Origin::echo();
+    let pre = format!("{STRONG}deny alice\nallow *\n");
+    let (_proxy, port, log) = start("s5_strong_deny", &pre, "");
+    let mut s = v5_login(port, "alice", "wonderland");
+    expect_bytes(&mut s, &[1, 0]);
+    s.write_all(&v5_connect_v4(localhost(origin.port())))
+        .unwrap();
+    assert_closed_after(&mut s, &[5, 2, 0, 1, 0, 0, 0, 0, 0, 0]);
+    expect_log_line(
+        &log,
+        &format!("SOCK5 00001 alice CONNECT 127.0.0.1:{}", origin.port()),
+    );
+}
+
+#[test]
+fn socks5_iponly_strong_checks_a_wrong_password_with_the_request() {
+    // `auth iponly strong`: the ACL may let the client in by its address
+    // whatever its password, so the sub-negotiation always says success.
+    let origin = Origin::echo();
+    let pre = "users alice:CL:wonderland\nauth iponly strong\nallow * 127.0.0.1\n";
+    let (_proxy, port, log) = start("s5_iponly_strong", pre, "");
+    v5_login_and_echo(port, "alice", "bad", &origin);
+    expect_log_line(
+        &log,
+        &format!("SOCK5 00000 alice CONNECT 127.0.0.1:{}", origin.port()),
+    );
+    // From an address the ACL does not name, the password decides, at the
+    // request: REP 2 and code 6, as before.
+    let pre = "users alice:CL:wonderland\nauth iponly strong\nallow * 10.0.0.0/8\nallow alice\n";
+    let (_proxy2, port2, log2) = start("s5_iponly_strong2", pre, "");
+    let mut s = v5_login(port2, "alice", "bad");
+    expect_bytes(&mut s, &[1, 0]);
+    s.write_all(&v5_connect_v4(localhost(origin.port())))
+        .unwrap();
+    assert_closed_after(&mut s, &[5, 2, 0, 1, 0, 0, 0, 0, 0, 0]);
+    expect_log_line(
+        &log2,
+        &format!("SOCK5 00006 alice CONNECT 127.0.0.1:{}", origin.port()),
+    );
+    v5_login_and_echo(port2, "alice", "wonderland", &origin);
+    assert_eq!(origin.peers().len(), 2);
+}
+
+#[test]
+fn socks5_cache_strong_refuses_early_only_on_a_cache_miss() {
+    // `auth cache strong`, `authcache ip`: before alice has logged in from
+    // this address a wrong password is refused in the sub-negotiation;
+    // after, the address stands for her and any password goes on to the
+    // request, as before.
+    let origin = Origin::echo();
+    let pre = "users alice:CL:wonderland\nauthcache ip 60\nauth cache strong\n";
+    let (_proxy, port, log) = start("s5_cache_strong", pre, "");
+    let mut s = v5_login(port, "alice", "bad");
+    assert_closed_after(&mut s, &[1, 1]);
+    expect_log_line(&log, "SOCK5 00006 alice ");
+    assert_eq!(origin.peers(), vec![]);
+    v5_login_and_echo(port, "alice", "wonderland", &origin);
+    v5_login_and_echo(port, "alice", "bad", &origin);
+    assert_eq!(origin.peers().len(), 2);
+    // Keyed on the destination port, the cache cannot be asked before the
+    // request: the wrong password is refused there (REP 2, code 6).
+    let pre = "users alice:CL:wonderland\nauthcache ip,dstport 60\nauth cache strong\n";
+    let (_proxy2, port2, log2) = start("s5_cache_dstport", pre, "");
+    let mut s = v5_login(port2, "alice", "bad");
+    expect_bytes(&mut s, &[1, 0]);
+    s.write_all(&v5_connect_v4(localhost(origin.port())))
+        .unwrap();
+    assert_closed_after(&mut s, &[5, 2, 0, 1, 0, 0, 0, 0, 0, 0]);
+    expect_log_line(
+        &log2,
+        &format!("SOCK5 00006 alice CONNECT 127.0.0.1:{}", origin.port()),
+    );
+}
+
+#[test]
+fn socks5_without_strong_never_refuses_in_the_subnegotiation() {
+    // `-u2` with the default `auth iponly`, or `auth none`, with a `users`
+    // table: the password is not checked, the answer is success.
+    let origin = Origin::echo();
+    for (name, auth) in [
+        ("s5_u2_iponly", "auth iponly\n"),
+        ("s5_u2_none", "auth none\n"),
+    ] {
+        let pre = format!("users alice:CL:wonderland\n{auth}");
+        let (_proxy, port, _log) = start(name, &pre, "-u2");
+        v5_login_and_echo(port, "alice", "bad", &origin);
+    }
+    // `auth strong` with no `users` at all: refused with the request, as
+    // before (code 5).
+    let (_proxy, port, log) = start("s5_strong_nousers", "auth strong\n", "");
+    let mut s = v5_login(port, "alice", "bad");
+    expect_bytes(&mut s, &[1, 0]);
+    s.write_all(&v5_connect_v4(localhost(origin.port())))
+        .unwrap();
+    assert_closed_after(&mut s, &[5, 2, 0, 1, 0, 0, 0, 0, 0, 0]);
+    expect_log_line(
+        &log,
+        &format!("SOCK5 00005 alice CONNECT 127.0.0.1:{}", origin.port()),
+    );
 }
 
 #[test]

@@ -10,9 +10,11 @@
 //!
 //! Who is owed a reply: nothing before the version byte is known (an
 //! unknown version just closes); a SOCKS5 client whose greeting is cut
-//! short just closes too, one with no acceptable method gets `05 FF`. From
-//! the request on, every refusal is a reply in the client's version
-//! (`00 5B` or `05 REP`), then the connection closes. Once the first reply
+//! short just closes too, one with no acceptable method gets `05 FF`, one
+//! whose RFC 1929 credentials the `auth` chain is sure to refuse
+//! (`access::refuses_credentials`) gets `01 01`. From the request on,
+//! every refusal is a reply in the client's version (`00 5B` or
+//! `05 REP`), then the connection closes. Once the first reply
 //! has said "granted", later failures (a BIND peer that never comes, a bad
 //! UDP datagram) end the session with only a log record, except the BIND
 //! second reply, which RFC 1928 sends for failure as well.
@@ -216,13 +218,15 @@ fn send_small(c: &Client, bytes: &[u8]) -> io::Result<()> {
 
 /// Read the greeting and request. `ver` becomes the version once it is
 /// known; `owed` becomes true once the client is owed a reply to its
-/// request in that version.
+/// request in that version; `refused` gets the user name of a SOCKS5
+/// client refused in its username/password sub-negotiation (to log).
 fn read_request(
     c: &Client,
     early: &[u8],
     needuser: u32,
     ver: &mut Option<u8>,
     owed: &mut bool,
+    refused: &mut Option<String>,
 ) -> Result<Ask, Res> {
     let mut r = Reader::new(&c.cli, early, &c.svc().timeouts);
     let v = r.first(401)?;
@@ -234,7 +238,7 @@ fn read_request(
         *owed = true;
         read_v4(&mut r, needuser)
     } else {
-        read_v5(&mut r, c, needuser, owed)
+        read_v5(&mut r, c, needuser, owed, refused)
     }?;
     ask.early = r.rest();
     Ok(ask)
@@ -271,7 +275,13 @@ fn read_v4(r: &mut Reader<'_>, needuser: u32) -> Result<Ask, Res> {
     })
 }
 
-fn read_v5(r: &mut Reader<'_>, c: &Client, needuser: u32, owed: &mut bool) -> Result<Ask, Res> {
+fn read_v5(
+    r: &mut Reader<'_>,
+    c: &Client,
+    needuser: u32,
+    owed: &mut bool,
+    refused: &mut Option<String>,
+) -> Result<Ask, Res> {
     let n = r.byte(441)? as usize;
     let mut methods = vec![0u8; n];
     r.exact(&mut methods, 441)?;
@@ -282,19 +292,35 @@ fn read_v5(r: &mut Reader<'_>, c: &Client, needuser: u32, owed: &mut bool) -> Re
     }
     let (mut user, mut password) = (None, None);
     if m == METHOD_USERPASS {
-        // RFC 1929. The credentials are checked with the request, as 3proxy
-        // does: this answer is always success, a wrong password gets REP 2.
+        // RFC 1929. Where the `auth` chain is sure to refuse these
+        // credentials whatever the request (`access::refuses_credentials`:
+        // `auth strong` and a wrong password, say) the answer is failure
+        // and the connection closes, as the RFC says. Otherwise it is
+        // success and the credentials are checked with the request, as
+        // 3proxy always does: a refusal then gets REP 2.
         if r.first(412)? != 1 {
             let _ = send_small(c, &[1, 1]);
             return Err(Res(412));
         }
         let u = r.pstr(451)?;
         let p = r.pstr(445)?;
-        send_small(c, &[1, 0]).map_err(|_| Res(481))?;
         if needuser > 0 {
             user = Some(String::from_utf8_lossy(&u).into_owned());
             password = Some(String::from_utf8_lossy(&p).into_owned());
+            let req = Request {
+                client: c.client_addr,
+                local: c.local_addr,
+                user: user.as_deref(),
+                password: password.as_deref(),
+                ..Request::default()
+            };
+            if let Some(res) = access::refuses_credentials(c.svc(), &req) {
+                let _ = send_small(c, &[1, 1]);
+                *refused = user;
+                return Err(res);
+            }
         }
+        send_small(c, &[1, 0]).map_err(|_| Res(481))?;
     }
     *owed = true;
     if r.first(421)? != 5 {
@@ -361,8 +387,8 @@ pub fn serve_redirected(c: &mut Client, early: &[u8]) {
 fn serve_request(c: &mut Client, early: &[u8]) {
     let svc = c.svc().clone();
     let needuser = svc.opts.needuser.unwrap_or(1);
-    let (mut ver, mut owed) = (None, false);
-    let ask = read_request(c, early, needuser, &mut ver, &mut owed);
+    let (mut ver, mut owed, mut refused) = (None, false, None);
+    let ask = read_request(c, early, needuser, &mut ver, &mut owed, &mut refused);
     c.service_name = match ver {
         Some(4) => Some("SOCK4"),
         Some(_) => Some("SOCK5"),
@@ -372,6 +398,9 @@ fn serve_request(c: &mut Client, early: &[u8]) {
         Ok(a) => a,
         Err(res) => {
             c.res = res;
+            if refused.is_some() {
+                c.user = refused;
+            }
             if let (Some(ver), true) = (ver, owed) {
                 refuse(c, ver, res);
             }
