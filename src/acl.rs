@@ -13,6 +13,7 @@
 //! sets (host patterns grouped by length, so a host of length L costs at
 //! most one lookup per distinct pattern length and position).
 
+use crate::conf::quote;
 use std::collections::{BTreeMap, HashSet};
 use std::net::IpAddr;
 
@@ -147,7 +148,12 @@ impl Rule {
             for tok in f.split(',').filter(|s| !s.is_empty()) {
                 match parse_ip_range(tok)? {
                     Some((a, b)) => set.push(a, b),
-                    None => return Err(format!("'{tok}' is not an IP address, range or CIDR")),
+                    None => {
+                        return Err(format!(
+                            "'{}' is not an IP address, range or CIDR",
+                            quote(tok)
+                        ))
+                    }
                 }
             }
             r.src = Some(set.build());
@@ -183,7 +189,7 @@ impl Rule {
             for tok in f.split(',').filter(|s| !s.is_empty()) {
                 match OpBits::NAMES.iter().find(|(n, _)| *n == tok) {
                     Some((_, b)) => mask |= b,
-                    None => return Err(format!("unknown operation '{tok}'")),
+                    None => return Err(format!("unknown operation '{}'", quote(tok))),
                 }
             }
             r.ops = Some(mask);
@@ -197,12 +203,12 @@ impl Rule {
         if let Some(w) = fields.get(7) {
             r.weight = w
                 .parse()
-                .map_err(|_| format!("'{w}' is not a weight (a number)"))?;
+                .map_err(|_| format!("'{}' is not a weight (a number)", quote(w)))?;
         }
         if fields.len() > 8 {
             return Err(format!(
                 "unexpected argument '{}' after the weight",
-                fields[8]
+                quote(&fields[8])
             ));
         }
         Ok(r)
@@ -581,7 +587,7 @@ mod num_like {
 /// address at all (in the destination field it is then a host name); an
 /// error if it starts as an address but is malformed.
 pub fn parse_ip_range(tok: &str) -> Result<Option<(IpAddr, IpAddr)>, String> {
-    let bad = |why: &str| Err(format!("'{tok}': {why}"));
+    let bad = |why: &str| Err(format!("'{}': {why}", quote(tok)));
     if let Some((a, len)) = tok.split_once('/') {
         let Some(ip) = crate::net::parse_ip(a) else {
             return Ok(None);
@@ -706,14 +712,17 @@ impl PortSet {
         for tok in f.split(',').filter(|s| !s.is_empty()) {
             let num = |s: &str| {
                 s.parse::<u16>()
-                    .map_err(|_| format!("'{tok}' is not a port or port range"))
+                    .map_err(|_| format!("'{}' is not a port or port range", quote(tok)))
             };
             let (a, b) = match tok.split_once('-') {
                 Some((a, b)) => (num(a)?, num(b)?),
                 None => (num(tok)?, num(tok)?),
             };
             if a > b {
-                return Err(format!("'{tok}': the port range ends before it starts"));
+                return Err(format!(
+                    "'{}': the port range ends before it starts",
+                    quote(tok)
+                ));
             }
             v.push((a, b));
         }
@@ -733,7 +742,8 @@ fn parse_wdays(f: &str) -> Result<u8, String> {
         let day = |s: &str| match s.parse::<u8>() {
             Ok(d) if d <= 7 && s.len() == 1 => Ok(d),
             _ => Err(format!(
-                "'{tok}' is not a weekday (0-7) or range of weekdays"
+                "'{}' is not a weekday (0-7) or range of weekdays",
+                quote(tok)
             )),
         };
         let (a, b) = match tok.split_once('-') {
@@ -741,7 +751,10 @@ fn parse_wdays(f: &str) -> Result<u8, String> {
             None => (day(tok)?, day(tok)?),
         };
         if a > b {
-            return Err(format!("'{tok}': the weekday range ends before it starts"));
+            return Err(format!(
+                "'{}': the weekday range ends before it starts",
+                quote(tok)
+            ));
         }
         for d in a..=b {
             mask |= 1 << (d % 7);
@@ -755,12 +768,13 @@ fn parse_wdays(f: &str) -> Result<u8, String> {
 fn parse_periods(f: &str) -> Result<Vec<(u32, u32)>, String> {
     let mut v = Vec::new();
     for tok in f.split(',').filter(|s| !s.is_empty()) {
-        let bad = || format!("'{tok}' is not a time period HH:MM:SS-HH:MM:SS");
+        let bad = || format!("'{}' is not a time period HH:MM:SS-HH:MM:SS", quote(tok));
         let (a, b) = tok.split_once('-').ok_or_else(bad)?;
         let (a, b) = (parse_hms(a).ok_or_else(bad)?, parse_hms(b).ok_or_else(bad)?);
         if b < a {
             return Err(format!(
-                "'{tok}': a period must not wrap midnight; split it in two"
+                "'{}': a period must not wrap midnight; split it in two",
+                quote(tok)
             ));
         }
         v.push((a, b));

@@ -12,6 +12,7 @@
 
 use std::collections::HashMap;
 
+use crate::conf::quote;
 use crate::crypt::{crypt, nt_hash};
 use crate::res::Res;
 
@@ -48,8 +49,8 @@ impl AuthType {
             "cache" => AuthType::Cache,
             "cacheacl" => AuthType::CacheAcl,
             "dnsname" => AuthType::DnsName,
-            "radius" => return Err(format!("auth type '{s}' is not supported yet")),
-            _ => return Err(format!("unknown auth type '{s}'")),
+            "radius" => return Err(format!("auth type '{}' is not supported yet", quote(s))),
+            _ => return Err(format!("unknown auth type '{}'", quote(s))),
         })
     }
 }
@@ -113,7 +114,7 @@ impl Users {
     pub fn add_line(&mut self, args: &[String]) -> Result<(), String> {
         for a in args {
             let Some((name, rest)) = a.split_once(':') else {
-                log::warn!("users: '{a}' has no ':' and is skipped");
+                log::warn!("users: '{}' has no ':' and is skipped", quote(a));
                 continue;
             };
             let pw = match rest.as_bytes() {
@@ -124,17 +125,22 @@ impl Users {
                         b"CL" => Password::Clear(value.to_string()),
                         b"CR" => {
                             if !value.starts_with("$1$") && !value.starts_with("$3$") {
-                                log::warn!("users: {name}: a CR password not in $1$ or $3$ form never matches");
+                                log::warn!(
+                                    "users: {}: a CR password not in $1$ or $3$ form never matches",
+                                    quote(name)
+                                );
                             }
                             Password::Crypt(value.to_string())
                         }
-                        b"NT" => Password::Nt(
-                            parse_hex16(value)
-                                .ok_or_else(|| format!("{name}: an NT hash is 32 hex digits"))?,
-                        ),
+                        b"NT" => Password::Nt(parse_hex16(value).ok_or_else(|| {
+                            format!("{}: an NT hash is 32 hex digits", quote(name))
+                        })?),
                         t => {
-                            let t = String::from_utf8_lossy(t);
-                            log::warn!("users: {name}: unknown password type '{t}', entry skipped");
+                            log::warn!(
+                                "users: {}: unknown password type '{}', entry skipped",
+                                quote(name),
+                                quote(t)
+                            );
                             continue;
                         }
                     }
@@ -249,7 +255,7 @@ impl CacheConf {
         }
         let num = |s: &String| {
             s.parse::<u64>()
-                .map_err(|_| format!("'{s}' is not a number"))
+                .map_err(|_| format!("'{}' is not a number", quote(s)))
         };
         match args.get(1).map(num).transpose()? {
             Some(0) | None => {}

@@ -28,6 +28,7 @@ use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 
 use crate::acl::{self, Action, Query, Verdict};
 use crate::client::Client;
+use crate::conf::quote;
 use crate::conf::Timeouts;
 use crate::net::Stream;
 use crate::res::Res;
@@ -47,14 +48,14 @@ const WAIT_COMMAND: Duration = Duration::from_secs(60);
 pub fn parse_hostport(s: &str) -> Result<SocketAddr, String> {
     let (host, port) = s
         .rsplit_once(':')
-        .ok_or_else(|| format!("'{s}': takes host:port"))?;
+        .ok_or_else(|| format!("'{}': takes host:port", quote(s)))?;
     let port: u16 = port
         .parse()
         .ok()
         .filter(|p| *p != 0)
-        .ok_or_else(|| format!("'{s}': bad port"))?;
+        .ok_or_else(|| format!("'{}': bad port", quote(s)))?;
     if host.is_empty() {
-        return Err(format!("'{s}': takes host:port"));
+        return Err(format!("'{}': takes host:port", quote(s)));
     }
     let host = host
         .strip_prefix('[')

@@ -27,6 +27,7 @@ use std::sync::{Arc, Mutex, OnceLock, RwLock, Weak};
 use std::time::{Duration, Instant};
 
 use crate::acl::{Query, Rule};
+use crate::conf::quote;
 use crate::res::Res;
 
 /// The limit lists of the running cfg.
@@ -205,16 +206,19 @@ impl CounterFile {
             .create(true)
             .truncate(false)
             .open(path)
-            .map_err(|e| format!("{path}: {e}"))?;
+            .map_err(|e| format!("{}: {e}", quote(path)))?;
         let mut h = [0u8; HEADER_LEN as usize];
         let mut updated = 0;
         if file.read_exact_at(&mut h, 0).is_ok() {
             if &h[..4] != SIGNATURE {
-                return Err(format!("{path}: not a counter file"));
+                return Err(format!("{}: not a counter file", quote(path)));
             }
             let t = i64::from_ne_bytes(h[8..16].try_into().unwrap_or_default());
             if !(0..MAX_TIME).contains(&t) {
-                return Err(format!("{path}: invalid or corrupted counter file"));
+                return Err(format!(
+                    "{}: invalid or corrupted counter file",
+                    quote(path)
+                ));
             }
             updated = t;
         }
@@ -244,7 +248,7 @@ impl CounterFile {
         if !(0..MAX_TIME).contains(&st.cleared) || !(0..MAX_TIME).contains(&st.updated) {
             return Err(format!(
                 "{}: record {number} is invalid or corrupted",
-                self.path
+                quote(&self.path)
             ));
         }
         Ok(Some(st))

@@ -48,6 +48,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crossbeam_channel::{bounded, Receiver, RecvTimeoutError, SendTimeoutError, Sender};
 
+use crate::conf::quote;
 use crate::logformat::{LogFormat, LogRecord};
 use crate::sys::time;
 
@@ -486,8 +487,12 @@ impl FileLog {
         let template = name.contains('%').then(|| LogFormat::template(name));
         let (key, start) = period_of(period, now);
         let path = PathBuf::from(file_name(name, template.as_ref(), period, key, start));
-        let file = append(&path)
-            .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", path.display())))?;
+        let file = append(&path).map_err(|e| {
+            io::Error::new(
+                e.kind(),
+                format!("{}: {e}", quote(path.as_os_str().as_encoded_bytes())),
+            )
+        })?;
         Ok(FileLog {
             name: name.to_string(),
             period,
@@ -600,8 +605,10 @@ fn run_archiver(cmd: String) {
             let _ = std::thread::Builder::new()
                 .name("archiver".into())
                 .spawn(move || match child.wait() {
-                    Ok(st) if !st.success() => log::warn!("archiver: '{cmd}' exited with {st}"),
-                    Err(e) => log::warn!("archiver: '{cmd}': {e}"),
+                    Ok(st) if !st.success() => {
+                        log::warn!("archiver: '{}' exited with {st}", quote(&cmd))
+                    }
+                    Err(e) => log::warn!("archiver: '{}': {e}", quote(&cmd)),
                     Ok(_) => {}
                 });
         }

@@ -48,7 +48,7 @@ mod shutdown;
 mod socks;
 mod sys;
 
-use std::io::{IsTerminal, Read};
+use std::io::IsTerminal;
 use std::process::ExitCode;
 
 use nix::sys::signal::{SigSet, Signal};
@@ -136,15 +136,15 @@ fn main() -> ExitCode {
         }
     };
 
-    let (name, text) = match read_cfg(m.free.first().map(String::as_str)) {
+    let mut state = conf::State::new(check);
+    let (name, text) = match read_cfg(&mut state, m.free.first().map(String::as_str)) {
         Ok(x) => x,
         Err(e) => {
             eprintln!("3proxy: {e}");
             return ExitCode::from(1);
         }
     };
-    let mut state = conf::State::new(check);
-    if let Err(e) = conf::run_text(&mut state, &name, &text) {
+    if let Err(e) = conf::run(&mut state, &name, &text) {
         eprintln!("3proxy: {e}");
         return ExitCode::from(1);
     }
@@ -356,15 +356,19 @@ fn reload(cmdline_name: &str, ops: &mut conf::ops_cmds::Ops) {
 /// Read and run the cfg for a reload; None (the error logged) if it cannot
 /// serve. Nothing it did is visible until the caller commits it.
 fn load_for_reload(path: &std::path::Path, name: &str) -> Option<conf::State> {
-    let text = match std::fs::read_to_string(path) {
+    let mut state = conf::State::new(false);
+    let text = match std::fs::File::open(path) {
+        Ok(f) => conf::read_cfg(&mut state, name, f),
+        Err(e) => Err(format!("{name}: {e}")),
+    };
+    let text = match text {
         Ok(t) => t,
         Err(e) => {
-            ::log::error!("reload: {name}: {e}; the running configuration stays");
+            ::log::error!("reload: {e}; the running configuration stays");
             return None;
         }
     };
-    let mut state = conf::State::new(false);
-    if let Err(e) = conf::run_text(&mut state, name, &text) {
+    if let Err(e) = conf::run(&mut state, name, &text) {
         ::log::error!("reload: {e}; the running configuration stays");
         return None;
     }
@@ -375,31 +379,27 @@ fn load_for_reload(path: &std::path::Path, name: &str) -> Option<conf::State> {
     Some(state)
 }
 
-/// The cfg's name and text: the named file, else the default path; if
+/// The cfg's name and bytes: the named file, else the default path; if
 /// that cannot be opened, standard input (as 3proxy does), unless standard
-/// input is a terminal.
-fn read_cfg(path: Option<&str>) -> Result<(String, String), String> {
+/// input is a terminal. Either is read within the load's byte limit.
+fn read_cfg(state: &mut conf::State, path: Option<&str>) -> Result<(String, Vec<u8>), String> {
     let path = path.unwrap_or(DEFAULT_CFG);
-    match std::fs::read(path) {
-        Ok(b) => String::from_utf8(b)
-            .map(|t| (path.to_string(), t))
-            .map_err(|_| format!("{path}: not a text file")),
+    match std::fs::File::open(path) {
+        Ok(f) => conf::read_cfg(state, path, f).map(|t| (path.to_string(), t)),
         Err(e) => {
             let stdin = std::io::stdin();
             if stdin.is_terminal() {
                 return Err(format!("{path}: {e}"));
             }
-            let mut t = String::new();
-            stdin
-                .lock()
-                .read_to_string(&mut t)
-                .map_err(|e2| format!("{path}: {e}; standard input: {e2}"))?;
-            if t.trim().is_empty() {
+            let name = "<stdin>";
+            let t = conf::read_cfg(state, name, stdin.lock())
+                .map_err(|e2| format!("{path}: {e}; {e2}"))?;
+            if t.iter().all(u8::is_ascii_whitespace) {
                 return Err(format!(
                     "{path}: {e}; and standard input gave no configuration"
                 ));
             }
-            Ok(("<stdin>".to_string(), t))
+            Ok((name.to_string(), t))
         }
     }
 }

@@ -28,6 +28,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::client::Client;
+use crate::conf::quote;
 use crate::conf::Timeouts;
 use crate::net::{Dialer, Stream};
 use crate::res::Res;
@@ -163,15 +164,20 @@ impl Hop {
             .parse()
             .ok()
             .filter(|w| (1..=1000).contains(w))
-            .ok_or_else(|| format!("bad weight '{}': takes 1 to 1000", args[0]))?;
+            .ok_or_else(|| format!("bad weight '{}': takes 1 to 1000", quote(&args[0])))?;
         let t = args[1].as_str();
         let Some(&(name, kind)) = KINDS.iter().find(|(n, _)| t.starts_with(n)) else {
-            return Err(format!("unknown parent type '{t}'"));
+            return Err(format!("unknown parent type '{}'", quote(t)));
         };
         match &t[name.len()..] {
             "" => {}
-            "s" => return Err(format!("'{t}': TLS to parents is not supported yet")),
-            _ => return Err(format!("unknown parent type '{t}'")),
+            "s" => {
+                return Err(format!(
+                    "'{}': TLS to parents is not supported yet",
+                    quote(t)
+                ))
+            }
+            _ => return Err(format!("unknown parent type '{}'", quote(t))),
         }
         let host = args[2].clone();
         if host.starts_with("unix:") {
@@ -183,7 +189,7 @@ impl Hop {
                     .parse()
                     .ok()
                     .filter(|l| *l <= 128)
-                    .ok_or_else(|| format!("bad prefix length in '{host}'"))?;
+                    .ok_or_else(|| format!("bad prefix length in '{}'", quote(&host)))?;
                 (ip, Some(len))
             }
             None => (host.as_str(), None),
@@ -191,16 +197,18 @@ impl Hop {
         let ip = resolve(ip_text)?;
         if prefix.is_some() && (kind != Kind::ExtIp || !ip.is_ipv6()) {
             return Err(format!(
-                "'{host}': an address prefix is for IPv6 'extip' parents only"
+                "'{}': an address prefix is for IPv6 'extip' parents only",
+                quote(&host)
             ));
         }
         let port: u16 = args[3]
             .parse()
-            .map_err(|_| format!("bad port '{}'", args[3]))?;
+            .map_err(|_| format!("bad port '{}'", quote(&args[3])))?;
         let addr = SocketAddr::new(ip, port);
         if kind.local_only() && (!ip.is_unspecified() || port != 0) {
             return Err(format!(
-                "'{t}' is a local redirection: its address must be 0.0.0.0 and its port 0"
+                "'{}' is a local redirection: its address must be 0.0.0.0 and its port 0",
+                quote(t)
             ));
         }
         Ok(Hop {

@@ -39,6 +39,7 @@ use std::time::{Duration, Instant};
 use simple_dns::rdata::RData;
 use simple_dns::{Label, Name, Packet, PacketFlag, Question, CLASS, QCLASS, QTYPE, TYPE};
 
+use crate::conf::quote;
 use crate::conf::Timeouts;
 use crate::net::{parse_ip, Family};
 use crate::res::Res;
@@ -75,7 +76,7 @@ impl NameServer {
             Some((h, proto)) => (h, proto.contains("tcp")),
             None => (s, false),
         };
-        let bad = || format!("'{s}' is not IP[:PORT][/tcp]");
+        let bad = || format!("'{}' is not IP[:PORT][/tcp]", quote(s));
         let (ip, port): (IpAddr, Option<&str>) = if let Some(ip) = parse_ip(hostport) {
             // A bare address, IPv6 with or without brackets.
             (ip, None)
@@ -441,7 +442,10 @@ impl Resolver {
             match child.try_wait() {
                 Ok(Some(_)) | Err(_) => return,
                 Ok(None) if Instant::now() >= deadline => {
-                    log::warn!("dialer: '{prog}' still running, not waiting for it");
+                    log::warn!(
+                        "dialer: '{}' still running, not waiting for it",
+                        quote(prog)
+                    );
                     // Reap it when it ends, so it leaves no zombie.
                     let _ = std::thread::Builder::new()
                         .name("dialer-reaper".into())

@@ -15,9 +15,16 @@ fn tcppm(port: u16, to: u16) -> String {
 
 /// Runs `cfg` twice, served and with `-t`. Both runs must exit non-zero
 /// with the same message naming `file:line:` and `command`. Returns it.
-fn expect_cfg_error(dir: &Dir, cfg: &str, file: &Path, line: usize, command: &str) -> String {
-    let served = start_expect_fail(dir, cfg).assert_cfg_error(file, line, command);
-    let checked = run_check(dir, cfg).assert_cfg_error(file, line, command);
+fn expect_cfg_error(
+    dir: &Dir,
+    cfg: impl AsRef<[u8]>,
+    file: &Path,
+    line: usize,
+    command: &str,
+) -> String {
+    let cfg = cfg.as_ref();
+    let served = run_cfg(dir, &[], cfg).assert_cfg_error(file, line, command);
+    let checked = run_cfg(dir, &["-t"], cfg).assert_cfg_error(file, line, command);
     assert_eq!(served, checked, "-t should report the error the same way");
     served
 }
@@ -354,4 +361,187 @@ fn end_stops_reading() {
     );
     let _proxy = Proxy::start(dir, &cfg, &[Listen::Tcp(localhost(port))]);
     echo_roundtrip(&mut connect(localhost(port)), b"served");
+}
+
+// --- bytes, limits and what messages show ------------------------------------
+
+#[test]
+fn a_latin1_comment_does_not_stop_the_cfg() {
+    let dir = Dir::new("latin1_comment");
+    let origin = Origin::echo();
+    let port = free_port();
+    // "café" in Latin-1 (0xe9), in a comment and in an indented line.
+    let mut cfg = b"# caf\xe9 au lait\n \xe9t\xe9 ignored\n".to_vec();
+    cfg.extend_from_slice(format!("{}\n", tcppm(port, origin.port())).as_bytes());
+    let check = run_cfg(&dir, &["-t"], &cfg);
+    assert_eq!(check.status.code(), Some(0), "-t: {}", check.stderr);
+    let _proxy = Proxy::start_bytes(dir, &cfg, &[Listen::Tcp(localhost(port))]);
+    echo_roundtrip(&mut connect(localhost(port)), b"served despite Latin-1");
+}
+
+#[test]
+fn a_latin1_byte_in_an_argument_is_an_error_at_its_line() {
+    let dir = Dir::new("latin1_arg");
+    let head = format!("maxconn 10\n{}\nlogformat \"caf", tcppm(free_port(), 9));
+    // The UTF-8 é (c3 a9) is fine; its Latin-1 form (e9) is not.
+    let utf8 = [head.as_bytes(), "\u{e9} %N\"\n".as_bytes()].concat();
+    let check = run_cfg(&dir, &["-t"], &utf8);
+    assert_eq!(check.status.code(), Some(0), "-t: {}", check.stderr);
+    let latin1 = [head.as_bytes(), b"\xe9 %N\"\n"].concat();
+    let msg = expect_cfg_error(&dir, &latin1, &dir.cfg_path(), 3, "logformat");
+    assert!(
+        msg.ends_with("logformat: byte 0xe9 at column 15 is not UTF-8 (outside comments, the configuration must be UTF-8 text)"),
+        "{msg:?}"
+    );
+    // In an included file: its own name and line.
+    let inc = dir.write("inc.cfg", b"\n\nusers b\xf6b:CL:pw\n");
+    let msg = expect_cfg_error(&dir, format!("include {}\n", p(&inc)), &inc, 3, "users");
+    assert!(
+        msg.contains("byte 0xf6 at column 8 is not UTF-8"),
+        "{msg:?}"
+    );
+}
+
+/// `3proxy -t CFG` with its address space limited to `mb` MiB (prlimit(1)):
+/// a load that reads without bound dies of it instead of answering.
+fn check_in_little_memory(dir: &Dir, cfg: &str, mb: u64) -> Finished {
+    use std::process::{Command, Stdio};
+    let path = dir.write("little.cfg", cfg);
+    let mut child = Command::new("prlimit")
+        .arg(format!("--as={}", mb << 20))
+        .args([BIN, "-t", p(&path)])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run prlimit(1) (util-linux)");
+    let started = std::time::Instant::now();
+    let status = loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            break st;
+        }
+        if started.elapsed() > START_TIMEOUT {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("3proxy -t {cfg:?} still running after {START_TIMEOUT:?}");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    };
+    let out = child.wait_with_output().unwrap();
+    Finished {
+        status,
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+const CAP_MESSAGE: &str = "reading stopped at 16 MiB, the most one load of the configuration reads (the file, its includes and $FILE insertions together)";
+
+#[test]
+fn include_of_an_endless_file_stops_at_the_limit() {
+    let dir = Dir::new("include_urandom");
+    let cfg = format!(
+        "maxconn 10\ninclude /dev/urandom\n{}\n",
+        tcppm(free_port(), 9)
+    );
+    let out = check_in_little_memory(&dir, &cfg, 128);
+    let msg = out.assert_cfg_error(&dir.join("little.cfg"), 2, "include");
+    assert!(
+        msg.ends_with(&format!("include: /dev/urandom: {CAP_MESSAGE}")),
+        "{msg:?}"
+    );
+    assert_eq!(out.status.code(), Some(1));
+}
+
+#[test]
+fn repeated_dollar_files_stop_at_the_limit() {
+    let dir = Dir::new("dollar_zero");
+    // 1 MiB per insertion: 300 of them would be 300 MiB.
+    let cfg = format!("maxconn 10\nlogformat {}\n", "$/dev/zero ".repeat(300));
+    let out = check_in_little_memory(&dir, &cfg, 128);
+    let msg = out.assert_cfg_error(&dir.join("little.cfg"), 2, "logformat");
+    assert!(
+        msg.ends_with(&format!("logformat: $/dev/zero: {CAP_MESSAGE}")),
+        "{msg:?}"
+    );
+    // Over many lines, the same: 15 insertions and the file itself fit.
+    let cfg = "logformat $/dev/zero\n".repeat(40);
+    let out = check_in_little_memory(&dir, &cfg, 128);
+    out.assert_cfg_error(&dir.join("little.cfg"), 16, "logformat");
+}
+
+#[test]
+fn a_cfg_file_larger_than_the_limit_is_refused() {
+    let dir = Dir::new("cfg_too_big");
+    // 17 MiB of comments: never decoded, but read, and counted.
+    let line = format!("#{}\n", "x".repeat(1022));
+    let cfg = format!("{}{}\n", line.repeat(17 * 1024), tcppm(free_port(), 9));
+    let out = run_check(&dir, &cfg);
+    // No command to name: the file itself is too big, from this line on.
+    let msg = out.assert_cfg_error(&dir.cfg_path(), 16 * 1024 + 1, "reading stopped");
+    assert!(msg.ends_with(CAP_MESSAGE), "{msg:?}");
+}
+
+#[test]
+fn a_failed_reload_over_the_limit_keeps_the_running_cfg() {
+    let dir = Dir::new("reload_urandom");
+    let origin = Origin::echo();
+    let port = free_port();
+    let good = format!("{}\n", tcppm(port, origin.port()));
+    let mut proxy = Proxy::start(dir, &good, &[Listen::Tcp(localhost(port))]);
+    proxy
+        .dir
+        .write("3proxy.cfg", format!("include /dev/urandom\n{good}"));
+    proxy.signal("USR1");
+    let at = format!(
+        "{}:1: include: /dev/urandom: {CAP_MESSAGE}",
+        proxy.dir.cfg_path().display()
+    );
+    assert!(
+        wait_for(|| proxy.stderr().contains(&at), START_TIMEOUT),
+        "no {at:?} in stderr:\n{}",
+        proxy.stderr()
+    );
+    assert!(proxy.is_running());
+    echo_roundtrip(&mut connect(localhost(port)), b"the old cfg serves");
+    let peak = proxy.peak_rss_kb();
+    assert!(peak < 100 * 1024, "peak resident memory {peak} kB");
+}
+
+/// A message of at most a few hundred bytes, without control bytes but
+/// its line end.
+fn assert_short(stderr: &str) {
+    let start: String = stderr.chars().take(200).collect();
+    assert!(stderr.len() < 500, "{} bytes: {start:?}...", stderr.len());
+    assert!(
+        !stderr.trim_end().contains(|c: char| c.is_control()),
+        "{stderr:?}"
+    );
+}
+
+#[test]
+fn a_huge_line_of_nul_bytes_gives_a_short_escaped_message() {
+    let dir = Dir::new("nul_line");
+    let mut cfg = b"maxconn 10\n".to_vec();
+    cfg.extend(std::iter::repeat_n(0u8, 1_000_000));
+    cfg.push(b'\n');
+    assert_short(&run_cfg(&dir, &["-t"], &cfg).stderr);
+    let msg = expect_cfg_error(&dir, &cfg, &dir.cfg_path(), 2, r"\x00\x00");
+    let shown = format!("{}...[cut, 1000000 bytes in all]", r"\x00".repeat(80));
+    assert!(
+        msg.ends_with(&format!("{shown}: the line is longer than 65535 bytes")),
+        "{msg:?}"
+    );
+    // An argument of control bytes within the line limit: cut and escaped
+    // where the reason quotes it.
+    let cfg = format!("maxconn {}\n", "\0\x1b".repeat(30_000));
+    assert_short(&run_cfg(&dir, &["-t"], &cfg).stderr);
+    let msg = expect_cfg_error(&dir, &cfg, &dir.cfg_path(), 1, "maxconn");
+    assert!(
+        msg.ends_with(&format!(
+            "maxconn: '{}...[cut, 60000 bytes in all]' is not a number from 1 to 1000000",
+            r"\x00\x1b".repeat(40)
+        )),
+        "{msg:?}"
+    );
 }

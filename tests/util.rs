@@ -209,7 +209,16 @@ impl Proxy {
         Proxy::start_with_env(dir, cfg, ready, &[])
     }
 
+    /// [`Proxy::start`] with a cfg of any bytes, UTF-8 or not.
+    pub fn start_bytes(dir: Dir, cfg: &[u8], ready: &[Listen]) -> Proxy {
+        Proxy::launch(dir, cfg, ready, &[])
+    }
+
     pub fn start_with_env(dir: Dir, cfg: &str, ready: &[Listen], envs: &[(&str, &str)]) -> Proxy {
+        Proxy::launch(dir, cfg.as_bytes(), ready, envs)
+    }
+
+    fn launch(dir: Dir, cfg: &[u8], ready: &[Listen], envs: &[(&str, &str)]) -> Proxy {
         let cfg_path = dir.write(CFG_NAME, cfg);
         let (child, stdout, stderr) = spawn(&[p(&cfg_path)], envs);
         let mut proxy = Proxy {
@@ -356,6 +365,11 @@ impl Proxy {
     /// VmRSS of the proxy in kB.
     pub fn rss_kb(&self) -> u64 {
         self.status_field("VmRSS:")
+    }
+
+    /// VmHWM of the proxy in kB: the most memory it ever had resident.
+    pub fn peak_rss_kb(&self) -> u64 {
+        self.status_field("VmHWM:")
     }
 
     /// The proxy's thread count.
@@ -558,8 +572,9 @@ pub fn run(args: &[&str]) -> Finished {
     }
 }
 
-/// Writes `cfg` into `dir` and runs `3proxy [FLAGS] CFG` to completion.
-pub fn run_cfg(dir: &Dir, flags: &[&str], cfg: &str) -> Finished {
+/// Writes `cfg` (any bytes) into `dir` and runs `3proxy [FLAGS] CFG` to
+/// completion.
+pub fn run_cfg(dir: &Dir, flags: &[&str], cfg: impl AsRef<[u8]>) -> Finished {
     let path = dir.write(CFG_NAME, cfg);
     let mut args = flags.to_vec();
     args.push(p(&path));

@@ -6,6 +6,7 @@
 use std::sync::Arc;
 
 use super::commands::number;
+use super::quote;
 use super::State;
 use crate::acl::{Action, Entry, Rule};
 use crate::auth::{AuthType, CacheConf};
@@ -174,7 +175,8 @@ fn number_mb(s: &str) -> Result<u64, String> {
     match s.parse::<u64>() {
         Ok(n) if n > 0 && n < (1 << 40) => Ok(n << 20),
         _ => Err(format!(
-            "'{s}' is not a traffic limit in megabytes (1 or more)"
+            "'{}' is not a traffic limit in megabytes (1 or more)",
+            quote(s)
         )),
     }
 }

@@ -11,6 +11,7 @@
 use std::net::IpAddr;
 use std::sync::Arc;
 
+use super::quote;
 use super::{access_cmds, ops_cmds, parent_cmds, resolve_cmds, State};
 use crate::logformat::LogFormat;
 use crate::services;
@@ -170,7 +171,7 @@ where
 {
     match s.parse::<T>() {
         Ok(v) if v >= lo && v <= hi => Ok(v),
-        _ => Err(format!("'{s}' is not a number from {lo} to {hi}")),
+        _ => Err(format!("'{}' is not a number from {lo} to {hi}", quote(s))),
     }
 }
 
@@ -197,7 +198,7 @@ pub fn resolve_once(s: &str) -> Result<IpAddr, String> {
     }
     crate::net::resolve(s, 0, crate::net::Family::V46)
         .map(|a| a.ip())
-        .map_err(|_| format!("cannot resolve '{s}'"))
+        .map_err(|_| format!("cannot resolve '{}'", quote(s)))
 }
 
 fn h_maxconn(state: &mut State, args: &[String]) -> Result<(), String> {
@@ -245,7 +246,7 @@ fn h_system(state: &mut State, args: &[String]) -> Result<(), String> {
     {
         Ok(st) => {
             if !st.success() {
-                log::warn!("system: '{}' exited with {st}", args[1]);
+                log::warn!("system: '{}' exited with {st}", quote(&args[1]));
             }
             Ok(())
         }

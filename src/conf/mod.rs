@@ -1,14 +1,15 @@
 //! The cfg: a script of commands run in order (3proxy's `readconfig`).
 //!
-//! `load` reads a file line by line, skips comment lines, tokenizes the
-//! rest (`token`), and runs each line through the command table
+//! `run` takes a file's bytes line by line, skips comment lines, decodes
+//! and tokenizes the rest (`token`), and runs each line through the command table
 //! (`commands`). Commands change the [`State`]; a service command takes a
 //! snapshot of that state and binds its listener at once, so a bind error
 //! names its line. Nothing is served until the whole file has loaded:
 //! `State::services` holds the prepared services, and the caller starts them.
 //!
 //! Invariants: the cfg is read on one thread; every error carries the file,
-//! line and command that caused it.
+//! line and command that caused it, escaped and cut (`CfgError::new`); one
+//! load reads at most [`MAX_LOAD_BYTES`] (files, includes and `$FILE`s).
 
 pub mod access_cmds;
 pub mod commands;
@@ -110,6 +111,8 @@ pub struct State {
     pub access: crate::access::Setup,
     /// Nesting depth of `include`, to stop include loops.
     depth: usize,
+    /// Bytes this load may still read ([`MAX_LOAD_BYTES`] in all).
+    budget: u64,
     /// Process and logging commands (`conf::ops_cmds`).
     pub ops: ops_cmds::Ops,
     /// `parentretries`: process-wide, installed by `finalize`.
@@ -135,6 +138,7 @@ impl State {
             claimed: Vec::new(),
             access: crate::access::Setup::default(),
             depth: 0,
+            budget: MAX_LOAD_BYTES,
             ops: ops_cmds::Ops::default(),
             parent_retries: crate::parent::DEFAULT_RETRIES,
         }
@@ -169,28 +173,106 @@ impl State {
 const MAX_INCLUDE_DEPTH: usize = 16;
 /// 3proxy reads at most this many bytes from a `$FILE`.
 const MAX_DOLLAR_FILE: u64 = 1 << 20;
+/// Most bytes one load reads: the cfg, its includes and its `$FILE`
+/// insertions together. Reading stops there and the load fails.
+pub const MAX_LOAD_BYTES: u64 = 16 << 20;
+/// Longest command line, in bytes, its line end not counted (3proxy reads
+/// 65534 bytes at a time). Comment lines may be longer.
+pub const MAX_LINE: usize = 65535;
+/// At most this many characters of a whole message's reason are shown; the
+/// pieces of input in it are cut shorter still (`token::quote`).
+const REASON_MAX: usize = 1000;
 
-/// Run the cfg text `text` (read from `file`) against `state`.
-pub fn run_text(state: &mut State, file: &str, text: &str) -> Result<(), CfgError> {
-    for (i, raw) in text.split('\n').enumerate() {
+pub use token::quote;
+
+impl CfgError {
+    /// An error at `file:line` of `command`. Every field is shown escaped
+    /// and the command and reason cut, whatever input they carry.
+    pub fn new(file: &str, line: usize, command: &[u8], reason: &str) -> CfgError {
+        CfgError {
+            file: token::quote_max(file, 4096).to_string(),
+            line,
+            command: quote(command).to_string(),
+            reason: token::quote_max(reason, REASON_MAX).to_string(),
+        }
+    }
+}
+
+/// Why reading a file for the cfg failed.
+enum ReadError {
+    Io(std::io::Error),
+    /// The load's byte budget ran out; what was read so far.
+    TooBig(Vec<u8>),
+}
+
+fn too_big() -> String {
+    format!(
+        "reading stopped at {} MiB, the most one load of the configuration \
+         reads (the file, its includes and $FILE insertions together)",
+        MAX_LOAD_BYTES >> 20
+    )
+}
+
+impl State {
+    /// Read `r` to its end (at most `most` bytes of it) against the load's
+    /// byte budget; reading stops as soon as the budget is passed.
+    fn read_counted(&mut self, r: impl std::io::Read, most: u64) -> Result<Vec<u8>, ReadError> {
+        use std::io::Read;
+        let mut buf = Vec::new();
+        let want = most.min(self.budget.saturating_add(1));
+        r.take(want).read_to_end(&mut buf).map_err(ReadError::Io)?;
+        let n = buf.len() as u64;
+        if n > self.budget {
+            return Err(ReadError::TooBig(buf));
+        }
+        self.budget -= n;
+        Ok(buf)
+    }
+}
+
+/// Read the cfg itself (the file named on the command line, or standard
+/// input) as bytes, within [`MAX_LOAD_BYTES`]. The error says
+/// `NAME: why`, or `NAME:LINE: why` where the limit stopped the reading.
+pub fn read_cfg(state: &mut State, name: &str, r: impl std::io::Read) -> Result<Vec<u8>, String> {
+    match state.read_counted(r, u64::MAX) {
+        Ok(b) => Ok(b),
+        Err(ReadError::Io(e)) => Err(format!("{}: {e}", quote(name))),
+        Err(ReadError::TooBig(b)) => {
+            let line = b.iter().filter(|&&c| c == b'\n').count() + 1;
+            Err(format!("{}:{line}: {}", quote(name), too_big()))
+        }
+    }
+}
+
+/// Run the cfg `text` (read from `file`) against `state`. The text is
+/// bytes: comment and indented lines are never decoded; every other line
+/// must be UTF-8.
+pub fn run(state: &mut State, file: &str, text: &[u8]) -> Result<(), CfgError> {
+    for (i, raw) in text.split(|&b| b == b'\n').enumerate() {
         let lineno = i + 1;
         // A line that is empty or starts with a blank or '#' is a comment:
         // 3proxy ignores every indented line, and so do we.
-        match raw.as_bytes().first() {
+        match raw.first() {
             None | Some(b' ' | b'\t' | b'\r' | b'#') => continue,
             _ => {}
         }
-        let err = |command: &str, reason: String| CfgError {
-            file: file.to_string(),
-            line: lineno,
-            command: command.to_string(),
-            reason,
-        };
-        let mut load = |path: &str| read_dollar_file(path);
-        // A tokenizer error (bad quote, missing $FILE) still names the
-        // command: the line's first word.
-        let first = raw.split([' ', '\t', '\r']).next().unwrap_or("");
-        let args = token::tokenize(raw, &mut load).map_err(|e| err(first, e))?;
+        let err = |command: &[u8], reason: &str| CfgError::new(file, lineno, command, reason);
+        // An error before the line is split (too long, not UTF-8, a bad
+        // quote, a missing $FILE) still names the command: the first word.
+        let first = raw
+            .split(|b| matches!(b, b' ' | b'\t' | b'\r'))
+            .next()
+            .unwrap_or_default();
+        if raw.len() > MAX_LINE {
+            return Err(err(
+                first,
+                &format!("the line is longer than {MAX_LINE} bytes"),
+            ));
+        }
+        let line = std::str::from_utf8(raw)
+            .map_err(|e| err(first, &not_utf8(raw, e.valid_up_to(), "")))?;
+        let mut load = |path: &str| read_dollar_file(state, path);
+        let args = token::tokenize(line, &mut load).map_err(|e| err(first, &e))?;
         if args.is_empty() {
             continue;
         }
@@ -201,17 +283,38 @@ pub fn run_text(state: &mut State, file: &str, text: &str) -> Result<(), CfgErro
         }
         if args[0] == "include" {
             if args.len() != 2 {
-                return Err(err("include", "wrong number of arguments: takes 1".into()));
+                return Err(err(b"include", "wrong number of arguments: takes 1"));
             }
             include(state, &args[1]).map_err(|e| match e {
-                Nested::Here(reason) => err("include", reason),
+                Nested::Here(reason) => err(b"include", &reason),
                 Nested::Inner(inner) => inner,
             })?;
             continue;
         }
-        commands::dispatch(state, &args).map_err(|reason| err(&args[0], reason))?;
+        commands::dispatch(state, &args).map_err(|reason| err(args[0].as_bytes(), &reason))?;
     }
     Ok(())
+}
+
+/// The message for a byte that is not UTF-8 at `at` in `text`: a cfg line,
+/// or the `$FILE` that `what` names.
+fn not_utf8(text: &[u8], at: usize, what: &str) -> String {
+    // Bytes before `at` are valid UTF-8.
+    let before = std::str::from_utf8(&text[..at]).unwrap_or_default();
+    let (line, col) = match before.rfind('\n') {
+        Some(nl) => (before[..nl].matches('\n').count() + 2, &before[nl + 1..]),
+        None => (1, before),
+    };
+    let col = col.chars().count() + 1;
+    let place = if what.is_empty() {
+        format!("column {col}")
+    } else {
+        format!("line {line}, column {col} of {what}")
+    };
+    format!(
+        "byte 0x{:02x} at {place} is not UTF-8 (outside comments, the configuration must be UTF-8 text)",
+        text[at]
+    )
 }
 
 enum Nested {
@@ -220,26 +323,40 @@ enum Nested {
 }
 
 fn include(state: &mut State, path: &str) -> Result<(), Nested> {
+    let shown = quote(path);
     if state.depth >= MAX_INCLUDE_DEPTH {
         return Err(Nested::Here(format!(
-            "{path}: includes nested more than {MAX_INCLUDE_DEPTH} deep"
+            "{shown}: includes nested more than {MAX_INCLUDE_DEPTH} deep"
         )));
     }
-    let text = std::fs::read_to_string(path).map_err(|e| Nested::Here(format!("{path}: {e}")))?;
+    let text = std::fs::File::open(path)
+        .map_err(ReadError::Io)
+        .and_then(|f| state.read_counted(f, u64::MAX))
+        .map_err(|e| match e {
+            ReadError::Io(e) => Nested::Here(format!("{shown}: {e}")),
+            ReadError::TooBig(_) => Nested::Here(format!("{shown}: {}", too_big())),
+        })?;
     state.depth += 1;
-    let r = run_text(state, path, &text);
+    let r = run(state, path, &text);
     state.depth -= 1;
     r.map_err(Nested::Inner)
 }
 
-fn read_dollar_file(path: &str) -> Result<String, String> {
-    use std::io::Read;
-    let f = std::fs::File::open(path).map_err(|e| format!("${path}: {e}"))?;
-    let mut s = String::new();
-    f.take(MAX_DOLLAR_FILE)
-        .read_to_string(&mut s)
-        .map_err(|e| format!("${path}: {e}"))?;
-    Ok(s)
+/// The text of a `$FILE`: at most [`MAX_DOLLAR_FILE`] bytes of it, within
+/// the load's budget, all of it UTF-8.
+fn read_dollar_file(state: &mut State, path: &str) -> Result<String, String> {
+    let what = format!("${}", quote(path));
+    let buf = std::fs::File::open(path)
+        .map_err(ReadError::Io)
+        .and_then(|f| state.read_counted(f, MAX_DOLLAR_FILE))
+        .map_err(|e| match e {
+            ReadError::Io(e) => format!("{what}: {e}"),
+            ReadError::TooBig(_) => format!("{what}: {}", too_big()),
+        })?;
+    String::from_utf8(buf).map_err(|e| {
+        let at = e.utf8_error().valid_up_to();
+        not_utf8(e.as_bytes(), at, &what)
+    })
 }
 
 #[cfg(test)]
@@ -248,7 +365,7 @@ mod tests {
 
     fn run(text: &str) -> Result<State, CfgError> {
         let mut st = State::new(true);
-        run_text(&mut st, "test.cfg", text).map(|_| st)
+        super::run(&mut st, "test.cfg", text.as_bytes()).map(|_| st)
     }
 
     #[test]
@@ -300,5 +417,139 @@ mod tests {
     fn unterminated_quote_names_the_line() {
         let e = run("maxconn 1\nlogformat \"abc\n").unwrap_err();
         assert_eq!(e.line, 2);
+    }
+
+    fn run_bytes(text: &[u8]) -> Result<State, CfgError> {
+        let mut st = State::new(true);
+        super::run(&mut st, "test.cfg", text).map(|_| st)
+    }
+
+    #[test]
+    fn comments_and_indented_lines_are_never_decoded() {
+        let st = run_bytes(b"# caf\xe9\n \xff\xfe x\n\t\xe9\nmaxconn 7\nend\n\xe9\xe9\n").unwrap();
+        assert_eq!(st.maxconn, 7);
+    }
+
+    #[test]
+    fn a_byte_that_is_not_utf8_names_line_column_and_command() {
+        let e = run_bytes(b"maxconn 7\nlogformat \"caf\xe9\"\n").unwrap_err();
+        assert_eq!((e.line, e.command.as_str()), (2, "logformat"));
+        assert!(
+            e.reason.starts_with("byte 0xe9 at column 15 is not UTF-8"),
+            "{}",
+            e.reason
+        );
+        // Columns count characters: the \u{e9} before counts once.
+        let mut line = "users \u{e9}:CL:p".as_bytes().to_vec();
+        line.push(0xe9);
+        let e = run_bytes(&line).unwrap_err();
+        assert!(
+            e.reason.starts_with("byte 0xe9 at column 13 "),
+            "{}",
+            e.reason
+        );
+        // In the command name itself: shown escaped.
+        let e = run_bytes(b"max\xe9conn 7\n").unwrap_err();
+        assert_eq!(e.command, r"max\xe9conn");
+        assert!(e.reason.contains("column 4"), "{}", e.reason);
+    }
+
+    #[test]
+    fn a_dollar_file_that_is_not_utf8_names_its_line_and_column() {
+        let dir = std::env::temp_dir().join(format!("threeproxy-conf-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let f = dir.join("users.txt");
+        std::fs::write(&f, b"alice:CL:pw\nbob:CL:p\xe9\n").unwrap();
+        let e = run(&format!("\nusers ${}\n", f.display())).unwrap_err();
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert_eq!((e.line, e.command.as_str()), (2, "users"));
+        assert!(
+            e.reason.starts_with(&format!(
+                "byte 0xe9 at line 2, column 9 of ${} is not UTF-8",
+                f.display()
+            )),
+            "{}",
+            e.reason
+        );
+    }
+
+    #[test]
+    fn a_command_line_longer_than_the_limit_is_an_error() {
+        let ok = format!("logformat {}\n", "x".repeat(MAX_LINE - 10));
+        assert!(run(&ok).is_ok());
+        let long = format!("logformat {}\n", "x".repeat(MAX_LINE));
+        let e = run(&long).unwrap_err();
+        assert_eq!((e.line, e.command.as_str()), (1, "logformat"));
+        assert!(e.reason.contains("longer than 65535 bytes"), "{}", e.reason);
+        // A comment may be longer.
+        let comment = format!("#{}\nmaxconn 3\n", "x".repeat(MAX_LINE * 2));
+        assert_eq!(run(&comment).unwrap().maxconn, 3);
+    }
+
+    #[test]
+    fn messages_escape_and_cut_the_input_they_quote() {
+        let nuls = "\0".repeat(60_000);
+        let e = run(&format!("maxconn {nuls}\n")).unwrap_err();
+        let shown = format!(
+            "'{}...[cut, 60000 bytes in all]' is not a number from 1 to 1000000",
+            r"\x00".repeat(token::QUOTE_MAX)
+        );
+        assert_eq!(e.reason, shown);
+        // A command name of NULs: escaped and cut too.
+        let e = run(&format!("{nuls} 1\n")).unwrap_err();
+        assert!(e.command.starts_with(r"\x00\x00"), "{}", e.command);
+        assert!(e.command.len() < 400, "{}", e.command.len());
+        assert!(!e.to_string().contains('\0'));
+        // Whatever a reason holds, it is escaped and bounded.
+        let e = CfgError::new("f\rg", 1, b"c\x1b", &"\x07".repeat(5000));
+        assert_eq!(e.file, r"f\rg");
+        assert_eq!(e.command, r"c\x1b");
+        assert!(e.reason.len() < REASON_MAX * 4 + 40 && !e.reason.contains('\x07'));
+    }
+
+    /// A reader of endless bytes that counts what was taken from it.
+    struct Endless<'a>(&'a std::cell::Cell<u64>, u8);
+
+    impl std::io::Read for Endless<'_> {
+        fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+            buf.fill(self.1);
+            self.0.set(self.0.get() + buf.len() as u64);
+            Ok(buf.len())
+        }
+    }
+
+    #[test]
+    fn reading_the_cfg_stops_at_the_limit() {
+        let taken = std::cell::Cell::new(0);
+        let mut st = State::new(true);
+        let e = read_cfg(&mut st, "big.cfg", Endless(&taken, b'\n')).unwrap_err();
+        let line = MAX_LOAD_BYTES + 2;
+        assert_eq!(e, format!("big.cfg:{line}: {}", too_big()));
+        assert!(taken.get() <= MAX_LOAD_BYTES + (1 << 16), "{}", taken.get());
+        // Within the limit: the bytes as they are, and the budget spent.
+        let mut st = State::new(true);
+        let text = read_cfg(&mut st, "x", &b"maxconn 3\n"[..]).unwrap();
+        assert_eq!(text, b"maxconn 3\n");
+        assert_eq!(st.budget, MAX_LOAD_BYTES - 10);
+    }
+
+    #[test]
+    fn includes_and_dollar_files_share_the_limit() {
+        let e = run("maxconn 2\ninclude /dev/zero\n").unwrap_err();
+        assert_eq!((e.line, e.command.as_str()), (2, "include"));
+        assert_eq!(e.reason, format!("/dev/zero: {}", too_big()));
+        // 1 MiB per $FILE: the 17th insertion passes 16 MiB.
+        let e = run(&"logformat $/dev/zero\n".repeat(20)).unwrap_err();
+        assert_eq!((e.line, e.command.as_str()), (17, "logformat"));
+        assert_eq!(e.reason, format!("$/dev/zero: {}", too_big()));
+        // A budget already spent by the file itself counts too.
+        let mut st = State::new(true);
+        st.budget = 10;
+        let e = run_on(&mut st, "users $/dev/zero\n").unwrap_err();
+        assert_eq!(e.reason, format!("$/dev/zero: {}", too_big()));
+    }
+
+    fn run_on(st: &mut State, text: &str) -> Result<(), CfgError> {
+        super::run(st, "test.cfg", text.as_bytes())
     }
 }

@@ -17,6 +17,7 @@ use std::time::SystemTime;
 use nix::unistd::{Gid, Uid};
 
 use super::commands::number;
+use super::quote;
 use super::State;
 use crate::log::{Period, Sink};
 use crate::sys::process::{self, PidFile};
@@ -119,7 +120,8 @@ impl Ops {
         }
         if let Some(p) = self.pidfile.take() {
             let path = p.path.display().to_string();
-            p.write_pid().map_err(|e| format!("pidfile {path}: {e}"))?;
+            p.write_pid()
+                .map_err(|e| format!("pidfile {}: {e}", quote(&path)))?;
         }
         process::drop_privileges(self.uid, self.gid)
     }
@@ -177,7 +179,7 @@ pub fn h_pidfile(state: &mut State, args: &[String]) -> Result<(), String> {
     }
     // Only checked here (an unwritable path is an error naming this line;
     // `-t` checks too): nothing is written before the cfg is committed.
-    let f = PidFile::check(&args[1]).map_err(|e| format!("{}: {e}", args[1]))?;
+    let f = PidFile::check(&args[1]).map_err(|e| format!("{}: {e}", quote(&args[1])))?;
     if !state.check_only {
         state.ops.pidfile = Some(f);
     }
@@ -220,7 +222,7 @@ pub fn h_monitor(state: &mut State, args: &[String]) -> Result<(), String> {
     if m.seen.is_none() {
         // 3proxy only warns; the file is still watched, so creating it
         // later counts as a change.
-        log::warn!("monitor: {} does not exist (yet)", args[1]);
+        log::warn!("monitor: {} does not exist (yet)", quote(&args[1]));
     }
     state.ops.monitors.push(m);
     Ok(())
@@ -258,7 +260,11 @@ pub fn open_log_target(args: &[String]) -> Result<Option<Arc<Sink>>, String> {
         None => Period::Never,
         Some(l) => Period::from_letter(l).unwrap_or_else(|| {
             // 3proxy takes an unknown letter for "never" without a word.
-            log::warn!("log {target}: unknown rotation '{l}' (c, H, D, W, M or Y): not rotated");
+            log::warn!(
+                "log {}: unknown rotation '{}' (c, H, D, W, M or Y): not rotated",
+                quote(target),
+                quote(l)
+            );
             Period::Never
         }),
     };

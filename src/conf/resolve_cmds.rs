@@ -20,7 +20,7 @@ pub fn h_nserver(state: &mut State, args: &[String]) -> Result<(), String> {
     } else {
         log::warn!(
             "nserver {}: only the first {MAX_SERVERS} nserver lines are used",
-            args[1]
+            super::quote(&args[1])
         );
     }
     r.mode = Mode::Servers;

@@ -12,6 +12,76 @@
 //! Whole-line rules (empty lines, lines starting with a blank or `#`) belong
 //! to the reader in `conf::mod`, not here. Parsing does no IO: `$FILE` goes
 //! through the `load` closure, so tests can feed files from memory.
+//!
+//! [`quote`] is how a message shows a piece of cfg input: escaped and cut,
+//! so no message grows with its input or carries control bytes.
+
+use std::fmt;
+
+/// At most this many characters of one piece of cfg input are shown in a
+/// message.
+pub const QUOTE_MAX: usize = 80;
+
+/// A piece of cfg input as messages show it (see [`quote`]).
+pub struct Quoted<'a> {
+    bytes: &'a [u8],
+    max: usize,
+}
+
+/// Show `s` in a message: printable text as it is; tab, CR and LF as
+/// `\t`, `\r`, `\n`; other control characters (and the Unicode line
+/// separators and bidirectional overrides) as `\xNN` or `\u{NNNN}`; a byte
+/// that is not UTF-8 as `\xNN`. After [`QUOTE_MAX`] characters the rest is
+/// cut, and `...[cut, N bytes in all]` says so.
+pub fn quote<S: AsRef<[u8]> + ?Sized>(s: &S) -> Quoted<'_> {
+    quote_max(s, QUOTE_MAX)
+}
+
+/// [`quote`] with a limit of `max` characters.
+pub fn quote_max<S: AsRef<[u8]> + ?Sized>(s: &S, max: usize) -> Quoted<'_> {
+    Quoted {
+        bytes: s.as_ref(),
+        max,
+    }
+}
+
+fn needs_escape(c: char) -> bool {
+    c.is_control()
+        || matches!(c, '\u{2028}' | '\u{2029}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+}
+
+impl fmt::Display for Quoted<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        use fmt::Write;
+        let mut shown = 0;
+        let cut =
+            |f: &mut fmt::Formatter<'_>| write!(f, "...[cut, {} bytes in all]", self.bytes.len());
+        for chunk in self.bytes.utf8_chunks() {
+            for c in chunk.valid().chars() {
+                if shown == self.max {
+                    return cut(f);
+                }
+                shown += 1;
+                match c {
+                    '\t' => f.write_str("\\t")?,
+                    '\r' => f.write_str("\\r")?,
+                    '\n' => f.write_str("\\n")?,
+                    c if needs_escape(c) && (c as u32) < 0x80 => write!(f, "\\x{:02x}", c as u32)?,
+                    c if needs_escape(c) => write!(f, "\\u{{{:x}}}", c as u32)?,
+                    c => f.write_char(c)?,
+                }
+            }
+            for b in chunk.invalid() {
+                if shown == self.max {
+                    return cut(f);
+                }
+                shown += 1;
+                write!(f, "\\x{b:02x}")?;
+            }
+        }
+        Ok(())
+    }
+}
 
 /// Split one cfg line into arguments. `load` returns a file's contents for
 /// `$FILE`, or a message saying why it could not be read.
@@ -170,6 +240,45 @@ mod tests {
     fn text_before_dollar_glues_to_first_word() {
         check("a pre$ports", &["a", "pre8080", "8081"]);
         check("a pre$empty", &["a", "pre"]);
+    }
+
+    #[test]
+    fn quote_escapes_control_and_non_utf8_bytes() {
+        let q = |b: &[u8]| quote(b).to_string();
+        assert_eq!(
+            q(b"plain text: 'x' \\ \"y\" \xc3\xa9"),
+            "plain text: 'x' \\ \"y\" \u{e9}"
+        );
+        assert_eq!(
+            q(b"a\0b\tc\rd\ne\x1b[0m\x7f"),
+            r"a\x00b\tc\rd\ne\x1b[0m\x7f"
+        );
+        assert_eq!(q(b"caf\xe9 \xff"), r"caf\xe9 \xff");
+        assert_eq!(q("\u{85}\u{202e}".as_bytes()), r"\u{85}\u{202e}");
+    }
+
+    #[test]
+    fn quote_cuts_long_input_and_says_so() {
+        let exact = "x".repeat(QUOTE_MAX);
+        assert_eq!(quote(&exact).to_string(), exact);
+        let long = "\u{e9}".repeat(1_000_000);
+        let shown = quote(&long).to_string();
+        assert_eq!(
+            shown,
+            format!(
+                "{}...[cut, 2000000 bytes in all]",
+                "\u{e9}".repeat(QUOTE_MAX)
+            )
+        );
+        let nuls = vec![0u8; 1 << 20];
+        let shown = quote(&nuls).to_string();
+        assert_eq!(
+            shown,
+            format!(
+                "{}...[cut, 1048576 bytes in all]",
+                r"\x00".repeat(QUOTE_MAX)
+            )
+        );
     }
 
     #[test]

@@ -35,6 +35,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use crate::access::{self, Op, Request};
+use crate::conf::quote;
 use crate::conf::Timeouts;
 use crate::logformat::LogRecord;
 use crate::res::Res;
@@ -89,7 +90,7 @@ pub fn fake(opts: &ServiceOpts) -> Result<Fake, String> {
         match crate::net::parse_ip(v) {
             Some(IpAddr::V4(a)) => f.v4 = Some(a),
             Some(IpAddr::V6(a)) => f.v6 = Some(a),
-            None => return Err(format!("'{o}': -F takes an IP address")),
+            None => return Err(format!("'{}': -F takes an IP address", quote(o))),
         }
     }
     Ok(f)

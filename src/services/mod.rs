@@ -23,6 +23,7 @@ use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::path::PathBuf;
 use std::sync::{Arc, Condvar, Mutex};
 
+use crate::conf::quote;
 use crate::conf::{commands::number, State, Timeouts};
 use crate::log::Sink;
 use crate::logformat::LogFormat;
@@ -245,7 +246,7 @@ impl ServiceOpts {
                 continue;
             };
             let (letter, val) = opt.split_at(1);
-            let bad = || format!("bad option '{a}'");
+            let bad = || format!("bad option '{}'", quote(a));
             match letter {
                 "p" => o.port = Some(number(val, 0u16, 65535)?),
                 "i" => {
@@ -291,7 +292,10 @@ impl ServiceOpts {
                 "g" => {
                     let v: Vec<&str> = val.split(',').collect();
                     if v.len() != 3 {
-                        return Err(format!("'{a}': takes -g<bytes>,<reads>,<delay ms>"));
+                        return Err(format!(
+                            "'{}': takes -g<bytes>,<reads>,<delay ms>",
+                            quote(a)
+                        ));
                     }
                     o.grace = Some(Grace {
                         bytes: number(v[0], 0u32, u32::MAX)?,
@@ -301,8 +305,8 @@ impl ServiceOpts {
                 }
                 "o" => {
                     let (which, list) = val.split_at(val.len().min(1));
-                    let parsed =
-                        SockOpts::parse(list, maxseg).map_err(|e| format!("'{a}': {e}"))?;
+                    let parsed = SockOpts::parse(list, maxseg)
+                        .map_err(|e| format!("'{}': {e}", quote(a)))?;
                     match which {
                         "c" => o.oc = parsed,
                         "s" => o.os = parsed,
@@ -348,7 +352,7 @@ impl ServiceOpts {
                     };
                     *slot = Some(
                         crate::net::parse_ip(v)
-                            .ok_or_else(|| format!("'{a}': takes an IP address"))?,
+                            .ok_or_else(|| format!("'{}': takes an IP address", quote(a)))?,
                     );
                 }
                 "U" => {
@@ -371,7 +375,7 @@ impl ServiceOpts {
                     )
                 }
                 "I" => return Err("'-I' (inetd mode) is not supported".into()),
-                _ => return Err(format!("unknown option '{a}'")),
+                _ => return Err(format!("unknown option '{}'", quote(a))),
             }
         }
         Ok(o)
@@ -485,7 +489,7 @@ pub fn prepare(state: &State, args: &[String]) -> Result<Prepared, String> {
         } else {
             format!(
                 "unexpected argument '{}'",
-                opts.positional[def.positional.min(opts.positional.len() - 1)]
+                quote(&opts.positional[def.positional.min(opts.positional.len() - 1)])
             )
         });
     }
@@ -511,7 +515,7 @@ pub fn prepare(state: &State, args: &[String]) -> Result<Prepared, String> {
     let log = match &opts.log {
         None => state.log.clone(),
         Some(LogOpt::Stdout) => Some(Sink::stdout()),
-        Some(LogOpt::File(p)) => Some(Sink::open(p).map_err(|e| format!("-l{p}: {e}"))?),
+        Some(LogOpt::File(p)) => Some(Sink::open(p).map_err(|e| format!("-l{}: {e}", quote(p)))?),
         Some(LogOpt::Syslog(ident)) => Some(Sink::syslog(ident)),
     };
     let logformat = match &opts.logformat {

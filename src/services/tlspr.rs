@@ -22,6 +22,7 @@ use std::time::{Duration, Instant};
 use crate::access::{self, Op, Recheck, Request};
 use crate::client::Client;
 use crate::conf::commands::number;
+use crate::conf::quote;
 use crate::conf::Timeouts;
 use crate::net::{resolve, Stream};
 use crate::parent;
@@ -70,22 +71,28 @@ pub fn options(o: &ServiceOpts) -> Result<TlsOpts, String> {
         let (letter, val) = a[1..].split_at(1);
         match letter {
             "P" => {
-                let p = number(val, 0u16, 65535).map_err(|e| format!("'{a}': {e}"))?;
+                let p = number(val, 0u16, 65535).map_err(|e| format!("'{}': {e}", quote(a)))?;
                 t.port = if p == 0 { DEFAULT_PORT } else { p };
             }
             "c" => {
                 t.check = if val.is_empty() {
                     1
                 } else {
-                    number(val, 0u32, 4).map_err(|e| format!("'{a}': {e}"))?
+                    number(val, 0u32, 4).map_err(|e| format!("'{}': {e}", quote(a)))?
                 };
                 if t.check > 2 {
                     return Err(format!(
-                        "'{a}': TLS check levels 3 and 4 are not supported yet"
+                        "'{}': TLS check levels 3 and 4 are not supported yet",
+                        quote(a)
                     ));
                 }
             }
-            "X" => return Err(format!("'{a}': STARTTLS mode is not supported yet")),
+            "X" => {
+                return Err(format!(
+                    "'{}': STARTTLS mode is not supported yet",
+                    quote(a)
+                ))
+            }
             _ => {}
         }
     }

@@ -138,38 +138,40 @@ pub fn remove_pidfile() {
 /// A uid from a number or a user name. 0 (root) is refused, as in 3proxy:
 /// dropping to root is a cfg mistake.
 pub fn uid_from(s: &str) -> Result<Uid, String> {
+    let q = crate::conf::quote(s);
     let uid = if s.starts_with(|c: char| c.is_ascii_digit()) {
         s.parse::<u32>()
             .map(Uid::from_raw)
-            .map_err(|_| format!("'{s}' is not a uid"))?
+            .map_err(|_| format!("'{q}' is not a uid"))?
     } else {
         match User::from_name(s) {
             Ok(Some(u)) => u.uid,
-            Ok(None) => return Err(format!("no user named '{s}'")),
-            Err(e) => return Err(format!("cannot look up user '{s}': {e}")),
+            Ok(None) => return Err(format!("no user named '{q}'")),
+            Err(e) => return Err(format!("cannot look up user '{q}': {e}")),
         }
     };
     if uid.is_root() {
-        return Err(format!("refusing to run as uid 0 ('{s}')"));
+        return Err(format!("refusing to run as uid 0 ('{q}')"));
     }
     Ok(uid)
 }
 
 /// A gid from a number or a group name; 0 is refused, as in 3proxy.
 pub fn gid_from(s: &str) -> Result<Gid, String> {
+    let q = crate::conf::quote(s);
     let gid = if s.starts_with(|c: char| c.is_ascii_digit()) {
         s.parse::<u32>()
             .map(Gid::from_raw)
-            .map_err(|_| format!("'{s}' is not a gid"))?
+            .map_err(|_| format!("'{q}' is not a gid"))?
     } else {
         match Group::from_name(s) {
             Ok(Some(g)) => g.gid,
-            Ok(None) => return Err(format!("no group named '{s}'")),
-            Err(e) => return Err(format!("cannot look up group '{s}': {e}")),
+            Ok(None) => return Err(format!("no group named '{q}'")),
+            Err(e) => return Err(format!("cannot look up group '{q}': {e}")),
         }
     };
     if gid.as_raw() == 0 {
-        return Err(format!("refusing to run as gid 0 ('{s}')"));
+        return Err(format!("refusing to run as gid 0 ('{q}')"));
     }
     Ok(gid)
 }
@@ -205,8 +207,9 @@ pub fn chroot(dir: &str) -> Result<(), String> {
     if CHROOT.get().is_some() {
         return Ok(());
     }
-    unistd::chroot(dir).map_err(|e| format!("cannot chroot to {dir}: {e}"))?;
-    unistd::chdir("/").map_err(|e| format!("chdir / in {dir}: {e}"))?;
+    let q = crate::conf::quote(dir);
+    unistd::chroot(dir).map_err(|e| format!("cannot chroot to {q}: {e}"))?;
+    unistd::chdir("/").map_err(|e| format!("chdir / in {q}: {e}"))?;
     let trimmed = dir.trim_end_matches('/');
     let _ = CHROOT.set(PathBuf::from(if trimmed.is_empty() {
         "/"

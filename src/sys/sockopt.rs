@@ -104,7 +104,10 @@ impl SockOpts {
                 continue;
             }
             let Some(o) = TABLE.iter().find(|o| o.name == word) else {
-                return Err(format!("unknown socket option '{word}'"));
+                return Err(format!(
+                    "unknown socket option '{}'",
+                    crate::conf::quote(word)
+                ));
             };
             let value = if o.opt == libc::TCP_MAXSEG && o.level == libc::IPPROTO_TCP {
                 if maxseg == 0 {
