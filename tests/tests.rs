@@ -29,6 +29,7 @@ mod resolve;
 mod sample;
 mod services;
 mod smtpp;
+mod smuggle;
 mod socks;
 mod standalone;
 mod tcppm;
