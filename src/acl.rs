@@ -13,7 +13,7 @@
 //! sets (host patterns grouped by length, so a host of length L costs at
 //! most one lookup per distinct pattern length and position).
 
-use crate::conf::quote;
+use crate::conf::token::quote;
 use std::collections::{BTreeMap, HashSet};
 use std::net::IpAddr;
 

@@ -12,7 +12,7 @@
 
 use std::collections::HashMap;
 
-use crate::conf::quote;
+use crate::conf::token::quote;
 use crate::crypt::{crypt, nt_hash};
 use crate::res::Res;
 

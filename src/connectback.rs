@@ -28,12 +28,12 @@ use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 
 use crate::acl::{self, Action, Query, Verdict};
 use crate::client::Client;
-use crate::conf::quote;
-use crate::conf::Timeouts;
+use crate::conf::token::quote;
 use crate::net::Stream;
 use crate::res::Res;
 use crate::services::Service;
 use crate::sys::sockopt::SockOpts;
+use crate::timeouts::Timeouts;
 
 /// The command byte the `-R` side sends on a back-connection it takes.
 pub const COMMAND: u8 = b'C';
@@ -61,7 +61,7 @@ pub fn parse_hostport(s: &str) -> Result<SocketAddr, String> {
         .strip_prefix('[')
         .and_then(|h| h.strip_suffix(']'))
         .unwrap_or(host);
-    let ip = crate::conf::commands::resolve_once(host)?;
+    let ip = crate::conf::value::resolve_once(host)?;
     Ok(SocketAddr::new(ip, port))
 }
 

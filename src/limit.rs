@@ -27,7 +27,7 @@ use std::sync::{Arc, Mutex, OnceLock, RwLock, Weak};
 use std::time::{Duration, Instant};
 
 use crate::acl::{Query, Rule};
-use crate::conf::quote;
+use crate::conf::token::quote;
 use crate::res::Res;
 
 /// The limit lists of the running cfg.

@@ -48,7 +48,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crossbeam_channel::{bounded, Receiver, RecvTimeoutError, SendTimeoutError, Sender};
 
-use crate::conf::quote;
+use crate::conf::token::quote;
 use crate::logformat::{LogFormat, LogRecord};
 use crate::sys::time;
 

@@ -47,6 +47,7 @@ mod services;
 mod shutdown;
 mod socks;
 mod sys;
+mod timeouts;
 
 use std::io::IsTerminal;
 use std::process::ExitCode;
@@ -287,7 +288,7 @@ fn standalone(service: &'static str, args: Vec<String>) -> ExitCode {
 /// second listener, no lost queued client) and only their settings change;
 /// sockets no longer in the cfg are closed. Clients being served finish on
 /// the settings they started with.
-fn reload(cmdline_name: &str, ops: &mut conf::ops_cmds::Ops) {
+fn reload(cmdline_name: &str, ops: &mut conf::ops::Ops) {
     if cmdline_name.starts_with('<') && ops.config.is_none() {
         ::log::warn!(
             "reload: the cfg came from {cmdline_name} and cannot be read again; keeping it"

@@ -149,7 +149,7 @@ impl Addr {
         }
         parse_ip(s)
             .map(|ip| Addr::Ip(SocketAddr::new(ip, port)))
-            .ok_or_else(|| format!("'{}' is not an IP address", crate::conf::quote(s)))
+            .ok_or_else(|| format!("'{}' is not an IP address", crate::conf::token::quote(s)))
     }
 
     pub fn port(&self) -> u16 {

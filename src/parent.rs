@@ -28,12 +28,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::client::Client;
-use crate::conf::quote;
-use crate::conf::Timeouts;
+use crate::conf::token::quote;
 use crate::net::{Dialer, Stream};
 use crate::res::Res;
 use crate::services::Service;
 use crate::socks::{self, Dest};
+use crate::timeouts::Timeouts;
 
 /// The parents of one ACL entry, in cfg order; shared by every request
 /// the entry allows.

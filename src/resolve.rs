@@ -39,10 +39,10 @@ use std::time::{Duration, Instant};
 use simple_dns::rdata::RData;
 use simple_dns::{Label, Name, Packet, PacketFlag, Question, CLASS, QCLASS, QTYPE, TYPE};
 
-use crate::conf::quote;
-use crate::conf::Timeouts;
+use crate::conf::token::quote;
 use crate::net::{parse_ip, Family};
 use crate::res::Res;
+use crate::timeouts::Timeouts;
 
 /// Most `nserver` lines that count (3proxy's MAXNSERVERS); later ones are
 /// ignored with a warning.

@@ -5,9 +5,9 @@
 
 use std::sync::Arc;
 
-use super::commands::number;
-use super::quote;
-use super::State;
+use super::state::State;
+use super::token::quote;
+use super::value::number;
 use crate::acl::{Action, Entry, Rule};
 use crate::auth::{AuthType, CacheConf};
 use crate::limit::{CountKind, CounterFile, Period};

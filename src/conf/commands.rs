@@ -11,8 +11,10 @@
 use std::net::IpAddr;
 use std::sync::Arc;
 
-use super::quote;
-use super::{access_cmds, ops_cmds, parent_cmds, resolve_cmds, State};
+use super::state::State;
+use super::token::quote;
+use super::value::{number, resolve_once};
+use super::{access_cmds, ops_cmds, parent_cmds, resolve_cmds};
 use crate::logformat::LogFormat;
 use crate::services;
 
@@ -164,17 +166,6 @@ fn h_service(state: &mut State, args: &[String]) -> Result<(), String> {
     Ok(())
 }
 
-/// A decimal number in `lo..=hi`.
-pub fn number<T>(s: &str, lo: T, hi: T) -> Result<T, String>
-where
-    T: std::str::FromStr + PartialOrd + std::fmt::Display + Copy,
-{
-    match s.parse::<T>() {
-        Ok(v) if v >= lo && v <= hi => Ok(v),
-        _ => Err(format!("'{}' is not a number from {lo} to {hi}", quote(s))),
-    }
-}
-
 fn h_internal(state: &mut State, args: &[String]) -> Result<(), String> {
     crate::net::Addr::parse_listen(&args[1], 0)?;
     state.internal = Some(args[1].clone());
@@ -188,17 +179,6 @@ fn h_external(state: &mut State, args: &[String]) -> Result<(), String> {
         IpAddr::V6(_) => state.ext6 = Some(ip),
     }
     Ok(())
-}
-
-/// An address for `external`/`-e`: a literal, or a name resolved now,
-/// once (3proxy resolves it at parse time too).
-pub fn resolve_once(s: &str) -> Result<IpAddr, String> {
-    if let Some(ip) = crate::net::parse_ip(s) {
-        return Ok(ip);
-    }
-    crate::net::resolve(s, 0, crate::net::Family::V46)
-        .map(|a| a.ip())
-        .map_err(|_| format!("cannot resolve '{}'", quote(s)))
 }
 
 fn h_maxconn(state: &mut State, args: &[String]) -> Result<(), String> {

@@ -6,8 +6,8 @@
 
 use std::sync::Arc;
 
-use super::commands::{number, resolve_once};
-use super::State;
+use super::state::State;
+use super::value::{number, resolve_once};
 use crate::acl::{Action, Entry, Rule};
 use crate::parent::{Hop, Kind};
 

@@ -3,8 +3,8 @@
 //! its line says in `State::resolver`; `State::finalize` installs the
 //! result as the process's resolver (`crate::resolve`).
 
-use super::commands::{number, resolve_once};
-use super::State;
+use super::state::State;
+use super::value::{number, resolve_once};
 use crate::resolve::{Mode, NameServer, MAX_SERVERS, MIN_CACHE};
 
 /// Largest `nscache`/`nscache6` accepted.
@@ -20,7 +20,7 @@ pub fn h_nserver(state: &mut State, args: &[String]) -> Result<(), String> {
     } else {
         log::warn!(
             "nserver {}: only the first {MAX_SERVERS} nserver lines are used",
-            super::quote(&args[1])
+            super::token::quote(&args[1])
         );
     }
     r.mode = Mode::Servers;

@@ -29,9 +29,9 @@ use std::time::{Duration, Instant};
 
 use crate::access::{Op, Request};
 use crate::client::Client;
-use crate::conf::Timeouts;
 use crate::limit::{CountKind, Period};
 use crate::res::Res;
+use crate::timeouts::Timeouts;
 
 /// The longest request head read.
 const MAX_HEAD: usize = 16 * 1024;

@@ -12,8 +12,8 @@ use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::sys::socket::MsgFlags;
 
 use crate::client::Client;
-use crate::conf::Timeouts;
 use crate::res::Res;
+use crate::timeouts::Timeouts;
 
 /// Nothing came before the timeout, or the client closed first.
 const NO_BYTE: Res = Res(801);

@@ -35,13 +35,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use crate::access::{self, Op, Request};
-use crate::conf::quote;
-use crate::conf::Timeouts;
+use crate::conf::token::quote;
 use crate::logformat::LogRecord;
 use crate::res::Res;
 use crate::resolve::{self, NameServer};
 use crate::running::Running;
 use crate::services::{Service, ServiceOpts};
+use crate::timeouts::Timeouts;
 
 /// Datagrams shorter than this (or equal) or longer than [`MAX_QUERY`]
 /// are dropped (code 814).

@@ -29,11 +29,11 @@ use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 use super::pop3p::Lines;
 use crate::access::{self, Op, Request};
 use crate::client::Client;
-use crate::conf::Timeouts;
 use crate::net::{resolve, Stream};
 use crate::parent;
 use crate::relay::{Hooks, RelayOpts};
 use crate::res::Res;
+use crate::timeouts::Timeouts;
 
 /// The destination port when the login names none.
 pub const DEFAULT_PORT: u16 = 21;

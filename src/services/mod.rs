@@ -23,13 +23,14 @@ use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::path::PathBuf;
 use std::sync::{Arc, Condvar, Mutex};
 
-use crate::conf::quote;
-use crate::conf::{commands::number, State, Timeouts};
+use crate::conf::token::quote;
+use crate::conf::{value::number, State};
 use crate::log::Sink;
 use crate::logformat::LogFormat;
 use crate::net::{Addr, Dialer, Family, Listener, Target};
 use crate::running::{self, Running};
 use crate::sys::sockopt::SockOpts;
+use crate::timeouts::Timeouts;
 
 /// How a service serves a client once accepted.
 pub enum Kind {
@@ -254,7 +255,7 @@ impl ServiceOpts {
                     o.internal = Some(val.to_string());
                 }
                 "e" => {
-                    let ip = crate::conf::commands::resolve_once(val)?;
+                    let ip = crate::conf::value::resolve_once(val)?;
                     match ip {
                         IpAddr::V4(_) => o.ext4 = Some(ip),
                         IpAddr::V6(_) => o.ext6 = Some(ip),

@@ -25,11 +25,11 @@ use std::time::{Duration, Instant};
 
 use crate::access::{self, Op, Recheck, Request};
 use crate::client::Client;
-use crate::conf::Timeouts;
 use crate::net::{resolve, Stream};
 use crate::parent;
 use crate::relay::RelayOpts;
 use crate::res::Res;
+use crate::timeouts::Timeouts;
 
 /// The destination port when the login names none.
 pub const DEFAULT_PORT: u16 = 110;

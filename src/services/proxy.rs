@@ -37,7 +37,6 @@ use std::time::{Duration, Instant};
 
 use crate::access::{self, Grant, Recheck, Request};
 use crate::client::Client;
-use crate::conf::Timeouts;
 use crate::http::{self, ChunkScanner, Framing, HeadError, ResponseHead};
 use crate::limit::{Permit, Session as Limits};
 use crate::net::{parse_ip, resolve, Stream};
@@ -45,6 +44,7 @@ use crate::parent::{self, Parents};
 use crate::relay::{relay_with, RelayOpts};
 use crate::res::Res;
 use crate::services::{Service, DEFAULT_BUFSIZE};
+use crate::timeouts::Timeouts;
 
 /// Largest request or response head (request line and fields); a bigger
 /// request head is answered 431.

@@ -30,12 +30,12 @@ use std::io::Write;
 
 use super::pop3p::{self, parse_host, parse_login, starts_ci, Lines, Login};
 use crate::client::Client;
-use crate::conf::Timeouts;
 use crate::http::{base64_decode, base64_encode};
 use crate::net::Stream;
 use crate::parent;
 use crate::relay::RelayOpts;
 use crate::res::Res;
+use crate::timeouts::Timeouts;
 
 /// The destination port when the login names none.
 pub const DEFAULT_PORT: u16 = 587;

@@ -30,7 +30,6 @@ use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 
 use crate::access::{self, Grant, Op, Recheck, Request};
 use crate::client::Client;
-use crate::conf::Timeouts;
 use crate::net::{resolve, Stream};
 use crate::parent;
 use crate::res::Res;
@@ -38,6 +37,7 @@ use crate::socks::{
     choose_method, parse_udp_header, udp_header, v4_reply, v5_rep, v5_reply, Dest, ATYP_NAME,
     ATYP_V4, ATYP_V6, CMD_BIND, CMD_CONNECT, CMD_UDP, METHOD_REFUSED, METHOD_USERPASS,
 };
+use crate::timeouts::Timeouts;
 
 // --- Reading the request ---------------------------------------------------
 
@@ -78,7 +78,7 @@ struct Reader<'a> {
 }
 
 impl<'a> Reader<'a> {
-    fn new(s: &'a Stream, pre: &'a [u8], t: &crate::conf::Timeouts) -> Reader<'a> {
+    fn new(s: &'a Stream, pre: &'a [u8], t: &crate::timeouts::Timeouts) -> Reader<'a> {
         Reader {
             s,
             pre,

@@ -13,11 +13,11 @@ use std::net::SocketAddr;
 
 use crate::access::{self, Grant, Op, Recheck, Request};
 use crate::client::Client;
-use crate::conf::Timeouts;
 use crate::net::{resolve, Stream, Target};
 use crate::parent;
 use crate::relay::{relay_hooked, Dump, Hooks, Outcome, RelayOpts};
 use crate::res::Res;
+use crate::timeouts::Timeouts;
 
 /// The client thread's work for one tcppm client.
 pub fn serve(c: &mut Client) {

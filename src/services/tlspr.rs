@@ -21,14 +21,14 @@ use std::time::{Duration, Instant};
 
 use crate::access::{self, Op, Recheck, Request};
 use crate::client::Client;
-use crate::conf::commands::number;
-use crate::conf::quote;
-use crate::conf::Timeouts;
+use crate::conf::token::quote;
+use crate::conf::value::number;
 use crate::net::{resolve, Stream};
 use crate::parent;
 use crate::relay::RelayOpts;
 use crate::res::Res;
 use crate::services::ServiceOpts;
+use crate::timeouts::Timeouts;
 
 /// The destination port when `-P` is not given (or is 0).
 pub const DEFAULT_PORT: u16 = 443;

@@ -33,12 +33,12 @@ use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::sys::socket::{recv, MsgFlags};
 
 use crate::access::{self, Op, Recheck, Request};
-use crate::conf::Timeouts;
 use crate::limit::{Permit, Session as Limits};
 use crate::logformat::LogRecord;
 use crate::net::{resolve, Target};
 use crate::res::Res;
 use crate::services::Service;
+use crate::timeouts::Timeouts;
 
 /// Largest datagram relayed.
 const DGRAM_MAX: usize = 65536;

@@ -138,7 +138,7 @@ pub fn remove_pidfile() {
 /// A uid from a number or a user name. 0 (root) is refused, as in 3proxy:
 /// dropping to root is a cfg mistake.
 pub fn uid_from(s: &str) -> Result<Uid, String> {
-    let q = crate::conf::quote(s);
+    let q = crate::conf::token::quote(s);
     let uid = if s.starts_with(|c: char| c.is_ascii_digit()) {
         s.parse::<u32>()
             .map(Uid::from_raw)
@@ -158,7 +158,7 @@ pub fn uid_from(s: &str) -> Result<Uid, String> {
 
 /// A gid from a number or a group name; 0 is refused, as in 3proxy.
 pub fn gid_from(s: &str) -> Result<Gid, String> {
-    let q = crate::conf::quote(s);
+    let q = crate::conf::token::quote(s);
     let gid = if s.starts_with(|c: char| c.is_ascii_digit()) {
         s.parse::<u32>()
             .map(Gid::from_raw)
@@ -207,7 +207,7 @@ pub fn chroot(dir: &str) -> Result<(), String> {
     if CHROOT.get().is_some() {
         return Ok(());
     }
-    let q = crate::conf::quote(dir);
+    let q = crate::conf::token::quote(dir);
     unistd::chroot(dir).map_err(|e| format!("cannot chroot to {q}: {e}"))?;
     unistd::chdir("/").map_err(|e| format!("chdir / in {q}: {e}"))?;
     let trimmed = dir.trim_end_matches('/');

@@ -106,7 +106,7 @@ impl SockOpts {
             let Some(o) = TABLE.iter().find(|o| o.name == word) else {
                 return Err(format!(
                     "unknown socket option '{}'",
-                    crate::conf::quote(word)
+                    crate::conf::token::quote(word)
                 ));
             };
             let value = if o.opt == libc::TCP_MAXSEG && o.level == libc::IPPROTO_TCP {
