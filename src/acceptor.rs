@@ -12,100 +12,23 @@
 //! Still one client per thread at a time.
 
 use std::io;
-use std::net::SocketAddr;
-use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::thread::Thread;
 use std::time::{Duration, Instant};
 
-use crate::client::Client;
-use crate::net::{Listener, Stream};
+use crate::client::{Accepted, Client, Slot};
+use crate::net::Listener;
 use crate::running::Running;
-use crate::services::{Kind, Service};
+use crate::service::Service;
 
 /// How long a finished client thread waits for the next client before it
 /// exits and frees its stack.
 const IDLE_THREAD: Duration = Duration::from_secs(15);
-/// Least time between two "too many connected clients" warnings.
-const WARN_EVERY: Duration = Duration::from_secs(5);
-
-/// A live-client slot of a service. Dropping it frees the slot and wakes
-/// the acceptor if it was waiting at `maxconn`, so a client that ends by
-/// any path (return, error, panic) always gives its slot back.
-pub struct Slot(Arc<Service>);
-
-impl Slot {
-    /// Take a slot, waiting while the service is full. Gives up (None)
-    /// after a second so the acceptor can notice a reload or a stop.
-    fn take(svc: &Arc<Service>, last_warn: &mut Option<Instant>) -> Option<Slot> {
-        let mut live = svc.live.lock().unwrap_or_else(|e| e.into_inner());
-        if *live >= svc.maxconn {
-            if last_warn.is_none_or(|t| t.elapsed() >= WARN_EVERY) {
-                log::warn!(
-                    "{} on {}: too many connected clients ({}/{}), new ones wait",
-                    svc.def.name,
-                    svc.listen,
-                    *live,
-                    svc.maxconn
-                );
-                *last_warn = Some(Instant::now());
-            }
-            // Counted under the lock, so a slot freed meanwhile sees it.
-            svc.slot_waiters.fetch_add(1, Ordering::Relaxed);
-            let (l, _) = svc
-                .left
-                .wait_timeout_while(live, Duration::from_secs(1), |n| *n >= svc.maxconn)
-                .unwrap_or_else(|e| e.into_inner());
-            live = l;
-            svc.slot_waiters.fetch_sub(1, Ordering::Relaxed);
-            if *live >= svc.maxconn {
-                return None;
-            }
-        }
-        *live += 1;
-        crate::shutdown::session_started();
-        Some(Slot(svc.clone()))
-    }
-}
-
-impl Drop for Slot {
-    fn drop(&mut self) {
-        let mut live = self.0.live.lock().unwrap_or_else(|e| e.into_inner());
-        *live = live.saturating_sub(1);
-        // A notify is a system call even when nobody waits: only when the
-        // acceptor waits for a slot (it counted itself under the lock).
-        let waiting = self.0.slot_waiters.load(Ordering::Relaxed) > 0;
-        drop(live);
-        crate::shutdown::session_ended();
-        if waiting {
-            self.0.left.notify_one();
-        }
-    }
-}
-
-/// An accepted client on its way to a client thread.
-pub struct Accepted {
-    pub stream: Stream,
-    /// The settings the client is served with: those current when it
-    /// was accepted (a reload may come while the acceptor waits).
-    pub svc: Arc<Service>,
-    /// The reload generation read just before `svc`: a reload racing
-    /// with that read makes the session be checked again (`force`).
-    pub generation: u64,
-    pub peer: Option<SocketAddr>,
-    /// Our address on the connection when it is known without asking the
-    /// kernel (a listener bound to one address, not a wildcard).
-    pub local: Option<SocketAddr>,
-    pub slot: Slot,
-}
 
 /// The acceptor thread's body: runs until the service is stopped (by a
 /// reload that drops it, or at exit), then closes the listener.
-pub fn run(r: Arc<Running>, listener: Listener) {
+pub fn run(r: Arc<Running>, listener: Listener, serve: fn(&mut Client)) {
     let first = r.current();
-    let Kind::Tcp(serve) = first.def.kind else {
-        return;
-    };
     if !first.opts.silent {
         svc_record(&first, "Accepting connections");
     }
@@ -156,11 +79,8 @@ pub fn run(r: Arc<Running>, listener: Listener) {
 /// and hand the connection to a client thread as if it had been accepted
 /// (see `crate::connectback`). A failed dial is retried after a pause that
 /// grows to a second, so a relay that is down is not hammered.
-pub fn run_dialing(r: Arc<Running>, wake: crate::connectback::Wake) {
+pub fn run_dialing(r: Arc<Running>, wake: crate::connectback::Wake, serve: fn(&mut Client)) {
     let first = r.current();
-    let Kind::Tcp(serve) = first.def.kind else {
-        return;
-    };
     let Some(to) = first.opts.connect_to else {
         return;
     };
@@ -173,7 +93,13 @@ pub fn run_dialing(r: Arc<Running>, wake: crate::connectback::Wake) {
         let Some(slot) = Slot::take(&svc, &mut last_warn) else {
             continue;
         };
-        match crate::connectback::dial(&svc, to, &wake) {
+        match crate::connectback::dial(
+            to,
+            &wake,
+            svc.opts.ns_out.as_deref(),
+            &svc.opts.cb_client,
+            svc.timeouts.get(crate::timeouts::Timeouts::CONNECTBACK),
+        ) {
             Ok((stream, peer)) => {
                 pause = Duration::from_millis(10);
                 let generation = crate::running::generation();

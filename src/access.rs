@@ -29,7 +29,6 @@ use crate::acl::{self, Action, Entry, OpBits, Query, Verdict};
 use crate::auth::{AuthCache, AuthType, CacheConf, CacheQuery, Users, CACHE_IN_USE};
 use crate::limit::{Limits, Session};
 use crate::res::Res;
-use crate::services::Service;
 
 /// The operation a client asks for (the ACL's operation field).
 #[allow(dead_code)]
@@ -226,20 +225,20 @@ struct Allowed {
 /// ACL snapshot, then check the limits. Err carries 3proxy's code: 1
 /// denied, 3 no rule matched, 4 no user name, 5 unknown user, 6-8 wrong
 /// password, 10 a limit.
-pub fn authorize(svc: &Service, req: &Request<'_>) -> Result<Grant, Res> {
+pub fn authorize(svc: &impl Scope, req: &Request<'_>) -> Result<Grant, Res> {
     authorize_at(svc, req, 0)
 }
 
 /// [`authorize`] for a request that comes with a weight: the
 /// [`Grant::weight`] of the request before it on the same connection
 /// (an ACL entry with a lower, non-zero weight is then passed over).
-pub fn authorize_at(svc: &Service, req: &Request<'_>, weight: u32) -> Result<Grant, Res> {
+pub fn authorize_at(svc: &impl Scope, req: &Request<'_>, weight: u32) -> Result<Grant, Res> {
     let at = At {
         now: SystemTime::now(),
-        srv: listen_addr(svc),
+        srv: svc.listen_ip(),
         weight,
     };
-    admit(&svc.access, req, &at, true)
+    admit(svc.policy(), req, &at, true)
 }
 
 /// Whether the service's `auth` chain refuses a client on its user name
@@ -259,8 +258,8 @@ pub fn authorize_at(svc: &Service, req: &Request<'_>, weight: u32) -> Result<Gra
 /// operation, or a cache hit gives None: the request decides, as before.
 /// The code is the highest of the chain (5 unknown user, 6-8 wrong
 /// password), or one of 10 or more that stops it.
-pub fn refuses_credentials(svc: &Service, req: &Request<'_>) -> Option<Res> {
-    refuses_credentials_at(&svc.access, req, listen_addr(svc), SystemTime::now())
+pub fn refuses_credentials(svc: &impl Scope, req: &Request<'_>) -> Option<Res> {
+    refuses_credentials_at(svc.policy(), req, svc.listen_ip(), SystemTime::now())
 }
 
 fn refuses_credentials_at(
@@ -308,11 +307,29 @@ fn refuses_credentials_at(
     Some(worst)
 }
 
-/// The service's listening address, for the `srvaddr`/`srvport` keys.
-fn listen_addr(svc: &Service) -> Option<SocketAddr> {
-    match &svc.listen {
-        crate::net::Addr::Ip(a) => Some(*a),
-        _ => None,
+/// What a request is checked against: a service's policy snapshot, its
+/// listening address and its listener's key (`service::Service` is the
+/// one implementation; the trait keeps this layer below it).
+pub trait Scope {
+    /// `auth`, the ACL, `users` and the limits at the service's line.
+    fn policy(&self) -> &Policy;
+    /// The listening address, for the `srvaddr`/`srvport` keys.
+    fn listen_ip(&self) -> Option<SocketAddr>;
+    /// What identifies the listener across reloads ([`Recheck`]).
+    fn key(&self) -> &str;
+}
+
+/// Services are shared as `Arc<Service>`: callers pass them as they hold
+/// them.
+impl<T: Scope + ?Sized> Scope for std::sync::Arc<T> {
+    fn policy(&self) -> &Policy {
+        (**self).policy()
+    }
+    fn listen_ip(&self) -> Option<SocketAddr> {
+        (**self).listen_ip()
+    }
+    fn key(&self) -> &str {
+        (**self).key()
     }
 }
 
@@ -379,11 +396,11 @@ impl AtomicWeight {
 impl Recheck {
     /// What to check again; the session's weight is 0 unless given with
     /// [`Recheck::at_weight`].
-    pub fn new(svc: &Service, req: &Request<'_>) -> Recheck {
+    pub fn new(svc: &impl Scope, req: &Request<'_>) -> Recheck {
         Recheck {
             weight: Default::default(),
-            since: crate::running::generation(),
-            key: svc.key.clone(),
+            since: crate::generation::generation(),
+            key: svc.key().to_string(),
             op: req.op,
             client: req.client,
             local: req.local,
@@ -413,14 +430,16 @@ impl Recheck {
         self
     }
 
-    /// Check again against the settings now serving this session's
-    /// listener. A listener the reload removed, or `noforce` in the new
-    /// cfg, leaves the session alone.
-    pub fn run(&self) -> Result<(), Res> {
-        let Some(now) = crate::running::current(&self.key) else {
-            return Ok(());
-        };
-        if !now.access.force {
+    /// The key of the listener the session came through.
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+
+    /// Check again against `now`, the settings serving this session's
+    /// listener after a reload (`running::recheck` finds them). `noforce`
+    /// in the new cfg leaves the session alone.
+    pub fn check_against(&self, now: &impl Scope) -> Result<(), Res> {
+        if !now.policy().force {
             return Ok(());
         }
         let req = Request {
@@ -435,10 +454,10 @@ impl Recheck {
         };
         let at = At {
             now: SystemTime::now(),
-            srv: listen_addr(&now),
+            srv: now.listen_ip(),
             weight: self.weight.get(),
         };
-        let g = admit(&now.access, &req, &at, false)?;
+        let g = admit(now.policy(), &req, &at, false)?;
         self.weight.set(g.weight);
         Ok(())
     }

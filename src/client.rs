@@ -6,14 +6,87 @@
 //! its one access-log record is written and its service slot is freed.
 
 use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::SystemTime;
+use std::time::{Duration, Instant, SystemTime};
 
-use crate::acceptor::{Accepted, Slot};
 use crate::logformat::LogRecord;
 use crate::net::Stream;
 use crate::res::Res;
-use crate::services::Service;
+use crate::service::Service;
+
+/// Least time between two "too many connected clients" warnings.
+const WARN_EVERY: Duration = Duration::from_secs(5);
+
+/// A live-client slot of a service. Dropping it frees the slot and wakes
+/// the acceptor if it was waiting at `maxconn`, so a client that ends by
+/// any path (return, error, panic) always gives its slot back.
+pub struct Slot(Arc<Service>);
+
+impl Slot {
+    /// Take a slot, waiting while the service is full. Gives up (None)
+    /// after a second so the acceptor can notice a reload or a stop.
+    pub fn take(svc: &Arc<Service>, last_warn: &mut Option<Instant>) -> Option<Slot> {
+        let mut live = svc.live.lock().unwrap_or_else(|e| e.into_inner());
+        if *live >= svc.maxconn {
+            if last_warn.is_none_or(|t| t.elapsed() >= WARN_EVERY) {
+                log::warn!(
+                    "{} on {}: too many connected clients ({}/{}), new ones wait",
+                    svc.def.name,
+                    svc.listen,
+                    *live,
+                    svc.maxconn
+                );
+                *last_warn = Some(Instant::now());
+            }
+            // Counted under the lock, so a slot freed meanwhile sees it.
+            svc.slot_waiters.fetch_add(1, Ordering::Relaxed);
+            let (l, _) = svc
+                .left
+                .wait_timeout_while(live, Duration::from_secs(1), |n| *n >= svc.maxconn)
+                .unwrap_or_else(|e| e.into_inner());
+            live = l;
+            svc.slot_waiters.fetch_sub(1, Ordering::Relaxed);
+            if *live >= svc.maxconn {
+                return None;
+            }
+        }
+        *live += 1;
+        crate::shutdown::session_started();
+        Some(Slot(svc.clone()))
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        let mut live = self.0.live.lock().unwrap_or_else(|e| e.into_inner());
+        *live = live.saturating_sub(1);
+        // A notify is a system call even when nobody waits: only when the
+        // acceptor waits for a slot (it counted itself under the lock).
+        let waiting = self.0.slot_waiters.load(Ordering::Relaxed) > 0;
+        drop(live);
+        crate::shutdown::session_ended();
+        if waiting {
+            self.0.left.notify_one();
+        }
+    }
+}
+
+/// An accepted client on its way to a client thread.
+pub struct Accepted {
+    pub stream: Stream,
+    /// The settings the client is served with: those current when it
+    /// was accepted (a reload may come while the acceptor waits).
+    pub svc: Arc<Service>,
+    /// The reload generation read just before `svc`: a reload racing
+    /// with that read makes the session be checked again (`force`).
+    pub generation: u64,
+    pub peer: Option<SocketAddr>,
+    /// Our address on the connection when it is known without asking the
+    /// kernel (a listener bound to one address, not a wildcard).
+    pub local: Option<SocketAddr>,
+    pub slot: Slot,
+}
 
 pub struct Client {
     pub cli: Stream,

@@ -14,8 +14,9 @@
 //!   back-connection waiting for its `C` at any time (plus the ones being
 //!   served), within `maxconn`.
 //!
-//! The `-r` loop itself is `acceptor::run_dialing`; this module holds the
-//! sockets and the handshakes.
+//! The `-r` loop itself is `acceptor::run_dialing`, and the ACL check of a
+//! back-connection is `tcppm`'s; this module holds the sockets and the
+//! handshakes, below the services (it knows no client or service).
 
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpListener};
@@ -26,14 +27,9 @@ use std::time::{Duration, Instant};
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 
-use crate::acl::{self, Action, Query, Verdict};
-use crate::client::Client;
 use crate::conf::token::quote;
 use crate::net::Stream;
-use crate::res::Res;
-use crate::services::Service;
 use crate::sys::sockopt::SockOpts;
-use crate::timeouts::Timeouts;
 
 /// The command byte the `-R` side sends on a back-connection it takes.
 pub const COMMAND: u8 = b'C';
@@ -98,32 +94,29 @@ pub fn key(addr: SocketAddr, opts: &SockOpts) -> String {
 }
 
 /// The server socket of a client of a `-R` service: wait for a
-/// back-connection that passes the ACL and is still open, send it `C`.
-/// Err(13) when none came in time; `c.text` then says why.
-pub fn server_socket(c: &mut Client) -> Result<Stream, Res> {
-    let svc = c.svc().clone();
-    let Some(l) = svc.back_listener.as_ref() else {
-        return Err(Res(13));
-    };
-    let wait = svc
-        .timeouts
-        .get(Timeouts::CONNECTBACK)
-        .max(Duration::from_secs(1));
-    let tries = 5 + (svc.maxconn >> 10);
+/// back-connection that `allowed` (the service's ACL) lets in and that is
+/// still open, send it `C`. `wait` is the CONNECTBACK timeout of one try,
+/// `tries` how many. Err says why none came (the session's code is 13).
+pub fn server_socket(
+    l: &BackListener,
+    wait: Duration,
+    tries: u32,
+    allowed: &dyn Fn(SocketAddr) -> bool,
+) -> Result<Stream, &'static str> {
+    let wait = wait.max(Duration::from_secs(1));
     let mut why = "Connect back not received, check connback client";
     for _ in 0..tries {
         let deadline = Instant::now() + wait;
         let (s, peer) = loop {
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
-                c.text = why.to_string();
-                return Err(Res(13));
+                return Err(why);
             }
             let mut fds = [PollFd::new(l.listener.as_fd(), PollFlags::POLLIN)];
             match poll(&mut fds, poll_ms(left)) {
                 Ok(0) | Err(nix::errno::Errno::EINTR) => continue,
                 Ok(_) => {}
-                Err(_) => return Err(Res(13)),
+                Err(_) => return Err("Connect back poll() failed"),
             }
             match l.listener.accept() {
                 Ok(x) => break x,
@@ -138,13 +131,8 @@ pub fn server_socket(c: &mut Client) -> Result<Stream, Res> {
         if s.set_nonblocking(false).is_err() {
             continue;
         }
-        if !allowed(&svc, c, peer) {
+        if !allowed(peer) {
             why = "Connect back ACL failed";
-            log::warn!(
-                "{} on {}: back-connection from {peer} refused by the ACL",
-                svc.def.name,
-                svc.listen
-            );
             continue;
         }
         // A connection the `-r` side gave up on (it redials after a
@@ -162,39 +150,7 @@ pub fn server_socket(c: &mut Client) -> Result<Stream, Res> {
         let _ = s.set_write_timeout(None);
         return Ok(Stream::Tcp(s));
     }
-    c.text = why.to_string();
-    Err(Res(13))
-}
-
-/// 3proxy's `checkACL` for a back-connection: the ACL alone (no `auth`,
-/// no limits), with the back-connection's peer as the destination and no
-/// operation. An empty ACL allows it.
-fn allowed(svc: &Service, c: &Client, peer: SocketAddr) -> bool {
-    let (wday, daysec) = clock();
-    let q = Query {
-        user: None,
-        src: c.client_addr.map(|a| a.ip()),
-        dst: Some(peer.ip()),
-        host: None,
-        port: peer.port(),
-        op: 0,
-        wday,
-        daysec,
-        weight: 0,
-    };
-    match acl::check(&svc.access.acl, &q) {
-        Verdict::Empty => true,
-        Verdict::Matched(i) => svc.access.acl[i].action == Action::Allow,
-        Verdict::NoMatch => false,
-    }
-}
-
-fn clock() -> (u8, u32) {
-    let secs = std::time::SystemTime::now()
-        .duration_since(std::time::SystemTime::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs() as i64);
-    let tm = crate::sys::time::local(secs);
-    (tm.wday as u8, tm.hour * 3600 + tm.min * 60 + tm.sec.min(59))
+    Err(why)
 }
 
 /// True if the peer has already closed `s` (EOF or reset pending).
@@ -243,9 +199,11 @@ pub enum DialError {
 /// Dial the `-R` side once and wait for its `C`. Ok: the connection to
 /// serve as a client, and the peer as its client address.
 pub fn dial(
-    svc: &Service,
     to: SocketAddr,
     wake: &Wake,
+    netns: Option<&std::path::Path>,
+    opts: &SockOpts,
+    limit: Duration,
 ) -> Result<(Stream, Option<SocketAddr>), DialError> {
     let fail =
         |what: &str, e: &dyn std::fmt::Display| DialError::Failed(format!("{what} {to}: {e}"));
@@ -254,15 +212,12 @@ pub fn dial(
     } else {
         Domain::IPV6
     };
-    let sock = crate::net::in_netns(svc.opts.ns_out.as_deref(), || {
+    let sock = crate::net::in_netns(netns, || {
         Socket::new(domain, Type::STREAM.cloexec(), Some(Protocol::TCP))
     })
     .map_err(|e| fail("socket for", &e))?;
-    svc.opts.cb_client.apply(sock.as_fd());
-    let limit = svc
-        .timeouts
-        .get(Timeouts::CONNECTBACK)
-        .max(Duration::from_secs(1));
+    opts.apply(sock.as_fd());
+    let limit = limit.max(Duration::from_secs(1));
     sock.connect_timeout(&SockAddr::from(to), limit)
         .map_err(|e| fail("connect to", &e))?;
     let _ = sock.set_nodelay(true);

@@ -31,7 +31,7 @@ use crate::client::Client;
 use crate::conf::token::quote;
 use crate::net::{Dialer, Stream};
 use crate::res::Res;
-use crate::services::Service;
+use crate::service::Service;
 use crate::socks::{self, Dest};
 use crate::timeouts::Timeouts;
 

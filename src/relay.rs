@@ -33,7 +33,7 @@ use crate::access::Recheck;
 use crate::limit::{Permit, Session};
 use crate::net::Stream;
 use crate::res::Res;
-use crate::services::{Grace, DEFAULT_BUFSIZE};
+use crate::service::{Grace, DEFAULT_BUFSIZE};
 
 /// How a relay runs.
 #[derive(Debug, Clone, Copy)]
@@ -548,7 +548,7 @@ fn run<C: Channel>(
             let now = crate::running::generation();
             if now != generation {
                 generation = now;
-                if let Err(res) = check.run() {
+                if let Err(res) = crate::running::recheck(check) {
                     break res;
                 }
             }

@@ -8,11 +8,15 @@
 //! served keep the snapshot they started with. Stopping a service sets its
 //! flag and shuts its socket down, which wakes the blocked accept().
 
+use std::net::UdpSocket;
 use std::os::fd::{AsFd, OwnedFd};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
-use crate::services::Service;
+use crate::access::Recheck;
+use crate::net::Listener;
+use crate::res::Res;
+use crate::service::Service;
 
 /// One serving socket and the snapshot new clients get.
 pub struct Running {
@@ -64,19 +68,7 @@ impl Running {
 
 static REGISTRY: Mutex<Vec<Arc<Running>>> = Mutex::new(Vec::new());
 
-/// Bumped by every reload that took effect; relays compare it with the
-/// value they started with to know when to check their session again.
-static GENERATION: AtomicU64 = AtomicU64::new(0);
-
-pub fn generation() -> u64 {
-    GENERATION.load(Ordering::Acquire)
-}
-
-/// A reload took effect.
-pub fn bump_generation() {
-    // Release: whoever reads the new value also sees the swapped settings.
-    GENERATION.fetch_add(1, Ordering::Release);
-}
+pub use crate::generation::{bump_generation, generation};
 
 /// The settings now serving the socket with this key, if it still runs.
 pub fn current(key: &str) -> Option<Arc<Service>> {
@@ -109,4 +101,40 @@ pub fn retain(keep: impl Fn(&Running) -> bool) {
 /// Stop every service (process exit).
 pub fn stop_all() {
     retain(|_| false);
+}
+
+/// Check a session again against the settings now serving its listener
+/// (`force`, after a reload). A listener the reload removed leaves the
+/// session alone.
+pub fn recheck(r: &Recheck) -> Result<(), Res> {
+    match current(r.key()) {
+        Some(now) => r.check_against(&*now),
+        None => Ok(()),
+    }
+}
+
+/// A service ready to start: its settings and its socket.
+pub struct Prepared {
+    pub svc: Arc<Service>,
+    /// A new socket; None in check mode (`-t`, which binds nothing) and
+    /// when a running socket is reused.
+    pub socket: Option<Bound>,
+    /// On reload: the serving socket with the same key, kept open.
+    pub reuse: Option<Arc<Running>>,
+    /// Identifies the socket across reloads.
+    pub key: String,
+}
+
+impl std::fmt::Debug for Prepared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} on {}", self.svc.def.name, self.svc.listen)
+    }
+}
+
+/// The socket a service receives on.
+pub enum Bound {
+    Stream(Listener),
+    Datagram(UdpSocket),
+    /// `-r`: no socket to listen on; the service dials out.
+    Dial(crate::connectback::Wake),
 }

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use super::ops::Ops;
 use crate::log::Sink;
 use crate::logformat::LogFormat;
-use crate::services::Prepared;
+use crate::running::Prepared;
 use crate::timeouts::Timeouts;
 
 /// Most bytes one load reads: the cfg, its includes and its `$FILE`

@@ -300,7 +300,7 @@ fn when(t: i64) -> String {
     )
 }
 
-fn counters(svc: &crate::services::Service) -> String {
+fn counters(svc: &crate::service::Service) -> String {
     let mut out = String::from(
         "<table border=\"1\">\n<tr><th>Rule</th><th>Number/comment</th><th>Users</th>\
          <th>Limit (bytes)</th><th>Period</th><th>Counted (bytes)</th>\

@@ -40,7 +40,7 @@ use crate::logformat::LogRecord;
 use crate::res::Res;
 use crate::resolve::{self, NameServer};
 use crate::running::Running;
-use crate::services::{Service, ServiceOpts};
+use crate::service::{Service, ServiceOpts};
 use crate::timeouts::Timeouts;
 
 /// Datagrams shorter than this (or equal) or longer than [`MAX_QUERY`]

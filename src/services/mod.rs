@@ -1,10 +1,10 @@
-//! The service table and what every service shares: option parsing,
-//! the per-service snapshot of the cfg, and starting its acceptor
-//! (3proxy's `proxymain.c`: option parsing in `MODULEMAINFUNC`, `srvparam`).
+//! The service table (3proxy's `proxydef` and `childdef`): every service's
+//! code, found by its cfg name; building a service from its cfg line
+//! ([`prepare`]) and starting its acceptor ([`start`]).
 //!
-//! A service line is turned into a [`Service`] (immutable once built, shared
-//! by its acceptor and client threads through an `Arc`) and a bound listener.
-//! Both are held in a [`Prepared`] until the whole cfg has loaded.
+//! What a service *is* (its settings, options, the bound socket) is in
+//! `crate::service`, below the core; this module is above it, since the
+//! table holds each service's code.
 
 pub mod admin;
 pub mod auto;
@@ -19,16 +19,19 @@ pub mod tcppm;
 pub mod tlspr;
 pub mod udppm;
 
-use std::net::{IpAddr, SocketAddr, UdpSocket};
-use std::path::PathBuf;
+use std::net::{SocketAddr, UdpSocket};
 use std::sync::{Arc, Condvar, Mutex};
 
+use crate::conf::state::State;
 use crate::conf::token::quote;
-use crate::conf::{value::number, State};
+use crate::conf::value::number;
 use crate::log::Sink;
 use crate::logformat::LogFormat;
-use crate::net::{Addr, Dialer, Family, Listener, Target};
-use crate::running::{self, Running};
+use crate::net::{Addr, Dialer, Listener, Target};
+use crate::running::{self, Bound, Prepared, Running};
+use crate::service::{
+    LogOpt, Service, ServiceDef, ServiceOpts, BASE_STACK, DEFAULT_BUFSIZE, MIN_STACK,
+};
 use crate::sys::sockopt::SockOpts;
 use crate::timeouts::Timeouts;
 
@@ -40,437 +43,170 @@ pub enum Kind {
     Udp(fn(Arc<Running>, UdpSocket)),
 }
 
-/// One entry of the service table (3proxy's `proxydef` + `childdef`).
-pub struct ServiceDef {
-    /// The cfg command.
-    pub name: &'static str,
-    /// `%N` in the log.
-    pub log_name: &'static str,
-    pub default_port: u16,
-    /// Positional arguments after the options (tcppm: LPORT HOST RPORT).
-    pub positional: usize,
+/// One entry of the service table: what it is, and its code (3proxy's
+/// `proxydef` and `childdef`).
+pub struct Entry {
+    pub def: ServiceDef,
     pub kind: Kind,
-    /// The client speaks first (a request, a greeting, a TLS hello) and
-    /// the service answers it: the listener delays its ACKs so they ride
-    /// on the answers (see [`crate::net::Listener::answer_first`]).
-    pub client_first: bool,
 }
 
 /// The services built so far; the others are refused as "not supported yet".
-pub static SERVICES: &[ServiceDef] = &[
-    ServiceDef {
-        name: "tcppm",
-        log_name: "TCPPM",
-        default_port: 0,
-        positional: 3,
+pub static SERVICES: &[Entry] = &[
+    Entry {
+        def: ServiceDef {
+            name: "tcppm",
+            log_name: "TCPPM",
+            default_port: 0,
+            positional: 3,
+            udp: false,
+            client_first: false,
+        },
         kind: Kind::Tcp(tcppm::serve),
-        client_first: false,
     },
-    ServiceDef {
-        name: "udppm",
-        log_name: "UDPPM",
-        default_port: 0,
-        positional: 3,
+    Entry {
+        def: ServiceDef {
+            name: "udppm",
+            log_name: "UDPPM",
+            default_port: 0,
+            positional: 3,
+            udp: true,
+            client_first: false,
+        },
         kind: Kind::Udp(udppm::run),
-        client_first: false,
     },
-    ServiceDef {
-        name: "socks",
-        log_name: "SOCKS",
-        default_port: 1080,
-        positional: 0,
+    Entry {
+        def: ServiceDef {
+            name: "socks",
+            log_name: "SOCKS",
+            default_port: 1080,
+            positional: 0,
+            udp: false,
+            client_first: true,
+        },
         kind: Kind::Tcp(socks::serve),
-        client_first: true,
     },
-    ServiceDef {
-        name: "proxy",
-        log_name: "PROXY",
-        default_port: 3128,
-        positional: 0,
+    Entry {
+        def: ServiceDef {
+            name: "proxy",
+            log_name: "PROXY",
+            default_port: 3128,
+            positional: 0,
+            udp: false,
+            client_first: true,
+        },
         kind: Kind::Tcp(proxy::serve),
-        client_first: true,
     },
-    ServiceDef {
-        name: "dnspr",
-        log_name: "DNSPR",
-        default_port: 53,
-        positional: 0,
+    Entry {
+        def: ServiceDef {
+            name: "dnspr",
+            log_name: "DNSPR",
+            default_port: 53,
+            positional: 0,
+            udp: true,
+            client_first: false,
+        },
         kind: Kind::Udp(dnspr::run),
-        client_first: false,
     },
-    ServiceDef {
-        name: "auto",
-        log_name: "AUTO",
-        default_port: 8080,
-        positional: 0,
+    Entry {
+        def: ServiceDef {
+            name: "auto",
+            log_name: "AUTO",
+            default_port: 8080,
+            positional: 0,
+            udp: false,
+            client_first: true,
+        },
         kind: Kind::Tcp(auto::serve),
-        client_first: true,
     },
-    ServiceDef {
-        name: "tlspr",
-        log_name: "TLSPR",
-        default_port: 1443,
-        positional: 0,
+    Entry {
+        def: ServiceDef {
+            name: "tlspr",
+            log_name: "TLSPR",
+            default_port: 1443,
+            positional: 0,
+            udp: false,
+            client_first: true,
+        },
         kind: Kind::Tcp(tlspr::serve),
-        client_first: true,
     },
-    ServiceDef {
-        name: "pop3p",
-        log_name: "POP3P",
-        default_port: 110,
-        positional: 0,
+    Entry {
+        def: ServiceDef {
+            name: "pop3p",
+            log_name: "POP3P",
+            default_port: 110,
+            positional: 0,
+            udp: false,
+            client_first: false,
+        },
         kind: Kind::Tcp(pop3p::serve),
-        client_first: false,
     },
-    ServiceDef {
-        name: "ftppr",
-        log_name: "FTPPR",
-        default_port: 21,
-        positional: 0,
+    Entry {
+        def: ServiceDef {
+            name: "ftppr",
+            log_name: "FTPPR",
+            default_port: 21,
+            positional: 0,
+            udp: false,
+            client_first: false,
+        },
         kind: Kind::Tcp(ftppr::serve),
-        client_first: false,
     },
-    ServiceDef {
-        name: "imapp",
-        log_name: "IMAPP",
-        default_port: 143,
-        positional: 0,
+    Entry {
+        def: ServiceDef {
+            name: "imapp",
+            log_name: "IMAPP",
+            default_port: 143,
+            positional: 0,
+            udp: false,
+            client_first: false,
+        },
         kind: Kind::Tcp(imapp::serve),
-        client_first: false,
     },
-    ServiceDef {
-        name: "admin",
-        log_name: "ADMIN",
-        default_port: 80,
-        positional: 0,
+    Entry {
+        def: ServiceDef {
+            name: "admin",
+            log_name: "ADMIN",
+            default_port: 80,
+            positional: 0,
+            udp: false,
+            client_first: true,
+        },
         kind: Kind::Tcp(admin::serve),
-        client_first: true,
     },
-    ServiceDef {
-        name: "smtpp",
-        log_name: "SMTPP",
-        default_port: 587,
-        positional: 0,
+    Entry {
+        def: ServiceDef {
+            name: "smtpp",
+            log_name: "SMTPP",
+            default_port: 587,
+            positional: 0,
+            udp: false,
+            client_first: false,
+        },
         kind: Kind::Tcp(smtpp::serve),
-        client_first: false,
     },
 ];
 
-/// Per-service log choice (`-l`, `-lFILE`, `-l@ident`); None in
-/// `ServiceOpts` means the global `log`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum LogOpt {
-    Stdout,
-    File(String),
-    /// Syslog with this ident (3proxy does this only in its standalone
-    /// binaries; inside 3proxy it logs to the global target instead).
-    Syslog(String),
+/// The table entry of a service's settings.
+pub fn entry_of(def: &ServiceDef) -> &'static Entry {
+    SERVICES
+        .iter()
+        .find(|e| std::ptr::eq(&e.def, def))
+        .expect("a service's def is an entry of the table")
 }
 
-/// `-g<traff>,<num>,<delay>`: slow down a direction that makes many tiny
-/// reads (3proxy's "grace" to stop busy loops on trickling peers).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Grace {
-    pub bytes: u32,
-    pub reads: u32,
-    pub delay_ms: u32,
-}
-
-/// Everything a service line's options say (3proxy.cfg(5) "service
-/// options"). Options meaningful only to services not built yet are parsed
-/// and kept, so one parser serves every service.
-#[derive(Debug, Clone, Default)]
-pub struct ServiceOpts {
-    pub port: Option<u16>,
-    pub internal: Option<String>,
-    pub ext4: Option<IpAddr>,
-    pub ext6: Option<IpAddr>,
-    pub family: Option<Family>,
-    pub log: Option<LogOpt>,
-    pub logformat: Option<String>,
-    /// `-d`: go to the background, like `daemon`.
-    pub daemon: bool,
-    /// `-C`: end the session at the first close instead of half-closing.
-    pub session_end: bool,
-    /// `-s[N]`: Some(n) when given (`-s` alone is 1, `-s0` is 0).
-    pub s_option: Option<u32>,
-    pub bufsize: Option<usize>,
-    pub stack_add: Option<i64>,
-    pub grace: Option<Grace>,
-    pub oc: SockOpts,
-    pub os: SockOpts,
-    pub ol: SockOpts,
-    /// `-t`: no start/stop records in the log.
-    pub silent: bool,
-    /// `-H`: read a PROXY protocol v1 line first.
-    pub proxy_header: bool,
-    pub dev_in: Option<String>,
-    pub dev_out: Option<String>,
-    pub ns_in: Option<PathBuf>,
-    pub ns_out: Option<PathBuf>,
-    /// `-a`, `-a1`, `-a2` (HTTP proxy headers), kept for the proxy service.
-    pub anonymous: Option<u32>,
-    /// `-u`, `-u2` (needuser), kept for proxy/socks.
-    pub needuser: Option<u32>,
-    /// `-Ne<ip>` (or `-N<ip>`): the address socks reports in CONNECT and
-    /// BIND replies instead of its own (IP-to-IP NAT).
-    pub nat_ext: Option<IpAddr>,
-    /// `-Ni<ip>`: the address socks reports in UDP ASSOCIATE replies.
-    pub nat_int: Option<IpAddr>,
-    /// `-U[MODE]`: socks UDP, on a destination change: bit 1 log, bit 2
-    /// authorize. None is the default, 3.
-    pub udp_mode: Option<u32>,
-    /// `-r<host:port>`: connect-back client; dial out instead of listening
-    /// (see `crate::connectback`).
-    pub connect_to: Option<SocketAddr>,
-    /// `-R<host:port>`: connect-back listener; server sockets come from
-    /// back-connections accepted there.
-    pub back_listen: Option<SocketAddr>,
-    /// `-or`, `-oR`: options of the connect-back client and listening
-    /// sockets.
-    pub cb_client: SockOpts,
-    pub cb_listen: SockOpts,
-    /// Options for later services, stored raw: `-h`, `-P`,
-    /// `-c`, `-x`, `-X`, `-F`, `-T`.
-    pub other: Vec<String>,
-    pub positional: Vec<String>,
-}
-
-impl ServiceOpts {
-    /// Parse a service line's arguments (after the command name). Values are
-    /// glued to their letter, as in 3proxy (`-p8080`).
-    pub fn parse(args: &[String], maxseg: u32) -> Result<ServiceOpts, String> {
-        let mut o = ServiceOpts::default();
-        for a in args {
-            let Some(opt) = a.strip_prefix('-').filter(|s| !s.is_empty()) else {
-                o.positional.push(a.clone());
-                continue;
-            };
-            let (letter, val) = opt.split_at(1);
-            let bad = || format!("bad option '{}'", quote(a));
-            match letter {
-                "p" => o.port = Some(number(val, 0u16, 65535)?),
-                "i" => {
-                    Addr::parse_listen(val, 0)?;
-                    o.internal = Some(val.to_string());
-                }
-                "e" => {
-                    let ip = crate::conf::value::resolve_once(val)?;
-                    match ip {
-                        IpAddr::V4(_) => o.ext4 = Some(ip),
-                        IpAddr::V6(_) => o.ext6 = Some(ip),
-                    }
-                }
-                "4" | "6" => {
-                    o.family = Some(match opt {
-                        "4" => Family::V4,
-                        "6" => Family::V6,
-                        "46" => Family::V46,
-                        "64" => Family::V64,
-                        _ => return Err(bad()),
-                    })
-                }
-                "l" => {
-                    o.log = Some(if val.is_empty() {
-                        LogOpt::Stdout
-                    } else if let Some(ident) = val.strip_prefix('@') {
-                        LogOpt::Syslog(ident.to_string())
-                    } else {
-                        LogOpt::File(val.to_string())
-                    })
-                }
-                "f" => o.logformat = Some(val.to_string()),
-                "C" => o.session_end = val != "1",
-                "s" => {
-                    o.s_option = Some(if val.is_empty() {
-                        1
-                    } else {
-                        number(val, 0u32, 1 << 20)?
-                    })
-                }
-                "b" => o.bufsize = Some(number(val, 1024usize, 16 << 20)?),
-                "S" => o.stack_add = Some(number(val, -(1i64 << 20), 64 << 20)?),
-                "g" => {
-                    let v: Vec<&str> = val.split(',').collect();
-                    if v.len() != 3 {
-                        return Err(format!(
-                            "'{}': takes -g<bytes>,<reads>,<delay ms>",
-                            quote(a)
-                        ));
-                    }
-                    o.grace = Some(Grace {
-                        bytes: number(v[0], 0u32, u32::MAX)?,
-                        reads: number(v[1], 1u32, u32::MAX)?,
-                        delay_ms: number(v[2], 0u32, 60_000)?,
-                    });
-                }
-                "o" => {
-                    let (which, list) = val.split_at(val.len().min(1));
-                    let parsed = SockOpts::parse(list, maxseg)
-                        .map_err(|e| format!("'{}': {e}", quote(a)))?;
-                    match which {
-                        "c" => o.oc = parsed,
-                        "s" => o.os = parsed,
-                        "l" => o.ol = parsed,
-                        "r" => o.cb_client = parsed,
-                        "R" => o.cb_listen = parsed,
-                        _ => return Err(bad()),
-                    }
-                }
-                "t" => o.silent = true,
-                "H" => o.proxy_header = true,
-                "D" | "n" => {
-                    let (which, v) = val.split_at(val.len().min(1));
-                    match (letter, which) {
-                        // A bare -n is 3proxy's old NTLM switch: ignored.
-                        ("n", "") => {}
-                        ("D", "i") if !v.is_empty() => o.dev_in = Some(v.to_string()),
-                        ("D", "e") if !v.is_empty() => o.dev_out = Some(v.to_string()),
-                        ("n", "i") if !v.is_empty() => o.ns_in = Some(PathBuf::from(v)),
-                        ("n", "e") if !v.is_empty() => o.ns_out = Some(PathBuf::from(v)),
-                        _ => return Err(bad()),
-                    }
-                }
-                "a" => {
-                    o.anonymous = Some(if val.is_empty() {
-                        0
-                    } else {
-                        number(val, 1u32, 2)?
-                    })
-                }
-                "u" => {
-                    o.needuser = Some(if val.is_empty() {
-                        0
-                    } else {
-                        number(val, 0u32, 2)?
-                    })
-                }
-                "N" => {
-                    let (slot, v) = match val.split_at(val.len().min(1)) {
-                        ("e", v) => (&mut o.nat_ext, v),
-                        ("i", v) => (&mut o.nat_int, v),
-                        _ => (&mut o.nat_ext, val),
-                    };
-                    *slot = Some(
-                        crate::net::parse_ip(v)
-                            .ok_or_else(|| format!("'{}': takes an IP address", quote(a)))?,
-                    );
-                }
-                "U" => {
-                    o.udp_mode = Some(if val.is_empty() {
-                        0
-                    } else {
-                        number(val, 0u32, 3)?
-                    })
-                }
-                "h" | "P" | "c" | "x" | "X" | "F" | "T" => o.other.push(a.clone()),
-                "d" => o.daemon = true,
-                "r" => {
-                    o.connect_to = Some(
-                        crate::connectback::parse_hostport(val).map_err(|e| format!("-r: {e}"))?,
-                    )
-                }
-                "R" => {
-                    o.back_listen = Some(
-                        crate::connectback::parse_hostport(val).map_err(|e| format!("-R: {e}"))?,
-                    )
-                }
-                "I" => return Err("'-I' (inetd mode) is not supported".into()),
-                _ => return Err(format!("unknown option '{}'", quote(a))),
-            }
-        }
-        Ok(o)
-    }
-}
-
-/// A running service's settings: the snapshot of the cfg at its line plus
-/// its own options. Shared read-only by its acceptor and clients.
-pub struct Service {
-    pub def: &'static ServiceDef,
-    /// The key of its listening socket (`running`), across reloads.
-    pub key: String,
-    /// `logdump`: (client to server, server to client) bytes after which a
-    /// session in progress writes a record; 0 is off. Process-wide.
-    pub logdump: (u64, u64),
-    /// `delimchar`: splits `user@host` logins (pop3p). Process-wide, set
-    /// with `logdump` after the whole cfg has run.
-    pub delimchar: u8,
-    pub opts: ServiceOpts,
-    pub timeouts: Timeouts,
-    pub maxconn: u32,
-    pub listen: Addr,
-    /// The destination of a port mapper.
-    pub target: Option<Target>,
-    pub family: Family,
-    pub dialer: Dialer,
-    pub log: Option<Arc<Sink>>,
-    pub logformat: Arc<LogFormat>,
-    pub bufsize: usize,
-    /// Stack size of client threads: 3proxy's base plus `stacksize`/`-S`.
-    pub stack_size: usize,
-    /// Slots taken (clients being served, and threads waiting in accept()
-    /// for one), and the threads waiting for a slot to be freed.
-    pub live: Mutex<u32>,
-    pub left: Condvar,
-    /// Threads waiting on `left` for a slot.
-    pub slot_waiters: std::sync::atomic::AtomicU32,
-    /// `auth`, ACL, users and limits as they stood at the service's line.
-    pub access: crate::access::Policy,
-    /// `-R`: where server sockets come from (connect-back listener).
-    pub back_listener: Option<Arc<crate::connectback::BackListener>>,
-}
-
-impl Service {
-    /// The service's listening port, for `%p`.
-    pub fn port(&self) -> u16 {
-        self.listen.port()
-    }
-
-    /// Splice relay asked for (`-s` on a TCP service).
-    pub fn splice(&self) -> bool {
-        matches!(self.opts.s_option, Some(n) if n > 0)
-    }
-}
-
-/// 3proxy's per-thread stack base (`BASESTACKSIZE`); `stacksize` and `-S`
-/// add to it. Relay buffers live on the heap, so the stack holds only
-/// frames; resolving a name through glibc is the deepest path.
-pub const BASE_STACK: i64 = 49152;
-/// Smallest stack we will start a thread with.
-const MIN_STACK: i64 = 32768;
-/// Default relay buffer per direction (3proxy's TCPBUFSIZE).
-pub const DEFAULT_BUFSIZE: usize = 65536;
-
-/// A service ready to start: its settings and its socket.
-pub struct Prepared {
-    pub svc: Arc<Service>,
-    /// A new socket; None in check mode (`-t`, which binds nothing) and
-    /// when a running socket is reused.
-    pub socket: Option<Bound>,
-    /// On reload: the serving socket with the same key, kept open.
-    pub reuse: Option<Arc<Running>>,
-    /// Identifies the socket across reloads.
-    pub key: String,
-}
-
-impl std::fmt::Debug for Prepared {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{} on {}", self.svc.def.name, self.svc.listen)
-    }
-}
-
-/// The socket a service receives on.
-pub enum Bound {
-    Stream(Listener),
-    Datagram(UdpSocket),
-    /// `-r`: no socket to listen on; the service dials out.
-    Dial(crate::connectback::Wake),
+/// What a client thread runs for a client of a TCP service (3proxy's
+/// `threadfunc` and `childfunc`).
+fn child(c: &mut crate::client::Client) {
+    let Kind::Tcp(serve) = entry_of(c.svc().def).kind else {
+        return;
+    };
+    serve(c);
 }
 
 /// Build a service from its cfg line and the state so far, and bind it.
 pub fn prepare(state: &State, args: &[String]) -> Result<Prepared, String> {
     let name = args[0].as_str();
-    let Some(def) = SERVICES.iter().find(|d| d.name == name) else {
+    let Some(def) = SERVICES.iter().find(|e| e.def.name == name).map(|e| &e.def) else {
         let _ = name;
         return Err("this service is not supported yet by this version of 3proxy".to_string());
     };
@@ -508,7 +244,7 @@ pub fn prepare(state: &State, args: &[String]) -> Result<Prepared, String> {
         .or(state.internal.as_deref())
         .unwrap_or("0.0.0.0");
     let listen = Addr::parse_listen(internal, port)?;
-    let udp = matches!(def.kind, Kind::Udp(_));
+    let udp = def.udp;
     if udp && !matches!(listen, Addr::Ip(_)) {
         return Err("a UDP service cannot listen on a unix socket".into());
     }
@@ -717,23 +453,24 @@ pub fn start(p: Prepared) -> std::io::Result<()> {
     }
     let Some(socket) = socket else { return Ok(()) };
     let name = format!("{}:{}", svc.def.name, svc.port());
+    let kind = &entry_of(svc.def).kind;
     match socket {
         Bound::Stream(l) => {
             let r = Arc::new(Running::new(key, svc, &l));
             running::register(r.clone());
             std::thread::Builder::new()
                 .name(name)
-                .spawn(move || crate::acceptor::run(r, l))?;
+                .spawn(move || crate::acceptor::run(r, l, child))?;
         }
         Bound::Dial(w) => {
             let r = Arc::new(Running::new(key, svc, &w.a));
             running::register(r.clone());
             std::thread::Builder::new()
                 .name(name)
-                .spawn(move || crate::acceptor::run_dialing(r, w))?;
+                .spawn(move || crate::acceptor::run_dialing(r, w, child))?;
         }
         Bound::Datagram(u) => {
-            let Kind::Udp(serve) = svc.def.kind else {
+            let &Kind::Udp(serve) = kind else {
                 return Err(std::io::Error::other("a datagram socket for a TCP service"));
             };
             let r = Arc::new(Running::new(key, svc, &u));
@@ -744,113 +481,4 @@ pub fn start(p: Prepared) -> std::io::Result<()> {
         }
     }
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn parse(line: &str) -> Result<ServiceOpts, String> {
-        let args: Vec<String> = line.split_whitespace().map(String::from).collect();
-        ServiceOpts::parse(&args, 1400)
-    }
-
-    #[test]
-    fn options_glue_their_values() {
-        let o =
-            parse("-p8080 -i127.0.0.1 -e10.0.0.1 -e::1 -C -s -b4096 -S8192 -t -H 1 h 2").unwrap();
-        assert_eq!(o.port, Some(8080));
-        assert_eq!(o.internal.as_deref(), Some("127.0.0.1"));
-        assert_eq!(o.ext4, Some("10.0.0.1".parse().unwrap()));
-        assert_eq!(o.ext6, Some("::1".parse().unwrap()));
-        assert!(o.session_end && o.silent && o.proxy_header);
-        assert_eq!(o.s_option, Some(1));
-        assert_eq!(o.bufsize, Some(4096));
-        assert_eq!(o.stack_add, Some(8192));
-        assert_eq!(o.positional, ["1", "h", "2"]);
-    }
-
-    #[test]
-    fn family_flags() {
-        assert_eq!(parse("-4").unwrap().family, Some(Family::V4));
-        assert_eq!(parse("-6").unwrap().family, Some(Family::V6));
-        assert_eq!(parse("-46").unwrap().family, Some(Family::V46));
-        assert_eq!(parse("-64").unwrap().family, Some(Family::V64));
-        assert!(parse("-66").is_err());
-    }
-
-    #[test]
-    fn s_and_c_variants() {
-        assert_eq!(parse("-s0").unwrap().s_option, Some(0));
-        assert!(!parse("-C1").unwrap().session_end);
-        assert!(parse("-C").unwrap().session_end);
-    }
-
-    #[test]
-    fn logs_and_formats() {
-        assert_eq!(parse("-l").unwrap().log, Some(LogOpt::Stdout));
-        assert_eq!(
-            parse("-l/tmp/x").unwrap().log,
-            Some(LogOpt::File("/tmp/x".into()))
-        );
-        assert_eq!(parse("-fL%N").unwrap().logformat.as_deref(), Some("L%N"));
-        assert_eq!(
-            parse("-l@ident").unwrap().log,
-            Some(LogOpt::Syslog("ident".into()))
-        );
-    }
-
-    #[test]
-    fn socket_options_and_devices() {
-        let o = parse("-ocTCP_NODELAY -osSO_KEEPALIVE -olSO_REUSEADDR -Dieth0 -Detun0").unwrap();
-        assert!(!o.oc.is_empty() && !o.os.is_empty() && !o.ol.is_empty());
-        assert_eq!(o.dev_in.as_deref(), Some("eth0"));
-        assert_eq!(o.dev_out.as_deref(), Some("tun0"));
-        assert!(parse("-oxTCP_NODELAY").is_err());
-    }
-
-    #[test]
-    fn grace() {
-        let o = parse("-g8000,3,10").unwrap();
-        assert_eq!(
-            o.grace,
-            Some(Grace {
-                bytes: 8000,
-                reads: 3,
-                delay_ms: 10
-            })
-        );
-        assert!(parse("-g1,2").is_err());
-    }
-
-    #[test]
-    fn unknown_and_unbuilt_options() {
-        assert!(parse("-Z").unwrap_err().contains("unknown option"));
-        assert!(parse("-d").unwrap().daemon);
-        assert!(parse("-rhost").unwrap_err().contains("host:port"));
-        assert!(parse("-n").is_ok());
-        assert!(parse("-Nexyz").is_err());
-        assert!(parse("-U4").is_err());
-    }
-
-    #[test]
-    fn connect_back() {
-        let o = parse("-r127.0.0.1:9000 -R[::1]:9001 -orSO_KEEPALIVE -oRTCP_NODELAY").unwrap();
-        assert_eq!(o.connect_to, Some("127.0.0.1:9000".parse().unwrap()));
-        assert_eq!(o.back_listen, Some("[::1]:9001".parse().unwrap()));
-        assert!(!o.cb_client.is_empty() && !o.cb_listen.is_empty());
-        assert!(parse("-r127.0.0.1:0").is_err());
-    }
-
-    #[test]
-    fn socks_nat_and_udp_mode() {
-        let o = parse("-Ne10.0.0.1 -Ni10.0.0.2 -U1").unwrap();
-        assert_eq!(o.nat_ext, Some("10.0.0.1".parse().unwrap()));
-        assert_eq!(o.nat_int, Some("10.0.0.2".parse().unwrap()));
-        assert_eq!(o.udp_mode, Some(1));
-        let o = parse("-N::1 -U").unwrap();
-        assert_eq!(o.nat_ext, Some("::1".parse().unwrap()));
-        assert_eq!(o.udp_mode, Some(0));
-        assert!(parse("-pxyz").is_err());
-    }
 }

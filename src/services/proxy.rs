@@ -43,7 +43,7 @@ use crate::net::{parse_ip, resolve, Stream};
 use crate::parent::{self, Parents};
 use crate::relay::{relay_with, RelayOpts};
 use crate::res::Res;
-use crate::services::{Service, DEFAULT_BUFSIZE};
+use crate::service::{Service, DEFAULT_BUFSIZE};
 use crate::timeouts::Timeouts;
 
 /// Largest request or response head (request line and fields); a bigger

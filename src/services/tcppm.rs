@@ -12,11 +12,13 @@ use std::io::Write;
 use std::net::SocketAddr;
 
 use crate::access::{self, Grant, Op, Recheck, Request};
+use crate::acl::{self, Action, Query, Verdict};
 use crate::client::Client;
 use crate::net::{resolve, Stream, Target};
 use crate::parent;
 use crate::relay::{relay_hooked, Dump, Hooks, Outcome, RelayOpts};
 use crate::res::Res;
+use crate::service::Service;
 use crate::timeouts::Timeouts;
 
 /// The client thread's work for one tcppm client.
@@ -31,11 +33,16 @@ fn serve_mapped(c: &mut Client) {
     // `-R`: the server socket is a back-connection, taken first as in
     // 3proxy (see `crate::connectback`).
     let mut back = None;
-    if svc.back_listener.is_some() {
-        match crate::connectback::server_socket(c) {
+    if let Some(l) = &svc.back_listener {
+        let wait = svc.timeouts.get(Timeouts::CONNECTBACK);
+        let tries = 5 + (svc.maxconn >> 10);
+        let client = c.client_addr;
+        let allowed = |peer| back_allowed(&svc, client, peer);
+        match crate::connectback::server_socket(l, wait, tries, &allowed) {
             Ok(s) => back = Some(s),
-            Err(res) => {
-                c.res = res;
+            Err(why) => {
+                c.text = why.to_string();
+                c.res = Res(13);
                 return;
             }
         }
@@ -296,4 +303,43 @@ pub fn relay_logged(
     };
     c.start = since;
     out
+}
+
+/// 3proxy's `checkACL` for a back-connection: the ACL alone (no `auth`,
+/// no limits), with the back-connection's peer as the destination and no
+/// operation. An empty ACL allows it.
+fn back_allowed(svc: &Service, client: Option<SocketAddr>, peer: SocketAddr) -> bool {
+    let (wday, daysec) = clock();
+    let q = Query {
+        user: None,
+        src: client.map(|a| a.ip()),
+        dst: Some(peer.ip()),
+        host: None,
+        port: peer.port(),
+        op: 0,
+        wday,
+        daysec,
+        weight: 0,
+    };
+    let ok = match acl::check(&svc.access.acl, &q) {
+        Verdict::Empty => true,
+        Verdict::Matched(i) => svc.access.acl[i].action == Action::Allow,
+        Verdict::NoMatch => false,
+    };
+    if !ok {
+        log::warn!(
+            "{} on {}: back-connection from {peer} refused by the ACL",
+            svc.def.name,
+            svc.listen
+        );
+    }
+    ok
+}
+
+fn clock() -> (u8, u32) {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64);
+    let tm = crate::sys::time::local(secs);
+    (tm.wday as u8, tm.hour * 3600 + tm.min * 60 + tm.sec.min(59))
 }

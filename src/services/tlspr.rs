@@ -27,7 +27,7 @@ use crate::net::{resolve, Stream};
 use crate::parent;
 use crate::relay::RelayOpts;
 use crate::res::Res;
-use crate::services::ServiceOpts;
+use crate::service::ServiceOpts;
 use crate::timeouts::Timeouts;
 
 /// The destination port when `-P` is not given (or is 0).

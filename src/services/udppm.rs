@@ -37,7 +37,7 @@ use crate::limit::{Permit, Session as Limits};
 use crate::logformat::LogRecord;
 use crate::net::{resolve, Target};
 use crate::res::Res;
-use crate::services::Service;
+use crate::service::Service;
 use crate::timeouts::Timeouts;
 
 /// Largest datagram relayed.
@@ -322,7 +322,7 @@ fn relay(rec: &mut Session, e: &Ends<'_>) -> Res {
         let g = crate::running::generation();
         if g != generation {
             generation = g;
-            if let Err(res) = e.recheck.run() {
+            if let Err(res) = crate::running::recheck(&e.recheck) {
                 return res;
             }
             a.checked.store(g, Ordering::Release);
