@@ -102,7 +102,7 @@ pub fn key(addr: SocketAddr, opts: &SockOpts) -> String {
 pub fn server_socket(c: &mut Client) -> Result<Stream, Res> {
     let svc = c.svc().clone();
     let Some(l) = svc.back_listener.as_ref() else {
-        return Err(Res(13));
+        return Err(Res::CONNECT);
     };
     let wait = svc
         .timeouts
@@ -116,13 +116,13 @@ pub fn server_socket(c: &mut Client) -> Result<Stream, Res> {
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
                 c.text = why.to_string();
-                return Err(Res(13));
+                return Err(Res::CONNECT);
             }
             let mut fds = [PollFd::new(l.listener.as_fd(), PollFlags::POLLIN)];
             match poll(&mut fds, poll_ms(left)) {
                 Ok(0) | Err(nix::errno::Errno::EINTR) => continue,
                 Ok(_) => {}
-                Err(_) => return Err(Res(13)),
+                Err(_) => return Err(Res::CONNECT),
             }
             match l.listener.accept() {
                 Ok(x) => break x,
@@ -162,7 +162,7 @@ pub fn server_socket(c: &mut Client) -> Result<Stream, Res> {
         return Ok(Stream::Tcp(s));
     }
     c.text = why.to_string();
-    Err(Res(13))
+    Err(Res::CONNECT)
 }
 
 /// 3proxy's `checkACL` for a back-connection: the ACL alone (no `auth`,

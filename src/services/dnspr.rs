@@ -58,18 +58,18 @@ const TYPE_PTR: u16 = 12;
 const TYPE_AAAA: u16 = 28;
 
 /// Result codes (3proxy's dnspr.c).
-const RES_SIZE: Res = Res(814);
-const RES_QDCOUNT: Res = Res(816);
-const RES_NAME: Res = Res(817);
-const RES_SOCKET: Res = Res(818);
-const RES_SEND_LOCAL: Res = Res(819);
-const RES_SEND_SERVER: Res = Res(820);
-const RES_NO_REPLY: Res = Res(821);
-const RES_SEND_FORWARDED: Res = Res(822);
-const RES_CONNECT: Res = Res(830);
-const RES_TCP_SHORT: Res = Res(832);
-const RES_TCP_LONG: Res = Res(833);
-const RES_NXDOMAIN: Res = Res(888);
+const RES_SIZE: Res = Res::DNS_SIZE;
+const RES_QDCOUNT: Res = Res::DNS_QDCOUNT;
+const RES_NAME: Res = Res::DNS_NAME;
+const RES_SOCKET: Res = Res::DNS_SOCKET;
+const RES_SEND_LOCAL: Res = Res::DNS_SEND_LOCAL;
+const RES_SEND_SERVER: Res = Res::DNS_SEND_SERVER;
+const RES_NO_REPLY: Res = Res::DNS_NO_REPLY;
+const RES_SEND_FORWARDED: Res = Res::DNS_SEND_FORWARDED;
+const RES_CONNECT: Res = Res::DNS_CONNECT;
+const RES_TCP_SHORT: Res = Res::FTP_DATA_START_TELL;
+const RES_TCP_LONG: Res = Res::FTP_TRANSFER_TELL;
+const RES_NXDOMAIN: Res = Res::DNS_NXDOMAIN;
 
 /// `-F`: the addresses every A / AAAA query is answered with.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

@@ -54,15 +54,15 @@ const CAPABILITY: &[u8] = b"* CAPABILITY IMAP4rev1 AUTH=PLAIN AUTH=LOGIN\r\n";
 /// What asks a server for its capabilities.
 const ASK_CAPS: &[u8] = b"zz CAPABILITY\r\n";
 
-const GREET_FAILED: Res = Res(691);
-const NO_COMMAND: Res = Res(692);
-const BAD_LOGIN: Res = Res(693);
-const BAD_DEST: Res = Res(694);
-const NO_GREETING: Res = Res(695);
-const BAD_GREETING: Res = Res(696);
-const CAPA_FAILED: Res = Res(697);
-const AUTH_FAILED: Res = Res(698);
-const LOGIN_FAILED: Res = Res(699);
+const GREET_FAILED: Res = Res::IMAP_GREET_FAILED;
+const NO_COMMAND: Res = Res::IMAP_NO_COMMAND;
+const BAD_LOGIN: Res = Res::IMAP_BAD_LOGIN;
+const BAD_DEST: Res = Res::IMAP_BAD_DEST;
+const NO_GREETING: Res = Res::IMAP_NO_GREETING;
+const BAD_GREETING: Res = Res::IMAP_BAD_GREETING;
+const CAPA_FAILED: Res = Res::IMAP_CAPA_FAILED;
+const AUTH_FAILED: Res = Res::IMAP_AUTH_FAILED;
+const LOGIN_FAILED: Res = Res::IMAP_LOGIN_FAILED;
 
 /// How a login is made: the LOGIN command or an AUTHENTICATE mechanism.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
