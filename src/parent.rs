@@ -1105,22 +1105,7 @@ fn socks5_udp(s: &Stream, creds: Option<&(String, String)>) -> Result<SocketAddr
 
 /// base64 of `user:password`, for `Proxy-Authorization: Basic`.
 pub fn basic_auth(user: &str, password: &str) -> String {
-    const ABC: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    let raw = format!("{user}:{password}");
-    let mut out = String::with_capacity(raw.len().div_ceil(3) * 4);
-    for c in raw.as_bytes().chunks(3) {
-        let n = (u32::from(c[0]) << 16)
-            | (u32::from(*c.get(1).unwrap_or(&0)) << 8)
-            | u32::from(*c.get(2).unwrap_or(&0));
-        for i in 0..4 {
-            if i <= c.len() {
-                out.push(ABC[(n >> (18 - 6 * i) & 63) as usize] as char);
-            } else {
-                out.push('=');
-            }
-        }
-    }
-    out
+    crate::http::base64_encode(format!("{user}:{password}").as_bytes())
 }
 
 #[cfg(test)]
