@@ -29,7 +29,7 @@
 //! repeated as they came), so any datagram that passed the checks above
 //! has an answer; every index is checked, nothing here can panic.
 
-use std::io::{self, Read, Write};
+use std::io::{self, Write};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpStream, UdpSocket};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
@@ -37,6 +37,7 @@ use std::time::{Duration, Instant, SystemTime};
 use crate::access::{self, Op, Request};
 use crate::conf::Timeouts;
 use crate::logformat::LogRecord;
+use crate::net::read_exact_by;
 use crate::res::Res;
 use crate::resolve::{self, NameServer};
 use crate::running::Running;
@@ -430,13 +431,13 @@ fn forward(
         rec.out += framed.len() as u64;
         let deadline = Instant::now() + dns_timeout;
         let mut len = [0u8; 2];
-        read_by(&mut s, &mut len, deadline).map_err(|_| RES_NO_REPLY)?;
+        read_exact_by(&mut s, &mut len, deadline).map_err(|_| RES_NO_REPLY)?;
         let len = usize::from(u16::from_be_bytes(len));
         if len > MAX_TCP_REPLY {
             return Err(RES_TCP_LONG);
         }
         let mut reply = vec![0u8; len];
-        read_by(&mut s, &mut reply, deadline).map_err(|_| RES_TCP_SHORT)?;
+        read_exact_by(&mut s, &mut reply, deadline).map_err(|_| RES_TCP_SHORT)?;
         rec.inb += len as u64 + 2;
         if len <= MIN_QUERY || reply[..2] != msg[..2] {
             return Err(RES_NO_REPLY);
@@ -477,23 +478,6 @@ fn forward(
         }
     };
     Ok(reply)
-}
-
-fn read_by(s: &mut TcpStream, mut buf: &mut [u8], deadline: Instant) -> io::Result<()> {
-    while !buf.is_empty() {
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            return Err(io::ErrorKind::TimedOut.into());
-        }
-        s.set_read_timeout(Some(left))?;
-        match s.read(buf) {
-            Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
-            Ok(n) => buf = &mut buf[n..],
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(())
 }
 
 /// One query's log record and its slot in the service's count; written
