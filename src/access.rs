@@ -300,7 +300,7 @@ fn refuses_credentials_at(
             _ => return None,
         };
         worst = worst.max(e);
-        if worst.0 >= 10 {
+        if worst >= Res::QUOTA {
             break;
         }
     }
@@ -515,7 +515,7 @@ fn admit(p: &Policy, req: &Request<'_>, at: &At, with_limits: bool) -> Result<Gr
             // Once these authenticate, the ACL's answer is final.
             AuthType::UserOnly => match req.user {
                 Some(_) => Ok(check_acl(p, &q, &mut weight)?),
-                None => Err(Res(4)),
+                None => Err(Res::AUTH_NO_USER),
             },
             // 3proxy's `dnsauth`: no name, an unconfirmed name or no
             // `nserver`/`authnserver` at all is code 3.
@@ -530,7 +530,7 @@ fn admit(p: &Policy, req: &Request<'_>, at: &At, with_limits: bool) -> Result<Gr
                         found_user = Some(n);
                         Ok(r?)
                     }
-                    None => Err(Res(3)),
+                    None => Err(Res::ACL_NO_MATCH),
                 }
             }
             AuthType::Strong => {
@@ -594,7 +594,7 @@ fn admit(p: &Policy, req: &Request<'_>, at: &At, with_limits: bool) -> Result<Gr
             }
             Err(e) => {
                 worst = worst.max(e);
-                if worst.0 >= 10 {
+                if worst >= Res::QUOTA {
                     return Err(worst);
                 }
             }
@@ -640,7 +640,7 @@ fn check_acl(p: &Policy, q: &Query<'_>, weight: &mut u32) -> Result<Allowed, Res
     };
     match acl::check_indexed(acl, &p.index, &q) {
         Verdict::Empty => Ok(Allowed::default()),
-        Verdict::NoMatch => Err(Res(3)),
+        Verdict::NoMatch => Err(Res::ACL_NO_MATCH),
         Verdict::Matched(i) => {
             let e = &acl[i];
             *weight = e.rule.weight;
@@ -649,7 +649,7 @@ fn check_acl(p: &Policy, q: &Query<'_>, weight: &mut u32) -> Result<Allowed, Res
                     nolog: e.nolog,
                     parents: e.parents.clone(),
                 }),
-                Action::Deny => Err(Res(1)),
+                Action::Deny => Err(Res::ACL_DENY),
             }
         }
     }

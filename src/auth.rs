@@ -84,12 +84,14 @@ impl Password {
         match self {
             Password::Clear(p) => ct_eq(p.as_bytes(), given.as_bytes())
                 .then_some(())
-                .ok_or(Res(6)),
+                .ok_or(Res::AUTH_BAD_CL),
             Password::Crypt(c) => match crypt(given, c) {
                 Some(made) if ct_eq(&made, c.as_bytes()) => Ok(()),
-                _ => Err(Res(7)),
+                _ => Err(Res::AUTH_BAD_CR),
             },
-            Password::Nt(h) => ct_eq(&nt_hash(given), h).then_some(()).ok_or(Res(8)),
+            Password::Nt(h) => ct_eq(&nt_hash(given), h)
+                .then_some(())
+                .ok_or(Res::AUTH_BAD_NT),
         }
     }
 }
@@ -178,8 +180,8 @@ impl Users {
     /// 3proxy's `strongauth`: 4 no user name, 5 unknown user or no
     /// password, 6-8 wrong password.
     pub fn check(&self, user: Option<&str>, password: Option<&str>) -> Result<(), Res> {
-        let user = user.ok_or(Res(4))?;
-        let password = password.ok_or(Res(5))?;
+        let user = user.ok_or(Res::AUTH_NO_USER)?;
+        let password = password.ok_or(Res::AUTH_BAD_USER)?;
         match self.map.get(user) {
             Some(p) => p.verify(password),
             None => {
@@ -191,7 +193,7 @@ impl Users {
                 if let Some(d) = &self.decoy {
                     let _ = std::hint::black_box(d.verify(password));
                 }
-                Err(Res(5))
+                Err(Res::AUTH_BAD_USER)
             }
         }
     }
@@ -407,20 +409,20 @@ impl AuthCache {
     /// when `ip,limit` finds the entry made from another address.
     pub fn lookup(&self, conf: &CacheConf, q: &CacheQuery<'_>) -> Result<Hit, Res> {
         if conf.kind & CacheConf::IP != 0 && q.client.is_none() {
-            return Err(Res(4));
+            return Err(Res::AUTH_NO_USER);
         }
-        let key = Self::key(conf, q).ok_or(Res(4))?;
+        let key = Self::key(conf, q).ok_or(Res::AUTH_NO_USER)?;
         let table = self.table.read().unwrap_or_else(|e| e.into_inner());
         let hit = table
             .map
             .get(&key)
             .filter(|c| c.expires > q.now)
-            .ok_or(Res(4))?;
+            .ok_or(Res::AUTH_NO_USER)?;
         let limit = CacheConf::IP | CacheConf::LIMIT;
         if conf.kind & limit == limit
             && hit.client.map(|a| a.to_canonical()) != q.client.map(|a| a.to_canonical())
         {
-            return Err(Res(10));
+            return Err(Res::QUOTA);
         }
         Ok(Hit {
             user: (conf.kind & CacheConf::USER == 0 && !hit.user.is_empty())

@@ -18,6 +18,11 @@
 //! - Chunked bodies are relayed as they are; [`ChunkScanner`] only finds
 //!   where they end.
 
+use base64::alphabet;
+use base64::engine::general_purpose::{GeneralPurpose, GeneralPurposeConfig, STANDARD};
+use base64::engine::DecodePaddingMode;
+use base64::Engine;
+
 /// Most header fields accepted in one head; more gives 431.
 pub const MAX_HEADERS: usize = 100;
 
@@ -519,33 +524,24 @@ pub fn basic_credentials(value: &[u8]) -> Option<(String, String)> {
     Some((user, pass))
 }
 
-/// Standard base64 with optional padding; None on any other byte.
+/// The standard alphabet, no `=` taken (the caller drops padding) and
+/// leftover bits not checked, as the hand-written decoder this replaced.
+const B64_LENIENT: GeneralPurpose = GeneralPurpose::new(
+    &alphabet::STANDARD,
+    GeneralPurposeConfig::new()
+        .with_decode_padding_mode(DecodePaddingMode::RequireNone)
+        .with_decode_allow_trailing_bits(true),
+);
+
+/// Standard base64 with optional padding; None on any other byte. Up to
+/// two trailing `=` are dropped whatever the last group needs (`YWJj==`
+/// is `abc`), as 3proxy's decoder does not check them.
 pub(crate) fn base64_decode(s: &[u8]) -> Option<Vec<u8>> {
     let s = match s {
         [rest @ .., b'=', b'='] | [rest @ .., b'='] => rest,
         _ => s,
     };
-    let mut out = Vec::with_capacity(s.len() * 3 / 4);
-    let mut acc: u32 = 0;
-    let mut bits = 0;
-    for &c in s {
-        let v = match c {
-            b'A'..=b'Z' => c - b'A',
-            b'a'..=b'z' => c - b'a' + 26,
-            b'0'..=b'9' => c - b'0' + 52,
-            b'+' => 62,
-            b'/' => 63,
-            _ => return None,
-        };
-        acc = (acc << 6) | u32::from(v);
-        bits += 6;
-        if bits >= 8 {
-            bits -= 8;
-            out.push((acc >> bits) as u8);
-        }
-    }
-    // Leftover bits must be a partial group, never a whole lone char.
-    (bits < 6).then_some(out)
+    B64_LENIENT.decode(s).ok()
 }
 
 /// The host and port of an authority (a CONNECT target, or an absolute
@@ -658,21 +654,7 @@ fn split_login(creds: &[u8], want_login: bool) -> UrlLogin {
 
 /// Standard base64 with padding.
 pub(crate) fn base64_encode(raw: &[u8]) -> String {
-    const ABC: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    let mut out = String::with_capacity(raw.len().div_ceil(3) * 4);
-    for c in raw.chunks(3) {
-        let n = (u32::from(c[0]) << 16)
-            | (u32::from(*c.get(1).unwrap_or(&0)) << 8)
-            | u32::from(*c.get(2).unwrap_or(&0));
-        for i in 0..4 {
-            if i <= c.len() {
-                out.push(ABC[(n >> (18 - 6 * i) & 63) as usize] as char);
-            } else {
-                out.push('=');
-            }
-        }
-    }
-    out
+    STANDARD.encode(raw)
 }
 
 /// `head` (from [`parse_request`]) with the field `name: value` added
@@ -1646,6 +1628,54 @@ mod tests {
         assert_eq!(base64_decode(b"YWI=").unwrap(), b"ab");
         assert_eq!(base64_decode(b"YWJj").unwrap(), b"abc");
         assert_eq!(base64_decode(b"Y"), None);
+    }
+
+    /// What the Basic (and SMTP AUTH) decoder takes: the standard
+    /// alphabet; up to two trailing `=` dropped whatever the group needs;
+    /// leftover bits need not be zero; nothing else (no whitespace, no
+    /// URL-safe alphabet, no `=` left inside).
+    #[test]
+    fn base64_decode_accepts_and_refuses() {
+        let ok: &[(&[u8], &[u8])] = &[
+            (b"", b""),
+            (b"=", b""),
+            (b"==", b""),
+            (b"YQ==", b"a"),
+            (b"YQ=", b"a"),
+            (b"YQ", b"a"),
+            (b"YR", b"a"),
+            (b"YWI=", b"ab"),
+            (b"YWI", b"ab"),
+            (b"YWI==", b"ab"),
+            (b"YWJj", b"abc"),
+            (b"YWJj=", b"abc"),
+            (b"YWJj==", b"abc"),
+            (b"+/8=", &[0xfb, 0xff]),
+            (b"dXNlcjpwYXNz", b"user:pass"),
+        ];
+        for (enc, dec) in ok {
+            assert_eq!(base64_decode(enc).as_deref(), Some(*dec), "{enc:?}");
+        }
+        let refused: &[&[u8]] = &[
+            b"Y",
+            b"YWJjZ",
+            b"YQ===",
+            b"YQ==YQ==",
+            b"Y=Q=",
+            b"Y Q==",
+            b"YQ==\n",
+            b" YQ==",
+            b"YQ-_",
+            b"*",
+            b"\xffYQ",
+        ];
+        for enc in refused {
+            assert_eq!(base64_decode(enc), None, "{enc:?}");
+        }
+        assert_eq!(base64_encode(b""), "");
+        assert_eq!(base64_encode(b"a"), "YQ==");
+        assert_eq!(base64_encode(b"abc"), "YWJj");
+        assert_eq!(base64_encode(&[0xfb, 0xff]), "+/8=");
     }
 
     /// Feeds `body` in pieces of `step` bytes; returns the bytes that

@@ -433,7 +433,7 @@ impl Limits {
             let Some(lim) = lim else { break };
             // On refusal `s` drops, giving back the slots taken so far.
             if !lim.enter(now) {
-                return Err(Res(10));
+                return Err(Res::QUOTA);
             }
             if lim.period == 0 {
                 s.conn.push(lim.clone());
@@ -462,7 +462,7 @@ impl Limits {
                     break;
                 };
                 if c.remaining(t) == 0 {
-                    return Err(Res(10));
+                    return Err(Res::QUOTA);
                 }
                 dir.push(c.clone());
             }

@@ -8,7 +8,7 @@ use std::net::{IpAddr, Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::PathBuf;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 
@@ -478,6 +478,28 @@ pub fn is_timeout(e: &io::Error) -> bool {
     )
 }
 
+/// Fill `buf` from `s` by `deadline`, however many reads it takes (a DNS
+/// message over TCP: its length, then its body). Err TimedOut when the
+/// deadline passes (or the socket's timeout fires), UnexpectedEof when
+/// the peer closes first, or the read's own error.
+pub fn read_exact_by(s: &mut TcpStream, mut buf: &mut [u8], deadline: Instant) -> io::Result<()> {
+    while !buf.is_empty() {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(io::ErrorKind::TimedOut.into());
+        }
+        s.set_read_timeout(Some(left))?;
+        match s.read(buf) {
+            Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
+            Ok(n) => buf = &mut buf[n..],
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) if is_timeout(&e) => return Err(io::ErrorKind::TimedOut.into()),
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
 /// A listening TCP socket as every service gets one: SO_REUSEADDR and
 /// SO_REUSEPORT (as 3proxy sets them), TCP_NODELAY, IPv6-only for an IPv6 address (`-i::`
 /// then means IPv6 only, beside a service that binds 0.0.0.0), bound to a
@@ -553,6 +575,42 @@ pub fn in_netns<T>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A message in pieces arrives whole; a peer that stops short is EOF;
+    /// a peer that goes quiet is TimedOut at the deadline, not later.
+    #[test]
+    fn read_exact_by_deadline() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut c = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (mut s, _) = l.accept().unwrap();
+        let writer = std::thread::spawn(move || {
+            s.write_all(b"ab").unwrap();
+            std::thread::sleep(Duration::from_millis(50));
+            s.write_all(b"cd").unwrap();
+            s
+        });
+        let mut buf = [0u8; 4];
+        read_exact_by(&mut c, &mut buf, Instant::now() + Duration::from_secs(10)).unwrap();
+        assert_eq!(&buf, b"abcd");
+        let s = writer.join().unwrap();
+
+        let start = Instant::now();
+        let e = read_exact_by(&mut c, &mut buf, start + Duration::from_millis(200)).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::TimedOut);
+        let took = start.elapsed();
+        assert!(
+            took >= Duration::from_millis(190) && took < Duration::from_secs(5),
+            "{took:?}"
+        );
+        let e = read_exact_by(&mut c, &mut buf, Instant::now()).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::TimedOut);
+
+        (&s).write_all(b"x").unwrap();
+        drop(s);
+        let e =
+            read_exact_by(&mut c, &mut buf, Instant::now() + Duration::from_secs(10)).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::UnexpectedEof);
+    }
 
     /// Accept on a non-blocking listener within `within`, else None.
     fn accept_within(l: &TcpListener, within: Duration) -> Option<TcpStream> {

@@ -288,7 +288,7 @@ pub fn local_hops() -> u32 {
 /// [`REDIRECTION_LOOP`] (3proxy allows 16 handlers per client, too).
 pub const MAX_HANDOFFS: u32 = 15;
 /// 3proxy's code for a client sent round local redirections too often.
-pub const REDIRECTION_LOOP: Res = Res(101);
+pub const REDIRECTION_LOOP: Res = Res::REDIRECTION_LOOP;
 
 /// The destination a service chose before it handed its client over.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -549,12 +549,12 @@ pub fn connect(svc: &Service, parents: &[Hop], want: &Want<'_>) -> Result<Route,
         }));
     }
     let chain_to = svc.timeouts.get(Timeouts::CHAIN);
-    let mut last = Res(60);
+    let mut last = Res::PARENT_SOCKS5_REP;
     for _ in 0..RETRIES.load(Ordering::Relaxed).max(1) {
         let hops = pick(parents, &mut random);
         match attempt(&svc.dialer, chain_to, &hops, want, &mut random, false) {
             Ok(Reached::Route(r)) => return Ok(r),
-            Ok(Reached::Udp(_)) => return Err(Res(30)),
+            Ok(Reached::Udp(_)) => return Err(Res::PARENT_INTERNAL),
             Err(e) => last = e,
         }
     }
@@ -590,12 +590,12 @@ pub fn udp_associate(
         return Ok(None);
     }
     let chain_to = svc.timeouts.get(Timeouts::CHAIN);
-    let mut last = Res(70);
+    let mut last = Res::PARENT_NO_UDP;
     for _ in 0..RETRIES.load(Ordering::Relaxed).max(1) {
         let hops = pick(parents, &mut random);
         match attempt(&svc.dialer, chain_to, &hops, want, &mut random, true) {
             Ok(Reached::Udp(u)) => return Ok(u),
-            Ok(Reached::Route(_)) => return Err(Res(70)),
+            Ok(Reached::Route(_)) => return Err(Res::PARENT_NO_UDP),
             // Not a failure another pick would mend the same way, but a
             // pick may take another type: try again like any failure.
             Err(e) => last = e,
@@ -621,7 +621,7 @@ fn credentials(h: &Hop, want: &Want<'_>) -> Result<Option<(String, String)>, Res
                 u.to_string(),
                 want.password.unwrap_or("").to_string(),
             ))),
-            None => Err(Res(4)),
+            None => Err(Res::AUTH_NO_USER),
         },
         Some(u) => Ok(Some((
             u.to_string(),
@@ -650,7 +650,7 @@ fn attempt(
         }
         if udp && matches!(h.kind, Kind::Tcp | Kind::Http) {
             // They end the chain with a byte stream: no UDP there.
-            return Err(Res(70));
+            return Err(Res::PARENT_NO_UDP);
         }
         if at.is_none() {
             match h.kind {
@@ -662,7 +662,7 @@ fn attempt(
                     ha = true;
                     continue;
                 }
-                _ if h.is_local() && udp => return Err(Res(70)),
+                _ if h.is_local() && udp => return Err(Res::PARENT_NO_UDP),
                 _ if h.is_local() => {
                     // A user and password on a local redirection are not
                     // passed on (the next handler takes the client's own),
@@ -706,7 +706,7 @@ fn attempt(
                 Dest::Addr(h.addr)
             };
             negotiate(prev, s, chain_to, &next, want)?;
-            at = Some((at.take().map(|(s, _)| s).ok_or(Res(30))?, h));
+            at = Some((at.take().map(|(s, _)| s).ok_or(Res::PARENT_INTERNAL)?, h));
         }
         // `tcp` and `http` parents end the chain (and cannot carry UDP).
         if let Some((_, last)) = &at {
@@ -721,7 +721,7 @@ fn attempt(
             return Ok(Reached::Udp(None));
         };
         if !matches!(last.kind, Kind::Socks5 | Kind::Socks5Plus) {
-            return Err(Res(70));
+            return Err(Res::PARENT_NO_UDP);
         }
         let creds = credentials(last, want)?;
         let _ = control.set_timeout(Some(chain_to));
@@ -884,12 +884,13 @@ pub fn random_in_prefix(base: Ipv6Addr, len: u8, r: u128) -> Ipv6Addr {
 /// `ha`: the PROXY protocol v1 line for the client's connection.
 fn send_proxy_header(s: &Stream, chain_to: Duration, want: &Want<'_>) -> Result<(), Res> {
     let (Some(cli), Some(srv)) = (want.client, want.local) else {
-        return Err(Res(39));
+        return Err(Res::PARENT_HA_SEND);
     };
     let line = proxy_v1_line(cli, srv);
     let _ = s.set_timeout(Some(chain_to));
     let mut w = s;
-    w.write_all(line.as_bytes()).map_err(|_| Res(39))
+    w.write_all(line.as_bytes())
+        .map_err(|_| Res::PARENT_HA_SEND)
 }
 
 /// `PROXY TCP4|TCP6 SRC DST SPORT DPORT\r\n`.
@@ -927,12 +928,12 @@ fn negotiate(
     }
 }
 
-fn send(mut s: &Stream, b: &[u8], code: u32) -> Result<(), Res> {
-    s.write_all(b).map_err(|_| Res(code))
+fn send(mut s: &Stream, b: &[u8], code: Res) -> Result<(), Res> {
+    s.write_all(b).map_err(|_| code)
 }
 
-fn recv(mut s: &Stream, b: &mut [u8], code: u32) -> Result<(), Res> {
-    s.read_exact(b).map_err(|_| Res(code))
+fn recv(mut s: &Stream, b: &mut [u8], code: Res) -> Result<(), Res> {
+    s.read_exact(b).map_err(|_| code)
 }
 
 /// `CONNECT host:port HTTP/1.0`; any 2xx status is success.
@@ -950,24 +951,24 @@ fn http_connect(s: &Stream, dest: &Dest, creds: Option<&(String, String)>) -> Re
         ));
     }
     req.push_str("\r\n");
-    send(s, req.as_bytes(), 31)?;
+    send(s, req.as_bytes(), Res::PARENT_CONNECT_SEND)?;
     // Byte by byte: what follows the header belongs to the tunnel.
-    let status = read_line(s, 32)?;
+    let status = read_line(s, Res::PARENT_CONNECT_REPLY)?;
     if status.len() < 12 || !status.starts_with(b"HTTP/") {
-        return Err(Res(32));
+        return Err(Res::PARENT_CONNECT_REPLY);
     }
     if status[9] != b'2' {
-        return Err(Res(33));
+        return Err(Res::PARENT_CONNECT_REFUSED);
     }
     let mut total = status.len();
     loop {
-        let line = read_line(s, 34)?;
+        let line = read_line(s, Res::PARENT_CONNECT_HEAD)?;
         total += line.len();
         if line.is_empty() {
             return Ok(());
         }
         if total > MAX_REPLY_HEAD {
-            return Err(Res(34));
+            return Err(Res::PARENT_CONNECT_HEAD);
         }
     }
 }
@@ -976,7 +977,7 @@ fn http_connect(s: &Stream, dest: &Dest, creds: Option<&(String, String)>) -> Re
 const MAX_REPLY_HEAD: usize = 16 * 1024;
 
 /// One line without its CR LF; `code` on EOF, error or a line too long.
-fn read_line(mut s: &Stream, code: u32) -> Result<Vec<u8>, Res> {
+fn read_line(mut s: &Stream, code: Res) -> Result<Vec<u8>, Res> {
     let mut line = Vec::new();
     let mut b = [0u8; 1];
     loop {
@@ -988,7 +989,7 @@ fn read_line(mut s: &Stream, code: u32) -> Result<Vec<u8>, Res> {
                 return Ok(line);
             }
             Ok(1) if line.len() < MAX_REPLY_HEAD => line.push(b[0]),
-            _ => return Err(Res(code)),
+            _ => return Err(code),
         }
     }
 }
@@ -1001,34 +1002,38 @@ fn socks4_connect(
 ) -> Result<(), Res> {
     let userid = creds.map_or("anonymous", |(u, _)| u.as_str());
     let req = socks::v4_connect(dest, userid)?;
-    send(s, &req, 41)?;
+    send(s, &req, Res::PARENT_SOCKS4_SEND)?;
     let mut r = [0u8; 8];
     let n = if short { 3 } else { 8 };
-    recv(s, &mut r[..n], 42)?;
+    recv(s, &mut r[..n], Res::PARENT_SOCKS4_SHORT)?;
     if r[1] != socks::V4_GRANTED {
-        return Err(Res(43));
+        return Err(Res::PARENT_SOCKS4_REFUSED);
     }
     Ok(())
 }
 
 /// The SOCKS5 greeting and, if the parent picks it, RFC 1929.
 fn socks5_hello(s: &Stream, creds: Option<&(String, String)>) -> Result<(), Res> {
-    send(s, &socks::v5_greeting(creds.is_some()), 51)?;
+    send(
+        s,
+        &socks::v5_greeting(creds.is_some()),
+        Res::PARENT_SOCKS5_SEND,
+    )?;
     let mut r = [0u8; 4];
-    recv(s, &mut r[..2], 52)?;
+    recv(s, &mut r[..2], Res::PARENT_SOCKS5_NO_GREETING)?;
     if r[0] != 5 {
-        return Err(Res(53));
+        return Err(Res::PARENT_SOCKS5_NOT_V5);
     }
     match (r[1], creds) {
         (socks::METHOD_NONE, _) => {}
         (socks::METHOD_USERPASS, Some((u, p))) => {
-            send(s, &socks::v5_userpass(u, p), 51)?;
-            recv(s, &mut r[..2], 55)?;
+            send(s, &socks::v5_userpass(u, p), Res::PARENT_SOCKS5_SEND)?;
+            recv(s, &mut r[..2], Res::PARENT_SOCKS5_NO_AUTH_REPLY)?;
             if r[..2] != [1, 0] {
-                return Err(Res(56));
+                return Err(Res::PARENT_SOCKS5_AUTH_REFUSED);
             }
         }
-        _ => return Err(Res(54)),
+        _ => return Err(Res::PARENT_SOCKS5_NO_METHOD),
     }
     Ok(())
 }
@@ -1041,25 +1046,29 @@ fn socks5_connect(
 ) -> Result<(), Res> {
     socks5_hello(s, creds)?;
     let mut r = [0u8; 4];
-    send(s, &socks::v5_request(socks::CMD_CONNECT, dest)?, 51)?;
-    recv(s, &mut r, 57)?;
+    send(
+        s,
+        &socks::v5_request(socks::CMD_CONNECT, dest)?,
+        Res::PARENT_SOCKS5_SEND,
+    )?;
+    recv(s, &mut r, Res::PARENT_SOCKS5_NO_REPLY)?;
     if r[0] != 5 {
-        return Err(Res(53));
+        return Err(Res::PARENT_SOCKS5_NOT_V5);
     }
     if r[1] != 0 {
-        return Err(Res(60 + u32::from(r[1] % 10)));
+        return Err(Res::parent_socks5_rep(r[1]));
     }
     let mut len = [0u8; 1];
     if r[3] == socks::ATYP_NAME {
-        recv(s, &mut len, 59)?;
+        recv(s, &mut len, Res::PARENT_SOCKS5_SHORT_REPLY)?;
     }
-    let rest = socks::v5_reply_rest(r[3], len[0]).ok_or(Res(58))?;
+    let rest = socks::v5_reply_rest(r[3], len[0]).ok_or(Res::PARENT_SOCKS5_BAD_ATYP)?;
     if short && r[3] == socks::ATYP_V4 {
         // socks5b: a parent known to send only the first 4 bytes.
         return Ok(());
     }
     let mut skip = [0u8; 257];
-    recv(s, &mut skip[..rest], 59)
+    recv(s, &mut skip[..rest], Res::PARENT_SOCKS5_SHORT_REPLY)
 }
 
 /// UDP ASSOCIATE at a SOCKS5 parent, from any address (0.0.0.0:0, as
@@ -1070,52 +1079,41 @@ fn socks5_udp(s: &Stream, creds: Option<&(String, String)>) -> Result<SocketAddr
         IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED),
         0,
     ));
-    send(s, &socks::v5_request(socks::CMD_UDP, &any)?, 51)?;
+    send(
+        s,
+        &socks::v5_request(socks::CMD_UDP, &any)?,
+        Res::PARENT_SOCKS5_SEND,
+    )?;
     let mut r = [0u8; 4];
-    recv(s, &mut r, 57)?;
+    recv(s, &mut r, Res::PARENT_SOCKS5_NO_REPLY)?;
     if r[0] != 5 {
-        return Err(Res(53));
+        return Err(Res::PARENT_SOCKS5_NOT_V5);
     }
     if r[1] != 0 {
-        return Err(Res(60 + u32::from(r[1] % 10)));
+        return Err(Res::parent_socks5_rep(r[1]));
     }
     let mut a = [0u8; 18];
     let ip = match r[3] {
         socks::ATYP_V4 => {
-            recv(s, &mut a[..6], 59)?;
+            recv(s, &mut a[..6], Res::PARENT_SOCKS5_SHORT_REPLY)?;
             IpAddr::from([a[0], a[1], a[2], a[3]])
         }
         socks::ATYP_V6 => {
-            recv(s, &mut a, 59)?;
+            recv(s, &mut a, Res::PARENT_SOCKS5_SHORT_REPLY)?;
             let mut o = [0u8; 16];
             o.copy_from_slice(&a[..16]);
             a.copy_within(16..18, 4);
             IpAddr::from(o)
         }
         // A relay given by name cannot be used.
-        _ => return Err(Res(58)),
+        _ => return Err(Res::PARENT_SOCKS5_BAD_ATYP),
     };
     Ok(SocketAddr::new(ip, u16::from_be_bytes([a[4], a[5]])))
 }
 
 /// base64 of `user:password`, for `Proxy-Authorization: Basic`.
 pub fn basic_auth(user: &str, password: &str) -> String {
-    const ABC: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    let raw = format!("{user}:{password}");
-    let mut out = String::with_capacity(raw.len().div_ceil(3) * 4);
-    for c in raw.as_bytes().chunks(3) {
-        let n = (u32::from(c[0]) << 16)
-            | (u32::from(*c.get(1).unwrap_or(&0)) << 8)
-            | u32::from(*c.get(2).unwrap_or(&0));
-        for i in 0..4 {
-            if i <= c.len() {
-                out.push(ABC[(n >> (18 - 6 * i) & 63) as usize] as char);
-            } else {
-                out.push('=');
-            }
-        }
-    }
-    out
+    crate::http::base64_encode(format!("{user}:{password}").as_bytes())
 }
 
 #[cfg(test)]

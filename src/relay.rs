@@ -576,7 +576,7 @@ fn run<C: Channel>(
         }
         if (up.quota_hit && !up.ch.pending()) || (down.quota_hit && !down.ch.pending()) {
             // 3proxy's code for a traffic limit reached mid-session.
-            break Res(10);
+            break Res::QUOTA;
         }
         if up.shut && down.shut {
             break Res::OK;

@@ -30,7 +30,7 @@
 
 use std::collections::HashMap;
 use std::hash::{BuildHasher, Hasher};
-use std::io::{self, Read, Write};
+use std::io::{self, Write};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpStream, ToSocketAddrs, UdpSocket};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
@@ -40,7 +40,7 @@ use simple_dns::rdata::RData;
 use simple_dns::{Label, Name, Packet, PacketFlag, Question, CLASS, QCLASS, QTYPE, TYPE};
 
 use crate::conf::token::quote;
-use crate::net::{parse_ip, Family};
+use crate::net::{parse_ip, read_exact_by, Family};
 use crate::res::Res;
 use crate::timeouts::Timeouts;
 
@@ -456,24 +456,6 @@ impl Resolver {
             }
         }
     }
-}
-
-fn read_exact_by(s: &mut TcpStream, mut buf: &mut [u8], deadline: Instant) -> io::Result<()> {
-    while !buf.is_empty() {
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            return Err(io::ErrorKind::TimedOut.into());
-        }
-        s.set_read_timeout(Some(left))?;
-        match s.read(buf) {
-            Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
-            Ok(n) => buf = &mut buf[n..],
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) if crate::net::is_timeout(&e) => return Err(io::ErrorKind::TimedOut.into()),
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(())
 }
 
 /// getaddrinfo, filtered by family in the family's order of preference.

@@ -132,11 +132,11 @@ pub fn put_dest(b: &mut Vec<u8>, d: &Dest) -> Option<()> {
 /// short header, 997 for an unknown address type.
 pub fn parse_udp_header(d: &[u8]) -> Result<(Dest, usize), Res> {
     if d.len() < 4 {
-        return Err(Res(484));
+        return Err(Res::SOCKS_UDP_SHORT);
     }
     if d[0] != 0 || d[1] != 0 || d[2] != 0 {
         // Fragments are not supported: 3proxy ends the association.
-        return Err(Res(483));
+        return Err(Res::SOCKS_UDP_FRAG);
     }
     match d[3] {
         ATYP_V4 if d.len() >= 10 => {
@@ -154,13 +154,13 @@ pub fn parse_udp_header(d: &[u8]) -> Result<(Dest, usize), Res> {
         ATYP_NAME if d.len() >= 5 => {
             let n = d[4] as usize;
             if d.len() < 7 + n {
-                return Err(Res(485));
+                return Err(Res::SOCKS_UDP_NAME);
             }
-            let name = std::str::from_utf8(&d[5..5 + n]).map_err(|_| Res(485))?;
+            let name = std::str::from_utf8(&d[5..5 + n]).map_err(|_| Res::SOCKS_UDP_NAME)?;
             let port = u16::from_be_bytes([d[5 + n], d[6 + n]]);
             Ok((Dest::Name(name.to_string(), port), 7 + n))
         }
-        ATYP_V4 | ATYP_NAME | ATYP_V6 => Err(Res(484)),
+        ATYP_V4 | ATYP_NAME | ATYP_V6 => Err(Res::SOCKS_UDP_SHORT),
         _ => Err(Res::NOTIMPL_ATYP),
     }
 }
@@ -202,7 +202,7 @@ pub fn v4_connect(dest: &Dest, userid: &str) -> Result<Vec<u8>, Res> {
     b.extend_from_slice(&dest.port().to_be_bytes());
     match dest {
         Dest::Addr(SocketAddr::V4(a)) => b.extend_from_slice(&a.ip().octets()),
-        Dest::Addr(SocketAddr::V6(_)) => return Err(Res(44)),
+        Dest::Addr(SocketAddr::V6(_)) => return Err(Res::PARENT_SOCKS4_NOT_V4),
         Dest::Name(..) => b.extend_from_slice(&[0, 0, 0, 1]),
     }
     // NUL-terminated strings: a NUL inside would end them early.
@@ -240,7 +240,7 @@ pub fn v5_userpass(user: &str, password: &str) -> Vec<u8> {
 /// to send (3proxy counts it a send failure).
 pub fn v5_request(cmd: u8, dest: &Dest) -> Result<Vec<u8>, Res> {
     let mut b = vec![5, cmd, 0];
-    put_dest(&mut b, dest).ok_or(Res(51))?;
+    put_dest(&mut b, dest).ok_or(Res::PARENT_SOCKS5_SEND)?;
     Ok(b)
 }
 

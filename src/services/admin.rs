@@ -37,11 +37,11 @@ use crate::timeouts::Timeouts;
 const MAX_HEAD: usize = 16 * 1024;
 
 /// The request could not be read or parsed (3proxy's 701/702).
-const BAD_REQUEST: Res = Res(701);
+const BAD_REQUEST: Res = Res::ADMIN_BAD_REQUEST;
 /// A path with no page.
-const NOT_FOUND: Res = Res(702);
+const NOT_FOUND: Res = Res::ADMIN_NOT_FOUND;
 /// `/U`: rewriting the cfg is refused.
-const FORBIDDEN: Res = Res(703);
+const FORBIDDEN: Res = Res::ADMIN_FORBIDDEN;
 
 /// The cfg file the running configuration came from; None when it came
 /// from standard input or the command line.
@@ -208,7 +208,7 @@ fn serve_request(c: &mut Client, early: &[u8], redirected: bool) {
         ..Default::default()
     };
     if let Err(res) = crate::access::authorize(&svc, &req) {
-        if res.0 != 10 {
+        if res != Res::QUOTA {
             return error_page(
                 c,
                 res,

@@ -16,7 +16,7 @@ use crate::res::Res;
 use crate::timeouts::Timeouts;
 
 /// Nothing came before the timeout, or the client closed first.
-const NO_BYTE: Res = Res(801);
+const NO_BYTE: Res = Res::AUTO_NO_BYTE;
 
 /// The client thread's work for one auto client.
 pub fn serve(c: &mut Client) {

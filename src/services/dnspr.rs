@@ -29,7 +29,7 @@
 //! repeated as they came), so any datagram that passed the checks above
 //! has an answer; every index is checked, nothing here can panic.
 
-use std::io::{self, Read, Write};
+use std::io::{self, Write};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpStream, UdpSocket};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
@@ -37,6 +37,7 @@ use std::time::{Duration, Instant, SystemTime};
 use crate::access::{self, Op, Request};
 use crate::conf::token::quote;
 use crate::logformat::LogRecord;
+use crate::net::read_exact_by;
 use crate::res::Res;
 use crate::resolve::{self, NameServer};
 use crate::running::Running;
@@ -59,18 +60,18 @@ const TYPE_PTR: u16 = 12;
 const TYPE_AAAA: u16 = 28;
 
 /// Result codes (3proxy's dnspr.c).
-const RES_SIZE: Res = Res(814);
-const RES_QDCOUNT: Res = Res(816);
-const RES_NAME: Res = Res(817);
-const RES_SOCKET: Res = Res(818);
-const RES_SEND_LOCAL: Res = Res(819);
-const RES_SEND_SERVER: Res = Res(820);
-const RES_NO_REPLY: Res = Res(821);
-const RES_SEND_FORWARDED: Res = Res(822);
-const RES_CONNECT: Res = Res(830);
-const RES_TCP_SHORT: Res = Res(832);
-const RES_TCP_LONG: Res = Res(833);
-const RES_NXDOMAIN: Res = Res(888);
+const RES_SIZE: Res = Res::DNS_SIZE;
+const RES_QDCOUNT: Res = Res::DNS_QDCOUNT;
+const RES_NAME: Res = Res::DNS_NAME;
+const RES_SOCKET: Res = Res::DNS_SOCKET;
+const RES_SEND_LOCAL: Res = Res::DNS_SEND_LOCAL;
+const RES_SEND_SERVER: Res = Res::DNS_SEND_SERVER;
+const RES_NO_REPLY: Res = Res::DNS_NO_REPLY;
+const RES_SEND_FORWARDED: Res = Res::DNS_SEND_FORWARDED;
+const RES_CONNECT: Res = Res::DNS_CONNECT;
+const RES_TCP_SHORT: Res = Res::FTP_DATA_START_TELL;
+const RES_TCP_LONG: Res = Res::FTP_TRANSFER_TELL;
+const RES_NXDOMAIN: Res = Res::DNS_NXDOMAIN;
 
 /// `-F`: the addresses every A / AAAA query is answered with.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -431,13 +432,13 @@ fn forward(
         rec.out += framed.len() as u64;
         let deadline = Instant::now() + dns_timeout;
         let mut len = [0u8; 2];
-        read_by(&mut s, &mut len, deadline).map_err(|_| RES_NO_REPLY)?;
+        read_exact_by(&mut s, &mut len, deadline).map_err(|_| RES_NO_REPLY)?;
         let len = usize::from(u16::from_be_bytes(len));
         if len > MAX_TCP_REPLY {
             return Err(RES_TCP_LONG);
         }
         let mut reply = vec![0u8; len];
-        read_by(&mut s, &mut reply, deadline).map_err(|_| RES_TCP_SHORT)?;
+        read_exact_by(&mut s, &mut reply, deadline).map_err(|_| RES_TCP_SHORT)?;
         rec.inb += len as u64 + 2;
         if len <= MIN_QUERY || reply[..2] != msg[..2] {
             return Err(RES_NO_REPLY);
@@ -478,23 +479,6 @@ fn forward(
         }
     };
     Ok(reply)
-}
-
-fn read_by(s: &mut TcpStream, mut buf: &mut [u8], deadline: Instant) -> io::Result<()> {
-    while !buf.is_empty() {
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            return Err(io::ErrorKind::TimedOut.into());
-        }
-        s.set_read_timeout(Some(left))?;
-        match s.read(buf) {
-            Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
-            Ok(n) => buf = &mut buf[n..],
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(())
 }
 
 /// One query's log record and its slot in the service's count; written

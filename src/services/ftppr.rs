@@ -16,7 +16,7 @@
 //!
 //! A record is written after each PASS, CWD or data command that moved
 //! bytes (`%T` `name@host[:port]`, or the command), and at the end.
-//! Result codes are 3proxy's: 700-707 the server login failed, 801 the
+//! Result codes are 3proxy's: 700-706 the server login failed, 801 the
 //! greeting could not be sent, 802 a short command, 803/804 a bad host or
 //! login, 821-829 the client's data connection, 834 no answer after a
 //! transfer.
@@ -157,8 +157,8 @@ pub fn serve_redirected(c: &mut Client, early: &[u8], known: Option<&parent::Kno
     if let Some(s) = st.srv.take() {
         c.srv = Some(s);
     }
-    if c.res.0 != 0 || c.bytes_in != 0 || c.bytes_out != 0 {
-        c.text = if c.res.0 > 802 {
+    if c.res != Res::OK || c.bytes_in != 0 || c.bytes_out != 0 {
+        c.text = if c.res > Res::FTP_SHORT_COMMAND {
             st.req.take().unwrap_or_default()
         } else {
             String::new()
@@ -171,17 +171,17 @@ pub fn serve_redirected(c: &mut Client, early: &[u8], known: Option<&parent::Kno
 }
 
 /// Write to the client, `err` if it fails.
-fn tell(c: &Client, msg: &[u8], err: u32) -> Result<(), Res> {
-    (&c.cli).write_all(msg).map_err(|_| Res(err))
+fn tell(c: &Client, msg: &[u8], err: Res) -> Result<(), Res> {
+    (&c.cli).write_all(msg).map_err(|_| err)
 }
 
 /// Send a command line to the server, counted.
-fn send(c: &mut Client, st: &State, line: &[u8], err: u32) -> Result<(), Res> {
-    let srv = st.srv.as_ref().ok_or(Res(err))?;
+fn send(c: &mut Client, st: &State, line: &[u8], err: Res) -> Result<(), Res> {
+    let srv = st.srv.as_ref().ok_or(err)?;
     srv.set_timeout(Some(c.svc().timeouts.get(Timeouts::STRING_SHORT)))
-        .map_err(|_| Res(err))?;
+        .map_err(|_| err)?;
     let mut w = srv;
-    w.write_all(line).map_err(|_| Res(err))?;
+    w.write_all(line).map_err(|_| err)?;
     c.bytes_out += line.len() as u64;
     Ok(())
 }
@@ -210,7 +210,7 @@ fn run(c: &mut Client, st: &mut State, early: &[u8]) -> Result<(), Res> {
     let _ = c
         .cli
         .set_timeout(Some(svc.timeouts.get(Timeouts::STRING_SHORT)));
-    tell(c, b"220 Ready\r\n", 801)?;
+    tell(c, b"220 Ready\r\n", Res::FTP_GREET_SEND)?;
     let mut from_cli = Lines::with(early);
     loop {
         let line = from_cli.line(&c.cli, LINE, svc.timeouts.get(Timeouts::CONNECTION_SHORT));
@@ -218,7 +218,7 @@ fn run(c: &mut Client, st: &mut State, early: &[u8]) -> Result<(), Res> {
             return Ok(());
         }
         if line.len() < 4 {
-            return Err(Res(802));
+            return Err(Res::FTP_SHORT_COMMAND);
         }
         let end = line
             .iter()
@@ -239,7 +239,8 @@ fn command(c: &mut Client, st: &mut State, line: &[u8]) -> Result<(), Res> {
     let svc = c.svc().clone();
     let creds = svc.opts.needuser.unwrap_or(1) > 0;
     if starts_ci(line, b"OPEN ") {
-        let (host, port) = super::pop3p::parse_host(&line[5..], DEFAULT_PORT).ok_or(Res(803))?;
+        let (host, port) =
+            super::pop3p::parse_host(&line[5..], DEFAULT_PORT).ok_or(Res::FTP_BAD_HOST)?;
         st.srv = None;
         let l = Login {
             host,
@@ -247,7 +248,7 @@ fn command(c: &mut Client, st: &mut State, line: &[u8]) -> Result<(), Res> {
             ..Login::default()
         };
         open(c, st, l)?;
-        tell(c, b"220 Ready\r\n", 801)?;
+        tell(c, b"220 Ready\r\n", Res::FTP_GREET_SEND)?;
         st.status = 1;
     } else if starts_ci(line, b"USER ") {
         let known = match (&st.login, st.status, &st.known) {
@@ -256,22 +257,22 @@ fn command(c: &mut Client, st: &mut State, line: &[u8]) -> Result<(), Res> {
             _ => default_dest(&svc.opts.other),
         };
         let host = known.as_ref().map(|(h, p)| (h.as_str(), *p));
-        let l = parse_login(&line[5..], svc.delimchar, creds, host).ok_or(Res(804))?;
+        let l = parse_login(&line[5..], svc.delimchar, creds, host).ok_or(Res::FTP_BAD_LOGIN)?;
         if st.status == 0 {
             open(c, st, l)?;
         } else if let Some(old) = &mut st.login {
             old.name = l.name;
             old.password.clone_from(&l.password);
         }
-        tell(c, b"331 ok\r\n", 807)?;
+        tell(c, b"331 ok\r\n", Res::FTP_LOGIN_TELL)?;
         st.status = 2;
     } else if starts_ci(line, b"PASS ") && st.status >= 2 {
         let (res, reply) = login(c, st, &line[5..]);
         if !reply.is_empty() {
-            tell(c, &reply, 807)?;
+            tell(c, &reply, Res::FTP_LOGIN_TELL)?;
         }
         c.res = res;
-        if res.0 == 0 {
+        if res == Res::OK {
             st.status = 3;
         }
         if let Some(l) = &st.login {
@@ -286,7 +287,7 @@ fn command(c: &mut Client, st: &mut State, line: &[u8]) -> Result<(), Res> {
     {
         st.data = Data::None;
         let reply = prepare_data(c, st, line)?;
-        tell(c, reply.as_bytes(), 825)?;
+        tell(c, reply.as_bytes(), Res::FTP_DATA_TELL)?;
         st.status = 4;
     } else if st.status == 4
         && [
@@ -302,7 +303,7 @@ fn command(c: &mut Client, st: &mut State, line: &[u8]) -> Result<(), Res> {
     {
         transfer(c, st, line)?;
     } else if st.status < 3 {
-        tell(c, b"530 login\r\n", 810)?;
+        tell(c, b"530 login\r\n", Res::FTP_NOT_LOGGED_TELL)?;
     } else {
         let quit = starts_ci(line, b"QUIT");
         if starts_ci(line, b"CWD ") {
@@ -310,14 +311,14 @@ fn command(c: &mut Client, st: &mut State, line: &[u8]) -> Result<(), Res> {
         }
         let mut l = line.to_vec();
         l.extend_from_slice(b"\r\n");
-        send(c, st, &l, 811)?;
+        send(c, st, &l, Res::FTP_COMMAND_SEND)?;
         let mut last;
         loop {
             last = srv_line(c, st);
             if last.is_empty() {
                 break;
             }
-            tell(c, &last, 812)?;
+            tell(c, &last, Res::FTP_ANSWER_TELL)?;
             if last.len() > 4 && is_final(&last) {
                 break;
             }
@@ -326,7 +327,7 @@ fn command(c: &mut Client, st: &mut State, line: &[u8]) -> Result<(), Res> {
             return Err(Res::OK);
         }
         if last.len() < 3 {
-            return Err(Res(813));
+            return Err(Res::FTP_NO_ANSWER);
         }
     }
     Ok(())
@@ -342,7 +343,7 @@ fn open(c: &mut Client, st: &mut State, l: Login) -> Result<(), Res> {
     let l = st.login.insert(l);
     let dst = match &st.known {
         Some(k) if k.addr.port() == l.port && k.host() == l.host => k.addr,
-        _ => resolve(&l.host, l.port, svc.family).map_err(|_| Res(803))?,
+        _ => resolve(&l.host, l.port, svc.family).map_err(|_| Res::FTP_BAD_HOST)?,
     };
     c.req_addr = Some(dst);
     let req = Request {
@@ -403,41 +404,41 @@ fn connect(
 fn login(c: &mut Client, st: &mut State, pass: &[u8]) -> (Res, Vec<u8>) {
     let greet = srv_reply(c, st);
     if greet.len() < 3 {
-        return (Res(706), Vec::new());
+        return (Res::FTP_NO_GREETING, Vec::new());
     }
     if greet[0] != b'2' {
-        return (Res(702), greet);
+        return (Res::FTP_BAD_GREETING, greet);
     }
     let name = st.login.as_ref().map_or(String::new(), |l| l.name.clone());
     let user = format!("USER {name}\r\n");
-    if send(c, st, user.as_bytes(), 703).is_err() {
-        return (Res(703), Vec::new());
+    if send(c, st, user.as_bytes(), Res::FTP_USER_SEND).is_err() {
+        return (Res::FTP_USER_SEND, Vec::new());
     }
     let answer = srv_reply(c, st);
     if answer.len() < 3 {
-        return (Res(704), Vec::new());
+        return (Res::FTP_USER_NO_REPLY, Vec::new());
     }
     match answer[0] {
         b'2' => return (Res::OK, answer),
         b'3' => {}
-        _ => return (Res(700), answer),
+        _ => return (Res::FTP_LOGIN_REFUSED, answer),
     }
     let mut cmd = b"PASS ".to_vec();
     cmd.extend_from_slice(pass);
     cmd.extend_from_slice(b"\r\n");
-    if send(c, st, &cmd, 705).is_err() {
-        return (Res(705), Vec::new());
+    if send(c, st, &cmd, Res::FTP_PASS_SEND).is_err() {
+        return (Res::FTP_PASS_SEND, Vec::new());
     }
     let mut told = Vec::new();
     loop {
         let l = srv_line(c, st);
         if l.len() < 3 {
-            return (Res(701), told);
+            return (Res::FTP_PASS_NO_REPLY, told);
         }
         told.extend_from_slice(&l);
         if is_final(&l) {
             let ok = l[0] == b'2';
-            return (if ok { Res::OK } else { Res(700) }, told);
+            return (if ok { Res::OK } else { Res::FTP_LOGIN_REFUSED }, told);
         }
     }
 }
@@ -445,7 +446,7 @@ fn login(c: &mut Client, st: &mut State, pass: &[u8]) -> (Res, Vec<u8>) {
 /// PASV, EPSV or PORT: the proxy's side of the client's data connection.
 fn prepare_data(c: &mut Client, st: &mut State, line: &[u8]) -> Result<String, Res> {
     let svc = c.svc().clone();
-    let local = c.local_addr.ok_or(Res(821))?;
+    let local = c.local_addr.ok_or(Res::FTP_DATA_SOCKET)?;
     let bind = SocketAddr::new(local.ip(), 0);
     if starts_ci(line, b"PORT ") {
         let n: Vec<u32> = text(&line[5..])
@@ -454,9 +455,9 @@ fn prepare_data(c: &mut Client, st: &mut State, line: &[u8]) -> Result<String, R
             .map(|x| x.trim().parse().unwrap_or(u32::MAX))
             .collect();
         if n.len() != 6 || n.iter().any(|&x| x > 255) {
-            return Err(Res(828));
+            return Err(Res::FTP_BAD_PORT);
         }
-        let client = c.client_addr.ok_or(Res(826))?;
+        let client = c.client_addr.ok_or(Res::FTP_DATA_CONNECT)?;
         let to = SocketAddr::new(client.ip(), ((n[4] << 8) ^ n[5]) as u16);
         let domain = if bind.is_ipv4() {
             Domain::IPV4
@@ -464,15 +465,16 @@ fn prepare_data(c: &mut Client, st: &mut State, line: &[u8]) -> Result<String, R
             Domain::IPV6
         };
         let sock = Socket::new(domain, Type::STREAM.cloexec(), Some(Protocol::TCP))
-            .map_err(|_| Res(821))?;
-        sock.bind(&SockAddr::from(bind)).map_err(|_| Res(822))?;
+            .map_err(|_| Res::FTP_DATA_SOCKET)?;
+        sock.bind(&SockAddr::from(bind))
+            .map_err(|_| Res::FTP_DATA_BIND)?;
         sock.connect_timeout(&SockAddr::from(to), svc.timeouts.get(Timeouts::CONNECT))
-            .map_err(|_| Res(826))?;
+            .map_err(|_| Res::FTP_DATA_CONNECT)?;
         st.data = Data::Connected(Stream::Tcp(sock.into()));
         return Ok("200 OK\r\n".to_string());
     }
-    let l = TcpListener::bind(bind).map_err(|_| Res(822))?;
-    let port = l.local_addr().map_err(|_| Res(824))?.port();
+    let l = TcpListener::bind(bind).map_err(|_| Res::FTP_DATA_BIND)?;
+    let port = l.local_addr().map_err(|_| Res::FTP_DATA_NAME)?.port();
     st.data = Data::Listening(l);
     if starts_ci(line, b"EPSV") {
         return Ok(format!("229 OK (|||{port}|)\r\n"));
@@ -512,7 +514,7 @@ fn pasv_port(reply: &[u8]) -> Option<u16> {
 /// send the command; None when any step fails.
 fn server_data(c: &mut Client, st: &mut State, line: &[u8]) -> Option<Stream> {
     let svc = c.svc().clone();
-    send(c, st, b"PASV\r\n", 0).ok()?;
+    send(c, st, b"PASV\r\n", Res::OK).ok()?;
     let r = srv_reply(c, st);
     if r.len() < 7 || r[0] != b'2' {
         return None;
@@ -541,7 +543,7 @@ fn server_data(c: &mut Client, st: &mut State, line: &[u8]) -> Option<Stream> {
         out.extend_from_slice(&a[..a.len().min(512)]);
     }
     out.extend_from_slice(b"\r\n");
-    send(c, st, &out, 0).ok()?;
+    send(c, st, &out, Res::OK).ok()?;
     let r = srv_reply(c, st);
     (r.len() >= 3 && r[0] == b'1').then_some(data)
 }
@@ -550,15 +552,15 @@ fn server_data(c: &mut Client, st: &mut State, line: &[u8]) -> Option<Stream> {
 fn transfer(c: &mut Client, st: &mut State, line: &[u8]) -> Result<(), Res> {
     let svc = c.svc().clone();
     let cli_data = match std::mem::replace(&mut st.data, Data::None) {
-        Data::None => return Err(Res(829)),
+        Data::None => return Err(Res::FTP_NO_DATA),
         Data::Connected(s) => s,
         Data::Listening(l) => {
             let sock = Socket::from(l);
             let _ = sock.set_read_timeout(Some(svc.timeouts.get(Timeouts::STRING_LONG)));
             match sock.accept() {
                 Ok((s, _)) => Stream::Tcp(s.into()),
-                Err(e) if crate::net::is_timeout(&e) => return Err(Res(857)),
-                Err(_) => return Err(Res(858)),
+                Err(e) if crate::net::is_timeout(&e) => return Err(Res::FTP_DATA_TIMEOUT),
+                Err(_) => return Err(Res::FTP_DATA_ACCEPT),
             }
         }
     };
@@ -566,12 +568,12 @@ fn transfer(c: &mut Client, st: &mut State, line: &[u8]) -> Result<(), Res> {
     st.status = 3;
     let Some(srv_data) = server_data(c, st, line) else {
         let _ = cli_data.shutdown(Shutdown::Both);
-        return tell(c, b"550 err\r\n", 831);
+        return tell(c, b"550 err\r\n", Res::FTP_DATA_REFUSED_TELL);
     };
-    tell(c, b"125 data\r\n", 832)?;
+    tell(c, b"125 data\r\n", Res::FTP_DATA_START_TELL)?;
     let mut sent = false;
     while let Some(l) = st.rd.buffered() {
-        tell(c, &l, 833)?;
+        tell(c, &l, Res::FTP_TRANSFER_TELL)?;
         if is_final(&l) {
             sent = true;
             break;
@@ -605,11 +607,11 @@ fn transfer(c: &mut Client, st: &mut State, line: &[u8]) -> Result<(), Res> {
             let l = srv_line(c, st);
             if l.len() <= 3 {
                 if l.len() < 3 {
-                    return Err(Res(834));
+                    return Err(Res::FTP_TRANSFER_NO_ANSWER);
                 }
                 break;
             }
-            tell(c, &l, 833)?;
+            tell(c, &l, Res::FTP_TRANSFER_TELL)?;
             if is_final(&l) {
                 break;
             }

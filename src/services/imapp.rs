@@ -30,6 +30,11 @@
 
 use std::io::Write;
 
+use base64::alphabet;
+use base64::engine::general_purpose::{GeneralPurpose, GeneralPurposeConfig};
+use base64::engine::DecodePaddingMode;
+use base64::Engine;
+
 use super::pop3p::{connect, parse_host, parse_login, starts_ci, Lines};
 use crate::client::Client;
 use crate::http::base64_encode;
@@ -54,15 +59,15 @@ const CAPABILITY: &[u8] = b"* CAPABILITY IMAP4rev1 AUTH=PLAIN AUTH=LOGIN\r\n";
 /// What asks a server for its capabilities.
 const ASK_CAPS: &[u8] = b"zz CAPABILITY\r\n";
 
-const GREET_FAILED: Res = Res(691);
-const NO_COMMAND: Res = Res(692);
-const BAD_LOGIN: Res = Res(693);
-const BAD_DEST: Res = Res(694);
-const NO_GREETING: Res = Res(695);
-const BAD_GREETING: Res = Res(696);
-const CAPA_FAILED: Res = Res(697);
-const AUTH_FAILED: Res = Res(698);
-const LOGIN_FAILED: Res = Res(699);
+const GREET_FAILED: Res = Res::IMAP_GREET_FAILED;
+const NO_COMMAND: Res = Res::IMAP_NO_COMMAND;
+const BAD_LOGIN: Res = Res::IMAP_BAD_LOGIN;
+const BAD_DEST: Res = Res::IMAP_BAD_DEST;
+const NO_GREETING: Res = Res::IMAP_NO_GREETING;
+const BAD_GREETING: Res = Res::IMAP_BAD_GREETING;
+const CAPA_FAILED: Res = Res::IMAP_CAPA_FAILED;
+const AUTH_FAILED: Res = Res::IMAP_AUTH_FAILED;
+const LOGIN_FAILED: Res = Res::IMAP_LOGIN_FAILED;
 
 /// How a login is made: the LOGIN command or an AUTHENTICATE mechanism.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -109,38 +114,44 @@ fn caps_of(line: &[u8]) -> Caps {
     (has_cap(line, b"AUTH=PLAIN"), has_cap(line, b"AUTH=LOGIN"))
 }
 
+/// 3proxy's de64 decodes whole groups and checks no padding or leftover
+/// bits: the standard alphabet, canonical padding, any leftover bits.
+const DE64: GeneralPurpose = GeneralPurpose::new(
+    &alphabet::STANDARD,
+    GeneralPurposeConfig::new()
+        .with_decode_padding_mode(DecodePaddingMode::RequireCanonical)
+        .with_decode_allow_trailing_bits(true),
+);
+
 /// 3proxy's de64: an optional `+ ` prefix, then whole groups of four
-/// base64 characters up to the first padded group; at most `max` bytes
-/// out. None on any other character or a short group, and for nothing.
+/// base64 characters up to the first padded group (what follows it is
+/// ignored); at most `max` bytes out. None on any other character or a
+/// short group, and for nothing. A group whose third character is `=`
+/// gives one byte whatever its fourth, which must still be `=` or a
+/// base64 character.
 fn de64(s: &[u8], max: usize) -> Option<Vec<u8>> {
     let s = s.strip_prefix(b"+ ").unwrap_or(s);
-    let val = |c: u8| match c {
-        b'A'..=b'Z' => Some(c - b'A'),
-        b'a'..=b'z' => Some(c - b'a' + 26),
-        b'0'..=b'9' => Some(c - b'0' + 52),
-        b'+' => Some(62),
-        b'/' => Some(63),
-        _ => None,
-    };
-    let mut out = Vec::new();
-    let mut i = 0;
-    loop {
-        let g = |k: usize| s.get(i + k).copied().unwrap_or(0);
-        let (a, b) = (val(g(0))?, val(g(1))?);
-        let c = if g(2) == b'=' { None } else { Some(val(g(2))?) };
-        let d = if g(3) == b'=' { None } else { Some(val(g(3))?) };
-        i += 4;
-        out.push(a << 2 | b >> 4);
-        if let Some(c) = c {
-            out.push(b << 4 | c >> 2);
-            if let Some(d) = d {
-                out.push(c << 6 | d);
-            }
+    let mut groups = Vec::new();
+    for g in s.chunks(4) {
+        let g: [u8; 4] = g.try_into().ok()?;
+        let b64 = |c: u8| c.is_ascii_alphanumeric() || c == b'+' || c == b'/';
+        if g[2] == b'=' && g[3] != b'=' && !b64(g[3]) {
+            return None;
         }
-        if c.is_none() || d.is_none() || i >= s.len() {
+        let padded = g[2] == b'=' || g[3] == b'=';
+        if g[2] == b'=' {
+            groups.extend_from_slice(&[g[0], g[1], b'=', b'=']);
+        } else {
+            groups.extend_from_slice(&g);
+        }
+        if padded {
             break;
         }
     }
+    if groups.is_empty() {
+        return None;
+    }
+    let mut out = DE64.decode(&groups).ok()?;
     out.truncate(max);
     Some(out)
 }
@@ -539,6 +550,22 @@ mod tests {
         assert_eq!(de64(b"", 100), None);
         assert_eq!(de64(b"Ym9", 100), None);
         assert_eq!(de64(b"Ym9*", 100), None);
+        // A padded third character ends the group, the fourth is still
+        // checked; leftover bits need not be zero.
+        assert_eq!(de64(b"Ym=x", 100).unwrap(), b"b");
+        assert_eq!(de64(b"Ym=*", 100), None);
+        assert_eq!(de64(b"Ym==", 100).unwrap(), b"b");
+        assert_eq!(de64(b"YR==", 100).unwrap(), b"a");
+        assert_eq!(de64(b"Ym9=", 100).unwrap(), b"bo");
+        assert_eq!(de64(b"+/8=", 100).unwrap(), [0xfb, 0xff]);
+        assert_eq!(de64(b"Y===", 100), None);
+        assert_eq!(de64(b"+ ", 100), None);
+        assert_eq!(de64(b"Ym9iM", 100), None);
+        assert_eq!(de64(b"Ym9iYQ", 100), None);
+        assert_eq!(de64(b"Ym9i\r\n", 100), None);
+        assert_eq!(de64(b" Ym9i", 100), None);
+        assert_eq!(de64(b"YQ-_", 100), None);
+        assert_eq!(de64(b"Ym9iMTIz", 100).unwrap(), b"bob123");
     }
 
     #[test]

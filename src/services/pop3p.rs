@@ -38,13 +38,13 @@ const CLIENT_LINE: usize = 310;
 /// The longest server banner line read.
 const SERVER_LINE: usize = 319;
 
-const GREET_FAILED: Res = Res(611);
-const NO_COMMAND: Res = Res(612);
-const NOT_USER: Res = Res(614);
-const BAD_LOGIN: Res = Res(615);
-const NO_BANNER: Res = Res(621);
-const BAD_BANNER: Res = Res(622);
-const USER_FAILED: Res = Res(623);
+const GREET_FAILED: Res = Res::POP3_GREET_FAILED;
+const NO_COMMAND: Res = Res::POP3_NO_COMMAND;
+const NOT_USER: Res = Res::POP3_NOT_USER;
+const BAD_LOGIN: Res = Res::POP3_BAD_LOGIN;
+const NO_BANNER: Res = Res::POP3_NO_BANNER;
+const BAD_BANNER: Res = Res::POP3_BAD_BANNER;
+const USER_FAILED: Res = Res::POP3_USER_FAILED;
 
 /// Lines read from a socket, with what came after them kept for the relay.
 #[derive(Default)]

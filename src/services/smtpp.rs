@@ -46,21 +46,21 @@ const SERVER_LINE: usize = 319;
 /// The longest decoded login or password.
 const MAX_CRED: usize = 255;
 
-const GREET_FAILED: Res = Res(611);
-const NO_AUTH: Res = Res(662);
-const NO_USERNAME: Res = Res(663);
-const BAD_USERNAME: Res = Res(664);
-const NO_PASSWORD: Res = Res(665);
-const BAD_PASSWORD: Res = Res(666);
-const NO_PLAIN: Res = Res(667);
-const BAD_PLAIN: Res = Res(668);
-const NO_BANNER: Res = Res(671);
-const BAD_BANNER: Res = Res(672);
-const EHLO_FAILED: Res = Res(673);
-const LOGIN_USER_REFUSED: Res = Res(680);
-const LOGIN_PASS_REFUSED: Res = Res(681);
-const PLAIN_REFUSED: Res = Res(682);
-const TOO_LONG: Res = Res(683);
+const GREET_FAILED: Res = Res::SMTP_GREET_FAILED;
+const NO_AUTH: Res = Res::SMTP_NO_AUTH;
+const NO_USERNAME: Res = Res::SMTP_NO_USERNAME;
+const BAD_USERNAME: Res = Res::SMTP_BAD_USERNAME;
+const NO_PASSWORD: Res = Res::SMTP_NO_PASSWORD;
+const BAD_PASSWORD: Res = Res::SMTP_BAD_PASSWORD;
+const NO_PLAIN: Res = Res::SMTP_NO_PLAIN;
+const BAD_PLAIN: Res = Res::SMTP_BAD_PLAIN;
+const NO_BANNER: Res = Res::SMTP_NO_BANNER;
+const BAD_BANNER: Res = Res::SMTP_BAD_BANNER;
+const EHLO_FAILED: Res = Res::SMTP_EHLO_FAILED;
+const LOGIN_USER_REFUSED: Res = Res::SMTP_LOGIN_USER_REFUSED;
+const LOGIN_PASS_REFUSED: Res = Res::SMTP_LOGIN_PASS_REFUSED;
+const PLAIN_REFUSED: Res = Res::SMTP_PLAIN_REFUSED;
+const TOO_LONG: Res = Res::SMTP_TOO_LONG;
 
 const EHLO_REPLY: &[u8] = b"250-Proxy\r\n250-AUTH PLAIN LOGIN\r\n250-8BITMIME\r\n250 DSN\r\n";
 

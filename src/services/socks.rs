@@ -92,7 +92,7 @@ impl<'a> Reader<'a> {
     }
 
     /// Read more bytes; `wait` is how long the client may take.
-    fn fill(&mut self, wait: Duration, code: u32) -> Result<(), Res> {
+    fn fill(&mut self, wait: Duration, code: Res) -> Result<(), Res> {
         if self.pos == self.end {
             (self.pos, self.end) = (0, 0);
         } else if self.end == self.buf.len() {
@@ -118,7 +118,7 @@ impl<'a> Reader<'a> {
             r => r,
         };
         match n {
-            Ok(0) | Err(_) => Err(Res(code)),
+            Ok(0) | Err(_) => Err(code),
             Ok(n) => {
                 self.end += n;
                 Ok(())
@@ -127,20 +127,20 @@ impl<'a> Reader<'a> {
     }
 
     /// The first byte of a message: the client may think first.
-    fn first(&mut self, code: u32) -> Result<u8, Res> {
+    fn first(&mut self, code: Res) -> Result<u8, Res> {
         if self.pos == self.end {
             self.fill(self.long, code)?;
         }
         self.byte(code)
     }
 
-    fn byte(&mut self, code: u32) -> Result<u8, Res> {
+    fn byte(&mut self, code: Res) -> Result<u8, Res> {
         let mut b = [0u8; 1];
         self.exact(&mut b, code)?;
         Ok(b[0])
     }
 
-    fn exact(&mut self, b: &mut [u8], code: u32) -> Result<(), Res> {
+    fn exact(&mut self, b: &mut [u8], code: Res) -> Result<(), Res> {
         while self.end - self.pos < b.len() {
             self.fill(self.short, code)?;
         }
@@ -151,7 +151,7 @@ impl<'a> Reader<'a> {
 
     fn port(&mut self) -> Result<u16, Res> {
         let mut p = [0u8; 2];
-        self.exact(&mut p, 441)?;
+        self.exact(&mut p, Res::SOCKS_SHORT)?;
         Ok(u16::from_be_bytes(p))
     }
 
@@ -160,22 +160,22 @@ impl<'a> Reader<'a> {
     fn cstr(&mut self) -> Result<Vec<u8>, Res> {
         let mut out = Vec::new();
         loop {
-            let b = self.byte(441)?;
+            let b = self.byte(Res::SOCKS_SHORT)?;
             if b == 0 {
                 return Ok(out);
             }
             if out.len() >= 255 {
-                return Err(Res(441));
+                return Err(Res::SOCKS_SHORT);
             }
             out.push(b);
         }
     }
 
     /// A length-prefixed string (RFC 1929 fields, SOCKS5 names).
-    fn pstr(&mut self, len_code: u32) -> Result<Vec<u8>, Res> {
+    fn pstr(&mut self, len_code: Res) -> Result<Vec<u8>, Res> {
         let n = self.byte(len_code)? as usize;
         let mut v = vec![0u8; n];
-        self.exact(&mut v, 441)?;
+        self.exact(&mut v, Res::SOCKS_SHORT)?;
         Ok(v)
     }
 
@@ -229,9 +229,9 @@ fn read_request(
     refused: &mut Option<String>,
 ) -> Result<Ask, Res> {
     let mut r = Reader::new(&c.cli, early, &c.svc().timeouts);
-    let v = r.first(401)?;
+    let v = r.first(Res::SOCKS_VERSION)?;
     if v != 4 && v != 5 {
-        return Err(Res(401));
+        return Err(Res::SOCKS_VERSION);
     }
     *ver = Some(v);
     let mut ask = if v == 4 {
@@ -245,23 +245,23 @@ fn read_request(
 }
 
 fn read_v4(r: &mut Reader<'_>, needuser: u32) -> Result<Ask, Res> {
-    let cmd = r.byte(441)?;
+    let cmd = r.byte(Res::SOCKS_SHORT)?;
     let port = r.port()?;
     let mut ip = [0u8; 4];
-    r.exact(&mut ip, 441)?;
+    r.exact(&mut ip, Res::SOCKS_SHORT)?;
     let user = r.cstr()?;
     // SOCKS4a: DSTIP 0.0.0.x with x non-zero, the name after the user id.
     let dest = if ip[..3] == [0, 0, 0] && ip[3] != 0 {
-        let name = String::from_utf8(r.cstr()?).map_err(|_| Res(441))?;
+        let name = String::from_utf8(r.cstr()?).map_err(|_| Res::SOCKS_SHORT)?;
         if name.is_empty() {
-            return Err(Res(431));
+            return Err(Res::SOCKS_NULL_ADDR);
         }
         Dest::Name(name, port)
     } else {
         Dest::Addr(SocketAddr::new(IpAddr::V4(Ipv4Addr::from(ip)), port))
     };
     if cmd != CMD_CONNECT && cmd != CMD_BIND {
-        return Err(Res(407));
+        return Err(Res::SOCKS_COMMAND);
     }
     // The user id is a user name only where the service asks for one.
     let user = (needuser > 0 && !user.is_empty()).then(|| String::from_utf8_lossy(&user).into());
@@ -282,13 +282,17 @@ fn read_v5(
     owed: &mut bool,
     refused: &mut Option<String>,
 ) -> Result<Ask, Res> {
-    let n = r.byte(441)? as usize;
+    let n = r.byte(Res::SOCKS_SHORT)? as usize;
     let mut methods = vec![0u8; n];
-    r.exact(&mut methods, 441)?;
+    r.exact(&mut methods, Res::SOCKS_SHORT)?;
     let m = choose_method(&methods, needuser);
-    send_small(c, &[5, m]).map_err(|_| Res(401))?;
+    send_small(c, &[5, m]).map_err(|_| Res::SOCKS_VERSION)?;
     if m == METHOD_REFUSED {
-        return Err(Res(if needuser > 1 { 4 } else { 441 }));
+        return Err(if needuser > 1 {
+            Res::AUTH_NO_USER
+        } else {
+            Res::SOCKS_SHORT
+        });
     }
     let (mut user, mut password) = (None, None);
     if m == METHOD_USERPASS {
@@ -298,12 +302,12 @@ fn read_v5(
         // and the connection closes, as the RFC says. Otherwise it is
         // success and the credentials are checked with the request, as
         // 3proxy always does: a refusal then gets REP 2.
-        if r.first(412)? != 1 {
+        if r.first(Res::SOCKS_AUTH_VERSION)? != 1 {
             let _ = send_small(c, &[1, 1]);
-            return Err(Res(412));
+            return Err(Res::SOCKS_AUTH_VERSION);
         }
-        let u = r.pstr(451)?;
-        let p = r.pstr(445)?;
+        let u = r.pstr(Res::SOCKS_SHORT_NAME)?;
+        let p = r.pstr(Res::SOCKS_SHORT_PASSWORD)?;
         if needuser > 0 {
             user = Some(String::from_utf8_lossy(&u).into_owned());
             password = Some(String::from_utf8_lossy(&p).into_owned());
@@ -320,35 +324,35 @@ fn read_v5(
                 return Err(res);
             }
         }
-        send_small(c, &[1, 0]).map_err(|_| Res(481))?;
+        send_small(c, &[1, 0]).map_err(|_| Res::SOCKS_AUTH_REPLY)?;
     }
     *owed = true;
-    if r.first(421)? != 5 {
-        return Err(Res(421));
+    if r.first(Res::SOCKS_REQUEST_VERSION)? != 5 {
+        return Err(Res::SOCKS_REQUEST_VERSION);
     }
-    let cmd = r.byte(441)?;
-    r.byte(447)?;
-    let atyp = r.byte(441)?;
+    let cmd = r.byte(Res::SOCKS_SHORT)?;
+    r.byte(Res::SOCKS_SHORT_RSV)?;
+    let atyp = r.byte(Res::SOCKS_SHORT)?;
     if !(CMD_CONNECT..=CMD_UDP).contains(&cmd) {
-        return Err(Res(407));
+        return Err(Res::SOCKS_COMMAND);
     }
     let dest = match atyp {
         ATYP_V4 => {
             let mut ip = [0u8; 4];
-            r.exact(&mut ip, 441)?;
+            r.exact(&mut ip, Res::SOCKS_SHORT)?;
             Dest::Addr(SocketAddr::new(IpAddr::V4(Ipv4Addr::from(ip)), r.port()?))
         }
         ATYP_V6 => {
             let mut ip = [0u8; 16];
-            r.exact(&mut ip, 441)?;
+            r.exact(&mut ip, Res::SOCKS_SHORT)?;
             Dest::Addr(SocketAddr::new(IpAddr::V6(Ipv6Addr::from(ip)), r.port()?))
         }
         ATYP_NAME => {
-            let name = r.pstr(451)?;
+            let name = r.pstr(Res::SOCKS_SHORT_NAME)?;
             let port = r.port()?;
             let name = String::from_utf8(name).map_err(|_| Res::NOHOST)?;
             if name.is_empty() {
-                return Err(Res(431));
+                return Err(Res::SOCKS_NULL_ADDR);
             }
             Dest::Name(name, port)
         }
@@ -516,11 +520,11 @@ fn connect(c: &mut Client, ask: &Ask) -> Result<(), Res> {
     let dst = resolve_dest(c, &ask.dest)?;
     c.req_addr = Some(dst);
     if dst.port() == 0 {
-        return Err(Res(461));
+        return Err(Res::SOCKS_PORT_ZERO);
     }
     if dst.ip().is_unspecified() {
         // 0.0.0.0 would reach this host on Linux: never a destination.
-        return Err(Res(431));
+        return Err(Res::SOCKS_NULL_ADDR);
     }
     let grant = authorize(c, ask, Op::Connect, Some((&ask.dest, dst)), 0)?;
     keep(c, &grant);
@@ -633,7 +637,7 @@ fn bind(c: &mut Client, ask: &Ask) -> Result<(), Res> {
             c.res = res;
             // RFC 1928: the second reply also reports a failure. A client
             // that closed or spoke first gets nothing.
-            if res != Res(460) {
+            if res != Res::SOCKS_BIND_NO_PEER {
                 refuse(c, ask.ver, res);
             }
         }
@@ -649,7 +653,7 @@ fn accept_peer(c: &mut Client, l: &TcpListener, want: SocketAddr) -> Result<Stre
     loop {
         let left = limit.saturating_sub(start.elapsed());
         if left.is_zero() {
-            return Err(Res(460));
+            return Err(Res::SOCKS_BIND_NO_PEER);
         }
         let mut fds = [
             PollFd::new(l.as_fd(), PollFlags::POLLIN),
@@ -664,16 +668,16 @@ fn accept_peer(c: &mut Client, l: &TcpListener, want: SocketAddr) -> Result<Stre
         let peer_ready = fds[0].revents().is_some_and(|r| !r.is_empty());
         let cli_ready = fds[1].revents().is_some_and(|r| !r.is_empty());
         if cli_ready && !peer_ready {
-            return Err(Res(460));
+            return Err(Res::SOCKS_BIND_NO_PEER);
         }
         if peer_ready {
             break;
         }
     }
-    let (peer, paddr) = l.accept().map_err(|_| Res(462))?;
+    let (peer, paddr) = l.accept().map_err(|_| Res::SOCKS_BIND_ACCEPT)?;
     c.remote_addr = Some(paddr);
     if !want.ip().is_unspecified() && want.ip() != paddr.ip() {
-        return Err(Res(470));
+        return Err(Res::SOCKS_BIND_WRONG_PEER);
     }
     let _ = peer.set_nodelay(true);
     Ok(Stream::Tcp(peer))
@@ -814,7 +818,7 @@ impl Udp {
             }
             if ready(3) {
                 // The parent ended the association.
-                return Res(70);
+                return Res::PARENT_NO_UDP;
             }
             let relay = self.up.as_ref().map(|u| u.1);
             if from_client {

@@ -42,7 +42,7 @@ fn serve_mapped(c: &mut Client) {
             Ok(s) => back = Some(s),
             Err(why) => {
                 c.text = why.to_string();
-                c.res = Res(13);
+                c.res = Res::CONNECT;
                 return;
             }
         }

@@ -336,14 +336,14 @@ fn run(
                         st.host = Some(host_name(&sni).ok_or(Res::NOHOST)?);
                     }
                 }
-                Err(e) if t.check > 0 => return Err(Res((310 - e) as u32)),
+                Err(e) if t.check > 0 => return Err(Res::tls(Res::TLS_CLIENT_HELLO, e)),
                 Err(_) => {}
             }
         }
         // 3proxy logs 300 minus the record's length for a record that
         // is not a handshake: the code is 300 here.
-        Ok(_) if t.check > 0 => return Err(Res(300)),
-        Err(e) if t.check > 0 => return Err(Res((300 - e) as u32)),
+        Ok(_) if t.check > 0 => return Err(Res::TLS_RECORD),
+        Err(e) if t.check > 0 => return Err(Res::tls(Res::TLS_RECORD, e)),
         _ => {}
     }
     if st.host.is_none() {
@@ -395,11 +395,12 @@ fn run(
         let mut sbuf = Vec::new();
         let n = match read_record(&srv, &mut sbuf, svc.bufsize, wait) {
             Ok(n) if sbuf[0] == HANDSHAKE => n,
-            Ok(_) => return Err(Res(340)),
-            Err(e) => return Err(Res((340 - e) as u32)),
+            Ok(_) => return Err(Res::TLS_SERVER_RECORD),
+            Err(e) => return Err(Res::tls(Res::TLS_SERVER_RECORD, e)),
         };
         st.lv = sbuf[2] as i32;
-        parse_hello(SERVER_HELLO, &sbuf[..n], &mut st.lv).map_err(|e| Res((350 - e) as u32))?;
+        parse_hello(SERVER_HELLO, &sbuf[..n], &mut st.lv)
+            .map_err(|e| Res::tls(Res::TLS_SERVER_HELLO, e))?;
         c.text = text(st.lv, st.host.as_deref(), st.alpn.as_deref());
         let _ = c
             .cli

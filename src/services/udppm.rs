@@ -344,7 +344,7 @@ fn relay(rec: &mut Session, e: &Ends<'_>) -> Res {
                     out_wait = Some(t);
                     break;
                 }
-                Permit::Stop => return Res(10),
+                Permit::Stop => return Res::QUOTA,
             }
             let n = match e.rx.recv(&mut buf) {
                 Ok(n) => n,
@@ -363,7 +363,7 @@ fn relay(rec: &mut Session, e: &Ends<'_>) -> Res {
             a.queued.fetch_sub(1, Ordering::AcqRel);
             // The datagram that uses up the quota is the last one.
             if permit(e.limits, true, now) == Permit::Stop {
-                return Res(10);
+                return Res::QUOTA;
             }
         }
 
@@ -393,7 +393,7 @@ fn relay(rec: &mut Session, e: &Ends<'_>) -> Res {
                         in_wait = Some(t);
                         break;
                     }
-                    Permit::Stop => return Res(10),
+                    Permit::Stop => return Res::QUOTA,
                 }
             }
             let n = match recv(dst, &mut buf, MsgFlags::MSG_DONTWAIT) {
@@ -420,7 +420,7 @@ fn relay(rec: &mut Session, e: &Ends<'_>) -> Res {
                 return Res::OK;
             }
             if permit(e.limits, false, now) == Permit::Stop {
-                return Res(10);
+                return Res::QUOTA;
             }
         }
         if busy {
