@@ -25,54 +25,12 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, RwLock};
 use std::time::SystemTime;
 
-use crate::acl::{self, Action, Entry, OpBits, Query, Verdict};
+use crate::acl::{self, Action, Entry, Query, Verdict};
 use crate::auth::{AuthCache, AuthType, CacheConf, CacheQuery, Users, CACHE_IN_USE};
 use crate::limit::{Limits, Session};
 use crate::res::Res;
 
-/// The operation a client asks for (the ACL's operation field).
-#[allow(dead_code)]
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Op {
-    Connect,
-    Bind,
-    UdpAssoc,
-    HttpGet,
-    HttpPut,
-    HttpPost,
-    HttpHead,
-    HttpConnect,
-    HttpOther,
-    FtpGet,
-    FtpPut,
-    FtpList,
-    FtpData,
-    Admin,
-    DnsResolve,
-}
-
-impl Op {
-    /// The operation's bit in an ACL operation mask.
-    pub fn bits(self) -> u32 {
-        match self {
-            Op::Connect => OpBits::CONNECT,
-            Op::Bind => OpBits::BIND,
-            Op::UdpAssoc => OpBits::UDPASSOC,
-            Op::HttpGet => OpBits::HTTP_GET,
-            Op::HttpPut => OpBits::HTTP_PUT,
-            Op::HttpPost => OpBits::HTTP_POST,
-            Op::HttpHead => OpBits::HTTP_HEAD,
-            Op::HttpConnect => OpBits::HTTP_CONNECT,
-            Op::HttpOther => OpBits::HTTP_OTHER,
-            Op::FtpGet => OpBits::FTP_GET,
-            Op::FtpPut => OpBits::FTP_PUT,
-            Op::FtpList => OpBits::FTP_LIST,
-            Op::FtpData => OpBits::FTP_DATA,
-            Op::Admin => OpBits::ADMIN,
-            Op::DnsResolve => OpBits::DNSRESOLVE,
-        }
-    }
-}
+pub use crate::acl::Op;
 
 /// What a client asks for, as far as the service knows it.
 #[derive(Debug, Clone, Default)]

@@ -491,8 +491,8 @@ pub fn find_head_end(buf: &[u8], from: usize) -> Option<usize> {
 }
 
 /// The method's operation name for the ACL (3proxy's HTTP_* ops).
-pub fn op_of(method: &str) -> crate::access::Op {
-    use crate::access::Op;
+pub fn op_of(method: &str) -> crate::acl::Op {
+    use crate::acl::Op;
     match method {
         "GET" => Op::HttpGet,
         "POST" | "BITS_POST" => Op::HttpPost,

@@ -27,6 +27,7 @@
 mod acceptor;
 mod access;
 mod acl;
+mod addr;
 mod auth;
 mod client;
 mod conf;

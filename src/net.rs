@@ -8,7 +8,9 @@ use std::net::{IpAddr, Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::PathBuf;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+pub use crate::addr::{is_timeout, parse_ip, read_exact_by, Family};
 
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 
@@ -181,27 +183,6 @@ fn unix_addr(rest: &str) -> Result<Addr, String> {
     } else {
         Ok(Addr::Unix(PathBuf::from(rest)))
     }
-}
-
-/// An IP literal, IPv6 with or without brackets.
-pub fn parse_ip(s: &str) -> Option<IpAddr> {
-    let s = s
-        .strip_prefix('[')
-        .and_then(|x| x.strip_suffix(']'))
-        .unwrap_or(s);
-    s.parse().ok()
-}
-
-/// Which address families names resolve to (`-4 -6 -46 -64`). 3proxy's
-/// default is IPv4 only for names; IP literals of either family always work
-/// here (3proxy refuses an IPv6 literal without `-6`/`-46`/`-64`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Family {
-    #[default]
-    V4,
-    V6,
-    V46,
-    V64,
 }
 
 /// A destination given by name or address (tcppm/udppm's DSTHOST).
@@ -469,37 +450,6 @@ fn connect_nonblocking(sock: &Socket, dst: SocketAddr, limit: Duration) -> io::R
     }
 }
 
-/// A socket timeout: blocking sockets report an expired SO_RCVTIMEO or
-/// SO_SNDTIMEO as WouldBlock, some paths as TimedOut.
-pub fn is_timeout(e: &io::Error) -> bool {
-    matches!(
-        e.kind(),
-        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-    )
-}
-
-/// Fill `buf` from `s` by `deadline`, however many reads it takes (a DNS
-/// message over TCP: its length, then its body). Err TimedOut when the
-/// deadline passes (or the socket's timeout fires), UnexpectedEof when
-/// the peer closes first, or the read's own error.
-pub fn read_exact_by(s: &mut TcpStream, mut buf: &mut [u8], deadline: Instant) -> io::Result<()> {
-    while !buf.is_empty() {
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            return Err(io::ErrorKind::TimedOut.into());
-        }
-        s.set_read_timeout(Some(left))?;
-        match s.read(buf) {
-            Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
-            Ok(n) => buf = &mut buf[n..],
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) if is_timeout(&e) => return Err(io::ErrorKind::TimedOut.into()),
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(())
-}
-
 /// A listening TCP socket as every service gets one: SO_REUSEADDR and
 /// SO_REUSEPORT (as 3proxy sets them), TCP_NODELAY, IPv6-only for an IPv6 address (`-i::`
 /// then means IPv6 only, beside a service that binds 0.0.0.0), bound to a
@@ -575,6 +525,7 @@ pub fn in_netns<T>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Instant;
 
     /// A message in pieces arrives whole; a peer that stops short is EOF;
     /// a peer that goes quiet is TimedOut at the deadline, not later.

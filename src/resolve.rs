@@ -39,8 +39,8 @@ use std::time::{Duration, Instant};
 use simple_dns::rdata::RData;
 use simple_dns::{Label, Name, Packet, PacketFlag, Question, CLASS, QCLASS, QTYPE, TYPE};
 
+use crate::addr::{parse_ip, read_exact_by, Family};
 use crate::conf::token::quote;
-use crate::net::{parse_ip, read_exact_by, Family};
 use crate::res::Res;
 use crate::timeouts::Timeouts;
 
@@ -375,7 +375,7 @@ impl Resolver {
                 Ok(n) => n,
                 // ICMP port unreachable from an earlier send: nobody there.
                 Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => return Err(e),
-                Err(e) if crate::net::is_timeout(&e) => return Err(io::ErrorKind::TimedOut.into()),
+                Err(e) if crate::addr::is_timeout(&e) => return Err(io::ErrorKind::TimedOut.into()),
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(e) => return Err(e),
             };

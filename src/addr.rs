@@ -1,0 +1,59 @@
+//! Address families, IP literals, the one test for a socket timeout and
+//! a read with a deadline: a leaf shared by `net` and the resolver `net`
+//! calls (`resolve`).
+
+use std::io::{self, Read};
+use std::net::{IpAddr, TcpStream};
+use std::time::Instant;
+
+/// An IP literal, IPv6 with or without brackets.
+pub fn parse_ip(s: &str) -> Option<IpAddr> {
+    let s = s
+        .strip_prefix('[')
+        .and_then(|x| x.strip_suffix(']'))
+        .unwrap_or(s);
+    s.parse().ok()
+}
+
+/// Which address families names resolve to (`-4 -6 -46 -64`). 3proxy's
+/// default is IPv4 only for names; IP literals of either family always work
+/// here (3proxy refuses an IPv6 literal without `-6`/`-46`/`-64`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Family {
+    #[default]
+    V4,
+    V6,
+    V46,
+    V64,
+}
+
+/// A socket timeout: blocking sockets report an expired SO_RCVTIMEO or
+/// SO_SNDTIMEO as WouldBlock, some paths as TimedOut.
+pub fn is_timeout(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+    )
+}
+
+/// Fill `buf` from `s` by `deadline`, however many reads it takes (a DNS
+/// message over TCP: its length, then its body). Err TimedOut when the
+/// deadline passes (or the socket's timeout fires), UnexpectedEof when
+/// the peer closes first, or the read's own error.
+pub fn read_exact_by(s: &mut TcpStream, mut buf: &mut [u8], deadline: Instant) -> io::Result<()> {
+    while !buf.is_empty() {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(io::ErrorKind::TimedOut.into());
+        }
+        s.set_read_timeout(Some(left))?;
+        match s.read(buf) {
+            Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
+            Ok(n) => buf = &mut buf[n..],
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) if is_timeout(&e) => return Err(io::ErrorKind::TimedOut.into()),
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
