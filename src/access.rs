@@ -67,7 +67,7 @@ pub struct Grant {
     /// it until the session ends; its drop updates the counters.
     pub limits: Option<Arc<Session>>,
     /// The `parent` chain of the matching entry (empty: connect directly);
-    /// pass it to `parent::connect`.
+    /// pass it to `chain::connect`.
     pub parents: crate::parent::Parents,
     /// The user name the auth cache (`authcache ip`) or `auth dnsname`
     /// supplied: the one to log.

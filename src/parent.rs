@@ -1,39 +1,24 @@
-//! Parent proxies: the `parent` chain of an `allow` entry (3proxy's
-//! redirect.c: `handleredirect` picks the hops, `clientnegotiate` talks to
-//! each; 3proxy.cfg(5) "parent").
+//! Parent proxies, the pure half: the `parent` lines of an `allow` entry
+//! (3proxy.cfg(5) "parent"; 3proxy's redirect.c `handleredirect`), which
+//! hops one attempt takes, and the local redirections (`parent TYPE
+//! 0.0.0.0 0`). Dialing and talking to the hops is `chain`'s.
 //!
-//! Two steps, kept apart so the first can be tested without sockets:
-//! - [`pick`] chooses the hops of one attempt. Consecutive parents form a
-//!   group until their weights reach 1000; one parent of each group is
-//!   taken with probability weight/1000 (a group short of 1000 may give
-//!   none), and the groups, in cfg order, form the chain. The random
-//!   source is passed in.
-//! - [`connect`] dials the first hop and asks each hop in turn to connect
-//!   to the next one, the last one to the destination, each step taking
-//!   the stream made so far and giving it back (ureq's connector chain).
-//!   It makes up to `parentretries` attempts, each with a fresh pick.
+//! [`pick`] chooses the hops of one attempt: consecutive parents form a
+//! group until their weights reach 1000; one parent of each group is taken
+//! with probability weight/1000 (a group short of 1000 may give none), and
+//! the groups, in cfg order, form the chain. The random source is passed
+//! in, so it is tested without sockets.
 //!
-//! Failures are 3proxy's codes: 30-39 an HTTP CONNECT parent, 40-49 a
-//! SOCKS4 parent, 50-59 a SOCKS5 parent, 60+REP a SOCKS5 refusal; a
-//! failure to reach the first hop keeps its own code (11-13).
-//!
-//! Every read and write of a handshake has the CHAIN timeout; the dial of
-//! the first hop has the CONNECT timeout.
+//! Invariant: nothing here does IO.
 
 use std::cell::{Cell, RefCell};
-use std::io::{Read, Write};
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
 
 use crate::client::Client;
 use crate::conf::token::quote;
-use crate::net::{Dialer, Stream};
 use crate::res::Res;
-use crate::service::Service;
-use crate::socks::{self, Dest};
-use crate::timeouts::Timeouts;
 
 /// The parents of one ACL entry, in cfg order; shared by every request
 /// the entry allows.
@@ -123,7 +108,7 @@ impl Kind {
     }
 
     /// Types that send the host name instead of the address.
-    fn sends_name(self) -> bool {
+    pub fn sends_name(self) -> bool {
         matches!(
             self,
             Kind::ConnectPlus | Kind::Socks4Plus | Kind::Socks5Plus
@@ -223,12 +208,12 @@ impl Hop {
     }
 
     /// `0.0.0.0 0`: not a proxy to dial, a handler in this process.
-    fn is_local(&self) -> bool {
+    pub fn is_local(&self) -> bool {
         self.addr.ip().is_unspecified() && self.addr.port() == 0
     }
 
     /// Counted in `%h` (3proxy counts every hop but `extip` and `ha`).
-    fn counts(&self) -> bool {
+    pub fn counts(&self) -> bool {
         !matches!(self.kind, Kind::ExtIp | Kind::Ha)
     }
 }
@@ -473,338 +458,17 @@ pub fn set_retries(n: u32) {
     RETRIES.store(n.max(1), Ordering::Relaxed);
 }
 
-/// What the chain must reach, and on whose behalf.
-#[derive(Debug, Clone, Default)]
-pub struct Want<'a> {
-    /// The destination, resolved (the `+` types send `host` instead).
-    pub addr: Option<SocketAddr>,
-    /// The host name the client asked for, if it gave one.
-    pub host: Option<&'a str>,
-    /// The client's own credentials, for parents whose user is `*`.
-    pub user: Option<&'a str>,
-    pub password: Option<&'a str>,
-    /// The client's address and the one it reached us on: the PROXY
-    /// header of `ha`, and `extip 0.0.0.0` (use the client's address).
-    pub client: Option<SocketAddr>,
-    pub local: Option<SocketAddr>,
-    /// We send at once when connected (the `proxy` service with an HTTP
-    /// request in hand), so a direct connection may hold the handshake's
-    /// last ACK back for our first bytes ([`Dialer::connect_ip_to_send`]).
-    pub sends_first: bool,
-}
-
-impl Want<'_> {
-    fn dest(&self, by_name: bool) -> Result<Dest, Res> {
-        let addr = self.addr.ok_or(Res::NOHOST)?;
-        Ok(match self.host {
-            Some(h) if by_name => Dest::Name(h.to_string(), addr.port()),
-            _ => Dest::Addr(addr),
-        })
-    }
-}
-
-/// Where a request goes after the chain.
-#[derive(Debug)]
-pub enum Route {
-    /// A stream to relay: to the destination, or to a `tcp`/`http`
-    /// parent.
-    Stream(Chain),
-    /// A local redirection (`parent 1000 http 0.0.0.0 0`): hand the client
-    /// to the handler of `kind` in this process (`http` is `proxy`; see
-    /// [`hand_over`]). `hops` counts the redirection.
-    Local { kind: Kind, hops: u32 },
-}
-
-/// A connected chain.
-#[derive(Debug)]
-pub struct Chain {
-    pub stream: Stream,
-    /// Parents taken (`%h`).
-    pub hops: u32,
-    /// The last parent is an `http` one: the `proxy` service must send
-    /// requests in absolute form, with `credentials` as
-    /// `Proxy-Authorization: Basic` (see [`basic_auth`]). Other services
-    /// relay the stream as it is.
-    pub http_parent: bool,
-    /// The credentials for the last `tcp`/`http` parent, if it has any.
-    pub credentials: Option<(String, String)>,
-}
-
-/// Reach `want` through `parents` for a client of `svc`: directly when
-/// the list is empty (or a pick takes no hop), else through the chain,
-/// with up to `parentretries` attempts. Err: the last attempt's code.
-pub fn connect(svc: &Service, parents: &[Hop], want: &Want<'_>) -> Result<Route, Res> {
-    if parents.is_empty() {
-        let addr = want.addr.ok_or(Res::NOHOST)?;
-        let stream = if want.sends_first {
-            svc.dialer.connect_ip_to_send(addr)?
-        } else {
-            svc.dialer.connect_ip(addr)?
-        };
-        return Ok(Route::Stream(Chain {
-            stream,
-            hops: 0,
-            http_parent: false,
-            credentials: None,
-        }));
-    }
-    let chain_to = svc.timeouts.get(Timeouts::CHAIN);
-    let mut last = Res::PARENT_SOCKS5_REP;
-    for _ in 0..RETRIES.load(Ordering::Relaxed).max(1) {
-        let hops = pick(parents, &mut random);
-        match attempt(&svc.dialer, chain_to, &hops, want, &mut random, false) {
-            Ok(Reached::Route(r)) => return Ok(r),
-            Ok(Reached::Udp(_)) => return Err(Res::PARENT_INTERNAL),
-            Err(e) => last = e,
-        }
-    }
-    Err(last)
-}
-
-/// A UDP association made with the chain's last hop (a `socks5` or
-/// `socks5+` parent): the control connection runs through the hops before
-/// it like a CONNECT chain, and the datagrams, each with its SOCKS5 UDP
-/// header, go straight to the relay address the last hop gave.
-#[derive(Debug)]
-pub struct UdpChain {
-    /// The association lives as long as this connection.
-    pub control: Stream,
-    /// The parent's UDP relay.
-    pub relay: SocketAddr,
-    /// Parents taken (`%h`).
-    pub hops: u32,
-    /// The source address an `extip` hop set, if any.
-    pub source: Option<IpAddr>,
-}
-
-/// Negotiate a UDP ASSOCIATE through `parents` (3proxy's UDP chaining,
-/// one UDP hop): Ok(None) when the pick took no hop (relay directly).
-/// Err 70 when the last hop cannot relay UDP (not `socks5`/`socks5+`, a
-/// `tcp`/`http` parent, a local redirection).
-pub fn udp_associate(
-    svc: &Service,
-    parents: &[Hop],
-    want: &Want<'_>,
-) -> Result<Option<UdpChain>, Res> {
-    if parents.is_empty() {
-        return Ok(None);
-    }
-    let chain_to = svc.timeouts.get(Timeouts::CHAIN);
-    let mut last = Res::PARENT_NO_UDP;
-    for _ in 0..RETRIES.load(Ordering::Relaxed).max(1) {
-        let hops = pick(parents, &mut random);
-        match attempt(&svc.dialer, chain_to, &hops, want, &mut random, true) {
-            Ok(Reached::Udp(u)) => return Ok(u),
-            Ok(Reached::Route(_)) => return Err(Res::PARENT_NO_UDP),
-            // Not a failure another pick would mend the same way, but a
-            // pick may take another type: try again like any failure.
-            Err(e) => last = e,
-        }
-    }
-    Err(last)
-}
-
-/// What one attempt reached.
-enum Reached {
-    Route(Route),
-    /// UDP mode: the association, or None for no hop.
-    Udp(Option<UdpChain>),
-}
-
-/// The credentials a hop sends: its own, the client's for `*`, or none.
-/// Err 4 when `*` asks for the client's and the client gave none.
-fn credentials(h: &Hop, want: &Want<'_>) -> Result<Option<(String, String)>, Res> {
-    match h.user.as_deref() {
-        None => Ok(None),
-        Some("*") => match want.user {
-            Some(u) => Ok(Some((
-                u.to_string(),
-                want.password.unwrap_or("").to_string(),
-            ))),
-            None => Err(Res::AUTH_NO_USER),
-        },
-        Some(u) => Ok(Some((
-            u.to_string(),
-            h.password.clone().unwrap_or_default(),
-        ))),
-    }
-}
-
-/// One attempt along the hops of one pick.
-fn attempt(
-    dialer: &Dialer,
-    chain_to: Duration,
-    hops: &[&Hop],
-    want: &Want<'_>,
-    rand: &mut impl FnMut() -> u32,
-    udp: bool,
-) -> Result<Reached, Res> {
-    let mut source: Option<IpAddr> = None;
-    let mut ha = false;
-    let mut count = 0u32;
-    // The stream so far and the hop at its end.
-    let mut at: Option<(Stream, &Hop)> = None;
-    for &h in hops {
-        if h.counts() {
-            count += 1;
-        }
-        if udp && matches!(h.kind, Kind::Tcp | Kind::Http) {
-            // They end the chain with a byte stream: no UDP there.
-            return Err(Res::PARENT_NO_UDP);
-        }
-        if at.is_none() {
-            match h.kind {
-                Kind::ExtIp => {
-                    source = Some(extip(h, want, rand));
-                    continue;
-                }
-                Kind::Ha => {
-                    ha = true;
-                    continue;
-                }
-                _ if h.is_local() && udp => return Err(Res::PARENT_NO_UDP),
-                _ if h.is_local() => {
-                    // A user and password on a local redirection are not
-                    // passed on (the next handler takes the client's own),
-                    // but `*` still needs the client to have given some,
-                    // as in 3proxy.
-                    credentials(h, want)?;
-                    return Ok(Reached::Route(Route::Local {
-                        kind: h.kind,
-                        hops: count,
-                    }));
-                }
-                _ => {}
-            }
-            // The first hop: 0.0.0.0 keeps the requested address, port 0
-            // the requested port.
-            let mut addr = h.addr;
-            if addr.ip().is_unspecified() {
-                addr.set_ip(want.addr.ok_or(Res::NOHOST)?.ip());
-            }
-            if addr.port() == 0 {
-                addr.set_port(want.addr.ok_or(Res::NOHOST)?.port());
-            }
-            // We speak first to a parent that negotiates and to any peer
-            // that gets a PROXY header; a `tcp` parent may forward to a
-            // server that speaks first, an `http` one gets what the
-            // client sends, whenever it does.
-            let first = ha || want.sends_first || !matches!(h.kind, Kind::Tcp | Kind::Http);
-            let s = dial(dialer, source, addr, first)?;
-            if ha {
-                send_proxy_header(&s, chain_to, want)?;
-            }
-            at = Some((s, h));
-        } else if let Some((s, prev)) = &at {
-            if matches!(h.kind, Kind::ExtIp | Kind::Ha) {
-                // Only meaningful before the first hop (as in 3proxy).
-                continue;
-            }
-            let next = if prev.kind.sends_name() {
-                Dest::Name(h.host.clone(), h.addr.port())
-            } else {
-                Dest::Addr(h.addr)
-            };
-            negotiate(prev, s, chain_to, &next, want)?;
-            at = Some((at.take().map(|(s, _)| s).ok_or(Res::PARENT_INTERNAL)?, h));
-        }
-        // `tcp` and `http` parents end the chain (and cannot carry UDP).
-        if let Some((_, last)) = &at {
-            if matches!(last.kind, Kind::Tcp | Kind::Http) {
-                break;
-            }
-        }
-    }
-    if udp {
-        let Some((control, last)) = at else {
-            // No hop (an `extip` alone does not apply to UDP).
-            return Ok(Reached::Udp(None));
-        };
-        if !matches!(last.kind, Kind::Socks5 | Kind::Socks5Plus) {
-            return Err(Res::PARENT_NO_UDP);
-        }
-        let creds = credentials(last, want)?;
-        let _ = control.set_timeout(Some(chain_to));
-        let mut relay = socks5_udp(&control, creds.as_ref())?;
-        if relay.ip().is_unspecified() {
-            // "Same address as the control connection" (RFC 1928 leaves
-            // it open; most servers mean their own address).
-            relay.set_ip(last.addr.ip());
-        }
-        let _ = control.set_timeout(None);
-        return Ok(Reached::Udp(Some(UdpChain {
-            control,
-            relay,
-            hops: count,
-            source,
-        })));
-    }
-    let Some((stream, last)) = at else {
-        // No hop picked: straight to the destination.
-        let addr = want.addr.ok_or(Res::NOHOST)?;
-        let s = dial(dialer, source, addr, ha || want.sends_first)?;
-        if ha {
-            send_proxy_header(&s, chain_to, want)?;
-        }
-        return Ok(Reached::Route(Route::Stream(Chain {
-            stream: s,
-            hops: count,
-            http_parent: false,
-            credentials: None,
-        })));
-    };
-    let mut credentials_out = None;
-    if matches!(last.kind, Kind::Tcp | Kind::Http) {
-        credentials_out = credentials(last, want)?;
-    } else {
-        let dest = want.dest(last.kind.sends_name())?;
-        negotiate(last, &stream, chain_to, &dest, want)?;
-    }
-    Ok(Reached::Route(Route::Stream(Chain {
-        stream,
-        hops: count,
-        http_parent: last.kind == Kind::Http,
-        credentials: credentials_out,
-    })))
-}
-
-/// Dial `addr`, from `source` if an `extip` set one; `first`: we send at
-/// once (see [`Dialer::connect_ip_to_send`]).
-fn dial(
-    dialer: &Dialer,
-    source: Option<IpAddr>,
-    addr: SocketAddr,
-    first: bool,
-) -> Result<Stream, Res> {
-    let open = |d: &Dialer| {
-        if first {
-            d.connect_ip_to_send(addr)
-        } else {
-            d.connect_ip(addr)
-        }
-    };
-    match source {
-        None => open(dialer),
-        Some(ip) => {
-            let mut d = dialer.clone();
-            // An `extip` address need not be configured here (yet).
-            d.freebind = true;
-            if ip.is_ipv4() {
-                d.ext4 = Some(ip);
-            } else {
-                d.ext6 = Some(ip);
-            }
-            open(&d)
-        }
-    }
+/// Attempts per request (`parentretries`).
+pub fn retries() -> u32 {
+    RETRIES.load(Ordering::Relaxed).max(1)
 }
 
 /// The source address an `extip` hop gives: its address; the client's
 /// for 0.0.0.0; a random one inside an IPv6 prefix.
-fn extip(h: &Hop, want: &Want<'_>, rand: &mut impl FnMut() -> u32) -> IpAddr {
+pub fn extip(h: &Hop, client: Option<SocketAddr>, rand: &mut impl FnMut() -> u32) -> IpAddr {
     let ip = h.addr.ip();
     if ip.is_unspecified() {
-        if let Some(c) = want.client {
+        if let Some(c) = client {
             return c.ip();
         }
     }
@@ -840,10 +504,6 @@ pub fn from_source(ip: IpAddr) -> Parents {
 /// set none) and a chain that takes exactly the drawn hops from it, so the
 /// session uses the address that is cached.
 pub fn settle(parents: &[Hop], client: Option<SocketAddr>) -> (Option<IpAddr>, Parents) {
-    let want = Want {
-        client,
-        ..Want::default()
-    };
     let mut source = None;
     let mut rest: Vec<Hop> = Vec::new();
     for h in pick(parents, &mut random) {
@@ -851,7 +511,7 @@ pub fn settle(parents: &[Hop], client: Option<SocketAddr>) -> (Option<IpAddr>, P
             // Only an `extip` before the first hop counts (see `attempt`).
             Kind::ExtIp => {
                 if rest.iter().all(|r| r.kind == Kind::Ha) {
-                    source = Some(extip(h, &want, &mut random));
+                    source = Some(extip(h, client, &mut random));
                 }
             }
             _ => rest.push(Hop {
@@ -881,18 +541,6 @@ pub fn random_in_prefix(base: Ipv6Addr, len: u8, r: u128) -> Ipv6Addr {
     Ipv6Addr::from((u128::from(base) & !host_mask) | (r & host_mask))
 }
 
-/// `ha`: the PROXY protocol v1 line for the client's connection.
-fn send_proxy_header(s: &Stream, chain_to: Duration, want: &Want<'_>) -> Result<(), Res> {
-    let (Some(cli), Some(srv)) = (want.client, want.local) else {
-        return Err(Res::PARENT_HA_SEND);
-    };
-    let line = proxy_v1_line(cli, srv);
-    let _ = s.set_timeout(Some(chain_to));
-    let mut w = s;
-    w.write_all(line.as_bytes())
-        .map_err(|_| Res::PARENT_HA_SEND)
-}
-
 /// `PROXY TCP4|TCP6 SRC DST SPORT DPORT\r\n`.
 pub fn proxy_v1_line(client: SocketAddr, local: SocketAddr) -> String {
     let fam = if client.is_ipv4() { "TCP4" } else { "TCP6" };
@@ -903,217 +551,6 @@ pub fn proxy_v1_line(client: SocketAddr, local: SocketAddr) -> String {
         client.port(),
         local.port()
     )
-}
-
-/// Ask the parent `h` at the end of `s` to connect to `dest`.
-fn negotiate(
-    h: &Hop,
-    s: &Stream,
-    chain_to: Duration,
-    dest: &Dest,
-    want: &Want<'_>,
-) -> Result<(), Res> {
-    let creds = credentials(h, want)?;
-    let _ = s.set_timeout(Some(chain_to));
-    match h.kind {
-        Kind::Connect | Kind::ConnectPlus => http_connect(s, dest, creds.as_ref()),
-        Kind::Socks4 | Kind::Socks4Plus | Kind::Socks4b => {
-            socks4_connect(s, dest, creds.as_ref(), h.kind == Kind::Socks4b)
-        }
-        Kind::Socks5 | Kind::Socks5Plus | Kind::Socks5b => {
-            socks5_connect(s, dest, creds.as_ref(), h.kind == Kind::Socks5b)
-        }
-        // tcp and http relay as they are; the rest never get here.
-        _ => Ok(()),
-    }
-}
-
-fn send(mut s: &Stream, b: &[u8], code: Res) -> Result<(), Res> {
-    s.write_all(b).map_err(|_| code)
-}
-
-fn recv(mut s: &Stream, b: &mut [u8], code: Res) -> Result<(), Res> {
-    s.read_exact(b).map_err(|_| code)
-}
-
-/// `CONNECT host:port HTTP/1.0`; any 2xx status is success.
-fn http_connect(s: &Stream, dest: &Dest, creds: Option<&(String, String)>) -> Result<(), Res> {
-    let target = match dest {
-        Dest::Name(n, p) if n.contains(':') => format!("[{n}]:{p}"),
-        Dest::Name(n, p) => format!("{n}:{p}"),
-        Dest::Addr(a) => a.to_string(),
-    };
-    let mut req = format!("CONNECT {target} HTTP/1.0\r\nConnection: keep-alive\r\n");
-    if let Some((u, p)) = creds {
-        req.push_str(&format!(
-            "Proxy-Authorization: Basic {}\r\n",
-            basic_auth(u, p)
-        ));
-    }
-    req.push_str("\r\n");
-    send(s, req.as_bytes(), Res::PARENT_CONNECT_SEND)?;
-    // Byte by byte: what follows the header belongs to the tunnel.
-    let status = read_line(s, Res::PARENT_CONNECT_REPLY)?;
-    if status.len() < 12 || !status.starts_with(b"HTTP/") {
-        return Err(Res::PARENT_CONNECT_REPLY);
-    }
-    if status[9] != b'2' {
-        return Err(Res::PARENT_CONNECT_REFUSED);
-    }
-    let mut total = status.len();
-    loop {
-        let line = read_line(s, Res::PARENT_CONNECT_HEAD)?;
-        total += line.len();
-        if line.is_empty() {
-            return Ok(());
-        }
-        if total > MAX_REPLY_HEAD {
-            return Err(Res::PARENT_CONNECT_HEAD);
-        }
-    }
-}
-
-/// The most a CONNECT parent may send before its blank line.
-const MAX_REPLY_HEAD: usize = 16 * 1024;
-
-/// One line without its CR LF; `code` on EOF, error or a line too long.
-fn read_line(mut s: &Stream, code: Res) -> Result<Vec<u8>, Res> {
-    let mut line = Vec::new();
-    let mut b = [0u8; 1];
-    loop {
-        match s.read(&mut b) {
-            Ok(1) if b[0] == b'\n' => {
-                if line.last() == Some(&b'\r') {
-                    line.pop();
-                }
-                return Ok(line);
-            }
-            Ok(1) if line.len() < MAX_REPLY_HEAD => line.push(b[0]),
-            _ => return Err(code),
-        }
-    }
-}
-
-fn socks4_connect(
-    s: &Stream,
-    dest: &Dest,
-    creds: Option<&(String, String)>,
-    short: bool,
-) -> Result<(), Res> {
-    let userid = creds.map_or("anonymous", |(u, _)| u.as_str());
-    let req = socks::v4_connect(dest, userid)?;
-    send(s, &req, Res::PARENT_SOCKS4_SEND)?;
-    let mut r = [0u8; 8];
-    let n = if short { 3 } else { 8 };
-    recv(s, &mut r[..n], Res::PARENT_SOCKS4_SHORT)?;
-    if r[1] != socks::V4_GRANTED {
-        return Err(Res::PARENT_SOCKS4_REFUSED);
-    }
-    Ok(())
-}
-
-/// The SOCKS5 greeting and, if the parent picks it, RFC 1929.
-fn socks5_hello(s: &Stream, creds: Option<&(String, String)>) -> Result<(), Res> {
-    send(
-        s,
-        &socks::v5_greeting(creds.is_some()),
-        Res::PARENT_SOCKS5_SEND,
-    )?;
-    let mut r = [0u8; 4];
-    recv(s, &mut r[..2], Res::PARENT_SOCKS5_NO_GREETING)?;
-    if r[0] != 5 {
-        return Err(Res::PARENT_SOCKS5_NOT_V5);
-    }
-    match (r[1], creds) {
-        (socks::METHOD_NONE, _) => {}
-        (socks::METHOD_USERPASS, Some((u, p))) => {
-            send(s, &socks::v5_userpass(u, p), Res::PARENT_SOCKS5_SEND)?;
-            recv(s, &mut r[..2], Res::PARENT_SOCKS5_NO_AUTH_REPLY)?;
-            if r[..2] != [1, 0] {
-                return Err(Res::PARENT_SOCKS5_AUTH_REFUSED);
-            }
-        }
-        _ => return Err(Res::PARENT_SOCKS5_NO_METHOD),
-    }
-    Ok(())
-}
-
-fn socks5_connect(
-    s: &Stream,
-    dest: &Dest,
-    creds: Option<&(String, String)>,
-    short: bool,
-) -> Result<(), Res> {
-    socks5_hello(s, creds)?;
-    let mut r = [0u8; 4];
-    send(
-        s,
-        &socks::v5_request(socks::CMD_CONNECT, dest)?,
-        Res::PARENT_SOCKS5_SEND,
-    )?;
-    recv(s, &mut r, Res::PARENT_SOCKS5_NO_REPLY)?;
-    if r[0] != 5 {
-        return Err(Res::PARENT_SOCKS5_NOT_V5);
-    }
-    if r[1] != 0 {
-        return Err(Res::parent_socks5_rep(r[1]));
-    }
-    let mut len = [0u8; 1];
-    if r[3] == socks::ATYP_NAME {
-        recv(s, &mut len, Res::PARENT_SOCKS5_SHORT_REPLY)?;
-    }
-    let rest = socks::v5_reply_rest(r[3], len[0]).ok_or(Res::PARENT_SOCKS5_BAD_ATYP)?;
-    if short && r[3] == socks::ATYP_V4 {
-        // socks5b: a parent known to send only the first 4 bytes.
-        return Ok(());
-    }
-    let mut skip = [0u8; 257];
-    recv(s, &mut skip[..rest], Res::PARENT_SOCKS5_SHORT_REPLY)
-}
-
-/// UDP ASSOCIATE at a SOCKS5 parent, from any address (0.0.0.0:0, as
-/// 3proxy asks); the reply's address is the parent's UDP relay.
-fn socks5_udp(s: &Stream, creds: Option<&(String, String)>) -> Result<SocketAddr, Res> {
-    socks5_hello(s, creds)?;
-    let any = Dest::Addr(SocketAddr::new(
-        IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED),
-        0,
-    ));
-    send(
-        s,
-        &socks::v5_request(socks::CMD_UDP, &any)?,
-        Res::PARENT_SOCKS5_SEND,
-    )?;
-    let mut r = [0u8; 4];
-    recv(s, &mut r, Res::PARENT_SOCKS5_NO_REPLY)?;
-    if r[0] != 5 {
-        return Err(Res::PARENT_SOCKS5_NOT_V5);
-    }
-    if r[1] != 0 {
-        return Err(Res::parent_socks5_rep(r[1]));
-    }
-    let mut a = [0u8; 18];
-    let ip = match r[3] {
-        socks::ATYP_V4 => {
-            recv(s, &mut a[..6], Res::PARENT_SOCKS5_SHORT_REPLY)?;
-            IpAddr::from([a[0], a[1], a[2], a[3]])
-        }
-        socks::ATYP_V6 => {
-            recv(s, &mut a, Res::PARENT_SOCKS5_SHORT_REPLY)?;
-            let mut o = [0u8; 16];
-            o.copy_from_slice(&a[..16]);
-            a.copy_within(16..18, 4);
-            IpAddr::from(o)
-        }
-        // A relay given by name cannot be used.
-        _ => return Err(Res::PARENT_SOCKS5_BAD_ATYP),
-    };
-    Ok(SocketAddr::new(ip, u16::from_be_bytes([a[4], a[5]])))
-}
-
-/// base64 of `user:password`, for `Proxy-Authorization: Basic`.
-pub fn basic_auth(user: &str, password: &str) -> String {
-    crate::http::base64_encode(format!("{user}:{password}").as_bytes())
 }
 
 #[cfg(test)]
@@ -1277,17 +714,6 @@ mod tests {
     }
 
     #[test]
-    fn basic_auth_is_base64() {
-        assert_eq!(
-            basic_auth("Aladdin", "open sesame"),
-            "QWxhZGRpbjpvcGVuIHNlc2FtZQ=="
-        );
-        assert_eq!(basic_auth("a", ""), "YTo=");
-        assert_eq!(basic_auth("ab", "c"), "YWI6Yw==");
-        assert_eq!(basic_auth("", "ab"), "OmFi");
-    }
-
-    #[test]
     fn proxy_v1_lines() {
         assert_eq!(
             proxy_v1_line("1.2.3.4:5".parse().unwrap(), "6.7.8.9:10".parse().unwrap()),
@@ -1297,24 +723,6 @@ mod tests {
             proxy_v1_line("[::1]:5".parse().unwrap(), "[::2]:10".parse().unwrap()),
             "PROXY TCP6 ::1 ::2 5 10\r\n"
         );
-    }
-
-    #[test]
-    fn extip_sources_bind_with_freebind() {
-        // 192.0.2.1 (TEST-NET-1) is not an address of this host: a plain
-        // bind fails (12); with IP_FREEBIND the bind succeeds and only the
-        // connect fails, as the peer cannot answer that address.
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let to = l.local_addr().unwrap();
-        let src: IpAddr = "192.0.2.1".parse().unwrap();
-        let plain = Dialer {
-            ext4: Some(src),
-            timeout: Duration::from_millis(300),
-            ..Dialer::default()
-        };
-        assert_eq!(plain.connect_ip(to).unwrap_err(), Res::BIND);
-        let r = dial(&plain, Some(src), to, false);
-        assert_ne!(r.map(|_| ()).unwrap_err(), Res::BIND);
     }
 
     #[test]
@@ -1345,25 +753,5 @@ mod tests {
         };
         assert_eq!(named.host(), "mail.example");
         assert_eq!(Known { name: None, addr }.host(), "192.0.2.1");
-    }
-
-    #[test]
-    fn star_passes_the_clients_credentials() {
-        let h = hop("1000 socks5 1.2.3.4 1 * *").unwrap();
-        let want = Want {
-            user: Some("alice"),
-            password: Some("pw"),
-            ..Want::default()
-        };
-        assert_eq!(
-            credentials(&h, &want).unwrap(),
-            Some(("alice".into(), "pw".into()))
-        );
-        assert_eq!(credentials(&h, &Want::default()).unwrap_err(), Res(4));
-        let h = hop("1000 socks5 1.2.3.4 1 bob").unwrap();
-        assert_eq!(
-            credentials(&h, &want).unwrap(),
-            Some(("bob".into(), String::new()))
-        );
     }
 }

@@ -78,7 +78,7 @@ fn read_head(c: &Client, early: &[u8], wait: Duration) -> Option<Vec<u8>> {
     let until = Instant::now() + wait;
     let mut buf = early.to_vec();
     loop {
-        if crate::http::find_head_end(&buf, 0).is_some() {
+        if crate::proto::http::find_head_end(&buf, 0).is_some() {
             return Some(buf);
         }
         if buf.len() >= MAX_HEAD {
@@ -120,7 +120,7 @@ fn parse_head(buf: &[u8]) -> Option<Head> {
     let (mut user, mut password) = (None, None);
     for h in req.headers.iter() {
         if h.name.eq_ignore_ascii_case("authorization") {
-            if let Some((u, p)) = crate::http::basic_credentials(h.value) {
+            if let Some((u, p)) = crate::proto::http::basic_credentials(h.value) {
                 user = Some(u);
                 password = Some(p);
             }

@@ -28,6 +28,7 @@ use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 
 use super::pop3p::Lines;
 use crate::access::{self, Op, Request};
+use crate::chain;
 use crate::client::Client;
 use crate::net::{resolve, Stream};
 use crate::parent;
@@ -383,7 +384,7 @@ fn connect(
     parents: &[parent::Hop],
 ) -> Result<(Stream, u32), Res> {
     let svc = c.svc().clone();
-    let want = parent::Want {
+    let want = chain::Want {
         addr: Some(dst),
         host,
         user: l.user.as_deref(),
@@ -392,10 +393,10 @@ fn connect(
         local: c.local_addr,
         sends_first: false,
     };
-    match parent::connect(&svc, parents, &want)? {
-        parent::Route::Stream(chain) => Ok((chain.stream, chain.hops)),
+    match chain::connect(&svc, parents, &want)? {
+        chain::Route::Stream(chain) => Ok((chain.stream, chain.hops)),
         // ftppr does not hand clients on (nor does 3proxy's).
-        parent::Route::Local { .. } => Err(Res::NOTIMPL),
+        chain::Route::Local { .. } => Err(Res::NOTIMPL),
     }
 }
 

@@ -37,9 +37,9 @@ use base64::Engine;
 
 use super::pop3p::{connect, parse_host, parse_login, starts_ci, Lines};
 use crate::client::Client;
-use crate::http::base64_encode;
 use crate::net::Stream;
 use crate::parent;
+use crate::proto::http::base64_encode;
 use crate::relay::RelayOpts;
 use crate::res::Res;
 use crate::timeouts::Timeouts;

@@ -24,6 +24,7 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use crate::access::{self, Op, Recheck, Request};
+use crate::chain;
 use crate::client::Client;
 use crate::net::{resolve, Stream};
 use crate::parent;
@@ -387,7 +388,7 @@ pub(super) fn connect(
     parents: &[parent::Hop],
 ) -> Result<Stream, Res> {
     let svc = c.svc().clone();
-    let want = parent::Want {
+    let want = chain::Want {
         addr: Some(dst),
         host: Some(&l.host),
         user: l.user.as_deref(),
@@ -396,10 +397,10 @@ pub(super) fn connect(
         local: c.local_addr,
         sends_first: false,
     };
-    let chain = match parent::connect(&svc, parents, &want)? {
-        parent::Route::Stream(chain) => chain,
+    let chain = match chain::connect(&svc, parents, &want)? {
+        chain::Route::Stream(chain) => chain,
         // The mail proxies do not hand clients on (nor does 3proxy's).
-        parent::Route::Local { .. } => return Err(Res::NOTIMPL),
+        chain::Route::Local { .. } => return Err(Res::NOTIMPL),
     };
     c.hops = parent::local_hops() + chain.hops;
     c.remote_addr = if chain.hops == 0 {

@@ -36,11 +36,12 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use crate::access::{self, Grant, Recheck, Request};
+use crate::chain;
 use crate::client::Client;
-use crate::http::{self, ChunkScanner, Framing, HeadError, ResponseHead};
 use crate::limit::{Permit, Session as Limits};
 use crate::net::{parse_ip, resolve, Stream};
 use crate::parent::{self, Parents};
+use crate::proto::http::{self, ChunkScanner, Framing, HeadError, ResponseHead};
 use crate::relay::{relay_with, RelayOpts};
 use crate::res::Res;
 use crate::service::{Service, DEFAULT_BUFSIZE};
@@ -575,7 +576,7 @@ impl Session {
             .as_ref()
             .map(|g| g.parents.clone())
             .unwrap_or_default();
-        let want = parent::Want {
+        let want = chain::Want {
             addr: Some(dst),
             host: req.literal.is_none().then_some(self.host.as_str()),
             user: req.user.as_deref(),
@@ -587,9 +588,9 @@ impl Session {
             // speak first.
             sends_first: !req.connect,
         };
-        let chain = match parent::connect(&self.svc, &parents, &want) {
-            Ok(parent::Route::Stream(chain)) => chain,
-            Ok(parent::Route::Local {
+        let chain = match chain::connect(&self.svc, &parents, &want) {
+            Ok(chain::Route::Stream(chain)) => chain,
+            Ok(chain::Route::Local {
                 kind: parent::Kind::Http,
                 hops,
                 ..
@@ -615,7 +616,7 @@ impl Session {
             }
             // Another type: only a tunnel can be handed to its handler
             // (as in 3proxy); `tunnel` does it.
-            Ok(parent::Route::Local { kind, hops })
+            Ok(chain::Route::Local { kind, hops })
                 if req.connect && kind != parent::Kind::Http && parent::takes_tcp(kind) =>
             {
                 return Err(Fail {
@@ -624,7 +625,7 @@ impl Session {
                     handoff: Some((kind, hops)),
                 })
             }
-            Ok(parent::Route::Local { .. }) => return Err(Fail::answer(Res::NOTIMPL, 501)),
+            Ok(chain::Route::Local { .. }) => return Err(Fail::answer(Res::NOTIMPL, 501)),
             Err(res) => return Err(parent_fail(res)),
         };
         let s = chain.stream;
@@ -645,7 +646,7 @@ impl Session {
                 .credentials
                 .as_ref()
                 .filter(|_| chain.http_parent)
-                .map(|(u, p)| format!("Basic {}", parent::basic_auth(u, p))),
+                .map(|(u, p)| format!("Basic {}", http::basic_auth(u, p))),
             user: req.user.clone(),
             password: req.password.clone(),
         });

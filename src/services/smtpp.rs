@@ -30,9 +30,9 @@ use std::io::Write;
 
 use super::pop3p::{self, parse_host, parse_login, starts_ci, Lines, Login};
 use crate::client::Client;
-use crate::http::{base64_decode, base64_encode};
 use crate::net::Stream;
 use crate::parent;
+use crate::proto::http::{base64_decode, base64_encode};
 use crate::relay::RelayOpts;
 use crate::res::Res;
 use crate::timeouts::Timeouts;

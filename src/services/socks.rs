@@ -29,14 +29,15 @@ use std::time::{Duration, Instant};
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 
 use crate::access::{self, Grant, Op, Recheck, Request};
+use crate::chain;
 use crate::client::Client;
 use crate::net::{resolve, Stream};
 use crate::parent;
-use crate::res::Res;
-use crate::socks::{
+use crate::proto::socks::{
     choose_method, parse_udp_header, udp_header, v4_reply, v5_rep, v5_reply, Dest, ATYP_NAME,
     ATYP_V4, ATYP_V6, CMD_BIND, CMD_CONNECT, CMD_UDP, METHOD_REFUSED, METHOD_USERPASS,
 };
+use crate::res::Res;
 use crate::timeouts::Timeouts;
 
 // --- Reading the request ---------------------------------------------------
@@ -531,7 +532,7 @@ fn connect(c: &mut Client, ask: &Ask) -> Result<(), Res> {
     if crate::net::Addr::Ip(dst) == svc.listen || Some(dst) == c.local_addr {
         return Err(Res::LOOP);
     }
-    let want = parent::Want {
+    let want = chain::Want {
         addr: Some(dst),
         host: match &ask.dest {
             Dest::Name(h, _) => Some(h.as_str()),
@@ -543,12 +544,12 @@ fn connect(c: &mut Client, ask: &Ask) -> Result<(), Res> {
         local: c.local_addr,
         sends_first: false,
     };
-    let (srv, direct) = match parent::connect(&svc, &grant.parents, &want)? {
-        parent::Route::Stream(chain) => {
+    let (srv, direct) = match chain::connect(&svc, &grant.parents, &want)? {
+        chain::Route::Stream(chain) => {
             c.hops = parent::local_hops() + chain.hops;
             (chain.stream, chain.hops == 0)
         }
-        parent::Route::Local { kind, hops } => {
+        chain::Route::Local { kind, hops } => {
             // Say "granted", then the rest of the connection is the next
             // handler's (3proxy's childfunc going on), with what the client
             // sent after its request and the destination it asked for.
@@ -705,14 +706,14 @@ fn udp_associate(c: &mut Client, ask: &Ask) -> Result<(), Res> {
     keep(c, &grant);
     // Parents: the association is made with the chain's last hop (a
     // socks5 parent), whose relay then carries the datagrams.
-    let want = parent::Want {
+    let want = chain::Want {
         user: ask.user.as_deref(),
         password: ask.password.as_deref(),
         client: c.client_addr,
         local: c.local_addr,
-        ..parent::Want::default()
+        ..chain::Want::default()
     };
-    let up = parent::udp_associate(&svc, &grant.parents, &want)?;
+    let up = chain::udp_associate(&svc, &grant.parents, &want)?;
     let local = c.local_addr.ok_or(Res::PEERNAME)?;
     let client_ip = c.client_addr.map(|a| a.ip()).ok_or(Res::PEERNAME)?;
     let near = UdpSocket::bind(SocketAddr::new(local.ip(), 0)).map_err(|_| Res::BIND)?;

@@ -13,6 +13,7 @@ use std::net::SocketAddr;
 
 use crate::access::{self, Grant, Op, Recheck, Request};
 use crate::acl::{self, Action, Query, Verdict};
+use crate::chain;
 use crate::client::Client;
 use crate::net::{resolve, Stream, Target};
 use crate::parent;
@@ -201,7 +202,7 @@ fn connect(
     if crate::net::Addr::Ip(dst) == svc.listen || Some(dst) == c.local_addr {
         return Err(Res::LOOP);
     }
-    let want = parent::Want {
+    let want = chain::Want {
         addr: Some(dst),
         host: match target {
             Target::Name(h, _) => Some(h.as_str()),
@@ -209,11 +210,11 @@ fn connect(
         },
         client: c.client_addr,
         local: c.local_addr,
-        ..parent::Want::default()
+        ..chain::Want::default()
     };
-    let chain = match parent::connect(&svc, &grant.parents, &want)? {
-        parent::Route::Stream(chain) => chain,
-        parent::Route::Local { kind, hops } => {
+    let chain = match chain::connect(&svc, &grant.parents, &want)? {
+        chain::Route::Stream(chain) => chain,
+        chain::Route::Local { kind, hops } => {
             // tcppm has nothing to say first: the next handler greets.
             let dest = parent::Known {
                 name: match target {

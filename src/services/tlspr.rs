@@ -20,6 +20,7 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use crate::access::{self, Op, Recheck, Request};
+use crate::chain;
 use crate::client::Client;
 use crate::conf::token::quote;
 use crate::conf::value::number;
@@ -433,16 +434,16 @@ fn connect(
     parents: &[parent::Hop],
 ) -> Result<Option<Stream>, Res> {
     let svc = c.svc().clone();
-    let want = parent::Want {
+    let want = chain::Want {
         addr: Some(dst),
         host: st.host.as_deref(),
         client: c.client_addr,
         local: c.local_addr,
-        ..parent::Want::default()
+        ..chain::Want::default()
     };
-    let chain = match parent::connect(&svc, parents, &want)? {
-        parent::Route::Stream(chain) => chain,
-        parent::Route::Local { kind, hops } => {
+    let chain = match chain::connect(&svc, parents, &want)? {
+        chain::Route::Stream(chain) => chain,
+        chain::Route::Local { kind, hops } => {
             parent::hand_over(parent::Handoff {
                 kind,
                 hops,

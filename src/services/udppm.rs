@@ -322,7 +322,7 @@ fn relay(rec: &mut Session, e: &Ends<'_>) -> Res {
         let g = crate::running::generation();
         if g != generation {
             generation = g;
-            if let Err(res) = crate::running::recheck(&e.recheck) {
+            if let Err(res) = crate::running::recheck(e.recheck) {
                 return res;
             }
             a.checked.store(g, Ordering::Release);

@@ -256,6 +256,119 @@ pub fn v5_reply_rest(atyp: u8, name_len: u8) -> Option<usize> {
     }
 }
 
+// --- The client side: a SOCKS parent -----------------------------------
+
+use super::{recv, send};
+use crate::net::Stream;
+
+/// CONNECT through a SOCKS4 parent (`short`: `socks4b`, a 3-byte reply).
+pub fn client_v4_connect(
+    s: &Stream,
+    dest: &Dest,
+    creds: Option<&(String, String)>,
+    short: bool,
+) -> Result<(), Res> {
+    let userid = creds.map_or("anonymous", |(u, _)| u.as_str());
+    let req = v4_connect(dest, userid)?;
+    send(s, &req, Res::PARENT_SOCKS4_SEND)?;
+    let mut r = [0u8; 8];
+    let n = if short { 3 } else { 8 };
+    recv(s, &mut r[..n], Res::PARENT_SOCKS4_SHORT)?;
+    if r[1] != V4_GRANTED {
+        return Err(Res::PARENT_SOCKS4_REFUSED);
+    }
+    Ok(())
+}
+
+/// The SOCKS5 greeting and, if the parent picks it, RFC 1929.
+fn client_v5_hello(s: &Stream, creds: Option<&(String, String)>) -> Result<(), Res> {
+    send(s, &v5_greeting(creds.is_some()), Res::PARENT_SOCKS5_SEND)?;
+    let mut r = [0u8; 4];
+    recv(s, &mut r[..2], Res::PARENT_SOCKS5_NO_GREETING)?;
+    if r[0] != 5 {
+        return Err(Res::PARENT_SOCKS5_NOT_V5);
+    }
+    match (r[1], creds) {
+        (METHOD_NONE, _) => {}
+        (METHOD_USERPASS, Some((u, p))) => {
+            send(s, &v5_userpass(u, p), Res::PARENT_SOCKS5_SEND)?;
+            recv(s, &mut r[..2], Res::PARENT_SOCKS5_NO_AUTH_REPLY)?;
+            if r[..2] != [1, 0] {
+                return Err(Res::PARENT_SOCKS5_AUTH_REFUSED);
+            }
+        }
+        _ => return Err(Res::PARENT_SOCKS5_NO_METHOD),
+    }
+    Ok(())
+}
+
+/// CONNECT through a SOCKS5 parent (`short`: `socks5b`, which sends only
+/// the first 4 bytes of an IPv4 reply).
+pub fn client_v5_connect(
+    s: &Stream,
+    dest: &Dest,
+    creds: Option<&(String, String)>,
+    short: bool,
+) -> Result<(), Res> {
+    client_v5_hello(s, creds)?;
+    let mut r = [0u8; 4];
+    send(s, &v5_request(CMD_CONNECT, dest)?, Res::PARENT_SOCKS5_SEND)?;
+    recv(s, &mut r, Res::PARENT_SOCKS5_NO_REPLY)?;
+    if r[0] != 5 {
+        return Err(Res::PARENT_SOCKS5_NOT_V5);
+    }
+    if r[1] != 0 {
+        return Err(Res::parent_socks5_rep(r[1]));
+    }
+    let mut len = [0u8; 1];
+    if r[3] == ATYP_NAME {
+        recv(s, &mut len, Res::PARENT_SOCKS5_SHORT_REPLY)?;
+    }
+    let rest = v5_reply_rest(r[3], len[0]).ok_or(Res::PARENT_SOCKS5_BAD_ATYP)?;
+    if short && r[3] == ATYP_V4 {
+        // socks5b: a parent known to send only the first 4 bytes.
+        return Ok(());
+    }
+    let mut skip = [0u8; 257];
+    recv(s, &mut skip[..rest], Res::PARENT_SOCKS5_SHORT_REPLY)
+}
+
+/// UDP ASSOCIATE at a SOCKS5 parent, from any address (0.0.0.0:0, as
+/// 3proxy asks); the reply's address is the parent's UDP relay.
+pub fn client_v5_udp(s: &Stream, creds: Option<&(String, String)>) -> Result<SocketAddr, Res> {
+    client_v5_hello(s, creds)?;
+    let any = Dest::Addr(SocketAddr::new(
+        IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED),
+        0,
+    ));
+    send(s, &v5_request(CMD_UDP, &any)?, Res::PARENT_SOCKS5_SEND)?;
+    let mut r = [0u8; 4];
+    recv(s, &mut r, Res::PARENT_SOCKS5_NO_REPLY)?;
+    if r[0] != 5 {
+        return Err(Res::PARENT_SOCKS5_NOT_V5);
+    }
+    if r[1] != 0 {
+        return Err(Res::parent_socks5_rep(r[1]));
+    }
+    let mut a = [0u8; 18];
+    let ip = match r[3] {
+        ATYP_V4 => {
+            recv(s, &mut a[..6], Res::PARENT_SOCKS5_SHORT_REPLY)?;
+            IpAddr::from([a[0], a[1], a[2], a[3]])
+        }
+        ATYP_V6 => {
+            recv(s, &mut a, Res::PARENT_SOCKS5_SHORT_REPLY)?;
+            let mut o = [0u8; 16];
+            o.copy_from_slice(&a[..16]);
+            a.copy_within(16..18, 4);
+            IpAddr::from(o)
+        }
+        // A relay given by name cannot be used.
+        _ => return Err(Res::PARENT_SOCKS5_BAD_ATYP),
+    };
+    Ok(SocketAddr::new(ip, u16::from_be_bytes([a[4], a[5]])))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

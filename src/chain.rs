@@ -1,0 +1,438 @@
+//! The chain client: reaching a destination through the `parent` hops an
+//! ACL entry gave (3proxy's redirect.c `clientnegotiate`; 3proxy.cfg(5)
+//! "parent"). [`connect`] dials the first hop and asks each hop in turn to
+//! connect to the next one, the last one to the destination, each step
+//! taking the stream made so far and giving it back (ureq's connector
+//! chain); it makes up to `parentretries` attempts, each with a fresh
+//! pick (`parent::pick`, pure). The handshakes themselves are wire code
+//! (`proto::socks`, `proto::http`), shared with the servers.
+//!
+//! Failures are 3proxy's codes: 30-39 an HTTP CONNECT parent, 40-49 a
+//! SOCKS4 parent, 50-59 a SOCKS5 parent, 60+REP a SOCKS5 refusal; a
+//! failure to reach the first hop keeps its own code (11-13).
+//!
+//! Every read and write of a handshake has the CHAIN timeout; the dial of
+//! the first hop has the CONNECT timeout.
+
+use std::io::Write;
+use std::net::{IpAddr, SocketAddr};
+use std::time::Duration;
+
+use crate::net::{Dialer, Stream};
+use crate::parent::{extip, pick, proxy_v1_line, random, retries, Hop, Kind};
+use crate::proto::socks::Dest;
+use crate::proto::{http, socks};
+use crate::res::Res;
+use crate::service::Service;
+use crate::timeouts::Timeouts;
+
+/// What the chain must reach, and on whose behalf.
+#[derive(Debug, Clone, Default)]
+pub struct Want<'a> {
+    /// The destination, resolved (the `+` types send `host` instead).
+    pub addr: Option<SocketAddr>,
+    /// The host name the client asked for, if it gave one.
+    pub host: Option<&'a str>,
+    /// The client's own credentials, for parents whose user is `*`.
+    pub user: Option<&'a str>,
+    pub password: Option<&'a str>,
+    /// The client's address and the one it reached us on: the PROXY
+    /// header of `ha`, and `extip 0.0.0.0` (use the client's address).
+    pub client: Option<SocketAddr>,
+    pub local: Option<SocketAddr>,
+    /// We send at once when connected (the `proxy` service with an HTTP
+    /// request in hand), so a direct connection may hold the handshake's
+    /// last ACK back for our first bytes ([`Dialer::connect_ip_to_send`]).
+    pub sends_first: bool,
+}
+
+impl Want<'_> {
+    fn dest(&self, by_name: bool) -> Result<Dest, Res> {
+        let addr = self.addr.ok_or(Res::NOHOST)?;
+        Ok(match self.host {
+            Some(h) if by_name => Dest::Name(h.to_string(), addr.port()),
+            _ => Dest::Addr(addr),
+        })
+    }
+}
+
+/// Where a request goes after the chain.
+#[derive(Debug)]
+pub enum Route {
+    /// A stream to relay: to the destination, or to a `tcp`/`http`
+    /// parent.
+    Stream(Chain),
+    /// A local redirection (`parent 1000 http 0.0.0.0 0`): hand the client
+    /// to the handler of `kind` in this process (`http` is `proxy`; see
+    /// [`hand_over`]). `hops` counts the redirection.
+    Local { kind: Kind, hops: u32 },
+}
+
+/// A connected chain.
+#[derive(Debug)]
+pub struct Chain {
+    pub stream: Stream,
+    /// Parents taken (`%h`).
+    pub hops: u32,
+    /// The last parent is an `http` one: the `proxy` service must send
+    /// requests in absolute form, with `credentials` as
+    /// `Proxy-Authorization: Basic` (see [`basic_auth`]). Other services
+    /// relay the stream as it is.
+    pub http_parent: bool,
+    /// The credentials for the last `tcp`/`http` parent, if it has any.
+    pub credentials: Option<(String, String)>,
+}
+
+/// Reach `want` through `parents` for a client of `svc`: directly when
+/// the list is empty (or a pick takes no hop), else through the chain,
+/// with up to `parentretries` attempts. Err: the last attempt's code.
+pub fn connect(svc: &Service, parents: &[Hop], want: &Want<'_>) -> Result<Route, Res> {
+    if parents.is_empty() {
+        let addr = want.addr.ok_or(Res::NOHOST)?;
+        let stream = if want.sends_first {
+            svc.dialer.connect_ip_to_send(addr)?
+        } else {
+            svc.dialer.connect_ip(addr)?
+        };
+        return Ok(Route::Stream(Chain {
+            stream,
+            hops: 0,
+            http_parent: false,
+            credentials: None,
+        }));
+    }
+    let chain_to = svc.timeouts.get(Timeouts::CHAIN);
+    let mut last = Res::PARENT_SOCKS5_REP;
+    for _ in 0..retries() {
+        let hops = pick(parents, &mut random);
+        match attempt(&svc.dialer, chain_to, &hops, want, &mut random, false) {
+            Ok(Reached::Route(r)) => return Ok(r),
+            Ok(Reached::Udp(_)) => return Err(Res::PARENT_INTERNAL),
+            Err(e) => last = e,
+        }
+    }
+    Err(last)
+}
+
+/// A UDP association made with the chain's last hop (a `socks5` or
+/// `socks5+` parent): the control connection runs through the hops before
+/// it like a CONNECT chain, and the datagrams, each with its SOCKS5 UDP
+/// header, go straight to the relay address the last hop gave.
+#[derive(Debug)]
+pub struct UdpChain {
+    /// The association lives as long as this connection.
+    pub control: Stream,
+    /// The parent's UDP relay.
+    pub relay: SocketAddr,
+    /// Parents taken (`%h`).
+    pub hops: u32,
+    /// The source address an `extip` hop set, if any.
+    pub source: Option<IpAddr>,
+}
+
+/// Negotiate a UDP ASSOCIATE through `parents` (3proxy's UDP chaining,
+/// one UDP hop): Ok(None) when the pick took no hop (relay directly).
+/// Err 70 when the last hop cannot relay UDP (not `socks5`/`socks5+`, a
+/// `tcp`/`http` parent, a local redirection).
+pub fn udp_associate(
+    svc: &Service,
+    parents: &[Hop],
+    want: &Want<'_>,
+) -> Result<Option<UdpChain>, Res> {
+    if parents.is_empty() {
+        return Ok(None);
+    }
+    let chain_to = svc.timeouts.get(Timeouts::CHAIN);
+    let mut last = Res::PARENT_NO_UDP;
+    for _ in 0..retries() {
+        let hops = pick(parents, &mut random);
+        match attempt(&svc.dialer, chain_to, &hops, want, &mut random, true) {
+            Ok(Reached::Udp(u)) => return Ok(u),
+            Ok(Reached::Route(_)) => return Err(Res::PARENT_NO_UDP),
+            // Not a failure another pick would mend the same way, but a
+            // pick may take another type: try again like any failure.
+            Err(e) => last = e,
+        }
+    }
+    Err(last)
+}
+
+/// What one attempt reached.
+enum Reached {
+    Route(Route),
+    /// UDP mode: the association, or None for no hop.
+    Udp(Option<UdpChain>),
+}
+
+/// The credentials a hop sends: its own, the client's for `*`, or none.
+/// Err 4 when `*` asks for the client's and the client gave none.
+fn credentials(h: &Hop, want: &Want<'_>) -> Result<Option<(String, String)>, Res> {
+    match h.user.as_deref() {
+        None => Ok(None),
+        Some("*") => match want.user {
+            Some(u) => Ok(Some((
+                u.to_string(),
+                want.password.unwrap_or("").to_string(),
+            ))),
+            None => Err(Res::AUTH_NO_USER),
+        },
+        Some(u) => Ok(Some((
+            u.to_string(),
+            h.password.clone().unwrap_or_default(),
+        ))),
+    }
+}
+
+/// One attempt along the hops of one pick.
+fn attempt(
+    dialer: &Dialer,
+    chain_to: Duration,
+    hops: &[&Hop],
+    want: &Want<'_>,
+    rand: &mut impl FnMut() -> u32,
+    udp: bool,
+) -> Result<Reached, Res> {
+    let mut source: Option<IpAddr> = None;
+    let mut ha = false;
+    let mut count = 0u32;
+    // The stream so far and the hop at its end.
+    let mut at: Option<(Stream, &Hop)> = None;
+    for &h in hops {
+        if h.counts() {
+            count += 1;
+        }
+        if udp && matches!(h.kind, Kind::Tcp | Kind::Http) {
+            // They end the chain with a byte stream: no UDP there.
+            return Err(Res::PARENT_NO_UDP);
+        }
+        if at.is_none() {
+            match h.kind {
+                Kind::ExtIp => {
+                    source = Some(extip(h, want.client, rand));
+                    continue;
+                }
+                Kind::Ha => {
+                    ha = true;
+                    continue;
+                }
+                _ if h.is_local() && udp => return Err(Res::PARENT_NO_UDP),
+                _ if h.is_local() => {
+                    // A user and password on a local redirection are not
+                    // passed on (the next handler takes the client's own),
+                    // but `*` still needs the client to have given some,
+                    // as in 3proxy.
+                    credentials(h, want)?;
+                    return Ok(Reached::Route(Route::Local {
+                        kind: h.kind,
+                        hops: count,
+                    }));
+                }
+                _ => {}
+            }
+            // The first hop: 0.0.0.0 keeps the requested address, port 0
+            // the requested port.
+            let mut addr = h.addr;
+            if addr.ip().is_unspecified() {
+                addr.set_ip(want.addr.ok_or(Res::NOHOST)?.ip());
+            }
+            if addr.port() == 0 {
+                addr.set_port(want.addr.ok_or(Res::NOHOST)?.port());
+            }
+            // We speak first to a parent that negotiates and to any peer
+            // that gets a PROXY header; a `tcp` parent may forward to a
+            // server that speaks first, an `http` one gets what the
+            // client sends, whenever it does.
+            let first = ha || want.sends_first || !matches!(h.kind, Kind::Tcp | Kind::Http);
+            let s = dial(dialer, source, addr, first)?;
+            if ha {
+                send_proxy_header(&s, chain_to, want)?;
+            }
+            at = Some((s, h));
+        } else if let Some((s, prev)) = &at {
+            if matches!(h.kind, Kind::ExtIp | Kind::Ha) {
+                // Only meaningful before the first hop (as in 3proxy).
+                continue;
+            }
+            let next = if prev.kind.sends_name() {
+                Dest::Name(h.host.clone(), h.addr.port())
+            } else {
+                Dest::Addr(h.addr)
+            };
+            negotiate(prev, s, chain_to, &next, want)?;
+            at = Some((at.take().map(|(s, _)| s).ok_or(Res::PARENT_INTERNAL)?, h));
+        }
+        // `tcp` and `http` parents end the chain (and cannot carry UDP).
+        if let Some((_, last)) = &at {
+            if matches!(last.kind, Kind::Tcp | Kind::Http) {
+                break;
+            }
+        }
+    }
+    if udp {
+        let Some((control, last)) = at else {
+            // No hop (an `extip` alone does not apply to UDP).
+            return Ok(Reached::Udp(None));
+        };
+        if !matches!(last.kind, Kind::Socks5 | Kind::Socks5Plus) {
+            return Err(Res::PARENT_NO_UDP);
+        }
+        let creds = credentials(last, want)?;
+        let _ = control.set_timeout(Some(chain_to));
+        let mut relay = socks::client_v5_udp(&control, creds.as_ref())?;
+        if relay.ip().is_unspecified() {
+            // "Same address as the control connection" (RFC 1928 leaves
+            // it open; most servers mean their own address).
+            relay.set_ip(last.addr.ip());
+        }
+        let _ = control.set_timeout(None);
+        return Ok(Reached::Udp(Some(UdpChain {
+            control,
+            relay,
+            hops: count,
+            source,
+        })));
+    }
+    let Some((stream, last)) = at else {
+        // No hop picked: straight to the destination.
+        let addr = want.addr.ok_or(Res::NOHOST)?;
+        let s = dial(dialer, source, addr, ha || want.sends_first)?;
+        if ha {
+            send_proxy_header(&s, chain_to, want)?;
+        }
+        return Ok(Reached::Route(Route::Stream(Chain {
+            stream: s,
+            hops: count,
+            http_parent: false,
+            credentials: None,
+        })));
+    };
+    let mut credentials_out = None;
+    if matches!(last.kind, Kind::Tcp | Kind::Http) {
+        credentials_out = credentials(last, want)?;
+    } else {
+        let dest = want.dest(last.kind.sends_name())?;
+        negotiate(last, &stream, chain_to, &dest, want)?;
+    }
+    Ok(Reached::Route(Route::Stream(Chain {
+        stream,
+        hops: count,
+        http_parent: last.kind == Kind::Http,
+        credentials: credentials_out,
+    })))
+}
+
+/// Dial `addr`, from `source` if an `extip` set one; `first`: we send at
+/// once (see [`Dialer::connect_ip_to_send`]).
+fn dial(
+    dialer: &Dialer,
+    source: Option<IpAddr>,
+    addr: SocketAddr,
+    first: bool,
+) -> Result<Stream, Res> {
+    let open = |d: &Dialer| {
+        if first {
+            d.connect_ip_to_send(addr)
+        } else {
+            d.connect_ip(addr)
+        }
+    };
+    match source {
+        None => open(dialer),
+        Some(ip) => {
+            let mut d = dialer.clone();
+            // An `extip` address need not be configured here (yet).
+            d.freebind = true;
+            if ip.is_ipv4() {
+                d.ext4 = Some(ip);
+            } else {
+                d.ext6 = Some(ip);
+            }
+            open(&d)
+        }
+    }
+}
+
+/// `ha`: the PROXY protocol v1 line for the client's connection.
+fn send_proxy_header(s: &Stream, chain_to: Duration, want: &Want<'_>) -> Result<(), Res> {
+    let (Some(cli), Some(srv)) = (want.client, want.local) else {
+        return Err(Res::PARENT_HA_SEND);
+    };
+    let line = proxy_v1_line(cli, srv);
+    let _ = s.set_timeout(Some(chain_to));
+    let mut w = s;
+    w.write_all(line.as_bytes())
+        .map_err(|_| Res::PARENT_HA_SEND)
+}
+
+/// Ask the parent `h` at the end of `s` to connect to `dest`.
+fn negotiate(
+    h: &Hop,
+    s: &Stream,
+    chain_to: Duration,
+    dest: &Dest,
+    want: &Want<'_>,
+) -> Result<(), Res> {
+    let creds = credentials(h, want)?;
+    let _ = s.set_timeout(Some(chain_to));
+    match h.kind {
+        Kind::Connect | Kind::ConnectPlus => http::client_connect(s, dest, creds.as_ref()),
+        Kind::Socks4 | Kind::Socks4Plus | Kind::Socks4b => {
+            socks::client_v4_connect(s, dest, creds.as_ref(), h.kind == Kind::Socks4b)
+        }
+        Kind::Socks5 | Kind::Socks5Plus | Kind::Socks5b => {
+            socks::client_v5_connect(s, dest, creds.as_ref(), h.kind == Kind::Socks5b)
+        }
+        // tcp and http relay as they are; the rest never get here.
+        _ => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hop(line: &str) -> Result<Hop, String> {
+        let args: Vec<String> = line.split_whitespace().map(String::from).collect();
+        Hop::parse(&args, |s| {
+            crate::net::parse_ip(s).ok_or_else(|| format!("cannot resolve '{s}'"))
+        })
+    }
+
+    #[test]
+    fn extip_sources_bind_with_freebind() {
+        // 192.0.2.1 (TEST-NET-1) is not an address of this host: a plain
+        // bind fails (12); with IP_FREEBIND the bind succeeds and only the
+        // connect fails, as the peer cannot answer that address.
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let to = l.local_addr().unwrap();
+        let src: IpAddr = "192.0.2.1".parse().unwrap();
+        let plain = Dialer {
+            ext4: Some(src),
+            timeout: Duration::from_millis(300),
+            ..Dialer::default()
+        };
+        assert_eq!(plain.connect_ip(to).unwrap_err(), Res::BIND);
+        let r = dial(&plain, Some(src), to, false);
+        assert_ne!(r.map(|_| ()).unwrap_err(), Res::BIND);
+    }
+
+    #[test]
+    fn star_passes_the_clients_credentials() {
+        let h = hop("1000 socks5 1.2.3.4 1 * *").unwrap();
+        let want = Want {
+            user: Some("alice"),
+            password: Some("pw"),
+            ..Want::default()
+        };
+        assert_eq!(
+            credentials(&h, &want).unwrap(),
+            Some(("alice".into(), "pw".into()))
+        );
+        assert_eq!(credentials(&h, &Want::default()).unwrap_err(), Res(4));
+        let h = hop("1000 socks5 1.2.3.4 1 bob").unwrap();
+        assert_eq!(
+            credentials(&h, &want).unwrap(),
+            Some(("bob".into(), String::new()))
+        );
+    }
+}
