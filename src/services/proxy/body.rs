@@ -330,3 +330,203 @@ fn bad_chunk() -> io::Error {
 pub(super) fn is_bad_chunk(e: &io::Error) -> bool {
     e.kind() == io::ErrorKind::InvalidData
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::services::proxy::sock::testing::{pattern, tcp_pair, unix_pair};
+    use std::thread;
+
+    /// Everything `r` gets until its peer closes, read on another thread.
+    fn drain(r: Stream) -> thread::JoinHandle<Vec<u8>> {
+        thread::spawn(move || {
+            let mut v = Vec::new();
+            (&r).read_to_end(&mut v).expect("read to the end");
+            v
+        })
+    }
+
+    /// Write `data` on another thread, then close.
+    fn feed(w: Stream, data: Vec<u8>) -> thread::JoinHandle<()> {
+        thread::spawn(move || {
+            write_all_v(&w, &data, &[]).expect("write");
+        })
+    }
+
+    const CHUNKED: &[u8] = b"4\r\nWiki\r\n5;ext=\"a b\"\r\npedia\r\nE\r\n in\r\n\r\nchunks.\r\n0\r\nTrailer: v\r\n\r\n";
+    const NEXT: &[u8] = b"GET /next HTTP/1.1\r\nHost: a\r\n\r\n";
+
+    #[test]
+    fn chunked_copy_splits_anywhere_and_stops_at_the_end() {
+        for at in 0..=CHUNKED.len() {
+            let (src_w, src_r) = unix_pair();
+            let (dst_w, dst_r) = unix_pair();
+            let copier = thread::spawn(move || {
+                let mut sc = ChunkScanner::new();
+                let mut past = Vec::new();
+                let got = copy_chunked(&src_r, &dst_w, Side::Client, &mut sc, None, |b| {
+                    past.extend_from_slice(b)
+                });
+                (got.ok(), past, src_r)
+            });
+            write_all_v(&src_w, &CHUNKED[..at], &[]).unwrap();
+            // The first part is passed on before the rest exists.
+            let mut first = vec![0u8; at];
+            (&dst_r).read_exact(&mut first).unwrap();
+            assert_eq!(first, &CHUNKED[..at]);
+            write_all_v(&src_w, &CHUNKED[at..], NEXT).unwrap();
+            drop(src_w);
+            let (got, past, src_r) = copier.join().unwrap();
+            assert_eq!(got, Some(CHUNKED.len() as u64), "split at {at}");
+            let mut rest = Vec::new();
+            (&dst_r).read_to_end(&mut rest).unwrap();
+            assert_eq!(rest, &CHUNKED[at..], "split at {at}");
+            // Not a byte of the next request is lost or forwarded: what
+            // the copy read past the end went to `past`, the rest is
+            // still unread.
+            let mut unread = Vec::new();
+            (&src_r).read_to_end(&mut unread).unwrap();
+            assert_eq!([&past[..], &unread[..]].concat(), NEXT, "split at {at}");
+            if at == CHUNKED.len() {
+                assert!(past.is_empty(), "a finished body reads no further");
+            }
+        }
+    }
+
+    #[test]
+    fn chunked_copy_refuses_a_bad_chunk_line() {
+        for (body, side) in [
+            (&b"zz\r\nhello\r\n0\r\n\r\n"[..], Side::Client),
+            (&b"5\r\nhello\r\n5x\r\n"[..], Side::Server),
+        ] {
+            let (src_w, src_r) = unix_pair();
+            let (dst_w, _dst_r) = unix_pair();
+            write_all_v(&src_w, body, &[]).unwrap();
+            let mut sc = ChunkScanner::new();
+            match copy_chunked(&src_r, &dst_w, side, &mut sc, None, |_| {}) {
+                Err((s, e)) => {
+                    assert_eq!(s, side);
+                    assert!(is_bad_chunk(&e), "{e}");
+                }
+                Ok(n) => panic!("a bad chunk line was copied ({n} bytes)"),
+            }
+        }
+    }
+
+    #[test]
+    fn chunked_copy_reports_eof_before_the_last_chunk() {
+        let (src_w, src_r) = unix_pair();
+        let (dst_w, _dst_r) = unix_pair();
+        write_all_v(&src_w, b"5\r\nhel", &[]).unwrap();
+        drop(src_w);
+        let mut sc = ChunkScanner::new();
+        match copy_chunked(&src_r, &dst_w, Side::Server, &mut sc, None, |_| {}) {
+            Err((Side::Server, e)) => assert_eq!(e.kind(), io::ErrorKind::UnexpectedEof),
+            other => panic!("{:?}", other.map_err(|(s, e)| (s, e.kind()))),
+        }
+    }
+
+    #[test]
+    fn exact_copy_moves_n_bytes_and_no_more() {
+        let n = 200_000;
+        let (src_w, src_r) = unix_pair();
+        let (dst_w, dst_r) = unix_pair();
+        let mut data = pattern(n);
+        data.extend_from_slice(NEXT);
+        let w = feed(src_w, data.clone());
+        let out = drain(dst_r);
+        let got = copy_exact(&src_r, &dst_w, n as u64, Side::Client, None, false);
+        assert_eq!(got.ok(), Some(n as u64));
+        drop(dst_w);
+        assert_eq!(out.join().unwrap(), &data[..n]);
+        w.join().unwrap();
+        let mut unread = Vec::new();
+        (&src_r).read_to_end(&mut unread).unwrap();
+        assert_eq!(unread, NEXT, "bytes after the body stay unread");
+    }
+
+    #[test]
+    fn exact_copy_blames_the_side_that_failed() {
+        // The source closes early: the source's side, unexpected EOF.
+        let (src_w, src_r) = unix_pair();
+        let (dst_w, _dst_r) = unix_pair();
+        write_all_v(&src_w, b"0123456789", &[]).unwrap();
+        drop(src_w);
+        match copy_exact(&src_r, &dst_w, 20, Side::Server, None, false) {
+            Err((Side::Server, e)) => assert_eq!(e.kind(), io::ErrorKind::UnexpectedEof),
+            other => panic!("{:?}", other.map_err(|(s, e)| (s, e.kind()))),
+        }
+        // The destination is gone: the other side's error.
+        let (src_w, src_r) = unix_pair();
+        let (dst_w, dst_r) = unix_pair();
+        drop(dst_r);
+        write_all_v(&src_w, b"0123456789", &[]).unwrap();
+        match copy_exact(&src_r, &dst_w, 10, Side::Client, None, false) {
+            Err((Side::Server, e)) => assert_eq!(e.kind(), io::ErrorKind::BrokenPipe),
+            other => panic!("{:?}", other.map_err(|(s, e)| (s, e.kind()))),
+        }
+    }
+
+    #[test]
+    fn copy_to_eof_moves_everything_until_the_close() {
+        let n = 150_001;
+        let (src_w, src_r) = unix_pair();
+        let (dst_w, dst_r) = unix_pair();
+        let data = pattern(n);
+        let w = feed(src_w, data.clone());
+        let out = drain(dst_r);
+        let got = copy_to_eof(&src_r, &dst_w, None, false);
+        w.join().unwrap();
+        assert_eq!(got.ok(), Some(n as u64));
+        drop(dst_w);
+        assert_eq!(out.join().unwrap(), data);
+    }
+
+    #[test]
+    fn splice_moves_a_large_body_byte_exact() {
+        let n = 3 * PIPE_CAP + 12_345;
+        assert!(n as u64 > SPLICE_MIN);
+        let (src_w, src_r) = tcp_pair();
+        let (dst_w, dst_r) = tcp_pair();
+        let mut data = pattern(n);
+        data.extend_from_slice(NEXT);
+        let w = feed(src_w, data.clone());
+        let out = drain(dst_r);
+        let got = copy_exact(&src_r, &dst_w, n as u64, Side::Server, None, true);
+        assert_eq!(got.ok(), Some(n as u64));
+        drop(dst_w);
+        assert_eq!(out.join().unwrap(), &data[..n]);
+        w.join().unwrap();
+        let mut unread = Vec::new();
+        (&src_r).read_to_end(&mut unread).unwrap();
+        assert_eq!(unread, NEXT, "splice stops at the body's end");
+    }
+
+    #[test]
+    fn splice_to_eof_and_early_eof() {
+        let n = 5 * PIPE_CAP + 1;
+        let (src_w, src_r) = tcp_pair();
+        let (dst_w, dst_r) = tcp_pair();
+        let data = pattern(n);
+        let w = feed(src_w, data.clone());
+        let out = drain(dst_r);
+        let got = copy_to_eof(&src_r, &dst_w, None, true);
+        w.join().unwrap();
+        assert_eq!(got.ok(), Some(n as u64));
+        drop(dst_w);
+        assert_eq!(out.join().unwrap(), data);
+
+        // A length the source does not deliver: its side, unexpected EOF.
+        let (src_w, src_r) = tcp_pair();
+        let (dst_w, dst_r) = tcp_pair();
+        let w = feed(src_w, pattern(40_000));
+        let out = drain(dst_r);
+        match copy_exact(&src_r, &dst_w, 50_000, Side::Client, None, true) {
+            Err((Side::Client, e)) => assert_eq!(e.kind(), io::ErrorKind::UnexpectedEof),
+            other => panic!("{:?}", other.map_err(|(s, e)| (s, e.kind()))),
+        }
+        w.join().unwrap();
+        drop(dst_w);
+        assert_eq!(out.join().unwrap(), pattern(40_000));
+    }
+}

@@ -331,3 +331,256 @@ pub(super) fn read_response(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::http::Framing;
+    use crate::services::proxy::sock::testing::unix_pair;
+    use crate::services::proxy::sock::write_all_v;
+    use std::io::Read;
+    use std::thread;
+
+    /// Send `parts` one after another, `gap` apart, then keep the socket
+    /// open until the reader is done (`hold`), and close it.
+    fn send_parts(w: Stream, parts: Vec<Vec<u8>>, gap: Duration) -> thread::JoinHandle<()> {
+        thread::spawn(move || {
+            for (i, p) in parts.iter().enumerate() {
+                if i > 0 {
+                    thread::sleep(gap);
+                }
+                if write_all_v(&w, p, &[]).is_err() {
+                    return;
+                }
+            }
+            // Wait for the reader to close its end (or the pair's bound).
+            let mut b = [0u8; 1];
+            let _ = (&w).read(&mut b);
+        })
+    }
+
+    #[test]
+    fn headbuf_stays_small_then_spills_and_comes_back() {
+        let mut small = [0u8; 16];
+        let mut b = HeadBuf::new(&mut small);
+        b.put_back(b"0123456789");
+        assert_eq!(b.data(), b"0123456789");
+        assert!(b.big.is_empty(), "ten bytes fit on the stack");
+        let more: Vec<u8> = (0..40u8).map(|i| b'a' + i % 26).collect();
+        b.put_back(&more);
+        assert!(!b.big.is_empty(), "50 bytes spill to the heap");
+        let mut want = b"0123456789".to_vec();
+        want.extend_from_slice(&more);
+        assert_eq!(b.data(), &want[..]);
+        // Still too big for the stack: `rest` keeps the spill.
+        b.consume(20);
+        b.rest();
+        assert!(!b.big.is_empty());
+        assert_eq!(b.data(), &want[20..]);
+        // Small enough again: back on the stack, same bytes.
+        b.consume(20);
+        b.rest();
+        assert!(b.big.is_empty(), "rest gives the heap buffer back");
+        assert_eq!(b.data(), &want[40..]);
+        b.consume(1000);
+        assert!(b.data().is_empty());
+        assert_eq!((b.start, b.end, b.scanned), (0, 0, 0));
+    }
+
+    #[test]
+    fn headbuf_put_back_stops_at_max_head() {
+        let mut small = [0u8; 16];
+        let mut b = HeadBuf::new(&mut small);
+        b.put_back(&vec![b'x'; MAX_HEAD + 100]);
+        assert_eq!(b.data().len(), MAX_HEAD);
+        assert!(!b.make_room(), "no room past MAX_HEAD");
+    }
+
+    #[test]
+    fn read_head_across_writes_keeps_pipelined_bytes() {
+        let (r, w) = unix_pair();
+        let parts = vec![
+            b"GET / HTTP/1.1\r\n".to_vec(),
+            b"Host: a\r\nX: ".to_vec(),
+            b"y\r\n\r\nGET /2 HTTP/1.1\r\n\r\nGE".to_vec(),
+        ];
+        let t = send_parts(w, parts, Duration::from_millis(20));
+        let mut small = [0u8; SMALL_REQUEST];
+        let mut b = HeadBuf::new(&mut small);
+        let head = b"GET / HTTP/1.1\r\nHost: a\r\nX: y\r\n\r\n";
+        let end = read_head(&r, &mut b, None).ok().expect("a head");
+        assert_eq!(end, head.len());
+        assert_eq!(b.head_len, head.len());
+        assert_eq!(&b.data()[..end], &head[..]);
+        assert_eq!(&b.data()[end..], b"GET /2 HTTP/1.1\r\n\r\nGE");
+        // The next head is in the buffer already: no read is needed.
+        b.consume(end);
+        let end = read_head(&r, &mut b, None).ok().expect("pipelined head");
+        assert_eq!(&b.data()[..end], b"GET /2 HTTP/1.1\r\n\r\n");
+        b.consume(end);
+        assert_eq!(b.data(), b"GE");
+        drop(r);
+        t.join().unwrap();
+    }
+
+    #[test]
+    fn read_head_refuses_a_head_over_the_limit() {
+        let (r, w) = unix_pair();
+        let mut big = b"GET / HTTP/1.1\r\nX: ".to_vec();
+        big.resize(MAX_HEAD + 4096, b'a');
+        let t = send_parts(w, vec![big], Duration::ZERO);
+        let mut small = [0u8; SMALL_REQUEST];
+        let mut b = HeadBuf::new(&mut small);
+        assert!(matches!(read_head(&r, &mut b, None), Err(HeadRead::TooBig)));
+        assert_eq!(b.data().len(), MAX_HEAD);
+        drop(r);
+        t.join().unwrap();
+    }
+
+    #[test]
+    fn read_head_reports_eof_mid_head_and_before_one() {
+        let (r, w) = unix_pair();
+        write_all_v(&w, b"GET / HT", &[]).unwrap();
+        drop(w);
+        let mut small = [0u8; SMALL_REQUEST];
+        let mut b = HeadBuf::new(&mut small);
+        assert!(matches!(
+            read_head(&r, &mut b, None),
+            Err(HeadRead::Closed { partial: true })
+        ));
+        assert_eq!(b.data(), b"GET / HT");
+
+        let (r, w) = unix_pair();
+        drop(w);
+        let mut small = [0u8; SMALL_REQUEST];
+        let mut b = HeadBuf::new(&mut small);
+        assert!(matches!(
+            read_head(&r, &mut b, None),
+            Err(HeadRead::Closed { partial: false })
+        ));
+    }
+
+    fn clock(window: Duration, rest: Duration) -> HeadClock {
+        HeadClock {
+            line_by: Instant::now() + window,
+            rest,
+            rest_by: None,
+            window,
+            rto: None,
+        }
+    }
+
+    /// Send `first`, then one byte every 50 ms until the reader leaves.
+    fn trickle(w: Stream, first: &'static [u8]) -> thread::JoinHandle<()> {
+        thread::spawn(move || {
+            if write_all_v(&w, first, &[]).is_err() {
+                return;
+            }
+            for _ in 0..200 {
+                thread::sleep(Duration::from_millis(50));
+                if write_all_v(&w, b"x", &[]).is_err() {
+                    return;
+                }
+            }
+        })
+    }
+
+    #[test]
+    fn a_trickled_head_times_out_at_its_deadline() {
+        // The request line is in at once; the rest of the head comes a
+        // byte at a time, never completing: the rest's deadline (300 ms)
+        // ends it, though bytes keep coming well within the window.
+        let (r, w) = unix_pair();
+        let t = trickle(w, b"GET / HTTP/1.1\r\nX: ");
+        let mut small = [0u8; SMALL_REQUEST];
+        let mut b = HeadBuf::new(&mut small);
+        let mut k = clock(Duration::from_secs(5), Duration::from_millis(300));
+        let start = Instant::now();
+        let got = read_head(&r, &mut b, Some(&mut k));
+        let took = start.elapsed();
+        assert!(matches!(got, Err(HeadRead::Timeout { partial: true })));
+        assert!(took >= Duration::from_millis(300), "{took:?}");
+        assert!(took < Duration::from_secs(3), "{took:?}");
+        assert!(b.data().starts_with(b"GET / HTTP/1.1\r\nX: x"));
+        drop(r);
+        t.join().unwrap();
+    }
+
+    #[test]
+    fn a_trickled_request_line_times_out_at_the_line_deadline() {
+        let (r, w) = unix_pair();
+        let t = trickle(w, b"G");
+        let mut small = [0u8; SMALL_REQUEST];
+        let mut b = HeadBuf::new(&mut small);
+        let mut k = clock(Duration::from_millis(300), Duration::from_secs(5));
+        let start = Instant::now();
+        let got = read_head(&r, &mut b, Some(&mut k));
+        let took = start.elapsed();
+        assert!(matches!(got, Err(HeadRead::Timeout { partial: true })));
+        assert!(took >= Duration::from_millis(250), "{took:?}");
+        assert!(took < Duration::from_secs(3), "{took:?}");
+        assert!(k.rest_by.is_none(), "no line was complete");
+        drop(r);
+        t.join().unwrap();
+    }
+
+    #[test]
+    fn a_head_within_its_deadlines_is_read() {
+        let (r, w) = unix_pair();
+        let parts = vec![
+            b"GET / HT".to_vec(),
+            b"TP/1.1\r\nHost: a\r\n".to_vec(),
+            b"\r\n".to_vec(),
+        ];
+        let t = send_parts(w, parts, Duration::from_millis(30));
+        let mut small = [0u8; SMALL_REQUEST];
+        let mut b = HeadBuf::new(&mut small);
+        let mut k = clock(Duration::from_secs(2), Duration::from_secs(2));
+        let end = read_head(&r, &mut b, Some(&mut k)).ok().expect("a head");
+        assert_eq!(&b.data()[..end], b"GET / HTTP/1.1\r\nHost: a\r\n\r\n");
+        assert!(k.rest_by.is_some(), "the line's arrival started the rest");
+        // The socket's timeout was fitted to what was left of a deadline.
+        assert!(k.rto.is_some_and(|t| t <= Duration::from_secs(2)));
+        drop(r);
+        t.join().unwrap();
+    }
+
+    #[test]
+    fn no_head_at_all_times_out_with_nothing_partial() {
+        let (r, w) = unix_pair();
+        let mut small = [0u8; SMALL_REQUEST];
+        let mut b = HeadBuf::new(&mut small);
+        let window = Duration::from_millis(200);
+        let mut k = clock(window, Duration::from_secs(5));
+        let start = Instant::now();
+        let got = read_head(&r, &mut b, Some(&mut k));
+        assert!(matches!(got, Err(HeadRead::Timeout { partial: false })));
+        assert!(start.elapsed() >= Duration::from_millis(150));
+        // The first read did not wait; then the window was set, once.
+        assert_eq!(k.rto, Some(window));
+        drop(w);
+    }
+
+    #[test]
+    fn read_response_leaves_the_body_bytes() {
+        let (r, w) = unix_pair();
+        write_all_v(&w, b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\nabc", &[]).unwrap();
+        let mut small = [0u8; SMALL];
+        let mut b = HeadBuf::new(&mut small);
+        let mut out = Vec::new();
+        let h = read_response(&r, &mut b, false, &mut out)
+            .ok()
+            .expect("a response head");
+        assert_eq!(h.status, 200);
+        assert_eq!(h.framing, Framing::Length(3));
+        b.consume(h.len);
+        assert_eq!(b.data(), b"abc");
+        drop(w);
+        let mut small = [0u8; SMALL];
+        let mut b = HeadBuf::new(&mut small);
+        let Err(e) = read_response(&r, &mut b, false, &mut out) else {
+            panic!("a response head from a closed connection");
+        };
+        assert!(e.nothing_read(), "a dead connection is told apart");
+    }
+}

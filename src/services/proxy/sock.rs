@@ -116,3 +116,44 @@ pub(super) fn readable_within(s: &Stream, t: Duration) -> bool {
         .unwrap_or(PollTimeout::MAX);
     matches!(poll(&mut fds, ms), Ok(n) if n > 0)
 }
+
+/// Connected socket pairs for the proxy's unit tests.
+#[cfg(test)]
+pub(super) mod testing {
+    use std::net::{TcpListener, TcpStream};
+    use std::os::unix::net::UnixStream;
+    use std::time::Duration;
+
+    use crate::net::Stream;
+
+    /// Long enough for any test step, short enough that a bug fails the
+    /// test instead of hanging it.
+    const BOUND: Duration = Duration::from_secs(10);
+
+    /// A connected pair of unix stream sockets.
+    pub fn unix_pair() -> (Stream, Stream) {
+        let (a, b) = UnixStream::pair().expect("socketpair");
+        let (a, b) = (Stream::Unix(a), Stream::Unix(b));
+        a.set_timeout(Some(BOUND)).expect("timeout");
+        b.set_timeout(Some(BOUND)).expect("timeout");
+        (a, b)
+    }
+
+    /// A connected pair of TCP sockets on 127.0.0.1.
+    pub fn tcp_pair() -> (Stream, Stream) {
+        let l = TcpListener::bind("127.0.0.1:0").expect("bind");
+        let a = TcpStream::connect(l.local_addr().expect("addr")).expect("connect");
+        let (b, _) = l.accept().expect("accept");
+        let (a, b) = (Stream::Tcp(a), Stream::Tcp(b));
+        a.set_timeout(Some(BOUND)).expect("timeout");
+        b.set_timeout(Some(BOUND)).expect("timeout");
+        (a, b)
+    }
+
+    /// Bytes that show a lost, doubled or reordered byte.
+    pub fn pattern(n: usize) -> Vec<u8> {
+        (0..n)
+            .map(|i| (i.wrapping_mul(7) ^ (i >> 8)) as u8)
+            .collect()
+    }
+}
