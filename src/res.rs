@@ -72,6 +72,31 @@ impl Res {
     pub const NOTIMPL_ATYP: Res = Res(997);
     /// Not implemented.
     pub const NOTIMPL: Res = Res(999);
+
+    // Used by the HTTP proxy (named by the proxy split).
+    /// No user name was given where one is required (`-u2`, before the
+    /// ACL is asked); HTTP answers 407.
+    pub const AUTH_NO_USER: Res = Res(4);
+    /// A limit was reached: a traffic quota (`countin`, `countout`,
+    /// `countall`), also `connlim` and authcache's `limit`; HTTP answers
+    /// 503.
+    pub const QUOTA: Res = Res(10);
+    /// A `connect` (HTTP CONNECT) parent: sending the CONNECT request to
+    /// it failed.
+    pub const PARENT_SEND: Res = Res(31);
+    /// A `connect` parent: no status line came back, or a short one.
+    pub const PARENT_READ: Res = Res(32);
+    /// A `connect` parent answered the CONNECT with a status other than
+    /// 2xx.
+    pub const PARENT_REFUSED: Res = Res(33);
+
+    /// Codes 30-79: a parent proxy failed on the way to the destination
+    /// (30-39 `connect` parents, 40-49 SOCKS4, 50-69 SOCKS5, 70 UDP
+    /// through a parent that cannot carry it); HTTP answers 502 "Failed
+    /// to connect parent proxy".
+    pub const fn is_parent_hop(self) -> bool {
+        self.0 >= 30 && self.0 < 80
+    }
 }
 
 impl std::fmt::Display for Res {
@@ -83,6 +108,16 @@ impl std::fmt::Display for Res {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn parent_hop_codes_are_30_to_79() {
+        assert!(!Res(29).is_parent_hop());
+        assert!(Res::PARENT_SEND.is_parent_hop());
+        assert!(Res::PARENT_REFUSED.is_parent_hop());
+        assert!(Res(79).is_parent_hop());
+        assert!(!Res(80).is_parent_hop());
+        assert!(!Res::CONNECT.is_parent_hop());
+    }
 
     #[test]
     fn displays_as_five_digits() {

@@ -484,7 +484,7 @@ impl Session {
         let needuser = self.svc.opts.needuser.unwrap_or(1);
         if needuser > 1 && req.user.is_none() {
             // `-u2`: a user name is required before the ACL is asked.
-            return Err(Fail::answer(Res(4), 407));
+            return Err(Fail::answer(Res::AUTH_NO_USER, 407));
         }
         let kept = self
             .origin
@@ -795,12 +795,12 @@ impl Session {
             self.abs_out.extend_from_slice(b"\r\n");
         }
         self.abs_out.extend_from_slice(b"\r\n");
-        write_all_v(&o.s, &self.abs_out, &[]).map_err(|_| parent_fail(Res(31)))?;
+        write_all_v(&o.s, &self.abs_out, &[]).map_err(|_| parent_fail(Res::PARENT_SEND))?;
         c.bytes_out += self.abs_out.len() as u64;
-        let h =
-            read_response(&o.s, sb, true, &mut self.resp_out).map_err(|_| parent_fail(Res(32)))?;
+        let h = read_response(&o.s, sb, true, &mut self.resp_out)
+            .map_err(|_| parent_fail(Res::PARENT_READ))?;
         if !(200..300).contains(&h.status) {
-            return Err(parent_fail(Res(33)));
+            return Err(parent_fail(Res::PARENT_REFUSED));
         }
         sb.consume(h.len);
         Ok(())
@@ -1205,9 +1205,9 @@ fn send_interim(
 
 /// The status for an access-control refusal (3proxy's mapping).
 fn deny_status(res: Res, needuser: u32) -> u16 {
-    match res.0 {
-        10 => 503,
-        2..=9 if needuser > 0 => 407,
+    match res {
+        Res::QUOTA => 503,
+        Res(2..=9) if needuser > 0 => 407,
         _ => 403,
     }
 }
@@ -1215,10 +1215,10 @@ fn deny_status(res: Res, needuser: u32) -> u16 {
 /// The answer when the destination could not be reached (through the
 /// parents): 3proxy's codes 30-79 are a parent's failure.
 fn parent_fail(res: Res) -> Fail {
-    let status = match res.0 {
+    let status = match res {
         // A `*` parent needs the client's credentials.
-        1..=9 => 407,
-        999 => 501,
+        Res(1..=9) => 407,
+        Res::NOTIMPL => 501,
         _ => 502,
     };
     Fail::answer(res, status)
@@ -1227,7 +1227,7 @@ fn parent_fail(res: Res) -> Fail {
 /// Write an error answer (for the failure `res`); the byte count sent.
 fn send_error(cli: &Stream, status: u16, res: Res) -> usize {
     let (reason, why) = match status {
-        502 if (30..80).contains(&res.0) => ("Bad Gateway", "Failed to connect parent proxy."),
+        502 if res.is_parent_hop() => ("Bad Gateway", "Failed to connect parent proxy."),
         400 => (
             "Bad Request",
             "The proxy could not understand this request.",
@@ -1381,7 +1381,7 @@ fn set_text_from_raw(c: &mut Client, data: &[u8]) {
 
 fn cli_res(e: &io::Error) -> Res {
     if is_quota(e) {
-        Res(10)
+        Res::QUOTA
     } else if crate::net::is_timeout(e) {
         Res::IDLE
     } else {
@@ -1391,7 +1391,7 @@ fn cli_res(e: &io::Error) -> Res {
 
 fn srv_res(e: &io::Error) -> Res {
     if is_quota(e) {
-        Res(10)
+        Res::QUOTA
     } else if crate::net::is_timeout(e) {
         Res::IDLE
     } else {
