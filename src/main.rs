@@ -28,6 +28,7 @@ mod acceptor;
 mod access;
 mod acl;
 mod auth;
+mod bufpool;
 mod client;
 mod conf;
 mod connectback;

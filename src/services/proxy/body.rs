@@ -2,10 +2,11 @@
 //! chunked coding, or up to the origin's close), under the session's
 //! bandwidth limits and traffic quota.
 //!
-//! A body moves through a 64 KiB buffer borrowed from a pool only while
-//! it moves, or with `-s` through a pooled pipe with splice(), never
-//! copied to user space. Chunked bodies are relayed as they are; a
-//! `ChunkScanner` only finds where they end.
+//! A body moves through a 64 KiB buffer borrowed from the shared pool
+//! (`bufpool`, the relay's too) only while it moves, or with `-s` through
+//! a pipe from the same module's pool with splice(), never copied to user
+//! space. Chunked bodies are relayed as they are; a `ChunkScanner` only
+//! finds where they end.
 //!
 //! Invariants: a copy stops exactly at the body's end (bytes read past it
 //! go to the caller); every error says which socket it came from (`Side`);
@@ -13,14 +14,13 @@
 //! says so.
 
 use std::io::{self, Read};
-use std::os::fd::{AsFd, OwnedFd};
-use std::sync::Mutex;
+use std::os::fd::AsFd;
 use std::time::{Duration, Instant};
 
+use crate::bufpool::{Buf, Pipe};
 use crate::http::ChunkScanner;
 use crate::limit::{Permit, Session as Limits};
 use crate::net::Stream;
-use crate::services::DEFAULT_BUFSIZE;
 
 use super::sock::write_all_v;
 
@@ -29,38 +29,6 @@ use super::sock::write_all_v;
 pub(super) enum Side {
     Client,
     Server,
-}
-
-/// Body buffers of `DEFAULT_BUFSIZE` waiting for the next body.
-static POOL: Mutex<Vec<Box<[u8]>>> = Mutex::new(Vec::new());
-/// Most buffers the pool keeps (4 MiB).
-const POOL_MAX: usize = 64;
-
-/// A body buffer borrowed from the pool; returned on drop.
-struct BodyBuf(Option<Box<[u8]>>);
-
-impl BodyBuf {
-    fn get() -> BodyBuf {
-        let pooled = POOL.lock().unwrap_or_else(|e| e.into_inner()).pop();
-        BodyBuf(Some(pooled.unwrap_or_else(|| {
-            vec![0u8; DEFAULT_BUFSIZE].into_boxed_slice()
-        })))
-    }
-
-    fn bytes(&mut self) -> &mut [u8] {
-        self.0.as_deref_mut().unwrap_or(&mut [])
-    }
-}
-
-impl Drop for BodyBuf {
-    fn drop(&mut self) {
-        if let Some(b) = self.0.take() {
-            let mut pool = POOL.lock().unwrap_or_else(|e| e.into_inner());
-            if pool.len() < POOL_MAX {
-                pool.push(b);
-            }
-        }
-    }
 }
 
 type Moved = Result<u64, (Side, io::Error)>;
@@ -144,7 +112,7 @@ pub(super) fn copy_exact(
     if splice && n >= SPLICE_MIN {
         return splice_body(src, dst, Some(n), from, lim);
     }
-    let mut buf = BodyBuf::get();
+    let mut buf = Buf::get();
     let b = buf.bytes();
     let mut left = n;
     while left > 0 {
@@ -164,7 +132,7 @@ pub(super) fn copy_to_eof(src: &Stream, dst: &Stream, lim: Option<&Limits>, spli
     if splice {
         return splice_body(src, dst, None, Side::Server, lim);
     }
-    let mut buf = BodyBuf::get();
+    let mut buf = Buf::get();
     let b = buf.bytes();
     let mut total = 0;
     loop {
@@ -183,45 +151,6 @@ const SPLICE_MIN: u64 = 16 * 1024;
 /// Bytes moved per splice() pair: what a pipe holds by default.
 const PIPE_CAP: usize = 64 * 1024;
 
-/// Pipes for splice(), empty, waiting for the next body (as `POOL`).
-static PIPES: Mutex<Vec<(OwnedFd, OwnedFd)>> = Mutex::new(Vec::new());
-
-/// A pipe borrowed from `PIPES`; returned on drop if it is empty.
-struct Pipe {
-    fds: Option<(OwnedFd, OwnedFd)>,
-    /// Bytes in the pipe.
-    inflight: usize,
-}
-
-impl Pipe {
-    fn get() -> io::Result<Pipe> {
-        let pooled = PIPES.lock().unwrap_or_else(|e| e.into_inner()).pop();
-        let fds = match pooled {
-            Some(p) => p,
-            // Blocking ends: the sockets' own timeouts then govern each
-            // splice(), as they govern read() and write(); a blocking pipe
-            // never makes one wait, as it is empty before every fill and
-            // drained of what is in it only.
-            None => nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(io::Error::from)?,
-        };
-        Ok(Pipe {
-            fds: Some(fds),
-            inflight: 0,
-        })
-    }
-}
-
-impl Drop for Pipe {
-    fn drop(&mut self) {
-        if let Some(p) = self.fds.take().filter(|_| self.inflight == 0) {
-            let mut pool = PIPES.lock().unwrap_or_else(|e| e.into_inner());
-            if pool.len() < POOL_MAX {
-                pool.push(p);
-            }
-        }
-    }
-}
-
 /// `-s`: move a body of `n` bytes (None: up to EOF) from `src` to `dst`
 /// through a pipe with splice(), never copied to user space.
 fn splice_body(
@@ -231,11 +160,10 @@ fn splice_body(
     from: Side,
     lim: Option<&Limits>,
 ) -> Moved {
-    use nix::fcntl::{splice, SpliceFFlags};
-    let mut pipe = Pipe::get().map_err(|e| (from, e))?;
-    let Some((r, w)) = pipe.fds.as_ref().map(|(r, w)| (r.as_fd(), w.as_fd())) else {
-        return Ok(0);
-    };
+    use nix::fcntl::SpliceFFlags;
+    // A pooled pipe (`bufpool`): blocking ends, so the sockets' own
+    // timeouts govern each splice(), as they govern read() and write().
+    let mut pipe = Pipe::get().map_err(|e| (from, e.into()))?;
     let out = from == Side::Client;
     let mut left = n.unwrap_or(u64::MAX);
     let mut total = 0u64;
@@ -247,14 +175,7 @@ fn splice_body(
             from,
         )?;
         let got = loop {
-            match splice(
-                src.as_fd(),
-                None,
-                w,
-                None,
-                want,
-                SpliceFFlags::SPLICE_F_MOVE,
-            ) {
+            match pipe.fill(src.as_fd(), want, SpliceFFlags::SPLICE_F_MOVE) {
                 Ok(k) => break k,
                 Err(nix::errno::Errno::EINTR) => {}
                 Err(e) => return Err((from, e.into())),
@@ -269,18 +190,10 @@ fn splice_body(
         if let Some(l) = lim {
             l.used(out, got, Instant::now());
         }
-        pipe.inflight = got;
-        while pipe.inflight > 0 {
-            match splice(
-                r,
-                None,
-                dst.as_fd(),
-                None,
-                pipe.inflight,
-                SpliceFFlags::SPLICE_F_MOVE,
-            ) {
+        while pipe.inflight() > 0 {
+            match pipe.drain(dst.as_fd(), SpliceFFlags::SPLICE_F_MOVE) {
                 Ok(0) => return Err((other(from), io::ErrorKind::WriteZero.into())),
-                Ok(k) => pipe.inflight -= k,
+                Ok(_) => {}
                 Err(nix::errno::Errno::EINTR) => {}
                 Err(e) => return Err((other(from), e.into())),
             }
@@ -303,7 +216,7 @@ pub(super) fn copy_chunked(
     lim: Option<&Limits>,
     mut past: impl FnMut(&[u8]),
 ) -> Moved {
-    let mut buf = BodyBuf::get();
+    let mut buf = Buf::get();
     let b = buf.bytes();
     let mut total = 0;
     while !sc.done() {

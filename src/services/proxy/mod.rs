@@ -29,8 +29,8 @@
 //!   lives on the heap, and the deep paths (connecting, exchanging,
 //!   responding) are `#[inline(never)]`, so that their frames do not stack
 //!   on one another. An idle keep-alive client holds no head or body
-//!   buffer: bodies move through 64 KiB buffers borrowed from a pool only
-//!   while a body moves.
+//!   buffer: bodies move through 64 KiB buffers borrowed from the shared
+//!   pool (`bufpool`) only while a body moves.
 //!
 //! Invariants: one log record per request (`Client::log_record`); the
 //! proxy and the origin always agree where a request ends (ambiguous
