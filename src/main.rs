@@ -29,6 +29,7 @@ mod access;
 mod acl;
 mod addr;
 mod auth;
+mod bufpool;
 mod chain;
 mod client;
 mod conf;

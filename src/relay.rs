@@ -12,17 +12,17 @@
 //!   other direction keeps flowing. `-C` ends the session at the first EOF,
 //!   after delivering what was already read.
 //! - The idle timeout is measured from the last time any byte moved.
-//! - Data moves through a heap buffer per direction (borrowed from a pool
-//!   only while data is in flight, so idle sessions hold none) or, with `-s`,
-//!   through a kernel pipe per direction with splice(), never copied to us.
+//! - Data moves through a heap buffer per direction (borrowed from the
+//!   shared pool, `bufpool`, only while data is in flight, so idle sessions
+//!   hold none) or, with `-s`, through a kernel pipe per direction with
+//!   splice(), never copied to us (pooled too, unless `-b` resizes it).
 //! - Limits (`relay_with`): a direction over its bandwidth limit reads
 //!   nothing until its bucket's debt is paid; the wait is part of the
 //!   poll() timeout, so a limited session sleeps and never spins. A
 //!   direction past its traffic quota ends the session with code 10.
 
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
-use std::sync::Mutex;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 use std::time::{Duration, Instant};
 
 use nix::errno::Errno;
@@ -30,6 +30,7 @@ use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::sys::socket::{recv, send, MsgFlags};
 
 use crate::access::Recheck;
+use crate::bufpool::{self, Pipe};
 use crate::limit::{Permit, Session};
 use crate::net::Stream;
 use crate::res::Res;
@@ -154,12 +155,13 @@ trait Channel {
     fn release(&mut self) {}
 }
 
-/// Reusable relay buffers of the default size, so a burst of sessions does
-/// not allocate and free 128 KiB each, and idle sessions hold none.
-static POOL: Mutex<Vec<Box<[u8]>>> = Mutex::new(Vec::new());
-/// Most buffers kept in the pool (4 MiB).
-const POOL_MAX: usize = 64;
+// The shared pool's buffers are those of a relay with the default `-b`:
+// only they are pooled (`bufpool`), so a burst of sessions does not
+// allocate and free 128 KiB each, and idle sessions hold none.
+const _: () = assert!(bufpool::SIZE == DEFAULT_BUFSIZE);
 
+/// A direction's buffer: borrowed from the pool (`bufpool`) when a read
+/// needs it, given back when the direction is idle.
 struct CopyBuf {
     buf: Option<Box<[u8]>>,
     size: usize,
@@ -179,14 +181,7 @@ impl CopyBuf {
 
     fn buffer(&mut self) -> &mut [u8] {
         let size = self.size;
-        self.buf.get_or_insert_with(|| {
-            let pooled = if size == DEFAULT_BUFSIZE {
-                POOL.lock().unwrap_or_else(|e| e.into_inner()).pop()
-            } else {
-                None
-            };
-            pooled.unwrap_or_else(|| vec![0u8; size].into_boxed_slice())
-        })
+        self.buf.get_or_insert_with(|| bufpool::take(size))
     }
 }
 
@@ -231,14 +226,7 @@ impl Channel for CopyBuf {
             return;
         }
         if let Some(b) = self.buf.take() {
-            if b.len() == DEFAULT_BUFSIZE {
-                let mut pool = POOL.lock().unwrap_or_else(|e| e.into_inner());
-                if pool.len() < POOL_MAX {
-                    pool.push(b);
-                } else {
-                    crate::sys::mem::freed_big();
-                }
-            }
+            bufpool::give(b);
         }
     }
 }
@@ -252,83 +240,79 @@ impl Drop for CopyBuf {
 }
 
 /// A pipe for splice(): bytes go socket -> pipe -> socket inside the kernel.
+/// One of the default size comes from the shared pool (`bufpool`) and goes
+/// back to it, empty, when the session ends.
 struct SplicePipe {
-    pipe: Option<(OwnedFd, OwnedFd)>,
+    pipe: Option<Pipe>,
     cap: usize,
-    inflight: usize,
 }
 
 impl SplicePipe {
     fn new(cap: usize) -> SplicePipe {
         // A pipe holds 64 KiB unless resized; `-b` above that resizes it
         // when it is made (see `pipe`).
-        SplicePipe {
-            pipe: None,
-            cap,
-            inflight: 0,
-        }
+        SplicePipe { pipe: None, cap }
     }
 
-    fn pipe(&mut self) -> Result<&(OwnedFd, OwnedFd), Errno> {
+    fn pipe(&mut self) -> Result<&mut Pipe, Errno> {
         if self.pipe.is_none() {
-            use nix::fcntl::{fcntl, FcntlArg, OFlag};
-            let (r, w) = nix::unistd::pipe2(OFlag::O_CLOEXEC | OFlag::O_NONBLOCK)?;
+            use nix::fcntl::{fcntl, FcntlArg};
+            // A pipe resized for `-b` is the session's own: the pool keeps
+            // pipes of the default size only.
+            let p = if self.cap > 65536 {
+                Pipe::own()?
+            } else {
+                Pipe::get()?
+            };
+            let w = p.write_end();
             // The pipe's real size bounds what may be in flight: more than
             // that would make splice() block or fail.
             let size = if self.cap > 65536 {
                 let want = self.cap.min(i32::MAX as usize) as i32;
-                fcntl(&w, FcntlArg::F_SETPIPE_SZ(want))
-                    .or_else(|_| fcntl(&w, FcntlArg::F_GETPIPE_SZ))
+                fcntl(w, FcntlArg::F_SETPIPE_SZ(want)).or_else(|_| fcntl(w, FcntlArg::F_GETPIPE_SZ))
             } else {
-                fcntl(&w, FcntlArg::F_GETPIPE_SZ)
+                fcntl(w, FcntlArg::F_GETPIPE_SZ)
             };
             self.cap = self.cap.min(size.map_or(65536, |n| n.max(4096) as usize));
-            self.pipe = Some((r, w));
+            self.pipe = Some(p);
         }
-        Ok(self.pipe.as_ref().expect("just created"))
+        Ok(self.pipe.as_mut().expect("just created"))
+    }
+
+    /// Bytes in the pipe.
+    fn inflight(&self) -> usize {
+        self.pipe.as_ref().map_or(0, Pipe::inflight)
     }
 }
 
 impl Channel for SplicePipe {
     fn has_space(&self) -> bool {
-        self.inflight < self.cap
+        self.inflight() < self.cap
     }
     fn room(&self) -> usize {
-        self.cap.saturating_sub(self.inflight)
+        self.cap.saturating_sub(self.inflight())
     }
     fn pending(&self) -> bool {
-        self.inflight > 0
+        self.inflight() > 0
     }
+    // The pool's pipes have blocking ends; SPLICE_F_NONBLOCK makes each
+    // splice() as non-blocking as the relay needs (see `bufpool`).
     fn fill(&mut self, src: BorrowedFd<'_>, max: usize) -> Result<usize, Errno> {
-        use nix::fcntl::{splice, SpliceFFlags};
+        use nix::fcntl::SpliceFFlags;
         self.pipe()?;
-        let room = self.cap.saturating_sub(self.inflight).min(max);
-        let (_, w) = self.pipe()?;
-        let n = splice(
+        let room = self.cap.saturating_sub(self.inflight()).min(max);
+        self.pipe()?.fill(
             src,
-            None,
-            w,
-            None,
             room,
             SpliceFFlags::SPLICE_F_NONBLOCK | SpliceFFlags::SPLICE_F_MOVE,
-        )?;
-        self.inflight += n;
-        Ok(n)
+        )
     }
     fn drain(&mut self, dst: BorrowedFd<'_>) -> Result<usize, Errno> {
-        use nix::fcntl::{splice, SpliceFFlags};
-        let len = self.inflight;
-        let (r, _) = self.pipe()?;
-        let n = splice(
-            r,
-            None,
+        use nix::fcntl::SpliceFFlags;
+        self.pipe()?.drain(
             dst,
-            None,
-            len,
             SpliceFFlags::SPLICE_F_NONBLOCK | SpliceFFlags::SPLICE_F_MOVE,
-        )?;
-        self.inflight -= n;
-        Ok(n)
+        )
     }
 }
 

@@ -457,14 +457,12 @@ impl Res {
     }
 
     /// A code of the parent proxy range, 30-79 (HTTP answers them 502).
-    #[allow(dead_code)]
     pub const fn is_parent(self) -> bool {
         self.0 >= Res::PARENT_FIRST.0 && self.0 <= Res::PARENT_LAST.0
     }
 
     /// A refusal by access control or authentication, 1-9 (not 10, a
     /// limit).
-    #[allow(dead_code)]
     pub const fn is_auth(self) -> bool {
         self.0 >= Res::ACL_DENY.0 && self.0 < Res::QUOTA.0
     }

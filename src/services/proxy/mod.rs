@@ -7,18 +7,30 @@
 //! origin and the response back, bodies streamed by their framing. The
 //! origin connection is kept while the next request goes to the same host
 //! and port; when the client moves on or leaves, a clean one is parked in
-//! a pool shared by the service's clients (`park`/`unpark`) instead of
-//! being closed. Heads are parsed and rewritten by `http` (pure); this
-//! file does the IO.
+//! a pool shared by the service's clients (`pool`) instead of being
+//! closed. Heads are parsed and rewritten by `http` (pure); this module
+//! does the IO, in parts:
+//!
+//! - this file: the session (`serve`, `Session`: read a request,
+//!   authorize it, find or dial its origin, tunnel or exchange, respond),
+//!   and the error answers with their result codes;
+//! - `head`: head buffers and reading a head within its deadlines;
+//! - `body`: copying a body by its framing, under the session's limits;
+//! - `pool`: the idle origin connections shared by a service's clients;
+//! - `sock`: the socket calls (sendmsg of two slices, timeouts).
 //!
 //! Speed and memory, by design:
 //! - Sockets stay blocking, with read/write timeouts set when they change
 //!   (not per request): a read that can proceed never waits for a poll().
 //! - A head and the body bytes read with it leave in one writev.
-//! - Heads are read into 4 KiB buffers on the thread's stack (spilled to
-//!   the heap only for bigger heads), so an idle keep-alive client holds
-//!   no heap buffer; bodies move through 64 KiB buffers borrowed from a
-//!   pool only while a body moves.
+//! - A client thread has a small stack (48 KiB by default), and every page
+//!   of it the thread touched stays resident while the thread lives. So
+//!   heads are read into small buffers on the stack (`head`), a `Session`
+//!   lives on the heap, and the deep paths (connecting, exchanging,
+//!   responding) are `#[inline(never)]`, so that their frames do not stack
+//!   on one another. An idle keep-alive client holds no head or body
+//!   buffer: bodies move through 64 KiB buffers borrowed from the shared
+//!   pool (`bufpool`) only while a body moves.
 //!
 //! Invariants: one log record per request (`Client::log_record`); the
 //! proxy and the origin always agree where a request ends (ambiguous
@@ -26,39 +38,35 @@
 //! byte of the response went to the client, and always closes the
 //! connection.
 
-use std::collections::HashMap;
-use std::io::{self, IoSlice, Read};
+mod body;
+mod head;
+mod pool;
+mod sock;
 
-use nix::sys::socket::MsgFlags;
+use std::io::{self, Read};
 use std::net::{IpAddr, Shutdown, SocketAddr};
-use std::os::fd::{AsFd, OwnedFd};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use crate::access::{self, Grant, Recheck, Request};
 use crate::chain;
 use crate::client::Client;
-use crate::limit::{Permit, Session as Limits};
+use crate::limit::Session as Limits;
 use crate::net::{parse_ip, resolve, Stream};
 use crate::parent::{self, Parents};
 use crate::proto::http::{self, ChunkScanner, Framing, HeadError, ResponseHead};
 use crate::relay::{relay_with, RelayOpts};
 use crate::res::Res;
-use crate::service::{Service, DEFAULT_BUFSIZE};
+use crate::service::Service;
 use crate::timeouts::Timeouts;
 
-/// Largest request or response head (request line and fields); a bigger
-/// request head is answered 431.
-const MAX_HEAD: usize = 64 * 1024;
-/// Head buffers start this small, on the stack: enough for a response
-/// head with a small body (read in one go), and for the heads of most
-/// requests (`SMALL_REQUEST`). Every stack page a client thread touches
-/// stays resident while the thread lives: with 2000 clients each page is
-/// 8 MB. So these are small (a bigger head spills to the heap), and the
-/// deep paths (connecting, exchanging) do not stack their frames on one
-/// another. A client thread touches 3 pages of stack.
-const SMALL: usize = 1536;
-const SMALL_REQUEST: usize = 1024;
+use body::{copy_chunked, copy_exact, copy_to_eof, is_bad_chunk, is_quota, Side};
+use head::{read_head, read_response, HeadBuf, HeadClock, HeadRead, SMALL, SMALL_REQUEST};
+use pool::{park, still_open, unpark};
+use sock::{
+    readable_within, send_lazy, set_read_timeout, set_timeouts, set_write_timeout, write_all_v,
+};
+
 /// How long to wait for an origin's `100 Continue` before sending the body
 /// anyway (an origin may ignore `Expect`, RFC 9110 section 10.1.1).
 const CONTINUE_WAIT: Duration = Duration::from_secs(1);
@@ -477,7 +485,7 @@ impl Session {
         let needuser = self.svc.opts.needuser.unwrap_or(1);
         if needuser > 1 && req.user.is_none() {
             // `-u2`: a user name is required before the ACL is asked.
-            return Err(Fail::answer(Res(4), 407));
+            return Err(Fail::answer(Res::AUTH_NO_USER, 407));
         }
         let kept = self
             .origin
@@ -788,12 +796,12 @@ impl Session {
             self.abs_out.extend_from_slice(b"\r\n");
         }
         self.abs_out.extend_from_slice(b"\r\n");
-        write_all_v(&o.s, &self.abs_out, &[]).map_err(|_| parent_fail(Res(31)))?;
+        write_all_v(&o.s, &self.abs_out, &[]).map_err(|_| parent_fail(Res::PARENT_CONNECT_SEND))?;
         c.bytes_out += self.abs_out.len() as u64;
-        let h =
-            read_response(&o.s, sb, true, &mut self.resp_out).map_err(|_| parent_fail(Res(32)))?;
+        let h = read_response(&o.s, sb, true, &mut self.resp_out)
+            .map_err(|_| parent_fail(Res::PARENT_CONNECT_REPLY))?;
         if !(200..300).contains(&h.status) {
-            return Err(parent_fail(Res(33)));
+            return Err(parent_fail(Res::PARENT_CONNECT_REFUSED));
         }
         sb.consume(h.len);
         Ok(())
@@ -1170,106 +1178,6 @@ impl Drop for Session {
     }
 }
 
-// ---------------------------------------------------------------------------
-// The shared pool of idle origin connections
-
-/// Idle origin connections of all clients, by service and address, most
-/// recently parked last. A client whose next request goes elsewhere, or
-/// who leaves, parks its kept connection here; any client of the same
-/// service going to the same host and port takes it instead of dialing.
-/// (3proxy has no such pool; haproxy and nginx do.)
-static IDLE: Mutex<Option<IdleMap>> = Mutex::new(None);
-
-/// Parked connections by (service, destination).
-type IdleMap = HashMap<(usize, SocketAddr), Vec<Parked>>;
-/// Most idle connections kept per destination, and in all.
-const IDLE_PER_DEST: usize = 32;
-const IDLE_MAX: usize = 1024;
-
-struct Parked {
-    o: Origin,
-    at: Instant,
-}
-
-fn pool_key(svc: &Arc<Service>, dst: SocketAddr) -> (usize, SocketAddr) {
-    (Arc::as_ptr(svc) as usize, dst)
-}
-
-/// How long a connection may wait in the pool: STRING_SHORT, the time a
-/// client may stay idle between requests.
-fn idle_limit(svc: &Service) -> Duration {
-    svc.timeouts.get(Timeouts::STRING_SHORT)
-}
-
-fn park(svc: &Arc<Service>, o: Origin) {
-    if o.bound || !o.used || o.via.is_some() {
-        return;
-    }
-    let limit = idle_limit(svc);
-    let now = Instant::now();
-    // Connections dropped here are closed after the lock is released.
-    let mut dead: Vec<Parked> = Vec::new();
-    let mut g = IDLE.lock().unwrap_or_else(|e| e.into_inner());
-    let map = g.get_or_insert_with(HashMap::new);
-    // Each list is in the order of parking: what waited too long is a
-    // prefix.
-    let expired = |v: &[Parked]| v.partition_point(|p| now.duration_since(p.at) >= limit);
-    let total: usize = map.values().map(Vec::len).sum();
-    if total >= IDLE_MAX {
-        // Make room by dropping what has waited too long everywhere.
-        map.retain(|_, v| {
-            let k = expired(v);
-            dead.extend(v.drain(..k));
-            !v.is_empty()
-        });
-        if map.values().map(Vec::len).sum::<usize>() >= IDLE_MAX {
-            drop(g);
-            return;
-        }
-    }
-    let v = map.entry(pool_key(svc, o.addr)).or_default();
-    let mut k = expired(v);
-    if v.len() - k >= IDLE_PER_DEST {
-        k += 1;
-    }
-    dead.extend(v.drain(..k));
-    v.push(Parked { o, at: now });
-    drop(g);
-    drop(dead);
-}
-
-/// The most recently parked connection to `dst` for `host`; with `look`,
-/// one that still looks open.
-fn unpark(svc: &Arc<Service>, dst: SocketAddr, host: &str, look: bool) -> Option<Origin> {
-    let limit = idle_limit(svc);
-    loop {
-        let p = {
-            let mut g = IDLE.lock().unwrap_or_else(|e| e.into_inner());
-            let v = g.as_mut()?.get_mut(&pool_key(svc, dst))?;
-            let i = v
-                .iter()
-                .rposition(|p| p.o.host.eq_ignore_ascii_case(host))?;
-            v.remove(i)
-        };
-        // Checked outside the lock; a dead one is dropped and the next tried.
-        if p.at.elapsed() < limit && (!look || still_open(&p.o)) {
-            return Some(p.o);
-        }
-    }
-}
-
-/// Whether a kept connection still looks open (a peek that does not
-/// wait): checked before sending a request that cannot be retried.
-fn still_open(o: &Origin) -> bool {
-    use nix::sys::socket::{recv, MsgFlags};
-    let mut b = [0u8; 1];
-    let flags = MsgFlags::MSG_PEEK | MsgFlags::MSG_DONTWAIT;
-    matches!(
-        recv(std::os::fd::AsRawFd::as_raw_fd(&o.s), &mut b, flags),
-        Err(nix::errno::Errno::EAGAIN)
-    )
-}
-
 /// Pass a 1xx (other than 101) on to the client.
 fn send_interim(
     out: &mut Vec<u8>,
@@ -1298,9 +1206,10 @@ fn send_interim(
 
 /// The status for an access-control refusal (3proxy's mapping).
 fn deny_status(res: Res, needuser: u32) -> u16 {
-    match res.0 {
-        10 => 503,
-        2..=9 if needuser > 0 => 407,
+    match res {
+        Res::QUOTA => 503,
+        // Credentials missing or wrong (not a `deny`): ask for them.
+        r if r.is_auth() && r != Res::ACL_DENY && needuser > 0 => 407,
         _ => 403,
     }
 }
@@ -1308,10 +1217,10 @@ fn deny_status(res: Res, needuser: u32) -> u16 {
 /// The answer when the destination could not be reached (through the
 /// parents): 3proxy's codes 30-79 are a parent's failure.
 fn parent_fail(res: Res) -> Fail {
-    let status = match res.0 {
+    let status = match res {
         // A `*` parent needs the client's credentials.
-        1..=9 => 407,
-        999 => 501,
+        r if r.is_auth() => 407,
+        Res::NOTIMPL => 501,
         _ => 502,
     };
     Fail::answer(res, status)
@@ -1320,7 +1229,7 @@ fn parent_fail(res: Res) -> Fail {
 /// Write an error answer (for the failure `res`); the byte count sent.
 fn send_error(cli: &Stream, status: u16, res: Res) -> usize {
     let (reason, why) = match status {
-        502 if (30..80).contains(&res.0) => ("Bad Gateway", "Failed to connect parent proxy."),
+        502 if res.is_parent() => ("Bad Gateway", "Failed to connect parent proxy."),
         400 => (
             "Bad Request",
             "The proxy could not understand this request.",
@@ -1472,696 +1381,9 @@ fn set_text_from_raw(c: &mut Client, data: &[u8]) {
     }));
 }
 
-// ---------------------------------------------------------------------------
-// Heads
-
-/// A head buffer: `SMALL` bytes on the caller's stack, spilled to the heap
-/// when a head is bigger (up to `MAX_HEAD`), and given back at rest.
-struct HeadBuf<'a> {
-    small: &'a mut [u8],
-    big: Vec<u8>,
-    /// Unused bytes are `[start..end]`.
-    start: usize,
-    end: usize,
-    /// How far past `start` a head end was looked for already.
-    scanned: usize,
-    /// The length of the head just read.
-    head_len: usize,
-}
-
-impl<'a> HeadBuf<'a> {
-    fn new(small: &'a mut [u8]) -> HeadBuf<'a> {
-        HeadBuf {
-            small,
-            big: Vec::new(),
-            start: 0,
-            end: 0,
-            scanned: 0,
-            head_len: 0,
-        }
-    }
-
-    fn buf(&self) -> &[u8] {
-        if self.big.is_empty() {
-            self.small
-        } else {
-            &self.big
-        }
-    }
-
-    fn data(&self) -> &[u8] {
-        &self.buf()[self.start..self.end]
-    }
-
-    fn consume(&mut self, n: usize) {
-        self.start = (self.start + n).min(self.end);
-        self.scanned = 0;
-        if self.start == self.end {
-            self.start = 0;
-            self.end = 0;
-        }
-    }
-
-    /// Make room to read more; false when the data is `MAX_HEAD` already.
-    fn make_room(&mut self) -> bool {
-        let len = self.end - self.start;
-        if len >= MAX_HEAD {
-            return false;
-        }
-        let cap = self.buf().len();
-        if self.end < cap {
-            return true;
-        }
-        if self.start > 0 {
-            let (s, e) = (self.start, self.end);
-            if self.big.is_empty() {
-                self.small.copy_within(s..e, 0);
-            } else {
-                self.big.copy_within(s..e, 0);
-            }
-            self.start = 0;
-            self.end = len;
-            return true;
-        }
-        let want = (cap * 2).min(MAX_HEAD);
-        if self.big.is_empty() {
-            let mut v = vec![0u8; want];
-            v[..len].copy_from_slice(&self.small[..len]);
-            self.big = v;
-        } else {
-            self.big.resize(want, 0);
-        }
-        true
-    }
-
-    fn read_from(&mut self, s: &Stream, flags: MsgFlags) -> io::Result<usize> {
-        let end = self.end;
-        let room = if self.big.is_empty() {
-            &mut self.small[end..]
-        } else {
-            &mut self.big[end..]
-        };
-        let n = recv(s, room, flags)?;
-        self.end += n;
-        Ok(n)
-    }
-
-    /// Put bytes read past a body back in front (the next pipelined
-    /// request). Only called when the buffer is empty.
-    fn put_back(&mut self, bytes: &[u8]) {
-        let mut at = 0;
-        while at < bytes.len() {
-            if !self.make_room() {
-                return;
-            }
-            let end = self.end;
-            let room = if self.big.is_empty() {
-                &mut self.small[end..]
-            } else {
-                &mut self.big[end..]
-            };
-            let n = room.len().min(bytes.len() - at);
-            room[..n].copy_from_slice(&bytes[at..at + n]);
-            self.end += n;
-            at += n;
-        }
-    }
-
-    /// Between requests: give back a heap spill if the data fits on the
-    /// stack again.
-    fn rest(&mut self) {
-        if self.big.is_empty() {
-            return;
-        }
-        let len = self.end - self.start;
-        if len <= self.small.len() {
-            self.small[..len].copy_from_slice(&self.big[self.start..self.end]);
-            self.big = Vec::new();
-            self.start = 0;
-            self.end = len;
-        }
-    }
-}
-
-/// Why no head was read. `partial`: some bytes of it had arrived.
-enum HeadRead {
-    Closed { partial: bool },
-    Timeout { partial: bool },
-    Io { partial: bool },
-    TooBig,
-}
-
-/// The deadlines of a request head being read from a client (see
-/// `Session::read_request`), and the client socket's read timeout.
-struct HeadClock {
-    /// When the request line must be complete.
-    line_by: Instant,
-    /// How long the rest of the head may take after the request line.
-    rest: Duration,
-    /// When the whole head must be complete (once the line is in).
-    rest_by: Option<Instant>,
-    /// The request line's time: the socket's read timeout while no byte
-    /// of a head has come, set once and kept between requests.
-    window: Duration,
-    /// The socket's read timeout as set (None: not yet).
-    rto: Option<Duration>,
-}
-
-impl HeadClock {
-    /// Before a read of `data`'s next bytes: the flags for it, after the
-    /// socket's timeout was fitted to the deadline. Timeout when the
-    /// deadline has passed.
-    fn before_read(&mut self, s: &Stream, data: &[u8]) -> Result<MsgFlags, HeadRead> {
-        if data.is_empty() {
-            // Nothing of a head yet: a blocking read with the full window
-            // (the fast path of a kept-alive client: no system call but
-            // the read), or a first read that does not wait when the
-            // timeout is not set yet (see `arm`).
-            return Ok(if self.rto == Some(self.window) {
-                MsgFlags::empty()
-            } else {
-                MsgFlags::MSG_DONTWAIT
-            });
-        }
-        let now = Instant::now();
-        if self.rest_by.is_none() && data.contains(&b'\n') {
-            self.rest_by = Some(now + self.rest);
-        }
-        let left = self
-            .rest_by
-            .unwrap_or(self.line_by)
-            .saturating_duration_since(now);
-        if left.is_zero() {
-            return Err(HeadRead::Timeout { partial: true });
-        }
-        // A slow head: its socket waits no longer than the deadline. (The
-        // next head's first wait sets the window again.)
-        set_read_timeout(s, left).map_err(|_| HeadRead::Io { partial: true })?;
-        self.rto = Some(left);
-        Ok(MsgFlags::empty())
-    }
-
-    /// A read that was not to wait would have: set the window and wait.
-    fn arm(&mut self, s: &Stream) -> Result<(), HeadRead> {
-        set_read_timeout(s, self.window).map_err(|_| HeadRead::Io { partial: false })?;
-        self.rto = Some(self.window);
-        Ok(())
-    }
-
-    /// A read timed out: the deadline has passed, unless the socket's
-    /// timeout ended earlier than it (then read on).
-    fn expired(&self, partial: bool) -> bool {
-        !partial
-            || self
-                .rest_by
-                .unwrap_or(self.line_by)
-                .saturating_duration_since(Instant::now())
-                .is_zero()
-    }
-}
-
-/// Read until `buf` holds a whole head (up to an empty line); its length.
-/// Bytes already in `buf` (pipelined) are looked at first, so a read
-/// happens only when the head is not there yet.
-///
-/// With a `clock` (a client's request head), reads keep its deadlines;
-/// without, each read waits for the socket's own timeout (a response).
-fn read_head(
-    s: &Stream,
-    buf: &mut HeadBuf<'_>,
-    mut clock: Option<&mut HeadClock>,
-) -> Result<usize, HeadRead> {
-    loop {
-        if let Some(end) = http::find_head_end(buf.data(), buf.scanned) {
-            buf.head_len = end;
-            return Ok(end);
-        }
-        buf.scanned = buf.data().len();
-        if !buf.make_room() {
-            return Err(HeadRead::TooBig);
-        }
-        let partial = buf.end > buf.start;
-        let flags = match clock.as_deref_mut() {
-            Some(k) => k.before_read(s, buf.data())?,
-            None => MsgFlags::empty(),
-        };
-        match buf.read_from(s, flags) {
-            Ok(0) => return Err(HeadRead::Closed { partial }),
-            Ok(_) => {}
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e)
-                if e.kind() == io::ErrorKind::WouldBlock
-                    && flags.contains(MsgFlags::MSG_DONTWAIT) =>
-            {
-                if let Some(k) = clock.as_deref_mut() {
-                    k.arm(s)?;
-                }
-            }
-            Err(e) if crate::net::is_timeout(&e) => {
-                if clock.as_deref().is_none_or(|k| k.expired(partial)) {
-                    return Err(HeadRead::Timeout { partial });
-                }
-            }
-            Err(_) => return Err(HeadRead::Io { partial }),
-        }
-    }
-}
-
-/// Why no response head came.
-enum RespErr {
-    Head(HeadRead),
-    Bad,
-}
-
-impl RespErr {
-    /// Nothing at all came back: the connection was dead before the request.
-    fn nothing_read(&self) -> bool {
-        matches!(
-            self,
-            RespErr::Head(HeadRead::Closed { partial: false } | HeadRead::Io { partial: false })
-        )
-    }
-
-    fn fail(&self) -> Fail {
-        match self {
-            RespErr::Head(HeadRead::Timeout { .. }) => Fail::answer(Res::IDLE, 504),
-            RespErr::Head(HeadRead::TooBig) => Fail::answer(Res::HTTP_HEAD_TOO_LARGE, 502),
-            RespErr::Head(HeadRead::Io { .. }) => Fail::answer(Res::SERVER_ERR, 502),
-            RespErr::Head(HeadRead::Closed { .. }) | RespErr::Bad => {
-                Fail::answer(Res::HTTP_BAD_REPLY, 502)
-            }
-        }
-    }
-}
-
-/// Read and parse one response head from the origin.
-fn read_response(
-    srv: &Stream,
-    sb: &mut HeadBuf<'_>,
-    head_req: bool,
-    out: &mut Vec<u8>,
-) -> Result<ResponseHead, RespErr> {
-    loop {
-        let end = read_head(srv, sb, None).map_err(RespErr::Head)?;
-        match http::parse_response(&sb.data()[..end], head_req, out) {
-            Ok(Some(h)) => return Ok(h),
-            Ok(None) => sb.scanned = end,
-            Err(_) => return Err(RespErr::Bad),
-        }
-    }
-}
-
-// ---------------------------------------------------------------------------
-// Bodies
-
-/// Which socket an IO error came from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Side {
-    Client,
-    Server,
-}
-
-/// Body buffers of `DEFAULT_BUFSIZE` waiting for the next body.
-static POOL: Mutex<Vec<Box<[u8]>>> = Mutex::new(Vec::new());
-/// Most buffers the pool keeps (4 MiB).
-const POOL_MAX: usize = 64;
-
-/// A body buffer borrowed from the pool; returned on drop.
-struct BodyBuf(Option<Box<[u8]>>);
-
-impl BodyBuf {
-    fn get() -> BodyBuf {
-        let pooled = POOL.lock().unwrap_or_else(|e| e.into_inner()).pop();
-        BodyBuf(Some(pooled.unwrap_or_else(|| {
-            vec![0u8; DEFAULT_BUFSIZE].into_boxed_slice()
-        })))
-    }
-
-    fn bytes(&mut self) -> &mut [u8] {
-        self.0.as_deref_mut().unwrap_or(&mut [])
-    }
-}
-
-impl Drop for BodyBuf {
-    fn drop(&mut self) {
-        if let Some(b) = self.0.take() {
-            let mut pool = POOL.lock().unwrap_or_else(|e| e.into_inner());
-            if pool.len() < POOL_MAX {
-                pool.push(b);
-            }
-        }
-    }
-}
-
-type Moved = Result<u64, (Side, io::Error)>;
-
-fn other(side: Side) -> Side {
-    match side {
-        Side::Client => Side::Server,
-        Side::Server => Side::Client,
-    }
-}
-
-/// The error a copy ends with when the session's traffic quota is used up.
-#[derive(Debug)]
-struct QuotaUsed;
-
-impl std::fmt::Display for QuotaUsed {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("traffic limit reached")
-    }
-}
-
-impl std::error::Error for QuotaUsed {}
-
-fn is_quota(e: &io::Error) -> bool {
-    e.get_ref().is_some_and(|x| x.is::<QuotaUsed>())
-}
-
-/// How much may be read now in direction `out` (client to server) under
-/// the session's limits: waits while a bandwidth limit says so.
-fn gate(
-    lim: Option<&Limits>,
-    out: bool,
-    want: usize,
-    from: Side,
-) -> Result<usize, (Side, io::Error)> {
-    let Some(l) = lim else { return Ok(want) };
-    loop {
-        let now = Instant::now();
-        match l.permit(out, now) {
-            Permit::Go(n) => return Ok(want.min(n.max(1))),
-            Permit::Wait(until) => std::thread::sleep((until - now).min(Duration::from_secs(1))),
-            Permit::Stop => return Err((from, io::Error::other(QuotaUsed))),
-        }
-    }
-}
-
-/// One read of at most `want` bytes, counted by the limiter.
-fn read_some(
-    src: &Stream,
-    buf: &mut [u8],
-    from: Side,
-    lim: Option<&Limits>,
-) -> Result<usize, (Side, io::Error)> {
-    let out = from == Side::Client;
-    let want = gate(lim, out, buf.len(), from)?;
-    let mut r = src;
-    loop {
-        match r.read(&mut buf[..want]) {
-            Ok(n) => {
-                if let Some(l) = lim {
-                    l.used(out, n, Instant::now());
-                }
-                return Ok(n);
-            }
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err((from, e)),
-        }
-    }
-}
-
-/// Copy exactly `n` bytes from `src` (which is `from`) to `dst`; with
-/// `splice` (`-s`) inside the kernel, unless it is little.
-fn copy_exact(
-    src: &Stream,
-    dst: &Stream,
-    n: u64,
-    from: Side,
-    lim: Option<&Limits>,
-    splice: bool,
-) -> Moved {
-    if splice && n >= SPLICE_MIN {
-        return splice_body(src, dst, Some(n), from, lim);
-    }
-    let mut buf = BodyBuf::get();
-    let b = buf.bytes();
-    let mut left = n;
-    while left > 0 {
-        let want = b.len().min(usize::try_from(left).unwrap_or(usize::MAX));
-        let got = read_some(src, &mut b[..want], from, lim)?;
-        if got == 0 {
-            return Err((from, io::ErrorKind::UnexpectedEof.into()));
-        }
-        write_all_v(dst, &b[..got], &[]).map_err(|e| (other(from), e))?;
-        left -= got as u64;
-    }
-    Ok(n)
-}
-
-/// Copy until the origin closes (a response without a length).
-fn copy_to_eof(src: &Stream, dst: &Stream, lim: Option<&Limits>, splice: bool) -> Moved {
-    if splice {
-        return splice_body(src, dst, None, Side::Server, lim);
-    }
-    let mut buf = BodyBuf::get();
-    let b = buf.bytes();
-    let mut total = 0;
-    loop {
-        let got = read_some(src, b, Side::Server, lim)?;
-        if got == 0 {
-            return Ok(total);
-        }
-        write_all_v(dst, &b[..got], &[]).map_err(|e| (Side::Client, e))?;
-        total += got as u64;
-    }
-}
-
-/// Bodies shorter than this are copied even with `-s`: for them the two
-/// splice() calls cost as much as a read and a write.
-const SPLICE_MIN: u64 = 16 * 1024;
-/// Bytes moved per splice() pair: what a pipe holds by default.
-const PIPE_CAP: usize = 64 * 1024;
-
-/// Pipes for splice(), empty, waiting for the next body (as `POOL`).
-static PIPES: Mutex<Vec<(OwnedFd, OwnedFd)>> = Mutex::new(Vec::new());
-
-/// A pipe borrowed from `PIPES`; returned on drop if it is empty.
-struct Pipe {
-    fds: Option<(OwnedFd, OwnedFd)>,
-    /// Bytes in the pipe.
-    inflight: usize,
-}
-
-impl Pipe {
-    fn get() -> io::Result<Pipe> {
-        let pooled = PIPES.lock().unwrap_or_else(|e| e.into_inner()).pop();
-        let fds = match pooled {
-            Some(p) => p,
-            // Blocking ends: the sockets' own timeouts then govern each
-            // splice(), as they govern read() and write(); a blocking pipe
-            // never makes one wait, as it is empty before every fill and
-            // drained of what is in it only.
-            None => nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(io::Error::from)?,
-        };
-        Ok(Pipe {
-            fds: Some(fds),
-            inflight: 0,
-        })
-    }
-}
-
-impl Drop for Pipe {
-    fn drop(&mut self) {
-        if let Some(p) = self.fds.take().filter(|_| self.inflight == 0) {
-            let mut pool = PIPES.lock().unwrap_or_else(|e| e.into_inner());
-            if pool.len() < POOL_MAX {
-                pool.push(p);
-            }
-        }
-    }
-}
-
-/// `-s`: move a body of `n` bytes (None: up to EOF) from `src` to `dst`
-/// through a pipe with splice(), never copied to user space.
-fn splice_body(
-    src: &Stream,
-    dst: &Stream,
-    n: Option<u64>,
-    from: Side,
-    lim: Option<&Limits>,
-) -> Moved {
-    use nix::fcntl::{splice, SpliceFFlags};
-    let mut pipe = Pipe::get().map_err(|e| (from, e))?;
-    let Some((r, w)) = pipe.fds.as_ref().map(|(r, w)| (r.as_fd(), w.as_fd())) else {
-        return Ok(0);
-    };
-    let out = from == Side::Client;
-    let mut left = n.unwrap_or(u64::MAX);
-    let mut total = 0u64;
-    while left > 0 {
-        let want = gate(
-            lim,
-            out,
-            PIPE_CAP.min(usize::try_from(left).unwrap_or(usize::MAX)),
-            from,
-        )?;
-        let got = loop {
-            match splice(
-                src.as_fd(),
-                None,
-                w,
-                None,
-                want,
-                SpliceFFlags::SPLICE_F_MOVE,
-            ) {
-                Ok(k) => break k,
-                Err(nix::errno::Errno::EINTR) => {}
-                Err(e) => return Err((from, e.into())),
-            }
-        };
-        if got == 0 {
-            return match n {
-                Some(_) => Err((from, io::ErrorKind::UnexpectedEof.into())),
-                None => Ok(total),
-            };
-        }
-        if let Some(l) = lim {
-            l.used(out, got, Instant::now());
-        }
-        pipe.inflight = got;
-        while pipe.inflight > 0 {
-            match splice(
-                r,
-                None,
-                dst.as_fd(),
-                None,
-                pipe.inflight,
-                SpliceFFlags::SPLICE_F_MOVE,
-            ) {
-                Ok(0) => return Err((other(from), io::ErrorKind::WriteZero.into())),
-                Ok(k) => pipe.inflight -= k,
-                Err(nix::errno::Errno::EINTR) => {}
-                Err(e) => return Err((other(from), e.into())),
-            }
-        }
-        left -= got as u64;
-        total += got as u64;
-    }
-    Ok(total)
-}
-
-/// Copy a chunked body (its framing as it is) from `src` (which is
-/// `from`) to `dst`, to its end. Bytes read past the end go to `past`:
-/// a request's are the next pipelined request, a response's are dropped
-/// and make the connection unfit for reuse.
-fn copy_chunked(
-    src: &Stream,
-    dst: &Stream,
-    from: Side,
-    sc: &mut ChunkScanner,
-    lim: Option<&Limits>,
-    mut past: impl FnMut(&[u8]),
-) -> Moved {
-    let mut buf = BodyBuf::get();
-    let b = buf.bytes();
-    let mut total = 0;
-    while !sc.done() {
-        let got = read_some(src, b, from, lim)?;
-        if got == 0 {
-            return Err((from, io::ErrorKind::UnexpectedEof.into()));
-        }
-        let k = sc.feed(&b[..got]).map_err(|()| (from, bad_chunk()))?;
-        write_all_v(dst, &b[..k], &[]).map_err(|e| (other(from), e))?;
-        total += k as u64;
-        if k < got {
-            past(&b[k..got]);
-        }
-    }
-    Ok(total)
-}
-
-// ---------------------------------------------------------------------------
-// Socket helpers
-
-/// Write `a` then `b` with as few sendmsg calls as the socket allows.
-/// (sendmsg, not writev: a socket needs none of the file layer's work.)
-fn write_all_v(s: &Stream, a: &[u8], b: &[u8]) -> io::Result<()> {
-    let mut bufs = [IoSlice::new(a), IoSlice::new(b)];
-    let mut slices = &mut bufs[..];
-    IoSlice::advance_slices(&mut slices, 0);
-    while !slices.is_empty() {
-        match sendv(s, slices, MsgFlags::empty()) {
-            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
-            Ok(n) => IoSlice::advance_slices(&mut slices, n),
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(())
-}
-
-/// [`write_all_v`] to a client socket whose write timeout may not be set
-/// yet (`*wto` false): first without waiting; only if the socket cannot
-/// take it all now is the timeout `t` set, and the rest written.
-fn send_lazy(s: &Stream, a: &[u8], b: &[u8], wto: &mut bool, t: Duration) -> io::Result<()> {
-    if *wto {
-        return write_all_v(s, a, b);
-    }
-    let n = loop {
-        match sendv(
-            s,
-            &[IoSlice::new(a), IoSlice::new(b)],
-            MsgFlags::MSG_DONTWAIT,
-        ) {
-            Ok(n) => break n,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => break 0,
-            Err(e) => return Err(e),
-        }
-    };
-    if n == a.len() + b.len() {
-        return Ok(());
-    }
-    set_write_timeout(s, wto, t)?;
-    if n < a.len() {
-        write_all_v(s, &a[n..], b)
-    } else {
-        write_all_v(s, &b[n - a.len()..], &[])
-    }
-}
-
-/// One sendmsg() of `bufs`; never raises SIGPIPE.
-fn sendv(s: &Stream, bufs: &[IoSlice<'_>], flags: MsgFlags) -> io::Result<usize> {
-    use std::os::fd::AsRawFd;
-    nix::sys::socket::sendmsg(
-        s.as_raw_fd(),
-        bufs,
-        &[],
-        flags | MsgFlags::MSG_NOSIGNAL,
-        None::<&nix::sys::socket::SockaddrStorage>,
-    )
-    .map_err(io::Error::from)
-}
-
-/// One recv() into `buf`.
-fn recv(s: &Stream, buf: &mut [u8], flags: MsgFlags) -> io::Result<usize> {
-    use std::os::fd::AsRawFd;
-    nix::sys::socket::recv(s.as_raw_fd(), buf, flags).map_err(io::Error::from)
-}
-
-/// Set the write timeout `t` unless `*done` says it is set.
-fn set_write_timeout(s: &Stream, done: &mut bool, t: Duration) -> io::Result<()> {
-    if !*done {
-        socket2::SockRef::from(s).set_write_timeout(nonzero(t))?;
-        *done = true;
-    }
-    Ok(())
-}
-
-/// The error `copy_chunked` reports for a body that is not valid chunked
-/// coding (no socket error has this kind).
-fn bad_chunk() -> io::Error {
-    io::ErrorKind::InvalidData.into()
-}
-
-fn is_bad_chunk(e: &io::Error) -> bool {
-    e.kind() == io::ErrorKind::InvalidData
-}
-
 fn cli_res(e: &io::Error) -> Res {
     if is_quota(e) {
-        Res(10)
+        Res::QUOTA
     } else if crate::net::is_timeout(e) {
         Res::IDLE
     } else {
@@ -2171,7 +1393,7 @@ fn cli_res(e: &io::Error) -> Res {
 
 fn srv_res(e: &io::Error) -> Res {
     if is_quota(e) {
-        Res(10)
+        Res::QUOTA
     } else if crate::net::is_timeout(e) {
         Res::IDLE
     } else {
@@ -2186,30 +1408,4 @@ fn send_res(e: &io::Error) -> Res {
     } else {
         Res::HTTP_SEND_CLIENT
     }
-}
-
-fn set_timeouts(s: &Stream, read: Duration, write: Duration) -> io::Result<()> {
-    let sock = socket2::SockRef::from(s);
-    sock.set_read_timeout(nonzero(read))?;
-    sock.set_write_timeout(nonzero(write))
-}
-
-fn set_read_timeout(s: &Stream, read: Duration) -> io::Result<()> {
-    socket2::SockRef::from(s).set_read_timeout(nonzero(read))
-}
-
-/// A zero timeout means "none" to the socket API; 3proxy's 0 is "at once",
-/// so make it the shortest wait instead.
-fn nonzero(d: Duration) -> Option<Duration> {
-    Some(d.max(Duration::from_millis(1)))
-}
-
-/// Wait up to `t` for `s` to become readable (or closed).
-fn readable_within(s: &Stream, t: Duration) -> bool {
-    use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
-    use std::os::fd::AsFd;
-    let mut fds = [PollFd::new(s.as_fd(), PollFlags::POLLIN)];
-    let ms = PollTimeout::try_from(t.as_millis().min(i32::MAX as u128) as i32)
-        .unwrap_or(PollTimeout::MAX);
-    matches!(poll(&mut fds, ms), Ok(n) if n > 0)
 }

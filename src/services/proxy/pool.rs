@@ -1,0 +1,125 @@
+//! The shared pool of idle origin connections.
+//!
+//! A client whose next request goes elsewhere, or who leaves, parks its
+//! kept origin connection here (`park`); any client of the same service
+//! going to the same host and port takes it (`unpark`) instead of dialing.
+//! (3proxy has no such pool; haproxy and nginx do.)
+//!
+//! Invariants: only direct connections that served a request and are not
+//! bound to a client (no NTLM/Negotiate, no parents) are parked; a
+//! connection waits at most STRING_SHORT (the time a client may stay idle
+//! between requests), at most 32 per destination and 1024 in all; a
+//! connection is closed only after the lock is released, and whether a
+//! taken one still looks open is checked outside the lock.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use crate::service::Service;
+use crate::timeouts::Timeouts;
+
+use super::Origin;
+
+/// Idle origin connections of all clients, by service and address, most
+/// recently parked last. A client whose next request goes elsewhere, or
+/// who leaves, parks its kept connection here; any client of the same
+/// service going to the same host and port takes it instead of dialing.
+/// (3proxy has no such pool; haproxy and nginx do.)
+static IDLE: Mutex<Option<IdleMap>> = Mutex::new(None);
+
+/// Parked connections by (service, destination).
+type IdleMap = HashMap<(usize, SocketAddr), Vec<Parked>>;
+/// Most idle connections kept per destination, and in all.
+const IDLE_PER_DEST: usize = 32;
+const IDLE_MAX: usize = 1024;
+
+struct Parked {
+    o: Origin,
+    at: Instant,
+}
+
+fn pool_key(svc: &Arc<Service>, dst: SocketAddr) -> (usize, SocketAddr) {
+    (Arc::as_ptr(svc) as usize, dst)
+}
+
+/// How long a connection may wait in the pool: STRING_SHORT, the time a
+/// client may stay idle between requests.
+fn idle_limit(svc: &Service) -> Duration {
+    svc.timeouts.get(Timeouts::STRING_SHORT)
+}
+
+pub(super) fn park(svc: &Arc<Service>, o: Origin) {
+    if o.bound || !o.used || o.via.is_some() {
+        return;
+    }
+    let limit = idle_limit(svc);
+    let now = Instant::now();
+    // Connections dropped here are closed after the lock is released.
+    let mut dead: Vec<Parked> = Vec::new();
+    let mut g = IDLE.lock().unwrap_or_else(|e| e.into_inner());
+    let map = g.get_or_insert_with(HashMap::new);
+    // Each list is in the order of parking: what waited too long is a
+    // prefix.
+    let expired = |v: &[Parked]| v.partition_point(|p| now.duration_since(p.at) >= limit);
+    let total: usize = map.values().map(Vec::len).sum();
+    if total >= IDLE_MAX {
+        // Make room by dropping what has waited too long everywhere.
+        map.retain(|_, v| {
+            let k = expired(v);
+            dead.extend(v.drain(..k));
+            !v.is_empty()
+        });
+        if map.values().map(Vec::len).sum::<usize>() >= IDLE_MAX {
+            drop(g);
+            return;
+        }
+    }
+    let v = map.entry(pool_key(svc, o.addr)).or_default();
+    let mut k = expired(v);
+    if v.len() - k >= IDLE_PER_DEST {
+        k += 1;
+    }
+    dead.extend(v.drain(..k));
+    v.push(Parked { o, at: now });
+    drop(g);
+    drop(dead);
+}
+
+/// The most recently parked connection to `dst` for `host`; with `look`,
+/// one that still looks open.
+pub(super) fn unpark(
+    svc: &Arc<Service>,
+    dst: SocketAddr,
+    host: &str,
+    look: bool,
+) -> Option<Origin> {
+    let limit = idle_limit(svc);
+    loop {
+        let p = {
+            let mut g = IDLE.lock().unwrap_or_else(|e| e.into_inner());
+            let v = g.as_mut()?.get_mut(&pool_key(svc, dst))?;
+            let i = v
+                .iter()
+                .rposition(|p| p.o.host.eq_ignore_ascii_case(host))?;
+            v.remove(i)
+        };
+        // Checked outside the lock; a dead one is dropped and the next tried.
+        if p.at.elapsed() < limit && (!look || still_open(&p.o)) {
+            return Some(p.o);
+        }
+    }
+}
+
+/// Whether a kept connection still looks open (a peek that does not
+/// wait): checked before sending a request that cannot be retried.
+pub(super) fn still_open(o: &Origin) -> bool {
+    use nix::sys::socket::{recv, MsgFlags};
+    let mut b = [0u8; 1];
+    let flags = MsgFlags::MSG_PEEK | MsgFlags::MSG_DONTWAIT;
+    matches!(
+        recv(std::os::fd::AsRawFd::as_raw_fd(&o.s), &mut b, flags),
+        Err(nix::errno::Errno::EAGAIN)
+    )
+}
