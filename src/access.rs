@@ -48,6 +48,9 @@ pub struct Request<'a> {
     /// Credentials, when the protocol carried them.
     pub user: Option<&'a str>,
     pub password: Option<&'a str>,
+    /// The client came through a local redirection: ACL entries that
+    /// redirect locally are skipped (3proxy's second pass).
+    pub redirected: bool,
 }
 
 /// What an allowed request may use. Keep it for the whole session: it
@@ -323,6 +326,7 @@ pub struct Recheck {
     port: u16,
     user: Option<String>,
     password: Option<String>,
+    redirected: bool,
     /// The session's weight, updated by each check (a copy starts from
     /// the value at the time).
     weight: AtomicWeight,
@@ -367,6 +371,7 @@ impl Recheck {
             port: req.port,
             user: req.user.map(str::to_string),
             password: req.password.map(str::to_string),
+            redirected: req.redirected,
         }
     }
 
@@ -409,6 +414,7 @@ impl Recheck {
             port: self.port,
             user: self.user.as_deref(),
             password: self.password.as_deref(),
+            redirected: self.redirected,
         };
         let at = At {
             now: SystemTime::now(),
@@ -440,6 +446,7 @@ fn admit(p: &Policy, req: &Request<'_>, at: &At, with_limits: bool) -> Result<Gr
         wday,
         daysec,
         weight: at.weight,
+        redirected: req.redirected,
     };
     // 3proxy's `param->weight`: every ACL entry that matches sets it.
     let mut weight = at.weight;

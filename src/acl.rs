@@ -126,6 +126,9 @@ pub struct Query<'a> {
     pub daysec: u32,
     /// The request's current weight (set by the last matching entry).
     pub weight: u32,
+    /// The client came through a local redirection
+    /// (`parent::skip_on_redirect`).
+    pub redirected: bool,
 }
 
 impl Rule {
@@ -299,7 +302,8 @@ pub fn check(acl: &[Entry], q: &Query<'_>) -> Verdict {
     let chainable = chainable(q);
     // (`crate::parent::skip_on_redirect`: 3proxy's second-pass rule.)
     let usable = |e: &Entry| {
-        (chainable || e.parents.is_empty()) && !crate::parent::skip_on_redirect(&e.parents)
+        (chainable || e.parents.is_empty())
+            && !crate::parent::skip_on_redirect(&e.parents, q.redirected)
     };
     match acl.iter().position(|e| usable(e) && e.rule.matches(q)) {
         Some(i) => Verdict::Matched(i),
@@ -486,7 +490,7 @@ pub fn check_indexed(acl: &[Entry], index: &Index, q: &Query<'_>) -> Verdict {
     let ok = |i: usize| {
         let e = &acl[i];
         (chainable || e.parents.is_empty())
-            && !crate::parent::skip_on_redirect(&e.parents)
+            && !crate::parent::skip_on_redirect(&e.parents, q.redirected)
             && e.rule.matches(q)
     };
     match index.first(q, ok) {

@@ -10,8 +10,10 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
+use crate::access::{Op, Request};
 use crate::logformat::LogRecord;
 use crate::net::Stream;
+use crate::parent::{self, Handoff, Next};
 use crate::res::Res;
 use crate::service::Service;
 
@@ -123,6 +125,15 @@ pub struct Client {
     pub logged: bool,
     /// The reload generation `svc` belongs to (see [`Accepted`]).
     pub generation: u64,
+    /// The client came through a local redirection (3proxy's
+    /// `param->redirected`): the ACL skips entries that redirect locally.
+    pub redirected: bool,
+    /// Hops the local redirections so far took (`%h` before the current
+    /// handler's own chain).
+    pub local_hops: u32,
+    /// A hand-off the current handler asked for ([`Client::hand_over`]);
+    /// its entry point returns it ([`Client::next`]).
+    handoff: Option<Handoff>,
     svc: Arc<Service>,
     /// Counts the client against `maxconn` until dropped.
     _slot: Slot,
@@ -151,6 +162,9 @@ impl Client {
             header_read: false,
             logged: false,
             generation: a.generation,
+            redirected: false,
+            local_hops: 0,
+            handoff: None,
             svc: a.svc,
             _slot: a.slot,
         }
@@ -158,6 +172,38 @@ impl Client {
 
     pub fn svc(&self) -> &Arc<Service> {
         &self.svc
+    }
+
+    /// Hand the client to the handler of `h.kind` once the current one
+    /// returns (a local redirection). Err NOTIMPL for a handler that takes
+    /// no TCP client (`dns`): nothing is recorded.
+    pub fn hand_over(&mut self, h: Handoff) -> Result<(), Res> {
+        parent::check_handoff(&h)?;
+        self.handoff = Some(h);
+        Ok(())
+    }
+
+    /// What the current handler leaves to do: the hand-off it asked for,
+    /// or nothing. A service's entry point returns this.
+    pub fn next(&mut self) -> Next {
+        match self.handoff.take() {
+            Some(h) => Next::Handoff(h),
+            None => Next::Done,
+        }
+    }
+
+    /// A request to the access layer with what the client itself tells:
+    /// its address, the address it reached us on, and whether it came
+    /// through a local redirection. Services add the rest:
+    /// `Request { host, addr, port, ..c.request(op) }`.
+    pub fn request(&self, op: Op) -> Request<'static> {
+        Request {
+            op: Some(op),
+            client: self.client_addr,
+            local: self.local_addr,
+            redirected: self.redirected,
+            ..Request::default()
+        }
     }
 }
 

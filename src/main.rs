@@ -49,6 +49,7 @@ mod resolve;
 mod running;
 mod service;
 mod services;
+mod session;
 mod shutdown;
 mod sys;
 mod timeouts;

@@ -11,12 +11,10 @@
 //!
 //! Invariant: nothing here does IO.
 
-use std::cell::{Cell, RefCell};
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
-use crate::client::Client;
 use crate::conf::token::quote;
 use crate::res::Res;
 
@@ -223,50 +221,20 @@ impl Hop {
 // `parent W TYPE 0.0.0.0 0` does not dial: the client is handed to the
 // handler of TYPE in this process (3proxy's `redirs[]` table and its
 // childfunc loop). The service that met the redirection says "granted"
-// in its own protocol where it has one, calls [`hand_over`] and returns;
-// its `serve` then ends with [`serve_handoffs`], which runs the target
-// handler on the same thread and client. Handlers never call one another,
-// so a chain of hand-offs does not deepen the (small) client stack, and
-// [`MAX_HANDOFFS`] stops a chain that would go round for ever.
+// in its own protocol where it has one, records the hand-off on its
+// client (`Client::hand_over`) and returns; its entry point then returns
+// [`Next::Handoff`], and the client thread's loop (`services::child`)
+// runs the target handler on the same thread and client. Handlers never
+// call one another, so a chain of hand-offs does not deepen the (small)
+// client stack, and [`MAX_HANDOFFS`] stops a chain that would go round
+// for ever. Nothing of this is thread-local: the client carries it.
 
-thread_local! {
-    /// Set while this thread serves a client handed over by a local
-    /// redirection (3proxy's `param->redirected` on the second pass).
-    static REDIRECTED: Cell<bool> = const { Cell::new(false) };
-    /// The hops the hand-offs so far took (`%h` before the target's own).
-    static LOCAL_HOPS: Cell<u32> = const { Cell::new(0) };
-    /// A hand-off asked for and not yet served.
-    static PENDING: RefCell<Option<Handoff>> = const { RefCell::new(None) };
-}
-
-/// Marks the current thread's client as locally redirected until dropped.
-pub struct Redirected(bool);
-
-impl Redirected {
-    pub fn enter() -> Redirected {
-        Redirected(REDIRECTED.with(|r| r.replace(true)))
-    }
-}
-
-impl Drop for Redirected {
-    fn drop(&mut self) {
-        let was = self.0;
-        REDIRECTED.with(|r| r.set(was));
-    }
-}
-
-/// 3proxy's rule for the handler a client was redirected to: an ACL entry
-/// whose first parent is a local redirection (`0.0.0.0 0`) is skipped, so
-/// the request is not sent round the same redirection again.
-pub fn skip_on_redirect(parents: &[Hop]) -> bool {
-    REDIRECTED.with(|r| r.get()) && parents.first().is_some_and(Hop::is_local)
-}
-
-/// Hops taken by the local redirections that brought the client to the
-/// handler serving it now (0 when none did). A handler that dials adds
-/// its own chain's hops to these for `%h`.
-pub fn local_hops() -> u32 {
-    LOCAL_HOPS.with(|h| h.get())
+/// 3proxy's rule for the handler a client was redirected to (`redirected`:
+/// the client came through a local redirection): an ACL entry whose first
+/// parent is a local redirection (`0.0.0.0 0`) is skipped, so the request
+/// is not sent round the same redirection again.
+pub fn skip_on_redirect(parents: &[Hop], redirected: bool) -> bool {
+    redirected && parents.first().is_some_and(Hop::is_local)
 }
 
 /// Hand-offs one client may take; one more ends the session with
@@ -274,6 +242,16 @@ pub fn local_hops() -> u32 {
 pub const MAX_HANDOFFS: u32 = 15;
 /// 3proxy's code for a client sent round local redirections too often.
 pub const REDIRECTION_LOOP: Res = Res::REDIRECTION_LOOP;
+
+/// What a service's handler leaves its client thread to do (3proxy's
+/// child function returns the next child).
+#[derive(Debug)]
+pub enum Next {
+    /// The session is over (its record is written when the client drops).
+    Done,
+    /// Serve the client with another handler.
+    Handoff(Handoff),
+}
 
 /// The destination a service chose before it handed its client over.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -306,10 +284,10 @@ pub struct Handoff {
     pub dest: Option<Known>,
 }
 
-/// Ask for the client to be handed over once the current handler returns.
-/// Err NOTIMPL for `dns`: its handler serves UDP datagrams, not a TCP
-/// client (nothing is scheduled; the caller refuses the client).
-pub fn hand_over(h: Handoff) -> Result<(), Res> {
+/// Check that the handler of `h.kind` can take a TCP client. Err NOTIMPL
+/// for `dns`: its handler serves UDP datagrams (the caller refuses the
+/// client in its own protocol).
+pub fn check_handoff(h: &Handoff) -> Result<(), Res> {
     if !takes_tcp(h.kind) {
         log::warn!(
             "a TCP client cannot be redirected locally to '{}': that handler is UDP only",
@@ -317,7 +295,6 @@ pub fn hand_over(h: Handoff) -> Result<(), Res> {
         );
         return Err(Res::NOTIMPL);
     }
-    PENDING.with(|p| *p.borrow_mut() = Some(h));
     Ok(())
 }
 
@@ -346,69 +323,29 @@ pub fn takes_tcp(kind: Kind) -> bool {
     )
 }
 
-/// Serve the hand-offs the handler that just returned asked for, one
-/// after another (3proxy's childfunc loop). Called at the end of the
-/// `serve` of each service that can hand clients over.
-pub fn serve_handoffs(c: &mut Client) {
-    let Some(mut next) = PENDING.with(|p| p.borrow_mut().take()) else {
-        return;
-    };
-    let _redirected = Redirected::enter();
-    let hops_before = local_hops();
-    let mut hops = hops_before;
-    let mut taken = 0;
-    loop {
-        taken += 1;
-        hops += next.hops;
-        // What the first handler learned is not the next one's record;
-        // `%N` stays (3proxy keeps the service, SOCK5 after a SOCKS5
-        // handshake).
-        c.text.clear();
-        c.req_host = None;
-        c.req_addr = None;
-        c.remote_addr = None;
-        c.ext_addr = None;
-        c.res = Res::OK;
-        c.logged = false;
-        c.hops = hops;
-        if taken > MAX_HANDOFFS {
-            c.res = REDIRECTION_LOOP;
-            c.text = "local redirection loop".into();
-            PENDING.with(|p| p.borrow_mut().take());
-            break;
-        }
-        LOCAL_HOPS.with(|h| h.set(hops));
-        run_handler(c, next);
-        match PENDING.with(|p| p.borrow_mut().take()) {
-            Some(h) => next = h,
-            None => break,
-        }
-    }
-    LOCAL_HOPS.with(|h| h.set(hops_before));
-}
-
-/// The handler of a local redirection's type (3proxy's `redirs[]`).
-fn run_handler(c: &mut Client, h: Handoff) {
-    use crate::services::{admin, ftppr, imapp, pop3p, proxy, smtpp, socks, tcppm, tlspr};
-    let early = &h.early[..];
-    let dest = h.dest.as_ref();
-    match h.kind {
-        Kind::Tcp => tcppm::serve_redirected(c, early, dest),
-        Kind::Http | Kind::Connect | Kind::ConnectPlus => proxy::serve_after(c, early),
-        Kind::Socks4
-        | Kind::Socks4Plus
-        | Kind::Socks4b
-        | Kind::Socks5
-        | Kind::Socks5Plus
-        | Kind::Socks5b => socks::serve_redirected(c, early),
-        Kind::Pop3 => pop3p::serve_redirected(c, early, dest),
-        Kind::Imap => imapp::serve_redirected(c, early, dest),
-        Kind::Smtp => smtpp::serve_redirected(c, early, dest),
-        Kind::Ftp => ftppr::serve_redirected(c, early, dest),
-        Kind::Admin => admin::serve_redirected(c, early),
-        Kind::Tls => tlspr::serve_redirected(c, early, dest),
-        // Refused by `hand_over`; never scheduled.
-        Kind::Dns | Kind::ExtIp | Kind::Ha => c.res = Res::NOTIMPL,
+impl Kind {
+    /// The service (by its cfg name in the service table) whose handler
+    /// takes a client locally redirected to this type (3proxy's
+    /// `redirs[]`): `http`, `connect` and `connect+` are `proxy`, the
+    /// SOCKS types `socks`. None for `dns`, `extip` and `ha`.
+    pub fn handler(self) -> Option<&'static str> {
+        Some(match self {
+            Kind::Tcp => "tcppm",
+            Kind::Http | Kind::Connect | Kind::ConnectPlus => "proxy",
+            Kind::Socks4
+            | Kind::Socks4Plus
+            | Kind::Socks4b
+            | Kind::Socks5
+            | Kind::Socks5Plus
+            | Kind::Socks5b => "socks",
+            Kind::Pop3 => "pop3p",
+            Kind::Imap => "imapp",
+            Kind::Smtp => "smtpp",
+            Kind::Ftp => "ftppr",
+            Kind::Admin => "admin",
+            Kind::Tls => "tlspr",
+            Kind::Dns | Kind::ExtIp | Kind::Ha => return None,
+        })
     }
 }
 
@@ -730,6 +667,7 @@ mod tests {
         for (_, k) in KINDS {
             let tcp = !matches!(k, Kind::Dns | Kind::ExtIp | Kind::Ha);
             assert_eq!(takes_tcp(*k), tcp, "{}", k.name());
+            assert_eq!(k.handler().is_some(), tcp, "{}", k.name());
         }
         let h = |kind| Handoff {
             kind,
@@ -737,11 +675,20 @@ mod tests {
             early: b"x".to_vec(),
             dest: None,
         };
-        assert_eq!(hand_over(h(Kind::Dns)), Err(Res::NOTIMPL));
-        assert!(PENDING.with(|p| p.borrow().is_none()));
-        assert_eq!(hand_over(h(Kind::Pop3)), Ok(()));
-        let got = PENDING.with(|p| p.borrow_mut().take()).unwrap();
-        assert_eq!((got.kind, got.early.as_slice()), (Kind::Pop3, &b"x"[..]));
+        assert_eq!(check_handoff(&h(Kind::Dns)), Err(Res::NOTIMPL));
+        assert_eq!(check_handoff(&h(Kind::Pop3)), Ok(()));
+        assert_eq!(Kind::Connect.handler(), Some("proxy"));
+        assert_eq!(Kind::Socks4b.handler(), Some("socks"));
+    }
+
+    #[test]
+    fn only_a_redirected_client_skips_local_redirections() {
+        let local = vec![hop("1000 pop3 0.0.0.0 0").unwrap()];
+        let remote = vec![hop("1000 socks5 1.2.3.4 1080").unwrap()];
+        assert!(skip_on_redirect(&local, true));
+        assert!(!skip_on_redirect(&local, false));
+        assert!(!skip_on_redirect(&remote, true));
+        assert!(!skip_on_redirect(&[], true));
     }
 
     #[test]

@@ -17,6 +17,7 @@ mod ftppr;
 mod http;
 mod imapp;
 mod install;
+mod layers;
 mod log;
 mod ops;
 mod options;

@@ -164,17 +164,14 @@ fn error_page(c: &mut Client, res: Res, status: &str, extra: &str, what: &str) {
     );
 }
 
-pub fn serve(c: &mut Client) {
-    serve_request(c, &[], false);
-}
-
-/// `parent admin 0.0.0.0 0` in another service's ACL: answer the
-/// client's request (`early` read first) as with `-s`, only the start
-/// and counters pages, as 3proxy limits a redirected client. The ACL is
-/// checked again (op ADMIN) with the entries that redirect locally
-/// skipped.
-pub fn serve_redirected(c: &mut Client, early: &[u8]) {
-    serve_request(c, early, true);
+pub fn serve(
+    c: &mut Client,
+    early: &[u8],
+    _: Option<&crate::parent::Known>,
+) -> crate::parent::Next {
+    let redirected = c.redirected;
+    serve_request(c, early, redirected);
+    crate::parent::Next::Done
 }
 
 fn serve_request(c: &mut Client, early: &[u8], redirected: bool) {
@@ -200,12 +197,9 @@ fn serve_request(c: &mut Client, early: &[u8], redirected: bool) {
     }
     c.user = head.user.clone();
     let req = Request {
-        op: Some(Op::Admin),
-        client: c.client_addr,
-        local: c.local_addr,
         user: head.user.as_deref(),
         password: head.password.as_deref(),
-        ..Default::default()
+        ..c.request(Op::Admin)
     };
     if let Err(res) = crate::access::authorize(&svc, &req) {
         if res != Res::QUOTA {

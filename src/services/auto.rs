@@ -19,25 +19,22 @@ use crate::timeouts::Timeouts;
 const NO_BYTE: Res = Res::AUTO_NO_BYTE;
 
 /// The client thread's work for one auto client.
-pub fn serve(c: &mut Client) {
+pub fn serve(c: &mut Client, _: &[u8], _: Option<&crate::parent::Known>) -> crate::parent::Next {
     let svc = c.svc().clone();
-    if svc.opts.proxy_header && !super::tcppm::read_proxy_header(c) {
-        return;
-    }
     let wait = svc.timeouts.get(Timeouts::CONNECTION_SHORT);
     let Some(first) = peek_first(c, wait) else {
         c.res = NO_BYTE;
-        return;
+        return crate::parent::Next::Done;
     };
     match first {
-        4 | 5 => super::socks::serve(c),
+        4 | 5 => super::socks::serve(c, &[], None),
         22 => {
             c.service_name = Some("TLSPR");
-            super::tlspr::serve(c)
+            super::tlspr::serve(c, &[], None)
         }
         _ => {
             c.service_name = Some("PROXY");
-            super::proxy::serve(c)
+            super::proxy::serve(c, &[], None)
         }
     }
 }

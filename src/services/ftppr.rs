@@ -26,7 +26,7 @@ use std::net::{IpAddr, Ipv4Addr, Shutdown, SocketAddr, TcpListener};
 
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 
-use super::pop3p::Lines;
+use super::login::Lines;
 use crate::access::{self, Op, Request};
 use crate::chain;
 use crate::client::Client;
@@ -70,7 +70,7 @@ fn parse_login(arg: &[u8], delim: u8, creds: bool, host: Option<(&str, u16)>) ->
     let dport = host.map_or(DEFAULT_PORT, |h| h.1);
     let (name, host, port) = match arg.iter().rposition(|&b| b == delim) {
         Some(i) => {
-            let (h, p) = super::pop3p::parse_host(&arg[i + 1..], dport)?;
+            let (h, p) = super::login::parse_host(&arg[i + 1..], dport)?;
             (&arg[..i], h, p)
         }
         None => {
@@ -101,7 +101,7 @@ fn parse_login(arg: &[u8], delim: u8, creds: bool, host: Option<(&str, u16)>) ->
 /// `-hhost[:port]`: the destination of logins without a host.
 fn default_dest(other: &[String]) -> Option<(String, u16)> {
     let h = other.iter().rev().find_map(|a| a.strip_prefix("-h"))?;
-    super::pop3p::parse_host(h.as_bytes(), DEFAULT_PORT)
+    super::login::parse_host(h.as_bytes(), DEFAULT_PORT)
 }
 
 /// The client's data connection as PASV/EPSV or PORT prepared it.
@@ -125,22 +125,13 @@ struct State {
     known: Option<parent::Known>,
 }
 
-/// The client thread's work for one ftppr client.
-pub fn serve(c: &mut Client) {
-    let svc = c.svc().clone();
-    if svc.opts.proxy_header && !super::tcppm::read_proxy_header(c) {
-        return;
-    }
-    serve_redirected(c, &[], None);
-}
-
 /// `parent ftp 0.0.0.0 0` in another service's ACL: greet the client as
 /// ftppr does (`early`, what it sent before, is read first); a `USER`
 /// without a host logs in at the destination the first handler chose
 /// (3proxy's parseconnusername with a host known). The ACL is checked
 /// again with the entries that redirect locally skipped.
 /// [`serve`] runs it too, with nothing read early and no destination.
-pub fn serve_redirected(c: &mut Client, early: &[u8], known: Option<&parent::Known>) {
+pub fn serve(c: &mut Client, early: &[u8], known: Option<&parent::Known>) -> parent::Next {
     let mut st = State {
         status: 0,
         srv: None,
@@ -169,6 +160,7 @@ pub fn serve_redirected(c: &mut Client, early: &[u8], known: Option<&parent::Kno
     } else {
         c.logged = true;
     }
+    c.next()
 }
 
 /// Write to the client, `err` if it fails.
@@ -241,7 +233,7 @@ fn command(c: &mut Client, st: &mut State, line: &[u8]) -> Result<(), Res> {
     let creds = svc.opts.needuser.unwrap_or(1) > 0;
     if starts_ci(line, b"OPEN ") {
         let (host, port) =
-            super::pop3p::parse_host(&line[5..], DEFAULT_PORT).ok_or(Res::FTP_BAD_HOST)?;
+            super::login::parse_host(&line[5..], DEFAULT_PORT).ok_or(Res::FTP_BAD_HOST)?;
         st.srv = None;
         let l = Login {
             host,
@@ -348,14 +340,12 @@ fn open(c: &mut Client, st: &mut State, l: Login) -> Result<(), Res> {
     };
     c.req_addr = Some(dst);
     let req = Request {
-        op: Some(Op::Connect),
-        client: c.client_addr,
-        local: c.local_addr,
         host: Some(&l.host),
         addr: Some(dst.ip()),
         port: l.port,
         user: l.user.as_deref(),
         password: l.password.as_deref(),
+        ..c.request(Op::Connect)
     };
     let grant = access::authorize(&svc, &req)?;
     c.logged |= grant.nolog;
@@ -367,7 +357,7 @@ fn open(c: &mut Client, st: &mut State, l: Login) -> Result<(), Res> {
     }
     st.weight = grant.weight;
     let (s, hops) = connect(c, dst, Some(&l.host), l, &grant.parents)?;
-    c.hops = parent::local_hops() + hops;
+    c.hops = c.local_hops + hops;
     c.remote_addr = if hops == 0 { Some(dst) } else { s.peer_addr() };
     c.ext_addr = s.local_addr();
     st.limits = grant.limits;
@@ -525,14 +515,12 @@ fn server_data(c: &mut Client, st: &mut State, line: &[u8]) -> Option<Stream> {
     let dst = SocketAddr::new(ip, port);
     let l = st.login.as_ref()?;
     let req = Request {
-        op: Some(Op::FtpData),
-        client: c.client_addr,
-        local: c.local_addr,
         host: Some(&l.host),
         addr: Some(ip),
         port,
         user: l.user.as_deref(),
         password: l.password.as_deref(),
+        ..c.request(Op::FtpData)
     };
     let grant = access::authorize_at(&svc, &req, st.weight).ok()?;
     let (data, _) = connect(c, dst, None, l, &grant.parents).ok()?;
@@ -581,12 +569,10 @@ fn transfer(c: &mut Client, st: &mut State, line: &[u8]) -> Result<(), Res> {
         }
     }
     let opts = RelayOpts {
-        idle: svc.timeouts.get(Timeouts::CONNECTION_SHORT),
         // A data connection carries one direction: its first EOF ends it.
         session_end: true,
         splice: false,
-        bufsize: svc.bufsize,
-        grace: svc.opts.grace,
+        ..crate::session::relay_opts(&svc, Timeouts::CONNECTION_SHORT)
     };
     let out = crate::relay::relay_hooked(
         &cli_data,

@@ -35,12 +35,11 @@ use base64::engine::general_purpose::{GeneralPurpose, GeneralPurposeConfig};
 use base64::engine::DecodePaddingMode;
 use base64::Engine;
 
-use super::pop3p::{connect, parse_host, parse_login, starts_ci, Lines};
+use super::login::{connect, parse_host, parse_login, starts_ci, Lines};
 use crate::client::Client;
 use crate::net::Stream;
 use crate::parent;
 use crate::proto::http::base64_encode;
-use crate::relay::RelayOpts;
 use crate::res::Res;
 use crate::timeouts::Timeouts;
 
@@ -209,21 +208,12 @@ struct Creds {
     method: Method,
 }
 
-/// The client thread's work for one imapp client.
-pub fn serve(c: &mut Client) {
-    let svc = c.svc().clone();
-    if svc.opts.proxy_header && !super::tcppm::read_proxy_header(c) {
-        return;
-    }
-    serve_redirected(c, &[], None);
-}
-
 /// `parent imap 0.0.0.0 0` in another service's ACL: greet the client as
 /// imapp does (`early`, what it sent before, is read first); a login
 /// without a host goes to the destination the first handler chose. The
 /// ACL is checked again with the entries that redirect locally skipped.
 /// [`serve`] runs it too, with nothing read early and no destination.
-pub fn serve_redirected(c: &mut Client, early: &[u8], known: Option<&parent::Known>) {
+pub fn serve(c: &mut Client, early: &[u8], known: Option<&parent::Known>) -> parent::Next {
     let svc = c.svc().clone();
     let mut tag = Vec::new();
     let mut login = None;
@@ -245,6 +235,7 @@ pub fn serve_redirected(c: &mut Client, early: &[u8], known: Option<&parent::Kno
         msg.extend_from_slice(b" NO proxy error\r\n");
         let _ = (&c.cli).write_all(&msg);
     }
+    c.next()
 }
 
 /// Send `msg` to the client with the short timeout.
@@ -466,9 +457,9 @@ fn run(
     *login = Some((l.name.clone(), l.host.clone(), l.port));
     c.req_host = Some(l.host.clone());
     c.user.clone_from(&l.user);
-    let dst = super::pop3p::resolve_login(&l, known, svc.family).map_err(|_| BAD_DEST)?;
+    let dst = super::login::resolve_login(&l, known, svc.family).map_err(|_| BAD_DEST)?;
     c.req_addr = Some(dst);
-    let (grant, again) = super::pop3p::admit_login(c, &l, dst)?;
+    let (grant, again) = super::login::admit_login(c, &l, dst)?;
     let srv = connect(c, dst, &l, &grant.parents)?;
     let _ = srv.set_timeout(Some(short));
     let mut from_srv = Lines::default();
@@ -483,18 +474,7 @@ fn run(
     if !from_srv.buf.is_empty() {
         say(&c.cli, &from_srv.buf).map_err(|_| Res::CLIENT_ERR)?;
     }
-    let opts = RelayOpts {
-        idle: svc.timeouts.get(Timeouts::CONNECTION_SHORT),
-        session_end: svc.opts.session_end,
-        splice: svc.splice(),
-        bufsize: svc.bufsize,
-        grace: svc.opts.grace,
-    };
-    let out = super::tcppm::relay_logged(c, &srv, &opts, grant.limits.as_deref(), &again);
-    c.res = out.res;
-    c.bytes_out += out.out;
-    c.bytes_in += out.inb;
-    c.srv = Some(srv);
+    crate::session::relay_to(c, srv, &grant, &again, &[], Timeouts::CONNECTION_SHORT);
     Ok(())
 }
 

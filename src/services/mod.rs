@@ -11,6 +11,7 @@ pub mod auto;
 pub mod dnspr;
 pub mod ftppr;
 pub mod imapp;
+pub mod login;
 pub mod pop3p;
 pub mod proxy;
 pub mod smtpp;
@@ -22,12 +23,15 @@ pub mod udppm;
 use std::net::{SocketAddr, UdpSocket};
 use std::sync::{Arc, Condvar, Mutex};
 
+use crate::client::Client;
 use crate::conf::state::State;
 use crate::conf::token::quote;
 use crate::conf::value::number;
 use crate::log::Sink;
 use crate::logformat::LogFormat;
 use crate::net::{Addr, Dialer, Listener, Target};
+use crate::parent::{Known, Next, MAX_HANDOFFS, REDIRECTION_LOOP};
+use crate::res::Res;
 use crate::running::{self, Bound, Prepared, Running};
 use crate::service::{
     LogOpt, Service, ServiceDef, ServiceOpts, BASE_STACK, DEFAULT_BUFSIZE, MIN_STACK,
@@ -35,10 +39,15 @@ use crate::service::{
 use crate::sys::sockopt::SockOpts;
 use crate::timeouts::Timeouts;
 
+/// A TCP service's handler: serve a client (of which `early` was read
+/// already, and whose destination may be known, when it comes through a
+/// local redirection) and say what comes next.
+pub type Handler = fn(&mut Client, &[u8], Option<&Known>) -> Next;
+
 /// How a service serves a client once accepted.
 pub enum Kind {
-    /// TCP: the function a client thread runs.
-    Tcp(fn(&mut crate::client::Client)),
+    /// TCP: the handler a client thread runs.
+    Tcp(Handler),
     /// UDP: the function that runs the service's socket loop.
     Udp(fn(Arc<Running>, UdpSocket)),
 }
@@ -195,12 +204,52 @@ pub fn entry_of(def: &ServiceDef) -> &'static Entry {
 }
 
 /// What a client thread runs for a client of a TCP service (3proxy's
-/// `threadfunc` and `childfunc`).
-fn child(c: &mut crate::client::Client) {
+/// `threadfunc` and `childfunc`): the PROXY protocol header (`-H`), read
+/// once here for every service, then the service's handler, then the
+/// handler each local redirection hands the client to, in one bounded
+/// loop (3proxy's MAXCHILDREDIRECTS). The client's record is written when
+/// it drops, after the loop.
+fn child(c: &mut Client) {
+    if c.svc().opts.proxy_header && !crate::session::read_proxy_header(c) {
+        return;
+    }
     let Kind::Tcp(serve) = entry_of(c.svc().def).kind else {
         return;
     };
-    serve(c);
+    let mut next = serve(c, &[], None);
+    let mut taken = 0;
+    while let Next::Handoff(h) = next {
+        taken += 1;
+        c.redirected = true;
+        c.local_hops += h.hops;
+        // What the first handler learned is not the next one's record;
+        // `%N` stays (3proxy keeps the service, SOCK5 after a SOCKS5
+        // handshake).
+        c.text.clear();
+        c.req_host = None;
+        c.req_addr = None;
+        c.remote_addr = None;
+        c.ext_addr = None;
+        c.res = Res::OK;
+        c.logged = false;
+        c.hops = c.local_hops;
+        if taken > MAX_HANDOFFS {
+            c.res = REDIRECTION_LOOP;
+            c.text = "local redirection loop".into();
+            return;
+        }
+        let handler = h
+            .kind
+            .handler()
+            .and_then(|name| SERVICES.iter().find(|e| e.def.name == name))
+            .map(|e| &e.kind);
+        let Some(&Kind::Tcp(serve)) = handler else {
+            // Refused by `Client::hand_over`; never scheduled.
+            c.res = Res::NOTIMPL;
+            return;
+        };
+        next = serve(c, &h.early, h.dest.as_ref());
+    }
 }
 
 /// Build a service from its cfg line and the state so far, and bind it.

@@ -19,16 +19,13 @@
 //! `-ERR`. The record's `%T` is `name@host`, with `:port` when it is not
 //! 110.
 
-use std::io::{Read, Write};
-use std::net::SocketAddr;
-use std::time::{Duration, Instant};
+use std::io::Write;
 
-use crate::access::{self, Op, Recheck, Request};
-use crate::chain;
+use super::login::{
+    admit_login, connect, parse_host, parse_login, resolve_login, starts_ci, Lines, Login,
+};
 use crate::client::Client;
-use crate::net::{resolve, Stream};
 use crate::parent;
-use crate::relay::RelayOpts;
 use crate::res::Res;
 use crate::timeouts::Timeouts;
 
@@ -47,155 +44,6 @@ const NO_BANNER: Res = Res::POP3_NO_BANNER;
 const BAD_BANNER: Res = Res::POP3_BAD_BANNER;
 const USER_FAILED: Res = Res::POP3_USER_FAILED;
 
-/// Lines read from a socket, with what came after them kept for the relay.
-#[derive(Default)]
-pub(super) struct Lines {
-    pub(super) buf: Vec<u8>,
-    /// Bytes read from the socket in all.
-    pub(super) total: u64,
-}
-
-impl Lines {
-    /// A reader with `early` already read (by the handler that handed the
-    /// client over).
-    pub(super) fn with(early: &[u8]) -> Lines {
-        Lines {
-            buf: early.to_vec(),
-            total: 0,
-        }
-    }
-
-    /// A whole line already read, if there is one.
-    pub(super) fn buffered(&mut self) -> Option<Vec<u8>> {
-        let end = self.buf.iter().position(|&b| b == b'\n')?;
-        Some(self.buf.drain(..=end).collect())
-    }
-
-    /// One line up to and including `\n`, at most `max` bytes; fewer (maybe
-    /// none) when the peer closes or `wait` passes first.
-    pub(super) fn line(&mut self, s: &Stream, max: usize, wait: Duration) -> Vec<u8> {
-        let until = Instant::now() + wait;
-        let mut scanned = 0;
-        loop {
-            let end = self.buf[scanned..]
-                .iter()
-                .position(|&b| b == b'\n')
-                .map(|i| scanned + i + 1);
-            if let Some(end) = end.filter(|&e| e <= max) {
-                return self.buf.drain(..end).collect();
-            }
-            if self.buf.len() >= max {
-                return self.buf.drain(..max).collect();
-            }
-            scanned = self.buf.len();
-            let left = until.saturating_duration_since(Instant::now());
-            if left.is_zero() || s.set_read_timeout(Some(left)).is_err() {
-                return self.buf.drain(..).collect();
-            }
-            let mut chunk = [0u8; 512];
-            let mut r = s;
-            match r.read(&mut chunk) {
-                Ok(n) if n > 0 => {
-                    self.buf.extend_from_slice(&chunk[..n]);
-                    self.total += n as u64;
-                }
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                _ => return self.buf.drain(..).collect(),
-            }
-        }
-    }
-}
-
-/// What `USER` said.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) struct Login {
-    /// The proxy's own credentials (`proxyuser:proxypass:name`).
-    pub(super) user: Option<String>,
-    pub(super) password: Option<String>,
-    /// The name for the POP3 server.
-    pub(super) name: String,
-    pub(super) host: String,
-    pub(super) port: u16,
-}
-
-pub(super) fn starts_ci(line: &[u8], word: &[u8]) -> bool {
-    line.len() >= word.len() && line[..word.len()].eq_ignore_ascii_case(word)
-}
-
-pub(super) fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
-
-/// `host`, `host:port`, `[v6]`, `[v6]:port` or a bare IPv6 address;
-/// `port` when none is given.
-pub(super) fn parse_host(s: &[u8], port: u16) -> Option<(String, u16)> {
-    let (host, p) = if let Some(rest) = s.strip_prefix(b"[") {
-        let close = rest.iter().position(|&b| b == b']')?;
-        let after = &rest[close + 1..];
-        let p = match after {
-            [] => None,
-            [b':', p @ ..] => Some(p),
-            _ => return None,
-        };
-        (&rest[..close], p)
-    } else {
-        let colons = s.iter().filter(|&&b| b == b':').count();
-        match s.iter().position(|&b| b == b':') {
-            Some(i) if colons == 1 => (&s[..i], Some(&s[i + 1..])),
-            _ => (s, None),
-        }
-    };
-    if host.is_empty() || host.len() > 253 {
-        return None;
-    }
-    let port = match p {
-        Some(p) => std::str::from_utf8(p)
-            .ok()?
-            .parse()
-            .ok()
-            .filter(|&p| p > 0)?,
-        None => port,
-    };
-    Some((text(host), port))
-}
-
-/// The argument of `USER`, split as 3proxy splits it: the host after the
-/// last `delim`, and with `creds`, `user:pass:` in front of the name.
-/// `default` is `-h`'s host and the port of a host given without one.
-pub(super) fn parse_login(
-    arg: &[u8],
-    delim: u8,
-    creds: bool,
-    default: (Option<&str>, u16),
-) -> Option<Login> {
-    let (name, host, port) = match arg.iter().rposition(|&b| b == delim) {
-        Some(i) => {
-            let (h, p) = parse_host(&arg[i + 1..], default.1)?;
-            (&arg[..i], h, p)
-        }
-        None => (arg, default.0?.to_string(), default.1),
-    };
-    if name.is_empty() {
-        return None;
-    }
-    let mut login = Login {
-        user: None,
-        password: None,
-        name: text(name),
-        host,
-        port,
-    };
-    if creds {
-        let mut parts = name.splitn(3, |&b| b == b':');
-        if let (Some(u), Some(p), Some(n)) = (parts.next(), parts.next(), parts.next()) {
-            login.user = (!u.is_empty()).then(|| text(u));
-            login.password = (!p.is_empty()).then(|| text(p));
-            login.name = text(n);
-        }
-    }
-    Some(login)
-}
-
 /// `-hhost[:port]`: the destination of logins without a host, and the
 /// port of a host without one.
 fn default_dest(other: &[String]) -> (Option<String>, u16) {
@@ -206,22 +54,13 @@ fn default_dest(other: &[String]) -> (Option<String>, u16) {
     }
 }
 
-/// The client thread's work for one pop3p client.
-pub fn serve(c: &mut Client) {
-    let svc = c.svc().clone();
-    if svc.opts.proxy_header && !super::tcppm::read_proxy_header(c) {
-        return;
-    }
-    serve_redirected(c, &[], None);
-}
-
 /// `parent pop3 0.0.0.0 0` in another service's ACL: greet the client
 /// as pop3p does (`early`, what it sent before, is read first); a `USER`
 /// without a host logs in at the destination the first handler chose
 /// (3proxy's parseconnusername with a host known). The ACL is checked
 /// again with the entries that redirect locally skipped.
 /// [`serve`] runs it too, with nothing read early and no destination.
-pub fn serve_redirected(c: &mut Client, early: &[u8], known: Option<&parent::Known>) {
+pub fn serve(c: &mut Client, early: &[u8], known: Option<&parent::Known>) -> parent::Next {
     let svc = c.svc().clone();
     let mut login = None;
     if let Err(res) = run(c, &mut login, early, known) {
@@ -240,6 +79,7 @@ pub fn serve_redirected(c: &mut Client, early: &[u8], known: Option<&parent::Kno
             .set_timeout(Some(svc.timeouts.get(Timeouts::STRING_SHORT)));
         let _ = (&c.cli).write_all(b"-ERR\r\n");
     }
+    c.next()
 }
 
 fn run(
@@ -317,99 +157,8 @@ fn run(
             .write_all(&from_srv.buf)
             .map_err(|_| Res::CLIENT_ERR)?;
     }
-    let opts = RelayOpts {
-        idle: svc.timeouts.get(Timeouts::CONNECTION_SHORT),
-        session_end: svc.opts.session_end,
-        splice: svc.splice(),
-        bufsize: svc.bufsize,
-        grace: svc.opts.grace,
-    };
-    let out = super::tcppm::relay_logged(c, &srv, &opts, grant.limits.as_deref(), &again);
-    c.res = out.res;
-    c.bytes_out += out.out;
-    c.bytes_in += out.inb;
-    c.srv = Some(srv);
+    crate::session::relay_to(c, srv, &grant, &again, &[], Timeouts::CONNECTION_SHORT);
     Ok(())
-}
-
-/// Where a login's host is: the address the first handler resolved when
-/// the login goes to the destination it chose, else looked up.
-pub(super) fn resolve_login(
-    l: &Login,
-    known: Option<&parent::Known>,
-    family: crate::net::Family,
-) -> Result<SocketAddr, Res> {
-    match known {
-        Some(k) if k.addr.port() == l.port && k.host() == l.host => Ok(k.addr),
-        _ => resolve(&l.host, l.port, family),
-    }
-}
-
-/// Check a login's destination `dst` with the access layer, as CONNECT
-/// to the login's host: the grant (its `nolog` and user name already
-/// applied to `c`) and what to check again after a reload. A destination
-/// that is this service itself is refused (a loop). Shared by the mail
-/// and FTP proxies.
-pub(super) fn admit_login(
-    c: &mut Client,
-    l: &Login,
-    dst: SocketAddr,
-) -> Result<(access::Grant, Recheck), Res> {
-    let svc = c.svc().clone();
-    let req = Request {
-        op: Some(Op::Connect),
-        client: c.client_addr,
-        local: c.local_addr,
-        host: Some(&l.host),
-        addr: Some(dst.ip()),
-        port: l.port,
-        user: l.user.as_deref(),
-        password: l.password.as_deref(),
-    };
-    let grant = access::authorize(&svc, &req)?;
-    c.logged |= grant.nolog;
-    if grant.user.is_some() {
-        c.user.clone_from(&grant.user);
-    }
-    let again = Recheck::new(&svc, &req)
-        .since(c.generation)
-        .at_weight(grant.weight);
-    if crate::net::Addr::Ip(dst) == svc.listen || Some(dst) == c.local_addr {
-        return Err(Res::LOOP);
-    }
-    Ok((grant, again))
-}
-
-/// Connect to `dst` through the grant's parents.
-pub(super) fn connect(
-    c: &mut Client,
-    dst: SocketAddr,
-    l: &Login,
-    parents: &[parent::Hop],
-) -> Result<Stream, Res> {
-    let svc = c.svc().clone();
-    let want = chain::Want {
-        addr: Some(dst),
-        host: Some(&l.host),
-        user: l.user.as_deref(),
-        password: l.password.as_deref(),
-        client: c.client_addr,
-        local: c.local_addr,
-        sends_first: false,
-    };
-    let chain = match chain::connect(&svc, parents, &want)? {
-        chain::Route::Stream(chain) => chain,
-        // The mail proxies do not hand clients on (nor does 3proxy's).
-        chain::Route::Local { .. } => return Err(Res::NOTIMPL),
-    };
-    c.hops = parent::local_hops() + chain.hops;
-    c.remote_addr = if chain.hops == 0 {
-        Some(dst)
-    } else {
-        chain.stream.peer_addr()
-    };
-    c.ext_addr = chain.stream.local_addr();
-    Ok(chain.stream)
 }
 
 #[cfg(test)]

@@ -28,12 +28,11 @@
 
 use std::io::Write;
 
-use super::pop3p::{self, parse_host, parse_login, starts_ci, Lines, Login};
+use super::login::{self, parse_host, parse_login, starts_ci, Lines, Login};
 use crate::client::Client;
 use crate::net::Stream;
 use crate::parent;
 use crate::proto::http::{base64_decode, base64_encode};
-use crate::relay::RelayOpts;
 use crate::res::Res;
 use crate::timeouts::Timeouts;
 
@@ -110,15 +109,6 @@ fn split_plain(raw: &[u8]) -> Option<(&[u8], &[u8])> {
     Some((&rest[..name_end], &pass[..pass_end]))
 }
 
-/// The client thread's work for one smtpp client.
-pub fn serve(c: &mut Client) {
-    let svc = c.svc().clone();
-    if svc.opts.proxy_header && !super::tcppm::read_proxy_header(c) {
-        return;
-    }
-    serve_redirected(c, &[], None);
-}
-
 /// `parent smtp 0.0.0.0 0` in another service's ACL: greet the client as
 /// smtpp does (`early`, what it sent before, is read first), with the
 /// destination the first handler chose in the place of `-h`: a login
@@ -126,7 +116,7 @@ pub fn serve(c: &mut Client) {
 /// with a host known). The ACL is checked again with the entries that
 /// redirect locally skipped.
 /// [`serve`] runs it too, with nothing read early and no destination.
-pub fn serve_redirected(c: &mut Client, early: &[u8], known: Option<&parent::Known>) {
+pub fn serve(c: &mut Client, early: &[u8], known: Option<&parent::Known>) -> parent::Next {
     let svc = c.svc().clone();
     let mut login = None;
     if let Err(res) = run(c, &mut login, early, known) {
@@ -144,6 +134,7 @@ pub fn serve_redirected(c: &mut Client, early: &[u8], known: Option<&parent::Kno
             .set_timeout(Some(svc.timeouts.get(Timeouts::STRING_SHORT)));
         let _ = (&c.cli).write_all(b"571 \r\n");
     }
+    c.next()
 }
 
 /// Greet the client and read until it logs in (or, with `-h`, sends a
@@ -277,10 +268,10 @@ fn run(
     };
     c.req_host = Some(l.host.clone());
     c.user.clone_from(&l.user);
-    let dst = pop3p::resolve_login(&l, known, svc.family).map_err(|_| bad)?;
+    let dst = login::resolve_login(&l, known, svc.family).map_err(|_| bad)?;
     c.req_addr = Some(dst);
-    let (grant, again) = pop3p::admit_login(c, &l, dst)?;
-    let srv = pop3p::connect(c, dst, &l, &grant.parents)?;
+    let (grant, again) = login::admit_login(c, &l, dst)?;
+    let srv = login::connect(c, dst, &l, &grant.parents)?;
     let mut from_srv = Lines::default();
     let (_, banner) = reply(c, &srv, &mut from_srv);
     if banner.len() < 3 {
@@ -353,18 +344,7 @@ fn run(
             .write_all(&from_srv.buf)
             .map_err(|_| Res::CLIENT_ERR)?;
     }
-    let opts = RelayOpts {
-        idle: svc.timeouts.get(Timeouts::CONNECTION_SHORT),
-        session_end: svc.opts.session_end,
-        splice: svc.splice(),
-        bufsize: svc.bufsize,
-        grace: svc.opts.grace,
-    };
-    let out = super::tcppm::relay_logged(c, &srv, &opts, grant.limits.as_deref(), &again);
-    c.res = out.res;
-    c.bytes_out += out.out;
-    c.bytes_in += out.inb;
-    c.srv = Some(srv);
+    crate::session::relay_to(c, srv, &grant, &again, &[], Timeouts::CONNECTION_SHORT);
     Ok(())
 }
 

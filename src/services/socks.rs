@@ -372,21 +372,9 @@ fn read_v5(
 // --- Serving ---------------------------------------------------------------
 
 /// The client thread's work for one SOCKS client.
-pub fn serve(c: &mut Client) {
-    let svc = c.svc().clone();
-    if !svc.opts.proxy_header || super::tcppm::read_proxy_header(c) {
-        serve_request(c, &[]);
-    }
-    // `parent TYPE 0.0.0.0 0`: the client goes on to that handler.
-    parent::serve_handoffs(c);
-}
-
-/// `parent socks5 0.0.0.0 0` (or another SOCKS type) in another service's
-/// ACL: read a SOCKS request from the client, `early` first, and serve it
-/// with the entries that redirect locally skipped (3proxy's sockschild
-/// after a redirection).
-pub fn serve_redirected(c: &mut Client, early: &[u8]) {
+pub fn serve(c: &mut Client, early: &[u8], _: Option<&parent::Known>) -> parent::Next {
     serve_request(c, early);
+    c.next()
 }
 
 fn serve_request(c: &mut Client, early: &[u8]) {
@@ -474,9 +462,6 @@ fn authorize(
     weight: u32,
 ) -> Result<Grant, Res> {
     let req = Request {
-        op: Some(op),
-        client: c.client_addr,
-        local: c.local_addr,
         host: match dest {
             Some((Dest::Name(h, _), _)) => Some(h.as_str()),
             _ => None,
@@ -485,6 +470,7 @@ fn authorize(
         port: dest.map_or(0, |(d, _)| d.port()),
         user: ask.user.as_deref(),
         password: ask.password.as_deref(),
+        ..c.request(op)
     };
     access::authorize_at(c.svc(), &req, weight)
 }
@@ -492,9 +478,6 @@ fn authorize(
 /// What to check again after a reload (`force`) for a CONNECT or BIND.
 fn recheck(c: &Client, ask: &Ask, op: Op, dest: (&Dest, SocketAddr)) -> Recheck {
     let req = Request {
-        op: Some(op),
-        client: c.client_addr,
-        local: c.local_addr,
         host: match dest.0 {
             Dest::Name(h, _) => Some(h.as_str()),
             Dest::Addr(_) => None,
@@ -503,6 +486,7 @@ fn recheck(c: &Client, ask: &Ask, op: Op, dest: (&Dest, SocketAddr)) -> Recheck 
         port: dest.0.port(),
         user: ask.user.as_deref(),
         password: ask.password.as_deref(),
+        ..c.request(op)
     };
     Recheck::new(c.svc(), &req).since(c.generation)
 }
@@ -546,14 +530,14 @@ fn connect(c: &mut Client, ask: &Ask) -> Result<(), Res> {
     };
     let (srv, direct) = match chain::connect(&svc, &grant.parents, &want)? {
         chain::Route::Stream(chain) => {
-            c.hops = parent::local_hops() + chain.hops;
+            c.hops = c.local_hops + chain.hops;
             (chain.stream, chain.hops == 0)
         }
         chain::Route::Local { kind, hops } => {
             // Say "granted", then the rest of the connection is the next
             // handler's (3proxy's childfunc going on), with what the client
             // sent after its request and the destination it asked for.
-            parent::hand_over(parent::Handoff {
+            c.hand_over(parent::Handoff {
                 kind,
                 hops,
                 early: ask.early.clone(),
@@ -575,7 +559,7 @@ fn connect(c: &mut Client, ask: &Ask) -> Result<(), Res> {
     let bnd = nat(svc.opts.nat_ext, c.ext_addr);
     reply(c, ask.ver, Res::OK, bnd);
     let again = recheck(c, ask, Op::Connect, (&ask.dest, dst)).at_weight(grant.weight);
-    super::tcppm::relay_to(
+    crate::session::relay_to(
         c,
         srv,
         &grant,
@@ -625,7 +609,7 @@ fn bind(c: &mut Client, ask: &Ask) -> Result<(), Res> {
         Ok(srv) => {
             reply(c, ask.ver, Res::OK, srv.peer_addr());
             let again = recheck(c, ask, Op::Bind, (&ask.dest, want)).at_weight(grant.weight);
-            super::tcppm::relay_to(
+            crate::session::relay_to(
                 c,
                 srv,
                 &grant,
@@ -750,7 +734,7 @@ fn udp_associate(c: &mut Client, ask: &Ask) -> Result<(), Res> {
         weight: grant.weight,
         last: None,
         up: up.map(|u| {
-            c.hops = parent::local_hops() + u.hops;
+            c.hops = c.local_hops + u.hops;
             (u.control, u.relay)
         }),
     };

@@ -8,7 +8,6 @@
 //! locally goes to that handler with tcppm's destination as the one
 //! chosen (`parent::hand_over`).
 
-use std::io::Write;
 use std::net::SocketAddr;
 
 use crate::access::{self, Grant, Op, Recheck, Request};
@@ -17,16 +16,19 @@ use crate::chain;
 use crate::client::Client;
 use crate::net::{resolve, Stream, Target};
 use crate::parent;
-use crate::relay::{relay_hooked, Dump, Hooks, Outcome, RelayOpts};
 use crate::res::Res;
 use crate::service::Service;
+use crate::session;
 use crate::timeouts::Timeouts;
 
 /// The client thread's work for one tcppm client.
-pub fn serve(c: &mut Client) {
-    serve_mapped(c);
-    // `parent TYPE 0.0.0.0 0`: the client goes on to that handler.
-    parent::serve_handoffs(c);
+pub fn serve(c: &mut Client, early: &[u8], dest: Option<&parent::Known>) -> parent::Next {
+    if c.redirected {
+        serve_redirected(c, early, dest);
+    } else {
+        serve_mapped(c);
+    }
+    c.next()
 }
 
 fn serve_mapped(c: &mut Client) {
@@ -47,9 +49,6 @@ fn serve_mapped(c: &mut Client) {
                 return;
             }
         }
-    }
-    if svc.opts.proxy_header && !read_proxy_header(c) {
-        return;
     }
     let Some(target) = &svc.target else {
         c.res = Res::NOHOST;
@@ -83,7 +82,7 @@ fn serve_mapped(c: &mut Client) {
         (None, None) => svc.dialer.connect_unix(target).map(Some),
     };
     match srv {
-        Ok(Some(s)) => relay_to(c, s, &grant, &recheck, &[], Timeouts::CONNECTION_LONG),
+        Ok(Some(s)) => session::relay_to(c, s, &grant, &recheck, &[], Timeouts::CONNECTION_LONG),
         // Handed over to a local handler.
         Ok(None) => {}
         Err(res) => c.res = res,
@@ -94,7 +93,7 @@ fn serve_mapped(c: &mut Client) {
 /// the destination it already chose there (3proxy's tcppmchild with the
 /// host name known), with this ACL pass skipping the entries that
 /// redirect locally. `early` goes to the destination first.
-pub fn serve_redirected(c: &mut Client, early: &[u8], dest: Option<&parent::Known>) {
+fn serve_redirected(c: &mut Client, early: &[u8], dest: Option<&parent::Known>) {
     let Some(d) = dest else {
         c.res = Res::NOHOST;
         return;
@@ -113,45 +112,10 @@ pub fn serve_redirected(c: &mut Client, early: &[u8], dest: Option<&parent::Know
         }
     };
     match connect(c, d.addr, &target, &grant) {
-        Ok(Some(s)) => relay_to(c, s, &grant, &recheck, early, Timeouts::CONNECTION_LONG),
+        Ok(Some(s)) => session::relay_to(c, s, &grant, &recheck, early, Timeouts::CONNECTION_LONG),
         Ok(None) => {}
         Err(res) => c.res = res,
     }
-}
-
-/// Send `early` (what the client sent before its session began) to
-/// `srv`, then relay the client's session with it, idle for at most the
-/// `idle_slot` timeout. Shared by socks (CONNECT and BIND).
-pub fn relay_to(
-    c: &mut Client,
-    srv: Stream,
-    grant: &Grant,
-    recheck: &Recheck,
-    early: &[u8],
-    idle_slot: usize,
-) {
-    let svc = c.svc().clone();
-    if !early.is_empty() {
-        let _ = srv.set_timeout(Some(svc.timeouts.get(Timeouts::STRING_SHORT)));
-        if (&srv).write_all(early).is_err() {
-            c.res = Res::SERVER_ERR;
-            c.srv = Some(srv);
-            return;
-        }
-        let _ = srv.set_timeout(None);
-    }
-    let opts = RelayOpts {
-        idle: svc.timeouts.get(idle_slot),
-        session_end: svc.opts.session_end,
-        splice: svc.splice(),
-        bufsize: svc.bufsize,
-        grace: svc.opts.grace,
-    };
-    let out = relay_logged(c, &srv, &opts, grant.limits.as_deref(), recheck);
-    c.res = out.res;
-    c.bytes_out += early.len() as u64 + out.out;
-    c.bytes_in = out.inb;
-    c.srv = Some(srv);
 }
 
 /// Ask the access layer for op CONNECT to the mapped destination. tcppm
@@ -164,9 +128,6 @@ fn authorize(
 ) -> Result<((Option<SocketAddr>, Grant), Recheck), Res> {
     let svc = c.svc().clone();
     let req = Request {
-        op: Some(Op::Connect),
-        client: c.client_addr,
-        local: c.local_addr,
         host: match target {
             Target::Name(h, _) => Some(h.as_str()),
             _ => None,
@@ -175,6 +136,7 @@ fn authorize(
         port: dst.map_or(0, |a| a.port()),
         user: None,
         password: None,
+        ..c.request(Op::Connect)
     };
     let grant = access::authorize(&svc, &req)?;
     // `nolog`: the session ends without a record.
@@ -223,7 +185,7 @@ fn connect(
                 },
                 addr: dst,
             };
-            parent::hand_over(parent::Handoff {
+            c.hand_over(parent::Handoff {
                 kind,
                 hops,
                 early: Vec::new(),
@@ -232,7 +194,7 @@ fn connect(
             return Ok(None);
         }
     };
-    c.hops = parent::local_hops() + chain.hops;
+    c.hops = c.local_hops + chain.hops;
     // Straight to `dst`: that is the peer, no getpeername() needed.
     c.remote_addr = if chain.hops == 0 {
         Some(dst)
@@ -241,69 +203,6 @@ fn connect(
     };
     c.ext_addr = chain.stream.local_addr();
     Ok(Some(chain.stream))
-}
-
-/// `-H`: take the PROXY header off the client socket; the addresses it
-/// names replace the connection's own in the log. False if the header was
-/// bad: the session then ends with a log line saying why.
-pub fn read_proxy_header(c: &mut Client) -> bool {
-    // A client handed from one service to another (SOCKS to the HTTP
-    // proxy) had its header read by the first.
-    if c.header_read {
-        return true;
-    }
-    c.header_read = true;
-    let svc = c.svc().clone();
-    let _ = c
-        .cli
-        .set_timeout(Some(svc.timeouts.get(Timeouts::STRING_SHORT)));
-    match crate::proxyproto::read(&c.cli) {
-        Ok(Some((src, dst))) => {
-            c.client_addr = Some(src);
-            c.local_addr = Some(dst);
-            true
-        }
-        Ok(None) => true,
-        Err(why) => {
-            c.res = Res::BAD_REQUEST;
-            c.text = format!("bad PROXY header: {why}");
-            false
-        }
-    }
-}
-
-/// Relay the client's session with `srv` under its limits and recheck,
-/// writing `logdump` records while it runs; the start of the final record
-/// is the time of the last of them.
-pub fn relay_logged(
-    c: &mut Client,
-    srv: &crate::net::Stream,
-    opts: &RelayOpts,
-    limits: Option<&crate::limit::Session>,
-    recheck: &Recheck,
-) -> Outcome {
-    let (out_at, in_at) = c.svc().logdump;
-    let mut since = c.start;
-    let out = {
-        let client: &Client = c;
-        let mut write = |o: u64, i: u64| {
-            client.write_record_as(Res::OK, o, i, since);
-            since = std::time::SystemTime::now();
-        };
-        let dump = (out_at > 0 || in_at > 0).then_some(Dump {
-            out_at,
-            in_at,
-            write: &mut write,
-        });
-        let hooks = Hooks {
-            limits,
-            recheck: Some(recheck),
-            dump,
-        };
-        relay_hooked(&client.cli, srv, opts, hooks)
-    };
-    c.start = since;
-    out
 }
 
 /// 3proxy's `checkACL` for a back-connection: the ACL alone (no `auth`,
@@ -321,6 +220,7 @@ fn back_allowed(svc: &Service, client: Option<SocketAddr>, peer: SocketAddr) -> 
         wday,
         daysec,
         weight: 0,
+        redirected: false,
     };
     let ok = match acl::check(&svc.access.acl, &q) {
         Verdict::Empty => true,

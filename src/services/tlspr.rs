@@ -26,7 +26,6 @@ use crate::conf::token::quote;
 use crate::conf::value::number;
 use crate::net::{resolve, Stream};
 use crate::parent;
-use crate::relay::RelayOpts;
 use crate::res::Res;
 use crate::service::ServiceOpts;
 use crate::timeouts::Timeouts;
@@ -277,16 +276,6 @@ fn host_name(sni: &[u8]) -> Option<String> {
     ok.then(|| String::from_utf8_lossy(sni).into_owned())
 }
 
-/// The client thread's work for one tlspr client.
-pub fn serve(c: &mut Client) {
-    let svc = c.svc().clone();
-    if !svc.opts.proxy_header || super::tcppm::read_proxy_header(c) {
-        serve_redirected(c, &[], None);
-    }
-    // `parent TYPE 0.0.0.0 0`: the client goes on to that handler.
-    parent::serve_handoffs(c);
-}
-
 /// `parent tls 0.0.0.0 0` in another service's ACL: read the client's
 /// ClientHello (`early` first), check the ACL again with its SNI as the
 /// destination's name (the entries that redirect locally skipped), and
@@ -294,7 +283,7 @@ pub fn serve(c: &mut Client) {
 /// tlsprchild does with a host already known. Without one, the SNI is
 /// the destination, as for a tlspr client.
 /// [`serve`] runs it too, with nothing read early and no destination.
-pub fn serve_redirected(c: &mut Client, early: &[u8], known: Option<&parent::Known>) {
+pub fn serve(c: &mut Client, early: &[u8], known: Option<&parent::Known>) -> parent::Next {
     let svc = c.svc().clone();
     let t = options(&svc.opts).unwrap_or_default();
     let mut st = State {
@@ -307,6 +296,7 @@ pub fn serve_redirected(c: &mut Client, early: &[u8], known: Option<&parent::Kno
         c.res = res;
     }
     c.text = text(st.lv, st.host.as_deref(), st.alpn.as_deref());
+    c.next()
 }
 
 /// What the session learned, for its record.
@@ -360,14 +350,12 @@ fn run(
     };
     c.req_addr = dst;
     let req = Request {
-        op: Some(Op::Connect),
-        client: c.client_addr,
-        local: c.local_addr,
         host: st.host.as_deref(),
         addr: dst.map(|a| a.ip()),
         port: if dst.is_some() { port } else { 0 },
         user: None,
         password: None,
+        ..c.request(Op::Connect)
     };
     let grant = access::authorize(&svc, &req)?;
     c.logged |= grant.nolog;
@@ -409,18 +397,7 @@ fn run(
         (&c.cli).write_all(&sbuf).map_err(|_| Res::CLIENT_ERR)?;
         c.bytes_in += sbuf.len() as u64;
     }
-    let opts = RelayOpts {
-        idle: svc.timeouts.get(Timeouts::CONNECTION_LONG),
-        session_end: svc.opts.session_end,
-        splice: svc.splice(),
-        bufsize: svc.bufsize,
-        grace: svc.opts.grace,
-    };
-    let out = super::tcppm::relay_logged(c, &srv, &opts, grant.limits.as_deref(), &again);
-    c.res = out.res;
-    c.bytes_out += out.out;
-    c.bytes_in += out.inb;
-    c.srv = Some(srv);
+    crate::session::relay_to(c, srv, &grant, &again, &[], Timeouts::CONNECTION_LONG);
     Ok(())
 }
 
@@ -444,7 +421,7 @@ fn connect(
     let chain = match chain::connect(&svc, parents, &want)? {
         chain::Route::Stream(chain) => chain,
         chain::Route::Local { kind, hops } => {
-            parent::hand_over(parent::Handoff {
+            c.hand_over(parent::Handoff {
                 kind,
                 hops,
                 early: std::mem::take(&mut st.buf),
@@ -456,7 +433,7 @@ fn connect(
             return Ok(None);
         }
     };
-    c.hops = parent::local_hops() + chain.hops;
+    c.hops = c.local_hops + chain.hops;
     c.remote_addr = if chain.hops == 0 {
         Some(dst)
     } else {

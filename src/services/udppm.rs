@@ -198,6 +198,7 @@ fn open(
         port: dst.port(),
         user: None,
         password: None,
+        redirected: false,
     };
     // A refused datagram is dropped; its record carries the code.
     let grant = match access::authorize(svc, &req) {

@@ -18,10 +18,8 @@ use nix::sys::socket::MsgFlags;
 
 use crate::net::Stream;
 use crate::proto::http::{self, ResponseHead};
-use crate::res::Res;
 
 use super::sock::{recv, set_read_timeout};
-use super::Fail;
 
 /// Largest request or response head (request line and fields); a bigger
 /// request head is answered 431.
@@ -301,17 +299,6 @@ impl RespErr {
             self,
             RespErr::Head(HeadRead::Closed { partial: false } | HeadRead::Io { partial: false })
         )
-    }
-
-    pub(super) fn fail(&self) -> Fail {
-        match self {
-            RespErr::Head(HeadRead::Timeout { .. }) => Fail::answer(Res::IDLE, 504),
-            RespErr::Head(HeadRead::TooBig) => Fail::answer(Res::HTTP_HEAD_TOO_LARGE, 502),
-            RespErr::Head(HeadRead::Io { .. }) => Fail::answer(Res::SERVER_ERR, 502),
-            RespErr::Head(HeadRead::Closed { .. }) | RespErr::Bad => {
-                Fail::answer(Res::HTTP_BAD_REPLY, 502)
-            }
-        }
     }
 }
 

@@ -53,16 +53,16 @@ use crate::chain;
 use crate::client::Client;
 use crate::limit::Session as Limits;
 use crate::net::{parse_ip, resolve, Stream};
-use crate::parent::{self, Parents};
+use crate::parent::{self};
 use crate::proto::http::{self, ChunkScanner, Framing, HeadError, ResponseHead};
-use crate::relay::{relay_with, RelayOpts};
+use crate::relay::relay_with;
 use crate::res::Res;
 use crate::service::Service;
 use crate::timeouts::Timeouts;
 
 use body::{copy_chunked, copy_exact, copy_to_eof, is_bad_chunk, is_quota, Side};
-use head::{read_head, read_response, HeadBuf, HeadClock, HeadRead, SMALL, SMALL_REQUEST};
-use pool::{park, still_open, unpark};
+use head::{read_head, read_response, HeadBuf, HeadClock, HeadRead, RespErr, SMALL, SMALL_REQUEST};
+use pool::{park, still_open, unpark, Origin, Via};
 use sock::{
     readable_within, send_lazy, set_read_timeout, set_timeouts, set_write_timeout, write_all_v,
 };
@@ -74,22 +74,17 @@ const CONTINUE_WAIT: Duration = Duration::from_secs(1);
 /// answered 502. Real origins send one or two (100, 102, 103).
 const MAX_INTERIM: u32 = 16;
 
-/// The client thread's work for one proxy client.
-pub fn serve(c: &mut Client) {
-    let svc = c.svc().clone();
-    if !svc.opts.proxy_header || super::tcppm::read_proxy_header(c) {
-        serve_after(c, &[]);
-    }
-    // A CONNECT tunnel redirected locally (`parent pop3 0.0.0.0 0`, ...):
-    // the client goes on to that handler.
-    parent::serve_handoffs(c);
+/// The client thread's work for one proxy client. `early` is what the
+/// client sent before it was handed over, when it comes through a local
+/// redirection (`parent http|connect|connect+ 0.0.0.0 0` in another
+/// service's ACL). A CONNECT tunnel redirected locally (`parent pop3
+/// 0.0.0.0 0`, ...) returns the hand-off to that handler.
+pub fn serve(c: &mut Client, early: &[u8], _: Option<&parent::Known>) -> parent::Next {
+    serve_requests(c, early);
+    c.next()
 }
 
-/// Serve a client of which `early` was read already: the handler of a
-/// local redirection (`parent http|connect|connect+ 0.0.0.0 0` in
-/// another service's ACL), where `early` is what the client sent before
-/// it was handed over.
-pub fn serve_after(c: &mut Client, early: &[u8]) {
+fn serve_requests(c: &mut Client, early: &[u8]) {
     let svc = c.svc().clone();
     let mut small = [0u8; SMALL_REQUEST];
     let mut cb = HeadBuf::new(&mut small);
@@ -156,45 +151,6 @@ struct Session {
     long: Duration,
 }
 
-/// A connection to an origin server.
-struct Origin {
-    s: Stream,
-    host: String,
-    port: u16,
-    addr: SocketAddr,
-    /// Our side's address (`%e`).
-    ext: Option<SocketAddr>,
-    /// It has served a request already (so it may have been closed by the
-    /// origin meanwhile).
-    used: bool,
-    /// A request on it used NTLM/Negotiate, which authenticates the
-    /// connection: it never goes to the shared pool.
-    bound: bool,
-    /// Made through the parents of an ACL entry (None: directly).
-    via: Option<Via>,
-    /// Parents taken (`%h`).
-    hops: u32,
-}
-
-/// How a connection through `parent`s was made: which later requests of
-/// the same client it may serve (they keep their chain). Such connections
-/// never go to the shared pool.
-struct Via {
-    /// The parents of the ACL entry that allowed it (compared by pointer:
-    /// a request allowed by another entry, or after a reload, dials anew).
-    parents: Parents,
-    /// The last hop is an `http` parent: requests go to it in absolute
-    /// form, for any host. Otherwise the connection reaches one
-    /// destination.
-    http: bool,
-    /// `Basic ...` for the `http` parent's `Proxy-Authorization`.
-    auth: Option<String>,
-    /// The client's credentials when it was made (a `*` parent was given
-    /// them).
-    user: Option<String>,
-    password: Option<String>,
-}
-
 /// The parts of a request head the exchange needs after the head buffer
 /// moved on.
 struct Req {
@@ -249,6 +205,20 @@ impl Fail {
             res,
             status: None,
             handoff: None,
+        }
+    }
+}
+
+impl RespErr {
+    /// The answer to give when no usable response head came.
+    fn fail(&self) -> Fail {
+        match self {
+            RespErr::Head(HeadRead::Timeout { .. }) => Fail::answer(Res::IDLE, 504),
+            RespErr::Head(HeadRead::TooBig) => Fail::answer(Res::HTTP_HEAD_TOO_LARGE, 502),
+            RespErr::Head(HeadRead::Io { .. }) => Fail::answer(Res::SERVER_ERR, 502),
+            RespErr::Head(HeadRead::Closed { .. }) | RespErr::Bad => {
+                Fail::answer(Res::HTTP_BAD_REPLY, 502)
+            }
         }
     }
 }
@@ -512,9 +482,6 @@ impl Session {
     /// tunnel, what to check again after a reload).
     fn ask_acl(&mut self, c: &mut Client, req: &Req, dst: Option<SocketAddr>) -> Result<(), Fail> {
         let ask = Request {
-            op: Some(req.op),
-            client: c.client_addr,
-            local: c.local_addr,
             host: if req.literal.is_none() {
                 Some(&self.host)
             } else {
@@ -524,6 +491,7 @@ impl Session {
             port: req.port,
             user: req.user.as_deref(),
             password: req.password.as_deref(),
+            ..c.request(req.op)
         };
         match access::authorize_at(&self.svc, &ask, self.weight) {
             Ok(grant) => {
@@ -607,9 +575,12 @@ impl Session {
                 // itself, with the ACL entries that redirect locally
                 // skipped (3proxy's second pass).
                 let o = {
-                    let _again = parent::Redirected::enter();
-                    self.ask_acl(c, req, Some(dst))?;
-                    self.dial_via(c, req, dst, true)
+                    let was = std::mem::replace(&mut c.redirected, true);
+                    let o = self
+                        .ask_acl(c, req, Some(dst))
+                        .and_then(|()| self.dial_via(c, req, dst, true));
+                    c.redirected = was;
+                    o
                 };
                 // A tunnel the second pass hands over counts this hop too.
                 let mut o = o.map_err(|mut f| {
@@ -740,7 +711,7 @@ impl Session {
             name: req.literal.is_none().then(|| self.host.clone()),
             addr: dst,
         };
-        parent::hand_over(parent::Handoff {
+        c.hand_over(parent::Handoff {
             kind,
             hops,
             early,
@@ -817,16 +788,10 @@ impl Session {
             let n = early.len();
             cb.consume(n);
         }
-        let opts = RelayOpts {
-            idle: self.svc.timeouts.get(Timeouts::CONNECTION_LONG),
-            session_end: self.svc.opts.session_end,
-            splice: self.svc.splice(),
-            bufsize: self.svc.bufsize,
-            grace: self.svc.opts.grace,
-        };
+        let opts = crate::session::relay_opts(&self.svc, Timeouts::CONNECTION_LONG);
         // With `force`, a reload whose ACL refuses the tunnel ends it.
         let out = match &self.recheck {
-            Some(again) => super::tcppm::relay_logged(c, srv, &opts, self.shaper(), again),
+            Some(again) => crate::session::relay_logged(c, srv, &opts, self.shaper(), again),
             None => relay_with(&c.cli, srv, &opts, self.shaper()),
         };
         if self.shaper().is_some() {

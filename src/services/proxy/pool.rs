@@ -17,10 +17,49 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use crate::net::Stream;
+use crate::parent::Parents;
 use crate::service::Service;
 use crate::timeouts::Timeouts;
 
-use super::Origin;
+/// A connection to an origin server.
+pub(super) struct Origin {
+    pub(super) s: Stream,
+    pub(super) host: String,
+    pub(super) port: u16,
+    pub(super) addr: SocketAddr,
+    /// Our side's address (`%e`).
+    pub(super) ext: Option<SocketAddr>,
+    /// It has served a request already (so it may have been closed by the
+    /// origin meanwhile).
+    pub(super) used: bool,
+    /// A request on it used NTLM/Negotiate, which authenticates the
+    /// connection: it never goes to the shared pool.
+    pub(super) bound: bool,
+    /// Made through the parents of an ACL entry (None: directly).
+    pub(super) via: Option<Via>,
+    /// Parents taken (`%h`).
+    pub(super) hops: u32,
+}
+
+/// How a connection through `parent`s was made: which later requests of
+/// the same client it may serve (they keep their chain). Such connections
+/// never go to the shared pool.
+pub(super) struct Via {
+    /// The parents of the ACL entry that allowed it (compared by pointer:
+    /// a request allowed by another entry, or after a reload, dials anew).
+    pub(super) parents: Parents,
+    /// The last hop is an `http` parent: requests go to it in absolute
+    /// form, for any host. Otherwise the connection reaches one
+    /// destination.
+    pub(super) http: bool,
+    /// `Basic ...` for the `http` parent's `Proxy-Authorization`.
+    pub(super) auth: Option<String>,
+    /// The client's credentials when it was made (a `*` parent was given
+    /// them).
+    pub(super) user: Option<String>,
+    pub(super) password: Option<String>,
+}
 
 /// Idle origin connections of all clients, by service and address, most
 /// recently parked last. A client whose next request goes elsewhere, or

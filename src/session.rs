@@ -1,0 +1,121 @@
+//! What every TCP session shares, whatever its service: the PROXY
+//! protocol header a `-H` service reads first, and the relay that ends a
+//! session (its options from the service, logdump records, limits, the
+//! reload recheck, the byte counters). The services call these; nothing
+//! here knows a protocol.
+
+use std::io::Write;
+
+use crate::access::{Grant, Recheck};
+use crate::client::Client;
+use crate::net::Stream;
+use crate::relay::{relay_hooked, Dump, Hooks, Outcome, RelayOpts};
+use crate::res::Res;
+use crate::service::Service;
+use crate::timeouts::Timeouts;
+
+/// `-H`: take the PROXY header off the client socket; the addresses it
+/// names replace the connection's own in the log. False if the header was
+/// bad: the session then ends with a log line saying why.
+pub fn read_proxy_header(c: &mut Client) -> bool {
+    // A client handed from one service to another (SOCKS to the HTTP
+    // proxy) had its header read by the first.
+    if c.header_read {
+        return true;
+    }
+    c.header_read = true;
+    let svc = c.svc().clone();
+    let _ = c
+        .cli
+        .set_timeout(Some(svc.timeouts.get(Timeouts::STRING_SHORT)));
+    match crate::proxyproto::read(&c.cli) {
+        Ok(Some((src, dst))) => {
+            c.client_addr = Some(src);
+            c.local_addr = Some(dst);
+            true
+        }
+        Ok(None) => true,
+        Err(why) => {
+            c.res = Res::BAD_REQUEST;
+            c.text = format!("bad PROXY header: {why}");
+            false
+        }
+    }
+}
+
+/// The relay's options for a session of `svc`, idle for at most its
+/// `idle_slot` timeout.
+pub fn relay_opts(svc: &Service, idle_slot: usize) -> RelayOpts {
+    RelayOpts {
+        idle: svc.timeouts.get(idle_slot),
+        session_end: svc.opts.session_end,
+        splice: svc.splice(),
+        bufsize: svc.bufsize,
+        grace: svc.opts.grace,
+    }
+}
+
+/// Send `early` (what the client sent before its session began) to
+/// `srv`, then relay the client's session with it, idle for at most the
+/// `idle_slot` timeout (a `Timeouts` slot), with logdump records, limits
+/// and the reload recheck; the tail of every TCP session: tcppm, socks
+/// (CONNECT and BIND), tlspr, the mail proxies.
+pub fn relay_to(
+    c: &mut Client,
+    srv: Stream,
+    grant: &Grant,
+    recheck: &Recheck,
+    early: &[u8],
+    idle_slot: usize,
+) {
+    let svc = c.svc().clone();
+    if !early.is_empty() {
+        let _ = srv.set_timeout(Some(svc.timeouts.get(Timeouts::STRING_SHORT)));
+        if (&srv).write_all(early).is_err() {
+            c.res = Res::SERVER_ERR;
+            c.srv = Some(srv);
+            return;
+        }
+        let _ = srv.set_timeout(None);
+    }
+    let opts = relay_opts(&svc, idle_slot);
+    let out = relay_logged(c, &srv, &opts, grant.limits.as_deref(), recheck);
+    c.res = out.res;
+    c.bytes_out += early.len() as u64 + out.out;
+    c.bytes_in += out.inb;
+    c.srv = Some(srv);
+}
+
+/// Relay the client's session with `srv` under its limits and recheck,
+/// writing `logdump` records while it runs; the start of the final record
+/// is the time of the last of them.
+pub fn relay_logged(
+    c: &mut Client,
+    srv: &crate::net::Stream,
+    opts: &RelayOpts,
+    limits: Option<&crate::limit::Session>,
+    recheck: &Recheck,
+) -> Outcome {
+    let (out_at, in_at) = c.svc().logdump;
+    let mut since = c.start;
+    let out = {
+        let client: &Client = c;
+        let mut write = |o: u64, i: u64| {
+            client.write_record_as(Res::OK, o, i, since);
+            since = std::time::SystemTime::now();
+        };
+        let dump = (out_at > 0 || in_at > 0).then_some(Dump {
+            out_at,
+            in_at,
+            write: &mut write,
+        });
+        let hooks = Hooks {
+            limits,
+            recheck: Some(recheck),
+            dump,
+        };
+        relay_hooked(&client.cli, srv, opts, hooks)
+    };
+    c.start = since;
+    out
+}
