@@ -17,8 +17,10 @@
 //! before a request is known, whether the chain refuses a client on its
 //! user name and password alone (SOCKS5's RFC 1929 exchange).
 //!
-//! Invariant: nothing here does IO; a request costs a hash lookup per
-//! `users`/cache access and O(log n) per big ACL list.
+//! Invariant: nothing here does IO, but `auth dnsname`, which looks the
+//! client's address up in the resolver (`resolve::dnsname`, with its
+//! DNS timeout); a request costs a hash lookup per `users`/cache access
+//! and O(log n) per big ACL list.
 
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};

@@ -1,27 +1,16 @@
 //! threeproxy: a drop-in replacement for the 3proxy proxy server.
 //!
 //! Bird's-eye view: `3proxy CFGFILE` runs the cfg script (`conf`), whose
-//! service commands each prepare a listener (`services`). When the whole
-//! file has loaded, every service gets an acceptor thread (`acceptor`),
-//! which hands each client to a thread of its own (`client`), which runs
-//! the service's code (`services::tcppm`, ...) and usually ends in the relay
-//! (`relay`). The main thread then only waits for signals.
+//! service commands each prepare a listener (`services::prepare`). When
+//! the whole file has loaded, every service gets an acceptor thread
+//! (`acceptor`), which hands each client to a thread of its own; that
+//! thread runs `services::child`, the loop of the service's handler and
+//! the handlers local redirections hand the client to. The main thread
+//! then only waits for signals (reload, rotation, exit).
 //!
-//! Code map:
-//! - `conf`: the cfg language: tokenizer (`conf::token`), command table
-//!   (`conf::commands`), the script's state.
-//! - `services`: service table, shared option parser, the service snapshot;
-//!   one file per service.
-//! - `acceptor`, `client`, `relay`: the thread-per-connection core.
-//! - `net`: streams, listeners, resolving and dialing.
-//! - `log`, `logformat`: the access log.
-//! - `res`: 3proxy's result codes. `proxyproto`: PROXY protocol v1.
-//! - `sys`: the only place with `unsafe`.
-//!
-//! Invariants: parsers do no IO; only `sys` has unsafe code; every blocking
-//! call has a timeout; one access-log record per session; the cfg is read
-//! on one thread; client threads share only the service snapshot and
-//! counters.
+//! The code map, the layers and the invariants are in ARCHITECTURE.md
+//! (and, short, in the README); this file is the command line and the
+//! signal loop.
 #![deny(unsafe_code)]
 
 mod acceptor;
