@@ -214,6 +214,7 @@ fn parse_request_in<'a>(
     };
 
     let mut cl: Option<u64> = None;
+    let mut cl_fields = 0u32;
     let mut te: Option<&[u8]> = None;
     let mut expect_continue = false;
     let mut proxy_auth = None;
@@ -222,6 +223,7 @@ fn parse_request_in<'a>(
         let n = h.name;
         if n.eq_ignore_ascii_case("content-length") {
             cl = Some(merge_length(cl, h.value)?);
+            cl_fields += 1;
         } else if n.eq_ignore_ascii_case("transfer-encoding") {
             if te.is_some() {
                 // Two TE fields: legal as a list, but nothing sends it;
@@ -304,7 +306,7 @@ fn parse_request_in<'a>(
             // Repeats and lists of one value become one field: the next
             // hop must not have to merge them (RFC 9110 section 8.6).
             if let (Some(v), false) = (cl, cl_sent) {
-                put_length(out, v);
+                put_length(out, n, h.value, v, cl_fields);
                 cl_sent = true;
             }
             continue;
@@ -393,10 +395,12 @@ fn parse_response_in<'a>(
         return Err(HeadError::Framing);
     }
     let mut cl: Option<u64> = None;
+    let mut cl_fields = 0u32;
     let mut te: Option<&[u8]> = None;
     for h in headers {
         if h.name.eq_ignore_ascii_case("content-length") {
             cl = Some(merge_length(cl, h.value)?);
+            cl_fields += 1;
         } else if h.name.eq_ignore_ascii_case("transfer-encoding") {
             if te.is_some() {
                 return Err(HeadError::Framing);
@@ -433,7 +437,7 @@ fn parse_response_in<'a>(
             // With Transfer-Encoding the length is dropped; otherwise
             // repeats and lists of one value become one field.
             if let (Some(v), None, false) = (cl, te, cl_sent) {
-                put_length(out, v);
+                put_length(out, n, h.value, v, cl_fields);
                 cl_sent = true;
             }
             continue;
@@ -681,8 +685,9 @@ fn split_authority(s: &str, default: Option<u16>) -> Result<(&str, u16), HeadErr
             p => (host, Some(p.strip_prefix(':').ok_or(HeadError::Target)?)),
         }
     } else {
-        match s.rsplit_once(':') {
-            Some((h, p)) => (h, Some(p)),
+        // Byte search: ':' is ASCII, so both halves stay valid str.
+        match s.bytes().rposition(|b| b == b':') {
+            Some(i) => (&s[..i], Some(&s[i + 1..])),
             None => (s, None),
         }
     };
@@ -761,11 +766,29 @@ fn put_field(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
     out.extend_from_slice(b"\r\n");
 }
 
-/// `Content-Length: N\r\n`.
-fn put_length(out: &mut Vec<u8>, n: u64) {
-    use std::io::Write;
-    // Writing to a Vec cannot fail.
-    let _ = write!(out, "Content-Length: {n}\r\n");
+/// The one Content-Length field to pass on, for the value `n` merged
+/// from `fields` fields: the field as it came when it was the only one
+/// and plain digits (the usual case: no formatting), else `N` written
+/// anew.
+fn put_length(out: &mut Vec<u8>, name: &str, value: &[u8], n: u64, fields: u32) {
+    if fields == 1 && !value.is_empty() && value.iter().all(u8::is_ascii_digit) {
+        put_field(out, name.as_bytes(), value);
+        return;
+    }
+    out.extend_from_slice(b"Content-Length: ");
+    let mut digits = [0u8; 20];
+    let mut at = digits.len();
+    let mut v = n;
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (v % 10) as u8;
+        v /= 10;
+        if v == 0 {
+            break;
+        }
+    }
+    out.extend_from_slice(&digits[at..]);
+    out.extend_from_slice(b"\r\n");
 }
 
 /// A Content-Length value merged with the ones seen before: a list or
