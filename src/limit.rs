@@ -207,26 +207,44 @@ impl CounterFile {
             .truncate(false)
             .open(path)
             .map_err(|e| format!("{}: {e}", quote(path)))?;
-        let mut h = [0u8; HEADER_LEN as usize];
-        let mut updated = 0;
-        if file.read_exact_at(&mut h, 0).is_ok() {
-            if &h[..4] != SIGNATURE {
-                return Err(format!("{}: not a counter file", quote(path)));
-            }
-            let t = i64::from_ne_bytes(h[8..16].try_into().unwrap_or_default());
-            if !(0..MAX_TIME).contains(&t) {
-                return Err(format!(
-                    "{}: invalid or corrupted counter file",
-                    quote(path)
-                ));
-            }
-            updated = t;
-        }
+        let updated = Self::header(&file, path)?;
         Ok(CounterFile {
             file,
             path: path.to_string(),
             updated,
         })
+    }
+
+    /// `3proxy -t`: what [`CounterFile::open`] would refuse, found
+    /// without creating or changing the file.
+    pub fn check(path: &str) -> Result<(), String> {
+        let p = std::path::Path::new(path);
+        crate::sys::process::check_writable(p).map_err(|e| format!("{}: {e}", quote(path)))?;
+        match File::open(p) {
+            Ok(file) => Self::header(&file, path).map(|_| ()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(format!("{}: {e}", quote(path))),
+        }
+    }
+
+    /// The time of the last update from the header (0 for an empty
+    /// file), or why the file is not a counter file.
+    fn header(file: &File, path: &str) -> Result<i64, String> {
+        let mut h = [0u8; HEADER_LEN as usize];
+        if file.read_exact_at(&mut h, 0).is_err() {
+            return Ok(0);
+        }
+        if &h[..4] != SIGNATURE {
+            return Err(format!("{}: not a counter file", quote(path)));
+        }
+        let t = i64::from_ne_bytes(h[8..16].try_into().unwrap_or_default());
+        if !(0..MAX_TIME).contains(&t) {
+            return Err(format!(
+                "{}: invalid or corrupted counter file",
+                quote(path)
+            ));
+        }
+        Ok(t)
     }
 
     fn read(&self, number: u32) -> Result<Option<CounterState>, String> {

@@ -105,6 +105,21 @@ impl Sink {
         Ok(sink)
     }
 
+    /// `3proxy -t` for `log FILE [PERIOD]` and `-lFILE`: whether the file
+    /// of the current period could be opened, creating and changing
+    /// nothing.
+    pub fn check_file(name: &str, period: Period) -> io::Result<()> {
+        let template = name.contains('%').then(|| LogFormat::template(name));
+        let (key, start) = period_of(period, clock());
+        let path = PathBuf::from(file_name(name, template.as_ref(), period, key, start));
+        crate::sys::process::check_writable(&path).map_err(|e| {
+            io::Error::new(
+                e.kind(),
+                format!("{}: {e}", quote(path.as_os_str().as_encoded_bytes())),
+            )
+        })
+    }
+
     /// `log @ident`: syslog, facility daemon, severity info.
     pub fn syslog(ident: &str) -> Arc<Sink> {
         let ident = if ident.is_empty() { "3proxy" } else { ident };

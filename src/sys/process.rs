@@ -65,6 +65,24 @@ pub fn daemonize() -> io::Result<()> {
     }
 }
 
+/// Whether `path` could be opened for writing (an existing file) or
+/// created (its directory writable), without creating or changing
+/// anything: `pidfile`, and `3proxy -t` for log and counter files.
+pub fn check_writable(path: &Path) -> io::Result<()> {
+    // Opening for writing without O_TRUNC or O_CREAT changes nothing.
+    match OpenOptions::new().write(true).open(path) {
+        Ok(_) => Ok(()),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            let dir = match path.parent() {
+                Some(d) if !d.as_os_str().is_empty() => d,
+                _ => Path::new("."),
+            };
+            unistd::access(dir, AccessFlags::W_OK | AccessFlags::X_OK).map_err(io::Error::from)
+        }
+        Err(e) => Err(e),
+    }
+}
+
 /// `pidfile`: when its line runs, the path is only checked (an existing
 /// file must be writable, else its directory must be), so an unwritable
 /// path is a cfg error with the line's number while a cfg that then fails
@@ -78,19 +96,7 @@ pub struct PidFile {
 
 impl PidFile {
     pub fn check(path: &str) -> io::Result<PidFile> {
-        // Opening for writing without O_TRUNC or O_CREAT changes nothing.
-        match OpenOptions::new().write(true).open(path) {
-            Ok(_) => {}
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                let dir = match Path::new(path).parent() {
-                    Some(d) if !d.as_os_str().is_empty() => d,
-                    _ => Path::new("."),
-                };
-                unistd::access(dir, AccessFlags::W_OK | AccessFlags::X_OK)
-                    .map_err(io::Error::from)?;
-            }
-            Err(e) => return Err(e),
-        }
+        check_writable(Path::new(path))?;
         Ok(PidFile {
             path: PathBuf::from(path),
         })
