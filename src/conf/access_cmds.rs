@@ -137,7 +137,7 @@ pub fn h_counter(state: &mut State, args: &[String]) -> Result<(), String> {
     state
         .access
         .limits
-        .set_counter_file(CounterFile::open(&args[1])?, report);
+        .set_counter_file(CounterFile::open(&args[1], state.ops.owner())?, report);
     Ok(())
 }
 

@@ -307,7 +307,9 @@ pub fn prepare(state: &State, args: &[String]) -> Result<Prepared, String> {
                 .map_err(|e| format!("-l{}: {e}", quote(p)))?;
             None
         }
-        Some(LogOpt::File(p)) => Some(Sink::open(p).map_err(|e| format!("-l{}: {e}", quote(p)))?),
+        Some(LogOpt::File(p)) => {
+            Some(Sink::open(p, state.ops.owner()).map_err(|e| format!("-l{}: {e}", quote(p)))?)
+        }
         Some(LogOpt::Syslog(ident)) => Some(Sink::syslog(ident)),
     };
     let logformat = match &opts.logformat {

@@ -182,6 +182,43 @@ pub fn gid_from(s: &str) -> Result<Gid, String> {
     Ok(gid)
 }
 
+/// Who is to own the files the cfg creates while we are still root: the
+/// user and group of the `setuid`/`setgid`/`chroot` lines read so far.
+/// 3proxy gives up root at those lines, so a file a later line creates
+/// (a log, the counter file) belongs to that user; we give up root only
+/// once every listener is bound, and hand such a file over instead.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Owner {
+    pub uid: Option<Uid>,
+    pub gid: Option<Gid>,
+}
+
+/// Open `path` with `opts` (which must not create), creating it first
+/// with `mode` (before the umask) if it does not exist. A file created
+/// while we are root is given to `owner`; one that existed keeps its
+/// owner and mode. After root is given up, files are the user's anyway.
+pub fn open_or_create(
+    opts: &OpenOptions,
+    path: &Path,
+    mode: u32,
+    owner: Owner,
+) -> io::Result<File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut create = opts.clone();
+    create.create_new(true).mode(mode);
+    match create.open(path) {
+        Ok(f) => {
+            let handover = owner.uid.is_some() || owner.gid.is_some();
+            if handover && unistd::geteuid().is_root() {
+                unistd::fchown(&f, owner.uid, owner.gid).map_err(io::Error::from)?;
+            }
+            Ok(f)
+        }
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => opts.open(path),
+        Err(e) => Err(e),
+    }
+}
+
 /// Give up root: the group first (it needs root), then the user. Real,
 /// effective and saved ids all change, so root cannot be taken back. As
 /// root, the supplementary groups are reduced to the new (or current)
