@@ -42,7 +42,9 @@ pub struct Request<'a> {
     pub client: Option<SocketAddr>,
     /// The address the client connected to (the service side).
     pub local: Option<SocketAddr>,
-    /// Destination host name, when the client gave a name.
+    /// Destination host as the client (or the cfg) wrote it: a name, or
+    /// an address's text. None with `addr` set: the address's printed
+    /// form stands for it.
     pub host: Option<&'a str>,
     /// Destination address, when known.
     pub addr: Option<IpAddr>,
@@ -432,7 +434,14 @@ impl Recheck {
 /// Authenticate and walk the ACL; then, with `with_limits`, take the
 /// session's limits (connlim slot, bandwidth, counters).
 fn admit(p: &Policy, req: &Request<'_>, at: &At, with_limits: bool) -> Result<Grant, Res> {
-    let host = req.host.map(acl::normalize_host);
+    // Host patterns see the request's host text; a service that has only
+    // an address gives its printed form, as every 3proxy service sets
+    // `hostname` to the text of the destination it was given.
+    let host = match (req.host, req.addr) {
+        (Some(h), _) => Some(acl::normalize_host(h)),
+        (None, Some(a)) => Some(a.to_string()),
+        (None, None) => None,
+    };
     let (wday, daysec) = if p.timed || p.limits.timed() {
         local_clock(at.now)
     } else {

@@ -198,35 +198,51 @@ const SIGNATURE: &[u8; 4] = b"3CF\0";
 const MAX_TIME: i64 = 1 << 40;
 
 impl CounterFile {
-    /// Open or create the file and check its header (`counter FILE`).
-    pub fn open(path: &str) -> Result<CounterFile, String> {
-        let file = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(path)
+    /// Open or create the file and check its header (`counter FILE`). A
+    /// new file gets 3proxy's mode, 0660 before the umask, and `owner`.
+    pub fn open(path: &str, owner: crate::sys::process::Owner) -> Result<CounterFile, String> {
+        let mut opts = std::fs::OpenOptions::new();
+        opts.read(true).write(true);
+        let file = crate::sys::process::open_or_create(&opts, path.as_ref(), 0o660, owner)
             .map_err(|e| format!("{}: {e}", quote(path)))?;
-        let mut h = [0u8; HEADER_LEN as usize];
-        let mut updated = 0;
-        if file.read_exact_at(&mut h, 0).is_ok() {
-            if &h[..4] != SIGNATURE {
-                return Err(format!("{}: not a counter file", quote(path)));
-            }
-            let t = i64::from_ne_bytes(h[8..16].try_into().unwrap_or_default());
-            if !(0..MAX_TIME).contains(&t) {
-                return Err(format!(
-                    "{}: invalid or corrupted counter file",
-                    quote(path)
-                ));
-            }
-            updated = t;
-        }
+        let updated = Self::header(&file, path)?;
         Ok(CounterFile {
             file,
             path: path.to_string(),
             updated,
         })
+    }
+
+    /// `3proxy -t`: what [`CounterFile::open`] would refuse, found
+    /// without creating or changing the file.
+    pub fn check(path: &str) -> Result<(), String> {
+        let p = std::path::Path::new(path);
+        crate::sys::process::check_writable(p).map_err(|e| format!("{}: {e}", quote(path)))?;
+        match File::open(p) {
+            Ok(file) => Self::header(&file, path).map(|_| ()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(format!("{}: {e}", quote(path))),
+        }
+    }
+
+    /// The time of the last update from the header (0 for an empty
+    /// file), or why the file is not a counter file.
+    fn header(file: &File, path: &str) -> Result<i64, String> {
+        let mut h = [0u8; HEADER_LEN as usize];
+        if file.read_exact_at(&mut h, 0).is_err() {
+            return Ok(0);
+        }
+        if &h[..4] != SIGNATURE {
+            return Err(format!("{}: not a counter file", quote(path)));
+        }
+        let t = i64::from_ne_bytes(h[8..16].try_into().unwrap_or_default());
+        if !(0..MAX_TIME).contains(&t) {
+            return Err(format!(
+                "{}: invalid or corrupted counter file",
+                quote(path)
+            ));
+        }
+        Ok(t)
     }
 
     fn read(&self, number: u32) -> Result<Option<CounterState>, String> {
@@ -1140,7 +1156,7 @@ mod tests {
         let path = dir.join("counters");
         let _ = std::fs::remove_file(&path);
         let p = path.to_str().unwrap();
-        let f = CounterFile::open(p).unwrap();
+        let f = CounterFile::open(p, Default::default()).unwrap();
         let st = CounterState {
             traf: 12345,
             cleared: 1_700_000_000,
@@ -1151,7 +1167,7 @@ mod tests {
         let bytes = std::fs::read(&path).unwrap();
         assert_eq!(bytes.len() as u64, HEADER_LEN + 3 * RECORD_LEN);
         assert_eq!(&bytes[..4], b"3CF\0");
-        let f = CounterFile::open(p).unwrap();
+        let f = CounterFile::open(p, Default::default()).unwrap();
         assert_eq!(f.read(3).unwrap(), Some(st));
         assert_eq!(
             f.read(1).unwrap(),
@@ -1160,7 +1176,7 @@ mod tests {
         );
         assert_eq!(f.read(9).unwrap(), None);
         std::fs::write(&path, b"not a counter file").unwrap();
-        assert!(CounterFile::open(p)
+        assert!(CounterFile::open(p, Default::default())
             .unwrap_err()
             .contains("not a counter file"));
         let _ = std::fs::remove_dir_all(&dir);
@@ -1174,7 +1190,7 @@ mod tests {
         let l = Arc::new(Limits::default());
         let report = dir.join("rep").to_str().unwrap().to_string();
         l.set_counter_file(
-            CounterFile::open(dir.join("c").to_str().unwrap()).unwrap(),
+            CounterFile::open(dir.join("c").to_str().unwrap(), Default::default()).unwrap(),
             Some((Period::Daily, report.clone())),
         );
         let mb = 1 << 20;

@@ -50,6 +50,7 @@ use crossbeam_channel::{bounded, Receiver, RecvTimeoutError, SendTimeoutError, S
 
 use crate::conf::token::quote;
 use crate::logformat::{LogFormat, LogRecord};
+use crate::sys::process::Owner;
 use crate::sys::time;
 
 /// Records waiting for the writer, at most.
@@ -85,16 +86,16 @@ impl Sink {
     }
 
     /// `-lFILE`: a file that is never rotated (as in 3proxy).
-    pub fn open(path: &str) -> io::Result<Arc<Sink>> {
-        Sink::rotating(path, Period::Never)
+    pub fn open(path: &str, user: Owner) -> io::Result<Arc<Sink>> {
+        Sink::rotating(path, Period::Never, user)
     }
 
     /// `log FILE [PERIOD]`: the file for the current period, opened now so
     /// an error names the cfg line. A rotating file joins the writer's
     /// rotation checks only when its cfg is committed ([`commit_files`]),
     /// so a cfg that fails to load leaves the running logs as they were.
-    pub fn rotating(name: &str, period: Period) -> io::Result<Arc<Sink>> {
-        let f = FileLog::open(name, period, clock())?;
+    pub fn rotating(name: &str, period: Period, user: Owner) -> io::Result<Arc<Sink>> {
+        let f = FileLog::open(name, period, clock(), user)?;
         let sink = Arc::new(Sink::File(f));
         if period != Period::Never {
             PENDING
@@ -103,6 +104,21 @@ impl Sink {
                 .push(Arc::downgrade(&sink));
         }
         Ok(sink)
+    }
+
+    /// `3proxy -t` for `log FILE [PERIOD]` and `-lFILE`: whether the file
+    /// of the current period could be opened, creating and changing
+    /// nothing.
+    pub fn check_file(name: &str, period: Period) -> io::Result<()> {
+        let template = name.contains('%').then(|| LogFormat::template(name));
+        let (key, start) = period_of(period, clock());
+        let path = PathBuf::from(file_name(name, template.as_ref(), period, key, start));
+        crate::sys::process::check_writable(&path).map_err(|e| {
+            io::Error::new(
+                e.kind(),
+                format!("{}: {e}", quote(path.as_os_str().as_encoded_bytes())),
+            )
+        })
     }
 
     /// `log @ident`: syslog, facility daemon, severity info.
@@ -466,6 +482,8 @@ pub struct FileLog {
     template: Option<LogFormat>,
     /// Whether this target deletes and archives old files at rotation.
     owner: AtomicBool,
+    /// Who gets the files this target creates while we are root.
+    user: Owner,
     cur: Mutex<Current>,
 }
 
@@ -478,16 +496,20 @@ struct Current {
     checked: i64,
 }
 
-fn append(path: &Path) -> io::Result<File> {
-    OpenOptions::new().append(true).create(true).open(path)
+/// Open a log file for appending; a new one is made with 3proxy's mode
+/// (fopen's 0666 before the umask) and given to `owner`.
+fn append(path: &Path, owner: Owner) -> io::Result<File> {
+    let mut opts = OpenOptions::new();
+    opts.append(true);
+    crate::sys::process::open_or_create(&opts, path, 0o666, owner)
 }
 
 impl FileLog {
-    fn open(name: &str, period: Period, now: i64) -> io::Result<FileLog> {
+    fn open(name: &str, period: Period, now: i64, user: Owner) -> io::Result<FileLog> {
         let template = name.contains('%').then(|| LogFormat::template(name));
         let (key, start) = period_of(period, now);
         let path = PathBuf::from(file_name(name, template.as_ref(), period, key, start));
-        let file = append(&path).map_err(|e| {
+        let file = append(&path, user).map_err(|e| {
             io::Error::new(
                 e.kind(),
                 format!("{}: {e}", quote(path.as_os_str().as_encoded_bytes())),
@@ -498,6 +520,7 @@ impl FileLog {
             period,
             template,
             owner: AtomicBool::new(true),
+            user,
             cur: Mutex::new(Current {
                 file,
                 path,
@@ -540,7 +563,7 @@ impl FileLog {
         let path = PathBuf::from(name(key, start));
         let old = std::mem::replace(&mut cur.path, path.clone());
         cur.key = key;
-        match append(&path) {
+        match append(&path, self.user) {
             Ok(f) => cur.file = f,
             Err(e) => {
                 // Keep writing to the old file; try again next period.
@@ -872,7 +895,7 @@ mod tests {
     fn records_from_many_threads_never_interleave() {
         let path = std::env::temp_dir().join(format!("threeproxy-many-{}.log", std::process::id()));
         let _ = std::fs::remove_file(&path);
-        let sink = Sink::open(path.to_str().unwrap()).unwrap();
+        let sink = Sink::open(path.to_str().unwrap(), Owner::default()).unwrap();
         let (threads, each) = (8, 400);
         let handles: Vec<_> = (0..threads)
             .map(|t| {
@@ -910,7 +933,7 @@ mod tests {
         let base = dir.join("a.log");
         let base = base.to_str().unwrap();
         let t0 = 1_700_000_000 - 1_700_000_000 % 60 + 5;
-        let f = FileLog::open(base, Period::Minute, t0).unwrap();
+        let f = FileLog::open(base, Period::Minute, t0, Owner::default()).unwrap();
         let first = f.current_path();
         f.write(b"one\n").unwrap();
         f.maybe_rotate(t0 + 1);

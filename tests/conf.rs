@@ -545,3 +545,75 @@ fn a_huge_line_of_nul_bytes_gives_a_short_escaped_message() {
         "{msg:?}"
     );
 }
+
+/// Every file in `dir` and below, with its size and modification time.
+fn tree(dir: &Path) -> Vec<(String, u64, std::time::SystemTime)> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap() {
+        let e = e.unwrap();
+        let m = e.metadata().unwrap();
+        if m.is_dir() {
+            out.extend(tree(&e.path()));
+        }
+        out.push((
+            e.path().display().to_string(),
+            m.len(),
+            m.modified().unwrap(),
+        ));
+    }
+    out.sort();
+    out
+}
+
+/// `3proxy -t` creates and changes no file: the log files (rotated, named
+/// by a template, or a service's `-l`), the counter file and the pid file
+/// are only checked. A cfg shaped like 3proxy's own sample (a Windows
+/// path as the daily `log`) used to leave that log in the working
+/// directory. A place that cannot be written is still an error.
+#[test]
+fn check_flag_creates_and_touches_no_file() {
+    use std::process::{Command, Stdio};
+    let dir = Dir::new("check_no_files");
+    let cwd = dir.join("cwd");
+    std::fs::create_dir(&cwd).unwrap();
+    std::fs::write(cwd.join("old.log"), "kept\n").unwrap();
+    let port = free_port();
+    let cfg = format!(
+        "log c:\\3proxy\\logs\\3proxy.log D\n\
+         log old.log\n\
+         log access-%Y%m%d.log\n\
+         counter traffic.3cf D traffic-report\n\
+         pidfile 3proxy.pid\n\
+         proxy -i127.0.0.1 -p{port} -lproxy.log\n"
+    );
+    let path = dir.write("check.cfg", &cfg);
+    let before = tree(&cwd);
+    let out = Command::new(BIN)
+        .args(["-t", p(&path)])
+        .current_dir(&cwd)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run 3proxy -t");
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "stderr:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        tree(&cwd),
+        before,
+        "3proxy -t changed the working directory"
+    );
+    assert_refused(port);
+
+    for (line, bad) in [
+        ("log /nonexistent-dir/x.log D", 1),
+        ("counter /nonexistent-dir/c.3cf", 1),
+        ("proxy -p1 -l/nonexistent-dir/p.log", 1),
+    ] {
+        let out = run_check(&dir, &format!("{line}\nproxy -i127.0.0.1 -p{port}\n"));
+        let msg = out.assert_cfg_error(&dir.cfg_path(), bad, line.split(' ').next().unwrap());
+        assert!(msg.contains("nonexistent-dir"), "{msg}");
+    }
+}

@@ -1235,6 +1235,32 @@ fn acl_deny_is_403() {
     assert!(origin.heads().is_empty());
 }
 
+/// A host pattern sees the host as the client wrote it, as in 3proxy:
+/// `*calhost` refuses `localhost` but not the address `127.0.0.1`, and
+/// `%n` logs that address as written (no brackets; an IPv6 literal has
+/// them, as 3proxy prints a host with a ':').
+#[test]
+fn host_pattern_sees_the_request_text_and_n_logs_it() {
+    let origin = HttpOrigin::start();
+    let (proxy, port) = start_proxy("hostpat", "deny * * *calhost\nallow *", "");
+    let log = log_path(&proxy);
+    let mut c = Conn::new(port);
+    let r = c.get(&format!("http://localhost:{}/hello", origin.port()));
+    assert_eq!(r.status, 403, "localhost matches *calhost");
+    let mut c = Conn::new(port);
+    let r = c.get(&origin.url("/hello"));
+    assert_eq!(
+        (r.status, r.body),
+        (200, b"hello".to_vec()),
+        "127.0.0.1 is not a name ending in calhost"
+    );
+    let line = read_log_line(&log, "of the 127.0.0.1 request", |l| {
+        l.starts_with("PROXY 00000 ") && l.contains(" GET http://127.0.0.1:")
+    });
+    let host = line.split_whitespace().nth(4).unwrap();
+    assert_eq!(host, "127.0.0.1", "%n in {line:?}");
+}
+
 // ---------------------------------------------------------------------------
 // Concurrency
 

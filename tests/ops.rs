@@ -859,3 +859,83 @@ fn a_stuck_syslog_daemon_stalls_neither_relays_nor_file_logs() {
         proxy.stderr()
     );
 }
+
+/// This process's umask, from /proc/self/status.
+fn umask() -> u32 {
+    let status = fs::read_to_string("/proc/self/status").unwrap();
+    let line = status.lines().find(|l| l.starts_with("Umask:")).unwrap();
+    u32::from_str_radix(line["Umask:".len()..].trim(), 8).unwrap()
+}
+
+/// Owner, group and permission bits of a file.
+fn owner_mode(path: &Path) -> (u32, u32, u32) {
+    use std::os::unix::fs::MetadataExt;
+    let m = fs::metadata(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    (m.uid(), m.gid(), m.mode() & 0o777)
+}
+
+/// After `chroot DIR USER GROUP` the files that later lines create (the
+/// log, the counter file) belong to that user, as 3proxy, which gives up
+/// root at the line, creates them, with 3proxy's modes (0666 for a log,
+/// 0660 for the counter file, less the umask); so a reload, which runs as
+/// that user, opens them again, and rotation's files are the user's too.
+#[test]
+fn files_made_after_chroot_belong_to_its_user_with_3proxys_modes() {
+    assert!(
+        is_root(),
+        "chroot needs root: run the tests as root (CI does)"
+    );
+    let dir = Dir::new("chroot_owner");
+    let root = dir.join("");
+    // The clock hook's file, at its path seen before and after the chroot.
+    let clock = dir.join("clock");
+    let inside = root.join(clock.strip_prefix("/").unwrap());
+    fs::create_dir_all(inside.parent().unwrap()).unwrap();
+    let set = |at: i64| {
+        set_clock(&clock, at);
+        set_clock(&inside, at);
+    };
+    set(T0);
+    let logs = dir.join("logs");
+    fs::create_dir(&logs).unwrap();
+    std::os::unix::fs::chown(&logs, Some(65534), Some(65534)).unwrap();
+    let origin = Origin::echo();
+    let (port, port2) = (free_port(), free_port());
+    let cfg = |extra: &str| {
+        format!(
+            "chroot {} 65534 65534\nlog /logs/access.log c\ncounter /logs/traffic.3cf\n\
+             logformat \"L%N %E\"\n{}{extra}",
+            p(&root),
+            tcppm(port, origin.port())
+        )
+    };
+    let envs = [("TZ", "UTC"), ("THREEPROXY_TEST_CLOCK_OFFSET", p(&clock))];
+    let mut proxy = Proxy::start_with_env(dir, &cfg(""), &[Listen::Tcp(localhost(port))], &envs);
+    let mask = umask();
+    let minute = |m: u32| logs.join(format!("access.log.2030.01.01-00.{m:02}"));
+    assert_eq!(owner_mode(&minute(0)), (65534, 65534, 0o666 & !mask));
+    assert_eq!(
+        owner_mode(&logs.join("traffic.3cf")),
+        (65534, 65534, 0o660 & !mask)
+    );
+
+    // A reload, as the user, opens the same log and counter file.
+    proxy
+        .dir
+        .write("3proxy.cfg", cfg(&tcppm(port2, origin.port())));
+    proxy.signal("USR1");
+    assert!(
+        wait_for(
+            || TcpStream::connect(localhost(port2)).is_ok(),
+            START_TIMEOUT
+        ),
+        "the reload did not start the new service; stderr:\n{}",
+        proxy.stderr()
+    );
+    assert!(proxy.is_running());
+
+    // The next minute's file is made by the user.
+    set(T0 + 60);
+    wait_exists(&minute(1), "the second minute's file", &logs);
+    assert_eq!(owner_mode(&minute(1)), (65534, 65534, 0o666 & !mask));
+}

@@ -371,6 +371,34 @@ fn curl_socks4_and_5_through_an_acl() {
     assert_closed_after(&mut s, &[5, 2, 0, 1, 0, 0, 0, 0, 0, 0]);
 }
 
+#[test]
+fn host_pattern_sees_an_address_as_its_text() {
+    // 3proxy's socks.c makes the host text of an address request its
+    // printed form: `*calhost` does not select 127.0.0.1, and `%n` logs
+    // it without brackets.
+    let origin = http_origin("127.0.0.1:0");
+    let dir = Dir::new("s_hostpat");
+    let log = dir.join("access.log");
+    let port = free_port();
+    let cfg = format!(
+        "log {}\nlogformat \"L%E %n\"\ndeny * * *calhost\nallow *\nsocks -i127.0.0.1 -p{port}\n",
+        p(&log)
+    );
+    let _proxy = Proxy::start(dir, &cfg, &[Listen::Tcp(localhost(port))]);
+    let by_name = curl(
+        &format!("socks5h://127.0.0.1:{port}"),
+        &format!("http://localhost:{}/n", origin.port()),
+    );
+    assert!(by_name.is_err(), "localhost matches *calhost: {by_name:?}");
+    let body = curl(
+        &format!("socks5://127.0.0.1:{port}"),
+        &format!("http://127.0.0.1:{}/a", origin.port()),
+    )
+    .unwrap();
+    assert_eq!(body, "hello /a");
+    expect_log_line(&log, "00000 127.0.0.1");
+}
+
 // ---------------------------------------------------------------------------
 // Raw sockets: the exact bytes
 

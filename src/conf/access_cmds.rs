@@ -128,18 +128,16 @@ pub fn h_counter(state: &mut State, args: &[String]) -> Result<(), String> {
         _ => None,
     };
     if state.check_only {
-        // `-t` must not create files; still say if an existing one is bad.
-        if std::path::Path::new(&args[1]).exists() {
-            CounterFile::open(&args[1])?;
-        }
-        return Ok(());
+        // `-t` must not create or change files; still say if an existing
+        // one is bad or the place cannot be written.
+        return CounterFile::check(&args[1]);
     }
     // The report thread starts when the cfg is committed (`main`).
     state.ops.reports = report.is_some();
     state
         .access
         .limits
-        .set_counter_file(CounterFile::open(&args[1])?, report);
+        .set_counter_file(CounterFile::open(&args[1], state.ops.owner())?, report);
     Ok(())
 }
 
@@ -280,10 +278,15 @@ mod tests {
         assert!(run(&["countout 1 D 0 *"])
             .unwrap_err()
             .contains("megabytes"));
-        assert!(
-            run(&["counter /nonexistent/x D rep"]).is_ok(),
-            "-t creates no file"
-        );
+        // -t creates no file, but a place that cannot be written is an
+        // error, as at a start.
+        let tmp = std::env::temp_dir().join(format!("3proxy-ctr-{}", std::process::id()));
+        let line = format!("counter {} D rep", tmp.display());
+        assert!(run(&[&line]).is_ok());
+        assert!(!tmp.exists(), "-t created {}", tmp.display());
+        assert!(run(&["counter /nonexistent/x D rep"])
+            .unwrap_err()
+            .contains("/nonexistent/x"));
         assert!(run(&["force", "noforce"]).is_ok_and(|st| !st.access.force));
     }
 }

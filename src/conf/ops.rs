@@ -79,6 +79,15 @@ impl Ops {
         crate::log::commit_files();
     }
 
+    /// Who gets the files the cfg creates from here on while we are root
+    /// (`setuid`, `setgid`, `chroot` read so far).
+    pub fn owner(&self) -> process::Owner {
+        process::Owner {
+            uid: self.uid,
+            gid: self.gid,
+        }
+    }
+
     /// The file a reload reads: `config`'s, else the command line's `cmdline`
     /// as seen from inside a `chroot`.
     pub fn reload_path(&self, cmdline: &str) -> PathBuf {

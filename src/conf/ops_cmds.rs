@@ -87,12 +87,19 @@ pub fn h_writable(state: &mut State, _: &[String]) -> Result<(), String> {
 
 /// `log`: stdout; `log FILE [PERIOD]`; `log @ident`; `log /dev/null`.
 pub fn h_log(state: &mut State, args: &[String]) -> Result<(), String> {
-    state.log = open_log_target(args)?;
+    let owner = state.ops.owner();
+    state.log = open_log_target(args, state.check_only, owner)?;
     Ok(())
 }
 
 /// The target a `log` line names; None for `/dev/null` (no logging).
-pub fn open_log_target(args: &[String]) -> Result<Option<Arc<Sink>>, String> {
+/// With `check` (`3proxy -t`) a file is only checked, not opened (and
+/// None is returned): the check creates no file.
+pub fn open_log_target(
+    args: &[String],
+    check: bool,
+    owner: process::Owner,
+) -> Result<Option<Arc<Sink>>, String> {
     let Some(target) = args.get(1).map(String::as_str) else {
         return Ok(Some(Sink::stdout()));
     };
@@ -120,7 +127,12 @@ pub fn open_log_target(args: &[String]) -> Result<Option<Arc<Sink>>, String> {
             Period::Never
         }),
     };
-    Sink::rotating(target, period)
+    if check {
+        return Sink::check_file(target, period)
+            .map(|()| None)
+            .map_err(|e| e.to_string());
+    }
+    Sink::rotating(target, period, owner)
         .map(Some)
         .map_err(|e| e.to_string())
 }

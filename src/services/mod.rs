@@ -301,7 +301,15 @@ pub fn prepare(state: &State, args: &[String]) -> Result<Prepared, String> {
     let log = match &opts.log {
         None => state.log.clone(),
         Some(LogOpt::Stdout) => Some(Sink::stdout()),
-        Some(LogOpt::File(p)) => Some(Sink::open(p).map_err(|e| format!("-l{}: {e}", quote(p)))?),
+        // `-t` creates no file: the log is only checked.
+        Some(LogOpt::File(p)) if state.check_only => {
+            Sink::check_file(p, crate::log::Period::Never)
+                .map_err(|e| format!("-l{}: {e}", quote(p)))?;
+            None
+        }
+        Some(LogOpt::File(p)) => {
+            Some(Sink::open(p, state.ops.owner()).map_err(|e| format!("-l{}: {e}", quote(p)))?)
+        }
         Some(LogOpt::Syslog(ident)) => Some(Sink::syslog(ident)),
     };
     let logformat = match &opts.logformat {

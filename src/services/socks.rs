@@ -410,9 +410,9 @@ fn serve_request(c: &mut Client, early: &[u8]) {
         _ => "UDPMAP",
     };
     c.text = format!("{verb} {}", ask.dest.text());
-    if let Dest::Name(n, _) = &ask.dest {
-        c.req_host = Some(n.clone());
-    }
+    // An address is logged by `%n` as its printed form, as 3proxy's
+    // socks.c keeps it as the request's host text.
+    c.req_host = Some(host_text(&ask.dest));
     let res = match ask.cmd {
         CMD_CONNECT => connect(c, &ask),
         CMD_BIND => bind(c, &ask),
@@ -473,6 +473,15 @@ fn authorize(
         ..c.request(op)
     };
     access::authorize_at(c.svc(), &req, weight)
+}
+
+/// The request's host as 3proxy's socks.c keeps it: the name, or the
+/// address printed.
+fn host_text(dest: &Dest) -> String {
+    match dest {
+        Dest::Name(n, _) => n.clone(),
+        Dest::Addr(a) => a.ip().to_string(),
+    }
 }
 
 /// What to check again after a reload (`force`) for a CONNECT or BIND.
@@ -898,10 +907,7 @@ impl Udp {
             other => other,
         };
         c.text = format!("UDPMAP {}", dest.text());
-        c.req_host = match &dest {
-            Dest::Name(n, _) => Some(n.clone()),
-            Dest::Addr(_) => None,
-        };
+        c.req_host = Some(host_text(&dest));
         let addr = addr.ok();
         c.req_addr = addr;
         c.remote_addr = addr;

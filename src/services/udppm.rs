@@ -537,7 +537,8 @@ impl Drop for Session {
                 ext: self.ext,
                 remote: self.remote,
                 req: self.remote,
-                req_host: None,
+                // The target as written is %n too (3proxy's udppm).
+                req_host: Some(host.as_str()).filter(|h| !h.is_empty()),
                 bytes_in: self.inb,
                 bytes_out: self.out,
                 hops: 0,

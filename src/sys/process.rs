@@ -65,6 +65,24 @@ pub fn daemonize() -> io::Result<()> {
     }
 }
 
+/// Whether `path` could be opened for writing (an existing file) or
+/// created (its directory writable), without creating or changing
+/// anything: `pidfile`, and `3proxy -t` for log and counter files.
+pub fn check_writable(path: &Path) -> io::Result<()> {
+    // Opening for writing without O_TRUNC or O_CREAT changes nothing.
+    match OpenOptions::new().write(true).open(path) {
+        Ok(_) => Ok(()),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            let dir = match path.parent() {
+                Some(d) if !d.as_os_str().is_empty() => d,
+                _ => Path::new("."),
+            };
+            unistd::access(dir, AccessFlags::W_OK | AccessFlags::X_OK).map_err(io::Error::from)
+        }
+        Err(e) => Err(e),
+    }
+}
+
 /// `pidfile`: when its line runs, the path is only checked (an existing
 /// file must be writable, else its directory must be), so an unwritable
 /// path is a cfg error with the line's number while a cfg that then fails
@@ -78,19 +96,7 @@ pub struct PidFile {
 
 impl PidFile {
     pub fn check(path: &str) -> io::Result<PidFile> {
-        // Opening for writing without O_TRUNC or O_CREAT changes nothing.
-        match OpenOptions::new().write(true).open(path) {
-            Ok(_) => {}
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                let dir = match Path::new(path).parent() {
-                    Some(d) if !d.as_os_str().is_empty() => d,
-                    _ => Path::new("."),
-                };
-                unistd::access(dir, AccessFlags::W_OK | AccessFlags::X_OK)
-                    .map_err(io::Error::from)?;
-            }
-            Err(e) => return Err(e),
-        }
+        check_writable(Path::new(path))?;
         Ok(PidFile {
             path: PathBuf::from(path),
         })
@@ -174,6 +180,43 @@ pub fn gid_from(s: &str) -> Result<Gid, String> {
         return Err(format!("refusing to run as gid 0 ('{q}')"));
     }
     Ok(gid)
+}
+
+/// Who is to own the files the cfg creates while we are still root: the
+/// user and group of the `setuid`/`setgid`/`chroot` lines read so far.
+/// 3proxy gives up root at those lines, so a file a later line creates
+/// (a log, the counter file) belongs to that user; we give up root only
+/// once every listener is bound, and hand such a file over instead.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Owner {
+    pub uid: Option<Uid>,
+    pub gid: Option<Gid>,
+}
+
+/// Open `path` with `opts` (which must not create), creating it first
+/// with `mode` (before the umask) if it does not exist. A file created
+/// while we are root is given to `owner`; one that existed keeps its
+/// owner and mode. After root is given up, files are the user's anyway.
+pub fn open_or_create(
+    opts: &OpenOptions,
+    path: &Path,
+    mode: u32,
+    owner: Owner,
+) -> io::Result<File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut create = opts.clone();
+    create.create_new(true).mode(mode);
+    match create.open(path) {
+        Ok(f) => {
+            let handover = owner.uid.is_some() || owner.gid.is_some();
+            if handover && unistd::geteuid().is_root() {
+                unistd::fchown(&f, owner.uid, owner.gid).map_err(io::Error::from)?;
+            }
+            Ok(f)
+        }
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => opts.open(path),
+        Err(e) => Err(e),
+    }
 }
 
 /// Give up root: the group first (it needs root), then the user. Real,

@@ -413,13 +413,14 @@ impl Session {
         self.host.clear();
         self.host.push_str(&h.host);
         let literal = parse_ip(&h.host);
-        match (&mut c.req_host, literal) {
-            (_, Some(_)) => c.req_host = None,
-            (Some(n), None) => {
+        // The host as written, an address too: it is what `%n` logs and
+        // what the ACL's host patterns see (3proxy's `parsehostname`).
+        match &mut c.req_host {
+            Some(n) => {
                 n.clear();
                 n.push_str(&h.host);
             }
-            (None, None) => c.req_host = Some(h.host.to_string()),
+            None => c.req_host = Some(h.host.to_string()),
         }
         // `Proxy-Authorization` wins over a login in the URL, as in 3proxy
         // (it reads the URL first, then the fields).
@@ -482,11 +483,7 @@ impl Session {
     /// tunnel, what to check again after a reload).
     fn ask_acl(&mut self, c: &mut Client, req: &Req, dst: Option<SocketAddr>) -> Result<(), Fail> {
         let ask = Request {
-            host: if req.literal.is_none() {
-                Some(&self.host)
-            } else {
-                None
-            },
+            host: Some(&self.host),
             addr: dst.map(|a| a.ip()),
             port: req.port,
             user: req.user.as_deref(),
