@@ -56,7 +56,7 @@ const DEFAULT_CFG: &str = "/usr/local/etc/3proxy/3proxy.cfg";
 const VERSION: &str = env!("CARGO_PKG_VERSION");
 
 fn usage(opts: &getopts::Options) -> String {
-    let brief = "Usage: 3proxy [-t] [CFGFILE]\n\n\
+    let brief = "Usage: 3proxy [-t] [--strict] [CFGFILE]\n\n\
         Runs the proxy services CFGFILE describes (3proxy.cfg(5)). Without\n\
         CFGFILE, reads /usr/local/etc/3proxy/3proxy.cfg, or the cfg from\n\
         standard input if that file cannot be opened.";

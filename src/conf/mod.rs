@@ -142,7 +142,9 @@ pub fn run(state: &mut State, file: &str, text: &[u8]) -> Result<(), CfgError> {
             if state.strict {
                 return Err(err(args[0].as_bytes(), &format!("{why} {STRICT}")));
             }
-            state.warnings.push(err(args[0].as_bytes(), &why).to_string());
+            state
+                .warnings
+                .push(err(args[0].as_bytes(), &why).to_string());
         }
     }
     Ok(())
