@@ -48,12 +48,15 @@ use std::process::ExitCode;
 
 use nix::sys::signal::{SigSet, Signal};
 
+/// The warning (or, with `--strict`, the error) for a cfg without services.
+const NO_SERVICE: &str = "no service is started (no service line such as 'proxy' or 'tcppm')";
+
 /// Where 3proxy looks for its cfg when none is named.
 const DEFAULT_CFG: &str = "/usr/local/etc/3proxy/3proxy.cfg";
 const VERSION: &str = env!("CARGO_PKG_VERSION");
 
 fn usage(opts: &getopts::Options) -> String {
-    let brief = "Usage: 3proxy [-t] [CFGFILE]\n\n\
+    let brief = "Usage: 3proxy [-t] [--strict] [CFGFILE]\n\n\
         Runs the proxy services CFGFILE describes (3proxy.cfg(5)). Without\n\
         CFGFILE, reads /usr/local/etc/3proxy/3proxy.cfg, or the cfg from\n\
         standard input if that file cannot be opened.";
@@ -99,6 +102,11 @@ fn main() -> ExitCode {
         "test",
         "check the cfg and exit: 0 if it is good, 1 if not",
     );
+    opts.optflag(
+        "",
+        "strict",
+        "refuse what 3proxy accepts leniently (a warning without this flag)",
+    );
     opts.optflag("h", "help", "print this help and exit");
     opts.optflag("v", "version", "print the version and exit");
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -131,7 +139,10 @@ fn main() -> ExitCode {
         }
     };
 
+    let strict = m.opt_present("strict");
+
     let mut state = conf::State::new(check);
+    state.strict = strict;
     let (name, text) = match read_cfg(&mut state, m.free.first().map(String::as_str)) {
         Ok(x) => x,
         Err(e) => {
@@ -139,14 +150,22 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    if let Err(e) = conf::run(&mut state, &name, &text) {
+    let loaded = conf::run(&mut state, &name, &text);
+    for w in std::mem::take(&mut state.warnings) {
+        eprintln!("3proxy: warning: {w}");
+    }
+    if let Err(e) = loaded {
         eprintln!("3proxy: {e}");
         return ExitCode::from(1);
     }
     state.finalize();
     if state.services.is_empty() {
-        eprintln!("3proxy: {name}: no service is started (add a service line such as 'tcppm')");
-        return ExitCode::from(1);
+        // 3proxy starts such a cfg and idles until it is stopped.
+        if strict {
+            eprintln!("3proxy: {name}: {NO_SERVICE} {}", conf::STRICT);
+            return ExitCode::from(1);
+        }
+        eprintln!("3proxy: warning: {name}: {NO_SERVICE}; idling, as 3proxy does");
     }
     if check {
         eprintln!(
@@ -161,6 +180,7 @@ fn main() -> ExitCode {
 /// Start the loaded services and run the main thread's loop until a
 /// signal ends the process.
 fn serve(mut state: conf::State, name: &str, sigs: &SigSet) -> ExitCode {
+    let strict = state.strict;
     // Loaded and bound, and still the only thread: go to the background,
     // write the pid file, give up root (`conf::ops_cmds`, `sys::process`).
     // Background threads start only after this: none survives a fork.
@@ -196,13 +216,13 @@ fn serve(mut state: conf::State, name: &str, sigs: &SigSet) -> ExitCode {
                 shutdown::finish(shutdown::GRACE);
                 return ExitCode::SUCCESS;
             }
-            Some(Signal::SIGUSR1) => reload(name, &mut ops),
+            Some(Signal::SIGUSR1) => reload(name, &mut ops, strict),
             _ => {}
         }
         sys::mem::trim();
         if ops.monitors_changed() {
             ::log::warn!("monitor: a watched file changed; reloading");
-            reload(name, &mut ops);
+            reload(name, &mut ops, strict);
         }
     }
 }
@@ -282,7 +302,7 @@ fn standalone(service: &'static str, args: Vec<String>) -> ExitCode {
 /// second listener, no lost queued client) and only their settings change;
 /// sockets no longer in the cfg are closed. Clients being served finish on
 /// the settings they started with.
-fn reload(cmdline_name: &str, ops: &mut conf::ops::Ops) {
+fn reload(cmdline_name: &str, ops: &mut conf::ops::Ops, strict: bool) {
     if cmdline_name.starts_with('<') && ops.config.is_none() {
         ::log::warn!(
             "reload: the cfg came from {cmdline_name} and cannot be read again; keeping it"
@@ -295,7 +315,7 @@ fn reload(cmdline_name: &str, ops: &mut conf::ops::Ops) {
     let name = path.display().to_string();
     let name = name.as_str();
     ::log::info!("reload: reading {name}");
-    let Some(mut state) = load_for_reload(&path, name) else {
+    let Some(mut state) = load_for_reload(&path, name, strict) else {
         // What the failed cfg prepared is dropped with it (its listeners
         // close); its log files must not take over rotation either. The
         // running cfg, its logs and its pid file stay exactly as they were.
@@ -350,8 +370,9 @@ fn reload(cmdline_name: &str, ops: &mut conf::ops::Ops) {
 
 /// Read and run the cfg for a reload; None (the error logged) if it cannot
 /// serve. Nothing it did is visible until the caller commits it.
-fn load_for_reload(path: &std::path::Path, name: &str) -> Option<conf::State> {
+fn load_for_reload(path: &std::path::Path, name: &str, strict: bool) -> Option<conf::State> {
     let mut state = conf::State::new(false);
+    state.strict = strict;
     let text = match std::fs::File::open(path) {
         Ok(f) => conf::read_cfg(&mut state, name, f),
         Err(e) => Err(format!("{name}: {e}")),
@@ -363,7 +384,11 @@ fn load_for_reload(path: &std::path::Path, name: &str) -> Option<conf::State> {
             return None;
         }
     };
-    if let Err(e) = conf::run(&mut state, name, &text) {
+    let loaded = conf::run(&mut state, name, &text);
+    for w in std::mem::take(&mut state.warnings) {
+        ::log::warn!("reload: {w}");
+    }
+    if let Err(e) = loaded {
         ::log::error!("reload: {e}; the running configuration stays");
         return None;
     }

@@ -451,9 +451,10 @@ fn connect_nonblocking(sock: &Socket, dst: SocketAddr, limit: Duration) -> io::R
 }
 
 /// A listening TCP socket as every service gets one: SO_REUSEADDR and
-/// SO_REUSEPORT (as 3proxy sets them), TCP_NODELAY, IPv6-only for an IPv6 address (`-i::`
-/// then means IPv6 only, beside a service that binds 0.0.0.0), bound to a
-/// device (`-Di`) and with the `-ol`/`-oR` options.
+/// SO_REUSEPORT (as 3proxy sets them), TCP_NODELAY, bound to a device
+/// (`-Di`) and with the `-ol`/`-oR` options. IPV6_V6ONLY is left as the
+/// system has it, as 3proxy leaves it: on Linux (net.ipv6.bindv6only = 0)
+/// `::` takes IPv4 clients too; `-olIPV6_V6ONLY` makes it IPv6 only.
 pub fn tcp_listener(
     a: SocketAddr,
     backlog: i32,
@@ -468,9 +469,6 @@ pub fn tcp_listener(
     let sock = Socket::new(domain, Type::STREAM.cloexec(), Some(Protocol::TCP))?;
     sock.set_reuse_address(true)?;
     sock.set_reuse_port(true)?;
-    if a.is_ipv6() {
-        let _ = sock.set_only_v6(true);
-    }
     if let Some(dev) = device {
         sock.bind_device(Some(dev.as_bytes()))?;
     }

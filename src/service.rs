@@ -118,6 +118,9 @@ pub struct ServiceOpts {
     /// `-c`, `-x`, `-X`, `-F`, `-T`.
     pub other: Vec<String>,
     pub positional: Vec<String>,
+    /// What 3proxy accepts leniently in these options (`-ilocalhost`):
+    /// one warning each, for the cfg loader to report (`State::lenient`).
+    pub warnings: Vec<String>,
 }
 
 impl ServiceOpts {
@@ -135,11 +138,13 @@ impl ServiceOpts {
             match letter {
                 "p" => o.port = Some(number(val, 0u16, 65535)?),
                 "i" => {
-                    Addr::parse_listen(val, 0)?;
-                    o.internal = Some(val.to_string());
+                    let (addr, why) = crate::conf::value::listen_addr(val)?;
+                    o.internal = Some(addr);
+                    o.warnings.extend(why.map(|w| format!("-i: {w}")));
                 }
                 "e" => {
-                    let ip = crate::conf::value::resolve_once(val)?;
+                    let (ip, why) = crate::conf::value::named_ip(val)?;
+                    o.warnings.extend(why.map(|w| format!("-e: {w}")));
                     match ip {
                         IpAddr::V4(_) => o.ext4 = Some(ip),
                         IpAddr::V6(_) => o.ext6 = Some(ip),

@@ -18,6 +18,7 @@ mod http;
 mod imapp;
 mod install;
 mod layers;
+mod lenient;
 mod log;
 mod ops;
 mod options;

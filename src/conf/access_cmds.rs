@@ -24,7 +24,12 @@ pub fn h_auth(state: &mut State, args: &[String]) -> Result<(), String> {
 
 /// `authcache TYPES [TIME] [SIZE]`.
 pub fn h_authcache(state: &mut State, args: &[String]) -> Result<(), String> {
-    state.access.cache = CacheConf::parse(&args[1..])?;
+    // TIME and SIZE are read with atoi in 3proxy; 0 means the default.
+    let mut args = args[1..].to_vec();
+    for a in args.iter_mut().skip(1) {
+        *a = state.atoi(a, 0u64, u64::MAX)?.to_string();
+    }
+    state.access.cache = CacheConf::parse(&args)?;
     Ok(())
 }
 
@@ -63,13 +68,17 @@ pub fn h_ace(state: &mut State, args: &[String]) -> Result<(), String> {
 
 /// `nolog` and `weight N`: modify the last ACL entry.
 pub fn h_nolog(state: &mut State, args: &[String]) -> Result<(), String> {
+    let weight = match args.get(1) {
+        Some(w) => Some(state.atoi(w, 0u32, u32::MAX)?),
+        None => None,
+    };
     let acl = Arc::make_mut(&mut state.access.acl);
     let Some(last) = acl.last_mut() else {
         return Err("must follow an 'allow' or 'deny' line".into());
     };
-    match args.get(1) {
+    match weight {
         None => last.nolog = true,
-        Some(w) => last.rule.weight = number(w, 0u32, u32::MAX)?,
+        Some(w) => last.rule.weight = w,
     }
     Ok(())
 }

@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use super::state::State;
 use super::token::quote;
-use super::value::{number, resolve_once};
+use super::value::{listen_addr, named_ip, number};
 use super::{access_cmds, ops_cmds, parent_cmds, resolve_cmds};
 use crate::logformat::LogFormat;
 use crate::services;
@@ -96,7 +96,7 @@ pub static COMMANDS: &[Command] = &[
     cmd("allow", 1, 0, access_cmds::h_ace),
     cmd("deny", 1, 0, access_cmds::h_ace),
     cmd("redirect", 3, 0, parent_cmds::h_redirect),
-    cmd("parent", 5, 7, parent_cmds::h_parent),
+    cmd("parent", 5, 0, parent_cmds::h_parent),
     cmd("parentretries", 2, 2, parent_cmds::h_parentretries),
     cmd("nolog", 1, 1, access_cmds::h_nolog),
     cmd("weight", 2, 2, access_cmds::h_nolog),
@@ -159,6 +159,9 @@ fn h_service(state: &mut State, args: &[String]) -> Result<(), String> {
     if prepared.svc.opts.daemon {
         state.ops.daemon = true;
     }
+    for why in prepared.svc.opts.warnings.iter() {
+        state.lenient(why.clone());
+    }
     if prepared.reuse.is_some() {
         state.claimed.push(prepared.key.clone());
     }
@@ -167,13 +170,19 @@ fn h_service(state: &mut State, args: &[String]) -> Result<(), String> {
 }
 
 fn h_internal(state: &mut State, args: &[String]) -> Result<(), String> {
-    crate::net::Addr::parse_listen(&args[1], 0)?;
-    state.internal = Some(args[1].clone());
+    let (addr, why) = listen_addr(&args[1])?;
+    state.internal = Some(addr);
+    if let Some(why) = why {
+        state.lenient(why);
+    }
     Ok(())
 }
 
 fn h_external(state: &mut State, args: &[String]) -> Result<(), String> {
-    let ip = resolve_once(&args[1])?;
+    let (ip, why) = named_ip(&args[1])?;
+    if let Some(why) = why {
+        state.lenient(why);
+    }
     match ip {
         IpAddr::V4(_) => state.ext4 = Some(ip),
         IpAddr::V6(_) => state.ext6 = Some(ip),
@@ -187,7 +196,7 @@ fn h_maxconn(state: &mut State, args: &[String]) -> Result<(), String> {
 }
 
 fn h_backlog(state: &mut State, args: &[String]) -> Result<(), String> {
-    state.backlog = number(&args[1], 0u32, 1 << 20)?;
+    state.backlog = state.atoi(&args[1], 0u32, 1 << 20)?;
     Ok(())
 }
 
@@ -200,12 +209,13 @@ fn h_timeouts(state: &mut State, args: &[String]) -> Result<(), String> {
 }
 
 fn h_stacksize(state: &mut State, args: &[String]) -> Result<(), String> {
-    state.stacksize = number(&args[1], -(1i64 << 20), 64 << 20)?;
+    state.stacksize = state.atoi(&args[1], -(1i64 << 20), 64 << 20)?;
     Ok(())
 }
 
 fn h_maxseg(state: &mut State, args: &[String]) -> Result<(), String> {
-    state.maxseg = number(&args[1], 1u32, 65535)?;
+    // 0 (or a word atoi reads as 0) leaves TCP_MAXSEG unset, as in 3proxy.
+    state.maxseg = state.atoi(&args[1], 0u32, 65535)?;
     Ok(())
 }
 

@@ -135,10 +135,23 @@ pub fn run(state: &mut State, file: &str, text: &[u8]) -> Result<(), CfgError> {
             })?;
             continue;
         }
-        commands::dispatch(state, &args).map_err(|reason| err(args[0].as_bytes(), &reason))?;
+        let r = commands::dispatch(state, &args);
+        let warned = std::mem::take(&mut state.pending);
+        r.map_err(|reason| err(args[0].as_bytes(), &reason))?;
+        for why in warned {
+            if state.strict {
+                return Err(err(args[0].as_bytes(), &format!("{why} {STRICT}")));
+            }
+            state
+                .warnings
+                .push(err(args[0].as_bytes(), &why).to_string());
+        }
     }
     Ok(())
 }
+
+/// Appended to a leniency warning that `--strict` made an error.
+pub const STRICT: &str = "(an error with --strict)";
 
 /// The message for a byte that is not UTF-8 at `at` in `text`: a cfg line,
 /// or the `$FILE` that `what` names.

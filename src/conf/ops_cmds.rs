@@ -15,7 +15,6 @@ use std::sync::Arc;
 use super::ops::{LogDump, Monitor};
 use super::state::State;
 use super::token::quote;
-use super::value::number;
 use crate::log::{Period, Sink};
 use crate::sys::process::{self, PidFile};
 
@@ -138,7 +137,7 @@ pub fn open_log_target(
 }
 
 pub fn h_rotate(state: &mut State, args: &[String]) -> Result<(), String> {
-    state.ops.rotate = number(&args[1], 0u32, 1_000_000)?;
+    state.ops.rotate = state.atoi(&args[1], 0u32, 1_000_000)?;
     Ok(())
 }
 
@@ -148,9 +147,9 @@ pub fn h_archiver(state: &mut State, args: &[String]) -> Result<(), String> {
 }
 
 pub fn h_logdump(state: &mut State, args: &[String]) -> Result<(), String> {
-    let srv = number(&args[1], 0u64, u64::MAX)?;
+    let srv = state.atoi(&args[1], 0u64, u64::MAX)?;
     let cli = match args.get(2) {
-        Some(a) => number(a, 0u64, u64::MAX)?,
+        Some(a) => state.atoi(a, 0u64, u64::MAX)?,
         None => 0,
     };
     state.ops.logdump = LogDump { srv, cli };
@@ -231,7 +230,16 @@ mod tests {
     #[test]
     fn logging_settings() {
         assert_eq!(run("rotate 30").unwrap().ops.rotate, 30);
-        assert!(run("rotate x").is_err());
+        // 3proxy reads a word with atoi: 0, with a warning here.
+        let st = run("rotate random").unwrap();
+        assert_eq!(st.ops.rotate, 0);
+        assert_eq!(
+            st.pending,
+            ["'random' is not a number; read as 0, as 3proxy reads it"]
+        );
+        assert_eq!(run("rotate 7days").unwrap().ops.rotate, 7);
+        assert!(run("rotate -x").is_ok());
+        assert!(run("rotate -3").is_err());
         let st = run("archiver gz /bin/gzip %F").unwrap();
         assert_eq!(st.ops.archiver.unwrap(), ["gz", "/bin/gzip", "%F"]);
         assert_eq!(

@@ -7,6 +7,7 @@
 use std::sync::Arc;
 
 use super::state::State;
+use super::token::quote;
 use super::value::{number, resolve_once};
 use crate::acl::{Action, Entry, Rule};
 use crate::parent::{Hop, Kind};
@@ -14,8 +15,42 @@ use crate::parent::{Hop, Kind};
 /// `parent WEIGHT TYPE ADDRESS PORT [USER [PASSWORD]]`: add a parent to
 /// the chain of the last `allow`.
 pub fn h_parent(state: &mut State, args: &[String]) -> Result<(), String> {
-    let hop = Hop::parse(&args[1..], resolve_once)?;
-    add(state, hop)
+    // 3proxy's table sets no upper count for `parent`: words after the
+    // password are ignored, and a trailing comment in the user or password
+    // place is taken as the user or password. We do the same, and say so.
+    let words = &args[1..];
+    let hop = Hop::parse(&words[..words.len().min(6)], resolve_once)?;
+    // Where a comment seems to start (`//...`, `#...`), from the user on.
+    let comment = words.iter().skip(4).position(|w| looks_like_comment(w));
+    let mut parts = Vec::new();
+    if let (Some(c), true) = (comment, words.len() > 4) {
+        if c == 0 {
+            parts.push(format!("takes '{}' as the user name", quote(&words[4])));
+        }
+        if c <= 1 && words.len() > 5 {
+            let and = if c == 0 { "" } else { "takes " };
+            parts.push(format!("{and}'{}' as the password", quote(&words[5])));
+        }
+    }
+    if words.len() > 6 {
+        parts.push(format!(
+            "ignores '{}' after the password",
+            quote(&words[6..].join(" "))
+        ));
+    }
+    add(state, hop)?;
+    if !parts.is_empty() {
+        state.lenient(format!(
+            "3proxy {}, and so do we (a comment must be a line of its own)",
+            parts.join(" and ")
+        ));
+    }
+    Ok(())
+}
+
+/// A word that reads as the start of a comment (`#...`, `//...`).
+fn looks_like_comment(w: &str) -> bool {
+    w.starts_with('#') || w.starts_with("//")
 }
 
 fn add(state: &mut State, hop: Hop) -> Result<(), String> {
@@ -31,7 +66,21 @@ fn add(state: &mut State, hop: Hop) -> Result<(), String> {
 
 /// `parentretries N`: attempts per request through a parent chain.
 pub fn h_parentretries(state: &mut State, args: &[String]) -> Result<(), String> {
-    state.parent_retries = number(&args[1], 1u32, 1000)?;
+    // 3proxy reads the word with atoi and ignores what is not above 0.
+    match super::value::atoi_number(&args[1], 0u32, 1000) {
+        Ok((n, why)) if n >= 1 => {
+            state.parent_retries = n;
+            if let Some(why) = why {
+                state.lenient(why);
+            }
+        }
+        Ok((_, Some(_))) => state.lenient(format!(
+            "'{}' is not a number; 3proxy reads it as 0 and ignores it: the retries stay {}",
+            super::token::quote(&args[1]),
+            state.parent_retries
+        )),
+        _ => return Err(number(&args[1], 1u32, 1000).unwrap_err()),
+    }
     Ok(())
 }
 

@@ -50,6 +50,13 @@ pub struct State {
     pub ops: Ops,
     /// `parentretries`: process-wide, installed by `finalize`.
     pub parent_retries: u32,
+    /// `--strict`: what 3proxy accepts leniently (and we warn about) is
+    /// an error instead.
+    pub strict: bool,
+    /// The warnings of the load so far, each `FILE:LINE: COMMAND: why`.
+    pub warnings: Vec<String>,
+    /// Warnings of the line being run; `conf::run` adds file and line.
+    pub(super) pending: Vec<String>,
 }
 
 impl State {
@@ -74,7 +81,32 @@ impl State {
             budget: MAX_LOAD_BYTES,
             ops: Ops::default(),
             parent_retries: crate::parent::DEFAULT_RETRIES,
+            strict: false,
+            warnings: Vec::new(),
+            pending: Vec::new(),
         }
+    }
+
+    /// Something 3proxy accepts without a word and we accept with one
+    /// warning: `why` says what was wrong and the value 3proxy (and we)
+    /// use instead. `conf::run` names the file, line and command; with
+    /// `--strict` it is an error.
+    pub fn lenient(&mut self, why: String) {
+        self.pending.push(why);
+    }
+
+    /// A number in `lo..=hi` that 3proxy reads with `atoi`: a word that
+    /// is not a number is read as 3proxy reads it, with a warning
+    /// (`value::atoi_number`).
+    pub fn atoi<T>(&mut self, s: &str, lo: T, hi: T) -> Result<T, String>
+    where
+        T: std::str::FromStr + PartialOrd + std::fmt::Display + Copy + TryFrom<i64>,
+    {
+        let (v, why) = super::value::atoi_number(s, lo, hi)?;
+        if let Some(why) = why {
+            self.lenient(why);
+        }
+        Ok(v)
     }
 }
 

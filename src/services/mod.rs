@@ -485,9 +485,7 @@ fn bind_udp(a: SocketAddr, device: Option<&str>) -> std::io::Result<UdpSocket> {
     };
     let sock = Socket::new(domain, Type::DGRAM.cloexec(), Some(Protocol::UDP))?;
     sock.set_reuse_address(true)?;
-    if a.is_ipv6() {
-        let _ = sock.set_only_v6(true);
-    }
+    // IPV6_V6ONLY as the system has it, as for TCP (`net::tcp_listener`).
     if let Some(dev) = device {
         sock.bind_device(Some(dev.as_bytes()))?;
     }

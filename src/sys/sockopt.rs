@@ -74,6 +74,13 @@ const TABLE: &[NamedOpt] = &[
         level: libc::IPPROTO_TCP,
         opt: libc::TCP_FASTOPEN,
     },
+    // Ours, not 3proxy's: `-olIPV6_V6ONLY` makes a `::` listener IPv6
+    // only (by default it takes IPv4 clients too, as 3proxy's does).
+    NamedOpt {
+        name: "IPV6_V6ONLY",
+        level: libc::IPPROTO_IPV6,
+        opt: libc::IPV6_V6ONLY,
+    },
     NamedOpt {
         name: "TCP_MAXSEG",
         level: libc::IPPROTO_TCP,
