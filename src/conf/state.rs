@@ -50,6 +50,10 @@ pub struct State {
     pub ops: Ops,
     /// `parentretries`: process-wide, installed by `finalize`.
     pub parent_retries: u32,
+    /// TransparentPlugin: None until its `plugin` line, then whether
+    /// `transparent` (the default once loaded) or `notransparent` holds
+    /// for the services that follow.
+    pub transparent: Option<bool>,
 }
 
 impl State {
@@ -74,6 +78,7 @@ impl State {
             budget: MAX_LOAD_BYTES,
             ops: Ops::default(),
             parent_retries: crate::parent::DEFAULT_RETRIES,
+            transparent: None,
         }
     }
 }
