@@ -97,6 +97,8 @@ pub struct Setup {
     pub force: bool,
     /// `authcache`.
     pub cache: CacheConf,
+    /// The PAM service `auth pam` asks (PamAuth's `plugin` line).
+    pub pam_service: Option<Arc<str>>,
     /// How often each limit line has appeared so far (`limit` keeps a
     /// rule's state under its line and repetition, across reloads).
     pub seen: HashMap<String, usize>,
@@ -117,6 +119,7 @@ impl Default for Setup {
             limits: Arc::default(),
             force: true,
             cache: CacheConf::default(),
+            pam_service: None,
             seen: HashMap::new(),
             index: std::sync::Mutex::default(),
         }
@@ -157,6 +160,7 @@ impl Setup {
             users: self.users.clone(),
             limits: self.limits.clone(),
             force: self.force,
+            pam_service: self.pam_service.clone(),
         }
     }
 }
@@ -175,6 +179,8 @@ pub struct Policy {
     pub users: Arc<RwLock<Users>>,
     pub limits: Arc<Limits>,
     pub cache: CacheConf,
+    /// The PAM service of `auth pam`.
+    pub pam_service: Option<Arc<str>>,
     #[allow(dead_code)]
     pub force: bool,
 }
@@ -519,6 +525,21 @@ fn admit(p: &Policy, req: &Request<'_>, at: &At, with_limits: bool) -> Result<Gr
                     Err(e) => Err(e),
                 }
             }
+            // PamAuth's `pamfunc`: 4 without a user name and password,
+            // 5 when PAM says no.
+            AuthType::Pam => match (req.user, req.password, p.pam_service.as_deref()) {
+                (Some(u), Some(pw), Some(service)) => {
+                    match crate::sys::pam::check(service, u, pw) {
+                        Ok(()) => Ok(check_acl(p, &q, &mut weight)?),
+                        Err(crate::sys::pam::Refused::Denied) => Err(Res::AUTH_BAD_USER),
+                        Err(crate::sys::pam::Refused::Unavailable(why)) => {
+                            log::warn!("auth pam: {why}");
+                            Err(Res::AUTH_BAD_USER)
+                        }
+                    }
+                }
+                _ => Err(Res::AUTH_NO_USER),
+            },
             AuthType::Cache | AuthType::CacheAcl => match AuthCache::global().lookup(&p.cache, &cq)
             {
                 Ok(hit) => {

@@ -35,6 +35,9 @@ pub enum AuthType {
     Cache,
     /// An authcache hit stands for authentication and authorization.
     CacheAcl,
+    /// User name and password checked by the system's PAM (PamAuth's
+    /// `pam`, with the service its `plugin` line named), then the ACL.
+    Pam,
 }
 
 impl AuthType {
@@ -50,6 +53,18 @@ impl AuthType {
             "cacheacl" => AuthType::CacheAcl,
             "dnsname" => AuthType::DnsName,
             "radius" => return Err(format!("auth type '{}' is not supported yet", quote(s))),
+            "pam" => AuthType::Pam,
+            "ldap" | "windows" | "utf8tocp1251" => {
+                let plugin = match s {
+                    "ldap" => "LdapPlugin",
+                    "windows" => "WindowsAuthentication",
+                    _ => "utf8tocp1251",
+                };
+                return Err(format!(
+                    "auth type '{s}' comes with the {plugin} plugin, which is not built \
+                     (see PLUGINS in 3proxy.cfg(5))"
+                ));
+            }
             _ => return Err(format!("unknown auth type '{}'", quote(s))),
         })
     }

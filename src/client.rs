@@ -131,6 +131,9 @@ pub struct Client {
     /// Hops the local redirections so far took (`%h` before the current
     /// handler's own chain).
     pub local_hops: u32,
+    /// `transparent`: the destination netfilter redirected the client
+    /// away from, once [`Client::original_dst`] found one.
+    pub orig_dst: Option<SocketAddr>,
     /// A hand-off the current handler asked for ([`Client::hand_over`]);
     /// its entry point returns it ([`Client::next`]).
     handoff: Option<Handoff>,
@@ -164,6 +167,7 @@ impl Client {
             generation: a.generation,
             redirected: false,
             local_hops: 0,
+            orig_dst: None,
             handoff: None,
             svc: a.svc,
             _slot: a.slot,
@@ -172,6 +176,47 @@ impl Client {
 
     pub fn svc(&self) -> &Arc<Service> {
         &self.svc
+    }
+
+    /// `transparent` (TransparentPlugin): where a client that netfilter
+    /// sent to us meant to go. An iptables/nftables REDIRECT or DNAT
+    /// leaves it in conntrack (`SO_ORIGINAL_DST`); a TPROXY rule leaves
+    /// the socket's own address as it (our listener does not have that
+    /// address or port). None when the service is not transparent or the
+    /// client came straight to us: then the service works as usual, as
+    /// 3proxy's plugin leaves such a client alone. %i becomes the real
+    /// address the client reached.
+    pub fn original_dst(&mut self) -> Option<SocketAddr> {
+        if !self.svc.transparent {
+            return None;
+        }
+        let local = self.cli.local_addr()?;
+        let canon = |a: SocketAddr| SocketAddr::new(a.ip().to_canonical(), a.port());
+        let local = canon(local);
+        self.local_addr = Some(local);
+        let found = match self.cli.original_dst().map(canon) {
+            // A NAT rule changed the destination.
+            Some(o) if o != local => Some(o),
+            // No NAT: TPROXY, if the address is not the listener's.
+            _ => match &self.svc.listen {
+                crate::net::Addr::Ip(l) => {
+                    let l = canon(*l);
+                    let other_ip = !l.ip().is_unspecified() && l.ip() != local.ip();
+                    (l.port() != local.port() || other_ip).then_some(local)
+                }
+                _ => None,
+            },
+        };
+        self.orig_dst = found;
+        found
+    }
+
+    /// Whether connecting to `dst` would reach this very service: its
+    /// listening address, or the address the client reached (except the
+    /// TPROXY destination, which is not ours).
+    pub fn is_self(&self, dst: SocketAddr) -> bool {
+        crate::net::Addr::Ip(dst) == self.svc.listen
+            || (Some(dst) == self.local_addr && self.orig_dst != Some(dst))
     }
 
     /// Hand the client to the handler of `h.kind` once the current one

@@ -84,6 +84,25 @@ impl Stream {
         }
     }
 
+    /// Where the client meant to go before a netfilter REDIRECT/DNAT sent
+    /// it to us (`SO_ORIGINAL_DST`), or None: not TCP, or no NAT entry.
+    /// An IPv6 socket is asked in the IPv6 table, then the IPv4 one (a
+    /// v4-mapped client of a dual-stack listener).
+    pub fn original_dst(&self) -> Option<SocketAddr> {
+        let Stream::Tcp(s) = self else {
+            return None;
+        };
+        let v6 = s.local_addr().ok()?.is_ipv6();
+        let fd = s.as_fd();
+        let got = if v6 {
+            crate::sys::sockopt::original_dst(fd, true)
+                .or_else(|_| crate::sys::sockopt::original_dst(fd, false))
+        } else {
+            crate::sys::sockopt::original_dst(fd, false)
+        };
+        got.ok().filter(|a| !a.ip().is_unspecified())
+    }
+
     /// Read without consuming (MSG_PEEK), blocking up to the read timeout.
     pub fn peek(&self, buf: &mut [u8]) -> io::Result<usize> {
         use nix::sys::socket::{recv, MsgFlags};

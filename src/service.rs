@@ -305,6 +305,9 @@ pub struct Service {
     pub slot_waiters: std::sync::atomic::AtomicU32,
     /// `auth`, ACL, users and limits as they stood at the service's line.
     pub access: crate::access::Policy,
+    /// `transparent` (TransparentPlugin) was on at the service's line:
+    /// a client netfilter redirected goes where it meant to go.
+    pub transparent: bool,
     /// `-R`: where server sockets come from (connect-back listener).
     pub back_listener: Option<Arc<crate::connectback::BackListener>>,
 }

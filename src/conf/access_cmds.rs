@@ -18,6 +18,13 @@ pub fn h_auth(state: &mut State, args: &[String]) -> Result<(), String> {
         .iter()
         .map(|a| AuthType::parse(a))
         .collect::<Result<Vec<_>, _>>()?;
+    if types.contains(&AuthType::Pam) && state.access.pam_service.is_none() {
+        return Err(
+            "auth type 'pam' comes with the PamAuth plugin: load it first \
+             (plugin PamAuth.ld.so start SERVICE)"
+                .into(),
+        );
+    }
     state.access.auth = types;
     Ok(())
 }

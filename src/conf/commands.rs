@@ -14,7 +14,7 @@ use std::sync::Arc;
 use super::state::State;
 use super::token::quote;
 use super::value::{listen_addr, named_ip, number};
-use super::{access_cmds, ops_cmds, parent_cmds, resolve_cmds};
+use super::{access_cmds, ops_cmds, parent_cmds, plugin_cmds, resolve_cmds};
 use crate::logformat::LogFormat;
 use crate::services;
 
@@ -79,7 +79,9 @@ pub static COMMANDS: &[Command] = &[
     cmd("archiver", 3, 0, ops_cmds::h_archiver),
     cmd("logdump", 2, 3, ops_cmds::h_logdump),
     cmd("delimchar", 2, 2, ops_cmds::h_delimchar),
-    cmd("plugin", 3, 0, not_yet),
+    cmd("plugin", 3, 0, plugin_cmds::h_plugin),
+    cmd("transparent", 1, 1, plugin_cmds::h_transparent),
+    cmd("notransparent", 1, 1, plugin_cmds::h_transparent),
     // Resolver.
     cmd("nserver", 2, 2, resolve_cmds::h_nserver),
     cmd("authnserver", 2, 2, resolve_cmds::h_authnserver),
@@ -312,7 +314,7 @@ mod tests {
 
     #[test]
     fn later_commands_say_not_supported_yet() {
-        for line in ["plugin x y", "ssl_serv", "pcre_options x"] {
+        for line in ["ssl_serv", "pcre_options x"] {
             let e = run(line).unwrap_err();
             assert!(e.contains("not supported yet"), "{line}: {e}");
         }

@@ -16,6 +16,7 @@ pub mod commands;
 pub mod ops;
 pub mod ops_cmds;
 pub mod parent_cmds;
+pub mod plugin_cmds;
 pub mod resolve_cmds;
 pub mod state;
 pub mod token;

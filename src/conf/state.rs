@@ -57,6 +57,10 @@ pub struct State {
     pub warnings: Vec<String>,
     /// Warnings of the line being run; `conf::run` adds file and line.
     pub(super) pending: Vec<String>,
+    /// TransparentPlugin: None until its `plugin` line, then whether
+    /// `transparent` (the default once loaded) or `notransparent` holds
+    /// for the services that follow.
+    pub transparent: Option<bool>,
 }
 
 impl State {
@@ -84,6 +88,7 @@ impl State {
             strict: false,
             warnings: Vec::new(),
             pending: Vec::new(),
+            transparent: None,
         }
     }
 

@@ -121,6 +121,9 @@ pub struct Rewrite<'a> {
     /// The service asks for users (`needuser` not 0, i.e. no `-u`): an
     /// authority's `puser:ppass:euser:epass` also gives the proxy login.
     pub login: bool,
+    /// `transparent`: where a redirected client meant to go. An
+    /// origin-form request without `Host` names it as its host.
+    pub redirected_to: Option<std::net::SocketAddr>,
 }
 
 /// Parse a request head at the start of `buf`. Ok(None) if the head is not
@@ -186,12 +189,15 @@ fn parse_request_in<'a>(
         let mut hosts = headers
             .iter()
             .filter(|h| h.name.eq_ignore_ascii_case("host"));
-        let (Some(h), None) = (hosts.next(), hosts.next()) else {
-            return Err(HeadError::Target);
-        };
-        let v = std::str::from_utf8(h.value).map_err(|_| HeadError::Target)?;
-        let (h, p) = split_authority(v, Some(80))?;
-        (std::borrow::Cow::Borrowed(h), p)
+        match (hosts.next(), hosts.next(), rw.redirected_to) {
+            (Some(h), None, _) => {
+                let v = std::str::from_utf8(h.value).map_err(|_| HeadError::Target)?;
+                let (h, p) = split_authority(v, Some(80))?;
+                (std::borrow::Cow::Borrowed(h), p)
+            }
+            (None, _, Some(to)) => (std::borrow::Cow::Owned(to.ip().to_string()), to.port()),
+            _ => return Err(HeadError::Target),
+        }
     } else {
         absolute = true;
         let Some(colon) = uri.find("://") else {
@@ -1221,12 +1227,32 @@ fn read_line(mut s: &Stream, code: Res) -> Result<Vec<u8>, Res> {
 mod tests {
     use super::*;
 
+    #[test]
+    fn redirected_origin_form_may_lack_host() {
+        let mut rw = Rewrite::default();
+        let mut out = Vec::new();
+        let head = b"GET /x HTTP/1.0\r\n\r\n";
+        assert_eq!(
+            parse_request(head, &rw, &mut out).unwrap_err(),
+            HeadError::Target
+        );
+        rw.redirected_to = Some("10.1.2.3:8080".parse().unwrap());
+        let h = parse_request(head, &rw, &mut out).unwrap().unwrap();
+        assert_eq!((&*h.host, h.port), ("10.1.2.3", 8080));
+        // A Host the client sent names the destination for the ACL.
+        let h = parse_request(b"GET /x HTTP/1.1\r\nHost: a.test\r\n\r\n", &rw, &mut out)
+            .unwrap()
+            .unwrap();
+        assert_eq!((&*h.host, h.port), ("a.test", 80));
+    }
+
     fn req(text: &str) -> Result<Option<(RequestHead<'_>, String)>, HeadError> {
         let rw = Rewrite {
             strip_forwarding: false,
             extra: b"Forwarded: for=x\r\n",
             delim: b'@',
             login: true,
+            redirected_to: None,
         };
         let mut out = Vec::new();
         let h = parse_request(text.as_bytes(), &rw, &mut out)?;

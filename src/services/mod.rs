@@ -472,6 +472,7 @@ fn build(
         left: Condvar::new(),
         slot_waiters: std::sync::atomic::AtomicU32::new(0),
         access: state.access.snapshot(),
+        transparent: state.transparent == Some(true),
         back_listener: None,
     }
 }

@@ -50,7 +50,10 @@ fn serve_mapped(c: &mut Client) {
             }
         }
     }
-    let Some(target) = &svc.target else {
+    // `transparent`: a redirected client goes where it meant to, not to
+    // the mapped destination (3proxy's plugin names the host first).
+    let original = c.original_dst().map(Target::Fixed);
+    let Some(target) = original.as_ref().or(svc.target.as_ref()) else {
         c.res = Res::NOHOST;
         return;
     };
@@ -161,7 +164,7 @@ fn connect(
 ) -> Result<Option<Stream>, Res> {
     let svc = c.svc().clone();
     c.req_addr = Some(dst);
-    if crate::net::Addr::Ip(dst) == svc.listen || Some(dst) == c.local_addr {
+    if c.is_self(dst) {
         return Err(Res::LOOP);
     }
     let want = chain::Want {

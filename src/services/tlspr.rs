@@ -292,6 +292,15 @@ pub fn serve(c: &mut Client, early: &[u8], known: Option<&parent::Known>) -> par
         alpn: None,
         buf: early.to_vec(),
     };
+    // `transparent`: a redirected client goes where it meant to, with its
+    // SNI (if any) as the name, as 3proxy's plugin and tlspr do.
+    let original = match known {
+        Some(_) => None,
+        None => c
+            .original_dst()
+            .map(|addr| parent::Known { name: None, addr }),
+    };
+    let known = known.or(original.as_ref());
     if let Err(res) = run(c, &t, &mut st, known) {
         c.res = res;
     }
@@ -365,9 +374,9 @@ fn run(
     let again = Recheck::new(&svc, &req)
         .since(c.generation)
         .at_weight(grant.weight);
-    // No name: nowhere to go (3proxy's transparent plugin is not built).
+    // No name and not redirected: nowhere to go.
     let dst = dst.ok_or(Res::NOHOST)?;
-    if crate::net::Addr::Ip(dst) == svc.listen || Some(dst) == c.local_addr {
+    if c.is_self(dst) {
         return Err(Res::LOOP);
     }
     let Some(srv) = connect(c, dst, st, &grant.parents)? else {

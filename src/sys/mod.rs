@@ -3,6 +3,7 @@
 //! safe API; each unsafe block says why it is sound.
 
 pub mod mem;
+pub mod pam;
 pub mod process;
 pub mod signal;
 pub mod sockopt;

@@ -168,6 +168,65 @@ pub fn set_int(
     }
 }
 
+/// The destination a connection had before netfilter's NAT rewrote it
+/// (`SO_ORIGINAL_DST`, `IP6T_SO_ORIGINAL_DST`): where a client redirected
+/// by an iptables/nftables REDIRECT or DNAT rule meant to go. `v6` picks
+/// the IPv6 table. Fails (ENOENT) when conntrack has no entry for it.
+pub fn original_dst(fd: BorrowedFd<'_>, v6: bool) -> io::Result<std::net::SocketAddr> {
+    use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
+    // SAFETY: sockaddr_in6 is plain old data for which all-zero bytes are
+    // a valid value; it is as large as sockaddr_in, so either answer fits.
+    let mut sa: libc::sockaddr_in6 = unsafe { std::mem::zeroed() };
+    let (level, opt, size) = if v6 {
+        (
+            libc::SOL_IPV6,
+            libc::IP6T_SO_ORIGINAL_DST,
+            std::mem::size_of::<libc::sockaddr_in6>(),
+        )
+    } else {
+        (
+            libc::SOL_IP,
+            libc::SO_ORIGINAL_DST,
+            std::mem::size_of::<libc::sockaddr_in>(),
+        )
+    };
+    let mut len = size as libc::socklen_t;
+    // SAFETY: `fd` is live for the borrow; the kernel writes at most `len`
+    // bytes into `sa`, which is at least that large and outlives the call,
+    // and stores the length it wrote back into `len`.
+    let rc = unsafe {
+        libc::getsockopt(
+            fd.as_raw_fd(),
+            level,
+            opt,
+            (&mut sa as *mut libc::sockaddr_in6).cast(),
+            &mut len,
+        )
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let family = libc::c_int::from(sa.sin6_family);
+    if v6 && family == libc::AF_INET6 {
+        let ip = Ipv6Addr::from(sa.sin6_addr.s6_addr);
+        let port = u16::from_be(sa.sin6_port);
+        return Ok(SocketAddr::V6(SocketAddrV6::new(ip, port, 0, 0)));
+    }
+    if !v6 && family == libc::AF_INET {
+        // SAFETY: the kernel wrote a sockaddr_in (family AF_INET) at the
+        // start of `sa`, which is larger and suitably aligned for it.
+        let sin: libc::sockaddr_in =
+            unsafe { std::ptr::read((&sa as *const libc::sockaddr_in6).cast()) };
+        let ip = Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr));
+        let port = u16::from_be(sin.sin_port);
+        return Ok(SocketAddr::V4(SocketAddrV4::new(ip, port)));
+    }
+    Err(io::Error::new(
+        io::ErrorKind::InvalidData,
+        "SO_ORIGINAL_DST gave an unexpected address family",
+    ))
+}
+
 /// The names a user can write, for `--help`.
 pub fn names() -> impl Iterator<Item = &'static str> {
     TABLE.iter().map(|o| o.name).chain(IGNORED.iter().copied())

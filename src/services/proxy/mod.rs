@@ -117,6 +117,8 @@ struct Session {
     extra: Vec<u8>,
     /// The kept origin connection.
     origin: Option<Origin>,
+    /// `transparent`: where the redirected client meant to go.
+    redirected_to: Option<SocketAddr>,
     /// The current request's destination host.
     host: String,
     /// What the access layer granted the current request (its limits are
@@ -168,6 +170,10 @@ struct Req {
     op: access::Op,
     /// The host is an IP literal.
     literal: Option<IpAddr>,
+    /// `transparent`: an origin-form request of a redirected client,
+    /// which goes where the client meant to (its `Host` names it for the
+    /// ACL and the log only).
+    redirected_to: Option<SocketAddr>,
     user: Option<String>,
     password: Option<String>,
 }
@@ -224,7 +230,8 @@ impl RespErr {
 }
 
 impl Session {
-    fn new(svc: Arc<Service>, c: &Client) -> Session {
+    fn new(svc: Arc<Service>, c: &mut Client) -> Session {
+        let redirected_to = c.original_dst();
         let extra = forwarding_fields(&svc, c);
         let long = svc.timeouts.get(Timeouts::STRING_LONG);
         // Room for usual heads now, at a shallow point of the stack: a
@@ -243,6 +250,7 @@ impl Session {
             abs_out: Vec::new(),
             dest_auth: None,
             base_hops: c.hops,
+            redirected_to,
             cli_rto: None,
             cli_want: long,
             cli_wto: false,
@@ -379,6 +387,7 @@ impl Session {
             extra: &self.extra,
             delim: self.svc.delimchar,
             login: self.svc.opts.needuser.unwrap_or(1) > 0,
+            redirected_to: self.redirected_to,
         };
         let mut h = match http::parse_request(data, &rw, &mut self.req_out) {
             Ok(Some(h)) => h,
@@ -401,9 +410,29 @@ impl Session {
             }
         };
         c.hops = self.base_hops;
+        let redirected_to = self
+            .redirected_to
+            .filter(|_| !h.is_connect() && h.uri.starts_with('/'));
+        if let Some(to) = redirected_to {
+            h.port = to.port();
+        }
         c.text.clear();
         c.text.push_str(h.method);
         c.text.push(' ');
+        if redirected_to.is_some() {
+            // As 3proxy logs a transparent request: in absolute form.
+            c.text.push_str("http://");
+            if h.host.contains(':') {
+                c.text.push('[');
+                c.text.push_str(&h.host);
+                c.text.push(']');
+            } else {
+                c.text.push_str(&h.host);
+            }
+            if h.port != 80 {
+                c.text.push_str(&format!(":{}", h.port));
+            }
+        }
         c.text.push_str(h.uri);
         c.text.push_str(if h.version == 0 {
             " HTTP/1.0"
@@ -444,6 +473,7 @@ impl Session {
             idempotent: http::is_idempotent(h.method),
             op: http::op_of(h.method),
             literal,
+            redirected_to,
             user,
             password,
         }))
@@ -465,15 +495,16 @@ impl Session {
                 !req.connect && o.port == req.port && o.host.eq_ignore_ascii_case(&self.host)
             })
             .map(|o| o.addr);
-        let dst = match (kept, req.literal) {
-            (Some(a), _) => Ok(a),
-            (None, Some(ip)) => Ok(SocketAddr::new(ip, req.port)),
-            (None, None) => resolve(&self.host, req.port, self.svc.family),
+        let dst = match (req.redirected_to, kept, req.literal) {
+            (Some(to), _, _) => Ok(to),
+            (None, Some(a), _) => Ok(a),
+            (None, None, Some(ip)) => Ok(SocketAddr::new(ip, req.port)),
+            (None, None, None) => resolve(&self.host, req.port, self.svc.family),
         };
         self.ask_acl(c, req, dst.as_ref().ok().copied())?;
         let dst = dst.map_err(|res| Fail::answer(res, 502))?;
         c.req_addr = Some(dst);
-        if crate::net::Addr::Ip(dst) == self.svc.listen || Some(dst) == c.local_addr {
+        if c.is_self(dst) {
             return Err(Fail::answer(Res::LOOP, 503));
         }
         Ok(dst)

@@ -1,0 +1,215 @@
+//! `plugin FILE NAME [ARGS]` and the commands the plugins add (3proxy's
+//! conf.c `h_plugin`, src/plugins/). 3proxy loads FILE and calls its
+//! export NAME; this build has the plugins 3proxy ships built in (those a
+//! real cfg relies on) and never loads code: the line picks the built-in
+//! one by NAME, or by FILE when several plugins export the same NAME
+//! (`start`). FILE need not exist, as for 3proxy's own built-in
+//! `ssl_plugin` and `pcre_plugin`. A plugin that is not built is refused
+//! with its name, never skipped.
+
+use std::sync::Arc;
+
+use super::state::State;
+use super::token::quote;
+
+/// What a `plugin` line asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Plugin {
+    Transparent,
+    PamAuth,
+    /// Known, not built; the text says why.
+    NotBuilt(&'static str, &'static str),
+    /// 3proxy's built-in TLS and PCRE: another branch builds them.
+    OtherBranch(&'static str),
+}
+
+/// The plugins 3proxy ships, by export name. `start` is shared by
+/// several: [`by_file`] tells them apart.
+const BY_EXPORT: &[(&str, Plugin)] = &[
+    ("transparent_plugin", Plugin::Transparent),
+    ("ssl_plugin", Plugin::OtherBranch("ssl_plugin")),
+    ("pcre_plugin", Plugin::OtherBranch("pcre_plugin")),
+    (
+        "file_plugin",
+        Plugin::NotBuilt(
+            "FilePlugin",
+            "it stores traffic in files and is unmaintained",
+        ),
+    ),
+    (
+        "utf8tocp1251",
+        Plugin::NotBuilt(
+            "utf8tocp1251",
+            "it recodes logins for Windows code page 1251",
+        ),
+    ),
+    (
+        "WindowsAuthentication",
+        Plugin::NotBuilt("WindowsAuthentication", "it exists only on Windows"),
+    ),
+];
+
+/// The plugins whose export is `start`, by the name of their file.
+fn by_file(file: &str) -> Option<Plugin> {
+    let base = file.rsplit(['/', '\\']).next().unwrap_or(file);
+    let stem = base.split('.').next().unwrap_or(base).to_ascii_lowercase();
+    Some(match stem.as_str() {
+        "pamauth" | "pamplugin" => Plugin::PamAuth,
+        "trafficplugin" => Plugin::NotBuilt(
+            "TrafficPlugin",
+            "byte counts are what the sessions carried; its `trafcorrect` \
+             estimates of packet headers are not made",
+        ),
+        "stringsplugin" => Plugin::NotBuilt(
+            "StringsPlugin",
+            "the messages and pages sent to clients are built in",
+        ),
+        "ldapauth" | "ldapplugin" => Plugin::NotBuilt(
+            "LdapPlugin",
+            "3proxy itself no longer builds it (unsupported upstream)",
+        ),
+        _ => return None,
+    })
+}
+
+fn identify(file: &str, name: &str) -> Option<Plugin> {
+    if name == "start" {
+        return by_file(file);
+    }
+    BY_EXPORT.iter().find(|(n, _)| *n == name).map(|(_, p)| *p)
+}
+
+/// `plugin FILE NAME [ARGS]`.
+pub fn h_plugin(state: &mut State, args: &[String]) -> Result<(), String> {
+    let (file, name) = (args[1].as_str(), args[2].as_str());
+    let Some(plugin) = identify(file, name) else {
+        return Err(format!(
+            "plugin '{}' from '{}' is not built: this 3proxy loads no plugin \
+             files, it has the plugins 3proxy ships built in (see PLUGINS in \
+             3proxy.cfg(5))",
+            quote(name),
+            quote(file)
+        ));
+    };
+    match plugin {
+        Plugin::Transparent => {
+            // Loading it turns transparency on for the services that
+            // follow; loading it again changes nothing, as in 3proxy.
+            if state.transparent.is_none() {
+                state.transparent = Some(true);
+            }
+            Ok(())
+        }
+        Plugin::PamAuth => {
+            let Some(service) = args.get(3) else {
+                return Err("PamAuth needs the PAM service name: plugin FILE start SERVICE".into());
+            };
+            crate::sys::pam::available().map_err(|e| format!("PamAuth: {e}"))?;
+            state.access.pam_service = Some(Arc::from(service.as_str()));
+            Ok(())
+        }
+        Plugin::NotBuilt(p, why) => Err(format!(
+            "plugin {p} ('{}' from '{}') is not built: {why}",
+            quote(name),
+            quote(file)
+        )),
+        Plugin::OtherBranch(n) => Err(format!("{n} is not built in this branch")),
+    }
+}
+
+/// `transparent` / `notransparent` (TransparentPlugin's commands): later
+/// services take the original destination of redirected clients, or not.
+pub fn h_transparent(state: &mut State, args: &[String]) -> Result<(), String> {
+    if state.transparent.is_none() {
+        return Err(format!(
+            "{} comes with TransparentPlugin: load it first \
+             (plugin TransparentPlugin.ld.so transparent_plugin)",
+            args[0]
+        ));
+    }
+    state.transparent = Some(args[0] == "transparent");
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(lines: &[&str]) -> Result<State, String> {
+        let mut st = State::new(true);
+        for l in lines {
+            let args: Vec<String> = l.split_whitespace().map(String::from).collect();
+            super::super::commands::dispatch(&mut st, &args)?;
+        }
+        Ok(st)
+    }
+
+    #[test]
+    fn plugins_by_export_and_by_file() {
+        let cases = [
+            (
+                "/x/TransparentPlugin.ld.so",
+                "transparent_plugin",
+                Some(Plugin::Transparent),
+            ),
+            ("/x/PamAuth.ld.so", "start", Some(Plugin::PamAuth)),
+            ("pamauth.so", "start", Some(Plugin::PamAuth)),
+            (
+                "C:\\3proxy\\TrafficPlugin.dll",
+                "start",
+                by_file("trafficplugin"),
+            ),
+            ("/x/StringsPlugin.ld.so", "start", by_file("stringsplugin")),
+            ("/x/whatever.so", "start", None),
+            ("/x/whatever.so", "my_plugin", None),
+            (
+                "/nowhere/ssl.so",
+                "ssl_plugin",
+                Some(Plugin::OtherBranch("ssl_plugin")),
+            ),
+        ];
+        for (file, name, want) in cases {
+            assert_eq!(identify(file, name), want, "{file} {name}");
+        }
+    }
+
+    #[test]
+    fn transparent_is_on_once_loaded_and_scoped_by_its_commands() {
+        assert!(run(&["transparent"])
+            .unwrap_err()
+            .contains("comes with TransparentPlugin"));
+        let st = run(&["plugin /none/TransparentPlugin.ld.so transparent_plugin"]).unwrap();
+        assert_eq!(st.transparent, Some(true));
+        let st = run(&[
+            "plugin T.so transparent_plugin",
+            "notransparent",
+            "plugin T.so transparent_plugin",
+        ])
+        .unwrap();
+        assert_eq!(st.transparent, Some(false));
+        let st = run(&[
+            "plugin T.so transparent_plugin",
+            "notransparent",
+            "transparent",
+        ])
+        .unwrap();
+        assert_eq!(st.transparent, Some(true));
+    }
+
+    #[test]
+    fn refusals_name_the_plugin() {
+        let e = run(&["plugin /x/my.so my_plugin"]).unwrap_err();
+        assert!(e.contains("'my_plugin'") && e.contains("not built"), "{e}");
+        let e = run(&["plugin /x/TrafficPlugin.ld.so start"]).unwrap_err();
+        assert!(
+            e.contains("TrafficPlugin") && e.contains("not built"),
+            "{e}"
+        );
+        let e = run(&["plugin /x/ssl.so ssl_plugin"]).unwrap_err();
+        assert_eq!(e, "ssl_plugin is not built in this branch");
+        let e = run(&["plugin /x/PamAuth.ld.so start"]).unwrap_err();
+        assert!(e.contains("PAM service"), "{e}");
+        let e = run(&["auth pam"]).unwrap_err();
+        assert!(e.contains("PamAuth"), "{e}");
+    }
+}

@@ -1,0 +1,231 @@
+//! Password checks through the system's PAM (3proxy's PamAuth plugin),
+//! with libpam loaded at run time: the build needs no PAM headers or
+//! development package, and a machine without libpam only fails when a
+//! cfg asks for `pamauth`.
+//!
+//! One check runs at a time (a process-wide lock), as in 3proxy: PAM
+//! modules are not all safe to call from several threads at once.
+#![allow(unsafe_code)]
+
+use std::ffi::{c_char, c_int, c_void, CStr, CString};
+use std::sync::{Mutex, OnceLock};
+
+/// The library's name in every Linux distribution (the ABI since 1999).
+const LIBPAM: &CStr = c"libpam.so.0";
+
+const PAM_SUCCESS: c_int = 0;
+const PAM_CONV_ERR: c_int = 19;
+const PAM_PROMPT_ECHO_OFF: c_int = 1;
+const PAM_PROMPT_ECHO_ON: c_int = 2;
+
+/// Linux-PAM's `struct pam_message`.
+#[repr(C)]
+struct Message {
+    style: c_int,
+    text: *const c_char,
+}
+
+/// Linux-PAM's `struct pam_response`; PAM frees `resp` and the array with
+/// free(), so both come from malloc.
+#[repr(C)]
+struct Response {
+    resp: *mut c_char,
+    retcode: c_int,
+}
+
+type ConvFn = extern "C" fn(c_int, *mut *const Message, *mut *mut Response, *mut c_void) -> c_int;
+
+/// Linux-PAM's `struct pam_conv`.
+#[repr(C)]
+struct Conv {
+    conv: ConvFn,
+    appdata: *mut c_void,
+}
+
+type StartFn =
+    unsafe extern "C" fn(*const c_char, *const c_char, *const Conv, *mut *mut c_void) -> c_int;
+type StepFn = unsafe extern "C" fn(*mut c_void, c_int) -> c_int;
+
+/// The four entry points we call, resolved once.
+struct Lib {
+    start: StartFn,
+    authenticate: StepFn,
+    acct_mgmt: StepFn,
+    end: StepFn,
+}
+
+static LIB: OnceLock<Result<Lib, String>> = OnceLock::new();
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+fn dlerror() -> String {
+    // SAFETY: dlerror returns NULL or a NUL-terminated string owned by
+    // libc, valid until the next dl* call on this thread; we copy it now.
+    let e = unsafe { libc::dlerror() };
+    if e.is_null() {
+        "unknown error".to_string()
+    } else {
+        // SAFETY: non-NULL, NUL-terminated (see above).
+        unsafe { CStr::from_ptr(e) }.to_string_lossy().into_owned()
+    }
+}
+
+fn load() -> Result<Lib, String> {
+    // SAFETY: dlopen with a valid C string; the handle is never closed,
+    // so the functions taken from it stay valid for the process's life.
+    let h = unsafe { libc::dlopen(LIBPAM.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
+    if h.is_null() {
+        return Err(format!(
+            "cannot load {}: {}",
+            LIBPAM.to_string_lossy(),
+            dlerror()
+        ));
+    }
+    let sym = |name: &CStr| -> Result<*mut c_void, String> {
+        // SAFETY: `h` is a live handle and `name` a valid C string.
+        let p = unsafe { libc::dlsym(h, name.as_ptr()) };
+        if p.is_null() {
+            Err(format!(
+                "{} in libpam: {}",
+                name.to_string_lossy(),
+                dlerror()
+            ))
+        } else {
+            Ok(p)
+        }
+    };
+    let (s, a, m, e) = (
+        sym(c"pam_start")?,
+        sym(c"pam_authenticate")?,
+        sym(c"pam_acct_mgmt")?,
+        sym(c"pam_end")?,
+    );
+    // SAFETY: these are libpam's exported functions, whose C signatures
+    // (pam_appl.h, stable ABI) are exactly StartFn and StepFn.
+    unsafe {
+        Ok(Lib {
+            start: std::mem::transmute::<*mut c_void, StartFn>(s),
+            authenticate: std::mem::transmute::<*mut c_void, StepFn>(a),
+            acct_mgmt: std::mem::transmute::<*mut c_void, StepFn>(m),
+            end: std::mem::transmute::<*mut c_void, StepFn>(e),
+        })
+    }
+}
+
+fn lib() -> Result<&'static Lib, String> {
+    LIB.get_or_init(load).as_ref().map_err(Clone::clone)
+}
+
+/// Whether libpam can be used here (loaded on the first call): the cfg
+/// asks this when it reads the PamAuth plugin line.
+pub fn available() -> Result<(), String> {
+    lib().map(|_| ())
+}
+
+/// What the conversation answers with: the password for a hidden prompt,
+/// the user name for a visible one.
+struct Answers {
+    user: CString,
+    password: CString,
+}
+
+/// The conversation function PAM calls for the prompts of its modules.
+/// Never panics (it runs inside a C call).
+extern "C" fn converse(
+    n: c_int,
+    msgs: *mut *const Message,
+    out: *mut *mut Response,
+    appdata: *mut c_void,
+) -> c_int {
+    if n <= 0 || n > 32 || msgs.is_null() || out.is_null() || appdata.is_null() {
+        return PAM_CONV_ERR;
+    }
+    let n = n as usize;
+    // SAFETY: `appdata` is the `&Answers` that `check` put in the Conv; it
+    // outlives the pam_* calls that can call us.
+    let answers = unsafe { &*(appdata as *const Answers) };
+    // SAFETY: calloc of n responses; zeroed bytes are valid (NULL, 0).
+    let resp = unsafe { libc::calloc(n, std::mem::size_of::<Response>()) } as *mut Response;
+    if resp.is_null() {
+        return PAM_CONV_ERR;
+    }
+    for i in 0..n {
+        // SAFETY: Linux-PAM passes an array of `n` pointers to messages,
+        // each valid for the duration of this call.
+        let m = unsafe { *msgs.add(i) };
+        if m.is_null() {
+            continue;
+        }
+        // SAFETY: a non-NULL message pointer from PAM (see above).
+        let style = unsafe { (*m).style };
+        let text = match style {
+            PAM_PROMPT_ECHO_OFF => Some(&answers.password),
+            PAM_PROMPT_ECHO_ON => Some(&answers.user),
+            _ => None,
+        };
+        if let Some(t) = text {
+            // SAFETY: strdup of a valid C string; the copy is PAM's to free.
+            let copy = unsafe { libc::strdup(t.as_ptr()) };
+            if copy.is_null() {
+                for j in 0..i {
+                    // SAFETY: entries before i are NULL or our strdup copies.
+                    unsafe { libc::free((*resp.add(j)).resp.cast()) };
+                }
+                // SAFETY: our calloc'ed array, not yet handed to PAM.
+                unsafe { libc::free(resp.cast()) };
+                return PAM_CONV_ERR;
+            }
+            // SAFETY: i < n, inside the calloc'ed array.
+            unsafe { (*resp.add(i)).resp = copy };
+        }
+    }
+    // SAFETY: `out` is PAM's non-NULL place for the answer array.
+    unsafe { *out = resp };
+    PAM_SUCCESS
+}
+
+/// Why a PAM check did not let the user in.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Refused {
+    /// PAM said no (wrong password, unknown user, expired account...).
+    Denied,
+    /// PAM could not be asked (no libpam, a name with a NUL byte).
+    Unavailable(String),
+}
+
+/// Check `user`/`password` with PAM service `service`: pam_authenticate,
+/// then pam_acct_mgmt, as 3proxy's PamAuth does.
+pub fn check(service: &str, user: &str, password: &str) -> Result<(), Refused> {
+    let lib = lib().map_err(Refused::Unavailable)?;
+    let nul = |_| Refused::Unavailable("a NUL byte in the user name or password".into());
+    let svc = CString::new(service).map_err(nul)?;
+    let answers = Answers {
+        user: CString::new(user).map_err(nul)?,
+        password: CString::new(password).map_err(nul)?,
+    };
+    let conv = Conv {
+        conv: converse,
+        appdata: (&answers as *const Answers).cast_mut().cast(),
+    };
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let mut h: *mut c_void = std::ptr::null_mut();
+    // SAFETY: valid C strings and a Conv that outlive the handle (pam_end
+    // below, before they drop); `h` receives the handle.
+    let mut rc = unsafe { (lib.start)(svc.as_ptr(), answers.user.as_ptr(), &conv, &mut h) };
+    if rc == PAM_SUCCESS {
+        // SAFETY: `h` is the live handle pam_start made.
+        rc = unsafe { (lib.authenticate)(h, 0) };
+    }
+    if rc == PAM_SUCCESS {
+        // SAFETY: as above.
+        rc = unsafe { (lib.acct_mgmt)(h, 0) };
+    }
+    if !h.is_null() {
+        // SAFETY: ends the handle pam_start made; not used after.
+        unsafe { (lib.end)(h, rc) };
+    }
+    if rc == PAM_SUCCESS {
+        Ok(())
+    } else {
+        Err(Refused::Denied)
+    }
+}
