@@ -50,6 +50,12 @@ pub struct State {
     pub ops: Ops,
     /// `parentretries`: process-wide, installed by `finalize`.
     pub parent_retries: u32,
+    /// `pcre`, `pcre_rewrite`: the filter chain later services take.
+    pub filters: crate::filter::Filters,
+    /// `pcre_options`: flags of later patterns.
+    pub pcre_opts: crate::filter::Options,
+    /// `filtermaxsize`: process-wide, installed by `finalize`.
+    pub filtermaxsize: usize,
 }
 
 impl State {
@@ -74,6 +80,9 @@ impl State {
             budget: MAX_LOAD_BYTES,
             ops: Ops::default(),
             parent_retries: crate::parent::DEFAULT_RETRIES,
+            filters: Default::default(),
+            pcre_opts: Default::default(),
+            filtermaxsize: crate::filter::DEFAULT_MAXSIZE,
         }
     }
 }
@@ -95,6 +104,7 @@ impl State {
             svc.dialer.timeout = self.timeouts.get(Timeouts::CONNECT);
             svc.logdump = (self.ops.logdump.cli, self.ops.logdump.srv);
             svc.delimchar = self.ops.delimchar;
+            svc.filtermaxsize = self.filtermaxsize;
             if svc.opts.log.is_none() && svc.log.is_some() {
                 svc.log = self.log.clone();
             }
