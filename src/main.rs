@@ -24,6 +24,7 @@ mod client;
 mod conf;
 mod connectback;
 mod crypt;
+mod filter;
 mod generation;
 mod limit;
 mod log;

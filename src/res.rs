@@ -75,7 +75,8 @@ codes! {
     PEERNAME = 14;
     /// getsockname() failed (3proxy; not produced by this release).
     SOCKNAME = 15;
-    /// A filter refused the request (3proxy; no filters in this release).
+    /// A `pcre` filter refused a body after the response head had been
+    /// sent: the connection is closed.
     FILTER = 19;
 
     // 20-29: common errors.
@@ -218,6 +219,9 @@ codes! {
     HTTP_BAD_TARGET = 515;
     /// HTTP: a head larger than the proxy accepts (431 for requests).
     HTTP_HEAD_TOO_LARGE = 516;
+    /// HTTP: a `pcre` filter refused the request line, a head or a body
+    /// (answered 503).
+    FILTER_DENY = 517;
     /// The destination is the proxy's own listening address (loop).
     LOOP = 519;
     /// HTTP: sending the response to the client failed.

@@ -310,6 +310,10 @@ pub struct Service {
     pub transparent: bool,
     /// `-R`: where server sockets come from (connect-back listener).
     pub back_listener: Option<Arc<crate::connectback::BackListener>>,
+    /// `pcre` filters as they stood at the service's line; None if none.
+    pub filters: Option<Arc<crate::filter::Filters>>,
+    /// `filtermaxsize`: process-wide, set after the whole cfg has run.
+    pub filtermaxsize: usize,
 }
 
 impl Service {

@@ -23,6 +23,7 @@ mod log;
 mod ops;
 mod options;
 mod parent;
+mod pcre;
 mod pop3p;
 mod process;
 mod redirect_local;

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use super::state::State;
 use super::token::quote;
 use super::value::{listen_addr, named_ip, number};
-use super::{access_cmds, ops_cmds, parent_cmds, plugin_cmds, resolve_cmds};
+use super::{access_cmds, filter_cmds, ops_cmds, parent_cmds, plugin_cmds, resolve_cmds};
 use crate::logformat::LogFormat;
 use crate::services;
 
@@ -115,7 +115,12 @@ pub static COMMANDS: &[Command] = &[
     cmd("nocountin", 1, 0, access_cmds::h_count),
     cmd("nocountout", 1, 0, access_cmds::h_count),
     cmd("nocountall", 1, 0, access_cmds::h_count),
-    cmd("filtermaxsize", 2, 2, not_yet),
+    cmd("filtermaxsize", 2, 2, filter_cmds::h_filtermaxsize),
+    // Filters.
+    cmd("pcre", 4, 0, filter_cmds::h_pcre),
+    cmd("pcre_rewrite", 5, 0, filter_cmds::h_pcre_rewrite),
+    cmd("pcre_extend", 2, 0, filter_cmds::h_pcre_extend),
+    cmd("pcre_options", 2, 0, filter_cmds::h_pcre_options),
     cmd("radius", 3, 0, not_yet),
 ];
 
@@ -314,7 +319,7 @@ mod tests {
 
     #[test]
     fn later_commands_say_not_supported_yet() {
-        for line in ["ssl_serv", "pcre_options x"] {
+        for line in ["ssl_serv", "pcre_other x"] {
             let e = run(line).unwrap_err();
             assert!(e.contains("not supported yet"), "{line}: {e}");
         }

@@ -13,6 +13,7 @@
 
 pub mod access_cmds;
 pub mod commands;
+pub mod filter_cmds;
 pub mod ops;
 pub mod ops_cmds;
 pub mod parent_cmds;

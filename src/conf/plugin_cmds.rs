@@ -21,6 +21,9 @@ enum Plugin {
     NotBuilt(&'static str, &'static str),
     /// 3proxy's built-in TLS and PCRE: another branch builds them.
     OtherBranch(&'static str),
+    /// PCREPlugin: its commands (`pcre`, `pcre_rewrite`, ...) are built
+    /// in and always there; loading it changes nothing.
+    Pcre,
 }
 
 /// The plugins 3proxy ships, by export name. `start` is shared by
@@ -28,7 +31,7 @@ enum Plugin {
 const BY_EXPORT: &[(&str, Plugin)] = &[
     ("transparent_plugin", Plugin::Transparent),
     ("ssl_plugin", Plugin::OtherBranch("ssl_plugin")),
-    ("pcre_plugin", Plugin::OtherBranch("pcre_plugin")),
+    ("pcre_plugin", Plugin::Pcre),
     (
         "file_plugin",
         Plugin::NotBuilt(
@@ -113,6 +116,7 @@ pub fn h_plugin(state: &mut State, args: &[String]) -> Result<(), String> {
             quote(name),
             quote(file)
         )),
+        Plugin::Pcre => Ok(()),
         Plugin::OtherBranch(n) => Err(format!("{n} is not built in this branch")),
     }
 }

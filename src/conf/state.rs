@@ -61,6 +61,12 @@ pub struct State {
     /// `transparent` (the default once loaded) or `notransparent` holds
     /// for the services that follow.
     pub transparent: Option<bool>,
+    /// `pcre`, `pcre_rewrite`: the filter chain later services take.
+    pub filters: crate::filter::Filters,
+    /// `pcre_options`: flags of later patterns.
+    pub pcre_opts: crate::filter::Options,
+    /// `filtermaxsize`: process-wide, installed by `finalize`.
+    pub filtermaxsize: usize,
 }
 
 impl State {
@@ -89,6 +95,9 @@ impl State {
             warnings: Vec::new(),
             pending: Vec::new(),
             transparent: None,
+            filters: Default::default(),
+            pcre_opts: Default::default(),
+            filtermaxsize: crate::filter::DEFAULT_MAXSIZE,
         }
     }
 
@@ -132,6 +141,7 @@ impl State {
             svc.dialer.timeout = self.timeouts.get(Timeouts::CONNECT);
             svc.logdump = (self.ops.logdump.cli, self.ops.logdump.srv);
             svc.delimchar = self.ops.delimchar;
+            svc.filtermaxsize = self.filtermaxsize;
             if svc.opts.log.is_none() && svc.log.is_some() {
                 svc.log = self.log.clone();
             }

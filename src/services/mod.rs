@@ -474,6 +474,8 @@ fn build(
         access: state.access.snapshot(),
         transparent: state.transparent == Some(true),
         back_listener: None,
+        filters: (!state.filters.is_empty()).then(|| Arc::new(state.filters.clone())),
+        filtermaxsize: state.filtermaxsize,
     }
 }
 

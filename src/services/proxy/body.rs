@@ -76,7 +76,7 @@ fn gate(
 }
 
 /// One read of at most `want` bytes, counted by the limiter.
-fn read_some(
+pub(super) fn read_some(
     src: &Stream,
     buf: &mut [u8],
     from: Side,

@@ -39,6 +39,7 @@
 //! connection.
 
 mod body;
+mod filt;
 mod head;
 mod pool;
 mod sock;
@@ -49,8 +50,10 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use crate::access::{self, Grant, Recheck, Request};
+use crate::acl;
 use crate::chain;
 use crate::client::Client;
+use crate::filter::{self, Filters, Verdict};
 use crate::limit::Session as Limits;
 use crate::net::{parse_ip, resolve, Stream};
 use crate::parent::{self};
@@ -699,6 +702,7 @@ impl Session {
         let head_len = cb.head_len;
         cb.consume(head_len);
         let dst = self.authorize(c, req)?;
+        self.filter_request(c, req)?;
         if let Some(k) = self.origin.take() {
             park(&self.svc, k);
         }
@@ -832,9 +836,47 @@ impl Session {
         Ok(())
     }
 
+    /// The service's filters, when it has some of type `kind`.
+    fn filters(&self, kind: u8) -> Option<Arc<Filters>> {
+        self.svc.filters.as_ref().filter(|f| f.has(kind)).cloned()
+    }
+
+    /// The `request` and `cliheader` filters, once the request is
+    /// authorized (as in 3proxy). A rewrite of the request line changes
+    /// what is logged; one of the head, what the origin gets.
+    fn filter_request(&mut self, c: &mut Client, req: &Req) -> Result<(), Fail> {
+        let Some(fs) = self.svc.filters.clone() else {
+            return Ok(());
+        };
+        let deny = || Fail::answer(Res::FILTER_DENY, 503);
+        let host = acl::normalize_host(&self.host);
+        let user = c.user.clone();
+        let q = filt::query(c, user.as_deref(), &host, req.port, req.op.bits());
+        let mut text = None;
+        if fs.has(filter::REQUEST) {
+            let mut line = Vec::with_capacity(c.text.len() + 2);
+            line.extend_from_slice(c.text.as_bytes());
+            line.extend_from_slice(b"\r\n");
+            if fs.check(filter::REQUEST, &q, &mut line) == Verdict::Deny {
+                return Err(deny());
+            }
+            let l = line.strip_suffix(b"\r\n").unwrap_or(&line);
+            text = Some(String::from_utf8_lossy(l).into_owned());
+        }
+        if fs.has(filter::CLIHEADER) {
+            filt::head(&fs, filter::CLIHEADER, &q, &mut self.req_out, true, 1)
+                .map_err(|()| deny())?;
+        }
+        if let Some(t) = text {
+            c.text = t;
+        }
+        Ok(())
+    }
+
     /// Forward a request to its origin and the response back.
     fn forward(&mut self, c: &mut Client, cb: &mut HeadBuf<'_>, req: &Req) -> Result<Next, Fail> {
         let dst = self.authorize(c, req)?;
+        self.filter_request(c, req)?;
         let head_len = cb.head_len;
         cb.consume(head_len);
         // The body bytes that came with the head leave with it.
@@ -900,7 +942,16 @@ impl Session {
         body: (usize, bool),
         mut scanner: ChunkScanner,
     ) -> Result<Next, Fail> {
-        let (now, more_body) = body;
+        let (mut now, mut more_body) = body;
+        // A body for `clidata` filters, read whole (when it has a length
+        // up to `filtermaxsize`, as in 3proxy).
+        let mut filtered: Option<Vec<u8>> = None;
+        if let (Some(fs), Framing::Length(n)) = (self.filters(filter::CLIDATA), req.framing) {
+            if n > 0 && n <= self.svc.filtermaxsize as u64 {
+                filtered = Some(self.client_body(c, cb, req, &fs, n, now)?);
+                (now, more_body) = (0, false);
+            }
+        }
         let retryable = req.idempotent && req.framing == Framing::None;
         let mut small = [0u8; SMALL];
         let mut sb = HeadBuf::new(&mut small);
@@ -909,8 +960,9 @@ impl Session {
         let (reused, head_len) = loop {
             let reused = std::mem::replace(&mut o.used, true);
             let head = self.head_for(&o, req.port);
-            let head_len = head.len();
-            match write_all_v(&o.s, head, &cb.data()[..now]) {
+            let head_len = head.len() + filtered.as_ref().map_or(0, Vec::len);
+            let body = filtered.as_deref().unwrap_or(&cb.data()[..now]);
+            match write_all_v(&o.s, head, body) {
                 Ok(()) => break (reused, head_len),
                 // A kept connection the origin closed meanwhile: once more
                 // on a new one.
@@ -1054,6 +1106,13 @@ impl Session {
         body_done: bool,
     ) -> Result<Next, Fail> {
         sb.consume(h.len);
+        if let Some(fs) = self.filters(filter::SRVHEADER) {
+            let host = acl::normalize_host(&self.host);
+            let user = c.user.clone();
+            let q = filt::query(c, user.as_deref(), &host, req.port, req.op.bits());
+            filt::head(&fs, filter::SRVHEADER, &q, &mut self.resp_out, false, 2)
+                .map_err(|()| Fail::answer(Res::FILTER_DENY, 503))?;
+        }
         if h.status == 101 {
             if !req.upgrade {
                 return Err(Fail::answer(Res::HTTP_BAD_REPLY, 502));
@@ -1076,6 +1135,16 @@ impl Session {
         }
         let client_keep = req.keep_alive && body_done && h.framing != Framing::Close;
         http::end_response_head(&mut self.resp_out, req.version, client_keep, false);
+        if let Some(fs) = self.filters(filter::SRVDATA) {
+            let max = self.svc.filtermaxsize;
+            match h.framing {
+                Framing::Length(n) if n > 0 && n <= max as u64 => {
+                    return self.respond_filtered(c, sb, req, o, &h, &fs, body_done, client_keep);
+                }
+                Framing::Close if max > 0 => return self.respond_streamed(c, sb, req, o, &fs),
+                _ => {}
+            }
+        }
         let mut scanner = ChunkScanner::new();
         let avail = sb.data();
         let (now, done) = match h.framing {
@@ -1144,6 +1213,132 @@ impl Session {
         } else {
             Next::Close
         })
+    }
+
+    /// Read the request body of length `n` whole (`now` bytes of it are
+    /// in `cb`) and run the `clidata` filters on it; the forwarded head
+    /// gets the new length.
+    #[inline(never)]
+    #[allow(clippy::too_many_arguments)]
+    fn client_body(
+        &mut self,
+        c: &mut Client,
+        cb: &mut HeadBuf<'_>,
+        req: &Req,
+        fs: &Filters,
+        n: u64,
+        now: usize,
+    ) -> Result<Vec<u8>, Fail> {
+        let mut b = cb.data()[..now].to_vec();
+        cb.consume(now);
+        if self.cli_rto != Some(self.cli_want) {
+            set_read_timeout(&c.cli, self.cli_want).map_err(|e| Fail::silent(cli_res(&e)))?;
+            self.cli_rto = Some(self.cli_want);
+        }
+        filt::read_rest(&c.cli, n - now as u64, Side::Client, self.shaper(), &mut b)
+            .map_err(|(_, e)| Fail::silent(cli_res(&e)))?;
+        let host = acl::normalize_host(&self.host);
+        let user = c.user.clone();
+        let q = filt::query(c, user.as_deref(), &host, req.port, req.op.bits());
+        if fs.check(filter::CLIDATA, &q, &mut b) == Verdict::Deny {
+            return Err(Fail::answer(Res::FILTER_DENY, 503));
+        }
+        if b.len() as u64 != n {
+            filt::set_length(&mut self.req_out, b.len());
+        }
+        Ok(b)
+    }
+
+    /// A response body of a length up to `filtermaxsize`: read whole, run
+    /// the `srvdata` filters, send with its new length (as 3proxy does).
+    #[inline(never)]
+    #[allow(clippy::too_many_arguments)]
+    fn respond_filtered(
+        &mut self,
+        c: &mut Client,
+        sb: &mut HeadBuf<'_>,
+        req: &Req,
+        o: Origin,
+        h: &ResponseHead,
+        fs: &Filters,
+        body_done: bool,
+        client_keep: bool,
+    ) -> Result<Next, Fail> {
+        let Framing::Length(n) = h.framing else {
+            return Err(Fail::answer(Res::HTTP_BAD_REPLY, 502));
+        };
+        let now = (sb.data().len() as u64).min(n) as usize;
+        let mut body = sb.data()[..now].to_vec();
+        sb.consume(now);
+        let clean = sb.data().is_empty();
+        filt::read_rest(&o.s, n - now as u64, Side::Server, self.shaper(), &mut body)
+            .map_err(|(_, e)| Fail::answer(srv_res(&e), 502))?;
+        let host = acl::normalize_host(&self.host);
+        let user = c.user.clone();
+        let q = filt::query(c, user.as_deref(), &host, req.port, req.op.bits());
+        if fs.check(filter::SRVDATA, &q, &mut body) == Verdict::Deny {
+            return Err(Fail::answer(Res::FILTER_DENY, 503));
+        }
+        if body.len() as u64 != n {
+            filt::set_length(&mut self.resp_out, body.len());
+        }
+        set_write_timeout(&c.cli, &mut self.cli_wto, self.long)
+            .map_err(|e| Fail::silent(send_res(&e)))?;
+        write_all_v(&c.cli, &self.resp_out, &body).map_err(|e| Fail::silent(send_res(&e)))?;
+        c.bytes_in += (self.resp_out.len() + body.len()) as u64;
+        if body_done && h.keep_alive && clean {
+            self.origin = Some(o);
+        }
+        c.res = Res::OK;
+        Ok(if client_keep {
+            Next::KeepAlive
+        } else {
+            Next::Close
+        })
+    }
+
+    /// A response body that ends when the origin closes: streamed through
+    /// the `srvdata` filters, `filtermaxsize` bytes at a time.
+    #[inline(never)]
+    fn respond_streamed(
+        &mut self,
+        c: &mut Client,
+        sb: &mut HeadBuf<'_>,
+        req: &Req,
+        o: Origin,
+        fs: &Filters,
+    ) -> Result<Next, Fail> {
+        let first = sb.data().to_vec();
+        sb.consume(first.len());
+        set_write_timeout(&c.cli, &mut self.cli_wto, self.long)
+            .map_err(|e| Fail::silent(send_res(&e)))?;
+        let host = acl::normalize_host(&self.host);
+        let user = c.user.clone();
+        let q = filt::query(c, user.as_deref(), &host, req.port, req.op.bits());
+        let r = filt::stream_to_eof(
+            fs,
+            filter::SRVDATA,
+            &q,
+            self.svc.filtermaxsize,
+            &o.s,
+            &c.cli,
+            &self.resp_out,
+            &first,
+            self.shaper(),
+        );
+        match r {
+            Ok(n) => c.bytes_in += n,
+            Err(filt::StreamErr::Denied { head_sent: false }) => {
+                return Err(Fail::answer(Res::FILTER_DENY, 503))
+            }
+            Err(filt::StreamErr::Denied { head_sent: true }) => {
+                return Err(Fail::silent(Res::FILTER))
+            }
+            Err(filt::StreamErr::Io(Side::Client, e)) => return Err(Fail::silent(send_res(&e))),
+            Err(filt::StreamErr::Io(Side::Server, e)) => return Err(Fail::silent(srv_res(&e))),
+        }
+        c.res = Res::OK;
+        Ok(Next::Close)
     }
 
     /// Answer an error (when nothing was answered yet), log the request,
@@ -1242,6 +1437,10 @@ fn send_error(cli: &Stream, status: u16, res: Res) -> usize {
         501 => (
             "Not Implemented",
             "The proxy does not support this request.",
+        ),
+        503 if res == Res::FILTER_DENY => (
+            "Service Unavailable",
+            "This request violates the proxy's filtering policy.",
         ),
         503 => (
             "Service Unavailable",
