@@ -472,3 +472,24 @@ fn reload_warns_and_strict_reload_keeps_the_running_cfg() {
     echo_roundtrip(&mut connect(localhost(p3)), b"still the old cfg");
     assert!(std::net::TcpStream::connect(localhost(p4)).is_err());
 }
+
+#[test]
+fn port_mapper_ports_are_read_as_atoi_reads_them() {
+    let dir = Dir::new("len_tcppm_port");
+    let origin = Origin::echo();
+    let port = free_port();
+    let cfg = format!("tcppm -i127.0.0.1 {port}/tcp 127.0.0.1 {}\n", origin.port());
+    let want = warning(
+        &dir.cfg_path(),
+        1,
+        "tcppm",
+        &format!("LPORT: '{port}/tcp' is not a number; read as {port}, as 3proxy reads it"),
+    );
+    check_warns(&dir, &cfg, &want);
+    let _proxy = Proxy::start(dir, &cfg, &[Listen::Tcp(localhost(port))]);
+    echo_roundtrip(&mut connect(localhost(port)), b"8080/tcp");
+    // A word atoi reads as 0: 3proxy refuses it too.
+    let dir = Dir::new("len_tcppm_port0");
+    let cfg = format!("tcppm -i127.0.0.1 {port} 127.0.0.1 http\n");
+    run_cfg(&dir, &["-t"], &cfg).assert_cfg_error(&dir.cfg_path(), 1, "tcppm");
+}
