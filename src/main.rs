@@ -288,6 +288,9 @@ fn standalone(service: &'static str, args: Vec<String>) -> ExitCode {
     let auth = ["auth".to_string(), "none".to_string()];
     let loaded = conf::commands::dispatch(&mut state, &auth)
         .and_then(|_| conf::commands::dispatch(&mut state, &line));
+    for w in state.take_pending() {
+        eprintln!("{prog}: warning: {w}");
+    }
     if let Err(e) = loaded {
         eprintln!("{prog}: {e}");
         return ExitCode::from(1);

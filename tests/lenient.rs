@@ -80,7 +80,11 @@ fn rotate_random_is_read_as_0_and_serves() {
     check_warns(&dir, &cfg, &want);
     let proxy = Proxy::start(dir, &cfg, &[Listen::Tcp(localhost(port))]);
     echo_roundtrip(&mut connect(localhost(port)), b"rotate 0");
-    assert!(proxy.stderr().contains(&want), "{}", proxy.stderr());
+    assert!(
+        wait_for(|| proxy.stderr().contains(&want), START_TIMEOUT),
+        "{}",
+        proxy.stderr()
+    );
 }
 
 /// Every command whose number 3proxy reads with atoi and where the 0 (or
@@ -408,4 +412,84 @@ fn strict_refuses_when_serving_too() {
     assert_eq!(r.status.code(), Some(1), "{}", r.stderr);
     r.assert_cfg_error(&dir.cfg_path(), 1, "rotate");
     assert!(std::net::TcpStream::connect(localhost(port)).is_err());
+}
+
+#[test]
+fn reload_warns_and_strict_reload_keeps_the_running_cfg() {
+    let origin = Origin::echo();
+    let (p1, p2) = (free_port(), free_port());
+    // Without --strict: the new cfg loads, its warning logged.
+    let dir = Dir::new("len_reload");
+    let proxy = Proxy::start(
+        dir,
+        &tcppm(p1, origin.port()),
+        &[Listen::Tcp(localhost(p1))],
+    );
+    let text = format!("rotate random\n{}", tcppm(p2, origin.port()));
+    proxy.dir.write("3proxy.cfg", &text);
+    proxy.signal("USR1");
+    let want = format!(
+        "3proxy: warn: reload: {}:1: rotate: 'random' is not a number; read as 0, as 3proxy reads it",
+        proxy.dir.cfg_path().display()
+    );
+    assert!(
+        wait_for(
+            || std::net::TcpStream::connect(localhost(p2)).is_ok(),
+            START_TIMEOUT
+        ),
+        "the reloaded cfg never served:\n{}",
+        proxy.stderr()
+    );
+    assert!(
+        wait_for(|| proxy.stderr().lines().any(|l| l == want), START_TIMEOUT),
+        "{}",
+        proxy.stderr()
+    );
+    echo_roundtrip(&mut connect(localhost(p2)), b"reloaded");
+    drop(proxy);
+
+    // With --strict: refused, and the running cfg stays.
+    let (p3, p4) = (free_port(), free_port());
+    let dir = Dir::new("len_reload_strict");
+    let proxy = Proxy::start_with_flags(
+        dir,
+        &["--strict"],
+        &tcppm(p3, origin.port()),
+        &[Listen::Tcp(localhost(p3))],
+    );
+    let text = format!("rotate random\n{}", tcppm(p4, origin.port()));
+    proxy.dir.write("3proxy.cfg", &text);
+    proxy.signal("USR1");
+    let want = format!(
+        "3proxy: error: reload: {}:1: rotate: 'random' is not a number; read as 0, as 3proxy reads it (an error with --strict); the running configuration stays",
+        proxy.dir.cfg_path().display()
+    );
+    assert!(
+        wait_for(|| proxy.stderr().lines().any(|l| l == want), START_TIMEOUT),
+        "{}",
+        proxy.stderr()
+    );
+    echo_roundtrip(&mut connect(localhost(p3)), b"still the old cfg");
+    assert!(std::net::TcpStream::connect(localhost(p4)).is_err());
+}
+
+#[test]
+fn port_mapper_ports_are_read_as_atoi_reads_them() {
+    let dir = Dir::new("len_tcppm_port");
+    let origin = Origin::echo();
+    let port = free_port();
+    let cfg = format!("tcppm -i127.0.0.1 {port}/tcp 127.0.0.1 {}\n", origin.port());
+    let want = warning(
+        &dir.cfg_path(),
+        1,
+        "tcppm",
+        &format!("LPORT: '{port}/tcp' is not a number; read as {port}, as 3proxy reads it"),
+    );
+    check_warns(&dir, &cfg, &want);
+    let _proxy = Proxy::start(dir, &cfg, &[Listen::Tcp(localhost(port))]);
+    echo_roundtrip(&mut connect(localhost(port)), b"8080/tcp");
+    // A word atoi reads as 0: 3proxy refuses it too.
+    let dir = Dir::new("len_tcppm_port0");
+    let cfg = format!("tcppm -i127.0.0.1 {port} 127.0.0.1 http\n");
+    run_cfg(&dir, &["-t"], &cfg).assert_cfg_error(&dir.cfg_path(), 1, "tcppm");
 }

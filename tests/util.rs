@@ -218,6 +218,23 @@ impl Proxy {
         Proxy::launch(dir, cfg.as_bytes(), ready, envs)
     }
 
+    /// `3proxy FLAGS... CFG`, waiting until every endpoint in `ready` is up.
+    pub fn start_with_flags(dir: Dir, flags: &[&str], cfg: &str, ready: &[Listen]) -> Proxy {
+        let cfg_path = dir.write(CFG_NAME, cfg);
+        let mut args = flags.to_vec();
+        args.push(p(&cfg_path));
+        let (child, stdout, stderr) = spawn(&args, &[]);
+        let mut proxy = Proxy {
+            dir,
+            child,
+            stdout,
+            stderr,
+            exited: None,
+        };
+        proxy.wait_ready(ready);
+        proxy
+    }
+
     fn launch(dir: Dir, cfg: &[u8], ready: &[Listen], envs: &[(&str, &str)]) -> Proxy {
         let cfg_path = dir.write(CFG_NAME, cfg);
         let (child, stdout, stderr) = spawn(&[p(&cfg_path)], envs);

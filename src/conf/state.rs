@@ -109,6 +109,12 @@ impl State {
         self.pending.push(why);
     }
 
+    /// The warnings not yet given a file and line (a command run outside
+    /// `conf::run`: a standalone program's command line).
+    pub fn take_pending(&mut self) -> Vec<String> {
+        std::mem::take(&mut self.pending)
+    }
+
     /// A number in `lo..=hi` that 3proxy reads with `atoi`: a word that
     /// is not a number is read as 3proxy reads it, with a warning
     /// (`value::atoi_number`).

@@ -252,6 +252,21 @@ fn child(c: &mut Client) {
     }
 }
 
+/// A port mapper's LPORT or DSTPORT, positional argument `i`. 3proxy
+/// reads it with atoi and refuses 0: a word that starts with a port
+/// (`8080/tcp`) is read as that port, with a warning.
+fn mapper_port(opts: &mut ServiceOpts, i: usize, what: &str) -> Result<u16, String> {
+    let word = opts.positional[i].clone();
+    let (port, why) = crate::conf::value::atoi_number(&word, 0u16, 65535)?;
+    if let Some(why) = why {
+        if port == 0 {
+            return Err(number(&word, 1u16, 65535).unwrap_err());
+        }
+        opts.warnings.push(format!("{what}: {why}"));
+    }
+    Ok(port)
+}
+
 /// Build a service from its cfg line and the state so far, and bind it.
 pub fn prepare(state: &State, args: &[String]) -> Result<Prepared, String> {
     let name = args[0].as_str();
@@ -259,7 +274,7 @@ pub fn prepare(state: &State, args: &[String]) -> Result<Prepared, String> {
         let _ = name;
         return Err("this service is not supported yet by this version of 3proxy".to_string());
     };
-    let opts = ServiceOpts::parse(&args[1..], state.maxseg)?;
+    let mut opts = ServiceOpts::parse(&args[1..], state.maxseg)?;
     if def.name == "dnspr" {
         dnspr::fake(&opts)?;
     }
@@ -283,8 +298,8 @@ pub fn prepare(state: &State, args: &[String]) -> Result<Prepared, String> {
     let mut target = None;
     if def.positional == 3 {
         // A port mapper's LPORT wins over -p, as in 3proxy.
-        port = number(&opts.positional[0], 0u16, 65535)?;
-        let rport = number(&opts.positional[2], 0u16, 65535)?;
+        port = mapper_port(&mut opts, 0, "LPORT")?;
+        let rport = mapper_port(&mut opts, 2, "DSTPORT")?;
         target = Some(Target::parse(&opts.positional[1], rport)?);
     }
     let internal = opts
