@@ -22,6 +22,7 @@ mod log;
 mod ops;
 mod options;
 mod parent;
+mod plugins;
 mod pop3p;
 mod process;
 mod redirect_local;
