@@ -51,9 +51,19 @@ impl Redirecting {
     }
 
     fn redirect(&self, from: u16, to: u16) {
+        self.redirect_on("127.0.0.1", from, to);
+    }
+
+    /// [`Redirecting::redirect`] for connections to `ip` (IPv4 or IPv6).
+    fn redirect_on(&self, ip: &str, from: u16, to: u16) {
         let (from, to) = (from.to_string(), to.to_string());
+        let tables = if ip.contains(':') {
+            "ip6tables"
+        } else {
+            "iptables"
+        };
         self.exec(&[
-            "iptables",
+            tables,
             "-t",
             "nat",
             "-A",
@@ -61,7 +71,7 @@ impl Redirecting {
             "-p",
             "tcp",
             "-d",
-            "127.0.0.1",
+            ip,
             "--dport",
             &from,
             "-j",
@@ -75,12 +85,12 @@ impl Redirecting {
         format!("/var/run/netns/{}", self.0)
     }
 
-    /// A client inside the namespace: connect to 127.0.0.1:`port`, send
+    /// A client inside the namespace: connect to `ip`:`port`, send
     /// `msg`, half-close, return everything that came back ("" if the
     /// connection failed).
-    fn ask(&self, port: u16, msg: &[u8]) -> Vec<u8> {
+    fn ask_at(&self, ip: &str, port: u16, msg: &[u8]) -> Vec<u8> {
         let code = format!(
-            "import socket,sys\ntry:\n s=socket.create_connection(('127.0.0.1',{port}),timeout=10)\nexcept OSError:\n sys.exit(0)\ns.sendall(bytes.fromhex('{}'))\ns.shutdown(socket.SHUT_WR)\nb=b''\nwhile True:\n d=s.recv(4096)\n if not d: break\n b+=d\nsys.stdout.buffer.write(b)",
+            "import socket,sys\ntry:\n s=socket.create_connection(('{ip}',{port}),timeout=10)\nexcept OSError:\n sys.exit(0)\ns.sendall(bytes.fromhex('{}'))\ns.shutdown(socket.SHUT_WR)\nb=b''\nwhile True:\n d=s.recv(4096)\n if not d: break\n b+=d\nsys.stdout.buffer.write(b)",
             hex(msg)
         );
         let out = Command::new("ip")
@@ -91,13 +101,17 @@ impl Redirecting {
         out.stdout
     }
 
-    /// [`Redirecting::ask`] until something comes back (the service in the
+    /// [`Redirecting::ask_at`] until something comes back (the service in the
     /// namespace may not listen yet).
     fn ask_until_answered(&self, port: u16, msg: &[u8]) -> String {
+        self.ask_until_answered_at("127.0.0.1", port, msg)
+    }
+
+    fn ask_until_answered_at(&self, ip: &str, port: u16, msg: &[u8]) -> String {
         let mut got = Vec::new();
         wait_for(
             || {
-                got = self.ask(port, msg);
+                got = self.ask_at(ip, port, msg);
                 !got.is_empty()
             },
             START_TIMEOUT,
@@ -160,6 +174,97 @@ fn transparent_tcppm_goes_to_the_original_destination() {
     // A client that comes straight to the port is mapped as usual.
     let got = ns.ask_until_answered(port, b"hi");
     assert_eq!(got, "mapped");
+}
+
+#[test]
+fn transparent_tcppm_over_ipv6() {
+    let ns = Redirecting::new("6");
+    let meant = Origin::echo_on("[::1]:0");
+    let port = free_port_v6();
+    ns.redirect_on("::1", meant.port(), port);
+    let body = format!(
+        "{TRANSPARENT}tcppm -ni{} -i::1 {port} 127.0.0.1 1\n",
+        ns.path()
+    );
+    let (_proxy, log) = start("pl_tcppm6", &body);
+    let got = ns.ask_until_answered_at("::1", meant.port(), b"over six");
+    assert_eq!(got, "over six");
+    let m = meant.port();
+    let want = format!(" ::1:{m} ::1:{m} ");
+    read_log_line(&log, &format!("with {want:?}"), |l| {
+        l.starts_with("TCPPM 00000 ") && l.contains(&want)
+    });
+}
+
+/// TPROXY: a client in one namespace connects over a veth pair to
+/// 10.201.0.2:80 in another, where a TPROXY rule hands the connection,
+/// unchanged, to tcppm's transparent listener on another port; tcppm
+/// (its outgoing side in that namespace too) connects to 10.201.0.2:80,
+/// where the origin listens.
+#[test]
+fn transparent_tcppm_behind_tproxy() {
+    let a = Redirecting::new("a");
+    let b = Redirecting::new("b");
+    let id = std::process::id();
+    let (va, vb) = (format!("tpa{id}"), format!("tpb{id}"));
+    let ok = Command::new("ip")
+        .args(["link", "add", &va, "type", "veth", "peer", "name", &vb])
+        .status()
+        .unwrap();
+    assert!(ok.success(), "ip link add veth");
+    for (v, ns) in [(&va, &a), (&vb, &b)] {
+        let ok = Command::new("ip")
+            .args(["link", "set", v, "netns", &ns.0])
+            .status()
+            .unwrap();
+        assert!(ok.success(), "ip link set {v} netns");
+    }
+    a.exec(&["ip", "addr", "add", "10.201.0.1/24", "dev", &va]);
+    a.exec(&["ip", "link", "set", &va, "up"]);
+    b.exec(&["ip", "addr", "add", "10.201.0.2/24", "dev", &vb]);
+    b.exec(&["ip", "link", "set", &vb, "up"]);
+    let port = free_port();
+    let p = port.to_string();
+    b.exec(&[
+        "iptables",
+        "-t",
+        "mangle",
+        "-A",
+        "PREROUTING",
+        "-i",
+        &vb,
+        "-p",
+        "tcp",
+        "--dport",
+        "80",
+        "-j",
+        "TPROXY",
+        "--on-port",
+        &p,
+        "--tproxy-mark",
+        "1",
+    ]);
+    let code = "import socket\nl=socket.socket()\nl.setsockopt(socket.SOL_SOCKET,socket.SO_REUSEADDR,1)\nl.bind(('10.201.0.2',80))\nl.listen()\nprint('up',flush=True)\nwhile True:\n c,_=l.accept()\n c.sendall(b'origin:'+c.recv(100))\n c.close()";
+    let mut origin = Command::new("ip")
+        .args(["netns", "exec", &b.0, "python3", "-c", code])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut up = [0u8; 3];
+    origin.stdout.as_mut().unwrap().read_exact(&mut up).unwrap();
+    let body = format!(
+        "{TRANSPARENT}tcppm -ni{path} -ne{path} -olIP_TRANSPARENT {port} 127.0.0.1 1\n",
+        path = b.path()
+    );
+    let (_proxy, log) = start("pl_tproxy", &body);
+    let got = a.ask_until_answered_at("10.201.0.2", 80, b"hello");
+    let _ = origin.kill();
+    let _ = origin.wait();
+    assert_eq!(got, "origin:hello");
+    expect_log_line(
+        &log,
+        "TCPPM 00000 10.201.0.2 10.201.0.2:80 10.201.0.2:80 10.201.0.2",
+    );
 }
 
 #[test]
