@@ -188,7 +188,7 @@ extern "C" fn converse(
 pub enum Refused {
     /// PAM said no (wrong password, unknown user, expired account...).
     Denied,
-    /// PAM could not be asked (no libpam, a name with a NUL byte).
+    /// PAM could not be asked (libpam did not load).
     Unavailable(String),
 }
 
@@ -196,7 +196,8 @@ pub enum Refused {
 /// then pam_acct_mgmt, as 3proxy's PamAuth does.
 pub fn check(service: &str, user: &str, password: &str) -> Result<(), Refused> {
     let lib = lib().map_err(Refused::Unavailable)?;
-    let nul = |_| Refused::Unavailable("a NUL byte in the user name or password".into());
+    // A NUL byte cannot reach PAM: no such login can be right.
+    let nul = |_| Refused::Denied;
     let svc = CString::new(service).map_err(nul)?;
     let answers = Answers {
         user: CString::new(user).map_err(nul)?,
