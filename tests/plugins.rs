@@ -314,6 +314,26 @@ fn transparent_proxy_sends_a_plain_request_to_the_original_destination() {
 }
 
 #[test]
+fn transparent_auto_hands_a_plain_request_to_the_proxy() {
+    let ns = Redirecting::new("u");
+    let origin = http_origin("127.0.0.1:0");
+    let port = free_port();
+    ns.redirect(origin.port(), port);
+    let body = format!("{TRANSPARENT}auto -ni{} -i127.0.0.1 -p{port}\n", ns.path());
+    let (_proxy, log) = start("pl_auto", &body);
+    let o = origin.port();
+    let req = b"GET /auto HTTP/1.1\r\nHost: auto.invalid\r\nConnection: close\r\n\r\n";
+    let got = ns.ask_until_answered(o, req);
+    assert!(got.ends_with("hello /auto"), "{got}");
+    expect_log_line(
+        &log,
+        &format!(
+            "PROXY 00000 auto.invalid 127.0.0.1:{o} 127.0.0.1:{o} GET http://auto.invalid/auto HTTP/1.1"
+        ),
+    );
+}
+
+#[test]
 fn transparent_tlspr_takes_the_sni_as_the_name_of_the_original_destination() {
     let ns = Redirecting::new("s");
     let (origin, seen) = Origin::reply_after_eof(b"server hello", std::time::Duration::ZERO);
