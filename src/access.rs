@@ -32,6 +32,10 @@ use crate::auth::{AuthCache, AuthType, CacheConf, CacheQuery, Users, CACHE_IN_US
 use crate::limit::{Limits, Session};
 use crate::res::Res;
 
+/// Longest wait for PAM's answer to `auth pam` (a module may ask a
+/// network directory); past it the login counts as refused.
+pub const PAM_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
+
 pub use crate::acl::Op;
 
 /// What a client asks for, as far as the service knows it.
@@ -529,10 +533,15 @@ fn admit(p: &Policy, req: &Request<'_>, at: &At, with_limits: bool) -> Result<Gr
             // 5 when PAM says no.
             AuthType::Pam => match (req.user, req.password, p.pam_service.as_deref()) {
                 (Some(u), Some(pw), Some(service)) => {
-                    match crate::sys::pam::check(service, u, pw) {
+                    use crate::sys::pam::{check, Refused};
+                    match check(service, u, pw, PAM_WAIT) {
                         Ok(()) => Ok(check_acl(p, &q, &mut weight)?),
-                        Err(crate::sys::pam::Refused::Denied) => Err(Res::AUTH_BAD_USER),
-                        Err(crate::sys::pam::Refused::Unavailable(why)) => {
+                        Err(Refused::Denied) => Err(Res::AUTH_BAD_USER),
+                        Err(Refused::TimedOut) => {
+                            log::warn!("auth pam: no answer from PAM in {PAM_WAIT:?}");
+                            Err(Res::AUTH_BAD_USER)
+                        }
+                        Err(Refused::Unavailable(why)) => {
                             log::warn!("auth pam: {why}");
                             Err(Res::AUTH_BAD_USER)
                         }

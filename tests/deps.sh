@@ -2,14 +2,17 @@
 # Installs what the test suite needs and a fresh machine may lack: curl
 # (HTTP and SOCKS clients), iproute2 (network namespace tests), python3
 # (small helper processes inside namespaces, the bench harness's unit
-# tests), openssl (a TLS origin for CONNECT tests). Fails loudly (non-zero)
-# rather than letting tests skip.
+# tests), openssl (a TLS origin for CONNECT tests), iptables (REDIRECT
+# rules for the transparent plugin tests). Fails loudly (non-zero) rather
+# than letting tests skip.
 set -e
 need=""
 command -v curl >/dev/null 2>&1 || need="$need curl"
 command -v ip >/dev/null 2>&1 || need="$need iproute2"
 command -v python3 >/dev/null 2>&1 || need="$need python3"
 command -v openssl >/dev/null 2>&1 || need="$need openssl"
+command -v iptables >/dev/null 2>&1 || need="$need iptables"
+command -v iptables >/dev/null 2>&1 || need="$need iptables"
 if [ -n "$need" ]; then
     if [ "$(id -u)" != 0 ]; then
         echo "tests/deps.sh: missing:$need (run as root to install them)" >&2

@@ -288,7 +288,7 @@ fn tcppm_to_socks5_takes_a_socks_request() {
 }
 
 /// A TLS 1.2 ClientHello record naming `sni`.
-fn client_hello(sni: &str) -> Vec<u8> {
+pub fn client_hello(sni: &str) -> Vec<u8> {
     let n = sni.len();
     let mut ext = vec![0, 0];
     ext.extend_from_slice(&((n + 5) as u16).to_be_bytes());

@@ -24,6 +24,7 @@ mod ops;
 mod options;
 mod parent;
 mod pcre;
+mod plugins;
 mod pop3p;
 mod process;
 mod redirect_local;

@@ -3,12 +3,14 @@
 //! development package, and a machine without libpam only fails when a
 //! cfg asks for `pamauth`.
 //!
-//! One check runs at a time (a process-wide lock), as in 3proxy: PAM
-//! modules are not all safe to call from several threads at once.
+//! One check runs at a time, as in 3proxy (PAM modules are not all safe
+//! to call from several threads at once), on a thread of its own with a
+//! full-size stack; a client waits for its answer with a time limit.
 #![allow(unsafe_code)]
 
 use std::ffi::{c_char, c_int, c_void, CStr, CString};
-use std::sync::{Mutex, OnceLock};
+use std::sync::{mpsc, Mutex, OnceLock};
+use std::time::Duration;
 
 /// The library's name in every Linux distribution (the ABI since 1999).
 const LIBPAM: &CStr = c"libpam.so.0";
@@ -55,7 +57,6 @@ struct Lib {
 }
 
 static LIB: OnceLock<Result<Lib, String>> = OnceLock::new();
-static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
 fn dlerror() -> String {
     // SAFETY: dlerror returns NULL or a NUL-terminated string owned by
@@ -188,25 +189,80 @@ extern "C" fn converse(
 pub enum Refused {
     /// PAM said no (wrong password, unknown user, expired account...).
     Denied,
-    /// PAM could not be asked (no libpam, a name with a NUL byte).
+    /// PAM could not be asked (libpam did not load).
     Unavailable(String),
+    /// No answer in the time allowed.
+    TimedOut,
+}
+
+/// Stack of the thread that runs the checks: PAM modules (and the hash
+/// functions they call) are written for a process's main stack, far more
+/// than a client thread has.
+const WORKER_STACK: usize = 1 << 20;
+
+/// One check for the worker thread.
+struct Job {
+    service: CString,
+    answers: Answers,
+    reply: mpsc::Sender<Result<(), Refused>>,
+}
+
+/// The queue of the thread that runs the checks, one at a time (started
+/// on the first check).
+fn worker() -> Result<&'static Mutex<mpsc::Sender<Job>>, Refused> {
+    static QUEUE: OnceLock<Result<Mutex<mpsc::Sender<Job>>, String>> = OnceLock::new();
+    let q = QUEUE.get_or_init(|| {
+        let (tx, rx) = mpsc::channel::<Job>();
+        std::thread::Builder::new()
+            .name("pam".into())
+            .stack_size(WORKER_STACK)
+            .spawn(move || {
+                for job in rx {
+                    let _ = job.reply.send(run(&job.service, &job.answers));
+                }
+            })
+            .map(|_| Mutex::new(tx))
+            .map_err(|e| format!("cannot start the PAM thread: {e}"))
+    });
+    q.as_ref().map_err(|e| Refused::Unavailable(e.clone()))
 }
 
 /// Check `user`/`password` with PAM service `service`: pam_authenticate,
-/// then pam_acct_mgmt, as 3proxy's PamAuth does.
-pub fn check(service: &str, user: &str, password: &str) -> Result<(), Refused> {
-    let lib = lib().map_err(Refused::Unavailable)?;
-    let nul = |_| Refused::Unavailable("a NUL byte in the user name or password".into());
-    let svc = CString::new(service).map_err(nul)?;
-    let answers = Answers {
-        user: CString::new(user).map_err(nul)?,
-        password: CString::new(password).map_err(nul)?,
+/// then pam_acct_mgmt, as 3proxy's PamAuth does. The check runs on the
+/// PAM thread; an answer that takes longer than `wait` counts as a
+/// refusal (the check itself goes on there and holds up those after it).
+pub fn check(service: &str, user: &str, password: &str, wait: Duration) -> Result<(), Refused> {
+    lib().map_err(Refused::Unavailable)?;
+    // A NUL byte cannot reach PAM: no such login can be right.
+    let nul = |_| Refused::Denied;
+    let (reply, answer) = mpsc::channel();
+    let job = Job {
+        service: CString::new(service).map_err(nul)?,
+        answers: Answers {
+            user: CString::new(user).map_err(nul)?,
+            password: CString::new(password).map_err(nul)?,
+        },
+        reply,
     };
+    let queue = worker()?;
+    let sent = queue
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .send(job)
+        .is_ok();
+    if !sent {
+        return Err(Refused::Unavailable("the PAM thread has stopped".into()));
+    }
+    answer.recv_timeout(wait).unwrap_or(Err(Refused::TimedOut))
+}
+
+/// One check, on the PAM thread.
+fn run(svc: &CStr, answers: &Answers) -> Result<(), Refused> {
+    let lib = lib().map_err(Refused::Unavailable)?;
     let conv = Conv {
         conv: converse,
-        appdata: (&answers as *const Answers).cast_mut().cast(),
+        appdata: (answers as *const Answers).cast_mut().cast(),
     };
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let mut h: *mut c_void = std::ptr::null_mut();
     // SAFETY: valid C strings and a Conv that outlive the handle (pam_end
     // below, before they drop); `h` receives the handle.

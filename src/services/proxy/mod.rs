@@ -416,9 +416,6 @@ impl Session {
         let redirected_to = self
             .redirected_to
             .filter(|_| !h.is_connect() && h.uri.starts_with('/'));
-        if let Some(to) = redirected_to {
-            h.port = to.port();
-        }
         c.text.clear();
         c.text.push_str(h.method);
         c.text.push(' ');
@@ -435,6 +432,10 @@ impl Session {
             if h.port != 80 {
                 c.text.push_str(&format!(":{}", h.port));
             }
+        }
+        if let Some(to) = redirected_to {
+            // The destination's port, for the ACL and the connection.
+            h.port = to.port();
         }
         c.text.push_str(h.uri);
         c.text.push_str(if h.version == 0 {
