@@ -309,7 +309,7 @@ fn transparent_proxy_sends_a_plain_request_to_the_original_destination() {
     assert!(got.ends_with("hello /bare"), "{got}");
     expect_log_line(
         &log,
-        &format!("PROXY 00000 [127.0.0.1] 127.0.0.1:{o} 127.0.0.1:{o} GET http://127.0.0.1:{o}/bare HTTP/1.0"),
+        &format!("PROXY 00000 127.0.0.1 127.0.0.1:{o} 127.0.0.1:{o} GET http://127.0.0.1:{o}/bare HTTP/1.0"),
     );
 }
 
