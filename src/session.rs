@@ -6,7 +6,7 @@
 
 use std::io::Write;
 
-use crate::access::{Grant, Recheck};
+use crate::access::{self, Grant, Recheck, Request};
 use crate::client::Client;
 use crate::net::Stream;
 use crate::relay::{relay_hooked, Dump, Hooks, Outcome, RelayOpts};
@@ -118,4 +118,26 @@ pub fn relay_logged(
     };
     c.start = since;
     out
+}
+
+/// Ask the access layer about `req` for the client; keep what the grant
+/// says for the session ([`keep`]) and what to check again after a
+/// reload (`force`), from the settings the client was accepted with.
+pub fn admit(c: &mut Client, req: &Request<'_>) -> Result<(Grant, Recheck), Res> {
+    let svc = c.svc().clone();
+    let grant = access::authorize(&svc, req)?;
+    keep(c, &grant);
+    let again = Recheck::new(&svc, req)
+        .since(c.generation)
+        .at_weight(grant.weight);
+    Ok((grant, again))
+}
+
+/// Keep what a grant says for the session: `nolog` drops its record, and
+/// a name from `auth dnsname` or the auth cache is the one logged.
+pub fn keep(c: &mut Client, grant: &Grant) {
+    c.logged |= grant.nolog;
+    if grant.user.is_some() {
+        c.user.clone_from(&grant.user);
+    }
 }

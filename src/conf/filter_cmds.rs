@@ -56,4 +56,3 @@ pub fn h_filtermaxsize(state: &mut State, args: &[String]) -> Result<(), String>
     state.filtermaxsize = number(&args[1], 0usize, 1 << 30)?;
     Ok(())
 }
-

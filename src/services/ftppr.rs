@@ -348,10 +348,7 @@ fn open(c: &mut Client, st: &mut State, l: Login) -> Result<(), Res> {
         ..c.request(Op::Connect)
     };
     let grant = access::authorize(&svc, &req)?;
-    c.logged |= grant.nolog;
-    if grant.user.is_some() {
-        c.user.clone_from(&grant.user);
-    }
+    crate::session::keep(c, &grant);
     if crate::net::Addr::Ip(dst) == svc.listen || Some(dst) == c.local_addr {
         return Err(Res::LOOP);
     }

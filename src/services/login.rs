@@ -195,14 +195,7 @@ pub(super) fn admit_login(
         password: l.password.as_deref(),
         ..c.request(Op::Connect)
     };
-    let grant = access::authorize(&svc, &req)?;
-    c.logged |= grant.nolog;
-    if grant.user.is_some() {
-        c.user.clone_from(&grant.user);
-    }
-    let again = Recheck::new(&svc, &req)
-        .since(c.generation)
-        .at_weight(grant.weight);
+    let (grant, again) = crate::session::admit(c, &req)?;
     if crate::net::Addr::Ip(dst) == svc.listen || Some(dst) == c.local_addr {
         return Err(Res::LOOP);
     }

@@ -500,15 +500,6 @@ fn recheck(c: &Client, ask: &Ask, op: Op, dest: (&Dest, SocketAddr)) -> Recheck 
     Recheck::new(c.svc(), &req).since(c.generation)
 }
 
-/// Keep what a grant says for the session: `nolog` drops its record.
-fn keep(c: &mut Client, grant: &Grant) {
-    c.logged |= grant.nolog;
-    // A name from `auth dnsname` or the auth cache is the one logged.
-    if grant.user.is_some() {
-        c.user.clone_from(&grant.user);
-    }
-}
-
 fn connect(c: &mut Client, ask: &Ask) -> Result<(), Res> {
     let svc = c.svc().clone();
     let dst = resolve_dest(c, &ask.dest)?;
@@ -521,7 +512,7 @@ fn connect(c: &mut Client, ask: &Ask) -> Result<(), Res> {
         return Err(Res::SOCKS_NULL_ADDR);
     }
     let grant = authorize(c, ask, Op::Connect, Some((&ask.dest, dst)), 0)?;
-    keep(c, &grant);
+    crate::session::keep(c, &grant);
     if crate::net::Addr::Ip(dst) == svc.listen || Some(dst) == c.local_addr {
         return Err(Res::LOOP);
     }
@@ -596,7 +587,7 @@ fn bind(c: &mut Client, ask: &Ask) -> Result<(), Res> {
     let want = resolve_dest(c, &ask.dest)?;
     c.req_addr = Some(want);
     let grant = authorize(c, ask, Op::Bind, Some((&ask.dest, want)), 0)?;
-    keep(c, &grant);
+    crate::session::keep(c, &grant);
     // Listen on our external address if one is set, else on the address
     // the client reached us on, any port; and report the address really
     // bound (3proxy reports its own service port here, which breaks BIND
@@ -696,7 +687,7 @@ fn udp_associate(c: &mut Client, ask: &Ask) -> Result<(), Res> {
     // Authorize the association itself (no destination yet): 3proxy's
     // preauth; the destinations are checked as the datagrams name them.
     let grant = authorize(c, ask, Op::UdpAssoc, None, 0)?;
-    keep(c, &grant);
+    crate::session::keep(c, &grant);
     // Parents: the association is made with the chain's last hop (a
     // socks5 parent), whose relay then carries the datagrams.
     let want = chain::Want {

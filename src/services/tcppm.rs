@@ -10,7 +10,7 @@
 
 use std::net::SocketAddr;
 
-use crate::access::{self, Grant, Op, Recheck, Request};
+use crate::access::{Grant, Op, Recheck, Request};
 use crate::acl::{self, Action, Query, Verdict};
 use crate::chain;
 use crate::client::Client;
@@ -129,7 +129,6 @@ fn authorize(
     target: &Target,
     dst: Option<SocketAddr>,
 ) -> Result<((Option<SocketAddr>, Grant), Recheck), Res> {
-    let svc = c.svc().clone();
     let req = Request {
         host: match target {
             Target::Name(h, _) => Some(h.as_str()),
@@ -141,15 +140,7 @@ fn authorize(
         password: None,
         ..c.request(Op::Connect)
     };
-    let grant = access::authorize(&svc, &req)?;
-    // `nolog`: the session ends without a record.
-    c.logged |= grant.nolog;
-    if grant.user.is_some() {
-        c.user.clone_from(&grant.user);
-    }
-    let again = Recheck::new(&svc, &req)
-        .since(c.generation)
-        .at_weight(grant.weight);
+    let (grant, again) = crate::session::admit(c, &req)?;
     Ok(((dst, grant), again))
 }
 

@@ -19,7 +19,7 @@ use std::io::{Read, Write};
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use crate::access::{self, Op, Recheck, Request};
+use crate::access::{Op, Request};
 use crate::chain;
 use crate::client::Client;
 use crate::conf::token::quote;
@@ -366,14 +366,7 @@ fn run(
         password: None,
         ..c.request(Op::Connect)
     };
-    let grant = access::authorize(&svc, &req)?;
-    c.logged |= grant.nolog;
-    if grant.user.is_some() {
-        c.user.clone_from(&grant.user);
-    }
-    let again = Recheck::new(&svc, &req)
-        .since(c.generation)
-        .at_weight(grant.weight);
+    let (grant, again) = crate::session::admit(c, &req)?;
     // No name and not redirected: nowhere to go.
     let dst = dst.ok_or(Res::NOHOST)?;
     if c.is_self(dst) {
