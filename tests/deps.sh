@@ -2,7 +2,8 @@
 # Installs what the test suite needs and a fresh machine may lack: curl
 # (HTTP and SOCKS clients), iproute2 (network namespace tests), python3
 # (small helper processes inside namespaces, the bench harness's unit
-# tests), openssl (a TLS origin for CONNECT tests). Fails loudly (non-zero)
+# tests), openssl (a TLS origin for CONNECT tests), python3-pyftpdlib (an
+# FTP server for the ftp:// gateway). Fails loudly (non-zero)
 # rather than letting tests skip.
 set -e
 need=""
@@ -10,6 +11,9 @@ command -v curl >/dev/null 2>&1 || need="$need curl"
 command -v ip >/dev/null 2>&1 || need="$need iproute2"
 command -v python3 >/dev/null 2>&1 || need="$need python3"
 command -v openssl >/dev/null 2>&1 || need="$need openssl"
+# An FTP server for the HTTP proxy's ftp:// gateway tests, for Debian's
+# python3 (the tests run /usr/bin/python3, not a python3 first in PATH).
+/usr/bin/python3 -c 'import pyftpdlib' >/dev/null 2>&1 || need="$need python3-pyftpdlib"
 if [ -n "$need" ]; then
     if [ "$(id -u)" != 0 ]; then
         echo "tests/deps.sh: missing:$need (run as root to install them)" >&2
