@@ -183,6 +183,7 @@ fn serve(mut state: conf::State, name: &str, sigs: &SigSet) -> ExitCode {
     services::admin::set_cfg(
         (!name.starts_with('<') || state.ops.config.is_some()).then(|| state.ops.reload_path(name)),
     );
+    services::admin::set_writable(state.ops.writable);
     if state.ops.reports {
         limit::start_reports(&state.access.limits);
     }
@@ -355,6 +356,7 @@ fn reload(cmdline_name: &str, ops: &mut conf::ops::Ops) {
     if state.ops.reports {
         limit::start_reports(&state.access.limits);
     }
+    services::admin::set_writable(state.ops.writable);
     *ops = state.ops;
     ::log::warn!("reload: {name} loaded, {started} services");
 }
