@@ -20,8 +20,10 @@ LINKS       = 3proxy_crypt 3proxy_proxy 3proxy_socks 3proxy_pop3p 3proxy_smtpp 3
 
 all: $(BIN)
 
+# The binary looks for $(SYSCONFDIR)/3proxy/3proxy.cfg when run without a
+# cfg and /usr/local/etc/3proxy/3proxy.cfg (3proxy's default) is absent.
 $(BIN): FORCE
-	$(CARGO) build --release --locked
+	THREEPROXY_SYSCONFDIR=$(SYSCONFDIR) $(CARGO) build --release --locked
 
 FORCE:
 

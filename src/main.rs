@@ -52,16 +52,27 @@ use nix::sys::signal::{SigSet, Signal};
 /// The warning (or, with `--strict`, the error) for a cfg without services.
 const NO_SERVICE: &str = "no service is started (no service line such as 'proxy' or 'tcppm')";
 
-/// Where 3proxy looks for its cfg when none is named.
+/// Where 3proxy looks for its cfg when none is named (its compiled-in
+/// default, stringtable.c).
 const DEFAULT_CFG: &str = "/usr/local/etc/3proxy/3proxy.cfg";
+
+/// Where `make install` puts the cfg, as 3proxy's Makefile.Linux does:
+/// SYSCONFDIR/3proxy/3proxy.cfg, SYSCONFDIR as the build was given it
+/// (the Makefile passes its own), /etc by default. Looked at when
+/// [`DEFAULT_CFG`] cannot be opened, so a bare `3proxy` finds what the
+/// install wrote.
+fn installed_cfg() -> String {
+    let etc = option_env!("THREEPROXY_SYSCONFDIR").unwrap_or("/etc");
+    format!("{}/3proxy/3proxy.cfg", etc.trim_end_matches('/'))
+}
 const VERSION: &str = env!("CARGO_PKG_VERSION");
 
 fn usage(opts: &getopts::Options) -> String {
     let brief = "Usage: 3proxy [-t] [--strict] [CFGFILE]\n\n\
         Runs the proxy services CFGFILE describes (3proxy.cfg(5)). Without\n\
-        CFGFILE, reads /usr/local/etc/3proxy/3proxy.cfg, or the cfg from\n\
-        standard input if that file cannot be opened.";
-    let mut s = opts.usage(brief);
+        CFGFILE, reads /usr/local/etc/3proxy/3proxy.cfg, else the installed\n\
+        cfg ({}), else the cfg from standard input.";
+    let mut s = opts.usage(&brief.replace("{}", &installed_cfg()));
     s.push_str("\nSocket option names for -oc, -os, -ol:\n ");
     for n in sys::sockopt::names() {
         s.push(' ');
@@ -193,6 +204,7 @@ fn serve(mut state: conf::State, name: &str, sigs: &SigSet) -> ExitCode {
     services::admin::set_cfg(
         (!name.starts_with('<') || state.ops.config.is_some()).then(|| state.ops.reload_path(name)),
     );
+    services::admin::set_writable(state.ops.writable);
     if state.ops.reports {
         limit::start_reports(&state.access.limits);
     }
@@ -368,6 +380,7 @@ fn reload(cmdline_name: &str, ops: &mut conf::ops::Ops, strict: bool) {
     if state.ops.reports {
         limit::start_reports(&state.access.limits);
     }
+    services::admin::set_writable(state.ops.writable);
     *ops = state.ops;
     ::log::warn!("reload: {name} loaded, {started} services");
 }
@@ -403,27 +416,33 @@ fn load_for_reload(path: &std::path::Path, name: &str, strict: bool) -> Option<c
     Some(state)
 }
 
-/// The cfg's name and bytes: the named file, else the default path; if
-/// that cannot be opened, standard input (as 3proxy does), unless standard
-/// input is a terminal. Either is read within the load's byte limit.
+/// The cfg's name and bytes: the named file, else the default path, then
+/// the installed one; if none can be opened, standard input (as 3proxy
+/// does), unless standard input is a terminal. Either is read within the
+/// load's byte limit.
 fn read_cfg(state: &mut conf::State, path: Option<&str>) -> Result<(String, Vec<u8>), String> {
-    let path = path.unwrap_or(DEFAULT_CFG);
-    match std::fs::File::open(path) {
-        Ok(f) => conf::read_cfg(state, path, f).map(|t| (path.to_string(), t)),
-        Err(e) => {
-            let stdin = std::io::stdin();
-            if stdin.is_terminal() {
-                return Err(format!("{path}: {e}"));
-            }
-            let name = "<stdin>";
-            let t = conf::read_cfg(state, name, stdin.lock())
-                .map_err(|e2| format!("{path}: {e}; {e2}"))?;
-            if t.iter().all(u8::is_ascii_whitespace) {
-                return Err(format!(
-                    "{path}: {e}; and standard input gave no configuration"
-                ));
-            }
-            Ok((name.to_string(), t))
+    let installed = installed_cfg();
+    let tries = match path {
+        Some(p) => vec![p],
+        None if installed == DEFAULT_CFG => vec![DEFAULT_CFG],
+        None => vec![DEFAULT_CFG, installed.as_str()],
+    };
+    let mut failed = Vec::new();
+    for p in tries {
+        match std::fs::File::open(p) {
+            Ok(f) => return conf::read_cfg(state, p, f).map(|t| (p.to_string(), t)),
+            Err(e) => failed.push(format!("{p}: {e}")),
         }
     }
+    let e = failed.join("; ");
+    let stdin = std::io::stdin();
+    if stdin.is_terminal() {
+        return Err(e);
+    }
+    let name = "<stdin>";
+    let t = conf::read_cfg(state, name, stdin.lock()).map_err(|e2| format!("{e}; {e2}"))?;
+    if t.iter().all(u8::is_ascii_whitespace) {
+        return Err(format!("{e}; and standard input gave no configuration"));
+    }
+    Ok((name.to_string(), t))
 }

@@ -312,6 +312,25 @@ codes! {
     FTP_PASS_SEND = 705;
     /// ftppr: the server sent no greeting.
     FTP_NO_GREETING = 706;
+    /// proxy's ftp:// gateway: CWD could not be sent.
+    FTP_CWD_SEND = 711;
+    /// proxy's ftp:// gateway: no answer to CWD.
+    FTP_CWD_NO_REPLY = 712;
+    /// proxy's ftp:// gateway: the server refused TYPE I.
+    FTP_TYPE_REFUSED = 740;
+    /// proxy's ftp:// gateway: TYPE could not be sent.
+    FTP_TYPE_SEND = 741;
+    /// proxy's ftp:// gateway: no answer to TYPE.
+    FTP_TYPE_NO_REPLY = 742;
+    /// proxy's ftp:// gateway: the listing's final answer was not 1xx/2xx.
+    FTP_BAD_FINAL_REPLY = 750;
+    /// proxy's ftp:// gateway: no final answer after the listing.
+    FTP_NO_FINAL_REPLY = 751;
+    /// proxy's ftp:// gateway: no data connection, or RETR/LIST refused
+    /// (answered 404).
+    FTP_NO_DATA_CONN = 780;
+    /// proxy's ftp:// gateway: sending to the client failed.
+    FTP_CLIENT_SEND = 781;
     /// admin: the request could not be read or parsed.
     ADMIN_BAD_REQUEST = 701;
     /// admin: no such page.

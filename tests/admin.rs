@@ -192,3 +192,102 @@ fn admin_strong_auth_takes_basic_credentials() {
     assert_eq!(r.status, "HTTP/1.0 200 OK");
     expect_log_line(&log, &format!("ADMIN 00000 {} admin /", r.cport));
 }
+
+/// `application/x-www-form-urlencoded` for a form field's value.
+fn form_encode(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b' ' => "+".to_string(),
+            b if b.is_ascii_alphanumeric() || b"-._~".contains(&b) => (b as char).to_string(),
+            b => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+/// The text of the `/F` page's textarea, unescaped.
+fn textarea(body: &str) -> String {
+    let start = body.find("name=\"conffile\">").expect("the cfg form") + 16;
+    let end = start + body[start..].find("</textarea>").unwrap();
+    body[start..end]
+        .replace("&lt;", "<")
+        .replace("&gt;", ">")
+        .replace("&quot;", "\"")
+        .replace("&#39;", "'")
+        .replace("&amp;", "&")
+}
+
+/// With `writable`, `/F` is 3proxy's form, and posting it to `/U`
+/// rewrites the cfg file; a reload (`/R`) then serves the new text.
+/// Without `writable`, `/U` is refused and the file is left alone.
+#[test]
+fn admin_cfg_round_trip_through_the_form() {
+    let echo = Origin::echo();
+    let (proxy, _log, port) = start("admin_edit", "writable\n# a <b> & \"c\"\n");
+    let r = get(port, "/F", "");
+    assert_eq!(r.status, "HTTP/1.0 200 OK");
+    assert!(
+        r.body.contains("<form method=\"POST\" action=\"/U\""),
+        "{}",
+        r.body
+    );
+    let text = textarea(&r.body);
+    let on_disk = std::fs::read_to_string(proxy.dir.join("3proxy.cfg")).unwrap();
+    assert_eq!(text, on_disk, "the form holds the file as it is");
+
+    // Add a service and post the form back.
+    let t = free_port();
+    let new = format!("tcppm -i127.0.0.1 {t} 127.0.0.1 {}\n{text}", echo.port());
+    let form = format!("conffile={}", form_encode(&new));
+    let r = send(
+        port,
+        format!(
+            "POST /U HTTP/1.0\r\nContent-Type: application/x-www-form-urlencoded\r\n\
+             Content-Length: {}\r\n\r\n{form}",
+            form.len()
+        )
+        .as_bytes(),
+    );
+    assert_eq!(r.status, "HTTP/1.0 200 OK", "{}", r.body);
+    assert!(r.body.contains("Configuration updated"), "{}", r.body);
+    assert_eq!(
+        std::fs::read_to_string(proxy.dir.join("3proxy.cfg")).unwrap(),
+        new
+    );
+    assert_eq!(textarea(&get(port, "/F", "").body), new);
+    let r = get(port, "/R", "");
+    assert_eq!(r.status, "HTTP/1.0 200 OK");
+    assert!(
+        wait_for(
+            || TcpStream::connect(localhost(t)).is_ok(),
+            Duration::from_secs(10)
+        ),
+        "the posted tcppm never came up"
+    );
+    echo_roundtrip(&mut connect(localhost(t)), b"edited");
+
+    // A form without the field is refused, the file stays.
+    let r = send(port, b"POST /U HTTP/1.0\r\nContent-Length: 5\r\n\r\nx=abc");
+    assert_eq!(r.status, "HTTP/1.0 400 Bad Request");
+    assert_eq!(
+        std::fs::read_to_string(proxy.dir.join("3proxy.cfg")).unwrap(),
+        new
+    );
+}
+
+#[test]
+fn admin_update_without_writable_is_refused() {
+    let (proxy, log, port) = start("admin_ro", "");
+    let before = std::fs::read_to_string(proxy.dir.join("3proxy.cfg")).unwrap();
+    let r = send(
+        port,
+        b"POST /U HTTP/1.0\r\nContent-Length: 11\r\n\r\nconffile=x\n",
+    );
+    assert_eq!(r.status, "HTTP/1.0 403 Forbidden");
+    assert!(r.body.contains("writable"), "{}", r.body);
+    expect_log_line(&log, &format!("ADMIN 00703 {} - /U", r.cport));
+    assert_eq!(
+        std::fs::read_to_string(proxy.dir.join("3proxy.cfg")).unwrap(),
+        before
+    );
+    assert!(!get(port, "/F", "").body.contains("<form"));
+}

@@ -3,8 +3,9 @@
 # (HTTP and SOCKS clients), iproute2 (network namespace tests), python3
 # (small helper processes inside namespaces, the bench harness's unit
 # tests), openssl (a TLS origin for CONNECT tests), iptables (REDIRECT
-# rules for the transparent plugin tests). Fails loudly (non-zero) rather
-# than letting tests skip.
+# rules for the transparent plugin tests), python3-pyftpdlib (an FTP
+# server for the ftp:// gateway). Fails loudly (non-zero) rather than
+# letting tests skip.
 set -e
 need=""
 command -v curl >/dev/null 2>&1 || need="$need curl"
@@ -12,7 +13,9 @@ command -v ip >/dev/null 2>&1 || need="$need iproute2"
 command -v python3 >/dev/null 2>&1 || need="$need python3"
 command -v openssl >/dev/null 2>&1 || need="$need openssl"
 command -v iptables >/dev/null 2>&1 || need="$need iptables"
-command -v iptables >/dev/null 2>&1 || need="$need iptables"
+# An FTP server for the HTTP proxy's ftp:// gateway tests, for Debian's
+# python3 (the tests run /usr/bin/python3, not a python3 first in PATH).
+/usr/bin/python3 -c 'import pyftpdlib' >/dev/null 2>&1 || need="$need python3-pyftpdlib"
 if [ -n "$need" ]; then
     if [ "$(id -u)" != 0 ]; then
         echo "tests/deps.sh: missing:$need (run as root to install them)" >&2

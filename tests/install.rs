@@ -138,3 +138,90 @@ fn install_honours_prefix() {
     let unit = fs::read_to_string(dest.join("lib/systemd/system/3proxy.service")).unwrap();
     assert!(unit.contains("ExecStart=/opt/tp/bin/3proxy"), "{unit}");
 }
+
+/// Runs `3proxy -t` without a cfg argument in a mount namespace whose
+/// /etc and /usr/local are empty, after the shell commands `setup`;
+/// returns the exit code and stderr. The host's files do not count.
+fn bare_check(setup: &str) -> (Option<i32>, String) {
+    let script =
+        format!("mount -t tmpfs t /etc && mount -t tmpfs t /usr/local && {setup} exec {BIN} -t");
+    let out = Command::new("unshare")
+        .args(["--mount", "--propagation", "private", "sh", "-c", &script])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("unshare(1) from util-linux, as root");
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// Without a cfg argument, 3proxy reads 3proxy's default,
+/// /usr/local/etc/3proxy/3proxy.cfg, and when that is absent the cfg
+/// `make install` wrote, /etc/3proxy/3proxy.cfg; with neither, the message
+/// names both.
+#[test]
+fn bare_3proxy_finds_the_installed_cfg() {
+    const GOOD: &str = "echo 'tcppm -i127.0.0.1 1080 127.0.0.1 1' >";
+    let installed = "mkdir /etc/3proxy && ";
+    let (code, err) = bare_check(&format!("{installed}{GOOD} /etc/3proxy/3proxy.cfg &&"));
+    assert_eq!(code, Some(0), "{err}");
+    assert!(
+        err.contains("/etc/3proxy/3proxy.cfg: the configuration is good"),
+        "{err}"
+    );
+
+    let both = format!(
+        "{installed}echo nonsense > /etc/3proxy/3proxy.cfg && \
+         mkdir -p /usr/local/etc/3proxy && {GOOD} /usr/local/etc/3proxy/3proxy.cfg &&"
+    );
+    let (code, err) = bare_check(&both);
+    assert_eq!(code, Some(0), "3proxy's own default comes first: {err}");
+    assert!(
+        err.contains("/usr/local/etc/3proxy/3proxy.cfg: the configuration is good"),
+        "{err}"
+    );
+
+    let (code, err) = bare_check("");
+    assert_eq!(code, Some(1), "{err}");
+    assert!(
+        err.contains("/usr/local/etc/3proxy/3proxy.cfg: No such file")
+            && err.contains("/etc/3proxy/3proxy.cfg: No such file"),
+        "{err}"
+    );
+}
+
+/// The README's install paragraph names every link `make install` makes,
+/// and says how many there are.
+#[test]
+fn readme_names_every_installed_link() {
+    let dir = Dir::new("make_install_links");
+    let dest = dir.join("root");
+    let out = make(&dest, &["install-bin"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let bin = dest.join("usr/local/bin");
+    let mut links: Vec<String> = fs::read_dir(&bin)
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_type().unwrap().is_symlink())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    links.sort();
+    assert_eq!(links.len(), 9, "{links:?}");
+    let readme = fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README")).unwrap();
+    let start = readme
+        .find("`make install` puts")
+        .expect("the install paragraph");
+    let para = &readme[start..start + readme[start..].find("\n\n").unwrap()];
+    assert!(para.contains("nine links"), "{para}");
+    for l in &links {
+        assert!(
+            para.contains(&format!("`{l}`")),
+            "README does not name {l}:\n{para}"
+        );
+    }
+}

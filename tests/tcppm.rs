@@ -333,7 +333,12 @@ fn holds_2000_idle_sessions() {
     let _ = writeln!(
         std::io::stderr(),
         "RSS idle: {idle_rss} kB; with {n} sessions: {busy_rss} kB; per session: {per} kB \
-         (before any data: {idle_sessions_rss} kB)"
+         (before any data: {idle_sessions_rss} kB; {} build)",
+        if cfg!(debug_assertions) {
+            "debug"
+        } else {
+            "release"
+        }
     );
 }
 

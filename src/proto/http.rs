@@ -51,7 +51,8 @@ pub enum HeadError {
     Framing,
     /// No usable destination: bad authority, missing or repeated Host.
     Target,
-    /// An absolute URI with a scheme other than `http` (https://, ftp://).
+    /// An absolute URI with a scheme other than `http` or `ftp`
+    /// (https://, ...).
     Scheme,
     /// Credentials in the authority that do not split into a login and a
     /// host (3proxy's 100: nothing before or after the delimiter).
@@ -86,6 +87,12 @@ pub struct RequestHead<'a> {
     pub conn_auth: bool,
     /// Credentials from the URI's (or CONNECT target's) authority.
     pub login: UrlLogin,
+    /// An `ftp://` URI: the proxy's FTP gateway serves it (3proxy's
+    /// proxy.c); `path` is its path, still %-encoded.
+    pub ftp: Option<&'a str>,
+    /// The `Authorization` field's value: the FTP gateway's login when
+    /// the URL has none.
+    pub auth: Option<&'a [u8]>,
 }
 
 /// What `user:pass@host` in a request's authority said (3proxy's
@@ -178,6 +185,7 @@ fn parse_request_in<'a>(
 
     // Where to: CONNECT authority, absolute URI, or origin-form plus Host.
     let mut path = uri;
+    let mut ftp = None;
     let absolute;
     let mut login = UrlLogin::default();
     let delim = if rw.delim == 0 { b'@' } else { rw.delim };
@@ -203,7 +211,8 @@ fn parse_request_in<'a>(
         let Some(colon) = uri.find("://") else {
             return Err(HeadError::Syntax);
         };
-        if !uri[..colon].eq_ignore_ascii_case("http") {
+        let is_ftp = uri[..colon].eq_ignore_ascii_case("ftp");
+        if !is_ftp && !uri[..colon].eq_ignore_ascii_case("http") {
             return Err(HeadError::Scheme);
         }
         let rest = &uri[colon + 3..];
@@ -216,7 +225,12 @@ fn parse_request_in<'a>(
         }
         .unwrap_or(rest.len());
         path = &rest[end..];
-        login_authority(&rest[..end], Some(80), delim, rw.login, &mut login)?
+        if is_ftp {
+            let p = path.split(['?', '#']).next().unwrap_or("");
+            ftp = Some(if p.is_empty() { "/" } else { p });
+        }
+        let default = if is_ftp { 21 } else { 80 };
+        login_authority(&rest[..end], Some(default), delim, rw.login, &mut login)?
     };
 
     let mut cl: Option<u64> = None;
@@ -225,6 +239,7 @@ fn parse_request_in<'a>(
     let mut expect_continue = false;
     let mut proxy_auth = None;
     let mut conn_auth = false;
+    let mut auth = None;
     for h in headers {
         let n = h.name;
         if n.eq_ignore_ascii_case("content-length") {
@@ -247,6 +262,7 @@ fn parse_request_in<'a>(
             }
             proxy_auth = Some(h.value);
         } else if n.eq_ignore_ascii_case("authorization") {
+            auth = Some(h.value);
             let v = trim(h.value);
             conn_auth |= starts_with_ci(v, b"ntlm") || starts_with_ci(v, b"negotiate");
         }
@@ -284,6 +300,8 @@ fn parse_request_in<'a>(
         proxy_auth,
         conn_auth,
         login,
+        ftp,
+        auth,
     };
     out.clear();
     if head.is_connect() {
@@ -1488,7 +1506,13 @@ mod tests {
     #[test]
     fn other_schemes_and_garbage() {
         assert_eq!(err("GET https://h/ HTTP/1.1\r\n\r\n"), HeadError::Scheme);
-        assert_eq!(err("GET ftp://h/ HTTP/1.1\r\n\r\n"), HeadError::Scheme);
+        assert_eq!(err("GET gopher://h/ HTTP/1.1\r\n\r\n"), HeadError::Scheme);
+        let (h, _) = req("GET ftp://u:p@h/a%20b/?x HTTP/1.1\r\n\r\n")
+            .unwrap()
+            .unwrap();
+        assert_eq!((&*h.host, h.port, h.ftp), ("h", 21, Some("/a%20b/")));
+        let (h, _) = req("GET FTP://h:2121 HTTP/1.1\r\n\r\n").unwrap().unwrap();
+        assert_eq!((h.port, h.ftp), (2121, Some("/")));
         assert_eq!(err("GET h/ HTTP/1.1\r\n\r\n"), HeadError::Syntax);
         assert_eq!(err("hello\r\n\r\n"), HeadError::Syntax);
         assert_eq!(err("GET http://h/ HTTP/2.0\r\n\r\n"), HeadError::Syntax);

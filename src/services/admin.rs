@@ -7,13 +7,16 @@
 //!   `/CS<n>` are 3proxy's links to switch a counter off and on, shown but
 //!   answered as `/C` (a counter cannot be switched off here);
 //! * `/R` schedules a reload, exactly as SIGUSR1 does;
-//! * `/F` the cfg file's text, HTML-escaped.
+//! * `/F` the cfg file's text, HTML-escaped; with `writable` in the cfg,
+//!   inside 3proxy's form that posts it to `/U`;
+//! * `/U` (POST, form field `conffile`): with `writable`, the cfg file is
+//!   rewritten in place with the posted text (3proxy's webadmin.c);
+//!   without it, 403. The new text takes effect at the next reload
+//!   (`/R`).
 //!
-//! 3proxy's `/U` (a POST rewriting the cfg when `writable` is set) is
-//! refused with 403: a remote rewrite of the file that holds the passwords
-//! is not offered. 3proxy's XML dump of the services (`/S`, `/SX`) is not
-//! built. Any other path is 404; a request that is not `GET` or `POST`
-//! with a parsable head is 400.
+//! 3proxy's XML dump of the services (`/S`, `/SX`) is not built. Any
+//! other path is 404; a request that is not `GET` or `POST` with a
+//! parsable head is 400.
 //!
 //! Access: `auth` and the ACL with operation ADMIN; the user and password
 //! come from a Basic `Authorization` header. Any refusal is answered 401
@@ -24,6 +27,7 @@
 
 use std::io::{Read, Write};
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -35,6 +39,8 @@ use crate::timeouts::Timeouts;
 
 /// The longest request head read.
 const MAX_HEAD: usize = 16 * 1024;
+/// The longest form `/U` takes.
+const MAX_FORM: usize = 4 << 20;
 
 /// The request could not be read or parsed (3proxy's 701/702).
 const BAD_REQUEST: Res = Res::ADMIN_BAD_REQUEST;
@@ -50,6 +56,14 @@ static CFG: Mutex<Option<PathBuf>> = Mutex::new(None);
 /// Record where the running cfg is read from (for `/F`).
 pub fn set_cfg(path: Option<PathBuf>) {
     *CFG.lock().unwrap_or_else(|e| e.into_inner()) = path;
+}
+
+/// `writable` in the running cfg: `/U` may rewrite the cfg file.
+static WRITABLE: AtomicBool = AtomicBool::new(false);
+
+/// Record whether the running cfg said `writable`.
+pub fn set_writable(on: bool) {
+    WRITABLE.store(on, Ordering::Relaxed);
 }
 
 fn cfg_path() -> Option<PathBuf> {
@@ -103,23 +117,33 @@ struct Head {
     path: String,
     user: Option<String>,
     password: Option<String>,
+    /// Content-Length, when given.
+    length: Option<usize>,
+    /// Bytes of the head, blank line included.
+    len: usize,
 }
 
 fn parse_head(buf: &[u8]) -> Option<Head> {
     let mut headers = [httparse::EMPTY_HEADER; 64];
     let mut req = httparse::Request::new(&mut headers);
-    match req.parse(buf) {
-        Ok(httparse::Status::Complete(_)) => {}
+    let len = match req.parse(buf) {
+        Ok(httparse::Status::Complete(n)) => n,
         _ => return None,
-    }
+    };
     let method = req.method?.to_string();
     let path = req.path?.to_string();
     if !path.starts_with('/') {
         return None;
     }
-    let (mut user, mut password) = (None, None);
+    let (mut user, mut password, mut length) = (None, None, None);
     for h in req.headers.iter() {
-        if h.name.eq_ignore_ascii_case("authorization") {
+        if h.name.eq_ignore_ascii_case("content-length") {
+            let n = std::str::from_utf8(h.value).ok()?.trim().parse().ok()?;
+            if length.is_some_and(|l| l != n) {
+                return None;
+            }
+            length = Some(n);
+        } else if h.name.eq_ignore_ascii_case("authorization") {
             if let Some((u, p)) = crate::proto::http::basic_credentials(h.value) {
                 user = Some(u);
                 password = Some(p);
@@ -131,6 +155,8 @@ fn parse_head(buf: &[u8]) -> Option<Head> {
         path,
         user,
         password,
+        length,
+        len,
     })
 }
 
@@ -234,6 +260,17 @@ fn serve_request(c: &mut Client, early: &[u8], redirected: bool) {
             page("Reload", "<p>Reload scheduled.</p>\n")
         }
         "/F" => match cfg_path().map(std::fs::read) {
+            Some(Ok(text)) if WRITABLE.load(Ordering::Relaxed) => page(
+                "Configuration file",
+                &format!(
+                    "<p>Careful: the text below replaces the file, and takes effect at the \
+                     next reload.</p>\n<form method=\"POST\" action=\"/U\" \
+                     enctype=\"application/x-www-form-urlencoded\">\
+                     <textarea cols=\"80\" rows=\"30\" name=\"conffile\">{}</textarea><br>\
+                     <input type=\"submit\"></form>\n",
+                    escape(&String::from_utf8_lossy(&text))
+                ),
+            ),
             Some(Ok(text)) => page(
                 "Configuration file",
                 &format!("<pre>{}</pre>\n", escape(&String::from_utf8_lossy(&text))),
@@ -243,21 +280,106 @@ fn serve_request(c: &mut Client, early: &[u8], redirected: bool) {
                 "<p>The configuration file cannot be read.</p>\n",
             ),
         },
-        "/U" => {
-            return error_page(
-                c,
-                FORBIDDEN,
-                "403 Forbidden",
-                "",
-                "Editing the configuration file over the web is not supported.",
-            );
-        }
+        "/U" => match update(c, &head, &buf, wait) {
+            Ok(()) => page(
+                "Configuration updated",
+                "<p>The file is written; <a href=\"/R\">reload</a> to apply it.</p>\n",
+            ),
+            Err((res, status, why)) => return error_page(c, res, status, "", why),
+        },
         _ => {
             return error_page(c, NOT_FOUND, "404 Not Found", "", "No such page.");
         }
     };
     c.res = Res::OK;
     respond(c, "200 OK", "", &body);
+}
+
+/// `/U`: read the posted form and rewrite the cfg file with its
+/// `conffile` field, in place (the file keeps its owner and mode, as
+/// 3proxy rewrites the file it opened).
+fn update(
+    c: &Client,
+    head: &Head,
+    buf: &[u8],
+    wait: Duration,
+) -> Result<(), (Res, &'static str, &'static str)> {
+    const NOT_WRITABLE: &str = "The configuration file is not writable: the cfg needs 'writable'.";
+    let path = match cfg_path() {
+        Some(p) if WRITABLE.load(Ordering::Relaxed) => p,
+        _ => return Err((FORBIDDEN, "403 Forbidden", NOT_WRITABLE)),
+    };
+    let bad = (
+        BAD_REQUEST,
+        "400 Bad Request",
+        "Expected a POST of the form field 'conffile'.",
+    );
+    let n = match head.length {
+        Some(n) if head.method == "POST" && n <= MAX_FORM => n,
+        _ => return Err(bad),
+    };
+    let mut body = buf[head.len.min(buf.len())..].to_vec();
+    let until = Instant::now() + wait;
+    while body.len() < n {
+        let left = until.saturating_duration_since(Instant::now());
+        if left.is_zero() || c.cli.set_read_timeout(Some(left)).is_err() {
+            return Err(bad);
+        }
+        let mut chunk = [0u8; 16 * 1024];
+        match (&c.cli).read(&mut chunk) {
+            Ok(0) => return Err(bad),
+            Ok(k) => body.extend_from_slice(&chunk[..k]),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(_) => return Err(bad),
+        }
+    }
+    body.truncate(n);
+    let text = form_field(&body, b"conffile").ok_or(bad)?;
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .truncate(true)
+        .open(&path)
+        .map_err(|_| (FORBIDDEN, "403 Forbidden", NOT_WRITABLE))?;
+    f.write_all(&text).map_err(|_| {
+        (
+            FORBIDDEN,
+            "403 Forbidden",
+            "Writing the configuration file failed.",
+        )
+    })?;
+    ::log::warn!("admin: the cfg file was rewritten by {:?}", c.client_addr);
+    Ok(())
+}
+
+/// A field of an `application/x-www-form-urlencoded` body, decoded (`+`
+/// is a blank, `%XX` a byte).
+fn form_field(body: &[u8], name: &[u8]) -> Option<Vec<u8>> {
+    let raw = body.split(|&b| b == b'&').find_map(|kv| {
+        let eq = kv.iter().position(|&b| b == b'=')?;
+        (&kv[..eq] == name).then(|| &kv[eq + 1..])
+    })?;
+    let hex = |c: u8| (c as char).to_digit(16).map(|d| d as u8);
+    let mut out = Vec::with_capacity(raw.len());
+    let mut i = 0;
+    while i < raw.len() {
+        match raw[i] {
+            b'+' => out.push(b' '),
+            b'%' => {
+                let digit = |k: usize| raw.get(i + k).copied().and_then(hex);
+                match (digit(1), digit(2)) {
+                    (Some(h), Some(l)) => {
+                        out.push(h << 4 | l);
+                        i += 3;
+                        continue;
+                    }
+                    _ => out.push(b'%'),
+                }
+            }
+            b => out.push(b),
+        }
+        i += 1;
+    }
+    Some(out)
 }
 
 fn kind_name(k: CountKind) -> &'static str {
@@ -334,6 +456,14 @@ fn counters(svc: &crate::service::Service) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn form_fields_decode() {
+        let body = b"a=1&conffile=log+x%0D%0A%25%zz&b=2";
+        assert_eq!(form_field(body, b"conffile").unwrap(), b"log x\r\n%%zz");
+        assert_eq!(form_field(body, b"a").unwrap(), b"1");
+        assert!(form_field(body, b"c").is_none());
+    }
 
     #[test]
     fn escapes_markup() {

@@ -555,3 +555,27 @@ pub fn start(p: Prepared) -> std::io::Result<()> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    /// 3proxy(8)'s DESCRIPTION names every service the table serves, so
+    /// it never again says fewer are implemented than are.
+    #[test]
+    fn the_man_page_description_names_every_service() {
+        let man = include_str!("../../man/3proxy.8");
+        let start = man.find(".SH DESCRIPTION").expect("a DESCRIPTION");
+        let end = start
+            + man[start..]
+                .find("\n.SH OPTIONS")
+                .expect("OPTIONS after it");
+        let text = &man[start..end];
+        for e in super::SERVICES {
+            let name = e.def.name;
+            let named = text.lines().any(|l| {
+                let mut w = l.split_whitespace();
+                matches!(w.next(), Some(".B" | ".BR")) && w.next() == Some(name)
+            });
+            assert!(named, "3proxy(8) DESCRIPTION does not name '{name}'");
+        }
+    }
+}

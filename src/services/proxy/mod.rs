@@ -40,6 +40,7 @@
 
 mod body;
 mod filt;
+mod ftp;
 mod head;
 mod pool;
 mod sock;
@@ -179,6 +180,10 @@ struct Req {
     redirected_to: Option<SocketAddr>,
     user: Option<String>,
     password: Option<String>,
+    /// An ftp:// request: its path, for the FTP gateway.
+    ftp: Option<String>,
+    /// The FTP login: the URL's credentials, else `Authorization`'s.
+    ftp_login: Option<(String, String)>,
 }
 
 /// How a request ended, for the connection.
@@ -464,6 +469,19 @@ impl Session {
         };
         self.dest_auth = login.dest_auth;
         c.user.clone_from(&user);
+        let ftp = h.ftp.map(str::to_string);
+        let ftp_login = ftp.as_ref().and_then(|_| {
+            self.dest_auth
+                .as_deref()
+                .and_then(|a| http::basic_credentials(a.as_bytes()))
+                .or_else(|| h.auth.and_then(http::basic_credentials))
+        });
+        // 3proxy's operations for ftp://: GET and PUT are FTP ones.
+        let op = match (&ftp, h.method) {
+            (Some(_), "GET") => access::Op::FtpGet,
+            (Some(_), "PUT") => access::Op::FtpPut,
+            _ => http::op_of(h.method),
+        };
         Ok(Some(Req {
             port: h.port,
             version: h.version,
@@ -475,11 +493,13 @@ impl Session {
             connect: h.is_connect(),
             head_method: h.method == "HEAD",
             idempotent: http::is_idempotent(h.method),
-            op: http::op_of(h.method),
+            op,
             literal,
             redirected_to,
             user,
             password,
+            ftp,
+            ftp_login,
         }))
     }
 
@@ -880,6 +900,9 @@ impl Session {
         self.filter_request(c, req)?;
         let head_len = cb.head_len;
         cb.consume(head_len);
+        if let Some(path) = &req.ftp {
+            return self.ftp(c, req, dst, path);
+        }
         // The body bytes that came with the head leave with it.
         let mut scanner = ChunkScanner::new();
         let (now, more_body) = match req.framing {
@@ -897,6 +920,49 @@ impl Session {
         };
         let o = self.origin_for(c, req, dst)?;
         self.exchange(c, cb, req, o, dst, (now, more_body), scanner)
+    }
+
+    /// An ftp:// GET through the FTP gateway (`ftp`). Other methods,
+    /// and a request with a body, are not served (501).
+    #[inline(never)]
+    fn ftp(
+        &mut self,
+        c: &mut Client,
+        req: &Req,
+        dst: SocketAddr,
+        path: &str,
+    ) -> Result<Next, Fail> {
+        if req.op != access::Op::FtpGet || req.framing != Framing::None {
+            return Err(Fail::answer(Res::NOTIMPL, 501));
+        }
+        let parents = self
+            .grant
+            .as_ref()
+            .map(|g| g.parents.clone())
+            .unwrap_or_default();
+        let _ = set_write_timeout(&c.cli, &mut self.cli_wto, self.long);
+        let (user, password) = match &req.ftp_login {
+            Some((u, p)) => (Some(u.clone()), Some(p.clone())),
+            None => (None, None),
+        };
+        let want = ftp::Want {
+            dst,
+            host: &self.host,
+            path,
+            user,
+            password,
+            parents: &parents,
+            weight: self.weight,
+        };
+        match ftp::serve(c, &want, &self.svc.timeouts) {
+            Ok(true) if req.keep_alive => Ok(Next::KeepAlive),
+            Ok(_) => Ok(Next::Close),
+            Err((res, status)) => Err(Fail {
+                res,
+                status,
+                handoff: None,
+            }),
+        }
     }
 
     /// The connection to send the request on: the kept one if it fits, a
@@ -1431,6 +1497,11 @@ fn send_error(cli: &Stream, status: u16, res: Res) -> usize {
             "Proxy Authentication Required",
             "This proxy needs a valid user name and password.",
         ),
+        401 => (
+            "Unauthorized",
+            "The FTP server refused the login: give a user name and password.",
+        ),
+        404 => ("Not Found", "The FTP server has no such file."),
         431 => (
             "Request Header Fields Too Large",
             "The request head is larger than the proxy accepts.",
@@ -1460,10 +1531,10 @@ fn send_error(cli: &Stream, status: u16, res: Res) -> usize {
     let body = format!(
         "<html><head><title>{status} {reason}</title></head>\r\n<body><h2>{status} {reason}</h2><p>{why}</p></body></html>\r\n"
     );
-    let auth = if status == 407 {
-        "Proxy-Authenticate: Basic realm=\"proxy\"\r\n"
-    } else {
-        ""
+    let auth = match status {
+        407 => "Proxy-Authenticate: Basic realm=\"proxy\"\r\n",
+        401 => "WWW-Authenticate: Basic realm=\"FTP Server\"\r\n",
+        _ => "",
     };
     let head = format!(
         "HTTP/1.1 {status} {reason}\r\n{auth}Connection: close\r\nContent-Type: text/html; charset=utf-8\r\nContent-Length: {}\r\n\r\n",

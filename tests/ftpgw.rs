@@ -1,0 +1,246 @@
+//! The HTTP proxy's ftp:// gateway against a real FTP server (pyftpdlib,
+//! which tests/deps.sh installs): files, directory listings, logins,
+//! refusals, with raw HTTP and with curl.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+
+use crate::util::*;
+
+/// A pyftpdlib server on 127.0.0.1 serving `root`: user alice (password
+/// secret), and anonymous when `anon`. Killed on drop.
+struct FtpServer {
+    child: Child,
+    port: u16,
+}
+
+const SERVER: &str = r#"
+import sys
+from pyftpdlib.authorizers import DummyAuthorizer
+from pyftpdlib.handlers import FTPHandler
+from pyftpdlib.servers import FTPServer
+a = DummyAuthorizer()
+a.add_user("alice", "secret", sys.argv[1], perm="elr")
+if sys.argv[2] == "anon":
+    a.add_anonymous(sys.argv[1])
+FTPHandler.authorizer = a
+s = FTPServer(("127.0.0.1", 0), FTPHandler)
+print(s.socket.getsockname()[1], flush=True)
+s.serve_forever()
+"#;
+
+impl FtpServer {
+    fn start(root: &Path, anon: bool) -> FtpServer {
+        // Debian's python3, which python3-pyftpdlib is for.
+        let mut child = Command::new("/usr/bin/python3")
+            .args(["-c", SERVER, p(root), if anon { "anon" } else { "users" }])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("python3 (tests/deps.sh installs it and python3-pyftpdlib)");
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let port = line.trim().parse().unwrap_or_else(|_| {
+            let _ = child.kill();
+            panic!("pyftpdlib did not start (python3-pyftpdlib installed?): {line:?}")
+        });
+        FtpServer { child, port }
+    }
+}
+
+impl Drop for FtpServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The FTP tree: /pub/hello.txt, /pub/big.bin (300 KB), /pub/sub/.
+fn tree(dir: &Dir) -> (std::path::PathBuf, Vec<u8>) {
+    let root = dir.join("ftproot");
+    std::fs::create_dir_all(root.join("pub/sub")).unwrap();
+    std::fs::write(root.join("pub/hello.txt"), "hello ftp\n").unwrap();
+    let big: Vec<u8> = (0..300_000u32).map(|i| (i * 7 % 251) as u8).collect();
+    std::fs::write(root.join("pub/big.bin"), &big).unwrap();
+    std::fs::write(root.join("pub/a <b>.txt"), "odd name").unwrap();
+    (root, big)
+}
+
+fn start_proxy(dir: Dir, extra: &str) -> (Proxy, u16) {
+    let port = free_port();
+    let log = dir.join("proxy.log");
+    let cfg = format!(
+        "log {}\nlogformat \"L%N %E %U %n:%r %T\"\n{extra}\nproxy -p{port} -i127.0.0.1\n",
+        p(&log)
+    );
+    (
+        Proxy::start(dir, &cfg, &[Listen::Tcp(localhost(port))]),
+        port,
+    )
+}
+
+/// Sends `GET url` with `fields` and reads one answer: status, head, body
+/// (by Content-Length, else to the close).
+fn get(s: &mut BufReader<std::net::TcpStream>, url: &str, fields: &str) -> (u16, String, Vec<u8>) {
+    write!(s.get_mut(), "GET {url} HTTP/1.1\r\nHost: x\r\n{fields}\r\n").unwrap();
+    let mut head = String::new();
+    loop {
+        let mut l = String::new();
+        if s.read_line(&mut l).unwrap() == 0 {
+            panic!("closed after {head:?}");
+        }
+        head.push_str(&l);
+        if l == "\r\n" {
+            break;
+        }
+    }
+    let status = head.split(' ').nth(1).unwrap().parse().unwrap();
+    let len = head.lines().find_map(|l| {
+        l.to_ascii_lowercase()
+            .strip_prefix("content-length:")
+            .map(|v| v.trim().parse::<usize>().unwrap())
+    });
+    let body = match len {
+        Some(n) => {
+            let mut b = vec![0; n];
+            s.read_exact(&mut b).unwrap();
+            b
+        }
+        None => read_until_closed(s).unwrap(),
+    };
+    (status, head, body)
+}
+
+fn conn(port: u16) -> BufReader<std::net::TcpStream> {
+    BufReader::new(connect(localhost(port)))
+}
+
+#[test]
+fn ftp_gateway_lists_directories_and_fetches_files() {
+    let dir = Dir::new("ftpgw");
+    let (root, big) = tree(&dir);
+    let ftp = FtpServer::start(&root, true);
+    let (proxy, port) = start_proxy(dir, "");
+    let base = format!("ftp://127.0.0.1:{}", ftp.port);
+
+    // A directory: an HTML page with a link per entry, on a kept
+    // connection.
+    let mut c = conn(port);
+    let (status, head, body) = get(&mut c, &format!("{base}/pub/"), "");
+    let page = String::from_utf8_lossy(&body);
+    assert_eq!(status, 200, "{head}{page}");
+    assert!(head.contains("Content-Type: text/html"), "{head}");
+    assert!(
+        page.contains("<A HREF=\"/pub/hello.txt\">hello.txt</A>"),
+        "{page}"
+    );
+    assert!(
+        page.contains("       DIR <A HREF=\"/pub/sub/\">sub</A>"),
+        "{page}"
+    );
+    assert!(
+        page.contains("    300000 <A HREF=\"/pub/big.bin\">big.bin</A>"),
+        "{page}"
+    );
+    assert!(
+        page.contains("<A HREF=\"/pub/a%20%3Cb%3E.txt\">a &lt;b&gt;.txt</A>"),
+        "{page}"
+    );
+    assert!(page.contains("[<A HREF=\"..\">..</A>]"), "{page}");
+    // The same connection serves the next request: a file, its bytes to
+    // the close.
+    let (status, _, body) = get(&mut c, &format!("{base}/pub/big.bin"), "");
+    assert_eq!(status, 200);
+    assert!(body == big, "big.bin: {} bytes, not the file", body.len());
+
+    // A real client: curl through the proxy.
+    let out = Command::new("curl")
+        .args([
+            "-sS",
+            "--max-time",
+            "20",
+            "-x",
+            &format!("http://127.0.0.1:{port}"),
+        ])
+        .arg(format!("{base}/pub/hello.txt"))
+        .output()
+        .expect("curl");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "hello ftp\n",
+        "{out:?}"
+    );
+
+    // No such file: 404.
+    let (status, _, _) = get(&mut conn(port), &format!("{base}/pub/nothere"), "");
+    assert_eq!(status, 404);
+    let log = proxy.dir.join("proxy.log");
+    read_log_line(&log, "of the file fetched with curl", |l| {
+        l == format!(
+            "PROXY 00000 - 127.0.0.1:{} GET {base}/pub/hello.txt HTTP/1.1",
+            ftp.port
+        )
+    });
+    read_log_line(&log, "of the missing file", |l| {
+        l.starts_with("PROXY 00780 ")
+    });
+}
+
+#[test]
+fn ftp_gateway_logs_in_with_the_urls_or_the_fields_credentials() {
+    let dir = Dir::new("ftpgw_login");
+    let (root, _) = tree(&dir);
+    let ftp = FtpServer::start(&root, false);
+    let (proxy, port) = start_proxy(dir, "");
+    let at = |login: &str| format!("ftp://{login}127.0.0.1:{}/pub/hello.txt", ftp.port);
+
+    // No anonymous login on this server: 401, asking for a password.
+    let (status, head, _) = get(&mut conn(port), &at(""), "");
+    assert_eq!(status, 401, "{head}");
+    assert!(head.contains("WWW-Authenticate: Basic"), "{head}");
+    let (status, _, _) = get(&mut conn(port), &at("alice:wrong@"), "");
+    assert_eq!(status, 401);
+    let (status, _, body) = get(&mut conn(port), &at("alice:secret@"), "");
+    assert_eq!((status, body), (200, b"hello ftp\n".to_vec()));
+    // The answer to the 401: Authorization with the FTP login.
+    let (status, _, body) = get(
+        &mut conn(port),
+        &at(""),
+        "Authorization: Basic YWxpY2U6c2VjcmV0\r\n",
+    );
+    assert_eq!((status, body), (200, b"hello ftp\n".to_vec()));
+    read_log_line(&proxy.dir.join("proxy.log"), "of a refused login", |l| {
+        l.starts_with("PROXY 00700 ")
+    });
+}
+
+#[test]
+fn ftp_gateway_checks_ftp_get_and_ftp_data() {
+    let dir = Dir::new("ftpgw_acl");
+    let (root, _) = tree(&dir);
+    let ftp = FtpServer::start(&root, true);
+    // The control connection may go, the data connection may not.
+    let (_proxy, port) = start_proxy(
+        dir,
+        &format!("allow * * * {} FTP_GET\nallow * * * * HTTP_GET", ftp.port),
+    );
+    let (status, _, _) = get(
+        &mut conn(port),
+        &format!("ftp://127.0.0.1:{}/pub/hello.txt", ftp.port),
+        "",
+    );
+    assert_eq!(status, 404, "FTP_DATA is refused: no data connection");
+
+    let dir = Dir::new("ftpgw_acl2");
+    let (_proxy, port) = start_proxy(dir, "deny * * * * FTP_GET\nallow *");
+    let (status, _, _) = get(
+        &mut conn(port),
+        &format!("ftp://127.0.0.1:{}/pub/hello.txt", ftp.port),
+        "",
+    );
+    assert_eq!(status, 403);
+}
