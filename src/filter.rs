@@ -418,6 +418,11 @@ impl Filters {
     }
 }
 
+/// How long a held tail waits for more data when the sender pauses: then
+/// it is filtered as it is and given out, so a request-and-answer protocol
+/// never waits for bytes that will not come.
+pub const FLUSH_AFTER: std::time::Duration = std::time::Duration::from_millis(300);
+
 /// A body filtered as it streams: bytes are held until `max` of them are
 /// there (or the body ends); then all but the last `max / 2` are filtered
 /// and given out, so a match up to `max / 2` bytes long is found however
@@ -439,7 +444,6 @@ impl Stream {
     }
 
     /// Bytes held, not yet given out.
-    #[cfg(test)]
     pub fn held(&self) -> usize {
         self.held.len()
     }
@@ -470,6 +474,11 @@ impl Stream {
         out.extend_from_slice(&self.held[..cut]);
         self.held.drain(..cut);
         Ok(())
+    }
+
+    /// The sender paused ([`FLUSH_AFTER`]): filter and give out all held.
+    pub fn flush(&mut self, f: &Filters, q: &Query<'_>, out: &mut Vec<u8>) -> Result<(), ()> {
+        self.push(f, q, &[], true, out)
     }
 }
 

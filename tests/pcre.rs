@@ -50,7 +50,7 @@ fn origin() -> (Origin, Arc<Mutex<Vec<String>>>) {
         }
         let path = head.split(' ').nth(1).unwrap_or("").to_string();
         let path = path.rsplit_once('/').map_or("", |(_, p)| p).to_string();
-        let pause = || thread::sleep(Duration::from_millis(100));
+        let pause = || thread::sleep(Duration::from_millis(50));
         let fixed = |c: &mut TcpStream, body: &[u8]| {
             let h = format!(
                 "HTTP/1.1 200 OK\r\nX-Server: leaky\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
@@ -364,4 +364,64 @@ fn cfg_errors_name_the_construct_and_the_line() {
     assert!(msg.contains("unknown option 'PCRE_BOGUS'"), "{msg}");
     let r = run_check(&dir, "pcre_extend deny *\n");
     r.assert_cfg_error(&path, 1, "pcre_extend");
+}
+
+/// A tcppm to `origin_port` with `filters` before it.
+fn tcppm(name: &str, filters: &str, origin_port: u16) -> (Proxy, u16) {
+    let dir = Dir::new(name);
+    let port = free_port();
+    let log = dir.join("proxy.log");
+    let cfg = format!(
+        "log {}\nlogformat \"L%E %N\"\n{filters}\ntcppm -i127.0.0.1 {port} 127.0.0.1 {origin_port}\n",
+        p(&log)
+    );
+    let proxy = Proxy::start(dir, &cfg, &[Listen::Tcp(localhost(port))]);
+    (proxy, port)
+}
+
+/// Read from `s` until `n` bytes came (or the peer closed).
+fn read_n(s: &mut TcpStream, n: usize) -> Vec<u8> {
+    let mut got = Vec::new();
+    let mut b = [0u8; 1024];
+    while got.len() < n {
+        match s.read(&mut b) {
+            Ok(0) | Err(_) => break,
+            Ok(k) => got.extend_from_slice(&b[..k]),
+        }
+    }
+    got
+}
+
+#[test]
+fn relayed_data_is_filtered_both_ways_and_a_pause_lets_it_through() {
+    // The echo answers what it got, and the client waits for the answer
+    // with its side open: the filters must not hold the bytes for ever.
+    let origin = Origin::echo();
+    let (_proxy, port) = tcppm(
+        "pcre_tcppm",
+        "pcre_rewrite clidata dunno password [hidden]\npcre_rewrite srvdata dunno hidden HIDDEN",
+        origin.port(),
+    );
+    let mut s = connect(localhost(port));
+    set_timeouts(&s, Duration::from_secs(10));
+    s.write_all(b"my password is x").unwrap();
+    assert_eq!(read_n(&mut s, 16), b"my [HIDDEN] is x");
+    s.write_all(b" and again password").unwrap();
+    assert_eq!(read_n(&mut s, 19), b" and again [HIDDEN]");
+}
+
+#[test]
+fn relayed_data_deny_ends_the_session_with_19() {
+    let origin = Origin::start("127.0.0.1:0", |mut conn| {
+        let _ = conn.write_all(b"a secret");
+        let _ = read_until_closed(&mut conn);
+    });
+    let (proxy, port) = tcppm("pcre_tcppm_deny", "pcre srvdata deny secret", origin.port());
+    let mut s = connect(localhost(port));
+    set_timeouts(&s, Duration::from_secs(10));
+    let got = read_until_closed(&mut s).unwrap_or_default();
+    assert_eq!(got, b"");
+    read_log_line(&proxy.dir.join("proxy.log"), "with 00019", |l| {
+        l == "00019 TCPPM"
+    });
 }

@@ -172,6 +172,17 @@ pub(super) fn stream_to_eof(
         if end {
             return Ok(sent);
         }
+        if f.held() > 0 && !super::sock::readable_within(src, crate::filter::FLUSH_AFTER) {
+            // The origin paused: what is held goes out as it is.
+            out.clear();
+            if f.flush(fs, q, &mut out).is_err() {
+                return Err(StreamErr::Denied { head_sent });
+            }
+            let h: &[u8] = if head_sent { b"" } else { head };
+            write_all_v(dst, h, &out).map_err(|e| StreamErr::Io(Side::Client, e))?;
+            sent += (h.len() + out.len()) as u64;
+            head_sent = true;
+        }
         let got =
             read_some(src, &mut chunk, Side::Server, lim).map_err(|(s, e)| StreamErr::Io(s, e))?;
         end = got == 0;
