@@ -42,6 +42,18 @@ fn origin() -> (Origin, Arc<Mutex<Vec<String>>>) {
             })
             .unwrap_or(0);
         let mut body = buf[end..].to_vec();
+        let chunked = head
+            .to_ascii_lowercase()
+            .contains("transfer-encoding: chunked");
+        while chunked && !body.ends_with(b"0\r\n\r\n") {
+            match conn.read(&mut b) {
+                Ok(0) | Err(_) => return,
+                Ok(n) => body.extend_from_slice(&b[..n]),
+            }
+        }
+        if chunked {
+            body = dechunk(&body);
+        }
         while body.len() < len {
             match conn.read(&mut b) {
                 Ok(0) | Err(_) => return,
@@ -73,6 +85,12 @@ fn origin() -> (Origin, Arc<Mutex<Vec<String>>>) {
                 pause();
                 let _ = conn.write_all(b"ret world");
             }
+            "chunked" => {
+                let h = "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n9\r\nhello sec\r\n";
+                let _ = conn.write_all(h.as_bytes());
+                pause();
+                let _ = conn.write_all(b"9\r\nret world\r\n0\r\n\r\n");
+            }
             "closebig" => {
                 let _ = conn.write_all(b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n");
                 let _ = conn.write_all(&[b'a'; 300]);
@@ -85,6 +103,22 @@ fn origin() -> (Origin, Arc<Mutex<Vec<String>>>) {
         }
     });
     (o, heads)
+}
+
+/// The data of a chunked body (no extensions, no trailers).
+fn dechunk(mut b: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    loop {
+        let Some(i) = b.windows(2).position(|w| w == b"\r\n") else {
+            return out;
+        };
+        let n = usize::from_str_radix(std::str::from_utf8(&b[..i]).unwrap(), 16).unwrap();
+        if n == 0 {
+            return out;
+        }
+        out.extend_from_slice(&b[i + 2..i + 2 + n]);
+        b = &b[i + 2 + n + 2..];
+    }
 }
 
 struct Setup {
@@ -424,4 +458,30 @@ fn relayed_data_deny_ends_the_session_with_19() {
     read_log_line(&proxy.dir.join("proxy.log"), "with 00019", |l| {
         l == "00019 TCPPM"
     });
+}
+
+#[test]
+fn chunked_bodies_are_decoded_filtered_and_chunked_again() {
+    let s = setup(
+        "pcre_chunked",
+        "pcre_rewrite srvdata dunno secret [removed]\npcre_rewrite clidata dunno password [hidden]",
+    );
+    // The word is cut between two chunks, in two writes of the origin.
+    let (status, head, body) = s.get("chunked");
+    assert_eq!(status, 200, "{head}");
+    assert!(head.contains("Transfer-Encoding: chunked"), "{head}");
+    assert_eq!(dechunk(body.as_bytes()), b"hello [removed] world");
+    // The client's chunked body, the word cut between two chunks.
+    let mut c = connect(localhost(s.port));
+    set_timeouts(&c, Duration::from_secs(10));
+    let req = format!(
+        "POST {} HTTP/1.1\r\nHost: 127.0.0.1\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n\
+         7\r\nmy pass\r\n",
+        s.url("echo")
+    );
+    c.write_all(req.as_bytes()).unwrap();
+    thread::sleep(Duration::from_millis(50));
+    c.write_all(b"4\r\nword\r\n0\r\n\r\n").unwrap();
+    let got = String::from_utf8(read_until_closed(&mut c).unwrap_or_default()).unwrap();
+    assert!(got.ends_with("\r\n\r\nmy [hidden]"), "{got}");
 }
