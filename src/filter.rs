@@ -62,7 +62,7 @@ enum Piece {
 }
 
 /// One `pcre` or `pcre_rewrite` line (and its `pcre_extend` lines).
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct Filter {
     kinds: u8,
     action: Action,
@@ -381,8 +381,8 @@ impl Filters {
         let Some(last) = self.list.last_mut() else {
             return Err("must follow a 'pcre' or 'pcre_rewrite' line".into());
         };
-        let f = Arc::get_mut(last).ok_or("the last filter is in use by a service")?;
-        f.aces.push(rule);
+        // A service before this line keeps the filter as it was.
+        Arc::make_mut(last).aces.push(rule);
         Ok(())
     }
 
