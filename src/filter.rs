@@ -91,6 +91,8 @@ pub struct Options {
 pub struct Filters {
     list: Vec<Arc<Filter>>,
     kinds: u8,
+    /// Some ACE has weekdays or periods: the query needs the clock.
+    timed: bool,
 }
 
 impl Options {
@@ -371,6 +373,7 @@ impl Filter {
 impl Filters {
     pub fn push(&mut self, f: Filter) {
         self.kinds |= f.kinds;
+        self.timed |= f.aces.iter().any(Rule::timed);
         self.list.push(Arc::new(f));
     }
 
@@ -381,6 +384,7 @@ impl Filters {
         let Some(last) = self.list.last_mut() else {
             return Err("must follow a 'pcre' or 'pcre_rewrite' line".into());
         };
+        self.timed |= rule.timed();
         // A service before this line keeps the filter as it was.
         Arc::make_mut(last).aces.push(rule);
         Ok(())
@@ -389,6 +393,11 @@ impl Filters {
     /// Some filter of type `kind` exists (the one test on a fast path).
     pub fn has(&self, kind: u8) -> bool {
         self.kinds & kind != 0
+    }
+
+    /// Some ACE has weekdays or periods.
+    pub fn timed(&self) -> bool {
+        self.timed
     }
 
     pub fn is_empty(&self) -> bool {

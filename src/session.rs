@@ -117,17 +117,26 @@ pub fn relay_logged(
             .filters
             .as_deref()
             .filter(|f| f.has(crate::filter::CLIDATA | crate::filter::SRVDATA))
-            .map(|filters| DataFilter {
-                filters,
-                query: crate::acl::Query {
-                    user: client.user.as_deref(),
-                    src: client.client_addr.map(|a| a.ip()),
-                    dst: client.req_addr.map(|a| a.ip()),
-                    host: host.as_deref(),
-                    port: client.req_addr.map_or(0, |a| a.port()),
-                    ..Default::default()
-                },
-                max: svc.filtermaxsize,
+            .map(|filters| {
+                let (wday, daysec) = if filters.timed() {
+                    crate::access::local_clock(std::time::SystemTime::now())
+                } else {
+                    (0, 0)
+                };
+                DataFilter {
+                    filters,
+                    query: crate::acl::Query {
+                        wday,
+                        daysec,
+                        user: client.user.as_deref(),
+                        src: client.client_addr.map(|a| a.ip()),
+                        dst: client.req_addr.map(|a| a.ip()),
+                        host: host.as_deref(),
+                        port: client.req_addr.map_or(0, |a| a.port()),
+                        ..Default::default()
+                    },
+                    max: svc.filtermaxsize,
+                }
             });
         let hooks = Hooks {
             limits,

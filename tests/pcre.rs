@@ -298,6 +298,17 @@ fn the_ace_selects_the_requests() {
         "pcre srvdata deny secret * * * 1\npcre_extend deny * 127.0.0.1",
     );
     assert_denied(&s.get("page"));
+    // Weekdays: today's only, so the clock must be asked.
+    let out = std::process::Command::new("date")
+        .arg("+%w")
+        .output()
+        .unwrap();
+    let today = String::from_utf8(out.stdout).unwrap().trim().to_string();
+    let s = setup(
+        "pcre_ace3",
+        &format!("pcre srvdata deny secret * * * * * {today}"),
+    );
+    assert_denied(&s.get("page"));
 }
 
 #[test]

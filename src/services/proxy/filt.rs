@@ -17,15 +17,24 @@ use crate::net::Stream;
 
 use super::body::{read_some, Side};
 
-/// What a filter's ACE is matched against for this request.
+/// What a filter's ACE is matched against for this request (the clock
+/// only if some ACE has weekdays or periods).
 pub(super) fn query<'a>(
+    fs: &Filters,
     c: &'a Client,
     user: Option<&'a str>,
     host: &'a str,
     port: u16,
     op: u32,
 ) -> Query<'a> {
+    let (wday, daysec) = if fs.timed() {
+        crate::access::local_clock(std::time::SystemTime::now())
+    } else {
+        (0, 0)
+    };
     Query {
+        wday,
+        daysec,
         user,
         src: c.client_addr.map(|a| a.ip()),
         dst: c.req_addr.map(|a| a.ip()),

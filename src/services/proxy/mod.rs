@@ -823,7 +823,7 @@ impl Session {
         let deny = || Fail::answer(Res::FILTER_DENY, 503);
         let host = acl::normalize_host(&self.host);
         let user = c.user.clone();
-        let q = filt::query(c, user.as_deref(), &host, req.port, req.op.bits());
+        let q = filt::query(&fs, c, user.as_deref(), &host, req.port, req.op.bits());
         let mut text = None;
         if fs.has(filter::REQUEST) {
             let mut line = Vec::with_capacity(c.text.len() + 2);
@@ -991,7 +991,7 @@ impl Session {
                 (_, Some(first)) => {
                     let fs = self.filters(filter::CLIDATA).unwrap_or_default();
                     let host = acl::normalize_host(&self.host);
-                    let q = filt::query(c, c.user.as_deref(), &host, req.port, req.op.bits());
+                    let q = filt::query(&fs, c, c.user.as_deref(), &host, req.port, req.op.bits());
                     let r = filt::stream_chunked(
                         &fs,
                         filter::CLIDATA,
@@ -1117,7 +1117,7 @@ impl Session {
         if let Some(fs) = self.filters(filter::SRVHEADER) {
             let host = acl::normalize_host(&self.host);
             let user = c.user.clone();
-            let q = filt::query(c, user.as_deref(), &host, req.port, req.op.bits());
+            let q = filt::query(&fs, c, user.as_deref(), &host, req.port, req.op.bits());
             filt::head(&fs, filter::SRVHEADER, &q, &mut self.resp_out, false, 2)
                 .map_err(|()| Fail::answer(Res::FILTER_DENY, 503))?;
         }
@@ -1249,7 +1249,7 @@ impl Session {
             .map_err(|(_, e)| Fail::silent(cli_res(&e)))?;
         let host = acl::normalize_host(&self.host);
         let user = c.user.clone();
-        let q = filt::query(c, user.as_deref(), &host, req.port, req.op.bits());
+        let q = filt::query(fs, c, user.as_deref(), &host, req.port, req.op.bits());
         if fs.check(filter::CLIDATA, &q, &mut b) == Verdict::Deny {
             return Err(Fail::answer(Res::FILTER_DENY, 503));
         }
@@ -1285,7 +1285,7 @@ impl Session {
             .map_err(|(_, e)| Fail::answer(srv_res(&e), 502))?;
         let host = acl::normalize_host(&self.host);
         let user = c.user.clone();
-        let q = filt::query(c, user.as_deref(), &host, req.port, req.op.bits());
+        let q = filt::query(fs, c, user.as_deref(), &host, req.port, req.op.bits());
         if fs.check(filter::SRVDATA, &q, &mut body) == Verdict::Deny {
             return Err(Fail::answer(Res::FILTER_DENY, 503));
         }
@@ -1329,7 +1329,7 @@ impl Session {
             .map_err(|e| Fail::silent(send_res(&e)))?;
         let host = acl::normalize_host(&self.host);
         let user = c.user.clone();
-        let q = filt::query(c, user.as_deref(), &host, req.port, req.op.bits());
+        let q = filt::query(fs, c, user.as_deref(), &host, req.port, req.op.bits());
         let mut clean = true;
         let r = if h.framing == Framing::Chunked {
             filt::stream_chunked(
