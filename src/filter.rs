@@ -170,11 +170,28 @@ const KNOWN: &[&str] = &[
 /// Compile `pattern` with `o`. A construct the linear-time matcher lacks
 /// is named in the error.
 fn compile(pattern: &str, o: &Options) -> Result<Regex, String> {
-    let text = if o.literal {
+    let mut text = if o.literal {
         regex::escape(pattern)
     } else {
         pattern.to_string()
     };
+    if !o.unicode {
+        // Without a UTF option PCRE sees the pattern as bytes: `[é]` is
+        // a class of two bytes. Write each non-ASCII character as the
+        // escapes of its UTF-8 bytes, which bytes-mode `regex` reads so.
+        let mut b = String::with_capacity(text.len());
+        for ch in text.chars() {
+            if ch.is_ascii() {
+                b.push(ch);
+            } else {
+                let mut buf = [0u8; 4];
+                for byte in ch.encode_utf8(&mut buf).bytes() {
+                    b.push_str(&format!("\\x{byte:02X}"));
+                }
+            }
+        }
+        text = b;
+    }
     RegexBuilder::new(&text)
         .case_insensitive(o.caseless)
         .multi_line(o.multiline)
@@ -563,6 +580,17 @@ mod tests {
         assert!(e.contains("'PCRE_NOTEMPTY' has no equivalent"), "{e}");
         let e = Options::default().set("PCRE_BOGUS").unwrap_err();
         assert_eq!(e, "unknown option 'PCRE_BOGUS'");
+    }
+
+    #[test]
+    fn non_ascii_literals_match_their_utf8_bytes() {
+        let fs = filters(
+            &[("srvdata", "deny", "слово|caf[eé]", None)],
+            &Options::default(),
+        );
+        assert_eq!(run(&fs, SRVDATA, "одно слово").0, Verdict::Deny);
+        assert_eq!(run(&fs, SRVDATA, "un café").0, Verdict::Deny);
+        assert_eq!(run(&fs, SRVDATA, "cafx").0, Verdict::Pass);
     }
 
     #[test]
