@@ -662,7 +662,7 @@ fn check_acl(p: &Policy, q: &Query<'_>, weight: &mut u32) -> Result<Allowed, Res
 }
 
 /// Weekday (0 = Sunday) and seconds since midnight, in local time.
-fn local_clock(t: SystemTime) -> (u8, u32) {
+pub fn local_clock(t: SystemTime) -> (u8, u32) {
     let secs = t
         .duration_since(SystemTime::UNIX_EPOCH)
         .map(|d| d.as_secs() as i64)

@@ -62,7 +62,7 @@ enum Piece {
 }
 
 /// One `pcre` or `pcre_rewrite` line (and its `pcre_extend` lines).
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct Filter {
     kinds: u8,
     action: Action,
@@ -91,6 +91,8 @@ pub struct Options {
 pub struct Filters {
     list: Vec<Arc<Filter>>,
     kinds: u8,
+    /// Some ACE has weekdays or periods: the query needs the clock.
+    timed: bool,
 }
 
 impl Options {
@@ -168,11 +170,28 @@ const KNOWN: &[&str] = &[
 /// Compile `pattern` with `o`. A construct the linear-time matcher lacks
 /// is named in the error.
 fn compile(pattern: &str, o: &Options) -> Result<Regex, String> {
-    let text = if o.literal {
+    let mut text = if o.literal {
         regex::escape(pattern)
     } else {
         pattern.to_string()
     };
+    if !o.unicode {
+        // Without a UTF option PCRE sees the pattern as bytes: `[é]` is
+        // a class of two bytes. Write each non-ASCII character as the
+        // escapes of its UTF-8 bytes, which bytes-mode `regex` reads so.
+        let mut b = String::with_capacity(text.len());
+        for ch in text.chars() {
+            if ch.is_ascii() {
+                b.push(ch);
+            } else {
+                let mut buf = [0u8; 4];
+                for byte in ch.encode_utf8(&mut buf).bytes() {
+                    b.push_str(&format!("\\x{byte:02X}"));
+                }
+            }
+        }
+        text = b;
+    }
     RegexBuilder::new(&text)
         .case_insensitive(o.caseless)
         .multi_line(o.multiline)
@@ -371,6 +390,7 @@ impl Filter {
 impl Filters {
     pub fn push(&mut self, f: Filter) {
         self.kinds |= f.kinds;
+        self.timed |= f.aces.iter().any(Rule::timed);
         self.list.push(Arc::new(f));
     }
 
@@ -381,14 +401,20 @@ impl Filters {
         let Some(last) = self.list.last_mut() else {
             return Err("must follow a 'pcre' or 'pcre_rewrite' line".into());
         };
-        let f = Arc::get_mut(last).ok_or("the last filter is in use by a service")?;
-        f.aces.push(rule);
+        self.timed |= rule.timed();
+        // A service before this line keeps the filter as it was.
+        Arc::make_mut(last).aces.push(rule);
         Ok(())
     }
 
     /// Some filter of type `kind` exists (the one test on a fast path).
     pub fn has(&self, kind: u8) -> bool {
         self.kinds & kind != 0
+    }
+
+    /// Some ACE has weekdays or periods.
+    pub fn timed(&self) -> bool {
+        self.timed
     }
 
     pub fn is_empty(&self) -> bool {
@@ -418,6 +444,11 @@ impl Filters {
     }
 }
 
+/// How long a held tail waits for more data when the sender pauses: then
+/// it is filtered as it is and given out, so a request-and-answer protocol
+/// never waits for bytes that will not come.
+pub const FLUSH_AFTER: std::time::Duration = std::time::Duration::from_millis(300);
+
 /// A body filtered as it streams: bytes are held until `max` of them are
 /// there (or the body ends); then all but the last `max / 2` are filtered
 /// and given out, so a match up to `max / 2` bytes long is found however
@@ -439,7 +470,6 @@ impl Stream {
     }
 
     /// Bytes held, not yet given out.
-    #[cfg(test)]
     pub fn held(&self) -> usize {
         self.held.len()
     }
@@ -470,6 +500,11 @@ impl Stream {
         out.extend_from_slice(&self.held[..cut]);
         self.held.drain(..cut);
         Ok(())
+    }
+
+    /// The sender paused ([`FLUSH_AFTER`]): filter and give out all held.
+    pub fn flush(&mut self, f: &Filters, q: &Query<'_>, out: &mut Vec<u8>) -> Result<(), ()> {
+        self.push(f, q, &[], true, out)
     }
 }
 
@@ -545,6 +580,17 @@ mod tests {
         assert!(e.contains("'PCRE_NOTEMPTY' has no equivalent"), "{e}");
         let e = Options::default().set("PCRE_BOGUS").unwrap_err();
         assert_eq!(e, "unknown option 'PCRE_BOGUS'");
+    }
+
+    #[test]
+    fn non_ascii_literals_match_their_utf8_bytes() {
+        let fs = filters(
+            &[("srvdata", "deny", "слово|caf[eé]", None)],
+            &Options::default(),
+        );
+        assert_eq!(run(&fs, SRVDATA, "одно слово").0, Verdict::Deny);
+        assert_eq!(run(&fs, SRVDATA, "un café").0, Verdict::Deny);
+        assert_eq!(run(&fs, SRVDATA, "cafx").0, Verdict::Pass);
     }
 
     #[test]

@@ -90,6 +90,7 @@ pub fn relay_checked(
             limits,
             recheck,
             dump: None,
+            filter: None,
         },
     )
 }
@@ -103,6 +104,19 @@ pub struct Hooks<'a> {
     pub recheck: Option<&'a Recheck>,
     /// `logdump`: intermediate log records.
     pub dump: Option<Dump<'a>>,
+    /// `pcre` filters of types `clidata` and `srvdata`: the data goes
+    /// through them (and never through splice), as in 3proxy's sockmap.
+    pub filter: Option<DataFilter<'a>>,
+}
+
+/// The `clidata`/`srvdata` filters a relay runs, and what their ACEs
+/// are matched against.
+#[derive(Clone, Copy)]
+pub struct DataFilter<'a> {
+    pub filters: &'a crate::filter::Filters,
+    pub query: crate::acl::Query<'a>,
+    /// `filtermaxsize`: the window of each direction.
+    pub max: usize,
 }
 
 /// `logdump`: when a direction has moved this many bytes since the last
@@ -130,6 +144,13 @@ pub fn relay_hooked(cli: &Stream, srv: &Stream, opts: &RelayOpts, mut hooks: Hoo
             inb: 0,
         };
     }
+    if let Some(f) = hooks.filter {
+        // Decided once per session: without filters the loop below never
+        // sees this type.
+        let up = FilterBuf::new(f, crate::filter::CLIDATA, opts.bufsize);
+        let down = FilterBuf::new(f, crate::filter::SRVDATA, opts.bufsize);
+        return run(cli, srv, up, down, opts, hooks);
+    }
     if opts.splice {
         let mk = || SplicePipe::new(opts.bufsize);
         run(cli, srv, mk(), mk(), opts, hooks)
@@ -153,6 +174,109 @@ trait Channel {
     fn drain(&mut self, dst: BorrowedFd<'_>) -> Result<usize, Errno>;
     /// The channel is idle: give back what can be given back.
     fn release(&mut self) {}
+    /// A filter refused the data (the session ends with code 19).
+    fn denied(&self) -> bool {
+        false
+    }
+    /// A filter holds bytes back, waiting for more.
+    fn holds(&self) -> bool {
+        false
+    }
+    /// The source paused: let out what a filter holds.
+    fn flush(&mut self) {}
+}
+
+/// A direction through the data filters of its type: what is read goes
+/// through a `filter::Stream` (which holds back a window's tail until more
+/// comes or the source ends), what it lets out waits to be written.
+struct FilterBuf<'a> {
+    f: DataFilter<'a>,
+    /// None: no filter of this direction's type; bytes pass unchanged.
+    stream: Option<crate::filter::Stream>,
+    read: Vec<u8>,
+    out: Vec<u8>,
+    sent: usize,
+    size: usize,
+    denied: bool,
+}
+
+impl<'a> FilterBuf<'a> {
+    fn new(f: DataFilter<'a>, kind: u8, size: usize) -> FilterBuf<'a> {
+        let stream =
+            (f.filters.has(kind) && f.max > 0).then(|| crate::filter::Stream::new(kind, f.max));
+        FilterBuf {
+            f,
+            stream,
+            read: Vec::new(),
+            out: Vec::new(),
+            sent: 0,
+            size: size.max(1),
+            denied: false,
+        }
+    }
+}
+
+impl Channel for FilterBuf<'_> {
+    fn has_space(&self) -> bool {
+        !self.denied && self.out.len() - self.sent < self.size
+    }
+    fn room(&self) -> usize {
+        self.size
+    }
+    fn pending(&self) -> bool {
+        self.sent < self.out.len()
+    }
+    fn fill(&mut self, src: BorrowedFd<'_>, max: usize) -> Result<usize, Errno> {
+        let want = self.size.min(max);
+        self.read.resize(want, 0);
+        let n = recv(src.as_raw_fd(), &mut self.read, MsgFlags::MSG_DONTWAIT)?;
+        match &mut self.stream {
+            None => self.out.extend_from_slice(&self.read[..n]),
+            Some(s) => {
+                let (f, q) = (self.f.filters, &self.f.query);
+                if s.push(f, q, &self.read[..n], n == 0, &mut self.out)
+                    .is_err()
+                {
+                    self.denied = true;
+                }
+            }
+        }
+        Ok(n)
+    }
+    fn drain(&mut self, dst: BorrowedFd<'_>) -> Result<usize, Errno> {
+        let n = send(
+            dst.as_raw_fd(),
+            &self.out[self.sent..],
+            MsgFlags::MSG_DONTWAIT | MsgFlags::MSG_NOSIGNAL,
+        )?;
+        self.sent += n;
+        if self.sent == self.out.len() {
+            self.out.clear();
+            self.sent = 0;
+        }
+        Ok(n)
+    }
+    fn release(&mut self) {
+        if !self.pending() {
+            self.out = Vec::new();
+        }
+        self.read = Vec::new();
+    }
+    fn denied(&self) -> bool {
+        self.denied
+    }
+    fn holds(&self) -> bool {
+        self.stream.as_ref().is_some_and(|s| s.held() > 0)
+    }
+    fn flush(&mut self) {
+        if let Some(s) = &mut self.stream {
+            if s.flush(self.f.filters, &self.f.query, &mut self.out)
+                .is_err()
+            {
+                self.denied = true;
+            }
+        }
+    }
 }
 
 // The shared pool's buffers are those of a relay with the default `-b`:
@@ -516,6 +640,7 @@ fn run<C: Channel>(
         limits,
         recheck,
         mut dump,
+        filter: _,
     } = hooks;
     let mut up = Dir::new(c2s, cli, srv, Side::Client);
     // Bytes each way already reported by `logdump` records.
@@ -558,6 +683,10 @@ fn run<C: Channel>(
                 dumped = (up.bytes, down.bytes);
             }
         }
+        if up.ch.denied() || down.ch.denied() {
+            // 3proxy's sockmap code for data a filter refused.
+            break Res::FILTER;
+        }
         if (up.quota_hit && !up.ch.pending()) || (down.quota_hit && !down.ch.pending()) {
             // 3proxy's code for a traffic limit reached mid-session.
             break Res::QUOTA;
@@ -583,9 +712,22 @@ fn run<C: Channel>(
         // quiet session holds none (the pool makes the next borrow cheap).
         up.ch.release();
         down.ch.release();
-        let waited = wait(&mut up, &mut down, idle_ms);
+        let holding = up.ch.holds() || down.ch.holds();
+        let ms = if holding {
+            idle_ms.min(crate::filter::FLUSH_AFTER.as_millis() as i32)
+        } else {
+            idle_ms
+        };
+        let waited = wait(&mut up, &mut down, ms);
         match waited {
             Ok(true) => {}
+            Ok(false) if holding => {
+                // The senders paused: filters let out what they hold.
+                up.ch.flush();
+                down.ch.flush();
+                up.can_write = true;
+                down.can_write = true;
+            }
             Ok(false) => {
                 break if up.ch.pending() || down.ch.pending() {
                     Res::UNSENT

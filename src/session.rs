@@ -9,7 +9,7 @@ use std::io::Write;
 use crate::access::{self, Grant, Recheck, Request};
 use crate::client::Client;
 use crate::net::Stream;
-use crate::relay::{relay_hooked, Dump, Hooks, Outcome, RelayOpts};
+use crate::relay::{relay_hooked, DataFilter, Dump, Hooks, Outcome, RelayOpts};
 use crate::res::Res;
 use crate::service::Service;
 use crate::timeouts::Timeouts;
@@ -109,10 +109,40 @@ pub fn relay_logged(
             in_at,
             write: &mut write,
         });
+        // `clidata`/`srvdata` filters, matched against what the session
+        // knows of its request.
+        let svc = client.svc();
+        let host = client.req_host.as_deref().map(crate::acl::normalize_host);
+        let filter = svc
+            .filters
+            .as_deref()
+            .filter(|f| f.has(crate::filter::CLIDATA | crate::filter::SRVDATA))
+            .map(|filters| {
+                let (wday, daysec) = if filters.timed() {
+                    crate::access::local_clock(std::time::SystemTime::now())
+                } else {
+                    (0, 0)
+                };
+                DataFilter {
+                    filters,
+                    query: crate::acl::Query {
+                        wday,
+                        daysec,
+                        user: client.user.as_deref(),
+                        src: client.client_addr.map(|a| a.ip()),
+                        dst: client.req_addr.map(|a| a.ip()),
+                        host: host.as_deref(),
+                        port: client.req_addr.map_or(0, |a| a.port()),
+                        ..Default::default()
+                    },
+                    max: svc.filtermaxsize,
+                }
+            });
         let hooks = Hooks {
             limits,
             recheck: Some(recheck),
             dump,
+            filter,
         };
         relay_hooked(&client.cli, srv, opts, hooks)
     };

@@ -42,6 +42,18 @@ fn origin() -> (Origin, Arc<Mutex<Vec<String>>>) {
             })
             .unwrap_or(0);
         let mut body = buf[end..].to_vec();
+        let chunked = head
+            .to_ascii_lowercase()
+            .contains("transfer-encoding: chunked");
+        while chunked && !body.ends_with(b"0\r\n\r\n") {
+            match conn.read(&mut b) {
+                Ok(0) | Err(_) => return,
+                Ok(n) => body.extend_from_slice(&b[..n]),
+            }
+        }
+        if chunked {
+            body = dechunk(&body);
+        }
         while body.len() < len {
             match conn.read(&mut b) {
                 Ok(0) | Err(_) => return,
@@ -50,7 +62,7 @@ fn origin() -> (Origin, Arc<Mutex<Vec<String>>>) {
         }
         let path = head.split(' ').nth(1).unwrap_or("").to_string();
         let path = path.rsplit_once('/').map_or("", |(_, p)| p).to_string();
-        let pause = || thread::sleep(Duration::from_millis(100));
+        let pause = || thread::sleep(Duration::from_millis(50));
         let fixed = |c: &mut TcpStream, body: &[u8]| {
             let h = format!(
                 "HTTP/1.1 200 OK\r\nX-Server: leaky\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
@@ -73,6 +85,12 @@ fn origin() -> (Origin, Arc<Mutex<Vec<String>>>) {
                 pause();
                 let _ = conn.write_all(b"ret world");
             }
+            "chunked" => {
+                let h = "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n9\r\nhello sec\r\n";
+                let _ = conn.write_all(h.as_bytes());
+                pause();
+                let _ = conn.write_all(b"9\r\nret world\r\n0\r\n\r\n");
+            }
             "closebig" => {
                 let _ = conn.write_all(b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n");
                 let _ = conn.write_all(&[b'a'; 300]);
@@ -85,6 +103,22 @@ fn origin() -> (Origin, Arc<Mutex<Vec<String>>>) {
         }
     });
     (o, heads)
+}
+
+/// The data of a chunked body (no extensions, no trailers).
+fn dechunk(mut b: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    loop {
+        let Some(i) = b.windows(2).position(|w| w == b"\r\n") else {
+            return out;
+        };
+        let n = usize::from_str_radix(std::str::from_utf8(&b[..i]).unwrap(), 16).unwrap();
+        if n == 0 {
+            return out;
+        }
+        out.extend_from_slice(&b[i + 2..i + 2 + n]);
+        b = &b[i + 2 + n + 2..];
+    }
 }
 
 struct Setup {
@@ -264,6 +298,17 @@ fn the_ace_selects_the_requests() {
         "pcre srvdata deny secret * * * 1\npcre_extend deny * 127.0.0.1",
     );
     assert_denied(&s.get("page"));
+    // Weekdays: today's only, so the clock must be asked.
+    let out = std::process::Command::new("date")
+        .arg("+%w")
+        .output()
+        .unwrap();
+    let today = String::from_utf8(out.stdout).unwrap().trim().to_string();
+    let s = setup(
+        "pcre_ace3",
+        &format!("pcre srvdata deny secret * * * * * {today}"),
+    );
+    assert_denied(&s.get("page"));
 }
 
 #[test]
@@ -364,4 +409,90 @@ fn cfg_errors_name_the_construct_and_the_line() {
     assert!(msg.contains("unknown option 'PCRE_BOGUS'"), "{msg}");
     let r = run_check(&dir, "pcre_extend deny *\n");
     r.assert_cfg_error(&path, 1, "pcre_extend");
+}
+
+/// A tcppm to `origin_port` with `filters` before it.
+fn tcppm(name: &str, filters: &str, origin_port: u16) -> (Proxy, u16) {
+    let dir = Dir::new(name);
+    let port = free_port();
+    let log = dir.join("proxy.log");
+    let cfg = format!(
+        "log {}\nlogformat \"L%E %N\"\n{filters}\ntcppm -i127.0.0.1 {port} 127.0.0.1 {origin_port}\n",
+        p(&log)
+    );
+    let proxy = Proxy::start(dir, &cfg, &[Listen::Tcp(localhost(port))]);
+    (proxy, port)
+}
+
+/// Read from `s` until `n` bytes came (or the peer closed).
+fn read_n(s: &mut TcpStream, n: usize) -> Vec<u8> {
+    let mut got = Vec::new();
+    let mut b = [0u8; 1024];
+    while got.len() < n {
+        match s.read(&mut b) {
+            Ok(0) | Err(_) => break,
+            Ok(k) => got.extend_from_slice(&b[..k]),
+        }
+    }
+    got
+}
+
+#[test]
+fn relayed_data_is_filtered_both_ways_and_a_pause_lets_it_through() {
+    // The echo answers what it got, and the client waits for the answer
+    // with its side open: the filters must not hold the bytes for ever.
+    let origin = Origin::echo();
+    let (_proxy, port) = tcppm(
+        "pcre_tcppm",
+        "pcre_rewrite clidata dunno password [hidden]\npcre_rewrite srvdata dunno hidden HIDDEN",
+        origin.port(),
+    );
+    let mut s = connect(localhost(port));
+    set_timeouts(&s, Duration::from_secs(10));
+    s.write_all(b"my password is x").unwrap();
+    assert_eq!(read_n(&mut s, 16), b"my [HIDDEN] is x");
+    s.write_all(b" and again password").unwrap();
+    assert_eq!(read_n(&mut s, 19), b" and again [HIDDEN]");
+}
+
+#[test]
+fn relayed_data_deny_ends_the_session_with_19() {
+    let origin = Origin::start("127.0.0.1:0", |mut conn| {
+        let _ = conn.write_all(b"a secret");
+        let _ = read_until_closed(&mut conn);
+    });
+    let (proxy, port) = tcppm("pcre_tcppm_deny", "pcre srvdata deny secret", origin.port());
+    let mut s = connect(localhost(port));
+    set_timeouts(&s, Duration::from_secs(10));
+    let got = read_until_closed(&mut s).unwrap_or_default();
+    assert_eq!(got, b"");
+    read_log_line(&proxy.dir.join("proxy.log"), "with 00019", |l| {
+        l == "00019 TCPPM"
+    });
+}
+
+#[test]
+fn chunked_bodies_are_decoded_filtered_and_chunked_again() {
+    let s = setup(
+        "pcre_chunked",
+        "pcre_rewrite srvdata dunno secret [removed]\npcre_rewrite clidata dunno password [hidden]",
+    );
+    // The word is cut between two chunks, in two writes of the origin.
+    let (status, head, body) = s.get("chunked");
+    assert_eq!(status, 200, "{head}");
+    assert!(head.contains("Transfer-Encoding: chunked"), "{head}");
+    assert_eq!(dechunk(body.as_bytes()), b"hello [removed] world");
+    // The client's chunked body, the word cut between two chunks.
+    let mut c = connect(localhost(s.port));
+    set_timeouts(&c, Duration::from_secs(10));
+    let req = format!(
+        "POST {} HTTP/1.1\r\nHost: 127.0.0.1\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n\
+         7\r\nmy pass\r\n",
+        s.url("echo")
+    );
+    c.write_all(req.as_bytes()).unwrap();
+    thread::sleep(Duration::from_millis(50));
+    c.write_all(b"4\r\nword\r\n0\r\n\r\n").unwrap();
+    let got = String::from_utf8(read_until_closed(&mut c).unwrap_or_default()).unwrap();
+    assert!(got.ends_with("\r\n\r\nmy [hidden]"), "{got}");
 }

@@ -1037,6 +1037,16 @@ impl ChunkScanner {
     /// of them, unless the body ends inside `data`); `done()` tells if it
     /// ended. Err on anything that is not valid chunked coding.
     pub fn feed(&mut self, data: &[u8]) -> Result<usize, ()> {
+        self.feed_into(data, None)
+    }
+
+    /// [`ChunkScanner::feed`], appending the chunks' data (without the
+    /// framing) to `payload` if given: what a filter looks at.
+    pub fn feed_into(
+        &mut self,
+        data: &[u8],
+        mut payload: Option<&mut Vec<u8>>,
+    ) -> Result<usize, ()> {
         use ChunkState::*;
         let mut i = 0;
         while i < data.len() {
@@ -1045,6 +1055,9 @@ impl ChunkScanner {
                 Done => return Ok(i),
                 Data(n) => {
                     let take = (data.len() - i).min(usize::try_from(n).unwrap_or(usize::MAX));
+                    if let Some(p) = payload.as_deref_mut() {
+                        p.extend_from_slice(&data[i..i + take]);
+                    }
                     i += take;
                     let left = n - take as u64;
                     self.state = if left == 0 { DataCr } else { Data(left) };

@@ -579,6 +579,7 @@ fn transfer(c: &mut Client, st: &mut State, line: &[u8]) -> Result<(), Res> {
             limits: st.limits.as_deref(),
             recheck: None,
             dump: None,
+            filter: None,
         },
     );
     c.bytes_out += out.out;

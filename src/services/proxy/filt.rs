@@ -17,15 +17,24 @@ use crate::net::Stream;
 
 use super::body::{read_some, Side};
 
-/// What a filter's ACE is matched against for this request.
+/// What a filter's ACE is matched against for this request (the clock
+/// only if some ACE has weekdays or periods).
 pub(super) fn query<'a>(
+    fs: &Filters,
     c: &'a Client,
     user: Option<&'a str>,
     host: &'a str,
     port: u16,
     op: u32,
 ) -> Query<'a> {
+    let (wday, daysec) = if fs.timed() {
+        crate::access::local_clock(std::time::SystemTime::now())
+    } else {
+        (0, 0)
+    };
     Query {
+        wday,
+        daysec,
         user,
         src: c.client_addr.map(|a| a.ip()),
         dst: c.req_addr.map(|a| a.ip()),
@@ -172,9 +181,102 @@ pub(super) fn stream_to_eof(
         if end {
             return Ok(sent);
         }
+        if f.held() > 0 && !super::sock::readable_within(src, crate::filter::FLUSH_AFTER) {
+            // The origin paused: what is held goes out as it is.
+            out.clear();
+            if f.flush(fs, q, &mut out).is_err() {
+                return Err(StreamErr::Denied { head_sent });
+            }
+            let h: &[u8] = if head_sent { b"" } else { head };
+            write_all_v(dst, h, &out).map_err(|e| StreamErr::Io(Side::Client, e))?;
+            sent += (h.len() + out.len()) as u64;
+            head_sent = true;
+        }
         let got =
             read_some(src, &mut chunk, Side::Server, lim).map_err(|(s, e)| StreamErr::Io(s, e))?;
         end = got == 0;
+        data = &chunk[..got];
+    }
+}
+
+/// Write `data` as one chunk (nothing if empty), after `head` if given.
+fn send_chunk(dst: &Stream, head: &[u8], data: &[u8]) -> io::Result<u64> {
+    use super::sock::write_all_v;
+    let mut framed = Vec::with_capacity(head.len() + data.len() + 20);
+    framed.extend_from_slice(head);
+    if !data.is_empty() {
+        framed.extend_from_slice(format!("{:x}\r\n", data.len()).as_bytes());
+        framed.extend_from_slice(data);
+        framed.extend_from_slice(b"\r\n");
+    }
+    write_all_v(dst, &framed, &[])?;
+    Ok(framed.len() as u64)
+}
+
+/// A chunked body through the filters: decoded (`sc` has scanned none of
+/// it yet; `first` is what came with the head), filtered as a stream, and
+/// sent as new chunks after `head` (empty if the head went out already),
+/// with an empty trailer section. Bytes read past the body's end go to
+/// `past`. Returns the bytes written.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn stream_chunked(
+    fs: &Filters,
+    kind: u8,
+    q: &Query<'_>,
+    max: usize,
+    src: &Stream,
+    from: Side,
+    dst: &Stream,
+    head: &[u8],
+    first: &[u8],
+    lim: Option<&Limits>,
+    mut past: impl FnMut(&[u8]),
+) -> Result<u64, StreamErr> {
+    let to = match from {
+        Side::Client => Side::Server,
+        Side::Server => Side::Client,
+    };
+    let mut sc = crate::proto::http::ChunkScanner::new();
+    let mut f = crate::filter::Stream::new(kind, max);
+    let (mut payload, mut out) = (Vec::new(), Vec::new());
+    let mut sent = 0u64;
+    let mut head_sent = head.is_empty();
+    let mut chunk = vec![0u8; 16 << 10];
+    let mut data: &[u8] = first;
+    let bad = || StreamErr::Io(from, io::ErrorKind::InvalidData.into());
+    loop {
+        payload.clear();
+        let k = sc.feed_into(data, Some(&mut payload)).map_err(|()| bad())?;
+        if k < data.len() {
+            past(&data[k..]);
+        }
+        let end = sc.done();
+        out.clear();
+        if f.push(fs, q, &payload, end, &mut out).is_err() {
+            return Err(StreamErr::Denied { head_sent });
+        }
+        if !out.is_empty() || (end && !head_sent) {
+            let h: &[u8] = if head_sent { b"" } else { head };
+            sent += send_chunk(dst, h, &out).map_err(|e| StreamErr::Io(to, e))?;
+            head_sent = true;
+        }
+        if end {
+            sent += send_chunk(dst, b"0\r\n\r\n", b"").map_err(|e| StreamErr::Io(to, e))?;
+            return Ok(sent);
+        }
+        if f.held() > 0 && !super::sock::readable_within(src, crate::filter::FLUSH_AFTER) {
+            out.clear();
+            if f.flush(fs, q, &mut out).is_err() {
+                return Err(StreamErr::Denied { head_sent });
+            }
+            let h: &[u8] = if head_sent { b"" } else { head };
+            sent += send_chunk(dst, h, &out).map_err(|e| StreamErr::Io(to, e))?;
+            head_sent = true;
+        }
+        let got = read_some(src, &mut chunk, from, lim).map_err(|(s, e)| StreamErr::Io(s, e))?;
+        if got == 0 {
+            return Err(StreamErr::Io(from, io::ErrorKind::UnexpectedEof.into()));
+        }
         data = &chunk[..got];
     }
 }

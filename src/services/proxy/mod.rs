@@ -872,7 +872,7 @@ impl Session {
         let deny = || Fail::answer(Res::FILTER_DENY, 503);
         let host = acl::normalize_host(&self.host);
         let user = c.user.clone();
-        let q = filt::query(c, user.as_deref(), &host, req.port, req.op.bits());
+        let q = filt::query(&fs, c, user.as_deref(), &host, req.port, req.op.bits());
         let mut text = None;
         if fs.has(filter::REQUEST) {
             let mut line = Vec::with_capacity(c.text.len() + 2);
@@ -1019,6 +1019,17 @@ impl Session {
                 (now, more_body) = (0, false);
             }
         }
+        // A chunked body for them is decoded and streamed after the head,
+        // from its first byte.
+        let mut chunked_first: Option<Vec<u8>> = None;
+        if req.framing == Framing::Chunked
+            && self.svc.filtermaxsize > 0
+            && self.filters(filter::CLIDATA).is_some()
+        {
+            chunked_first = Some(cb.data()[..now].to_vec());
+            cb.consume(now);
+            (now, more_body) = (0, true);
+        }
         let retryable = req.idempotent && req.framing == Framing::None;
         let mut small = [0u8; SMALL];
         let mut sb = HeadBuf::new(&mut small);
@@ -1068,9 +1079,34 @@ impl Session {
             }
             let lim = self.shaper();
             let splice = self.svc.splice();
-            let sent = match req.framing {
-                Framing::Length(n) => {
+            let sent = match (req.framing, &chunked_first) {
+                (Framing::Length(n), _) => {
                     copy_exact(&c.cli, &o.s, n - now as u64, Side::Client, lim, splice)
+                }
+                (_, Some(first)) => {
+                    let fs = self.filters(filter::CLIDATA).unwrap_or_default();
+                    let host = acl::normalize_host(&self.host);
+                    let q = filt::query(&fs, c, c.user.as_deref(), &host, req.port, req.op.bits());
+                    let r = filt::stream_chunked(
+                        &fs,
+                        filter::CLIDATA,
+                        &q,
+                        self.svc.filtermaxsize,
+                        &c.cli,
+                        Side::Client,
+                        &o.s,
+                        b"",
+                        first,
+                        lim,
+                        |b| cb.put_back(b),
+                    );
+                    match r {
+                        Ok(n) => Ok(n),
+                        Err(filt::StreamErr::Io(s, e)) => Err((s, e)),
+                        Err(filt::StreamErr::Denied { .. }) => {
+                            return Err(Fail::answer(Res::FILTER_DENY, 503))
+                        }
+                    }
                 }
                 _ => copy_chunked(&c.cli, &o.s, Side::Client, &mut scanner, lim, |b| {
                     cb.put_back(b)
@@ -1176,7 +1212,7 @@ impl Session {
         if let Some(fs) = self.filters(filter::SRVHEADER) {
             let host = acl::normalize_host(&self.host);
             let user = c.user.clone();
-            let q = filt::query(c, user.as_deref(), &host, req.port, req.op.bits());
+            let q = filt::query(&fs, c, user.as_deref(), &host, req.port, req.op.bits());
             filt::head(&fs, filter::SRVHEADER, &q, &mut self.resp_out, false, 2)
                 .map_err(|()| Fail::answer(Res::FILTER_DENY, 503))?;
         }
@@ -1208,7 +1244,9 @@ impl Session {
                 Framing::Length(n) if n > 0 && n <= max as u64 => {
                     return self.respond_filtered(c, sb, req, o, &h, &fs, body_done, client_keep);
                 }
-                Framing::Close if max > 0 => return self.respond_streamed(c, sb, req, o, &fs),
+                Framing::Close | Framing::Chunked if max > 0 => {
+                    return self.respond_streamed(c, sb, req, o, &h, &fs, body_done, client_keep)
+                }
                 _ => {}
             }
         }
@@ -1306,7 +1344,7 @@ impl Session {
             .map_err(|(_, e)| Fail::silent(cli_res(&e)))?;
         let host = acl::normalize_host(&self.host);
         let user = c.user.clone();
-        let q = filt::query(c, user.as_deref(), &host, req.port, req.op.bits());
+        let q = filt::query(fs, c, user.as_deref(), &host, req.port, req.op.bits());
         if fs.check(filter::CLIDATA, &q, &mut b) == Verdict::Deny {
             return Err(Fail::answer(Res::FILTER_DENY, 503));
         }
@@ -1342,7 +1380,7 @@ impl Session {
             .map_err(|(_, e)| Fail::answer(srv_res(&e), 502))?;
         let host = acl::normalize_host(&self.host);
         let user = c.user.clone();
-        let q = filt::query(c, user.as_deref(), &host, req.port, req.op.bits());
+        let q = filt::query(fs, c, user.as_deref(), &host, req.port, req.op.bits());
         if fs.check(filter::SRVDATA, &q, &mut body) == Verdict::Deny {
             return Err(Fail::answer(Res::FILTER_DENY, 503));
         }
@@ -1364,16 +1402,21 @@ impl Session {
         })
     }
 
-    /// A response body that ends when the origin closes: streamed through
-    /// the `srvdata` filters, `filtermaxsize` bytes at a time.
+    /// A response body that ends when the origin closes, or chunked:
+    /// streamed through the `srvdata` filters, `filtermaxsize` bytes at a
+    /// time (a chunked one decoded, and sent in new chunks).
     #[inline(never)]
+    #[allow(clippy::too_many_arguments)]
     fn respond_streamed(
         &mut self,
         c: &mut Client,
         sb: &mut HeadBuf<'_>,
         req: &Req,
         o: Origin,
+        h: &ResponseHead,
         fs: &Filters,
+        body_done: bool,
+        client_keep: bool,
     ) -> Result<Next, Fail> {
         let first = sb.data().to_vec();
         sb.consume(first.len());
@@ -1381,20 +1424,40 @@ impl Session {
             .map_err(|e| Fail::silent(send_res(&e)))?;
         let host = acl::normalize_host(&self.host);
         let user = c.user.clone();
-        let q = filt::query(c, user.as_deref(), &host, req.port, req.op.bits());
-        let r = filt::stream_to_eof(
-            fs,
-            filter::SRVDATA,
-            &q,
-            self.svc.filtermaxsize,
-            &o.s,
-            &c.cli,
-            &self.resp_out,
-            &first,
-            self.shaper(),
-        );
+        let q = filt::query(fs, c, user.as_deref(), &host, req.port, req.op.bits());
+        let mut clean = true;
+        let r = if h.framing == Framing::Chunked {
+            filt::stream_chunked(
+                fs,
+                filter::SRVDATA,
+                &q,
+                self.svc.filtermaxsize,
+                &o.s,
+                Side::Server,
+                &c.cli,
+                &self.resp_out,
+                &first,
+                self.shaper(),
+                |_| clean = false,
+            )
+        } else {
+            filt::stream_to_eof(
+                fs,
+                filter::SRVDATA,
+                &q,
+                self.svc.filtermaxsize,
+                &o.s,
+                &c.cli,
+                &self.resp_out,
+                &first,
+                self.shaper(),
+            )
+        };
         match r {
             Ok(n) => c.bytes_in += n,
+            Err(filt::StreamErr::Io(Side::Server, e)) if is_bad_chunk(&e) => {
+                return Err(Fail::silent(Res::HTTP_CHUNK_SERVER))
+            }
             Err(filt::StreamErr::Denied { head_sent: false }) => {
                 return Err(Fail::answer(Res::FILTER_DENY, 503))
             }
@@ -1404,8 +1467,15 @@ impl Session {
             Err(filt::StreamErr::Io(Side::Client, e)) => return Err(Fail::silent(send_res(&e))),
             Err(filt::StreamErr::Io(Side::Server, e)) => return Err(Fail::silent(srv_res(&e))),
         }
+        if h.framing == Framing::Chunked && body_done && h.keep_alive && clean {
+            self.origin = Some(o);
+        }
         c.res = Res::OK;
-        Ok(Next::Close)
+        Ok(if client_keep && h.framing == Framing::Chunked {
+            Next::KeepAlive
+        } else {
+            Next::Close
+        })
     }
 
     /// Answer an error (when nothing was answered yet), log the request,
