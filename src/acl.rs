@@ -702,8 +702,15 @@ impl NameSet {
 }
 
 /// A request's host as rules compare it: lowercase, no trailing dots.
-pub fn normalize_host(h: &str) -> String {
-    h.trim_end_matches('.').to_ascii_lowercase()
+pub fn normalize_host(h: &str) -> std::borrow::Cow<'_, str> {
+    let t = h.trim_end_matches('.');
+    // Most hosts are lowercase already: no copy for them (this runs for
+    // every request).
+    if t.bytes().any(|b| b.is_ascii_uppercase()) {
+        std::borrow::Cow::Owned(t.to_ascii_lowercase())
+    } else {
+        std::borrow::Cow::Borrowed(t)
+    }
 }
 
 /// Ports and port ranges, sorted and merged.
