@@ -18,6 +18,7 @@ pub mod ops_cmds;
 pub mod parent_cmds;
 pub mod resolve_cmds;
 pub mod state;
+pub mod tls_cmds;
 pub mod token;
 pub mod value;
 

@@ -50,6 +50,8 @@ pub struct State {
     pub ops: Ops,
     /// `parentretries`: process-wide, installed by `finalize`.
     pub parent_retries: u32,
+    /// The `ssl_*` settings so far.
+    pub tls: crate::tls::Settings,
 }
 
 impl State {
@@ -74,6 +76,7 @@ impl State {
             budget: MAX_LOAD_BYTES,
             ops: Ops::default(),
             parent_retries: crate::parent::DEFAULT_RETRIES,
+            tls: Default::default(),
         }
     }
 }

@@ -213,6 +213,9 @@ fn child(c: &mut Client) {
     if c.svc().opts.proxy_header && !crate::session::read_proxy_header(c) {
         return;
     }
+    if c.svc().tls_server.is_some() && !crate::session::accept_tls(c) {
+        return;
+    }
     let Kind::Tcp(serve) = entry_of(c.svc().def).kind else {
         return;
     };
@@ -279,6 +282,11 @@ pub fn prepare(state: &State, args: &[String]) -> Result<Prepared, String> {
             )
         });
     }
+    let tls_server = if def.udp {
+        None
+    } else {
+        state.tls.server_config()?
+    };
     let mut port = opts.port.unwrap_or(def.default_port);
     let mut target = None;
     if def.positional == 3 {
@@ -308,7 +316,10 @@ pub fn prepare(state: &State, args: &[String]) -> Result<Prepared, String> {
         Some(f) => Arc::new(LogFormat::parse(f)),
         None => state.logformat.clone(),
     };
-    let stack = BASE_STACK + state.stacksize + opts.stack_add.unwrap_or(0);
+    let mut stack = BASE_STACK + state.stacksize + opts.stack_add.unwrap_or(0);
+    if tls_server.is_some() {
+        stack += crate::service::TLS_STACK;
+    }
     let dialer = Dialer {
         ext4: opts.ext4.or(state.ext4),
         ext6: opts.ext6.or(state.ext6),
@@ -366,6 +377,7 @@ pub fn prepare(state: &State, args: &[String]) -> Result<Prepared, String> {
         );
         svc.key.clone_from(&key);
         svc.back_listener = back_listener;
+        svc.tls_server = tls_server;
         return Ok(Prepared {
             svc: Arc::new(svc),
             socket: None,
@@ -403,6 +415,7 @@ pub fn prepare(state: &State, args: &[String]) -> Result<Prepared, String> {
     );
     svc.key.clone_from(&key);
     svc.back_listener = back_listener;
+    svc.tls_server = tls_server;
     Ok(Prepared {
         svc: Arc::new(svc),
         socket: Some(socket),
@@ -465,6 +478,7 @@ fn build(
         slot_waiters: std::sync::atomic::AtomicU32::new(0),
         access: state.access.snapshot(),
         back_listener: None,
+        tls_server: None,
     }
 }
 
