@@ -53,7 +53,12 @@ pub fn accept_tls(c: &mut Client) -> bool {
     };
     let deadline = std::time::Instant::now() + svc.timeouts.get(Timeouts::STRING_SHORT);
     match c.cli.accept_tls(cfg, deadline) {
-        Ok(()) => true,
+        Ok(()) => {
+            // The handshake ran deep; an idle session should not keep
+            // those stack pages.
+            crate::sys::mem::release_stack_below_here();
+            true
+        }
         Err(e) => {
             use crate::net::HandshakeError as H;
             c.res = match e {
