@@ -140,6 +140,23 @@ impl Stream {
         }
     }
 
+    /// Open a TLS session to a server on this stream (a parent whose type
+    /// ends in `s`), as `name`, by `deadline`; the stream becomes
+    /// [`Stream::Tls`]. Not over a TLS stream (no TLS in TLS).
+    pub fn connect_tls(
+        &mut self,
+        cfg: std::sync::Arc<rustls::ClientConfig>,
+        name: rustls::pki_types::ServerName<'static>,
+        deadline: std::time::Instant,
+    ) -> Result<(), HandshakeError> {
+        let dup = self
+            .try_clone()
+            .map_err(|e| HandshakeError::Failed(e.to_string()))?;
+        let t = TlsStream::connect(dup, cfg, name, deadline)?;
+        *self = Stream::Tls(Box::new(t));
+        Ok(())
+    }
+
     /// Accept a TLS session from the client on this stream by `deadline`
     /// (`ssl_serv`); on success the stream becomes [`Stream::Tls`]. The
     /// session owns a second handle on the socket; this one is closed.

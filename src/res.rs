@@ -387,7 +387,12 @@ codes! {
     /// dnspr: the name does not exist (the service answered NXDOMAIN).
     DNS_NXDOMAIN = 888;
 
-    // 8000-8099: TLS with the client (`ssl_serv`).
+    // 8000-8099: TLS with a parent, and with the client (`ssl_serv`).
+    /// TLS: the handshake with a parent whose type ends in `s` failed
+    /// (its certificate refused under `ssl_client_verify`, a protocol
+    /// error, a timeout); 3proxy's number for a failed handshake with the
+    /// server.
+    TLS_PARENT = 8011;
     /// TLS: the handshake with the client failed (a protocol error, no
     /// common version or cipher, the client closed); 3proxy's number.
     TLS_HANDSHAKE = 8013;

@@ -305,6 +305,9 @@ pub struct Service {
     /// `ssl_serv` at the service's line: clients speak TLS (the
     /// certificate, key and client verification as they stood there).
     pub tls_server: Option<Arc<rustls::ServerConfig>>,
+    /// TLS towards parents whose type ends in `s` (the `ssl_client_*`
+    /// settings at the service's line).
+    pub tls_client: Option<Arc<crate::tls::Client>>,
 }
 
 impl Service {
@@ -340,7 +343,8 @@ impl crate::access::Scope for Service {
 /// add to it. Relay buffers live on the heap, so the stack holds only
 /// frames; resolving a name through glibc is the deepest path.
 pub const BASE_STACK: i64 = 49152;
-/// What a service under `ssl_serv` adds to its threads' stacks: the TLS
+/// What a service under `ssl_serv` or with TLS parents adds to its
+/// threads' stacks: the TLS
 /// handshake (the signature with the server key, certificate checks)
 /// runs deeper than any plain path. Only the pages a thread touches cost
 /// memory.

@@ -188,6 +188,8 @@ impl ServerSettings {
 pub struct Settings {
     /// `ssl_serv`: later services accept TLS.
     pub serv: bool,
+    /// `ssl_cli`: TLS towards parents (with `ssl_client_mode 3`).
+    pub cli: bool,
     pub server: ServerSettings,
     /// The client-side settings, read and checked; TLS towards servers
     /// is not built yet (`ssl_cli` is refused).
@@ -215,6 +217,137 @@ impl Settings {
             return Ok(None);
         }
         self.server.config().map(Some)
+    }
+}
+
+/// TLS towards parents as a service has it: the configuration and the
+/// name to ask for.
+#[derive(Debug)]
+pub struct Client {
+    pub config: Arc<rustls::ClientConfig>,
+    settings: ClientSettings,
+}
+
+impl Client {
+    /// The name to ask the parent at `host` for (see
+    /// [`ClientSettings::server_name`]).
+    pub fn server_name(&self, host: &str) -> Option<rustls::pki_types::ServerName<'static>> {
+        self.settings.server_name(host)
+    }
+}
+
+impl Settings {
+    /// The TLS towards parents a TCP service takes at its line: Some when
+    /// it has a parent whose type ends in `s` (`tls_hops`) or `ssl_cli`
+    /// is on. `ssl_cli` does TLS to parents only (`ssl_client_mode 3`);
+    /// TLS to the server itself (modes 0-2) is not built yet.
+    pub fn client(&self, tls_hops: bool) -> Result<Option<Arc<Client>>, String> {
+        if self.cli && self.client.mode != 3 {
+            return Err(format!(
+                "ssl_cli with ssl_client_mode {} (TLS to the server) is not supported yet \
+                 by this version of 3proxy: not built yet; ssl_client_mode 3 (TLS to \
+                 parents whose type ends in s) is",
+                self.client.mode
+            ));
+        }
+        if !tls_hops && !self.cli {
+            return Ok(None);
+        }
+        Ok(Some(Arc::new(Client {
+            config: self.client.config()?,
+            settings: self.client.clone(),
+        })))
+    }
+}
+
+impl ClientSettings {
+    /// The rustls configuration for TLS towards parents. Without
+    /// `ssl_client_verify` the server's certificate is not checked, as in
+    /// 3proxy (the handshake's signatures still are).
+    pub fn config(&self) -> Result<Arc<rustls::ClientConfig>, String> {
+        let b = rustls::ClientConfig::builder_with_provider(provider())
+            .with_protocol_versions(&versions(self.min, self.max)?)
+            .map_err(|e| format!("protocol versions: {e}"))?;
+        let b = if self.verify {
+            let roots = self
+                .ca
+                .as_ref()
+                .map_or_else(default_roots, |r| r.value.clone());
+            b.with_root_certificates(roots)
+        } else {
+            b.dangerous()
+                .with_custom_certificate_verifier(Arc::new(NoVerify(provider())))
+        };
+        let cfg = match (&self.cert, &self.key) {
+            (Some(c), Some(k)) => b
+                .with_client_auth_cert(c.value.to_vec(), k.value.clone_key())
+                .map_err(|e| {
+                    format!(
+                        "ssl_client_key '{}' cannot serve ssl_client_cert '{}': {e}",
+                        k.path, c.path
+                    )
+                })?,
+            (Some(_), None) => return Err("ssl_client_cert needs ssl_client_key".into()),
+            _ => b.with_no_client_auth(),
+        };
+        Ok(Arc::new(cfg))
+    }
+
+    /// The name a parent is asked for: `ssl_client_sni`, else its
+    /// address as the cfg wrote it (an IP sends no SNI).
+    pub fn server_name(&self, host: &str) -> Option<rustls::pki_types::ServerName<'static>> {
+        let h = self.sni.as_deref().unwrap_or(host);
+        rustls::pki_types::ServerName::try_from(h.to_string()).ok()
+    }
+}
+
+/// `ssl_client_no_verify` (3proxy's default): any certificate is taken,
+/// but the handshake's signatures are still checked with it.
+#[derive(Debug)]
+struct NoVerify(Arc<rustls::crypto::CryptoProvider>);
+
+impl rustls::client::danger::ServerCertVerifier for NoVerify {
+    fn verify_server_cert(
+        &self,
+        _: &CertificateDer<'_>,
+        _: &[CertificateDer<'_>],
+        _: &rustls::pki_types::ServerName<'_>,
+        _: &[u8],
+        _: rustls::pki_types::UnixTime,
+    ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
+        Ok(rustls::client::danger::ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.0.signature_verification_algorithms.supported_schemes()
     }
 }
 
@@ -386,7 +519,28 @@ impl<S: AsFd> TlsStream<S> {
             return Err(HandshakeError::NotTls(first[0]));
         }
         let conn = ServerConnection::new(cfg).map_err(|e| HandshakeError::Failed(e.to_string()))?;
-        let mut conn = Connection::Server(conn);
+        TlsStream::handshake(sock, Connection::Server(conn), deadline)
+    }
+
+    /// Open a TLS session to a server (a parent whose type ends in `s`)
+    /// on `sock` by `deadline`, as `name` (SNI and the certificate check).
+    pub fn connect(
+        sock: S,
+        cfg: Arc<rustls::ClientConfig>,
+        name: rustls::pki_types::ServerName<'static>,
+        deadline: Instant,
+    ) -> Result<TlsStream<S>, HandshakeError> {
+        let conn = rustls::ClientConnection::new(cfg, name)
+            .map_err(|e| HandshakeError::Failed(e.to_string()))?;
+        TlsStream::handshake(sock, Connection::Client(conn), deadline)
+    }
+
+    fn handshake(
+        sock: S,
+        mut conn: Connection,
+        deadline: Instant,
+    ) -> Result<TlsStream<S>, HandshakeError> {
+        let fd = sock.as_fd().as_raw_fd();
         let mut io = FdIo {
             fd,
             flags: MsgFlags::MSG_DONTWAIT,
@@ -407,7 +561,7 @@ impl<S: AsFd> TlsStream<S> {
                 Ok(0) => {
                     eof = true;
                     if conn.is_handshaking() {
-                        return Err(HandshakeError::Failed("the client closed".into()));
+                        return Err(HandshakeError::Failed("the peer closed".into()));
                     }
                 }
                 Ok(_) => {}
@@ -418,7 +572,7 @@ impl<S: AsFd> TlsStream<S> {
                 Err(e) => return Err(HandshakeError::Failed(e.to_string())),
             }
             if let Err(e) = conn.process_new_packets() {
-                // Tell the client why (the alert rustls queued), briefly.
+                // Tell the peer why (the alert rustls queued), briefly.
                 let _ = conn.write_tls(&mut io);
                 return Err(classify(e));
             }

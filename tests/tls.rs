@@ -554,3 +554,144 @@ fn idle_tls_sessions_cost_little() {
         "TLS {tls} KB against plain {plain} KB"
     );
 }
+
+/// Two of our processes: `back`, a proxy under ssl_serv, and `front`,
+/// whose cfg is `client` with BACK replaced by back's port and FRONT by
+/// the `front` service line (which has a parent ending in `s` at BACK).
+fn chain_pair(name: &str, pki: &Pki, client: &str, front: &str) -> (Proxy, Proxy) {
+    let back_port = free_port();
+    let back = start(
+        Dir::new(&format!("{name}_back")),
+        &format!("{}proxy -p{back_port} -i127.0.0.1\n", pki.serv()),
+        back_port,
+    );
+    let front_port = front
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("-p").and_then(|p| p.parse().ok()))
+        .expect("front -pPORT");
+    let front = start(
+        Dir::new(&format!("{name}_front")),
+        &client
+            .replace("BACK", &back_port.to_string())
+            .replace("FRONT", front),
+        front_port,
+    );
+    (back, front)
+}
+
+#[test]
+fn https_and_connect_plus_s_parents_speak_tls_to_our_ssl_serv() {
+    let dir = Dir::new("tls_parent");
+    let pki = Pki::new(&dir);
+    let origin = HttpOrigin::start();
+    let echo = Origin::echo();
+    let fport = free_port();
+    // An `https` parent under the HTTP proxy, its certificate checked.
+    let client = format!(
+        "ssl_client_verify\nssl_client_ca_file {}\nallow *\nparent 1000 https 127.0.0.1 BACK\nFRONT\n",
+        p(&pki.ca)
+    );
+    let (back, front) = chain_pair(
+        "tls_parent_https",
+        &pki,
+        &client,
+        &format!("proxy -p{fport} -i127.0.0.1"),
+    );
+    let out = Command::new("curl")
+        .args(["-sS", "--max-time", "30", "--proxy"])
+        .arg(format!("http://127.0.0.1:{fport}"))
+        .arg(origin.url("/hello"))
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "hello",
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    read_log_line(&log_of(&back), "of the request over TLS", |l| {
+        l.starts_with("PROXY 00000 ") && l.contains("GET http://127.0.0.1:")
+    });
+    drop(front);
+
+    // tcppm through a `connect+s` parent: CONNECT inside TLS.
+    let tport = free_port();
+    let client = format!(
+        "ssl_client_verify\nssl_client_ca_file {}\nallow *\nparent 1000 connect+s 127.0.0.1 BACK\nFRONT\n",
+        p(&pki.ca)
+    );
+    let (back, _front) = chain_pair(
+        "tls_parent_connect",
+        &pki,
+        &client,
+        &format!(
+            "tcppm -p{tport} -i127.0.0.1 {tport} 127.0.0.1 {}",
+            echo.port()
+        ),
+    );
+    let mut s = connect(localhost(tport));
+    set_timeouts(&s, Duration::from_secs(30));
+    echo_roundtrip(&mut s, b"through two proxies and TLS");
+    drop(s);
+    read_log_line(&log_of(&back), "of the CONNECT over TLS", |l| {
+        l.starts_with("PROXY 00000 ") && l.contains("CONNECT 127.0.0.1:")
+    });
+}
+
+#[test]
+fn a_tls_parent_hop_starts_with_a_client_hello() {
+    // A raw listener as the parent: the first byte is a TLS handshake
+    // record (0x16), not an HTTP request.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let pport = listener.local_addr().unwrap().port();
+    let dir = Dir::new("tls_parent_wire");
+    let port = free_port();
+    let cfg = format!("allow *\nparent 1000 https 127.0.0.1 {pport}\nproxy -p{port} -i127.0.0.1\n");
+    let _proxy = start(dir, &cfg, port);
+    let mut c = connect(localhost(port));
+    set_timeouts(&c, Duration::from_secs(30));
+    c.write_all(b"GET http://127.0.0.1:9/ HTTP/1.1\r\nHost: 127.0.0.1:9\r\n\r\n")
+        .unwrap();
+    let mut peer = accept_within(&listener, Duration::from_secs(10)).expect("the parent dialled");
+    set_timeouts(&peer, Duration::from_secs(10));
+    let mut first = [0u8; 3];
+    peer.read_exact(&mut first).unwrap();
+    assert_eq!(first, [0x16, 0x03, 0x01], "a TLS handshake record");
+}
+
+#[test]
+fn a_parent_whose_certificate_is_not_trusted_is_refused_with_8011() {
+    let dir = Dir::new("tls_parent_untrusted");
+    let pki = Pki::new(&dir);
+    let origin = HttpOrigin::start();
+    let fport = free_port();
+    // Verification on, with the built-in roots only: our test CA is not
+    // among them.
+    let client = "ssl_client_verify\nallow *\nparent 1000 https 127.0.0.1 BACK\nFRONT\n";
+    let (_back, front) = chain_pair(
+        "tls_parent_untrusted",
+        &pki,
+        client,
+        &format!("proxy -p{fport} -i127.0.0.1"),
+    );
+    let out = Command::new("curl")
+        .args([
+            "-sS",
+            "--max-time",
+            "30",
+            "-o",
+            "/dev/null",
+            "-w",
+            "%{http_code}",
+            "--proxy",
+        ])
+        .arg(format!("http://127.0.0.1:{fport}"))
+        .arg(origin.url("/hello"))
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "502");
+    read_log_line(&log_of(&front), "with 08011", |l| {
+        l.starts_with("PROXY 08011 ")
+    });
+    assert_eq!(origin.conns(), 0);
+}

@@ -115,7 +115,7 @@ pub static COMMANDS: &[Command] = &[
     cmd("nocountall", 1, 0, access_cmds::h_count),
     cmd("filtermaxsize", 2, 2, not_yet),
     cmd("radius", 3, 0, not_yet),
-    // TLS (`conf::tls_cmds`): the server side is built.
+    // TLS (`conf::tls_cmds`): the server side, and TLS to parents.
     cmd("ssl_serv", 1, 1, tls_cmds::h_serv),
     cmd("ssl_server", 1, 1, tls_cmds::h_serv),
     cmd("ssl_noserv", 1, 1, tls_cmds::h_noserv),
@@ -156,12 +156,12 @@ pub static COMMANDS: &[Command] = &[
     cmd("ssl_client_no_verify", 1, 1, tls_cmds::h_client_verify),
     cmd("ssl_client_sni", 1, 2, tls_cmds::h_client_sni),
     cmd("ssl_client_mode", 1, 2, tls_cmds::h_client_mode),
+    cmd("ssl_cli", 1, 1, tls_cmds::h_cli),
+    cmd("ssl_client", 1, 1, tls_cmds::h_cli),
     cmd("ssl_nocli", 1, 1, tls_cmds::h_nocli),
     cmd("ssl_noclient", 1, 1, tls_cmds::h_nocli),
     cmd("ssl_nomitm", 1, 1, tls_cmds::h_nocli),
     // TLS not built yet: refused by name.
-    cmd("ssl_cli", 1, 1, tls_cmds::h_not_built),
-    cmd("ssl_client", 1, 1, tls_cmds::h_not_built),
     cmd("ssl_mitm", 1, 1, tls_cmds::h_not_built),
     cmd("ssl_certcache", 2, 2, tls_cmds::h_not_built),
     cmd("ssl_server_ca_key", 1, 2, tls_cmds::h_not_built),

@@ -22,7 +22,15 @@ pub fn h_noserv(state: &mut State, _: &[String]) -> Result<(), String> {
     Ok(())
 }
 
-pub fn h_nocli(_: &mut State, _: &[String]) -> Result<(), String> {
+pub fn h_cli(state: &mut State, _: &[String]) -> Result<(), String> {
+    state.tls.cli = true;
+    Ok(())
+}
+
+pub fn h_nocli(state: &mut State, args: &[String]) -> Result<(), String> {
+    if args[0] != "ssl_nomitm" {
+        state.tls.cli = false;
+    }
     Ok(())
 }
 
@@ -194,16 +202,20 @@ mod tests {
 
     #[test]
     fn unbuilt_commands_say_so() {
-        for l in [
-            "ssl_cli",
-            "ssl_mitm",
-            "ssl_certcache /tmp/",
-            "ssl_client_alpn h2",
-        ] {
+        for l in ["ssl_mitm", "ssl_certcache /tmp/", "ssl_client_alpn h2"] {
             let e = run(&[l]).unwrap_err();
             assert!(e.contains("not built yet"), "{l}: {e}");
         }
         assert_eq!(run(&["ssl_client_mode 3"]).unwrap().tls.client.mode, 3);
+        // ssl_cli: TLS to parents only.
+        let st = run(&["ssl_cli"]).unwrap();
+        let e = st.tls.client(false).unwrap_err();
+        assert!(e.contains("not built yet"), "{e}");
+        let st = run(&["ssl_client", "ssl_client_mode 3"]).unwrap();
+        assert!(st.tls.client(false).unwrap().is_some());
+        let st = run(&["ssl_client", "ssl_noclient"]).unwrap();
+        assert!(st.tls.client(false).unwrap().is_none());
+        assert!(st.tls.client(true).unwrap().is_some());
         assert!(run(&["ssl_client_mode 4"]).is_err());
     }
 }

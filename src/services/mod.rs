@@ -282,10 +282,15 @@ pub fn prepare(state: &State, args: &[String]) -> Result<Prepared, String> {
             )
         });
     }
-    let tls_server = if def.udp {
-        None
+    let (tls_server, tls_client) = if def.udp {
+        (None, None)
     } else {
-        state.tls.server_config()?
+        let tls_hops = state
+            .access
+            .acl
+            .iter()
+            .any(|e| e.parents.iter().any(|h| h.tls));
+        (state.tls.server_config()?, state.tls.client(tls_hops)?)
     };
     let mut port = opts.port.unwrap_or(def.default_port);
     let mut target = None;
@@ -317,7 +322,7 @@ pub fn prepare(state: &State, args: &[String]) -> Result<Prepared, String> {
         None => state.logformat.clone(),
     };
     let mut stack = BASE_STACK + state.stacksize + opts.stack_add.unwrap_or(0);
-    if tls_server.is_some() {
+    if tls_server.is_some() || tls_client.is_some() {
         stack += crate::service::TLS_STACK;
     }
     let dialer = Dialer {
@@ -378,6 +383,7 @@ pub fn prepare(state: &State, args: &[String]) -> Result<Prepared, String> {
         svc.key.clone_from(&key);
         svc.back_listener = back_listener;
         svc.tls_server = tls_server;
+        svc.tls_client = tls_client;
         return Ok(Prepared {
             svc: Arc::new(svc),
             socket: None,
@@ -416,6 +422,7 @@ pub fn prepare(state: &State, args: &[String]) -> Result<Prepared, String> {
     svc.key.clone_from(&key);
     svc.back_listener = back_listener;
     svc.tls_server = tls_server;
+    svc.tls_client = tls_client;
     Ok(Prepared {
         svc: Arc::new(svc),
         socket: Some(socket),
@@ -479,6 +486,7 @@ fn build(
         access: state.access.snapshot(),
         back_listener: None,
         tls_server: None,
+        tls_client: None,
     }
 }
 
