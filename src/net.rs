@@ -78,6 +78,15 @@ impl Stream {
         }
     }
 
+    /// Send what a TLS session holds within `limit` (before waiting for
+    /// the peer, who may be waiting for it). A no-op for plain sockets.
+    pub fn flush_within(&self, limit: Duration) -> io::Result<()> {
+        match self {
+            Stream::Tls(t) if t.wants_write() => t.flush_within(limit),
+            _ => Ok(()),
+        }
+    }
+
     /// Send what a TLS session holds, without waiting (WouldBlock if some
     /// stays). A no-op for plain sockets.
     pub fn flush_nb(&self) -> io::Result<()> {

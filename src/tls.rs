@@ -358,7 +358,8 @@ pub enum HandshakeError {
     NotTls(u8),
     /// The deadline passed.
     Timeout,
-    /// The client's certificate was missing or refused.
+    /// The peer's certificate was missing or refused by our check (a
+    /// peer that refuses ours sends an alert: that is `Failed`).
     Certificate(String),
     /// Anything else: a protocol error, the peer closed, a socket error.
     Failed(String),
@@ -374,7 +375,9 @@ impl std::fmt::Display for HandshakeError {
                 )
             }
             HandshakeError::Timeout => write!(f, "TLS handshake: timed out"),
-            HandshakeError::Certificate(e) => write!(f, "TLS handshake: client certificate: {e}"),
+            HandshakeError::Certificate(e) => {
+                write!(f, "TLS handshake: the peer's certificate: {e}")
+            }
             HandshakeError::Failed(e) => write!(f, "TLS handshake: {e}"),
         }
     }
@@ -455,6 +458,31 @@ fn tls_err(e: rustls::Error) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, e)
 }
 
+/// The longest a blocking read waits to send records owed to the peer
+/// when the socket has no read timeout.
+const MAX_FLUSH_WAIT: Duration = Duration::from_secs(60);
+
+/// Send every record `conn` holds within `limit` (TimedOut if not).
+fn flush_within(sock: &impl AsFd, conn: &mut Connection, limit: Duration) -> io::Result<()> {
+    let deadline = Instant::now() + limit;
+    let mut io = FdIo {
+        fd: sock.as_fd().as_raw_fd(),
+        flags: MsgFlags::MSG_DONTWAIT,
+    };
+    while conn.wants_write() {
+        match conn.write_tls(&mut io) {
+            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(_) => {}
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                wait_fd(sock, PollFlags::POLLOUT, deadline)
+                    .map_err(|_| io::Error::from(io::ErrorKind::TimedOut))?;
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
 /// Wait until `fd` is ready for `ev` or `deadline` passes.
 fn wait_fd(fd: &impl AsFd, ev: PollFlags, deadline: Instant) -> Result<(), HandshakeError> {
     loop {
@@ -480,9 +508,6 @@ fn classify(e: rustls::Error) -> HandshakeError {
     match e {
         E::NoCertificatesPresented | E::InvalidCertificate(_) | E::InvalidCertRevocationList(_) => {
             HandshakeError::Certificate(e.to_string())
-        }
-        E::AlertReceived(a) if format!("{a:?}").contains("Certificate") => {
-            HandshakeError::Certificate(format!("the client refused ours: {a:?}"))
         }
         e => HandshakeError::Failed(e.to_string()),
     }
@@ -642,10 +667,21 @@ impl<S: AsFd> TlsStream<S> {
             if *eof {
                 return Ok(got);
             }
-            // Records the session owes the peer (a key update's answer):
-            // send what goes without waiting.
+            // Records the session owes the peer (the rest of an answer a
+            // non-blocking write left, a key update's reply): send what
+            // goes now; before a blocking read, all of it, since the peer
+            // may be waiting for it before it sends anything, within the
+            // socket's read timeout (the wait this read would take).
             if conn.wants_write() {
                 let _ = conn.write_tls(&mut io);
+                if !nonblock && got == 0 && conn.wants_write() {
+                    let limit = socket2::SockRef::from(&self.sock)
+                        .read_timeout()
+                        .ok()
+                        .flatten()
+                        .unwrap_or(MAX_FLUSH_WAIT);
+                    flush_within(&self.sock, conn, limit)?;
+                }
             }
             // Once some bytes are in hand, only what is there now.
             io.flags = if nonblock || got > 0 {
@@ -665,6 +701,12 @@ impl<S: AsFd> TlsStream<S> {
                 return Err(tls_err(e));
             }
         }
+    }
+
+    /// Send every record the session holds within `limit`.
+    pub fn flush_within(&self, limit: Duration) -> io::Result<()> {
+        let mut g = self.lock();
+        flush_within(&self.sock, &mut g.conn, limit)
     }
 
     /// Send records waiting in the session. Non-blocking: WouldBlock if

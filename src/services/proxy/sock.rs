@@ -106,6 +106,10 @@ pub(super) fn readable_within(s: &Stream, t: Duration) -> bool {
     if s.buffered() {
         return true;
     }
+    // A TLS answer not all sent yet: the client waits for it first.
+    if s.flush_within(t).is_err() {
+        return false;
+    }
     let mut fds = [PollFd::new(s.as_fd(), PollFlags::POLLIN)];
     let ms = PollTimeout::try_from(t.as_millis().min(i32::MAX as u128) as i32)
         .unwrap_or(PollTimeout::MAX);
