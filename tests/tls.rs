@@ -559,10 +559,21 @@ fn idle_tls_sessions_cost_little() {
 /// whose cfg is `client` with BACK replaced by back's port and FRONT by
 /// the `front` service line (which has a parent ending in `s` at BACK).
 fn chain_pair(name: &str, pki: &Pki, client: &str, front: &str) -> (Proxy, Proxy) {
+    chain_pair_to("proxy", name, pki, client, front)
+}
+
+/// [`chain_pair`] with `back_service` (`proxy`, `socks`) as the back.
+fn chain_pair_to(
+    back_service: &str,
+    name: &str,
+    pki: &Pki,
+    client: &str,
+    front: &str,
+) -> (Proxy, Proxy) {
     let back_port = free_port();
     let back = start(
         Dir::new(&format!("{name}_back")),
-        &format!("{}proxy -p{back_port} -i127.0.0.1\n", pki.serv()),
+        &format!("{}{back_service} -p{back_port} -i127.0.0.1\n", pki.serv()),
         back_port,
     );
     let front_port = front
@@ -635,6 +646,36 @@ fn https_and_connect_plus_s_parents_speak_tls_to_our_ssl_serv() {
     drop(s);
     read_log_line(&log_of(&back), "of the CONNECT over TLS", |l| {
         l.starts_with("PROXY 00000 ") && l.contains("CONNECT 127.0.0.1:")
+    });
+}
+
+#[test]
+fn a_socks5s_parent_reaches_socks_under_ssl_serv() {
+    let dir = Dir::new("tls_parent_socks");
+    let pki = Pki::new(&dir);
+    let echo = Origin::echo();
+    let tport = free_port();
+    let client = format!(
+        "ssl_client_verify\nssl_client_ca_file {}\nallow *\nparent 1000 socks5s 127.0.0.1 BACK\nFRONT\n",
+        p(&pki.ca)
+    );
+    let (back, _front) = chain_pair_to(
+        "socks",
+        "tls_parent_socks",
+        &pki,
+        &client,
+        &format!(
+            "tcppm -p{tport} -i127.0.0.1 {tport} 127.0.0.1 {}",
+            echo.port()
+        ),
+    );
+    let mut s = connect(localhost(tport));
+    set_timeouts(&s, Duration::from_secs(30));
+    echo_roundtrip(&mut s, b"socks5 inside TLS");
+    echo_roundtrip(&mut s, &vec![b'z'; 300_000]);
+    drop(s);
+    read_log_line(&log_of(&back), "of the SOCKS5 session over TLS", |l| {
+        l.starts_with("SOCK5 00000 ")
     });
 }
 
