@@ -105,7 +105,15 @@ pub fn connect(svc: &Service, parents: &[Hop], want: &Want<'_>) -> Result<Route,
     let mut last = Res::PARENT_SOCKS5_REP;
     for _ in 0..retries() {
         let hops = pick(parents, &mut random);
-        match attempt(&svc.dialer, chain_to, &hops, want, &mut random, false) {
+        match attempt(
+            &svc.dialer,
+            chain_to,
+            &hops,
+            want,
+            &mut random,
+            false,
+            svc.tls_client.as_deref(),
+        ) {
             Ok(Reached::Route(r)) => return Ok(r),
             Ok(Reached::Udp(_)) => return Err(Res::PARENT_INTERNAL),
             Err(e) => last = e,
@@ -146,7 +154,15 @@ pub fn udp_associate(
     let mut last = Res::PARENT_NO_UDP;
     for _ in 0..retries() {
         let hops = pick(parents, &mut random);
-        match attempt(&svc.dialer, chain_to, &hops, want, &mut random, true) {
+        match attempt(
+            &svc.dialer,
+            chain_to,
+            &hops,
+            want,
+            &mut random,
+            true,
+            svc.tls_client.as_deref(),
+        ) {
             Ok(Reached::Udp(u)) => return Ok(u),
             Ok(Reached::Route(_)) => return Err(Res::PARENT_NO_UDP),
             // Not a failure another pick would mend the same way, but a
@@ -191,6 +207,7 @@ fn attempt(
     want: &Want<'_>,
     rand: &mut impl FnMut() -> u32,
     udp: bool,
+    tls: Option<&crate::tls::Client>,
 ) -> Result<Reached, Res> {
     let mut source: Option<IpAddr> = None;
     let mut ha = false;
@@ -243,9 +260,12 @@ fn attempt(
             // server that speaks first, an `http` one gets what the
             // client sends, whenever it does.
             let first = ha || want.sends_first || !matches!(h.kind, Kind::Tcp | Kind::Http);
-            let s = dial(dialer, source, addr, first)?;
+            let mut s = dial(dialer, source, addr, first)?;
             if ha {
                 send_proxy_header(&s, chain_to, want)?;
+            }
+            if h.tls {
+                tls_to(&mut s, h, tls, chain_to)?;
             }
             at = Some((s, h));
         } else if let Some((s, prev)) = &at {
@@ -259,7 +279,11 @@ fn attempt(
                 Dest::Addr(h.addr)
             };
             negotiate(prev, s, chain_to, &next, want)?;
-            at = Some((at.take().map(|(s, _)| s).ok_or(Res::PARENT_INTERNAL)?, h));
+            let mut s = at.take().map(|(s, _)| s).ok_or(Res::PARENT_INTERNAL)?;
+            if h.tls {
+                tls_to(&mut s, h, tls, chain_to)?;
+            }
+            at = Some((s, h));
         }
         // `tcp` and `http` parents end the chain (and cannot carry UDP).
         if let Some((_, last)) = &at {
@@ -350,6 +374,27 @@ fn dial(
             open(&d)
         }
     }
+}
+
+/// A parent whose type ends in `s`: TLS on `s` before its protocol,
+/// within the CHAIN timeout. Not inside another hop's TLS.
+fn tls_to(
+    s: &mut Stream,
+    h: &Hop,
+    tls: Option<&crate::tls::Client>,
+    chain_to: Duration,
+) -> Result<(), Res> {
+    let t = tls.ok_or(Res::PARENT_INTERNAL)?;
+    if s.is_tls() {
+        return Err(Res::TLS_PARENT);
+    }
+    let name = t.server_name(&h.host).ok_or(Res::TLS_PARENT)?;
+    let deadline = std::time::Instant::now() + chain_to;
+    s.connect_tls(t.config.clone(), name, deadline)
+        .map_err(|e| {
+            log::debug!("parent {}:{}: {e}", h.host, h.addr.port());
+            Res::TLS_PARENT
+        })
 }
 
 /// `ha`: the PROXY protocol v1 line for the client's connection.

@@ -43,6 +43,7 @@ mod session;
 mod shutdown;
 mod sys;
 mod timeouts;
+mod tls;
 
 use std::io::IsTerminal;
 use std::process::ExitCode;

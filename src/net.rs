@@ -16,19 +16,34 @@ use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 
 use crate::res::Res;
 use crate::sys::sockopt::SockOpts;
+pub use crate::tls::HandshakeError;
+use crate::tls::TlsStream;
 
 /// A connected byte stream: the client's or the server's side of a session.
 #[derive(Debug)]
 pub enum Stream {
     Tcp(TcpStream),
     Unix(UnixStream),
+    /// A TLS session over a TCP or unix stream (`ssl_serv`): reads and
+    /// writes carry plaintext; the descriptor is the socket's.
+    Tls(Box<TlsStream<Stream>>),
 }
 
+/// How long a close_notify may take to leave when a TLS direction ends.
+const CLOSE_NOTIFY_LIMIT: Duration = Duration::from_secs(5);
+
 impl Stream {
+    /// Ends a TLS session's direction with its close_notify first.
     pub fn shutdown(&self, how: Shutdown) -> io::Result<()> {
         match self {
             Stream::Tcp(s) => s.shutdown(how),
             Stream::Unix(s) => s.shutdown(how),
+            Stream::Tls(t) => {
+                if how != Shutdown::Read {
+                    t.close_notify(CLOSE_NOTIFY_LIMIT);
+                }
+                t.socket().shutdown(how)
+            }
         }
     }
 
@@ -36,7 +51,135 @@ impl Stream {
         match self {
             Stream::Tcp(s) => s.set_nonblocking(on),
             Stream::Unix(s) => s.set_nonblocking(on),
+            Stream::Tls(t) => t.socket().set_nonblocking(on),
         }
+    }
+
+    /// A TLS session: its bytes cannot be spliced, and the raw socket
+    /// calls below go through the session.
+    pub fn is_tls(&self) -> bool {
+        matches!(self, Stream::Tls(_))
+    }
+
+    /// Plaintext already decrypted and waiting: readable without a poll.
+    pub fn buffered(&self) -> bool {
+        match self {
+            Stream::Tls(t) => t.buffered(),
+            _ => false,
+        }
+    }
+
+    /// A TLS session has records a non-blocking write left unsent: the
+    /// socket must be polled for writing and [`Stream::flush_nb`] called.
+    pub fn wants_write(&self) -> bool {
+        match self {
+            Stream::Tls(t) => t.wants_write(),
+            _ => false,
+        }
+    }
+
+    /// Send what a TLS session holds within `limit` (before waiting for
+    /// the peer, who may be waiting for it). A no-op for plain sockets.
+    pub fn flush_within(&self, limit: Duration) -> io::Result<()> {
+        match self {
+            Stream::Tls(t) if t.wants_write() => t.flush_within(limit),
+            _ => Ok(()),
+        }
+    }
+
+    /// Send what a TLS session holds, without waiting (WouldBlock if some
+    /// stays). A no-op for plain sockets.
+    pub fn flush_nb(&self) -> io::Result<()> {
+        match self {
+            Stream::Tls(t) => t.flush_tls(true),
+            _ => Ok(()),
+        }
+    }
+
+    /// recv() with `flags` (MSG_DONTWAIT, MSG_PEEK); through the session
+    /// for TLS, where MSG_PEEK looks at decrypted bytes.
+    pub fn recv_flags(
+        &self,
+        buf: &mut [u8],
+        flags: nix::sys::socket::MsgFlags,
+    ) -> io::Result<usize> {
+        use nix::sys::socket::MsgFlags;
+        match self {
+            Stream::Tls(t) => t.read_plain(
+                buf,
+                flags.contains(MsgFlags::MSG_DONTWAIT),
+                flags.contains(MsgFlags::MSG_PEEK),
+            ),
+            _ => loop {
+                match nix::sys::socket::recv(self.as_raw_fd(), buf, flags) {
+                    Err(nix::errno::Errno::EINTR) => continue,
+                    r => return r.map_err(io::Error::from),
+                }
+            },
+        }
+    }
+
+    /// sendmsg() of `bufs` with `flags` (MSG_DONTWAIT; never SIGPIPE);
+    /// through the session for TLS.
+    pub fn send_flags(
+        &self,
+        bufs: &[io::IoSlice<'_>],
+        flags: nix::sys::socket::MsgFlags,
+    ) -> io::Result<usize> {
+        use nix::sys::socket::MsgFlags;
+        match self {
+            Stream::Tls(t) => t.write_plain(bufs, flags.contains(MsgFlags::MSG_DONTWAIT)),
+            _ => nix::sys::socket::sendmsg(
+                self.as_raw_fd(),
+                bufs,
+                &[],
+                flags | MsgFlags::MSG_NOSIGNAL,
+                None::<&nix::sys::socket::SockaddrStorage>,
+            )
+            .map_err(io::Error::from),
+        }
+    }
+
+    /// A second handle on the same socket (dup), for plain streams.
+    pub fn try_clone(&self) -> io::Result<Stream> {
+        match self {
+            Stream::Tcp(s) => s.try_clone().map(Stream::Tcp),
+            Stream::Unix(s) => s.try_clone().map(Stream::Unix),
+            Stream::Tls(_) => Err(io::ErrorKind::Unsupported.into()),
+        }
+    }
+
+    /// Open a TLS session to a server on this stream (a parent whose type
+    /// ends in `s`), as `name`, by `deadline`; the stream becomes
+    /// [`Stream::Tls`]. Not over a TLS stream (no TLS in TLS).
+    pub fn connect_tls(
+        &mut self,
+        cfg: std::sync::Arc<rustls::ClientConfig>,
+        name: rustls::pki_types::ServerName<'static>,
+        deadline: std::time::Instant,
+    ) -> Result<(), HandshakeError> {
+        let dup = self
+            .try_clone()
+            .map_err(|e| HandshakeError::Failed(e.to_string()))?;
+        let t = TlsStream::connect(dup, cfg, name, deadline)?;
+        *self = Stream::Tls(Box::new(t));
+        Ok(())
+    }
+
+    /// Accept a TLS session from the client on this stream by `deadline`
+    /// (`ssl_serv`); on success the stream becomes [`Stream::Tls`]. The
+    /// session owns a second handle on the socket; this one is closed.
+    pub fn accept_tls(
+        &mut self,
+        cfg: std::sync::Arc<rustls::ServerConfig>,
+        deadline: std::time::Instant,
+    ) -> Result<(), HandshakeError> {
+        let dup = self
+            .try_clone()
+            .map_err(|e| HandshakeError::Failed(e.to_string()))?;
+        let t = TlsStream::accept(dup, cfg, deadline)?;
+        *self = Stream::Tls(Box::new(t));
+        Ok(())
     }
 
     /// Read and write timeouts for the blocking phases (handshakes).
@@ -50,6 +193,7 @@ impl Stream {
                 s.set_read_timeout(t)?;
                 s.set_write_timeout(t)
             }
+            Stream::Tls(s) => s.socket().set_timeout(t),
         }
     }
 
@@ -58,13 +202,18 @@ impl Stream {
         match self {
             Stream::Tcp(s) => s.set_read_timeout(t),
             Stream::Unix(s) => s.set_read_timeout(t),
+            Stream::Tls(s) => s.socket().set_read_timeout(t),
         }
     }
 
     /// TCP_NODELAY; a no-op on unix sockets.
     pub fn set_nodelay(&self) {
-        if let Stream::Tcp(s) = self {
-            let _ = s.set_nodelay(true);
+        match self {
+            Stream::Tcp(s) => {
+                let _ = s.set_nodelay(true);
+            }
+            Stream::Tls(s) => s.socket().set_nodelay(),
+            Stream::Unix(_) => {}
         }
     }
 
@@ -73,6 +222,7 @@ impl Stream {
         match self {
             Stream::Tcp(s) => s.peer_addr().ok(),
             Stream::Unix(_) => None,
+            Stream::Tls(s) => s.socket().peer_addr(),
         }
     }
 
@@ -81,6 +231,7 @@ impl Stream {
         match self {
             Stream::Tcp(s) => s.local_addr().ok(),
             Stream::Unix(_) => None,
+            Stream::Tls(s) => s.socket().local_addr(),
         }
     }
 
@@ -106,6 +257,9 @@ impl Stream {
     /// Read without consuming (MSG_PEEK), blocking up to the read timeout.
     pub fn peek(&self, buf: &mut [u8]) -> io::Result<usize> {
         use nix::sys::socket::{recv, MsgFlags};
+        if let Stream::Tls(t) = self {
+            return t.read_plain(buf, false, true);
+        }
         recv(self.as_raw_fd(), buf, MsgFlags::MSG_PEEK).map_err(io::Error::from)
     }
 }
@@ -115,6 +269,7 @@ impl Read for &Stream {
         match self {
             Stream::Tcp(s) => (&*s).read(buf),
             Stream::Unix(s) => (&*s).read(buf),
+            Stream::Tls(t) => t.read_plain(buf, false, false),
         }
     }
 }
@@ -124,12 +279,14 @@ impl Write for &Stream {
         match self {
             Stream::Tcp(s) => (&*s).write(buf),
             Stream::Unix(s) => (&*s).write(buf),
+            Stream::Tls(t) => t.write_plain(&[io::IoSlice::new(buf)], false),
         }
     }
     fn write_vectored(&mut self, bufs: &[io::IoSlice<'_>]) -> io::Result<usize> {
         match self {
             Stream::Tcp(s) => (&*s).write_vectored(bufs),
             Stream::Unix(s) => (&*s).write_vectored(bufs),
+            Stream::Tls(t) => t.write_plain(bufs, false),
         }
     }
     fn flush(&mut self) -> io::Result<()> {
@@ -142,6 +299,7 @@ impl AsFd for Stream {
         match self {
             Stream::Tcp(s) => s.as_fd(),
             Stream::Unix(s) => s.as_fd(),
+            Stream::Tls(t) => t.socket().as_fd(),
         }
     }
 }

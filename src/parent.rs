@@ -131,6 +131,9 @@ pub struct Hop {
     /// Credentials for the parent; `*` passes the client's own.
     pub user: Option<String>,
     pub password: Option<String>,
+    /// The type ends in `s` (`https`, `socks5s`, `connect+s`, ...): the
+    /// hop speaks TLS, its protocol inside.
+    pub tls: bool,
 }
 
 impl Hop {
@@ -152,16 +155,18 @@ impl Hop {
         let Some(&(name, kind)) = KINDS.iter().find(|(n, _)| t.starts_with(n)) else {
             return Err(format!("unknown parent type '{}'", quote(t)));
         };
-        match &t[name.len()..] {
-            "" => {}
+        let tls = match &t[name.len()..] {
+            "" => false,
+            "s" if !kind.local_only() && kind != Kind::ExtIp => true,
             "s" => {
                 return Err(format!(
-                    "'{}': TLS to parents is not supported yet",
-                    quote(t)
+                    "'{}': {} is not a hop to speak TLS to",
+                    quote(t),
+                    kind.name()
                 ))
             }
             _ => return Err(format!("unknown parent type '{}'", quote(t))),
-        }
+        };
         let host = args[2].clone();
         if host.starts_with("unix:") {
             return Err("unix socket parents are not supported yet".into());
@@ -202,6 +207,7 @@ impl Hop {
             prefix,
             user: args.get(4).cloned(),
             password: args.get(5).cloned(),
+            tls,
         })
     }
 
@@ -432,6 +438,7 @@ pub fn from_source(ip: IpAddr) -> Parents {
         prefix: None,
         user: None,
         password: None,
+        tls: false,
     }])
 }
 
@@ -538,7 +545,9 @@ mod tests {
             ("x tcp 1.2.3.4 1", "weight"),
             ("1 gopher 1.2.3.4 1", "unknown parent type"),
             ("1 socks5x 1.2.3.4 1", "unknown parent type"),
-            ("1 socks5s 1.2.3.4 1", "not supported yet"),
+            ("1 tlss 0.0.0.0 0", "not a hop to speak TLS to"),
+            ("1 extips 1.2.3.4 0", "not a hop to speak TLS to"),
+            ("1 socks5ss 1.2.3.4 1", "unknown parent type"),
             ("1 tcp nowhere 1", "cannot resolve"),
             ("1 tcp 1.2.3.4 70000", "bad port"),
             ("1 ha 1.2.3.4 1", "local redirection"),
@@ -550,6 +559,23 @@ mod tests {
             let e = hop(line).unwrap_err();
             assert!(e.contains(why), "{line}: {e}");
         }
+    }
+
+    #[test]
+    fn a_trailing_s_is_tls_to_that_parent() {
+        for (line, kind) in [
+            ("1 https 1.2.3.4 1", Kind::Http),
+            ("1 tcps 1.2.3.4 1", Kind::Tcp),
+            ("1 socks5s 1.2.3.4 1", Kind::Socks5),
+            ("1 socks5+s 1.2.3.4 1", Kind::Socks5Plus),
+            ("1 connect+s 1.2.3.4 1", Kind::ConnectPlus),
+            ("1 connects 1.2.3.4 1", Kind::Connect),
+            ("1 socks4bs 1.2.3.4 1", Kind::Socks4b),
+        ] {
+            let h = hop(line).unwrap();
+            assert_eq!((h.kind, h.tls), (kind, true), "{line}");
+        }
+        assert!(!hop("1 http 1.2.3.4 1").unwrap().tls);
     }
 
     /// A random source that returns the given draws in turn.

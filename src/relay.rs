@@ -22,7 +22,7 @@
 //!   direction past its traffic quota ends the session with code 10.
 
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
+use std::os::fd::{AsFd, AsRawFd};
 use std::time::{Duration, Instant};
 
 use nix::errno::Errno;
@@ -133,6 +133,9 @@ pub struct Dump<'a> {
 /// The relay with every hook.
 pub fn relay_hooked(cli: &Stream, srv: &Stream, opts: &RelayOpts, mut hooks: Hooks<'_>) -> Outcome {
     hooks.limits = hooks.limits.filter(|l| l.shapes());
+    // A TLS session's bytes must pass through rustls: the copy path.
+    let splice = opts.splice && !cli.is_tls() && !srv.is_tls();
+    let opts = &RelayOpts { splice, ..*opts };
     // The copy relay asks for non-blocking reads and writes per call
     // (MSG_DONTWAIT), which leaves the sockets' mode alone: two ioctl()
     // per session less. splice() to a socket follows the socket's mode,
@@ -169,9 +172,9 @@ trait Channel {
     /// Bytes read and not yet written.
     fn pending(&self) -> bool;
     /// Read at most `max` bytes from `src` into the channel.
-    fn fill(&mut self, src: BorrowedFd<'_>, max: usize) -> Result<usize, Errno>;
+    fn fill(&mut self, src: &Stream, max: usize) -> Result<usize, Errno>;
     /// Write from the channel to `dst`.
-    fn drain(&mut self, dst: BorrowedFd<'_>) -> Result<usize, Errno>;
+    fn drain(&mut self, dst: &Stream) -> Result<usize, Errno>;
     /// The channel is idle: give back what can be given back.
     fn release(&mut self) {}
     /// A filter refused the data (the session ends with code 19).
@@ -226,10 +229,15 @@ impl Channel for FilterBuf<'_> {
     fn pending(&self) -> bool {
         self.sent < self.out.len()
     }
-    fn fill(&mut self, src: BorrowedFd<'_>, max: usize) -> Result<usize, Errno> {
+    fn fill(&mut self, src: &Stream, max: usize) -> Result<usize, Errno> {
         let want = self.size.min(max);
         self.read.resize(want, 0);
-        let n = recv(src.as_raw_fd(), &mut self.read, MsgFlags::MSG_DONTWAIT)?;
+        let n = if src.is_tls() {
+            src.recv_flags(&mut self.read, MsgFlags::MSG_DONTWAIT)
+                .map_err(errno)?
+        } else {
+            recv(src.as_raw_fd(), &mut self.read, MsgFlags::MSG_DONTWAIT)?
+        };
         match &mut self.stream {
             None => self.out.extend_from_slice(&self.read[..n]),
             Some(s) => {
@@ -243,12 +251,20 @@ impl Channel for FilterBuf<'_> {
         }
         Ok(n)
     }
-    fn drain(&mut self, dst: BorrowedFd<'_>) -> Result<usize, Errno> {
-        let n = send(
-            dst.as_raw_fd(),
-            &self.out[self.sent..],
-            MsgFlags::MSG_DONTWAIT | MsgFlags::MSG_NOSIGNAL,
-        )?;
+    fn drain(&mut self, dst: &Stream) -> Result<usize, Errno> {
+        let n = if dst.is_tls() {
+            dst.send_flags(
+                &[io::IoSlice::new(&self.out[self.sent..])],
+                MsgFlags::MSG_DONTWAIT,
+            )
+            .map_err(errno)?
+        } else {
+            send(
+                dst.as_raw_fd(),
+                &self.out[self.sent..],
+                MsgFlags::MSG_DONTWAIT | MsgFlags::MSG_NOSIGNAL,
+            )?
+        };
         self.sent += n;
         if self.sent == self.out.len() {
             self.out.clear();
@@ -319,25 +335,39 @@ impl Channel for CopyBuf {
     fn pending(&self) -> bool {
         self.end > self.start
     }
-    fn fill(&mut self, src: BorrowedFd<'_>, max: usize) -> Result<usize, Errno> {
+    fn fill(&mut self, src: &Stream, max: usize) -> Result<usize, Errno> {
         let end = self.end;
         let stop = end.saturating_add(max).min(self.size);
-        // Both ends are sockets (TCP or unix).
-        let n = recv(
-            src.as_raw_fd(),
-            &mut self.buffer()[end..stop],
-            MsgFlags::MSG_DONTWAIT,
-        )?;
+        // Both ends are sockets (TCP or unix), or TLS sessions over one:
+        // a session decrypts what the socket has now (`tls`).
+        let n = if src.is_tls() {
+            src.recv_flags(&mut self.buffer()[end..stop], MsgFlags::MSG_DONTWAIT)
+                .map_err(errno)?
+        } else {
+            recv(
+                src.as_raw_fd(),
+                &mut self.buffer()[end..stop],
+                MsgFlags::MSG_DONTWAIT,
+            )?
+        };
         self.end += n;
         Ok(n)
     }
-    fn drain(&mut self, dst: BorrowedFd<'_>) -> Result<usize, Errno> {
+    fn drain(&mut self, dst: &Stream) -> Result<usize, Errno> {
         let Some(buf) = &self.buf else { return Ok(0) };
-        let n = send(
-            dst.as_raw_fd(),
-            &buf[self.start..self.end],
-            MsgFlags::MSG_DONTWAIT | MsgFlags::MSG_NOSIGNAL,
-        )?;
+        let n = if dst.is_tls() {
+            dst.send_flags(
+                &[io::IoSlice::new(&buf[self.start..self.end])],
+                MsgFlags::MSG_DONTWAIT,
+            )
+            .map_err(errno)?
+        } else {
+            send(
+                dst.as_raw_fd(),
+                &buf[self.start..self.end],
+                MsgFlags::MSG_DONTWAIT | MsgFlags::MSG_NOSIGNAL,
+            )?
+        };
         self.start += n;
         if self.start == self.end {
             self.start = 0;
@@ -421,22 +451,32 @@ impl Channel for SplicePipe {
     }
     // The pool's pipes have blocking ends; SPLICE_F_NONBLOCK makes each
     // splice() as non-blocking as the relay needs (see `bufpool`).
-    fn fill(&mut self, src: BorrowedFd<'_>, max: usize) -> Result<usize, Errno> {
+    fn fill(&mut self, src: &Stream, max: usize) -> Result<usize, Errno> {
         use nix::fcntl::SpliceFFlags;
         self.pipe()?;
         let room = self.cap.saturating_sub(self.inflight()).min(max);
         self.pipe()?.fill(
-            src,
+            src.as_fd(),
             room,
             SpliceFFlags::SPLICE_F_NONBLOCK | SpliceFFlags::SPLICE_F_MOVE,
         )
     }
-    fn drain(&mut self, dst: BorrowedFd<'_>) -> Result<usize, Errno> {
+    fn drain(&mut self, dst: &Stream) -> Result<usize, Errno> {
         use nix::fcntl::SpliceFFlags;
         self.pipe()?.drain(
-            dst,
+            dst.as_fd(),
             SpliceFFlags::SPLICE_F_NONBLOCK | SpliceFFlags::SPLICE_F_MOVE,
         )
+    }
+}
+
+/// The errno of a stream error; a TLS session's own errors (a bad
+/// record) have none and count as EPROTO.
+fn errno(e: io::Error) -> Errno {
+    match e.raw_os_error() {
+        Some(n) => Errno::from_raw(n),
+        None if e.kind() == io::ErrorKind::WouldBlock => Errno::EAGAIN,
+        None => Errno::EPROTO,
     }
 }
 
@@ -545,7 +585,7 @@ impl<'a, C: Channel> Dir<'a, C> {
             };
             if let Some(max) = max {
                 let asked = self.ch.room().min(max);
-                match self.ch.fill(self.src.as_fd(), max) {
+                match self.ch.fill(self.src, max) {
                     Ok(0) => {
                         self.eof = true;
                         moved = true;
@@ -570,8 +610,16 @@ impl<'a, C: Channel> Dir<'a, C> {
                     Err(e) => return Err((self.src_side, e)),
                 }
             }
+            if !self.ch.pending() && self.can_write && self.dst.wants_write() {
+                // All written, but a TLS session still holds records.
+                match self.dst.flush_nb() {
+                    Ok(()) => moved = true,
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => self.can_write = false,
+                    Err(e) => return Err((self.dst_side(), errno(e))),
+                }
+            }
             if self.ch.pending() && self.can_write {
-                match self.ch.drain(self.dst.as_fd()) {
+                match self.ch.drain(self.dst) {
                     Ok(n) => {
                         self.bytes += n as u64;
                         moved = true;
@@ -581,7 +629,7 @@ impl<'a, C: Channel> Dir<'a, C> {
                     Err(e) => return Err((self.dst_side(), e)),
                 }
             }
-            if self.eof && !self.ch.pending() && !self.shut {
+            if self.eof && !self.pending() && !self.shut {
                 // Everything read has been written: pass the EOF on.
                 if !self.other_shut {
                     let _ = self.dst.shutdown(std::net::Shutdown::Write);
@@ -624,7 +672,13 @@ impl<'a, C: Channel> Dir<'a, C> {
     }
 
     fn wants_write(&self) -> bool {
-        self.ch.pending() && !self.can_write
+        self.pending() && !self.can_write
+    }
+
+    /// Bytes read and not yet on the wire: in the channel, or records a
+    /// TLS destination holds.
+    fn pending(&self) -> bool {
+        self.ch.pending() || self.dst.wants_write()
     }
 }
 

@@ -410,6 +410,24 @@ codes! {
     /// dnspr: the name does not exist (the service answered NXDOMAIN).
     DNS_NXDOMAIN = 888;
 
+    // 8000-8099: TLS with a parent, and with the client (`ssl_serv`).
+    /// TLS: the handshake with a parent whose type ends in `s` failed
+    /// (its certificate refused under `ssl_client_verify`, a protocol
+    /// error, a timeout); 3proxy's number for a failed handshake with the
+    /// server.
+    TLS_PARENT = 8011;
+    /// TLS: the handshake with the client failed (a protocol error, no
+    /// common version or cipher, the client closed); 3proxy's number.
+    TLS_HANDSHAKE = 8013;
+    /// TLS: the client sent something other than a TLS handshake (plain
+    /// HTTP to a TLS port, say).
+    TLS_NOT_TLS = 8014;
+    /// TLS: the handshake did not finish within the STRING_SHORT timeout.
+    TLS_TIMEOUT = 8015;
+    /// TLS: the client's certificate was missing or not trusted
+    /// (`ssl_server_verify`).
+    TLS_CLIENT_CERT = 8016;
+
     // 997, 999.
     /// Address type not supported (SOCKS).
     NOTIMPL_ATYP = 997;
@@ -530,7 +548,11 @@ mod tests {
         for (code, name, doc) in ALL {
             assert!(names.insert(*name), "{name} twice");
             assert!(!doc.trim().is_empty(), "{name} has no meaning");
-            assert!(code.0 < 1000, "{name}: {code}");
+            // 3proxy's TLS codes are 8011-8016; the rest are below 1000.
+            assert!(
+                code.0 < 1000 || (8000..8100).contains(&code.0),
+                "{name}: {code}"
+            );
         }
         for (base, first, last, _) in FAMILIES {
             assert!(first <= last && base.0 <= *first, "{base}");

@@ -314,6 +314,12 @@ pub struct Service {
     pub filters: Option<Arc<crate::filter::Filters>>,
     /// `filtermaxsize`: process-wide, set after the whole cfg has run.
     pub filtermaxsize: usize,
+    /// `ssl_serv` at the service's line: clients speak TLS (the
+    /// certificate, key and client verification as they stood there).
+    pub tls_server: Option<Arc<rustls::ServerConfig>>,
+    /// TLS towards parents whose type ends in `s` (the `ssl_client_*`
+    /// settings at the service's line).
+    pub tls_client: Option<Arc<crate::tls::Client>>,
 }
 
 impl Service {
@@ -349,6 +355,12 @@ impl crate::access::Scope for Service {
 /// add to it. Relay buffers live on the heap, so the stack holds only
 /// frames; resolving a name through glibc is the deepest path.
 pub const BASE_STACK: i64 = 49152;
+/// What a service under `ssl_serv` or with TLS parents adds to its
+/// threads' stacks: the TLS
+/// handshake (the signature with the server key, certificate checks)
+/// runs deeper than any plain path. Only the pages a thread touches cost
+/// memory.
+pub const TLS_STACK: i64 = 131072;
 /// Smallest stack we will start a thread with.
 pub const MIN_STACK: i64 = 32768;
 /// Default relay buffer per direction (3proxy's TCPBUFSIZE).

@@ -43,6 +43,36 @@ pub fn read_proxy_header(c: &mut Client) -> bool {
     }
 }
 
+/// `ssl_serv`: the TLS handshake with the client, within the STRING_SHORT
+/// timeout, before the service's handler reads anything. False if it
+/// failed: the session then ends with its one log record and a code.
+pub fn accept_tls(c: &mut Client) -> bool {
+    let svc = c.svc().clone();
+    let Some(cfg) = svc.tls_server.clone() else {
+        return true;
+    };
+    let deadline = std::time::Instant::now() + svc.timeouts.get(Timeouts::STRING_SHORT);
+    match c.cli.accept_tls(cfg, deadline) {
+        Ok(()) => {
+            // The handshake ran deep; an idle session should not keep
+            // those stack pages.
+            crate::sys::mem::release_stack_below_here();
+            true
+        }
+        Err(e) => {
+            use crate::net::HandshakeError as H;
+            c.res = match e {
+                H::NotTls(_) => Res::TLS_NOT_TLS,
+                H::Timeout => Res::TLS_TIMEOUT,
+                H::Certificate(_) => Res::TLS_CLIENT_CERT,
+                H::Failed(_) => Res::TLS_HANDSHAKE,
+            };
+            c.text = e.to_string();
+            false
+        }
+    }
+}
+
 /// The relay's options for a session of `svc`, idle for at most its
 /// `idle_slot` timeout.
 pub fn relay_opts(svc: &Service, idle_slot: usize) -> RelayOpts {

@@ -24,13 +24,13 @@ use crate::util::*;
 /// (answers the SHA-256 and length of the request body), `/head` (answers
 /// the request head it got), `/status/N`, `/ws` (101, then echo),
 /// `/silent` (never answers), `/continue` (sends `100 Continue` first).
-struct HttpOrigin {
+pub struct HttpOrigin {
     origin: Origin,
     heads: Arc<Mutex<Vec<String>>>,
 }
 
 impl HttpOrigin {
-    fn start() -> HttpOrigin {
+    pub fn start() -> HttpOrigin {
         let heads = Arc::new(Mutex::new(Vec::new()));
         let seen = Arc::clone(&heads);
         let origin = Origin::start("127.0.0.1:0", move |conn| {
@@ -44,7 +44,7 @@ impl HttpOrigin {
     }
 
     /// Connections accepted so far.
-    fn conns(&self) -> usize {
+    pub fn conns(&self) -> usize {
         self.origin.peers().len()
     }
 
@@ -53,7 +53,7 @@ impl HttpOrigin {
         self.heads.lock().unwrap().clone()
     }
 
-    fn url(&self, path: &str) -> String {
+    pub fn url(&self, path: &str) -> String {
         format!("http://127.0.0.1:{}{path}", self.port())
     }
 }

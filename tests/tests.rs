@@ -38,4 +38,5 @@ mod smuggle;
 mod socks;
 mod standalone;
 mod tcppm;
+mod tls;
 mod udppm;

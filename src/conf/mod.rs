@@ -20,6 +20,7 @@ pub mod parent_cmds;
 pub mod plugin_cmds;
 pub mod resolve_cmds;
 pub mod state;
+pub mod tls_cmds;
 pub mod token;
 pub mod value;
 

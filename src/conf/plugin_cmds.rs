@@ -20,17 +20,19 @@ enum Plugin {
     /// Known, not built; the text says why.
     NotBuilt(&'static str, &'static str),
     /// 3proxy's built-in TLS and PCRE: another branch builds them.
-    OtherBranch(&'static str),
     /// PCREPlugin: its commands (`pcre`, `pcre_rewrite`, ...) are built
     /// in and always there; loading it changes nothing.
     Pcre,
+    /// SSLPlugin: TLS (`ssl_*`) is built in; loading it changes nothing
+    /// (3proxy 1.0 returns before it looks at FILE).
+    Ssl,
 }
 
 /// The plugins 3proxy ships, by export name. `start` is shared by
 /// several: [`by_file`] tells them apart.
 const BY_EXPORT: &[(&str, Plugin)] = &[
     ("transparent_plugin", Plugin::Transparent),
-    ("ssl_plugin", Plugin::OtherBranch("ssl_plugin")),
+    ("ssl_plugin", Plugin::Ssl),
     ("pcre_plugin", Plugin::Pcre),
     (
         "file_plugin",
@@ -116,8 +118,7 @@ pub fn h_plugin(state: &mut State, args: &[String]) -> Result<(), String> {
             quote(name),
             quote(file)
         )),
-        Plugin::Pcre => Ok(()),
-        Plugin::OtherBranch(n) => Err(format!("{n} is not built in this branch")),
+        Plugin::Pcre | Plugin::Ssl => Ok(()),
     }
 }
 
@@ -166,11 +167,7 @@ mod tests {
             ("/x/StringsPlugin.ld.so", "start", by_file("stringsplugin")),
             ("/x/whatever.so", "start", None),
             ("/x/whatever.so", "my_plugin", None),
-            (
-                "/nowhere/ssl.so",
-                "ssl_plugin",
-                Some(Plugin::OtherBranch("ssl_plugin")),
-            ),
+            ("/nowhere/ssl.so", "ssl_plugin", Some(Plugin::Ssl)),
         ];
         for (file, name, want) in cases {
             assert_eq!(identify(file, name), want, "{file} {name}");

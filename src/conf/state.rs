@@ -67,6 +67,8 @@ pub struct State {
     pub pcre_opts: crate::filter::Options,
     /// `filtermaxsize`: process-wide, installed by `finalize`.
     pub filtermaxsize: usize,
+    /// The `ssl_*` settings so far.
+    pub tls: crate::tls::Settings,
 }
 
 impl State {
@@ -98,6 +100,7 @@ impl State {
             filters: Default::default(),
             pcre_opts: Default::default(),
             filtermaxsize: crate::filter::DEFAULT_MAXSIZE,
+            tls: Default::default(),
         }
     }
 

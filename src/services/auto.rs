@@ -6,7 +6,7 @@
 //! with 801, logged as `AUTO`; the others are logged under the name of
 //! the handler that served them.
 
-use std::os::fd::{AsFd, AsRawFd};
+use std::os::fd::AsFd;
 
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::sys::socket::MsgFlags;
@@ -44,18 +44,25 @@ fn peek_first(c: &Client, wait: std::time::Duration) -> Option<u8> {
     let ms = wait.as_millis().clamp(1, i32::MAX as u128) as i32;
     let timeout = PollTimeout::try_from(ms).unwrap_or(PollTimeout::MAX);
     let mut fds = [PollFd::new(c.cli.as_fd(), PollFlags::POLLIN)];
-    loop {
-        match poll(&mut fds, timeout) {
-            Err(nix::errno::Errno::EINTR) => continue,
-            Ok(n) if n > 0 => break,
-            _ => return None,
-        }
-    }
     let mut b = [0u8; 1];
     let flags = MsgFlags::MSG_PEEK | MsgFlags::MSG_DONTWAIT;
+    // Under TLS, readable may be part of a record only: poll again.
+    let deadline = std::time::Instant::now() + wait;
     loop {
-        match nix::sys::socket::recv(c.cli.as_raw_fd(), &mut b, flags) {
-            Err(nix::errno::Errno::EINTR) => continue,
+        if !c.cli.buffered() {
+            match poll(&mut fds, timeout) {
+                Err(nix::errno::Errno::EINTR) => continue,
+                Ok(n) if n > 0 => {}
+                _ => return None,
+            }
+        }
+        match c.cli.recv_flags(&mut b, flags) {
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) if c.cli.is_tls() && e.kind() == std::io::ErrorKind::WouldBlock => {
+                if std::time::Instant::now() >= deadline {
+                    return None;
+                }
+            }
             Ok(1) => return Some(b[0]),
             _ => return None,
         }

@@ -213,6 +213,9 @@ fn child(c: &mut Client) {
     if c.svc().opts.proxy_header && !crate::session::read_proxy_header(c) {
         return;
     }
+    if c.svc().tls_server.is_some() && !crate::session::accept_tls(c) {
+        return;
+    }
     let Kind::Tcp(serve) = entry_of(c.svc().def).kind else {
         return;
     };
@@ -294,6 +297,16 @@ pub fn prepare(state: &State, args: &[String]) -> Result<Prepared, String> {
             )
         });
     }
+    let (tls_server, tls_client) = if def.udp {
+        (None, None)
+    } else {
+        let tls_hops = state
+            .access
+            .acl
+            .iter()
+            .any(|e| e.parents.iter().any(|h| h.tls));
+        (state.tls.server_config()?, state.tls.client(tls_hops)?)
+    };
     let mut port = opts.port.unwrap_or(def.default_port);
     let mut target = None;
     if def.positional == 3 {
@@ -331,7 +344,10 @@ pub fn prepare(state: &State, args: &[String]) -> Result<Prepared, String> {
         Some(f) => Arc::new(LogFormat::parse(f)),
         None => state.logformat.clone(),
     };
-    let stack = BASE_STACK + state.stacksize + opts.stack_add.unwrap_or(0);
+    let mut stack = BASE_STACK + state.stacksize + opts.stack_add.unwrap_or(0);
+    if tls_server.is_some() || tls_client.is_some() {
+        stack += crate::service::TLS_STACK;
+    }
     let dialer = Dialer {
         ext4: opts.ext4.or(state.ext4),
         ext6: opts.ext6.or(state.ext6),
@@ -389,6 +405,8 @@ pub fn prepare(state: &State, args: &[String]) -> Result<Prepared, String> {
         );
         svc.key.clone_from(&key);
         svc.back_listener = back_listener;
+        svc.tls_server = tls_server;
+        svc.tls_client = tls_client;
         return Ok(Prepared {
             svc: Arc::new(svc),
             socket: None,
@@ -426,6 +444,8 @@ pub fn prepare(state: &State, args: &[String]) -> Result<Prepared, String> {
     );
     svc.key.clone_from(&key);
     svc.back_listener = back_listener;
+    svc.tls_server = tls_server;
+    svc.tls_client = tls_client;
     Ok(Prepared {
         svc: Arc::new(svc),
         socket: Some(socket),
@@ -491,6 +511,8 @@ fn build(
         back_listener: None,
         filters: (!state.filters.is_empty()).then(|| Arc::new(state.filters.clone())),
         filtermaxsize: state.filtermaxsize,
+        tls_server: None,
+        tls_client: None,
     }
 }
 

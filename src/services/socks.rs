@@ -21,7 +21,7 @@
 
 use std::io::{self, Write};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener, UdpSocket};
-use std::os::fd::{AsFd, AsRawFd};
+use std::os::fd::AsFd;
 
 use nix::sys::socket::MsgFlags;
 use std::time::{Duration, Instant};
@@ -186,13 +186,9 @@ impl<'a> Reader<'a> {
     }
 }
 
+/// recv() with flags; through the session for a TLS client.
 fn recv(s: &Stream, buf: &mut [u8], flags: MsgFlags) -> io::Result<usize> {
-    loop {
-        match nix::sys::socket::recv(s.as_raw_fd(), buf, flags) {
-            Err(nix::errno::Errno::EINTR) => continue,
-            r => return r.map_err(io::Error::from),
-        }
-    }
+    s.recv_flags(buf, flags)
 }
 
 /// Write a handshake message. Its few bytes fit the empty send buffer of
@@ -202,10 +198,10 @@ fn recv(s: &Stream, buf: &mut [u8], flags: MsgFlags) -> io::Result<usize> {
 fn send_small(c: &Client, bytes: &[u8]) -> io::Result<()> {
     let flags = MsgFlags::MSG_DONTWAIT | MsgFlags::MSG_NOSIGNAL;
     let sent = loop {
-        match nix::sys::socket::send(c.cli.as_raw_fd(), bytes, flags) {
-            Err(nix::errno::Errno::EINTR) => continue,
-            Err(nix::errno::Errno::EAGAIN) => break 0,
-            r => break r.map_err(io::Error::from)?,
+        match c.cli.send_flags(&[io::IoSlice::new(bytes)], flags) {
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => break 0,
+            r => break r?,
         }
     };
     if sent == bytes.len() {

@@ -38,3 +38,41 @@ pub fn trim() {
         }
     }
 }
+
+/// Give back the pages of this thread's stack below the caller's frame
+/// (deeper than it): a deep call that has returned (the TLS handshake)
+/// leaves them resident, and a parked or idle client thread would keep
+/// them for nothing. They read as zeros if touched again.
+pub fn release_stack_below_here() {
+    let marker = 0u8;
+    let sp = std::hint::black_box(&marker) as *const u8 as usize;
+    // A margin under this frame for the calls below (madvise itself).
+    const MARGIN: usize = 16 * 1024;
+    let page = 4096usize;
+    let (mut addr, mut size, mut guard) = (std::ptr::null_mut(), 0usize, 0usize);
+    // SAFETY: `attr` is initialised by pthread_getattr_np before it is
+    // read and destroyed once; the calls only report this thread's stack
+    // bounds. madvise(MADV_DONTNEED) is applied to whole pages strictly
+    // below the current stack pointer minus a margin, inside this
+    // thread's own stack and above its guard: no live frame is there
+    // (nothing of the thread lives below its stack pointer, and a signal
+    // handler cannot run on this thread while the call is in progress),
+    // so discarding their contents changes nothing the program can see.
+    unsafe {
+        let mut attr: libc::pthread_attr_t = std::mem::zeroed();
+        if libc::pthread_getattr_np(libc::pthread_self(), &mut attr) != 0 {
+            return;
+        }
+        let ok = libc::pthread_attr_getstack(&attr, &mut addr, &mut size) == 0
+            && libc::pthread_attr_getguardsize(&attr, &mut guard) == 0;
+        libc::pthread_attr_destroy(&mut attr);
+        if !ok {
+            return;
+        }
+        let low = (addr as usize + guard).next_multiple_of(page);
+        let high = sp.saturating_sub(MARGIN) / page * page;
+        if high > low && sp < addr as usize + size {
+            libc::madvise(low as *mut libc::c_void, high - low, libc::MADV_DONTNEED);
+        }
+    }
+}

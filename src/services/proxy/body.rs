@@ -109,7 +109,8 @@ pub(super) fn copy_exact(
     lim: Option<&Limits>,
     splice: bool,
 ) -> Moved {
-    if splice && n >= SPLICE_MIN {
+    // A TLS client's bytes pass through rustls: no splice.
+    if splice && n >= SPLICE_MIN && !src.is_tls() && !dst.is_tls() {
         return splice_body(src, dst, Some(n), from, lim);
     }
     let mut buf = Buf::get();
@@ -129,7 +130,7 @@ pub(super) fn copy_exact(
 
 /// Copy until the origin closes (a response without a length).
 pub(super) fn copy_to_eof(src: &Stream, dst: &Stream, lim: Option<&Limits>, splice: bool) -> Moved {
-    if splice {
+    if splice && !src.is_tls() && !dst.is_tls() {
         return splice_body(src, dst, None, Side::Server, lim);
     }
     let mut buf = Buf::get();

@@ -153,12 +153,14 @@ pub(super) fn unpark(
 
 /// Whether a kept connection still looks open (a peek that does not
 /// wait): checked before sending a request that cannot be retried.
+/// (Through the session for a TLS parent: records with no data, such as
+/// session tickets, are taken in and do not count.)
 pub(super) fn still_open(o: &Origin) -> bool {
-    use nix::sys::socket::{recv, MsgFlags};
+    use nix::sys::socket::MsgFlags;
     let mut b = [0u8; 1];
     let flags = MsgFlags::MSG_PEEK | MsgFlags::MSG_DONTWAIT;
     matches!(
-        recv(std::os::fd::AsRawFd::as_raw_fd(&o.s), &mut b, flags),
-        Err(nix::errno::Errno::EAGAIN)
+        o.s.recv_flags(&mut b, flags),
+        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock
     )
 }

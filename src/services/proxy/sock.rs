@@ -63,23 +63,15 @@ pub(super) fn send_lazy(
     }
 }
 
-/// One sendmsg() of `bufs`; never raises SIGPIPE.
+/// One sendmsg() of `bufs`; never raises SIGPIPE. Through the session
+/// for a TLS client (`ssl_serv`).
 fn sendv(s: &Stream, bufs: &[IoSlice<'_>], flags: MsgFlags) -> io::Result<usize> {
-    use std::os::fd::AsRawFd;
-    nix::sys::socket::sendmsg(
-        s.as_raw_fd(),
-        bufs,
-        &[],
-        flags | MsgFlags::MSG_NOSIGNAL,
-        None::<&nix::sys::socket::SockaddrStorage>,
-    )
-    .map_err(io::Error::from)
+    s.send_flags(bufs, flags)
 }
 
-/// One recv() into `buf`.
+/// One recv() into `buf` (MSG_PEEK looks at decrypted bytes under TLS).
 pub(super) fn recv(s: &Stream, buf: &mut [u8], flags: MsgFlags) -> io::Result<usize> {
-    use std::os::fd::AsRawFd;
-    nix::sys::socket::recv(s.as_raw_fd(), buf, flags).map_err(io::Error::from)
+    s.recv_flags(buf, flags)
 }
 
 /// Set the write timeout `t` unless `*done` says it is set.
@@ -111,6 +103,13 @@ fn nonzero(d: Duration) -> Option<Duration> {
 pub(super) fn readable_within(s: &Stream, t: Duration) -> bool {
     use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
     use std::os::fd::AsFd;
+    if s.buffered() {
+        return true;
+    }
+    // A TLS answer not all sent yet: the client waits for it first.
+    if s.flush_within(t).is_err() {
+        return false;
+    }
     let mut fds = [PollFd::new(s.as_fd(), PollFlags::POLLIN)];
     let ms = PollTimeout::try_from(t.as_millis().min(i32::MAX as u128) as i32)
         .unwrap_or(PollTimeout::MAX);

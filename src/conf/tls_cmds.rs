@@ -1,0 +1,208 @@
+//! Handlers of the TLS commands (`ssl_*`, 3proxy.cfg(5) "TLS"; 3proxy's
+//! ssl.c). Files are read when their command runs, so a file that cannot
+//! be read or parsed is an error of that line; the settings are state
+//! that every later service line snapshots (`tls::Settings::server_config`).
+//! `plugin FILE ssl_plugin` is accepted and does nothing, as in 3proxy 1.0
+//! where TLS is built in.
+
+use super::state::State;
+use crate::tls::{self, Version};
+
+fn arg(args: &[String]) -> Option<&str> {
+    args.get(1).map(String::as_str)
+}
+
+pub fn h_serv(state: &mut State, _: &[String]) -> Result<(), String> {
+    state.tls.serv = true;
+    Ok(())
+}
+
+pub fn h_noserv(state: &mut State, _: &[String]) -> Result<(), String> {
+    state.tls.serv = false;
+    Ok(())
+}
+
+pub fn h_cli(state: &mut State, _: &[String]) -> Result<(), String> {
+    state.tls.cli = true;
+    Ok(())
+}
+
+pub fn h_nocli(state: &mut State, args: &[String]) -> Result<(), String> {
+    if args[0] != "ssl_nomitm" {
+        state.tls.cli = false;
+    }
+    Ok(())
+}
+
+pub fn h_server_cert(state: &mut State, args: &[String]) -> Result<(), String> {
+    state.tls.server.cert = arg(args).map(tls::load_certs).transpose()?;
+    Ok(())
+}
+
+pub fn h_server_key(state: &mut State, args: &[String]) -> Result<(), String> {
+    state.tls.server.key = arg(args).map(tls::load_key).transpose()?;
+    Ok(())
+}
+
+pub fn h_server_ca_file(state: &mut State, args: &[String]) -> Result<(), String> {
+    state.tls.server.ca = arg(args).map(tls::load_roots).transpose()?;
+    Ok(())
+}
+
+pub fn h_server_verify(state: &mut State, args: &[String]) -> Result<(), String> {
+    state.tls.server.verify = args[0] == "ssl_server_verify";
+    Ok(())
+}
+
+fn version(args: &[String]) -> Result<Option<Version>, String> {
+    arg(args).map(Version::parse).transpose()
+}
+
+pub fn h_server_version(state: &mut State, args: &[String]) -> Result<(), String> {
+    let v = version(args)?;
+    if args[0].ends_with("_min_proto_version") {
+        state.tls.server.min = v;
+    } else {
+        state.tls.server.max = v;
+    }
+    Ok(())
+}
+
+pub fn h_client_version(state: &mut State, args: &[String]) -> Result<(), String> {
+    let v = version(args)?;
+    if args[0].ends_with("_min_proto_version") {
+        state.tls.client.min = v;
+    } else {
+        state.tls.client.max = v;
+    }
+    Ok(())
+}
+
+pub fn h_client_cert(state: &mut State, args: &[String]) -> Result<(), String> {
+    state.tls.client.cert = arg(args).map(tls::load_certs).transpose()?;
+    Ok(())
+}
+
+pub fn h_client_key(state: &mut State, args: &[String]) -> Result<(), String> {
+    state.tls.client.key = arg(args).map(tls::load_key).transpose()?;
+    Ok(())
+}
+
+pub fn h_client_ca_file(state: &mut State, args: &[String]) -> Result<(), String> {
+    state.tls.client.ca = arg(args).map(tls::load_roots).transpose()?;
+    Ok(())
+}
+
+pub fn h_client_verify(state: &mut State, args: &[String]) -> Result<(), String> {
+    state.tls.client.verify = args[0] == "ssl_client_verify";
+    Ok(())
+}
+
+pub fn h_client_sni(state: &mut State, args: &[String]) -> Result<(), String> {
+    state.tls.client.sni = arg(args).map(str::to_string);
+    Ok(())
+}
+
+/// `ssl_client_mode [0-3]`: when the TLS handshake with the server
+/// happens; no argument is 0, as in 3proxy.
+pub fn h_client_mode(state: &mut State, args: &[String]) -> Result<(), String> {
+    state.tls.client.mode = match arg(args) {
+        None => 0,
+        Some(a) => super::value::number(a, 0u8, 3)?,
+    };
+    Ok(())
+}
+
+/// TLS commands of 3proxy not built in this version.
+pub fn h_not_built(_: &mut State, args: &[String]) -> Result<(), String> {
+    Err(format!(
+        "{} is not supported yet by this version of 3proxy: not built yet (TLS here \
+         has ssl_serv with ssl_server_cert, ssl_server_key, ssl_server_verify, \
+         ssl_server_ca_file and the protocol versions)",
+        args[0]
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::commands::dispatch;
+    use super::*;
+
+    fn run(lines: &[&str]) -> Result<State, String> {
+        let mut st = State::new(true);
+        for l in lines {
+            let args: Vec<String> = l.split(' ').map(String::from).collect();
+            dispatch(&mut st, &args)?;
+        }
+        Ok(st)
+    }
+
+    #[test]
+    fn ssl_plugin_is_built_in_whatever_the_file() {
+        assert!(run(&["plugin /nonexistent/SSLPlugin.so ssl_plugin"]).is_ok());
+        let e = run(&["plugin /x.so pcre_plugin"]).unwrap_err();
+        assert!(e.contains("not supported yet"), "{e}");
+    }
+
+    #[test]
+    fn versions() {
+        let st = run(&[
+            "ssl_server_min_proto_version tlsv1.3",
+            "ssl_client_max_proto_version TLSv1.2",
+        ])
+        .unwrap();
+        assert_eq!(st.tls.server.min, Some(Version::Tls13));
+        assert_eq!(st.tls.client.max, Some(Version::Tls12));
+        for weak in ["SSLv3", "TLSv1", "tlsv1.1"] {
+            let e = run(&[&format!("ssl_server_min_proto_version {weak}")]).unwrap_err();
+            assert!(e.contains("weak protocol"), "{e}");
+        }
+        let e = run(&["ssl_server_max_proto_version TLSv9"]).unwrap_err();
+        assert!(e.contains("unknown protocol version 'TLSv9'"), "{e}");
+        let st = run(&[
+            "ssl_server_min_proto_version TLSv1.3",
+            "ssl_server_max_proto_version TLSv1.2",
+        ])
+        .unwrap();
+        assert!(st.tls.server.config().is_err());
+    }
+
+    #[test]
+    fn files_are_read_at_their_line() {
+        let e = run(&["ssl_server_cert /nonexistent/cert.pem"]).unwrap_err();
+        assert!(e.contains("cannot read '/nonexistent/cert.pem'"), "{e}");
+        let e = run(&["ssl_client_key /nonexistent/k"]).unwrap_err();
+        assert!(e.contains("cannot read"), "{e}");
+        // Without a file: forget it.
+        let st = run(&["ssl_server_cert"]).unwrap();
+        assert!(st.tls.server.cert.is_none());
+    }
+
+    #[test]
+    fn ssl_serv_without_cert_is_an_error_at_the_service() {
+        let st = run(&["ssl_serv"]).unwrap();
+        let e = st.tls.server_config().unwrap_err();
+        assert!(e.contains("ssl_server_cert and ssl_server_key"), "{e}");
+        let st = run(&["ssl_serv", "ssl_noserver"]).unwrap();
+        assert!(st.tls.server_config().unwrap().is_none());
+    }
+
+    #[test]
+    fn unbuilt_commands_say_so() {
+        for l in ["ssl_mitm", "ssl_certcache /tmp/", "ssl_client_alpn h2"] {
+            let e = run(&[l]).unwrap_err();
+            assert!(e.contains("not built yet"), "{l}: {e}");
+        }
+        assert_eq!(run(&["ssl_client_mode 3"]).unwrap().tls.client.mode, 3);
+        // ssl_cli: TLS to parents only.
+        let st = run(&["ssl_cli"]).unwrap();
+        let e = st.tls.client(false).unwrap_err();
+        assert!(e.contains("not built yet"), "{e}");
+        let st = run(&["ssl_client", "ssl_client_mode 3"]).unwrap();
+        assert!(st.tls.client(false).unwrap().is_some());
+        let st = run(&["ssl_client", "ssl_noclient"]).unwrap();
+        assert!(st.tls.client(false).unwrap().is_none());
+        assert!(st.tls.client(true).unwrap().is_some());
+        assert!(run(&["ssl_client_mode 4"]).is_err());
+    }
+}

@@ -1,0 +1,738 @@
+//! TLS from clients (`ssl_serv`, issue #13) with real clients: curl as an
+//! HTTPS-proxy client, `openssl s_client`, and rustls for exact byte
+//! counts. A throwaway CA, server and client certificates are made with
+//! the openssl CLI in each test's temp dir; no test skips verification.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, ServerName};
+
+use crate::http::HttpOrigin;
+use crate::util::*;
+
+/// The log format of these tests: service, code, client, text.
+const FMT: &str = "logformat \"L%N %E %C %T\"";
+
+/// Certificates made for one test.
+struct Pki {
+    ca: PathBuf,
+    cert: PathBuf,
+    key: PathBuf,
+    client_cert: PathBuf,
+    client_key: PathBuf,
+    /// A key of no certificate here.
+    other_key: PathBuf,
+}
+
+fn openssl(dir: &Dir, args: &[&str]) {
+    let out = Command::new("openssl")
+        .args(args)
+        .current_dir(dir.join("."))
+        .output()
+        .expect("run openssl (tests/deps.sh installs it)");
+    assert!(
+        out.status.success(),
+        "openssl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+impl Pki {
+    fn new(dir: &Dir) -> Pki {
+        let ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1"];
+        let mut ca = vec!["req", "-x509", "-nodes", "-days", "2"];
+        ca.extend(ec);
+        ca.extend([
+            "-keyout",
+            "ca.key",
+            "-out",
+            "ca.pem",
+            "-subj",
+            "/CN=threeproxy test CA",
+        ]);
+        openssl(dir, &ca);
+        for (name, cn, usage) in [
+            ("srv", "localhost", "serverAuth"),
+            ("cli", "client", "clientAuth"),
+        ] {
+            let (key, csr, pem, ext) = (
+                format!("{name}.key"),
+                format!("{name}.csr"),
+                format!("{name}.pem"),
+                format!("{name}.ext"),
+            );
+            let mut req = vec!["req", "-nodes"];
+            req.extend(ec);
+            let subj = format!("/CN={cn}");
+            req.extend(["-keyout", &key, "-out", &csr, "-subj", &subj]);
+            openssl(dir, &req);
+            dir.write(
+                &ext,
+                format!(
+                    "subjectAltName=DNS:localhost,IP:127.0.0.1\nbasicConstraints=CA:FALSE\n\
+                     keyUsage=digitalSignature\nextendedKeyUsage={usage}\n"
+                ),
+            );
+            openssl(
+                dir,
+                &[
+                    "x509",
+                    "-req",
+                    "-in",
+                    &csr,
+                    "-CA",
+                    "ca.pem",
+                    "-CAkey",
+                    "ca.key",
+                    "-CAcreateserial",
+                    "-days",
+                    "2",
+                    "-out",
+                    &pem,
+                    "-extfile",
+                    &ext,
+                ],
+            );
+        }
+        openssl(
+            dir,
+            &[
+                "genpkey",
+                "-algorithm",
+                "EC",
+                "-pkeyopt",
+                "ec_paramgen_curve:P-256",
+                "-out",
+                "other.key",
+            ],
+        );
+        Pki {
+            ca: dir.join("ca.pem"),
+            cert: dir.join("srv.pem"),
+            key: dir.join("srv.key"),
+            client_cert: dir.join("cli.pem"),
+            client_key: dir.join("cli.key"),
+            other_key: dir.join("other.key"),
+        }
+    }
+
+    /// The cfg lines of a TLS service.
+    fn serv(&self) -> String {
+        format!(
+            "ssl_server_cert {}\nssl_server_key {}\nssl_serv\n",
+            p(&self.cert),
+            p(&self.key)
+        )
+    }
+}
+
+/// Start 3proxy on `cfg` (which has its own service lines on `port`).
+fn start(dir: Dir, cfg: &str, port: u16) -> Proxy {
+    let log = dir.join("tls.log");
+    let cfg = format!("log {}\n{FMT}\n{cfg}", p(&log));
+    Proxy::start(dir, &cfg, &[Listen::Tcp(localhost(port))])
+}
+
+fn log_of(proxy: &Proxy) -> PathBuf {
+    proxy.dir.join("tls.log")
+}
+
+/// curl through the HTTPS proxy on `port`, trusting only `ca`: (exit
+/// status success, stdout, stderr).
+fn curl_https(port: u16, ca: &Path, args: &[&str]) -> (bool, String, String) {
+    let out = Command::new("curl")
+        .args(["-sS", "--max-time", "30"])
+        .args(["--proxy", &format!("https://127.0.0.1:{port}")])
+        .args(["--proxy-cacert", p(ca)])
+        .args(args)
+        .output()
+        .expect("run curl (tests/deps.sh installs it)");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// A rustls client session to `port`, trusting only `ca`.
+fn tls_connect(ca: &Path, port: u16) -> rustls::StreamOwned<rustls::ClientConnection, TcpStream> {
+    let mut roots = rustls::RootCertStore::empty();
+    for c in CertificateDer::pem_file_iter(ca).unwrap() {
+        roots.add(c.unwrap()).unwrap();
+    }
+    let cfg = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    let name = ServerName::try_from("localhost").unwrap();
+    let conn = rustls::ClientConnection::new(Arc::new(cfg), name).unwrap();
+    let sock = connect(localhost(port));
+    set_timeouts(&sock, Duration::from_secs(30));
+    rustls::StreamOwned::new(conn, sock)
+}
+
+fn sha(b: &[u8]) -> String {
+    use sha2::{Digest, Sha256};
+    format!("{:x} {}", Sha256::digest(b), b.len())
+}
+
+#[test]
+fn https_proxy_get_post_keepalive_and_connect_with_curl() {
+    let dir = Dir::new("tls_https_proxy");
+    let pki = Pki::new(&dir);
+    let origin = HttpOrigin::start();
+    let port = free_port();
+    let cfg = format!("{}proxy -p{port} -i127.0.0.1\n", pki.serv());
+    let proxy = start(dir, &cfg, port);
+
+    let (ok, body, err) = curl_https(port, &pki.ca, &[&origin.url("/hello")]);
+    assert!(ok, "{err}");
+    assert_eq!(body, "hello");
+
+    let (ok, body, err) = curl_https(
+        port,
+        &pki.ca,
+        &["--data-binary", "abc over tls", &origin.url("/sha")],
+    );
+    assert!(ok, "{err}");
+    assert_eq!(body, sha(b"abc over tls"));
+
+    // Two requests on one TLS connection: curl connects once.
+    let (ok, out, err) = curl_https(
+        port,
+        &pki.ca,
+        &[
+            "-w",
+            " [%{num_connects}]",
+            &origin.url("/hello"),
+            &origin.url("/len/5"),
+        ],
+    );
+    assert!(ok, "{err}");
+    assert!(out.starts_with("hello [1]"), "{out}");
+    assert!(
+        out.ends_with(" [0]"),
+        "the second request reconnected: {out}"
+    );
+
+    // A large body, byte-exact (the proxy's body path over TLS).
+    let len = 64 * BLOCK as u64;
+    let out = Command::new("curl")
+        .args(["-sS", "--max-time", "60"])
+        .args(["--proxy", &format!("https://127.0.0.1:{port}")])
+        .args(["--proxy-cacert", p(&pki.ca)])
+        .arg(origin.url(&format!("/pattern/{len}")))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let got = hash_to_eof(&mut &out.stdout[..]).unwrap();
+    assert_eq!(got, pattern_digest(7, len));
+
+    // A plain CONNECT tunnel inside the TLS connection to the proxy.
+    let (ok, body, err) = curl_https(port, &pki.ca, &["-p", &origin.url("/hello")]);
+    assert!(ok, "{err}");
+    assert_eq!(body, "hello");
+    let log = log_of(&proxy);
+    read_log_line(&log, "of the CONNECT", |l| {
+        l.starts_with("PROXY 00000 ") && l.contains("CONNECT 127.0.0.1:")
+    });
+    read_log_line(&log, "of the POST", |l| {
+        l.starts_with("PROXY 00000 ") && l.contains("POST http://127.0.0.1:")
+    });
+}
+
+#[test]
+fn auth_strong_answers_407_over_tls() {
+    let dir = Dir::new("tls_auth");
+    let pki = Pki::new(&dir);
+    let origin = HttpOrigin::start();
+    let port = free_port();
+    let cfg = format!(
+        "users alice:CL:secret\nauth strong\n{}proxy -p{port} -i127.0.0.1\n",
+        pki.serv()
+    );
+    let _proxy = start(dir, &cfg, port);
+    let (ok, out, err) = curl_https(
+        port,
+        &pki.ca,
+        &[
+            "-o",
+            "/dev/null",
+            "-w",
+            "%{http_code}",
+            &origin.url("/hello"),
+        ],
+    );
+    assert!(ok, "{err}");
+    assert_eq!(out, "407");
+    let (ok, body, err) = curl_https(
+        port,
+        &pki.ca,
+        &["--proxy-user", "alice:secret", &origin.url("/hello")],
+    );
+    assert!(ok, "{err}");
+    assert_eq!(body, "hello");
+}
+
+#[test]
+fn tcppm_over_tls_with_openssl_s_client() {
+    let dir = Dir::new("tls_s_client");
+    let pki = Pki::new(&dir);
+    let echo = Origin::echo();
+    let port = free_port();
+    let cfg = format!(
+        "{}tcppm -i127.0.0.1 {port} 127.0.0.1 {}\n",
+        pki.serv(),
+        echo.port()
+    );
+    let _proxy = start(dir, &cfg, port);
+    let mut child = Command::new("openssl")
+        .args([
+            "s_client",
+            "-quiet",
+            "-verify_return_error",
+            "-servername",
+            "localhost",
+        ])
+        .args([
+            "-connect",
+            &format!("127.0.0.1:{port}"),
+            "-CAfile",
+            p(&pki.ca),
+        ])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("run openssl s_client");
+    let mut stdin = child.stdin.take().unwrap();
+    let mut stdout = child.stdout.take().unwrap();
+    let line = b"hello through tls\n";
+    stdin.write_all(line).unwrap();
+    stdin.flush().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut got = vec![0u8; line.len()];
+        let r = stdout.read_exact(&mut got).map(|_| got);
+        let _ = tx.send(r);
+    });
+    let got = rx.recv_timeout(Duration::from_secs(30));
+    let _ = child.kill();
+    let _ = child.wait();
+    assert_eq!(got.expect("echo in time").expect("echo read"), line);
+}
+
+#[test]
+fn tcppm_over_tls_moves_large_transfers_exactly() {
+    let dir = Dir::new("tls_large");
+    let pki = Pki::new(&dir);
+    let len = 64 * BLOCK as u64; // 4 MiB each way
+    let (origin, rx) = Origin::hash_sink(len, 7);
+    let port = free_port();
+    let cfg = format!(
+        "{}tcppm -i127.0.0.1 {port} 127.0.0.1 {}\n",
+        pki.serv(),
+        origin.port()
+    );
+    let _proxy = start(dir, &cfg, port);
+    let mut s = tls_connect(&pki.ca, port);
+    // Both directions at once: the origin sends while it reads.
+    send_pattern(&mut s, 3, len).expect("send through TLS");
+    s.conn.send_close_notify();
+    s.flush().unwrap();
+    let up = recv_nonempty(&rx, Duration::from_secs(60));
+    assert_eq!(up, pattern_digest(3, len), "client to origin");
+    let down = hash_to_eof(&mut s).expect("read through TLS");
+    assert_eq!(down, pattern_digest(7, len), "origin to client");
+}
+
+#[test]
+fn plain_http_to_a_tls_port_is_closed_and_logged() {
+    let dir = Dir::new("tls_plain");
+    let pki = Pki::new(&dir);
+    let port = free_port();
+    let cfg = format!("{}proxy -p{port} -i127.0.0.1\n", pki.serv());
+    let proxy = start(dir, &cfg, port);
+    let mut s = connect(localhost(port));
+    set_timeouts(&s, Duration::from_secs(30));
+    s.write_all(b"GET http://127.0.0.1/ HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
+    let got = read_until_closed(&mut s).expect("closed, not timed out");
+    assert!(got.is_empty(), "{:?}", String::from_utf8_lossy(&got));
+    let line = read_log_line(&log_of(&proxy), "with 08014", |l| {
+        l.starts_with("PROXY 08014 ")
+    });
+    assert!(line.contains("did not speak TLS"), "{line}");
+}
+
+#[test]
+fn a_silent_client_times_out_in_the_handshake() {
+    let dir = Dir::new("tls_timeout");
+    let pki = Pki::new(&dir);
+    let port = free_port();
+    // STRING_SHORT (the third timeout) is 1 s.
+    let cfg = format!("timeouts 1 5 1\n{}proxy -p{port} -i127.0.0.1\n", pki.serv());
+    let proxy = start(dir, &cfg, port);
+    let mut s = connect(localhost(port));
+    set_timeouts(&s, Duration::from_secs(30));
+    let t = Instant::now();
+    let got = read_until_closed(&mut s).expect("closed");
+    assert!(got.is_empty());
+    assert!(t.elapsed() < Duration::from_secs(10), "{:?}", t.elapsed());
+    read_log_line(&log_of(&proxy), "with 08015", |l| {
+        l.starts_with("PROXY 08015 ")
+    });
+}
+
+#[test]
+fn client_certificates_required_by_ssl_server_verify() {
+    let dir = Dir::new("tls_mtls");
+    let pki = Pki::new(&dir);
+    let origin = HttpOrigin::start();
+    let port = free_port();
+    let cfg = format!(
+        "ssl_server_verify\nssl_server_ca_file {}\n{}proxy -p{port} -i127.0.0.1\n",
+        p(&pki.ca),
+        pki.serv()
+    );
+    let proxy = start(dir, &cfg, port);
+    let (ok, body, _) = curl_https(port, &pki.ca, &[&origin.url("/hello")]);
+    assert!(!ok, "served without a client certificate: {body}");
+    read_log_line(&log_of(&proxy), "with 08016", |l| {
+        l.starts_with("PROXY 08016 ")
+    });
+    let (ok, body, err) = curl_https(
+        port,
+        &pki.ca,
+        &[
+            "--proxy-cert",
+            p(&pki.client_cert),
+            "--proxy-key",
+            p(&pki.client_key),
+            &origin.url("/hello"),
+        ],
+    );
+    assert!(ok, "{err}");
+    assert_eq!(body, "hello");
+    assert_eq!(
+        origin.conns(),
+        1,
+        "only the client with a certificate got through"
+    );
+}
+
+#[test]
+fn tls_cfg_errors_name_the_line() {
+    let dir = Dir::new("tls_cfg_errors");
+    let pki = Pki::new(&dir);
+    let cfg_path = dir.cfg_path();
+    let port = free_port();
+    // A key of another certificate: the service's line.
+    let cfg = format!(
+        "ssl_server_cert {}\nssl_server_key {}\nssl_serv\nproxy -p{port} -i127.0.0.1\n",
+        p(&pki.cert),
+        p(&pki.other_key)
+    );
+    let msg = run_cfg(&dir, &[], &cfg).assert_cfg_error(&cfg_path, 4, "proxy");
+    assert!(msg.contains("ssl_server_key"), "{msg}");
+    // ssl_serv without a certificate.
+    let cfg = format!("ssl_serv\nproxy -p{port} -i127.0.0.1\n");
+    let msg = run_cfg(&dir, &[], &cfg).assert_cfg_error(&cfg_path, 2, "proxy");
+    assert!(msg.contains("ssl_server_cert"), "{msg}");
+    // A file that cannot be read: its own line.
+    let msg = run_cfg(&dir, &[], "maxconn 5\nssl_server_cert /nonexistent/c.pem\n")
+        .assert_cfg_error(&cfg_path, 2, "ssl_server_cert");
+    assert!(msg.contains("/nonexistent/c.pem"), "{msg}");
+    // A key file that is a certificate.
+    let cfg = format!("ssl_server_key {}\n", p(&pki.cert));
+    run_cfg(&dir, &[], &cfg).assert_cfg_error(&cfg_path, 1, "ssl_server_key");
+    // Weak and unknown protocol versions.
+    let msg = run_cfg(&dir, &[], "ssl_server_min_proto_version TLSv1.1\n").assert_cfg_error(
+        &cfg_path,
+        1,
+        "ssl_server_min_proto_version",
+    );
+    assert!(msg.contains("weak"), "{msg}");
+    let msg = run_cfg(&dir, &[], "ssl_client_max_proto_version TLSv2\n").assert_cfg_error(
+        &cfg_path,
+        1,
+        "ssl_client_max_proto_version",
+    );
+    assert!(msg.contains("unknown protocol version"), "{msg}");
+    // Not built yet, by name.
+    let msg = run_cfg(&dir, &[], "ssl_mitm\n").assert_cfg_error(&cfg_path, 1, "ssl_mitm");
+    assert!(msg.contains("not built yet"), "{msg}");
+}
+
+#[test]
+fn a_3proxy_https_cfg_with_ssl_plugin_starts_and_serves() {
+    // As 3proxy's users write it: the plugin line names a file that need
+    // not exist here (TLS is built in).
+    let dir = Dir::new("tls_plugin_cfg");
+    let pki = Pki::new(&dir);
+    let origin = HttpOrigin::start();
+    let (port, plain) = (free_port(), free_port());
+    let cfg = format!(
+        "plugin /usr/local/3proxy/libexec/SSLPlugin.ld.so ssl_plugin\n\
+         ssl_server_cert {}\nssl_server_key {}\nssl_serv\n\
+         proxy -p{port} -i127.0.0.1\nssl_noserv\nproxy -p{plain} -i127.0.0.1\n",
+        p(&pki.cert),
+        p(&pki.key)
+    );
+    let _proxy = start(dir, &cfg, port);
+    let (ok, body, err) = curl_https(port, &pki.ca, &[&origin.url("/hello")]);
+    assert!(ok, "{err}");
+    assert_eq!(body, "hello");
+    // Below ssl_noserv: plain HTTP.
+    let out = Command::new("curl")
+        .args(["-sS", "--max-time", "30", "--proxy"])
+        .arg(format!("http://127.0.0.1:{plain}"))
+        .arg(origin.url("/hello"))
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "hello");
+}
+
+/// The resident memory of `n` idle sessions through a tcppm, TLS or not:
+/// each session has moved a few bytes and then waits.
+fn idle_cost_kb(tls: bool, n: usize) -> (u64, u64) {
+    let dir = Dir::new(if tls { "tls_idle" } else { "tls_idle_plain" });
+    let pki = Pki::new(&dir);
+    let echo = Origin::echo();
+    let port = free_port();
+    let serv = if tls { pki.serv() } else { String::new() };
+    let cfg = format!(
+        "maxconn 1000\n{serv}tcppm -i127.0.0.1 {port} 127.0.0.1 {}\n",
+        echo.port()
+    );
+    let proxy = start(dir, &cfg, port);
+    let before = proxy.rss_kb();
+    let mut keep: Vec<Box<dyn Send>> = Vec::new();
+    for _ in 0..n {
+        if tls {
+            let mut s = tls_connect(&pki.ca, port);
+            echo_roundtrip(&mut s, b"ping");
+            keep.push(Box::new(s));
+        } else {
+            let mut s = connect(localhost(port));
+            set_timeouts(&s, Duration::from_secs(30));
+            echo_roundtrip(&mut s, b"ping");
+            keep.push(Box::new(s));
+        }
+    }
+    let after = proxy.rss_kb();
+    drop(keep);
+    (before, after)
+}
+
+#[test]
+fn idle_tls_sessions_cost_little() {
+    let n = 100;
+    let (pb, pa) = idle_cost_kb(false, n);
+    let (tb, ta) = idle_cost_kb(true, n);
+    let plain = pa.saturating_sub(pb) / n as u64;
+    let tls = ta.saturating_sub(tb) / n as u64;
+    println!("idle sessions, VmRSS per session: plain {plain} KB, TLS {tls} KB ({n} each)");
+    // A TLS session holds rustls's state (about 20 KB), but no relay
+    // buffers while idle and not the stack pages its handshake touched
+    // (given back after it): a bound, not a benchmark.
+    assert!(
+        tls <= 3 * plain.max(16),
+        "TLS {tls} KB against plain {plain} KB"
+    );
+}
+
+/// Two of our processes: `back`, a proxy under ssl_serv, and `front`,
+/// whose cfg is `client` with BACK replaced by back's port and FRONT by
+/// the `front` service line (which has a parent ending in `s` at BACK).
+fn chain_pair(name: &str, pki: &Pki, client: &str, front: &str) -> (Proxy, Proxy) {
+    chain_pair_to("proxy", name, pki, client, front)
+}
+
+/// [`chain_pair`] with `back_service` (`proxy`, `socks`) as the back.
+fn chain_pair_to(
+    back_service: &str,
+    name: &str,
+    pki: &Pki,
+    client: &str,
+    front: &str,
+) -> (Proxy, Proxy) {
+    let back_port = free_port();
+    let back = start(
+        Dir::new(&format!("{name}_back")),
+        &format!("{}{back_service} -p{back_port} -i127.0.0.1\n", pki.serv()),
+        back_port,
+    );
+    let front_port = front
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("-p").and_then(|p| p.parse().ok()))
+        .expect("front -pPORT");
+    let front = start(
+        Dir::new(&format!("{name}_front")),
+        &client
+            .replace("BACK", &back_port.to_string())
+            .replace("FRONT", front),
+        front_port,
+    );
+    (back, front)
+}
+
+#[test]
+fn https_and_connect_plus_s_parents_speak_tls_to_our_ssl_serv() {
+    let dir = Dir::new("tls_parent");
+    let pki = Pki::new(&dir);
+    let origin = HttpOrigin::start();
+    let echo = Origin::echo();
+    let fport = free_port();
+    // An `https` parent under the HTTP proxy, its certificate checked.
+    let client = format!(
+        "ssl_client_verify\nssl_client_ca_file {}\nallow *\nparent 1000 https 127.0.0.1 BACK\nFRONT\n",
+        p(&pki.ca)
+    );
+    let (back, front) = chain_pair(
+        "tls_parent_https",
+        &pki,
+        &client,
+        &format!("proxy -p{fport} -i127.0.0.1"),
+    );
+    let out = Command::new("curl")
+        .args(["-sS", "--max-time", "30", "--proxy"])
+        .arg(format!("http://127.0.0.1:{fport}"))
+        .arg(origin.url("/hello"))
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "hello",
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    read_log_line(&log_of(&back), "of the request over TLS", |l| {
+        l.starts_with("PROXY 00000 ") && l.contains("GET http://127.0.0.1:")
+    });
+    drop(front);
+
+    // tcppm through a `connect+s` parent: CONNECT inside TLS.
+    let tport = free_port();
+    let client = format!(
+        "ssl_client_verify\nssl_client_ca_file {}\nallow *\nparent 1000 connect+s 127.0.0.1 BACK\nFRONT\n",
+        p(&pki.ca)
+    );
+    let (back, _front) = chain_pair(
+        "tls_parent_connect",
+        &pki,
+        &client,
+        &format!(
+            "tcppm -p{tport} -i127.0.0.1 {tport} 127.0.0.1 {}",
+            echo.port()
+        ),
+    );
+    let mut s = connect(localhost(tport));
+    set_timeouts(&s, Duration::from_secs(30));
+    echo_roundtrip(&mut s, b"through two proxies and TLS");
+    drop(s);
+    read_log_line(&log_of(&back), "of the CONNECT over TLS", |l| {
+        l.starts_with("PROXY 00000 ") && l.contains("CONNECT 127.0.0.1:")
+    });
+}
+
+#[test]
+fn a_socks5s_parent_reaches_socks_under_ssl_serv() {
+    let dir = Dir::new("tls_parent_socks");
+    let pki = Pki::new(&dir);
+    let echo = Origin::echo();
+    let tport = free_port();
+    let client = format!(
+        "ssl_client_verify\nssl_client_ca_file {}\nallow *\nparent 1000 socks5s 127.0.0.1 BACK\nFRONT\n",
+        p(&pki.ca)
+    );
+    let (back, _front) = chain_pair_to(
+        "socks",
+        "tls_parent_socks",
+        &pki,
+        &client,
+        &format!(
+            "tcppm -p{tport} -i127.0.0.1 {tport} 127.0.0.1 {}",
+            echo.port()
+        ),
+    );
+    let mut s = connect(localhost(tport));
+    set_timeouts(&s, Duration::from_secs(30));
+    echo_roundtrip(&mut s, b"socks5 inside TLS");
+    echo_roundtrip(&mut s, &vec![b'z'; 300_000]);
+    drop(s);
+    read_log_line(&log_of(&back), "of the SOCKS5 session over TLS", |l| {
+        l.starts_with("SOCK5 00000 ")
+    });
+}
+
+#[test]
+fn a_tls_parent_hop_starts_with_a_client_hello() {
+    // A raw listener as the parent: the first byte is a TLS handshake
+    // record (0x16), not an HTTP request.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let pport = listener.local_addr().unwrap().port();
+    let dir = Dir::new("tls_parent_wire");
+    let port = free_port();
+    let cfg = format!("allow *\nparent 1000 https 127.0.0.1 {pport}\nproxy -p{port} -i127.0.0.1\n");
+    let _proxy = start(dir, &cfg, port);
+    let mut c = connect(localhost(port));
+    set_timeouts(&c, Duration::from_secs(30));
+    c.write_all(b"GET http://127.0.0.1:9/ HTTP/1.1\r\nHost: 127.0.0.1:9\r\n\r\n")
+        .unwrap();
+    let mut peer = accept_within(&listener, Duration::from_secs(10)).expect("the parent dialled");
+    set_timeouts(&peer, Duration::from_secs(10));
+    let mut first = [0u8; 3];
+    peer.read_exact(&mut first).unwrap();
+    assert_eq!(first, [0x16, 0x03, 0x01], "a TLS handshake record");
+}
+
+#[test]
+fn a_parent_whose_certificate_is_not_trusted_is_refused_with_8011() {
+    let dir = Dir::new("tls_parent_untrusted");
+    let pki = Pki::new(&dir);
+    let origin = HttpOrigin::start();
+    let fport = free_port();
+    // Verification on, with the built-in roots only: our test CA is not
+    // among them.
+    let client = "ssl_client_verify\nallow *\nparent 1000 https 127.0.0.1 BACK\nFRONT\n";
+    let (_back, front) = chain_pair(
+        "tls_parent_untrusted",
+        &pki,
+        client,
+        &format!("proxy -p{fport} -i127.0.0.1"),
+    );
+    let out = Command::new("curl")
+        .args([
+            "-sS",
+            "--max-time",
+            "30",
+            "-o",
+            "/dev/null",
+            "-w",
+            "%{http_code}",
+            "--proxy",
+        ])
+        .arg(format!("http://127.0.0.1:{fport}"))
+        .arg(origin.url("/hello"))
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "502");
+    read_log_line(&log_of(&front), "with 08011", |l| {
+        l.starts_with("PROXY 08011 ")
+    });
+    assert_eq!(origin.conns(), 0);
+}
