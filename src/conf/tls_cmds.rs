@@ -140,8 +140,6 @@ mod tests {
     #[test]
     fn ssl_plugin_is_built_in_whatever_the_file() {
         assert!(run(&["plugin /nonexistent/SSLPlugin.so ssl_plugin"]).is_ok());
-        let e = run(&["plugin /x.so pcre_plugin"]).unwrap_err();
-        assert!(e.contains("not supported yet"), "{e}");
     }
 
     #[test]
