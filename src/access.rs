@@ -449,7 +449,7 @@ fn admit(p: &Policy, req: &Request<'_>, at: &At, with_limits: bool) -> Result<Gr
     // `hostname` to the text of the destination it was given.
     let host = match (req.host, req.addr) {
         (Some(h), _) => Some(acl::normalize_host(h)),
-        (None, Some(a)) => Some(std::borrow::Cow::Owned(a.to_string())),
+        (None, Some(a)) => Some(std::borrow::Cow::Owned(crate::addr::ip_text(a))),
         (None, None) => None,
     };
     let (wday, daysec) = if p.timed || p.limits.timed() {

@@ -476,7 +476,7 @@ fn authorize(
 fn host_text(dest: &Dest) -> String {
     match dest {
         Dest::Name(n, _) => n.clone(),
-        Dest::Addr(a) => a.ip().to_string(),
+        Dest::Addr(a) => crate::addr::ip_text(a.ip()),
     }
 }
 
