@@ -47,7 +47,7 @@ pub fn release_stack_below_here() {
     let marker = 0u8;
     let sp = std::hint::black_box(&marker) as *const u8 as usize;
     // A margin under this frame for the calls below (madvise itself).
-    const MARGIN: usize = 16 * 1024;
+    const MARGIN: usize = 4 * 1024;
     let page = 4096usize;
     let (mut addr, mut size, mut guard) = (std::ptr::null_mut(), 0usize, 0usize);
     // SAFETY: `attr` is initialised by pthread_getattr_np before it is
