@@ -101,8 +101,23 @@ pub fn connect(svc: &Service, parents: &[Hop], want: &Want<'_>) -> Result<Route,
             credentials: None,
         }));
     }
+    match attempts(svc, parents, want, false, Res::PARENT_SOCKS5_REP)? {
+        Reached::Route(r) => Ok(r),
+        Reached::Udp(_) => Err(Res::PARENT_INTERNAL),
+    }
+}
+
+/// Up to `parentretries` attempts, each with a fresh pick; Err: the last
+/// attempt's code (`none`: the code when no attempt was made).
+fn attempts(
+    svc: &Service,
+    parents: &[Hop],
+    want: &Want<'_>,
+    udp: bool,
+    none: Res,
+) -> Result<Reached, Res> {
     let chain_to = svc.timeouts.get(Timeouts::CHAIN);
-    let mut last = Res::PARENT_SOCKS5_REP;
+    let mut last = none;
     for _ in 0..retries() {
         let hops = pick(parents, &mut random);
         match attempt(
@@ -111,11 +126,12 @@ pub fn connect(svc: &Service, parents: &[Hop], want: &Want<'_>) -> Result<Route,
             &hops,
             want,
             &mut random,
-            false,
+            udp,
             svc.tls_client.as_deref(),
         ) {
-            Ok(Reached::Route(r)) => return Ok(r),
-            Ok(Reached::Udp(_)) => return Err(Res::PARENT_INTERNAL),
+            Ok(r) => return Ok(r),
+            // Not a failure another pick would mend the same way, but a
+            // pick may take another type: try again like any failure.
             Err(e) => last = e,
         }
     }
@@ -150,27 +166,10 @@ pub fn udp_associate(
     if parents.is_empty() {
         return Ok(None);
     }
-    let chain_to = svc.timeouts.get(Timeouts::CHAIN);
-    let mut last = Res::PARENT_NO_UDP;
-    for _ in 0..retries() {
-        let hops = pick(parents, &mut random);
-        match attempt(
-            &svc.dialer,
-            chain_to,
-            &hops,
-            want,
-            &mut random,
-            true,
-            svc.tls_client.as_deref(),
-        ) {
-            Ok(Reached::Udp(u)) => return Ok(u),
-            Ok(Reached::Route(_)) => return Err(Res::PARENT_NO_UDP),
-            // Not a failure another pick would mend the same way, but a
-            // pick may take another type: try again like any failure.
-            Err(e) => last = e,
-        }
+    match attempts(svc, parents, want, true, Res::PARENT_NO_UDP)? {
+        Reached::Udp(u) => Ok(u),
+        Reached::Route(_) => Err(Res::PARENT_NO_UDP),
     }
-    Err(last)
 }
 
 /// What one attempt reached.

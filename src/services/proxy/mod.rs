@@ -1308,16 +1308,7 @@ impl Session {
                 Err((Side::Server, e)) => return Err(Fail::silent(srv_res(&e))),
             }
         }
-        // Reuse the origin only after a complete exchange it allows.
-        if body_done && h.keep_alive && clean {
-            self.origin = Some(o);
-        }
-        c.res = Res::OK;
-        Ok(if client_keep {
-            Next::KeepAlive
-        } else {
-            Next::Close
-        })
+        Ok(self.done_response(c, o, body_done && h.keep_alive && clean, client_keep))
     }
 
     /// Read the request body of length `n` whole (`now` bytes of it are
@@ -1391,15 +1382,7 @@ impl Session {
             .map_err(|e| Fail::silent(send_res(&e)))?;
         write_all_v(&c.cli, &self.resp_out, &body).map_err(|e| Fail::silent(send_res(&e)))?;
         c.bytes_in += (self.resp_out.len() + body.len()) as u64;
-        if body_done && h.keep_alive && clean {
-            self.origin = Some(o);
-        }
-        c.res = Res::OK;
-        Ok(if client_keep {
-            Next::KeepAlive
-        } else {
-            Next::Close
-        })
+        Ok(self.done_response(c, o, body_done && h.keep_alive && clean, client_keep))
     }
 
     /// A response body that ends when the origin closes, or chunked:
@@ -1467,15 +1450,25 @@ impl Session {
             Err(filt::StreamErr::Io(Side::Client, e)) => return Err(Fail::silent(send_res(&e))),
             Err(filt::StreamErr::Io(Side::Server, e)) => return Err(Fail::silent(srv_res(&e))),
         }
-        if h.framing == Framing::Chunked && body_done && h.keep_alive && clean {
+        // Only a chunked body ends where the next response can begin.
+        let chunked = h.framing == Framing::Chunked;
+        let reuse = chunked && body_done && h.keep_alive && clean;
+        Ok(self.done_response(c, o, reuse, client_keep && chunked))
+    }
+
+    /// A response went out whole: keep the origin connection when the
+    /// exchange ended cleanly and the origin allows it (`reuse`), and say
+    /// whether the client's connection goes on.
+    fn done_response(&mut self, c: &mut Client, o: Origin, reuse: bool, client_keep: bool) -> Next {
+        if reuse {
             self.origin = Some(o);
         }
         c.res = Res::OK;
-        Ok(if client_keep && h.framing == Framing::Chunked {
+        if client_keep {
             Next::KeepAlive
         } else {
             Next::Close
-        })
+        }
     }
 
     /// Answer an error (when nothing was answered yet), log the request,
