@@ -409,3 +409,129 @@ fn ftppr_server_refusing_the_password() {
         "{recs:?}"
     );
 }
+
+/// `data` with each `from` replaced by `to` (same length).
+fn replaced(data: &[u8], from: &[u8], to: &[u8]) -> Vec<u8> {
+    let mut out = data.to_vec();
+    let mut i = 0;
+    while i + from.len() <= out.len() {
+        if &out[i..i + from.len()] == from {
+            out[i..i + from.len()].copy_from_slice(to);
+            i += from.len();
+        } else {
+            i += 1;
+        }
+    }
+    out
+}
+
+#[test]
+fn ftppr_pcre_denies_a_transfer_command() {
+    let (origin, rx) = ftp_server();
+    let (_proxy, log, port) = start("ftppr_pcre_cmd", "pcre cliheader deny \"RETR secret\"\n");
+    let o = origin.port();
+    let mut c = Ftp::connect(port);
+    c.login(o);
+    // A command no filter matches goes through as before.
+    let d = c.pasv();
+    let mut data = connect(localhost(d));
+    assert_eq!(c.cmd("LIST"), "125 data\r\n");
+    let mut got = Vec::new();
+    data.read_to_end(&mut got).unwrap();
+    assert_eq!(got, LISTING);
+    assert_eq!(c.line(), "226 done\r\n");
+    // The denied one: no reply, the connection closed, logged 880.
+    let _d = c.pasv();
+    let cport = c.port();
+    c.s.write_all(b"RETR secret.txt\r\n").unwrap();
+    c.assert_closed();
+    let seen = lines(&rx);
+    assert!(!seen.iter().any(|l| l.contains("secret.txt")), "{seen:?}");
+    let recs = records_of(&log, cport, 2);
+    assert!(
+        recs.last()
+            .unwrap()
+            .starts_with(&format!("FTPPR 00880 {cport} ")),
+        "{recs:?}"
+    );
+}
+
+#[test]
+fn ftppr_pcre_denies_the_login() {
+    let (origin, rx) = ftp_server();
+    let (_proxy, log, port) = start("ftppr_pcre_login", "pcre request deny \"^bob@\"\n");
+    let o = origin.port();
+    let mut c = Ftp::connect(port);
+    // As in 3proxy, the server's answer is passed on before the check.
+    c.login(o);
+    let cport = c.port();
+    c.s.write_all(b"SYST\r\n").unwrap();
+    c.assert_closed();
+    assert_eq!(lines(&rx), ["USER bob\r\n", "PASS secret\r\n"]);
+    let recs = records_of(&log, cport, 1);
+    assert_eq!(
+        recs,
+        [format!(
+            "FTPPR 00877 {cport} bob@127.0.0.1:{o} {} {}",
+            "USER bob\r\nPASS secret\r\n".len(),
+            "220-test ftp\r\n220 ready\r\n331 password please\r\n230-welcome\r\n230 logged in\r\n"
+                .len()
+        )]
+    );
+}
+
+#[test]
+fn ftppr_pcre_rewrites_a_retr_file() {
+    let (origin, _rx) = ftp_server();
+    // The file has the bytes "AHOV" every 251 bytes; the listing has not.
+    let (_proxy, _log, port) = start(
+        "ftppr_pcre_rewrite",
+        "pcre_rewrite srvdata dunno AHOV XYZW\n",
+    );
+    let o = origin.port();
+    let mut c = Ftp::connect(port);
+    c.login(o);
+    let d = c.pasv();
+    let mut data = connect(localhost(d));
+    assert_eq!(c.cmd("RETR file.bin"), "125 data\r\n");
+    let mut got = Vec::new();
+    data.read_to_end(&mut got).unwrap();
+    let want = replaced(&file(), b"AHOV", b"XYZW");
+    assert_ne!(want, file());
+    assert_eq!(got, want);
+    assert_eq!(c.line(), "226 done\r\n");
+    let d = c.pasv();
+    let mut data = connect(localhost(d));
+    assert_eq!(c.cmd("LIST"), "125 data\r\n");
+    let mut got = Vec::new();
+    data.read_to_end(&mut got).unwrap();
+    assert_eq!(got, LISTING);
+    assert_eq!(c.line(), "226 done\r\n");
+    assert_eq!(c.cmd("QUIT"), "221 bye\r\n");
+}
+
+#[test]
+fn ftppr_pcre_denies_a_word_in_a_retr_file() {
+    let (origin, _rx) = ftp_server();
+    let (_proxy, log, port) = start("ftppr_pcre_data", "pcre srvdata deny AHOV\n");
+    let o = origin.port();
+    let mut c = Ftp::connect(port);
+    c.login(o);
+    let d = c.pasv();
+    let mut data = connect(localhost(d));
+    assert_eq!(c.cmd("RETR file.bin"), "125 data\r\n");
+    let mut got = Vec::new();
+    let _ = data.read_to_end(&mut got);
+    // The data connection is cut before the word; the session goes on.
+    assert!(got.len() < file().len(), "{}", got.len());
+    assert!(!got.windows(4).any(|w| w == b"AHOV"));
+    assert!(file().starts_with(&got));
+    assert_eq!(c.line(), "226 done\r\n");
+    let cport = c.port();
+    assert_eq!(c.cmd("QUIT"), "221 bye\r\n");
+    let recs = records_of(&log, cport, 2);
+    assert!(
+        recs[1].starts_with(&format!("FTPPR 00019 {cport} RETR file.bin ")),
+        "{recs:?}"
+    );
+}
