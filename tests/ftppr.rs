@@ -535,3 +535,61 @@ fn ftppr_pcre_denies_a_word_in_a_retr_file() {
         "{recs:?}"
     );
 }
+
+#[test]
+fn ftppr_pcre_rewrites_port_stor_and_the_stored_file() {
+    let (origin, rx) = ftp_server();
+    let (_proxy, _log, port) = start(
+        "ftppr_pcre_stor",
+        "pcre_rewrite srvheader dunno \"^200 OK\" \"200 Fine\"\n\
+         pcre_rewrite cliheader dunno \"^STOR up\" \"STOR down\"\n\
+         pcre_rewrite clidata dunno ABC abc\n",
+    );
+    let o = origin.port();
+    let mut c = Ftp::connect(port);
+    c.login(o);
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let lp = l.local_addr().unwrap().port();
+    assert_eq!(
+        c.cmd(&format!("PORT 127,0,0,1,{},{}", lp >> 8, lp & 0xff)),
+        "200 Fine\r\n"
+    );
+    let mut data = accept_within(&l, Duration::from_secs(10)).unwrap();
+    let body: Vec<u8> = (0..3000u32).map(|i| (i % 200) as u8).collect();
+    assert_eq!(c.cmd("STOR up.bin"), "125 data\r\n");
+    data.write_all(&body).unwrap();
+    drop(data);
+    assert_eq!(c.line(), "226 done\r\n");
+    let mut seen = Vec::new();
+    let stored = loop {
+        match rx.recv_timeout(Duration::from_secs(10)).expect("STOR") {
+            Seen::Stored(b) => break b,
+            Seen::Line(l) => seen.push(l),
+        }
+    };
+    assert_eq!(seen.last().map(String::as_str), Some("STOR down.bin\r\n"));
+    let want = replaced(&body, b"ABC", b"abc");
+    assert_ne!(want, body);
+    assert_eq!(stored, want);
+    assert_eq!(c.cmd("QUIT"), "221 bye\r\n");
+}
+
+#[test]
+fn ftppr_pcre_denies_epsv() {
+    let (origin, _rx) = ftp_server();
+    let (_proxy, log, port) = start("ftppr_pcre_epsv", "pcre cliheader deny ^EPSV\n");
+    let o = origin.port();
+    let mut c = Ftp::connect(port);
+    c.login(o);
+    let _ = c.pasv();
+    let cport = c.port();
+    c.s.write_all(b"EPSV\r\n").unwrap();
+    c.assert_closed();
+    let recs = records_of(&log, cport, 2);
+    assert!(
+        recs.last()
+            .unwrap()
+            .starts_with(&format!("FTPPR 00878 {cport} ")),
+        "{recs:?}"
+    );
+}
