@@ -385,6 +385,17 @@ codes! {
     FTP_DATA_TIMEOUT = 857;
     /// ftppr: accepting the client's data connection failed.
     FTP_DATA_ACCEPT = 858;
+    /// ftppr: a `pcre` filter of type `request` refused the login
+    /// (`name@host[:port]`, after PASS): the connection is closed.
+    FTP_FILTER_LOGIN = 877;
+    /// ftppr: a `cliheader` filter refused a PASV, EPSV or PORT command.
+    FTP_FILTER_DATA_COMMAND = 878;
+    /// ftppr: a `srvheader` filter refused the proxy's answer to PASV,
+    /// EPSV or PORT.
+    FTP_FILTER_DATA_ANSWER = 879;
+    /// ftppr: a `cliheader` filter refused a transfer command (RETR,
+    /// LIST, NLST, MLSD, STOR, APPE).
+    FTP_FILTER_TRANSFER = 880;
     /// dnspr: a query too short or too long.
     DNS_SIZE = 814;
     /// dnspr: a query that is not exactly one question.

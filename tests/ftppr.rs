@@ -409,3 +409,187 @@ fn ftppr_server_refusing_the_password() {
         "{recs:?}"
     );
 }
+
+/// `data` with each `from` replaced by `to` (same length).
+fn replaced(data: &[u8], from: &[u8], to: &[u8]) -> Vec<u8> {
+    let mut out = data.to_vec();
+    let mut i = 0;
+    while i + from.len() <= out.len() {
+        if &out[i..i + from.len()] == from {
+            out[i..i + from.len()].copy_from_slice(to);
+            i += from.len();
+        } else {
+            i += 1;
+        }
+    }
+    out
+}
+
+#[test]
+fn ftppr_pcre_denies_a_transfer_command() {
+    let (origin, rx) = ftp_server();
+    let (_proxy, log, port) = start("ftppr_pcre_cmd", "pcre cliheader deny \"RETR secret\"\n");
+    let o = origin.port();
+    let mut c = Ftp::connect(port);
+    c.login(o);
+    // A command no filter matches goes through as before.
+    let d = c.pasv();
+    let mut data = connect(localhost(d));
+    assert_eq!(c.cmd("LIST"), "125 data\r\n");
+    let mut got = Vec::new();
+    data.read_to_end(&mut got).unwrap();
+    assert_eq!(got, LISTING);
+    assert_eq!(c.line(), "226 done\r\n");
+    // The denied one: no reply, the connection closed, logged 880.
+    let _d = c.pasv();
+    let cport = c.port();
+    c.s.write_all(b"RETR secret.txt\r\n").unwrap();
+    c.assert_closed();
+    let seen = lines(&rx);
+    assert!(!seen.iter().any(|l| l.contains("secret.txt")), "{seen:?}");
+    let recs = records_of(&log, cport, 2);
+    assert!(
+        recs.last()
+            .unwrap()
+            .starts_with(&format!("FTPPR 00880 {cport} ")),
+        "{recs:?}"
+    );
+}
+
+#[test]
+fn ftppr_pcre_denies_the_login() {
+    let (origin, rx) = ftp_server();
+    let (_proxy, log, port) = start("ftppr_pcre_login", "pcre request deny \"^bob@\"\n");
+    let o = origin.port();
+    let mut c = Ftp::connect(port);
+    // As in 3proxy, the server's answer is passed on before the check.
+    c.login(o);
+    let cport = c.port();
+    c.s.write_all(b"SYST\r\n").unwrap();
+    c.assert_closed();
+    assert_eq!(lines(&rx), ["USER bob\r\n", "PASS secret\r\n"]);
+    let recs = records_of(&log, cport, 1);
+    assert_eq!(
+        recs,
+        [format!(
+            "FTPPR 00877 {cport} bob@127.0.0.1:{o} {} {}",
+            "USER bob\r\nPASS secret\r\n".len(),
+            "220-test ftp\r\n220 ready\r\n331 password please\r\n230-welcome\r\n230 logged in\r\n"
+                .len()
+        )]
+    );
+}
+
+#[test]
+fn ftppr_pcre_rewrites_a_retr_file() {
+    let (origin, _rx) = ftp_server();
+    // The file has the bytes "AHOV" every 251 bytes; the listing has not.
+    let (_proxy, _log, port) = start(
+        "ftppr_pcre_rewrite",
+        "pcre_rewrite srvdata dunno AHOV XYZW\n",
+    );
+    let o = origin.port();
+    let mut c = Ftp::connect(port);
+    c.login(o);
+    let d = c.pasv();
+    let mut data = connect(localhost(d));
+    assert_eq!(c.cmd("RETR file.bin"), "125 data\r\n");
+    let mut got = Vec::new();
+    data.read_to_end(&mut got).unwrap();
+    let want = replaced(&file(), b"AHOV", b"XYZW");
+    assert_ne!(want, file());
+    assert_eq!(got, want);
+    assert_eq!(c.line(), "226 done\r\n");
+    let d = c.pasv();
+    let mut data = connect(localhost(d));
+    assert_eq!(c.cmd("LIST"), "125 data\r\n");
+    let mut got = Vec::new();
+    data.read_to_end(&mut got).unwrap();
+    assert_eq!(got, LISTING);
+    assert_eq!(c.line(), "226 done\r\n");
+    assert_eq!(c.cmd("QUIT"), "221 bye\r\n");
+}
+
+#[test]
+fn ftppr_pcre_denies_a_word_in_a_retr_file() {
+    let (origin, _rx) = ftp_server();
+    let (_proxy, log, port) = start("ftppr_pcre_data", "pcre srvdata deny AHOV\n");
+    let o = origin.port();
+    let mut c = Ftp::connect(port);
+    c.login(o);
+    let d = c.pasv();
+    let mut data = connect(localhost(d));
+    assert_eq!(c.cmd("RETR file.bin"), "125 data\r\n");
+    let mut got = Vec::new();
+    let _ = data.read_to_end(&mut got);
+    // The data connection is cut before the word; the session goes on.
+    assert!(got.len() < file().len(), "{}", got.len());
+    assert!(!got.windows(4).any(|w| w == b"AHOV"));
+    assert!(file().starts_with(&got));
+    assert_eq!(c.line(), "226 done\r\n");
+    let cport = c.port();
+    assert_eq!(c.cmd("QUIT"), "221 bye\r\n");
+    let recs = records_of(&log, cport, 2);
+    assert!(
+        recs[1].starts_with(&format!("FTPPR 00019 {cport} RETR file.bin ")),
+        "{recs:?}"
+    );
+}
+
+#[test]
+fn ftppr_pcre_rewrites_port_stor_and_the_stored_file() {
+    let (origin, rx) = ftp_server();
+    let (_proxy, _log, port) = start(
+        "ftppr_pcre_stor",
+        "pcre_rewrite srvheader dunno \"^200 OK\" \"200 Fine\"\n\
+         pcre_rewrite cliheader dunno \"^STOR up\" \"STOR down\"\n\
+         pcre_rewrite clidata dunno ABC abc\n",
+    );
+    let o = origin.port();
+    let mut c = Ftp::connect(port);
+    c.login(o);
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let lp = l.local_addr().unwrap().port();
+    assert_eq!(
+        c.cmd(&format!("PORT 127,0,0,1,{},{}", lp >> 8, lp & 0xff)),
+        "200 Fine\r\n"
+    );
+    let mut data = accept_within(&l, Duration::from_secs(10)).unwrap();
+    let body: Vec<u8> = (0..3000u32).map(|i| (i % 200) as u8).collect();
+    assert_eq!(c.cmd("STOR up.bin"), "125 data\r\n");
+    data.write_all(&body).unwrap();
+    drop(data);
+    assert_eq!(c.line(), "226 done\r\n");
+    let mut seen = Vec::new();
+    let stored = loop {
+        match rx.recv_timeout(Duration::from_secs(10)).expect("STOR") {
+            Seen::Stored(b) => break b,
+            Seen::Line(l) => seen.push(l),
+        }
+    };
+    assert_eq!(seen.last().map(String::as_str), Some("STOR down.bin\r\n"));
+    let want = replaced(&body, b"ABC", b"abc");
+    assert_ne!(want, body);
+    assert_eq!(stored, want);
+    assert_eq!(c.cmd("QUIT"), "221 bye\r\n");
+}
+
+#[test]
+fn ftppr_pcre_denies_epsv() {
+    let (origin, _rx) = ftp_server();
+    let (_proxy, log, port) = start("ftppr_pcre_epsv", "pcre cliheader deny ^EPSV\n");
+    let o = origin.port();
+    let mut c = Ftp::connect(port);
+    c.login(o);
+    let _ = c.pasv();
+    let cport = c.port();
+    c.s.write_all(b"EPSV\r\n").unwrap();
+    c.assert_closed();
+    let recs = records_of(&log, cport, 2);
+    assert!(
+        recs.last()
+            .unwrap()
+            .starts_with(&format!("FTPPR 00878 {cport} ")),
+        "{recs:?}"
+    );
+}

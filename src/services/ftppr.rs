@@ -16,6 +16,11 @@
 //!
 //! A record is written after each PASS, CWD or data command that moved
 //! bytes (`%T` `name@host[:port]`, or the command), and at the end.
+//! `pcre` filters run where 3proxy's do: `request` on the login text
+//! after PASS, `cliheader` on PASV/EPSV/PORT and the transfer commands,
+//! `srvheader` on the proxy's answer to PASV/EPSV/PORT (a deny closes the
+//! connection, 877-880), and `clidata`/`srvdata` on the data connections
+//! (a deny cuts the transfer, 19).
 //! Result codes are 3proxy's: 700-706 the server login failed, 801 the
 //! greeting could not be sent, 802 a short command, 803/804 a bad host or
 //! login, 821-829 the client's data connection, 834 no answer after a
@@ -30,9 +35,10 @@ use super::login::Lines;
 use crate::access::{self, Op, Request};
 use crate::chain;
 use crate::client::Client;
+use crate::filter::{self, Verdict};
 use crate::net::{resolve, Stream};
 use crate::parent;
-use crate::relay::{Hooks, RelayOpts};
+use crate::relay::{DataFilter, Hooks, RelayOpts};
 use crate::res::Res;
 use crate::timeouts::Timeouts;
 
@@ -52,6 +58,52 @@ fn starts_ci(line: &[u8], word: &[u8]) -> bool {
 
 fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
+}
+
+/// What a `pcre` filter's ACE is matched against in this session
+/// (`host` is the login's host, normalized).
+fn filter_query<'a>(
+    c: &'a Client,
+    fs: &filter::Filters,
+    host: &'a str,
+    op: Op,
+) -> crate::acl::Query<'a> {
+    let (wday, daysec) = if fs.timed() {
+        access::local_clock(std::time::SystemTime::now())
+    } else {
+        (0, 0)
+    };
+    crate::acl::Query {
+        wday,
+        daysec,
+        user: c.user.as_deref(),
+        src: c.client_addr.map(|a| a.ip()),
+        dst: c.req_addr.map(|a| a.ip()),
+        host: (!host.is_empty()).then_some(host),
+        port: c.req_addr.map_or(0, |a| a.port()),
+        op: op.bits(),
+        ..Default::default()
+    }
+}
+
+/// Run the service's filters of `kind` on `buf` (a command line without
+/// its CRLF, or a reply the proxy makes), as 3proxy's ftppr does: Err(deny)
+/// if one refuses it; a rewrite changes `buf`.
+fn run_filters(c: &Client, kind: u8, op: Op, buf: &mut Vec<u8>, deny: Res) -> Result<(), Res> {
+    let svc = c.svc();
+    let Some(fs) = svc.filters.as_deref().filter(|f| f.has(kind)) else {
+        return Ok(());
+    };
+    let host = c
+        .req_host
+        .as_deref()
+        .map(crate::acl::normalize_host)
+        .unwrap_or_default();
+    let q = filter_query(c, fs, &host, op);
+    match fs.check(kind, &q, buf) {
+        Verdict::Pass => Ok(()),
+        Verdict::Deny => Err(deny),
+    }
 }
 
 /// What USER (and OPEN) said.
@@ -273,14 +325,38 @@ fn command(c: &mut Client, st: &mut State, line: &[u8]) -> Result<(), Res> {
             if l.port != DEFAULT_PORT {
                 t.push_str(&format!(":{}", l.port));
             }
-            st.req = Some(t);
+            st.req = Some(t.clone());
+            // 3proxy runs the `request` filters on this text once the
+            // server has answered the login.
+            run_filters(
+                c,
+                filter::REQUEST,
+                Op::Connect,
+                &mut t.into_bytes(),
+                Res::FTP_FILTER_LOGIN,
+            )?;
         }
     } else if st.status >= 3
         && (starts_ci(line, b"PASV") || starts_ci(line, b"EPSV") || starts_ci(line, b"PORT "))
     {
         st.data = Data::None;
-        let reply = prepare_data(c, st, line)?;
-        tell(c, reply.as_bytes(), Res::FTP_DATA_TELL)?;
+        let mut cmd = line.to_vec();
+        run_filters(
+            c,
+            filter::CLIHEADER,
+            Op::Connect,
+            &mut cmd,
+            Res::FTP_FILTER_DATA_COMMAND,
+        )?;
+        let mut reply = prepare_data(c, st, &cmd)?.into_bytes();
+        run_filters(
+            c,
+            filter::SRVHEADER,
+            Op::Connect,
+            &mut reply,
+            Res::FTP_FILTER_DATA_ANSWER,
+        )?;
+        tell(c, &reply, Res::FTP_DATA_TELL)?;
         st.status = 4;
     } else if st.status == 4
         && [
@@ -537,6 +613,19 @@ fn server_data(c: &mut Client, st: &mut State, line: &[u8]) -> Option<Stream> {
 /// A data command: RETR, LIST, NLST, MLSD, STOR or APPE.
 fn transfer(c: &mut Client, st: &mut State, line: &[u8]) -> Result<(), Res> {
     let svc = c.svc().clone();
+    let op = if starts_ci(line, b"RETR") {
+        Op::FtpGet
+    } else if starts_ci(line, b"STOR") || starts_ci(line, b"APPE") {
+        Op::FtpPut
+    } else {
+        Op::FtpList
+    };
+    let mut cmd = line.to_vec();
+    run_filters(c, filter::CLIHEADER, op, &mut cmd, Res::FTP_FILTER_TRANSFER)?;
+    let line = &cmd[..];
+    if line.len() < 4 {
+        return Err(Res::FTP_FILTER_TRANSFER);
+    }
     let cli_data = match std::mem::replace(&mut st.data, Data::None) {
         Data::None => return Err(Res::FTP_NO_DATA),
         Data::Connected(s) => s,
@@ -571,6 +660,24 @@ fn transfer(c: &mut Client, st: &mut State, line: &[u8]) -> Result<(), Res> {
         splice: false,
         ..crate::session::relay_opts(&svc, Timeouts::CONNECTION_SHORT)
     };
+    // `clidata` on what the client sends on the data connection (STOR),
+    // `srvdata` on what the server sends (RETR, listings), as 3proxy's
+    // sockmap does.
+    let host = c
+        .req_host
+        .as_deref()
+        .map(crate::acl::normalize_host)
+        .unwrap_or_default();
+    let client: &Client = c;
+    let filter = svc
+        .filters
+        .as_deref()
+        .filter(|f| f.has(filter::CLIDATA | filter::SRVDATA))
+        .map(|filters| DataFilter {
+            filters,
+            query: filter_query(client, filters, &host, op),
+            max: svc.filtermaxsize,
+        });
     let out = crate::relay::relay_hooked(
         &cli_data,
         &srv_data,
@@ -579,11 +686,16 @@ fn transfer(c: &mut Client, st: &mut State, line: &[u8]) -> Result<(), Res> {
             limits: st.limits.as_deref(),
             recheck: None,
             dump: None,
-            filter: None,
+            filter,
         },
     );
     c.bytes_out += out.out;
     c.bytes_in += out.inb;
+    if out.res == Res::FILTER {
+        // The data connection is closed; the session goes on, as in
+        // 3proxy, and the transfer's record says why it was cut.
+        c.res = Res::FILTER;
+    }
     let _ = srv_data.shutdown(Shutdown::Both);
     let _ = cli_data.shutdown(Shutdown::Both);
     drop((srv_data, cli_data));
