@@ -418,7 +418,7 @@ pub fn tls_to_dest(svc: &Service, s: &mut Stream, want: &Want<'_>) -> Result<(),
     let deadline = std::time::Instant::now() + svc.timeouts.get(Timeouts::CHAIN);
     s.connect_tls(t.config.clone(), name, deadline)
         .map_err(|e| {
-            log::warn!("ssl_cli: destination {host}:{}: {e}", addr.port());
+            log::debug!("ssl_cli: destination {host}:{}: {e}", addr.port());
             Res::TLS_PARENT
         })
 }

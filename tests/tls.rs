@@ -744,6 +744,16 @@ fn tls_origin(
     pki: &Pki,
     greeting: &'static [u8],
 ) -> (u16, std::sync::mpsc::Receiver<Option<String>>) {
+    tls_origin_with(pki, greeting, false)
+}
+
+/// [`tls_origin`], asking for a client certificate of `pki`'s CA when
+/// `client_cert`.
+fn tls_origin_with(
+    pki: &Pki,
+    greeting: &'static [u8],
+    client_cert: bool,
+) -> (u16, std::sync::mpsc::Receiver<Option<String>>) {
     let certs: Vec<_> = CertificateDer::pem_file_iter(&pki.cert)
         .unwrap()
         .map(Result::unwrap)
@@ -753,11 +763,23 @@ fn tls_origin(
         rustls::crypto::ring::default_provider(),
     ))
     .with_safe_default_protocol_versions()
-    .unwrap()
-    .with_no_client_auth()
-    .with_single_cert(certs, key)
     .unwrap();
-    let cfg = Arc::new(cfg);
+    let cfg = if client_cert {
+        let mut roots = rustls::RootCertStore::empty();
+        for c in CertificateDer::pem_file_iter(&pki.ca).unwrap() {
+            roots.add(c.unwrap()).unwrap();
+        }
+        let v = rustls::server::WebPkiClientVerifier::builder_with_provider(
+            Arc::new(roots),
+            Arc::new(rustls::crypto::ring::default_provider()),
+        )
+        .build()
+        .unwrap();
+        cfg.with_client_cert_verifier(v)
+    } else {
+        cfg.with_no_client_auth()
+    };
+    let cfg = Arc::new(cfg.with_single_cert(certs, key).unwrap());
     let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = l.local_addr().unwrap().port();
     let (tx, rx) = std::sync::mpsc::channel();
@@ -884,4 +906,43 @@ fn ssl_cli_to_the_server_is_refused_by_name_for_other_services() {
     // Mode 3 stays as it was: TLS to parents, any TCP service.
     let cfg = format!("ssl_cli\nssl_client_mode 3\nproxy -p{port} -i127.0.0.1\n");
     let _ = start(Dir::new("tls_cli_mode3"), &cfg, port);
+}
+
+#[test]
+fn ssl_cli_presents_ssl_client_cert_to_a_destination_that_asks() {
+    let dir = Dir::new("tls_cli_client_cert");
+    let pki = Pki::new(&dir);
+    let (oport, sni) = tls_origin_with(&pki, b"client known\n", true);
+    let (port, port2) = (free_port(), free_port());
+    // With the certificate the origin greets; without it, it refuses the
+    // handshake and the session ends with 8011 (TLS 1.2: the refusal comes
+    // before the origin's Finished, inside our handshake).
+    let cfg = format!(
+        "ssl_client_cert {}\nssl_client_key {}\nssl_client_max_proto_version TLSv1.2\n\
+         ssl_cli\ntcppm -i127.0.0.1 {port} 127.0.0.1 {oport}\n\
+         ssl_client_cert\nssl_client_key\ntcppm -i127.0.0.1 {port2} 127.0.0.1 {oport}\n",
+        p(&pki.client_cert),
+        p(&pki.client_key)
+    );
+    let log = dir.join("tls.log");
+    let cfg = format!("log {}\n{FMT}\n{cfg}", p(&log));
+    let proxy = Proxy::start(
+        dir,
+        &cfg,
+        &[Listen::Tcp(localhost(port)), Listen::Tcp(localhost(port2))],
+    );
+    let mut s = connect(localhost(port));
+    set_timeouts(&s, Duration::from_secs(30));
+    let mut got = [0u8; 13];
+    s.read_exact(&mut got).unwrap();
+    assert_eq!(&got, b"client known\n");
+    assert!(sni.recv_timeout(Duration::from_secs(30)).is_ok());
+    let mut s = connect(localhost(port2));
+    set_timeouts(&s, Duration::from_secs(30));
+    let mut got = Vec::new();
+    let _ = s.read_to_end(&mut got);
+    assert_eq!(got, b"");
+    read_log_line(&log_of(&proxy), "with 08011", |l| {
+        l.starts_with("TCPPM 08011 ")
+    });
 }
