@@ -188,11 +188,11 @@ impl ServerSettings {
 pub struct Settings {
     /// `ssl_serv`: later services accept TLS.
     pub serv: bool,
-    /// `ssl_cli`: TLS towards parents (with `ssl_client_mode 3`).
+    /// `ssl_cli`: TLS towards parents (with `ssl_client_mode 3`) or
+    /// the destination (modes 0-2, `tcppm`).
     pub cli: bool,
     pub server: ServerSettings,
-    /// The client-side settings, read and checked; TLS towards servers
-    /// is not built yet (`ssl_cli` is refused).
+    /// The client-side settings (`ssl_client_*`).
     pub client: ClientSettings,
 }
 
@@ -220,11 +220,15 @@ impl Settings {
     }
 }
 
-/// TLS towards parents as a service has it: the configuration and the
-/// name to ask for.
+/// TLS towards parents, and under `ssl_cli` with `ssl_client_mode` 0-2
+/// towards the destination itself, as a service has it: the
+/// configuration and the name to ask for.
 #[derive(Debug)]
 pub struct Client {
     pub config: Arc<rustls::ClientConfig>,
+    /// `ssl_cli` with mode 0, 1 or 2: the connection to the destination
+    /// is TLS (after the chain, if any).
+    pub to_server: bool,
     settings: ClientSettings,
 }
 
@@ -237,16 +241,20 @@ impl Client {
 }
 
 impl Settings {
-    /// The TLS towards parents a TCP service takes at its line: Some when
-    /// it has a parent whose type ends in `s` (`tls_hops`) or `ssl_cli`
-    /// is on. `ssl_cli` does TLS to parents only (`ssl_client_mode 3`);
-    /// TLS to the server itself (modes 0-2) is not built yet.
-    pub fn client(&self, tls_hops: bool) -> Result<Option<Arc<Client>>, String> {
-        if self.cli && self.client.mode != 3 {
+    /// The TLS towards parents and servers a TCP service takes at its
+    /// line: Some when it has a parent whose type ends in `s`
+    /// (`tls_hops`) or `ssl_cli` is on. `ssl_cli` with `ssl_client_mode
+    /// 3` does TLS to those parents only; with modes 0-2, TLS to the
+    /// destination itself, built for `service` `tcppm` only: any other
+    /// service is refused by name.
+    pub fn client(&self, tls_hops: bool, service: &str) -> Result<Option<Arc<Client>>, String> {
+        let to_server = self.cli && self.client.mode != 3;
+        if to_server && service != "tcppm" {
             return Err(format!(
-                "ssl_cli with ssl_client_mode {} (TLS to the server) is not supported yet \
-                 by this version of 3proxy: not built yet; ssl_client_mode 3 (TLS to \
-                 parents whose type ends in s) is",
+                "ssl_cli with ssl_client_mode {} (TLS to the server) for {service} is not \
+                 supported yet by this version of 3proxy: not built yet; it is built for \
+                 tcppm, and ssl_client_mode 3 (TLS to parents whose type ends in s) for \
+                 every TCP service",
                 self.client.mode
             ));
         }
@@ -255,6 +263,7 @@ impl Settings {
         }
         Ok(Some(Arc::new(Client {
             config: self.client.config()?,
+            to_server,
             settings: self.client.clone(),
         })))
     }
@@ -293,8 +302,9 @@ impl ClientSettings {
         Ok(Arc::new(cfg))
     }
 
-    /// The name a parent is asked for: `ssl_client_sni`, else its
-    /// address as the cfg wrote it (an IP sends no SNI).
+    /// The name a parent or destination is asked for: `ssl_client_sni`,
+    /// else its host as the cfg or the client wrote it (an IP sends no
+    /// SNI and is checked against the certificate's IP addresses).
     pub fn server_name(&self, host: &str) -> Option<rustls::pki_types::ServerName<'static>> {
         let h = self.sni.as_deref().unwrap_or(host);
         rustls::pki_types::ServerName::try_from(h.to_string()).ok()

@@ -736,3 +736,213 @@ fn a_parent_whose_certificate_is_not_trusted_is_refused_with_8011() {
     });
     assert_eq!(origin.conns(), 0);
 }
+
+/// A TLS origin of the test's own (rustls, `pki`'s server certificate):
+/// each client gets `greeting`, then its bytes echoed. The SNI of every
+/// handshake that finished is sent on the channel.
+fn tls_origin(
+    pki: &Pki,
+    greeting: &'static [u8],
+) -> (u16, std::sync::mpsc::Receiver<Option<String>>) {
+    tls_origin_with(pki, greeting, false)
+}
+
+/// [`tls_origin`], asking for a client certificate of `pki`'s CA when
+/// `client_cert`.
+fn tls_origin_with(
+    pki: &Pki,
+    greeting: &'static [u8],
+    client_cert: bool,
+) -> (u16, std::sync::mpsc::Receiver<Option<String>>) {
+    let certs: Vec<_> = CertificateDer::pem_file_iter(&pki.cert)
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    let key = rustls::pki_types::PrivateKeyDer::from_pem_file(&pki.key).unwrap();
+    let cfg = rustls::ServerConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap();
+    let cfg = if client_cert {
+        let mut roots = rustls::RootCertStore::empty();
+        for c in CertificateDer::pem_file_iter(&pki.ca).unwrap() {
+            roots.add(c.unwrap()).unwrap();
+        }
+        let v = rustls::server::WebPkiClientVerifier::builder_with_provider(
+            Arc::new(roots),
+            Arc::new(rustls::crypto::ring::default_provider()),
+        )
+        .build()
+        .unwrap();
+        cfg.with_client_cert_verifier(v)
+    } else {
+        cfg.with_no_client_auth()
+    };
+    let cfg = Arc::new(cfg.with_single_cert(certs, key).unwrap());
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for sock in l.incoming() {
+            let Ok(sock) = sock else { return };
+            let (cfg, tx) = (cfg.clone(), tx.clone());
+            std::thread::spawn(move || {
+                set_timeouts(&sock, Duration::from_secs(30));
+                let conn = rustls::ServerConnection::new(cfg).unwrap();
+                let mut s = rustls::StreamOwned::new(conn, sock);
+                while s.conn.is_handshaking() {
+                    if s.conn.complete_io(&mut s.sock).is_err() {
+                        return;
+                    }
+                }
+                let _ = tx.send(s.conn.server_name().map(str::to_string));
+                if s.write_all(greeting).is_err() {
+                    return;
+                }
+                let mut buf = [0u8; 4096];
+                while let Ok(n @ 1..) = s.read(&mut buf) {
+                    if s.write_all(&buf[..n]).is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    (port, rx)
+}
+
+#[test]
+fn ssl_cli_tcppm_speaks_tls_to_the_destination_with_its_name_as_sni() {
+    let dir = Dir::new("tls_cli_tcppm");
+    let pki = Pki::new(&dir);
+    let (oport, sni) = tls_origin(&pki, b"hello from the tls origin\n");
+    let port = free_port();
+    let cfg = format!(
+        "ssl_client_verify\nssl_client_ca_file {}\nssl_cli\n\
+         tcppm -i127.0.0.1 {port} localhost {oport}\n",
+        p(&pki.ca)
+    );
+    let proxy = start(dir, &cfg, port);
+    let mut s = connect(localhost(port));
+    set_timeouts(&s, Duration::from_secs(30));
+    let mut got = vec![0u8; 26];
+    s.read_exact(&mut got).unwrap();
+    assert_eq!(got, b"hello from the tls origin\n");
+    s.write_all(b"plain in, tls out\n").unwrap();
+    let mut echo = vec![0u8; 18];
+    s.read_exact(&mut echo).unwrap();
+    assert_eq!(echo, b"plain in, tls out\n");
+    assert_eq!(
+        sni.recv_timeout(Duration::from_secs(30))
+            .unwrap()
+            .as_deref(),
+        Some("localhost")
+    );
+    drop(s);
+    read_log_line(&log_of(&proxy), "tcppm's record", |l| {
+        l.starts_with("TCPPM 00000 ")
+    });
+}
+
+#[test]
+fn ssl_cli_sends_ssl_client_sni_and_modes_1_and_2_do_the_same() {
+    for mode in ["1", "2"] {
+        let dir = Dir::new(&format!("tls_cli_sni{mode}"));
+        let pki = Pki::new(&dir);
+        let (oport, sni) = tls_origin(&pki, b"hi\n");
+        let port = free_port();
+        // No verification (3proxy's default): the name is sent anyway.
+        let cfg = format!(
+            "ssl_client_sni example.test\nssl_client_mode {mode}\nssl_client\n\
+             tcppm -i127.0.0.1 {port} 127.0.0.1 {oport}\n"
+        );
+        let _proxy = start(dir, &cfg, port);
+        let mut s = connect(localhost(port));
+        set_timeouts(&s, Duration::from_secs(30));
+        let mut got = [0u8; 3];
+        s.read_exact(&mut got).unwrap();
+        assert_eq!(&got, b"hi\n");
+        assert_eq!(
+            sni.recv_timeout(Duration::from_secs(30))
+                .unwrap()
+                .as_deref(),
+            Some("example.test"),
+            "mode {mode}"
+        );
+    }
+}
+
+#[test]
+fn ssl_cli_with_an_untrusted_destination_is_refused_with_8011() {
+    let dir = Dir::new("tls_cli_untrusted");
+    let pki = Pki::new(&dir);
+    let (oport, sni) = tls_origin(&pki, b"must not be seen\n");
+    let port = free_port();
+    // Verification with the built-in roots only: the test CA is not one.
+    let cfg = format!("ssl_client_verify\nssl_cli\ntcppm -i127.0.0.1 {port} localhost {oport}\n");
+    let proxy = start(dir, &cfg, port);
+    let mut s = connect(localhost(port));
+    set_timeouts(&s, Duration::from_secs(30));
+    let mut got = Vec::new();
+    let _ = s.read_to_end(&mut got);
+    assert_eq!(got, b"", "the client gets nothing of the origin");
+    read_log_line(&log_of(&proxy), "with 08011", |l| {
+        l.starts_with("TCPPM 08011 ")
+    });
+    assert!(sni.try_recv().is_err(), "no handshake finished");
+}
+
+#[test]
+fn ssl_cli_to_the_server_is_refused_by_name_for_other_services() {
+    let dir = Dir::new("tls_cli_refused");
+    let cfg_path = dir.cfg_path();
+    let port = free_port();
+    for svc in ["proxy", "socks"] {
+        let cfg = format!("ssl_cli\n{svc} -p{port} -i127.0.0.1\n");
+        let msg = run_cfg(&dir, &[], &cfg).assert_cfg_error(&cfg_path, 2, svc);
+        assert!(msg.contains("not built yet"), "{msg}");
+    }
+    // Mode 3 stays as it was: TLS to parents, any TCP service.
+    let cfg = format!("ssl_cli\nssl_client_mode 3\nproxy -p{port} -i127.0.0.1\n");
+    let _ = start(Dir::new("tls_cli_mode3"), &cfg, port);
+}
+
+#[test]
+fn ssl_cli_presents_ssl_client_cert_to_a_destination_that_asks() {
+    let dir = Dir::new("tls_cli_client_cert");
+    let pki = Pki::new(&dir);
+    let (oport, sni) = tls_origin_with(&pki, b"client known\n", true);
+    let (port, port2) = (free_port(), free_port());
+    // With the certificate the origin greets; without it, it refuses the
+    // handshake and the session ends with 8011 (TLS 1.2: the refusal comes
+    // before the origin's Finished, inside our handshake).
+    let cfg = format!(
+        "ssl_client_cert {}\nssl_client_key {}\nssl_client_max_proto_version TLSv1.2\n\
+         ssl_cli\ntcppm -i127.0.0.1 {port} 127.0.0.1 {oport}\n\
+         ssl_client_cert\nssl_client_key\ntcppm -i127.0.0.1 {port2} 127.0.0.1 {oport}\n",
+        p(&pki.client_cert),
+        p(&pki.client_key)
+    );
+    let log = dir.join("tls.log");
+    let cfg = format!("log {}\n{FMT}\n{cfg}", p(&log));
+    let proxy = Proxy::start(
+        dir,
+        &cfg,
+        &[Listen::Tcp(localhost(port)), Listen::Tcp(localhost(port2))],
+    );
+    let mut s = connect(localhost(port));
+    set_timeouts(&s, Duration::from_secs(30));
+    let mut got = [0u8; 13];
+    s.read_exact(&mut got).unwrap();
+    assert_eq!(&got, b"client known\n");
+    assert!(sni.recv_timeout(Duration::from_secs(30)).is_ok());
+    let mut s = connect(localhost(port2));
+    set_timeouts(&s, Duration::from_secs(30));
+    let mut got = Vec::new();
+    let _ = s.read_to_end(&mut got);
+    assert_eq!(got, b"");
+    read_log_line(&log_of(&proxy), "with 08011", |l| {
+        l.starts_with("TCPPM 08011 ")
+    });
+}

@@ -118,7 +118,7 @@ pub fn h_not_built(_: &mut State, args: &[String]) -> Result<(), String> {
     Err(format!(
         "{} is not supported yet by this version of 3proxy: not built yet (TLS here \
          has ssl_serv with ssl_server_cert, ssl_server_key, ssl_server_verify, \
-         ssl_server_ca_file and the protocol versions)",
+         ssl_server_ca_file and the protocol versions, and ssl_cli)",
         args[0]
     ))
 }
@@ -192,15 +192,24 @@ mod tests {
             assert!(e.contains("not built yet"), "{l}: {e}");
         }
         assert_eq!(run(&["ssl_client_mode 3"]).unwrap().tls.client.mode, 3);
-        // ssl_cli: TLS to parents only.
-        let st = run(&["ssl_cli"]).unwrap();
-        let e = st.tls.client(false).unwrap_err();
-        assert!(e.contains("not built yet"), "{e}");
+        // ssl_cli modes 0-2: TLS to the server, for tcppm only.
+        let modes: [&[&str]; 3] = [
+            &["ssl_cli"],
+            &["ssl_client_mode 1", "ssl_cli"],
+            &["ssl_client_mode 2", "ssl_client"],
+        ];
+        for lines in modes {
+            let st = run(lines).unwrap();
+            let e = st.tls.client(false, "proxy").unwrap_err();
+            assert!(e.contains("not built yet") && e.contains("proxy"), "{e}");
+            assert!(st.tls.client(false, "tcppm").unwrap().unwrap().to_server);
+        }
         let st = run(&["ssl_client", "ssl_client_mode 3"]).unwrap();
-        assert!(st.tls.client(false).unwrap().is_some());
+        let c = st.tls.client(false, "proxy").unwrap().unwrap();
+        assert!(!c.to_server);
         let st = run(&["ssl_client", "ssl_noclient"]).unwrap();
-        assert!(st.tls.client(false).unwrap().is_none());
-        assert!(st.tls.client(true).unwrap().is_some());
+        assert!(st.tls.client(false, "tcppm").unwrap().is_none());
+        assert!(!st.tls.client(true, "tcppm").unwrap().unwrap().to_server);
         assert!(run(&["ssl_client_mode 4"]).is_err());
     }
 }

@@ -305,7 +305,10 @@ pub fn prepare(state: &State, args: &[String]) -> Result<Prepared, String> {
             .acl
             .iter()
             .any(|e| e.parents.iter().any(|h| h.tls));
-        (state.tls.server_config()?, state.tls.client(tls_hops)?)
+        (
+            state.tls.server_config()?,
+            state.tls.client(tls_hops, def.name)?,
+        )
     };
     let mut port = opts.port.unwrap_or(def.default_port);
     let mut target = None;

@@ -188,6 +188,8 @@ fn connect(
             return Ok(None);
         }
     };
+    let mut chain = chain;
+    chain::tls_to_dest(&svc, &mut chain.stream, &want)?;
     c.hops = c.local_hops + chain.hops;
     // Straight to `dst`: that is the peer, no getpeername() needed.
     c.remote_addr = if chain.hops == 0 {
