@@ -201,3 +201,15 @@ pub fn keep(c: &mut Client, grant: &Grant) {
         c.user.clone_from(&grant.user);
     }
 }
+
+/// A connection reached `dst` through `chain`: the hops and addresses its
+/// record shows. Straight to `dst`, that is the peer (no getpeername()).
+pub fn note_chain(c: &mut Client, chain: &crate::chain::Chain, dst: std::net::SocketAddr) {
+    c.hops = c.local_hops + chain.hops;
+    c.remote_addr = if chain.hops == 0 {
+        Some(dst)
+    } else {
+        chain.stream.peer_addr()
+    };
+    c.ext_addr = chain.stream.local_addr();
+}

@@ -153,14 +153,20 @@ pub(super) fn parse_login(
         port,
     };
     if creds {
-        let mut parts = name.splitn(3, |&b| b == b':');
-        if let (Some(u), Some(p), Some(n)) = (parts.next(), parts.next(), parts.next()) {
-            login.user = (!u.is_empty()).then(|| text(u));
-            login.password = (!p.is_empty()).then(|| text(p));
-            login.name = text(n);
-        }
+        proxy_credentials(name, &mut login);
     }
     Some(login)
+}
+
+/// `proxyuser:proxypass:name`: the proxy's own credentials in front of the
+/// name a login carries (each only when not empty), as 3proxy splits them.
+pub(super) fn proxy_credentials(name: &[u8], l: &mut Login) {
+    let mut parts = name.splitn(3, |&b| b == b':');
+    if let (Some(u), Some(p), Some(n)) = (parts.next(), parts.next(), parts.next()) {
+        l.user = (!u.is_empty()).then(|| text(u));
+        l.password = (!p.is_empty()).then(|| text(p));
+        l.name = text(n);
+    }
 }
 
 /// Where a login's host is: the address the first handler resolved when
@@ -224,12 +230,6 @@ pub(super) fn connect(
         // The mail proxies do not hand clients on (nor does 3proxy's).
         chain::Route::Local { .. } => return Err(Res::NOTIMPL),
     };
-    c.hops = c.local_hops + chain.hops;
-    c.remote_addr = if chain.hops == 0 {
-        Some(dst)
-    } else {
-        chain.stream.peer_addr()
-    };
-    c.ext_addr = chain.stream.local_addr();
+    crate::session::note_chain(c, &chain, dst);
     Ok(chain.stream)
 }

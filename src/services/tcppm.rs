@@ -190,14 +190,7 @@ fn connect(
     };
     let mut chain = chain;
     chain::tls_to_dest(&svc, &mut chain.stream, &want)?;
-    c.hops = c.local_hops + chain.hops;
-    // Straight to `dst`: that is the peer, no getpeername() needed.
-    c.remote_addr = if chain.hops == 0 {
-        Some(dst)
-    } else {
-        chain.stream.peer_addr()
-    };
-    c.ext_addr = chain.stream.local_addr();
+    crate::session::note_chain(c, &chain, dst);
     Ok(Some(chain.stream))
 }
 

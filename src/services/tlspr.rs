@@ -435,13 +435,7 @@ fn connect(
             return Ok(None);
         }
     };
-    c.hops = c.local_hops + chain.hops;
-    c.remote_addr = if chain.hops == 0 {
-        Some(dst)
-    } else {
-        chain.stream.peer_addr()
-    };
-    c.ext_addr = chain.stream.local_addr();
+    crate::session::note_chain(c, &chain, dst);
     Ok(Some(chain.stream))
 }
 
