@@ -1708,24 +1708,24 @@ fn set_text_from_raw(c: &mut Client, data: &[u8]) {
     }));
 }
 
-fn cli_res(e: &io::Error) -> Res {
+/// The code of an IO error on a body's socket: a used-up quota, a
+/// timeout, or `other` (the side's error code).
+fn io_res(e: &io::Error, other: Res) -> Res {
     if is_quota(e) {
         Res::QUOTA
     } else if crate::net::is_timeout(e) {
         Res::IDLE
     } else {
-        Res::CLIENT_ERR
+        other
     }
 }
 
+fn cli_res(e: &io::Error) -> Res {
+    io_res(e, Res::CLIENT_ERR)
+}
+
 fn srv_res(e: &io::Error) -> Res {
-    if is_quota(e) {
-        Res::QUOTA
-    } else if crate::net::is_timeout(e) {
-        Res::IDLE
-    } else {
-        Res::SERVER_ERR
-    }
+    io_res(e, Res::SERVER_ERR)
 }
 
 /// Sending to the client failed: 521, or 92 on a timeout.
