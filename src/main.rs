@@ -44,6 +44,7 @@ mod shutdown;
 mod sys;
 mod timeouts;
 mod tls;
+mod udprelay;
 
 use std::io::IsTerminal;
 use std::process::ExitCode;

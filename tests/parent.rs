@@ -536,6 +536,94 @@ fn udp_associate_through_a_socks5_parent() {
 }
 
 #[test]
+fn udppm_through_a_socks5_parent() {
+    // client -UDP-> A (udppm) -UDP-> B's relay -> echo: A makes a UDP
+    // association at B and wraps each datagram in a SOCKS header there,
+    // unwrapping the replies; the client sees plain datagrams.
+    let echo = UdpEcho::start();
+    let (pb, pa) = (free_port(), free_udp_port());
+    let (_b, log_b) = hop("pm_b", &socks_on(pb), pb);
+    let dir = Dir::new("pm_a");
+    let log_a = dir.join("access.log");
+    let a_cfg = format!(
+        "timeouts 1 5 30 2\nlog {}\nlogformat \"{FMT}\"\nallow *\nparent 1000 socks5 127.0.0.1 {pb}\nudppm -i127.0.0.1 {pa} 127.0.0.1 {}\n",
+        p(&log_a),
+        echo.port()
+    );
+    let _a = Proxy::start(dir, &a_cfg, &[Listen::Udp(pa)]);
+    let client = udp_client();
+    let a = localhost(pa);
+    for msg in [&b"one"[..], b"two", &[3u8; 1200]] {
+        client.send_to(msg, a).unwrap();
+        let mut buf = [0u8; 2048];
+        let (n, from) = client.recv_from(&mut buf).unwrap();
+        assert_eq!(from, a);
+        assert_eq!(&buf[..n], msg);
+    }
+    // Every datagram reached the echo from B's relay, so from one source
+    // that is not A's association socket (A sends to B, not to the echo).
+    let sources = echo.sources();
+    assert_eq!(sources.len(), 3);
+    assert!(sources.iter().all(|s| *s == sources[0]), "{sources:?}");
+    // A's association ends after STRING_LONG (2 s) without a reply: its
+    // record counts one hop, and closing its control connection ends the
+    // association at B, which logs what it relayed for A.
+    expect_log_line(&log_a, "UDPPM 00092 1 - 127.0.0.1");
+    expect_log_line(
+        &log_b,
+        &format!("SOCK5 00000 0 - UDPMAP 127.0.0.1:{}", echo.port()),
+    );
+}
+
+#[test]
+fn udppm_through_a_socks5_parent_that_is_down_is_logged() {
+    // Nothing listens at the parent: the association is not made, the
+    // datagram is dropped and the record says why.
+    let echo = UdpEcho::start();
+    let pa = free_udp_port();
+    let dead = free_port();
+    let dir = Dir::new("pm_dead");
+    let log_a = dir.join("access.log");
+    let a_cfg = format!(
+        "log {}\nlogformat \"{FMT}\"\nallow *\nparent 1000 socks5 127.0.0.1 {dead}\nudppm -i127.0.0.1 {pa} 127.0.0.1 {}\n",
+        p(&log_a),
+        echo.port()
+    );
+    let _a = Proxy::start(dir, &a_cfg, &[Listen::Udp(pa)]);
+    let client = udp_client();
+    client.send_to(b"lost", localhost(pa)).unwrap();
+    // Code 13: the parent refused the connection (`parent` chain codes).
+    read_log_line(&log_a, "the failed association", |l| {
+        l == "UDPPM 00013 0 - 127.0.0.1"
+    });
+    assert!(echo.sources().is_empty());
+}
+
+#[test]
+fn udppm_passes_over_parents_that_cannot_carry_udp() {
+    // As in 3proxy, udppm ignores an entry's parents unless they can
+    // carry UDP: with an http parent (nothing listens there) the
+    // datagrams go straight to the destination.
+    let echo = UdpEcho::start();
+    let pa = free_udp_port();
+    let dead = free_port();
+    let dir = Dir::new("pm_http");
+    let log_a = dir.join("access.log");
+    let a_cfg = format!(
+        "timeouts 1 5 30 1\nlog {}\nlogformat \"{FMT}\"\nallow *\nparent 1000 http 127.0.0.1 {dead}\nudppm -i127.0.0.1 {pa} 127.0.0.1 {}\n",
+        p(&log_a),
+        echo.port()
+    );
+    let _a = Proxy::start(dir, &a_cfg, &[Listen::Udp(pa)]);
+    let client = udp_client();
+    client.send_to(b"direct", localhost(pa)).unwrap();
+    let mut buf = [0u8; 64];
+    let (n, _) = client.recv_from(&mut buf).unwrap();
+    assert_eq!(&buf[..n], b"direct");
+    expect_log_line(&log_a, "UDPPM 00092 0 - 127.0.0.1");
+}
+
+#[test]
 fn udp_associate_through_a_tcp_parent_is_refused_with_70() {
     let pa = free_port();
     let a_cfg = format!("allow *\nparent 1000 tcp 127.0.0.1 9\n{}", socks_on(pa));

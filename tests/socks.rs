@@ -1124,6 +1124,91 @@ fn bind_control_close_ends_the_wait() {
 }
 
 #[test]
+fn udp_association_ends_at_its_traffic_quota() {
+    // `countout` holds for SOCKS UDP as for udppm (one relay serves both):
+    // 17 datagrams of 60000 bytes fit in 1 MiB, the 18th passes it and
+    // ends the association with code 10; the control connection closes.
+    const SIZE: usize = 60_000;
+    let echo = UdpEcho::start();
+    let dir = Dir::new("udp_quota");
+    let log = dir.join("access.log");
+    let port = free_port();
+    let cfg = format!(
+        "log {}\nlogformat \"{FMT}\"\ncounter {}\ncountout 1 D 1 *\nsocks -i127.0.0.1 -p{port}\n",
+        p(&log),
+        p(&dir.join("3proxy.counters"))
+    );
+    let _proxy = Proxy::start(dir, &cfg, &[Listen::Tcp(localhost(port))]);
+    let client = udp_client();
+    let (mut ctl, relay) = associate(port, &client);
+    let to = localhost(echo.port());
+    let msg = vec![0x5au8; SIZE];
+    let mut buf = vec![0u8; 65536];
+    for _ in 0..17 {
+        client.send_to(&udp_datagram(to, &msg), relay).unwrap();
+        let (n, _) = client.recv_from(&mut buf).unwrap();
+        assert_eq!(n, 10 + SIZE);
+    }
+    client.send_to(&udp_datagram(to, &msg), relay).unwrap();
+    ctl.set_read_timeout(Some(IO_TIMEOUT)).unwrap();
+    let mut b = [0u8; 1];
+    assert_eq!(ctl.read(&mut b).expect("the control connection closes"), 0);
+    read_log_line(&log, "the association's record, code 10", |l| {
+        l == format!("SOCK5 00010 - UDPMAP 127.0.0.1:{}", echo.port())
+    });
+    assert_eq!(echo.sources().len(), 18, "datagrams that reached the echo");
+}
+
+#[test]
+fn udp_association_ends_when_a_reload_denies_it() {
+    // `force` (the default): after a reload whose ACL refuses the client,
+    // its association ends at its next datagram, as a TCP session would.
+    let echo = UdpEcho::start();
+    let dir = Dir::new("udp_force");
+    let log = dir.join("access.log");
+    let port = free_port();
+    let cfg = |acl: &str| {
+        format!(
+            "log {}\nlogformat \"{FMT}\"\n{acl}\nsocks -i127.0.0.1 -p{port}\n",
+            p(&log)
+        )
+    };
+    let proxy = Proxy::start(dir, &cfg("allow *"), &[Listen::Tcp(localhost(port))]);
+    let client = udp_client();
+    let (mut ctl, relay) = associate(port, &client);
+    let to = localhost(echo.port());
+    let mut buf = [0u8; 256];
+    client.send_to(&udp_datagram(to, b"before"), relay).unwrap();
+    let (n, _) = client.recv_from(&mut buf).unwrap();
+    assert!(buf[..n].ends_with(b"before"));
+
+    proxy.dir.write("3proxy.cfg", cfg("deny *"));
+    proxy.signal("USR1");
+    // The reload has taken effect once a new request is refused.
+    assert!(
+        wait_for(
+            || {
+                let mut s = v5_hello(port);
+                let mut req = vec![5, 1, 0, 1, 127, 0, 0, 1];
+                req.extend_from_slice(&echo.port().to_be_bytes());
+                let _ = s.write_all(&req);
+                let mut r = [0u8; 10];
+                s.read_exact(&mut r).is_ok() && r[1] != 0
+            },
+            START_TIMEOUT
+        ),
+        "the new ACL never took effect"
+    );
+    client.send_to(&udp_datagram(to, b"after"), relay).unwrap();
+    ctl.set_read_timeout(Some(IO_TIMEOUT)).unwrap();
+    let mut b = [0u8; 1];
+    assert_eq!(ctl.read(&mut b).expect("the control connection closes"), 0);
+    read_log_line(&log, "the association's record, code 1", |l| {
+        l == format!("SOCK5 00001 - UDPMAP 127.0.0.1:{}", echo.port())
+    });
+}
+
+#[test]
 fn udp_denied_destination_is_dropped_and_the_association_goes_on() {
     let (echo, other) = (UdpEcho::start(), UdpEcho::start());
     let pre = format!("allow * * 127.0.0.1 {}\ndeny *\n", echo.port());

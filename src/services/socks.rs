@@ -21,7 +21,7 @@
 
 use std::io::{self, Write};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener, UdpSocket};
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, BorrowedFd};
 
 use nix::sys::socket::MsgFlags;
 use std::time::{Duration, Instant};
@@ -39,6 +39,7 @@ use crate::proto::socks::{
 };
 use crate::res::Res;
 use crate::timeouts::Timeouts;
+use crate::udprelay::{self, Step};
 
 // --- Reading the request ---------------------------------------------------
 
@@ -720,6 +721,24 @@ fn udp_associate(c: &mut Client, ask: &Ask) -> Result<(), Res> {
         Dest::Addr(a) if a.ip() == client_ip && a.port() != 0 => Some(a.port()),
         _ => None,
     };
+    let again = Recheck::new(
+        &svc,
+        &Request {
+            user: ask.user.as_deref(),
+            password: ask.password.as_deref(),
+            ..c.request(Op::UdpAssoc)
+        },
+    )
+    .since(c.generation)
+    .at_weight(grant.weight);
+    let opts = udprelay::Opts {
+        idle: svc.timeouts.get(Timeouts::CONNECTION_LONG),
+        idle_on_out: true,
+        single: false,
+        limits: grant.limits.as_deref(),
+        recheck: Some(&again),
+        since: c.generation,
+    };
     let mut u = Udp {
         near,
         far,
@@ -733,13 +752,18 @@ fn udp_associate(c: &mut Client, ask: &Ask) -> Result<(), Res> {
             c.hops = c.local_hops + u.hops;
             (u.control, u.relay)
         }),
+        c,
+        ask,
     };
-    c.res = u.run(c, ask);
+    // The bytes are counted in the record as they pass (a record per
+    // destination takes its own), not from the relay's totals.
+    let res = udprelay::relay(&mut u, &opts, &mut udprelay::Counts::default());
+    u.c.res = res;
     Ok(())
 }
 
 /// One association's sockets and state.
-struct Udp {
+struct Udp<'a> {
     /// Faces the client; `far` faces the destinations.
     near: UdpSocket,
     far: UdpSocket,
@@ -758,120 +782,114 @@ struct Udp {
     /// Datagrams then go to the relay with their SOCKS header as the
     /// client wrote it, and come back from it with the parent's header.
     up: Option<(Stream, SocketAddr)>,
+    c: &'a mut Client,
+    ask: &'a Ask,
 }
 
-impl Udp {
-    fn run(&mut self, c: &mut Client, ask: &Ask) -> Res {
-        let idle = c.svc().timeouts.get(Timeouts::CONNECTION_LONG);
-        let mut buf = vec![0u8; 65536];
-        // Room in front of a server's datagram for the header we add.
-        const HDR: usize = 22;
-        let mut data = vec![0u8; HDR + 65536];
-        let mut last_activity = Instant::now();
-        loop {
-            let left = idle.saturating_sub(last_activity.elapsed());
-            if left.is_zero() {
-                return Res::IDLE;
-            }
-            // The parent's control connection, or the client's again as a
-            // stand-in.
-            let up_ctl = match &self.up {
-                Some((s, _)) => s.as_fd(),
-                None => c.cli.as_fd(),
-            };
-            let mut fds = [
-                PollFd::new(c.cli.as_fd(), PollFlags::POLLIN),
-                PollFd::new(self.near.as_fd(), PollFlags::POLLIN),
-                PollFd::new(self.far.as_fd(), PollFlags::POLLIN),
-                PollFd::new(up_ctl, PollFlags::POLLIN),
-            ];
-            match poll(&mut fds, poll_ms(left)) {
-                Ok(0) => continue,
-                Ok(_) => {}
-                Err(nix::errno::Errno::EINTR) => continue,
-                Err(_) => return Res::POLL,
-            }
-            let ready = |i: usize| fds[i].revents().is_some_and(|r| !r.is_empty());
-            let (ctl, from_client, from_server) = (ready(0), ready(1), ready(2));
-            if ctl {
-                // Any byte or EOF on the control connection ends it.
-                return Res::OK;
-            }
-            if ready(3) {
-                // The parent ended the association.
-                return Res::PARENT_NO_UDP;
-            }
-            let relay = self.up.as_ref().map(|u| u.1);
-            if from_client {
-                while let Ok((n, from)) = self.near.recv_from(&mut buf) {
-                    if from.ip() != self.client_ip
-                        || self.client_port.is_some_and(|p| p != from.port())
-                    {
-                        continue;
-                    }
-                    self.client_port = Some(from.port());
-                    last_activity = Instant::now();
-                    let (dest, off) = match parse_udp_header(&buf[..n]) {
-                        Ok(x) => x,
-                        Err(res) => return res,
-                    };
-                    let Some(dst) = self.route(c, ask, dest) else {
-                        continue;
-                    };
-                    let sent = match relay {
-                        Some(r) => self.far.send_to(&buf[..n], r),
-                        None => self.far.send_to(&buf[off..n], dst),
-                    };
-                    if n > off && sent.is_ok() {
-                        c.bytes_out += (n - off) as u64;
-                    }
-                }
-            }
-            if from_server {
-                while let Ok((n, src)) = self.far.recv_from(&mut data[HDR..]) {
-                    let Some(port) = self.client_port else {
-                        continue;
-                    };
-                    last_activity = Instant::now();
-                    if let Some(r) = relay {
-                        // From the parent's relay only; its header stays.
-                        if src != r {
-                            continue;
-                        }
-                        let Ok((_, off)) = parse_udp_header(&data[HDR..HDR + n]) else {
-                            continue;
-                        };
-                        let to = SocketAddr::new(self.client_ip, port);
-                        if self.near.send_to(&data[HDR..HDR + n], to).is_ok() {
-                            c.bytes_in += (n - off) as u64;
-                        }
-                        continue;
-                    }
-                    let h = udp_header(src);
-                    let start = HDR - h.len();
-                    data[start..HDR].copy_from_slice(&h);
-                    let to = SocketAddr::new(self.client_ip, port);
-                    if self.near.send_to(&data[start..HDR + n], to).is_ok() {
-                        c.bytes_in += n as u64;
-                    }
-                }
-            }
+impl udprelay::Assoc for Udp<'_> {
+    fn client_fd(&self) -> BorrowedFd<'_> {
+        self.near.as_fd()
+    }
+
+    fn dest_fd(&self) -> BorrowedFd<'_> {
+        self.far.as_fd()
+    }
+
+    /// The client's control connection, then the parent's.
+    fn control_fd(&self, i: usize) -> Option<BorrowedFd<'_>> {
+        match i {
+            0 => Some(self.c.cli.as_fd()),
+            _ => self.up.as_ref().map(|(s, _)| s.as_fd()),
         }
     }
 
+    fn controlled(&mut self, i: usize) -> Res {
+        match i {
+            // Any byte or EOF on the control connection ends it.
+            0 => Res::OK,
+            // The parent ended the association.
+            _ => Res::PARENT_NO_UDP,
+        }
+    }
+
+    fn outbound(&mut self, buf: &mut [u8]) -> Step {
+        let (n, from) = match self.near.recv_from(buf) {
+            Ok(x) => x,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => return Step::Stray,
+            Err(_) => return Step::Empty,
+        };
+        if from.ip() != self.client_ip || self.client_port.is_some_and(|p| p != from.port()) {
+            return Step::Stray;
+        }
+        self.client_port = Some(from.port());
+        let (dest, off) = match parse_udp_header(&buf[..n]) {
+            Ok(x) => x,
+            Err(res) => return Step::End(res),
+        };
+        let Some(dst) = self.route(dest) else {
+            return Step::Moved(0);
+        };
+        let sent = match self.up.as_ref().map(|u| u.1) {
+            Some(r) => self.far.send_to(&buf[..n], r),
+            None => self.far.send_to(&buf[off..n], dst),
+        };
+        if n > off && sent.is_ok() {
+            self.c.bytes_out += (n - off) as u64;
+            return Step::Moved(n - off);
+        }
+        Step::Moved(0)
+    }
+
+    fn inbound(&mut self, buf: &mut [u8]) -> Step {
+        const HDR: usize = udprelay::HEADROOM;
+        let (n, src) = match self.far.recv_from(&mut buf[HDR..]) {
+            Ok(x) => x,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => return Step::Stray,
+            Err(_) => return Step::Empty,
+        };
+        let Some(port) = self.client_port else {
+            return Step::Stray;
+        };
+        let to = SocketAddr::new(self.client_ip, port);
+        if let Some((_, r)) = &self.up {
+            // From the parent's relay only; its header stays.
+            if src != *r {
+                return Step::Stray;
+            }
+            let Ok((_, off)) = parse_udp_header(&buf[HDR..HDR + n]) else {
+                return Step::Stray;
+            };
+            if self.near.send_to(&buf[HDR..HDR + n], to).is_ok() {
+                self.c.bytes_in += (n - off) as u64;
+                return Step::Moved(n - off);
+            }
+            return Step::Moved(0);
+        }
+        let h = udp_header(src);
+        let start = HDR - h.len();
+        buf[start..HDR].copy_from_slice(&h);
+        if self.near.send_to(&buf[start..HDR + n], to).is_ok() {
+            self.c.bytes_in += n as u64;
+            return Step::Moved(n);
+        }
+        Step::Moved(0)
+    }
+}
+
+impl Udp<'_> {
     /// Write a record for the destination so far; the association's own
     /// record still comes when it ends.
-    fn record(&self, c: &mut Client) {
+    fn record(&mut self) {
         if !self.nolog {
-            c.log_record();
-            c.logged = false;
+            self.c.log_record();
+            self.c.logged = false;
         }
     }
 
     /// Where a datagram for `dest` goes, or None to drop it. A new
     /// destination is resolved and, per `-U`, authorized and logged; the
     /// first one always is both.
-    fn route(&mut self, c: &mut Client, ask: &Ask, dest: Dest) -> Option<SocketAddr> {
+    fn route(&mut self, dest: Dest) -> Option<SocketAddr> {
         if let Some((d, a, ok)) = &self.last {
             if *d == dest {
                 return ok.then_some(*a);
@@ -881,29 +899,34 @@ impl Udp {
         let left_allowed = self.last.as_ref().is_some_and(|l| l.2);
         if left_allowed && self.mode & UDP_LOG != 0 {
             // The record of the destination we leave.
-            self.record(c);
+            self.record();
         }
-        let addr = resolve_dest(c, &dest);
+        let addr = resolve_dest(self.c, &dest);
         let ok = match addr {
-            Ok(a) if first || self.mode & UDP_AUTH != 0 => {
-                authorize(c, ask, Op::UdpAssoc, Some((&dest, a)), self.weight).map(|g| {
-                    self.weight = g.weight;
-                    a
-                })
-            }
+            Ok(a) if first || self.mode & UDP_AUTH != 0 => authorize(
+                self.c,
+                self.ask,
+                Op::UdpAssoc,
+                Some((&dest, a)),
+                self.weight,
+            )
+            .map(|g| {
+                self.weight = g.weight;
+                a
+            }),
             other => other,
         };
-        c.text = format!("UDPMAP {}", dest.text());
-        c.req_host = Some(host_text(&dest));
+        self.c.text = format!("UDPMAP {}", dest.text());
+        self.c.req_host = Some(host_text(&dest));
         let addr = addr.ok();
-        c.req_addr = addr;
-        c.remote_addr = addr;
+        self.c.req_addr = addr;
+        self.c.remote_addr = addr;
         let pass = match ok {
             Ok(_) => true,
             Err(res) => {
                 if self.mode & UDP_LOG != 0 || first {
-                    c.res = res;
-                    self.record(c);
+                    self.c.res = res;
+                    self.record();
                 }
                 false
             }

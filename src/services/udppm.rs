@@ -22,30 +22,26 @@
 use std::collections::HashMap;
 use std::io::ErrorKind;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
-use std::os::fd::{AsFd, AsRawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 use std::os::unix::net::UnixDatagram;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
 use nix::errno::Errno;
-use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::sys::socket::{recv, MsgFlags};
 
 use crate::access::{self, Op, Recheck, Request};
-use crate::limit::{Permit, Session as Limits};
 use crate::logformat::LogRecord;
-use crate::net::{resolve, Target};
+use crate::net::{resolve, Stream, Target};
+use crate::parent::{Hop, Kind};
+use crate::proto::socks::{parse_udp_header, udp_header};
 use crate::res::Res;
 use crate::service::Service;
 use crate::timeouts::Timeouts;
+use crate::udprelay::{self, Step};
 
-/// Largest datagram relayed.
-const DGRAM_MAX: usize = 65536;
-
-/// Most datagrams an association's thread moves one way before it looks
-/// at the other way.
-const BATCH: usize = 64;
+use udprelay::DGRAM_MAX;
 
 struct Assoc {
     /// Connected to the destination.
@@ -61,8 +57,19 @@ struct Assoc {
     shaped: bool,
     /// The reload generation the association was last checked against.
     checked: AtomicU64,
-    /// Client to server bytes (%O).
+    /// Client to server bytes sent by the service thread (%O).
     out: AtomicU64,
+    /// Through a socks5 parent: the association made there.
+    via: Option<Via>,
+}
+
+/// A UDP association at a socks5 parent (`chain::udp_associate`): `sock`
+/// is connected to its relay, and every datagram carries a SOCKS header.
+struct Via {
+    /// The association at the parent lives as long as this connection.
+    control: Stream,
+    /// The header naming the destination, put in front of each datagram.
+    header: Vec<u8>,
 }
 
 impl Assoc {
@@ -70,6 +77,7 @@ impl Assoc {
     /// association's thread. Err if sending it failed.
     fn forward(&self, d: &[u8]) -> Result<(), ()> {
         if !self.shaped
+            && self.via.is_none()
             && self.queued.load(Ordering::Acquire) == 0
             && self.checked.load(Ordering::Acquire) == crate::running::generation()
         {
@@ -170,6 +178,7 @@ fn open(
         ext: None,
         out: 0,
         inb: 0,
+        hops: 0,
     };
     let dst = match &svc.target {
         Some(Target::Fixed(a)) => Ok(*a),
@@ -213,7 +222,31 @@ fn open(
     rec.user = grant.user;
     let limits = grant.limits;
     let recheck = Recheck::new(svc, &req);
-    let sock = match connect(svc, dst) {
+    // Parents: the association is made at the chain's last hop (a socks5
+    // parent), whose relay then carries the datagrams.
+    let want = crate::chain::Want {
+        addr: Some(dst),
+        client: Some(from),
+        local: req.local,
+        ..crate::chain::Want::default()
+    };
+    let parents: &[Hop] = if carries_udp(&grant.parents) {
+        &grant.parents
+    } else {
+        &[]
+    };
+    let up = match crate::chain::udp_associate(svc, parents, &want) {
+        Ok(u) => u,
+        Err(res) => {
+            rec.res = res;
+            return;
+        }
+    };
+    let sock = match &up {
+        Some(u) => connect(svc, u.relay, u.source),
+        None => connect(svc, dst, None),
+    };
+    let sock = match sock {
         Ok(s) => s,
         Err(res) => {
             rec.res = res;
@@ -222,6 +255,13 @@ fn open(
     };
     rec.remote = Some(dst);
     rec.ext = sock.local_addr().ok();
+    let via = up.map(|u| {
+        rec.hops = u.hops;
+        Via {
+            control: u.control,
+            header: udp_header(dst),
+        }
+    });
     let pair = UnixDatagram::pair().and_then(|(tx, rx)| {
         tx.set_nonblocking(true)?;
         rx.set_nonblocking(true)?;
@@ -238,6 +278,7 @@ fn open(
         shaped: limits.as_ref().is_some_and(|l| l.shapes_dir(true)),
         checked: AtomicU64::new(generation),
         out: AtomicU64::new(0),
+        via,
     });
     if assoc.forward(first).is_err() {
         rec.res = Res::SERVER_ERR;
@@ -253,19 +294,29 @@ fn open(
             .unwrap_or_else(|e| e.into_inner())
             .insert(from, assoc.clone());
     }
-    let (listen, table) = (listen.clone(), table.clone());
+    let (listen, table, svc2) = (listen.clone(), table.clone(), svc.clone());
     let spawned = std::thread::Builder::new()
         .name(format!("udppm:{}", svc.port()))
         .stack_size(svc.stack_size)
         .spawn(move || {
-            let ends = Ends {
+            let mut ends = Mapped {
                 assoc: &assoc,
                 rx: &rx,
                 listen: &listen,
-                limits: limits.as_deref(),
-                recheck: &recheck,
+                to: rec.from,
             };
-            rec.res = relay(&mut rec, &ends);
+            let opts = udprelay::Opts {
+                idle: svc2.timeouts.get(Timeouts::STRING_LONG),
+                idle_on_out: false,
+                single,
+                limits: limits.as_deref(),
+                recheck: Some(&recheck),
+                since: generation,
+            };
+            let mut n = udprelay::Counts::default();
+            rec.res = udprelay::relay(&mut ends, &opts, &mut n);
+            rec.inb = n.inb;
+            rec.out = n.out;
             if !single {
                 let mut t = table.lock().unwrap_or_else(|e| e.into_inner());
                 // A new association of the same client may have taken the
@@ -274,7 +325,7 @@ fn open(
                     t.remove(&rec.from);
                 }
             }
-            rec.out = assoc.out.load(Ordering::Relaxed);
+            rec.out += assoc.out.load(Ordering::Relaxed);
             // The counters take the traffic before the record is written,
             // so a client that sees the record finds them up to date.
             drop(limits);
@@ -285,212 +336,111 @@ fn open(
     }
 }
 
-/// What an association's thread works with.
-struct Ends<'a> {
+/// An association's thread's half of the relay (`crate::udprelay`).
+struct Mapped<'a> {
     assoc: &'a Assoc,
     /// The thread's end of the queue.
     rx: &'a UnixDatagram,
     listen: &'a UdpSocket,
-    limits: Option<&'a Limits>,
-    recheck: &'a Recheck,
+    /// The client.
+    to: SocketAddr,
 }
 
-/// What the limits allow in one direction now.
-fn permit(limits: Option<&Limits>, out: bool, now: Instant) -> Permit {
-    limits.map_or(Permit::Go(usize::MAX), |l| l.permit(out, now))
-}
+impl udprelay::Assoc for Mapped<'_> {
+    fn client_fd(&self) -> BorrowedFd<'_> {
+        self.rx.as_fd()
+    }
 
-/// The association's thread: queued client datagrams to the destination,
-/// the destination's replies to the client, until the association ends;
-/// returns its result code.
-fn relay(rec: &mut Session, e: &Ends<'_>) -> Res {
-    let a = e.assoc;
-    let svc = rec.svc.clone();
-    let single = matches!(svc.opts.s_option, Some(n) if n > 0);
-    let idle = svc.timeouts.get(Timeouts::STRING_LONG);
-    let shaped_in = e.limits.is_some_and(|l| l.shapes_dir(false));
-    let dst = a.sock.as_raw_fd();
-    let mut buf = vec![0u8; DGRAM_MAX];
-    let mut deadline = Instant::now() + idle;
-    let mut generation = a.checked.load(Ordering::Acquire);
-    // Until when a limit holds each direction back.
-    let mut out_wait: Option<Instant> = None;
-    let mut in_wait: Option<Instant> = None;
-    // The destination socket may have a datagram (or an error) to read.
-    let mut dst_ready = true;
-    loop {
-        // `force`: after a reload, check the association again.
-        let g = crate::running::generation();
-        if g != generation {
-            generation = g;
-            if let Err(res) = crate::running::recheck(e.recheck) {
-                return res;
-            }
-            a.checked.store(g, Ordering::Release);
-        }
-        let now = Instant::now();
-        let mut busy = false;
+    fn dest_fd(&self) -> BorrowedFd<'_> {
+        self.assoc.sock.as_fd()
+    }
 
-        // Client datagrams waiting in the queue.
-        out_wait = out_wait.filter(|t| *t > now);
-        let mut moved = 0;
-        while out_wait.is_none() && a.queued.load(Ordering::Acquire) > 0 {
-            if moved == BATCH {
-                busy = true;
-                break;
-            }
-            match permit(e.limits, true, now) {
-                Permit::Go(_) => {}
-                Permit::Wait(t) => {
-                    out_wait = Some(t);
-                    break;
-                }
-                Permit::Stop => return Res::QUOTA,
-            }
-            let n = match e.rx.recv(&mut buf) {
-                Ok(n) => n,
-                // Counted, not yet in the queue: poll() waits for it.
-                Err(err) if err.kind() == ErrorKind::WouldBlock => break,
-                Err(err) if err.kind() == ErrorKind::Interrupted => continue,
-                Err(_) => return Res::POLL,
-            };
-            moved += 1;
-            if a.sock.send(&buf[..n]).is_ok() {
-                a.out.fetch_add(n as u64, Ordering::Relaxed);
-                if let Some(l) = e.limits {
-                    l.used(true, n, now);
-                }
-            }
-            a.queued.fetch_sub(1, Ordering::AcqRel);
-            // The datagram that uses up the quota is the last one.
-            if permit(e.limits, true, now) == Permit::Stop {
-                return Res::QUOTA;
-            }
+    fn control_fd(&self, i: usize) -> Option<BorrowedFd<'_>> {
+        match (i, &self.assoc.via) {
+            (0, Some(v)) => Some(v.control.as_fd()),
+            _ => None,
         }
+    }
 
-        // Replies from the destination.
-        in_wait = in_wait.filter(|t| *t > now);
-        let mut moved = 0;
-        while dst_ready && in_wait.is_none() {
-            if moved == BATCH {
-                busy = true;
-                break;
-            }
-            if shaped_in {
-                // Ask the limits only for a datagram that is there.
-                let mut probe = [0u8; 1];
-                match recv(dst, &mut probe, MsgFlags::MSG_PEEK | MsgFlags::MSG_DONTWAIT) {
-                    Ok(_) => {}
-                    Err(Errno::EAGAIN) => {
-                        dst_ready = false;
-                        break;
-                    }
-                    Err(Errno::EINTR | Errno::ECONNREFUSED) => continue,
-                    Err(_) => return Res::SERVER_ERR,
-                }
-                match permit(e.limits, false, now) {
-                    Permit::Go(_) => {}
-                    Permit::Wait(t) => {
-                        in_wait = Some(t);
-                        break;
-                    }
-                    Permit::Stop => return Res::QUOTA,
-                }
-            }
-            let n = match recv(dst, &mut buf, MsgFlags::MSG_DONTWAIT) {
-                Ok(n) => n,
-                Err(Errno::EAGAIN) => {
-                    dst_ready = false;
-                    break;
-                }
-                // ECONNREFUSED: the destination port is closed (ICMP). The
-                // association stays until idle, as the client may retry.
-                Err(Errno::EINTR | Errno::ECONNREFUSED) => continue,
-                Err(_) => return Res::SERVER_ERR,
-            };
-            moved += 1;
-            deadline = Instant::now() + idle;
-            if e.listen.send_to(&buf[..n], rec.from).is_err() {
-                return Res::CLIENT_ERR;
-            }
-            rec.inb += n as u64;
-            if let Some(l) = e.limits {
-                l.used(false, n, now);
-            }
-            if single {
-                return Res::OK;
-            }
-            if permit(e.limits, false, now) == Permit::Stop {
-                return Res::QUOTA;
-            }
-        }
-        if busy {
-            continue;
-        }
+    fn controlled(&mut self, _i: usize) -> Res {
+        // The parent ended the association.
+        Res::PARENT_NO_UDP
+    }
 
-        // A reply held back by a limit is waiting: the association is not
-        // idle.
-        let now = Instant::now();
-        if in_wait.is_none() && now >= deadline {
-            return Res::IDLE;
-        }
-        let wake = [in_wait.is_none().then_some(deadline), out_wait, in_wait]
-            .into_iter()
-            .flatten()
-            .min()
-            .unwrap_or(deadline);
-        // Rounded up: a wait shorter than a millisecond is not a busy loop.
-        let ms = wake
-            .saturating_duration_since(now)
-            .as_nanos()
-            .div_ceil(1_000_000);
-        let timeout =
-            PollTimeout::try_from(ms.min(i32::MAX as u128) as i32).unwrap_or(PollTimeout::MAX);
-        let rx_ev = if out_wait.is_none() {
-            PollFlags::POLLIN
-        } else {
-            PollFlags::empty()
+    fn outbound(&mut self, buf: &mut [u8]) -> Step {
+        let a = self.assoc;
+        let n = match self.rx.recv(buf) {
+            Ok(n) => n,
+            // Counted, not yet in the queue: poll() waits for it.
+            Err(e) if e.kind() == ErrorKind::WouldBlock => return Step::Empty,
+            Err(e) if e.kind() == ErrorKind::Interrupted => return Step::Stray,
+            Err(_) => return Step::End(Res::POLL),
         };
-        let dst_ev = if in_wait.is_none() && !dst_ready {
-            PollFlags::POLLIN
-        } else {
-            PollFlags::empty()
+        let sent = match &a.via {
+            // A parent's relay takes the datagram behind a SOCKS header.
+            Some(v) => {
+                let mut d = v.header.clone();
+                d.extend_from_slice(&buf[..n]);
+                a.sock.send(&d).is_ok()
+            }
+            None => a.sock.send(&buf[..n]).is_ok(),
         };
-        // Only descriptors with something to wait for are polled: POLLERR
-        // and POLLHUP come even for no events and would make this spin.
-        let mut pair = [
-            PollFd::new(e.rx.as_fd(), rx_ev),
-            PollFd::new(a.sock.as_fd(), dst_ev),
-        ];
-        let fds: &mut [PollFd<'_>] = match (rx_ev.is_empty(), dst_ev.is_empty()) {
-            (false, false) => &mut pair[..],
-            (false, true) => &mut pair[..1],
-            (true, false) => &mut pair[1..],
-            (true, true) => &mut [],
+        a.queued.fetch_sub(1, Ordering::AcqRel);
+        Step::Moved(if sent { n } else { 0 })
+    }
+
+    fn inbound(&mut self, buf: &mut [u8]) -> Step {
+        let room = &mut buf[udprelay::HEADROOM..];
+        let n = match recv(self.assoc.sock.as_raw_fd(), room, MsgFlags::MSG_DONTWAIT) {
+            Ok(n) => n,
+            Err(Errno::EAGAIN) => return Step::Empty,
+            // ECONNREFUSED: the destination port is closed (ICMP). The
+            // association stays until idle, as the client may retry.
+            Err(Errno::EINTR | Errno::ECONNREFUSED) => return Step::Stray,
+            Err(_) => return Step::End(Res::SERVER_ERR),
         };
-        match poll(fds, timeout) {
-            Ok(_) => {}
-            Err(Errno::EINTR) => continue,
-            Err(_) => return Res::POLL,
+        let payload = match &self.assoc.via {
+            // From the parent's relay: its header comes off.
+            Some(_) => match parse_udp_header(&room[..n]) {
+                Ok((_, off)) => &room[off..n],
+                Err(_) => return Step::Stray,
+            },
+            None => &room[..n],
+        };
+        if self.listen.send_to(payload, self.to).is_err() {
+            return Step::End(Res::CLIENT_ERR);
         }
-        if !dst_ev.is_empty() {
-            let r = fds[fds.len() - 1].revents().unwrap_or(PollFlags::empty());
-            dst_ready |= !r.is_empty();
-        }
+        Step::Moved(payload.len())
+    }
+
+    fn rechecked(&mut self, generation: u64) {
+        self.assoc.checked.store(generation, Ordering::Release);
     }
 }
 
-fn connect(svc: &Service, dst: SocketAddr) -> Result<UdpSocket, Res> {
-    let src = match dst {
-        SocketAddr::V4(_) => SocketAddr::new(
-            svc.dialer.ext4.unwrap_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED)),
-            0,
-        ),
-        SocketAddr::V6(_) => SocketAddr::new(
-            svc.dialer.ext6.unwrap_or(IpAddr::V6(Ipv6Addr::UNSPECIFIED)),
-            0,
-        ),
+/// Whether udppm takes an entry's parents: when they can carry UDP (a
+/// socks5 parent, and none that ends a chain with a byte stream or
+/// redirects locally). Other parents are passed over, as 3proxy's udppm
+/// passes over every parent, so a cfg written for it means what it did.
+fn carries_udp(parents: &[Hop]) -> bool {
+    parents
+        .iter()
+        .any(|h| matches!(h.kind, Kind::Socks5 | Kind::Socks5Plus))
+        && !parents
+            .iter()
+            .any(|h| matches!(h.kind, Kind::Tcp | Kind::Http) || h.is_local())
+}
+
+/// A UDP socket connected to `dst`, sent from `source` (an `extip` hop's
+/// address, when it is of `dst`'s family) or else from `external`.
+fn connect(svc: &Service, dst: SocketAddr, source: Option<IpAddr>) -> Result<UdpSocket, Res> {
+    let ip = match (dst, source) {
+        (SocketAddr::V4(_), Some(ip @ IpAddr::V4(_)))
+        | (SocketAddr::V6(_), Some(ip @ IpAddr::V6(_))) => ip,
+        (SocketAddr::V4(_), _) => svc.dialer.ext4.unwrap_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED)),
+        (SocketAddr::V6(_), _) => svc.dialer.ext6.unwrap_or(IpAddr::V6(Ipv6Addr::UNSPECIFIED)),
     };
+    let src = SocketAddr::new(ip, 0);
     let s = crate::net::in_netns(svc.dialer.netns.as_deref(), || UdpSocket::bind(src))
         .map_err(|_| Res::BIND)?;
     if let Some(dev) = &svc.dialer.device {
@@ -516,6 +466,8 @@ struct Session {
     ext: Option<SocketAddr>,
     out: u64,
     inb: u64,
+    /// Parents taken (`%h`).
+    hops: u32,
 }
 
 impl Drop for Session {
@@ -541,7 +493,7 @@ impl Drop for Session {
                 req_host: Some(host.as_str()).filter(|h| !h.is_empty()),
                 bytes_in: self.inb,
                 bytes_out: self.out,
-                hops: 0,
+                hops: self.hops,
                 text: &host,
                 start: self.start,
                 now: SystemTime::now(),
