@@ -708,3 +708,144 @@ fn http_local_redirect_behind_a_proxy_header() {
     // Served, not refused for a second, missing PROXY line (511).
     assert!(line.starts_with("SOCK5 00000 1 "), "{line}");
 }
+
+// ---------------------------------------------------------------------------
+// DNS through a SOCKS5 parent, against a real DNS server
+
+/// Debian's dnsmasq on a free UDP port of 127.0.0.1, answering
+/// `udp.test` with 192.0.2.7 from its own cfg (no upstream, no hosts).
+struct Dnsmasq {
+    child: std::process::Child,
+    port: u16,
+}
+
+impl Dnsmasq {
+    fn start() -> Dnsmasq {
+        let port = free_udp_port();
+        // In /usr/sbin, which a non-root PATH may lack.
+        let bin = ["/usr/sbin/dnsmasq", "dnsmasq"]
+            .into_iter()
+            .find(|b| std::path::Path::new(b).exists())
+            .unwrap_or("dnsmasq");
+        let child = std::process::Command::new(bin)
+            .args([
+                "--no-daemon",
+                "--conf-file=/dev/null",
+                "--user=root",
+                "--pid-file=",
+                &format!("--port={port}"),
+                "--listen-address=127.0.0.1",
+                "--bind-interfaces",
+                "--no-resolv",
+                "--no-hosts",
+                "--address=/udp.test/192.0.2.7",
+            ])
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("dnsmasq (tests/deps.sh installs dnsmasq-base)");
+        let d = Dnsmasq { child, port };
+        let c = udp_client();
+        c.set_read_timeout(Some(std::time::Duration::from_millis(200)))
+            .unwrap();
+        let up = wait_for(
+            || {
+                let _ = c.send_to(&dns_query(1), localhost(port));
+                let mut buf = [0u8; 512];
+                c.recv_from(&mut buf).is_ok()
+            },
+            START_TIMEOUT,
+        );
+        assert!(up, "dnsmasq did not answer on port {port}");
+        d
+    }
+}
+
+impl Drop for Dnsmasq {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// An A query for udp.test with ID `id`.
+fn dns_query(id: u16) -> Vec<u8> {
+    let mut q = id.to_be_bytes().to_vec();
+    q.extend_from_slice(&[1, 0, 0, 1, 0, 0, 0, 0, 0, 0]);
+    q.extend_from_slice(b"\x03udp\x04test\x00\x00\x01\x00\x01");
+    q
+}
+
+/// The reply to `dns_query(id)` carries one answer, 192.0.2.7.
+fn assert_dns_answer(reply: &[u8], id: u16) {
+    assert!(reply.len() > 12, "DNS reply too short: {reply:?}");
+    assert_eq!(reply[..2], id.to_be_bytes(), "reply ID");
+    assert!(reply[2] & 0x80 != 0, "not a response: {reply:?}");
+    assert_eq!(reply[3] & 0x0f, 0, "rcode: {reply:?}");
+    assert_eq!(u16::from_be_bytes([reply[6], reply[7]]), 1, "one answer");
+    assert!(reply.ends_with(&[192, 0, 2, 7]), "the answer: {reply:?}");
+}
+
+#[test]
+fn dns_through_socks5_udp_associate_via_a_parent() {
+    // client -SOCKS5 UDP-> A -> B (socks5 parent) -> dnsmasq: the query
+    // and its answer pass both hops with their headers.
+    let dns = Dnsmasq::start();
+    let (pb, pa) = (free_port(), free_port());
+    let (_b, log_b) = hop("dns_b", &socks_on(pb), pb);
+    let a_cfg = format!(
+        "allow *\nparent 1000 socks5 127.0.0.1 {pb}\n{}",
+        socks_on(pa)
+    );
+    let (_a, log_a) = hop("dns_a", &a_cfg, pa);
+    let client = udp_client();
+    let (ctl, rep, relay) = udp_associate_at(pa, &client);
+    assert_eq!(rep, 0);
+    client
+        .send_to(&datagram(dns.port, &dns_query(0x4242)), relay)
+        .unwrap();
+    let mut buf = [0u8; 1024];
+    let (n, from) = client.recv_from(&mut buf).unwrap();
+    assert_eq!(from, relay);
+    let head = datagram(dns.port, b"");
+    assert_eq!(buf[..head.len()], head[..], "the SOCKS header of the reply");
+    assert_dns_answer(&buf[head.len()..n], 0x4242);
+    drop(ctl);
+    let text = format!("UDPMAP 127.0.0.1:{}", dns.port);
+    expect_log_line(&log_a, &format!("SOCK5 00000 1 - {text}"));
+    expect_log_line(&log_b, &format!("SOCK5 00000 0 - {text}"));
+}
+
+#[test]
+fn dns_through_udppm_via_a_socks5_parent() {
+    // A DNS forwarder made of a udppm whose association goes through a
+    // socks5 parent: plain queries in, plain answers out.
+    let dns = Dnsmasq::start();
+    let (pb, pa) = (free_port(), free_udp_port());
+    let (_b, log_b) = hop("dnspm_b", &socks_on(pb), pb);
+    let dir = Dir::new("dnspm_a");
+    let cfg = format!(
+        "allow *\nparent 1000 socks5 127.0.0.1 {pb}\nudppm -s -i127.0.0.1 {pa} 127.0.0.1 {}\n",
+        dns.port
+    );
+    let _a = Proxy::start(dir, &cfg, &[Listen::Udp(pa)]);
+    for id in [7u16, 8] {
+        let client = udp_client();
+        client.send_to(&dns_query(id), localhost(pa)).unwrap();
+        let mut buf = [0u8; 1024];
+        let (n, _) = client.recv_from(&mut buf).unwrap();
+        assert_dns_answer(&buf[..n], id);
+    }
+    // With -s each query is an association of its own, ended by its
+    // answer: B logs two.
+    let text = format!("SOCK5 00000 0 - UDPMAP 127.0.0.1:{}", dns.port);
+    assert!(
+        wait_for(
+            || log_lines(&log_b).iter().filter(|l| **l == text).count() == 2,
+            LOG_TIMEOUT
+        ),
+        "two associations at the parent:\n{}",
+        log_lines(&log_b).join("\n")
+    );
+}
