@@ -134,12 +134,24 @@ pub struct Client {
     /// `transparent`: the destination netfilter redirected the client
     /// away from, once [`Client::original_dst`] found one.
     pub orig_dst: Option<SocketAddr>,
+    /// The mail protocol whose STARTTLS the client has already asked for
+    /// (pop3p, imapp and smtpp hand such a client to tlspr, which then
+    /// negotiates STARTTLS with the server only).
+    pub starttls: Option<StartTls>,
     /// A hand-off the current handler asked for ([`Client::hand_over`]);
     /// its entry point returns it ([`Client::next`]).
     handoff: Option<Handoff>,
     svc: Arc<Service>,
     /// Counts the client against `maxconn` until dropped.
     _slot: Slot,
+}
+
+/// A mail protocol with STARTTLS (3proxy's S_POP3P, S_IMAPP, S_SMTPP).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StartTls {
+    Pop3,
+    Imap,
+    Smtp,
 }
 
 impl Client {
@@ -168,6 +180,7 @@ impl Client {
             redirected: false,
             local_hops: 0,
             orig_dst: None,
+            starttls: None,
             handoff: None,
             svc: a.svc,
             _slot: a.slot,

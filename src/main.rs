@@ -298,6 +298,10 @@ fn standalone(service: &'static str, args: Vec<String>) -> ExitCode {
     if service == "proxy" {
         line.push("-a".to_string());
     }
+    // 3proxy's standalone mail proxies offer no STARTTLS (no tlspr there).
+    if matches!(service, "pop3p" | "imapp" | "smtpp") {
+        line.push("-x".to_string());
+    }
     line.extend(args);
     let auth = ["auth".to_string(), "none".to_string()];
     let loaded = conf::commands::dispatch(&mut state, &auth)

@@ -163,6 +163,29 @@ codes! {
     /// tlspr: the server's first record is not a handshake; base of the
     /// server record errors (342-345).
     TLS_SERVER_RECORD = 340;
+    /// tlspr STARTTLS: the server's greeting is not its protocol's.
+    STARTTLS_SERVER_GREETING = 361;
+    /// tlspr STARTTLS: the exchange with the server failed (it closed, an
+    /// error answer, a timeout).
+    STARTTLS_SERVER_IO = 362;
+    /// tlspr STARTTLS: the server does not offer STARTTLS, or refused it.
+    STARTTLS_SERVER_REFUSED = 363;
+    /// tlspr STARTTLS: the dialogue with the client failed before it asked
+    /// for TLS.
+    STARTTLS_CLIENT = 364;
+    /// tlspr `-c3`: the server speaks TLS 1.3, whose certificate cannot be
+    /// seen.
+    TLS_CERT_HIDDEN = 370;
+    /// tlspr `-c3`: a server handshake record could not be passed to the
+    /// client.
+    TLS_TO_CLIENT = 371;
+    /// tlspr `-c3`: the server sent no certificate.
+    TLS_NO_SERVER_CERT = 373;
+    /// tlspr `-c4`: the server asked for no client certificate.
+    TLS_NO_CERT_REQUEST = 374;
+    /// tlspr `-c4`: the client sent no certificate, or its handshake could
+    /// not be passed to the server.
+    TLS_NO_CLIENT_CERT = 375;
 
     // 400-499: socks.
     /// socks: the first byte is not 4 or 5, or did not come; or the method could not be sent.
@@ -479,8 +502,26 @@ pub const FAMILIES: &[(Res, u32, u32, &str)] = &[
     (
         Res::TLS_SERVER_HELLO,
         351,
-        367,
+        360,
         "tlspr: a malformed ServerHello (350 plus the parser's fault number)",
+    ),
+    (
+        Res::TLS_SERVER_HELLO,
+        366,
+        367,
+        "tlspr: a ServerHello with a bad ALPN (350 plus the parser's fault number)",
+    ),
+    (
+        Res::TLS_SERVER_FLIGHT,
+        382,
+        385,
+        "tlspr -c3: a later server record, faults as for 302-305",
+    ),
+    (
+        Res::TLS_CLIENT_FLIGHT,
+        392,
+        395,
+        "tlspr -c4: a later client record, faults as for 302-305",
     ),
 ];
 
@@ -495,6 +536,10 @@ impl Res {
     /// tlspr: the base of a malformed ServerHello (351-367); not a code
     /// itself.
     pub const TLS_SERVER_HELLO: Res = Res(350);
+    /// tlspr `-c3`: the base of a later server record's faults (382-385).
+    pub const TLS_SERVER_FLIGHT: Res = Res(380);
+    /// tlspr `-c4`: the base of a later client record's faults (392-395).
+    pub const TLS_CLIENT_FLIGHT: Res = Res(390);
 
     /// A `socks5` parent's refusal: [`Res::PARENT_SOCKS5_REP`] (60) plus
     /// the last decimal digit of its REP byte, as 3proxy reports it.

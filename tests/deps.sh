@@ -4,7 +4,8 @@
 # (small helper processes inside namespaces, the bench harness's unit
 # tests), openssl (a TLS origin for CONNECT tests), iptables (REDIRECT
 # rules for the transparent plugin tests), python3-pyftpdlib (an FTP
-# server for the ftp:// gateway), dnsmasq-base (a DNS server). Fails loudly (non-zero) rather than
+# server for the ftp:// gateway), dnsmasq-base (a DNS server), dovecot and
+# python3-aiosmtpd (mail servers with STARTTLS). Fails loudly (non-zero) rather than
 # letting tests skip.
 set -e
 need=""
@@ -16,6 +17,9 @@ command -v iptables >/dev/null 2>&1 || need="$need iptables"
 # An FTP server for the HTTP proxy's ftp:// gateway tests, for Debian's
 # python3 (the tests run /usr/bin/python3, not a python3 first in PATH).
 /usr/bin/python3 -c 'import pyftpdlib' >/dev/null 2>&1 || need="$need python3-pyftpdlib"
+# Mail servers for the STARTTLS tests: Dovecot (IMAP, POP3), aiosmtpd.
+[ -x /usr/sbin/dovecot ] || need="$need dovecot-imapd dovecot-pop3d"
+/usr/bin/python3 -c 'import aiosmtpd' >/dev/null 2>&1 || need="$need python3-aiosmtpd"
 # A DNS server for the DNS-through-a-SOCKS-parent tests.
 command -v dnsmasq >/dev/null 2>&1 || [ -x /usr/sbin/dnsmasq ] || need="$need dnsmasq-base"
 if [ -n "$need" ]; then

@@ -85,8 +85,9 @@ fn start(name: &str, pre: &str, opts: &str, post: &str) -> (Proxy, PathBuf, u16)
     (proxy, log, port)
 }
 
+/// The proxy's greeting: STARTTLS is offered unless `-x`.
 const GREETING: &str =
-    "* OK [CAPABILITY IMAP4rev1 AUTH=PLAIN AUTH=LOGIN] IMAP4rev1 Proxy Ready\r\n";
+    "* OK [CAPABILITY IMAP4rev1 STARTTLS AUTH=PLAIN AUTH=LOGIN] IMAP4rev1 Proxy Ready\r\n";
 
 struct Imap {
     s: TcpStream,
@@ -147,7 +148,7 @@ fn imapp_full_session_reaches_the_server_without_the_host() {
     // Answered by the proxy itself.
     assert_eq!(
         c.cmd("a0 CAPABILITY"),
-        "* CAPABILITY IMAP4rev1 AUTH=PLAIN AUTH=LOGIN\r\n"
+        "* CAPABILITY IMAP4rev1 STARTTLS AUTH=PLAIN AUTH=LOGIN\r\n"
     );
     assert_eq!(c.line(), "a0 OK CAPABILITY completed\r\n");
     assert_eq!(c.cmd("a1 NOOP"), "a1 BAD need LOGIN first\r\n");

@@ -312,15 +312,18 @@ fn tlspr_hello_without_sni_is_closed_with_100() {
 }
 
 #[test]
-fn tlspr_options_not_built_are_refused_by_the_cfg() {
+fn tlspr_options_out_of_range_are_refused_by_the_cfg() {
     let dir = Dir::new("tlspr_opts");
-    for opt in ["-c3", "-Ximap"] {
+    for opt in ["-c5", "-Xftp", "-X"] {
         let out = run_check(&dir, &format!("tlspr -p1443 {opt}\n"));
         assert!(!out.status.success(), "{opt} accepted");
     }
-    assert!(run_check(&dir, "tlspr -P443 -c2\nauto -P8443\n")
-        .status
-        .success());
+    assert!(run_check(
+        &dir,
+        "tlspr -P443 -c2\ntlspr -p1444 -c4 -XIMAP\nauto -P8443\n"
+    )
+    .status
+    .success());
 }
 
 #[test]

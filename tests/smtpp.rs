@@ -196,7 +196,7 @@ fn smtpp_full_session_with_auth_login() {
     let mut c = Smtp::connect(port);
     assert_eq!(
         c.cmd("EHLO me"),
-        "250-Proxy\r\n250-AUTH PLAIN LOGIN\r\n250-8BITMIME\r\n250 DSN\r\n"
+        "250-Proxy\r\n250-AUTH PLAIN LOGIN\r\n250-8BITMIME\r\n250-STARTTLS\r\n250 DSN\r\n"
     );
     assert_eq!(c.cmd("AUTH LOGIN"), "334 VXNlcm5hbWU6\r\n");
     assert_eq!(
@@ -363,9 +363,14 @@ fn smtpp_proxy_credentials_in_the_login() {
 
 #[test]
 fn smtpp_commands_before_auth_and_bad_logins() {
-    let (_proxy, log, port) = start("smtpp_before_auth", "", "", "");
+    // `-x`: no STARTTLS, which is then refused like any other command.
+    let (_proxy, log, port) = start("smtpp_before_auth", "", "-x", "");
     // Without -h anything but HELO, EHLO, QUIT and AUTH is refused.
     let mut c = Smtp::connect(port);
+    assert_eq!(
+        c.cmd("EHLO me"),
+        "250-Proxy\r\n250-AUTH PLAIN LOGIN\r\n250-8BITMIME\r\n250 DSN\r\n"
+    );
     assert_eq!(c.cmd("MAIL FROM:<a@x>"), "571 need AUTH first\r\n");
     assert_eq!(c.cmd("STARTTLS"), "571 need AUTH first\r\n");
     // Too short to be a command: the session ends.
@@ -449,7 +454,7 @@ fn smtpp_default_host_takes_commands_without_auth() {
     let o = origin.port();
     let (_proxy, log, port) = start("smtpp_default_host", "", &format!("-h127.0.0.1:{o}"), "");
     let mut c = Smtp::connect(port);
-    assert_eq!(c.cmd("EHLO me").lines().count(), 4);
+    assert_eq!(c.cmd("EHLO me").lines().count(), 5);
     // The first other command goes to the server after the proxy's EHLO.
     let got = mail(&mut c, &rx);
     assert_eq!(got[0], "EHLO [127.0.0.1]\r\n");

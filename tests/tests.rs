@@ -37,6 +37,7 @@ mod smtpp;
 mod smuggle;
 mod socks;
 mod standalone;
+mod starttls;
 mod tcppm;
 mod tls;
 mod udppm;

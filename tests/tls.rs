@@ -20,12 +20,12 @@ use crate::util::*;
 const FMT: &str = "logformat \"L%N %E %C %T\"";
 
 /// Certificates made for one test.
-struct Pki {
-    ca: PathBuf,
-    cert: PathBuf,
-    key: PathBuf,
-    client_cert: PathBuf,
-    client_key: PathBuf,
+pub struct Pki {
+    pub ca: PathBuf,
+    pub cert: PathBuf,
+    pub key: PathBuf,
+    pub client_cert: PathBuf,
+    pub client_key: PathBuf,
     /// A key of no certificate here.
     other_key: PathBuf,
 }
@@ -44,7 +44,7 @@ fn openssl(dir: &Dir, args: &[&str]) {
 }
 
 impl Pki {
-    fn new(dir: &Dir) -> Pki {
+    pub fn new(dir: &Dir) -> Pki {
         let ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1"];
         let mut ca = vec!["req", "-x509", "-nodes", "-days", "2"];
         ca.extend(ec);

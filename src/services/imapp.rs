@@ -18,8 +18,8 @@
 //! client's own AUTHENTICATE method is kept when the server offers it.
 //!
 //! Before the login, CAPABILITY and LOGOUT are answered and any other
-//! command gets `tag BAD need LOGIN first`; STARTTLS is not offered
-//! (3proxy's hand-over to tlspr is not built), as with 3proxy's `-x`.
+//! command gets `tag BAD need LOGIN first`; STARTTLS is offered (not with
+//! `-x`) and hands the client to tlspr, which does it with the server.
 //! Result codes are 3proxy's: 691 the greeting could not be sent, 692 no
 //! command or no tag, 693 a malformed login, 694 a login naming no usable
 //! server, 695 no greeting from the server, 696 the greeting is not
@@ -35,8 +35,10 @@ use base64::engine::general_purpose::{GeneralPurpose, GeneralPurposeConfig};
 use base64::engine::DecodePaddingMode;
 use base64::Engine;
 
-use super::login::{connect, parse_host, parse_login, starts_ci, Lines};
-use crate::client::Client;
+use super::login::{
+    connect, parse_host, parse_login, starts_ci, starttls_offered, to_tlspr, Lines,
+};
+use crate::client::{Client, StartTls};
 use crate::net::Stream;
 use crate::parent;
 use crate::proto::http::base64_encode;
@@ -52,9 +54,15 @@ const SERVER_LINE: usize = 1023;
 /// The longest tag, name and password (3proxy's buffers less the NUL).
 const TAG_MAX: usize = 62;
 const CRED_MAX: usize = 319;
-const GREETING: &[u8] =
-    b"* OK [CAPABILITY IMAP4rev1 AUTH=PLAIN AUTH=LOGIN] IMAP4rev1 Proxy Ready\r\n";
-const CAPABILITY: &[u8] = b"* CAPABILITY IMAP4rev1 AUTH=PLAIN AUTH=LOGIN\r\n";
+/// The greeting and the CAPABILITY answer, with and without STARTTLS.
+const GREETING: [&[u8]; 2] = [
+    b"* OK [CAPABILITY IMAP4rev1 AUTH=PLAIN AUTH=LOGIN] IMAP4rev1 Proxy Ready\r\n",
+    b"* OK [CAPABILITY IMAP4rev1 STARTTLS AUTH=PLAIN AUTH=LOGIN] IMAP4rev1 Proxy Ready\r\n",
+];
+const CAPABILITY: [&[u8]; 2] = [
+    b"* CAPABILITY IMAP4rev1 AUTH=PLAIN AUTH=LOGIN\r\n",
+    b"* CAPABILITY IMAP4rev1 STARTTLS AUTH=PLAIN AUTH=LOGIN\r\n",
+];
 /// What asks a server for its capabilities.
 const ASK_CAPS: &[u8] = b"zz CAPABILITY\r\n";
 
@@ -245,7 +253,18 @@ fn say(s: &Stream, msg: &[u8]) -> std::io::Result<()> {
 }
 
 /// Read the client's commands until it logs in; None when it logged out.
-fn client_login(c: &Client, from_cli: &mut Lines, tag: &mut Vec<u8>) -> Result<Option<Creds>, Res> {
+/// What the client did before it logged in.
+enum Start {
+    Login(Creds),
+    Logout,
+    /// It asked for STARTTLS and was told to begin.
+    Tls,
+}
+
+/// Read the client's commands until it logs in, logs out or (when
+/// offered) asks for STARTTLS.
+fn client_login(c: &Client, from_cli: &mut Lines, tag: &mut Vec<u8>) -> Result<Start, Res> {
+    let tls = starttls_offered(c);
     let short = c.svc().timeouts.get(Timeouts::STRING_SHORT);
     let cli = &c.cli;
     let read_line = |from_cli: &mut Lines| from_cli.line(cli, CLIENT_LINE, short);
@@ -269,17 +288,21 @@ fn client_login(c: &Client, from_cli: &mut Lines, tag: &mut Vec<u8>) -> Result<O
         if starts_ci(cmd, b"LOGOUT") {
             let _ = say(cli, b"* BYE\r\n");
             let _ = say(cli, &reply(" OK LOGOUT completed\r\n"));
-            return Ok(None);
+            return Ok(Start::Logout);
+        }
+        if tls && starts_ci(cmd, b"STARTTLS") {
+            say(cli, &reply(" OK Begin TLS negotiation\r\n")).map_err(|_| AUTH_FAILED)?;
+            return Ok(Start::Tls);
         }
         if starts_ci(cmd, b"CAPABILITY") {
-            let mut m = CAPABILITY.to_vec();
+            let mut m = CAPABILITY[tls as usize].to_vec();
             m.extend(reply(" OK CAPABILITY completed\r\n"));
             let _ = say(cli, &m);
             continue;
         }
         if starts_ci(cmd, b"LOGIN ") {
             let (user, pass) = parse_login_args(&cmd[6..]).ok_or(BAD_LOGIN)?;
-            return Ok(Some(Creds {
+            return Ok(Start::Login(Creds {
                 tag: tag.clone(),
                 user,
                 pass,
@@ -301,7 +324,7 @@ fn client_login(c: &Client, from_cli: &mut Lines, tag: &mut Vec<u8>) -> Result<O
             };
             let raw = de64(&resp, 2047).ok_or(BAD_LOGIN)?;
             let (user, pass) = parse_plain(&raw).ok_or(BAD_LOGIN)?;
-            return Ok(Some(Creds {
+            return Ok(Start::Login(Creds {
                 tag: tag.clone(),
                 user,
                 pass,
@@ -324,7 +347,7 @@ fn client_login(c: &Client, from_cli: &mut Lines, tag: &mut Vec<u8>) -> Result<O
                 None => ask(b"+ VXNlcm5hbWU6\r\n", from_cli)?,
             };
             let pass = ask(b"+ UGFzc3dvcmQ6\r\n", from_cli)?;
-            return Ok(Some(Creds {
+            return Ok(Start::Login(Creds {
                 tag: tag.clone(),
                 user,
                 pass,
@@ -423,10 +446,14 @@ fn run(
     let short = svc.timeouts.get(Timeouts::STRING_SHORT);
     let long = svc.timeouts.get(Timeouts::STRING_LONG);
     let _ = c.cli.set_timeout(Some(short));
-    say(&c.cli, GREETING).map_err(|_| GREET_FAILED)?;
+    say(&c.cli, GREETING[starttls_offered(c) as usize]).map_err(|_| GREET_FAILED)?;
     let mut from_cli = Lines::with(early);
-    let Some(creds) = client_login(c, &mut from_cli, tag)? else {
-        return Ok(());
+    let creds = match client_login(c, &mut from_cli, tag)? {
+        Start::Login(creds) => creds,
+        Start::Logout => return Ok(()),
+        Start::Tls => {
+            return to_tlspr(c, StartTls::Imap, std::mem::take(&mut from_cli.buf));
+        }
     };
     // `-hhost[:port]`: the server of a login without one.
     let h = svc

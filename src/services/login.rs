@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use crate::access::{self, Op, Recheck, Request};
 use crate::chain;
-use crate::client::Client;
+use crate::client::{Client, StartTls};
 use crate::net::{resolve, Stream};
 use crate::parent;
 use crate::res::Res;
@@ -232,4 +232,25 @@ pub(super) fn connect(
     };
     crate::session::note_chain(c, &chain, dst);
     Ok(chain.stream)
+}
+
+/// Whether a mail proxy offers STARTTLS: unless `-x` (3proxy's
+/// `nostarttls`; a standalone program always has it).
+pub(super) fn starttls_offered(c: &Client) -> bool {
+    !c.svc().opts.other.iter().any(|a| a == "-x")
+}
+
+/// The client asked for STARTTLS (and was told to go ahead): hand it to
+/// tlspr, which takes the destination from its ClientHello's SNI and
+/// does STARTTLS with the server (3proxy's hand-over to tlsprchild).
+/// `rest` is what the client sent after its command.
+pub(super) fn to_tlspr(c: &mut Client, proto: StartTls, rest: Vec<u8>) -> Result<(), Res> {
+    c.starttls = Some(proto);
+    c.hand_over(parent::Handoff {
+        kind: parent::Kind::Tls,
+        // Not a redirection through the ACL: no hop.
+        hops: 0,
+        early: rest,
+        dest: None,
+    })
 }

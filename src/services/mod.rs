@@ -223,7 +223,11 @@ fn child(c: &mut Client) {
     let mut taken = 0;
     while let Next::Handoff(h) = next {
         taken += 1;
-        c.redirected = true;
+        // A hand-off without a hop (a mail proxy's STARTTLS client going
+        // to tlspr) is not a redirection through the ACL.
+        if h.hops > 0 {
+            c.redirected = true;
+        }
         c.local_hops += h.hops;
         // What the first handler learned is not the next one's record;
         // `%N` stays (3proxy keeps the service, SOCK5 after a SOCKS5

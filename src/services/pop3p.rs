@@ -9,9 +9,11 @@
 //! own credentials, checked by `auth` as for any service (op CONNECT).
 //! `-hhost[:port]` is the destination of a login without a host.
 //!
-//! Before USER, QUIT is answered `+OK` and any other command
-//! `-ERR need USER first`; STLS is not offered (3proxy's STARTTLS hand-over
-//! to tlspr is not built), as with 3proxy's `-x`. Result codes are
+//! Before USER, QUIT is answered `+OK`, CAPA lists STLS, STLS hands the
+//! client to tlspr (which takes the server's name from the client's TLS
+//! SNI and does STLS with it), and any other command gets
+//! `-ERR need USER first`; `-x` offers no STLS (3proxy's `nostarttls`).
+//! Result codes are
 //! 3proxy's: 611 the greeting could not be sent, 612 no command came, 614
 //! not a USER command, 615 a bad login, 621 no banner from the server, 622
 //! the banner is not `+OK` or is another proxy's, 623 USER could not be
@@ -22,9 +24,10 @@
 use std::io::Write;
 
 use super::login::{
-    admit_login, connect, parse_host, parse_login, resolve_login, starts_ci, Lines, Login,
+    admit_login, connect, parse_host, parse_login, resolve_login, starts_ci, starttls_offered,
+    to_tlspr, Lines, Login,
 };
-use crate::client::Client;
+use crate::client::{Client, StartTls};
 use crate::parent;
 use crate::res::Res;
 use crate::timeouts::Timeouts;
@@ -96,10 +99,22 @@ fn run(
         .map_err(|_| GREET_FAILED)?;
     let mut from_cli = Lines::with(early);
     let mut line = from_cli.line(&c.cli, CLIENT_LINE, short);
+    let tls = starttls_offered(c);
     while line.len() > 4 && !starts_ci(&line, b"USER") {
         if starts_ci(&line, b"QUIT") {
             let _ = (&c.cli).write_all(b"+OK\r\n");
             return Ok(());
+        }
+        if tls && starts_ci(&line, b"CAPA") {
+            let _ = (&c.cli).write_all(b"+OK Capability list follows\r\nSTLS\r\n.\r\n");
+            line = from_cli.line(&c.cli, CLIENT_LINE, short);
+            continue;
+        }
+        if tls && starts_ci(&line, b"STLS") {
+            (&c.cli)
+                .write_all(b"+OK Begin TLS negotiation\r\n")
+                .map_err(|_| USER_FAILED)?;
+            return to_tlspr(c, StartTls::Pop3, std::mem::take(&mut from_cli.buf));
         }
         let _ = (&c.cli).write_all(b"-ERR need USER first\r\n");
         line = from_cli.line(&c.cli, CLIENT_LINE, short);

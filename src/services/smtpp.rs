@@ -8,8 +8,9 @@
 //! answer to its AUTH.
 //!
 //! Before AUTH, `HELO` gets `250 Proxy`, `EHLO` the proxy's capabilities
-//! (AUTH PLAIN LOGIN, 8BITMIME, DSN; no STARTTLS: 3proxy's hand-over to
-//! tlspr is not built, as with its `-x`) and `QUIT` `221 Proxy`. With
+//! (AUTH PLAIN LOGIN, 8BITMIME, DSN, and STARTTLS unless `-x`: it hands
+//! the client to tlspr, which does STARTTLS with the server) and `QUIT`
+//! `221 Proxy`. With
 //! `-hhost[:port]` a login without a host goes there, and a client that
 //! sends any other command goes there unauthenticated: the command is
 //! the first thing the server gets after the proxy's EHLO. Without `-h`
@@ -29,7 +30,7 @@
 use std::io::Write;
 
 use super::login::{self, parse_host, parse_login, starts_ci, Lines, Login};
-use crate::client::Client;
+use crate::client::{Client, StartTls};
 use crate::net::Stream;
 use crate::parent;
 use crate::proto::http::{base64_decode, base64_encode};
@@ -61,7 +62,11 @@ const LOGIN_PASS_REFUSED: Res = Res::SMTP_LOGIN_PASS_REFUSED;
 const PLAIN_REFUSED: Res = Res::SMTP_PLAIN_REFUSED;
 const TOO_LONG: Res = Res::SMTP_TOO_LONG;
 
-const EHLO_REPLY: &[u8] = b"250-Proxy\r\n250-AUTH PLAIN LOGIN\r\n250-8BITMIME\r\n250 DSN\r\n";
+/// The answer to EHLO, without and with STARTTLS.
+const EHLO_REPLY: [&[u8]; 2] = [
+    b"250-Proxy\r\n250-AUTH PLAIN LOGIN\r\n250-8BITMIME\r\n250 DSN\r\n",
+    b"250-Proxy\r\n250-AUTH PLAIN LOGIN\r\n250-8BITMIME\r\n250-STARTTLS\r\n250 DSN\r\n",
+];
 
 /// How the client chose its destination.
 enum Start {
@@ -70,6 +75,8 @@ enum Start {
     Auth(Login, Vec<u8>, Res),
     /// A command with `-h`'s destination: sent on as it came.
     Command(Login, Vec<u8>),
+    /// STARTTLS, answered with its go-ahead.
+    Tls,
 }
 
 /// `-hhost[:port]`: the destination of logins without a host, and the
@@ -156,6 +163,7 @@ fn greet(
     };
     let default = (dhost.as_deref(), dport);
     let creds = svc.opts.needuser.unwrap_or(1) > 0;
+    let tls = login::starttls_offered(c);
     let say = |m: &[u8]| {
         let _ = (&c.cli).write_all(m);
     };
@@ -176,7 +184,12 @@ fn greet(
         } else if starts_ci(&line, b"HELO ") {
             say(b"250 Proxy\r\n");
         } else if starts_ci(&line, b"EHLO ") {
-            say(EHLO_REPLY);
+            say(EHLO_REPLY[tls as usize]);
+        } else if tls && starts_ci(&line, b"STARTTLS") {
+            (&c.cli)
+                .write_all(b"220 2.0.0 Ready to start TLS\r\n")
+                .map_err(|_| EHLO_FAILED)?;
+            return Ok(Some(Start::Tls));
         } else if let Some(host) = &dhost {
             let l = Login {
                 user: None,
@@ -265,6 +278,9 @@ fn run(
             (l, Some(p), None, bad)
         }
         Start::Command(l, cmd) => (l, None, Some(cmd), BAD_USERNAME),
+        Start::Tls => {
+            return login::to_tlspr(c, StartTls::Smtp, std::mem::take(&mut from_cli.buf));
+        }
     };
     c.req_host = Some(l.host.clone());
     c.user.clone_from(&l.user);

@@ -9,8 +9,14 @@
 //! (without a name there is no destination, so such a session ends with
 //! 100), 1 refuses a first record that is not a well-formed ClientHello,
 //! 2 also reads the server's first record and refuses it unless it is a
-//! ServerHello. 3proxy's levels 3 and 4 (certificate checks) and `-X`
-//! (STARTTLS) are refused by the cfg as not supported yet.
+//! ServerHello, 3 also wants the server's certificate (visible up to TLS
+//! 1.2 only), 4 also a client certificate the server asked for.
+//!
+//! `-Ximap`, `-Xpop3`, `-Xsmtp`: STARTTLS with the client (as a server
+//! offering nothing else) and, once the ClientHello named the server, with
+//! the server (as a client); the TLS session then passes through. The
+//! mail proxies hand a client that asked them for STARTTLS here with
+//! `Client::starttls` set, and only the server's side is done.
 //!
 //! The record carrying the text `%T`: `TLSv1.3 host alpn` as in 3proxy
 //! (`NONEv0.0 - -` when no hello was seen).
@@ -21,7 +27,7 @@ use std::time::{Duration, Instant};
 
 use crate::access::{Op, Request};
 use crate::chain;
-use crate::client::Client;
+use crate::client::{Client, StartTls};
 use crate::conf::token::quote;
 use crate::conf::value::number;
 use crate::net::{resolve, Stream};
@@ -44,27 +50,46 @@ const HANDSHAKE: u8 = 22;
 const CLIENT_HELLO: u8 = 1;
 const SERVER_HELLO: u8 = 2;
 
-/// The tlspr options of a service line (also read by `auto`, which hands
-/// TLS clients to tlspr).
+/// The tlspr options of a service line (also read when a mail proxy
+/// hands a STARTTLS client to tlspr: its own line's options apply).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TlsOpts {
-    /// `-P`: the destination port.
+    /// `-P`: the destination port (443 unless given).
     pub port: u16,
-    /// `-c[N]`: the TLS check level, 0 to 2.
+    /// `-P` was given (not 0): it wins over a STARTTLS protocol's port.
+    pub port_given: bool,
+    /// `-c[N]`: the TLS check level, 0 to 4.
     pub check: u32,
+    /// `-Ximap`, `-Xpop3`, `-Xsmtp`: STARTTLS with both sides first.
+    pub starttls: Option<StartTls>,
 }
 
 impl Default for TlsOpts {
     fn default() -> TlsOpts {
         TlsOpts {
             port: DEFAULT_PORT,
+            port_given: false,
             check: 0,
+            starttls: None,
         }
     }
 }
 
-/// Read `-P` and `-c` from a service line's options; the cfg refuses what
-/// is not built (`-c3`, `-c4`, `-X`).
+impl TlsOpts {
+    /// The destination port for a session speaking `proto` first: `-P`,
+    /// else the protocol's submission port (110, 143, 587), else 443.
+    pub fn port_for(&self, proto: Option<StartTls>) -> u16 {
+        match proto {
+            _ if self.port_given => self.port,
+            Some(StartTls::Pop3) => 110,
+            Some(StartTls::Imap) => 143,
+            Some(StartTls::Smtp) => 587,
+            None => self.port,
+        }
+    }
+}
+
+/// Read `-P`, `-c` and `-X` from a service line's options.
 pub fn options(o: &ServiceOpts) -> Result<TlsOpts, String> {
     let mut t = TlsOpts::default();
     for a in &o.other {
@@ -73,6 +98,7 @@ pub fn options(o: &ServiceOpts) -> Result<TlsOpts, String> {
             "P" => {
                 let p = number(val, 0u16, 65535).map_err(|e| format!("'{}': {e}", quote(a)))?;
                 t.port = if p == 0 { DEFAULT_PORT } else { p };
+                t.port_given = p != 0;
             }
             "c" => {
                 t.check = if val.is_empty() {
@@ -80,18 +106,22 @@ pub fn options(o: &ServiceOpts) -> Result<TlsOpts, String> {
                 } else {
                     number(val, 0u32, 4).map_err(|e| format!("'{}': {e}", quote(a)))?
                 };
-                if t.check > 2 {
-                    return Err(format!(
-                        "'{}': TLS check levels 3 and 4 are not supported yet",
-                        quote(a)
-                    ));
-                }
             }
             "X" => {
-                return Err(format!(
-                    "'{}': STARTTLS mode is not supported yet",
-                    quote(a)
-                ))
+                // As 3proxy: the first four letters decide.
+                let v = val.to_ascii_lowercase();
+                t.starttls = Some(if v.starts_with("imap") {
+                    StartTls::Imap
+                } else if v.starts_with("pop3") {
+                    StartTls::Pop3
+                } else if v.starts_with("smtp") {
+                    StartTls::Smtp
+                } else {
+                    return Err(format!(
+                        "'{}': the STARTTLS protocol must be imap, pop3 or smtp",
+                        quote(a)
+                    ));
+                });
             }
             _ => {}
         }
@@ -325,6 +355,16 @@ fn run(
 ) -> Result<(), Res> {
     let svc = c.svc().clone();
     let wait = svc.timeouts.get(Timeouts::STRING_SHORT);
+    // STARTTLS: a mail proxy has done the client's side already, or `-X`
+    // asks for both sides here.
+    let done = c.starttls.take();
+    let proto = done.or(t.starttls);
+    if let (None, Some(p)) = (done, t.starttls) {
+        if !client_starttls(c, p, &mut st.buf)? {
+            // The client left before asking for TLS.
+            return Ok(());
+        }
+    }
     let read = read_record(&c.cli, &mut st.buf, svc.bufsize, wait);
     match read {
         Ok(n) if st.buf[0] == HANDSHAKE => {
@@ -352,10 +392,11 @@ fn run(
     }
     c.text = text(st.lv, st.host.as_deref(), st.alpn.as_deref());
     c.req_host.clone_from(&st.host);
+    let port = t.port_for(proto);
     let (dst, port) = match (known, &st.host) {
         (Some(k), _) => (Some(k.addr), k.addr.port()),
-        (None, Some(h)) => (Some(resolve(h, t.port, svc.family)?), t.port),
-        (None, None) => (None, t.port),
+        (None, Some(h)) => (Some(resolve(h, port, svc.family)?), port),
+        (None, None) => (None, port),
     };
     c.req_addr = dst;
     let req = Request {
@@ -376,30 +417,415 @@ fn run(
         // Handed over to a local handler, the hello with it.
         return Ok(());
     };
+    // What the server sent that the client has still to get.
+    let mut to_client = Vec::new();
+    if let Some(p) = proto {
+        if let Err(e) = server_starttls(c, &srv, p, &mut to_client) {
+            // A TLS alert (handshake failure) tells the client.
+            let _ = c.cli.set_timeout(Some(wait));
+            let _ = (&c.cli).write_all(b"\x15\x03\x01\x00\x02\x02\x28");
+            c.srv = Some(srv);
+            return Err(e);
+        }
+    }
     let sent = (&srv).write_all(&st.buf);
     c.bytes_out += st.buf.len() as u64;
+    st.buf.clear();
     if sent.is_err() {
         c.srv = Some(srv);
         return Err(Res::SERVER_ERR);
     }
+    // What the client sent that the server has still to get.
+    let mut to_server = Vec::new();
     if t.check > 1 {
-        let mut sbuf = Vec::new();
-        let n = match read_record(&srv, &mut sbuf, svc.bufsize, wait) {
-            Ok(n) if sbuf[0] == HANDSHAKE => n,
-            Ok(_) => return Err(Res::TLS_SERVER_RECORD),
-            Err(e) => return Err(Res::tls(Res::TLS_SERVER_RECORD, e)),
-        };
-        st.lv = sbuf[2] as i32;
-        parse_hello(SERVER_HELLO, &sbuf[..n], &mut st.lv)
-            .map_err(|e| Res::tls(Res::TLS_SERVER_HELLO, e))?;
-        c.text = text(st.lv, st.host.as_deref(), st.alpn.as_deref());
-        let _ = c
-            .cli
-            .set_timeout(Some(svc.timeouts.get(Timeouts::STRING_SHORT)));
-        (&c.cli).write_all(&sbuf).map_err(|_| Res::CLIENT_ERR)?;
-        c.bytes_in += sbuf.len() as u64;
+        if let Err(e) = check_server(c, &srv, t, st, &mut to_client, &mut to_server) {
+            c.srv = Some(srv);
+            return Err(e);
+        }
     }
-    crate::session::relay_to(c, srv, &grant, &again, &[], Timeouts::CONNECTION_LONG);
+    if !to_client.is_empty() {
+        let _ = c.cli.set_timeout(Some(wait));
+        (&c.cli)
+            .write_all(&to_client)
+            .map_err(|_| Res::CLIENT_ERR)?;
+        c.bytes_in += to_client.len() as u64;
+    }
+    crate::session::relay_to(
+        c,
+        srv,
+        &grant,
+        &again,
+        &to_server,
+        Timeouts::CONNECTION_LONG,
+    );
+    Ok(())
+}
+
+/// `-c2` and up: the server's first record must be a ServerHello; with
+/// `-c3` its handshake must carry a certificate (which TLS 1.3 hides),
+/// with `-c4` it must ask the client for one and the client must send
+/// one. The records looked at are passed on as they come; the last one
+/// read from each side is left in `to_client` / `to_server`.
+fn check_server(
+    c: &mut Client,
+    srv: &Stream,
+    t: &TlsOpts,
+    st: &mut State,
+    to_client: &mut Vec<u8>,
+    to_server: &mut Vec<u8>,
+) -> Result<(), Res> {
+    let svc = c.svc().clone();
+    let wait = svc.timeouts.get(Timeouts::STRING_SHORT);
+    let mut sbuf = std::mem::take(to_client);
+    let n = match read_record(srv, &mut sbuf, svc.bufsize, wait) {
+        Ok(n) if sbuf[0] == HANDSHAKE => n,
+        Ok(_) => return Err(Res::TLS_SERVER_RECORD),
+        Err(e) => return Err(Res::tls(Res::TLS_SERVER_RECORD, e)),
+    };
+    st.lv = sbuf[2] as i32;
+    parse_hello(SERVER_HELLO, &sbuf[..n], &mut st.lv)
+        .map_err(|e| Res::tls(Res::TLS_SERVER_HELLO, e))?;
+    c.text = text(st.lv, st.host.as_deref(), st.alpn.as_deref());
+    if t.check < 3 {
+        *to_client = sbuf;
+        return Ok(());
+    }
+    if st.lv > 3 {
+        return Err(Res::TLS_CERT_HIDDEN);
+    }
+    let mut flight = Flight::default();
+    let (mut cert, mut asks, mut done) = (false, false, false);
+    let mut look = |flight: &mut Flight, rec: &[u8], done: &mut bool| {
+        flight.feed(&rec[RECORD_HEAD..], |kind, len| match kind {
+            CERTIFICATE => cert |= len > CERT_MIN,
+            CERTIFICATE_REQUEST => asks = true,
+            SERVER_HELLO_DONE => *done = true,
+            _ => {}
+        })
+    };
+    // The ServerHello's record may carry the rest of the flight.
+    look(&mut flight, &sbuf[..n], &mut done);
+    loop {
+        let _ = c.cli.set_timeout(Some(wait));
+        (&c.cli).write_all(&sbuf).map_err(|_| Res::TLS_TO_CLIENT)?;
+        c.bytes_in += sbuf.len() as u64;
+        sbuf.clear();
+        if done {
+            break;
+        }
+        let n = read_record(srv, &mut sbuf, svc.bufsize, wait)
+            .map_err(|e| Res::tls(Res::TLS_SERVER_FLIGHT, e))?;
+        if sbuf[0] != HANDSHAKE {
+            // Left for the relay to pass on.
+            break;
+        }
+        look(&mut flight, &sbuf[..n], &mut done);
+    }
+    *to_client = sbuf;
+    if !cert {
+        return Err(Res::TLS_NO_SERVER_CERT);
+    }
+    if t.check < 4 {
+        return Ok(());
+    }
+    if !asks {
+        return Err(Res::TLS_NO_CERT_REQUEST);
+    }
+    // The client's answer: its Certificate first.
+    if !to_client.is_empty() {
+        let _ = c.cli.set_timeout(Some(wait));
+        (&c.cli)
+            .write_all(to_client)
+            .map_err(|_| Res::TLS_TO_CLIENT)?;
+        c.bytes_in += to_client.len() as u64;
+        to_client.clear();
+    }
+    let mut flight = Flight::default();
+    let mut cert = false;
+    let mut cbuf = Vec::new();
+    loop {
+        let n = read_record(&c.cli, &mut cbuf, svc.bufsize, wait)
+            .map_err(|e| Res::tls(Res::TLS_CLIENT_FLIGHT, e))?;
+        if cbuf[0] != HANDSHAKE {
+            break;
+        }
+        flight.feed(&cbuf[RECORD_HEAD..n], |kind, len| {
+            if kind == CERTIFICATE {
+                cert |= len > CERT_MIN;
+            }
+        });
+        let _ = srv.set_timeout(Some(wait));
+        (&*srv)
+            .write_all(&cbuf)
+            .map_err(|_| Res::TLS_NO_CLIENT_CERT)?;
+        c.bytes_out += cbuf.len() as u64;
+        cbuf.clear();
+    }
+    *to_server = cbuf;
+    if !cert {
+        return Err(Res::TLS_NO_CLIENT_CERT);
+    }
+    Ok(())
+}
+
+/// The handshake messages in a run of records, however they are split
+/// across them: calls back with each message's type and length as its
+/// header completes.
+#[derive(Default)]
+struct Flight {
+    /// A message header read in part.
+    head: Vec<u8>,
+    /// Bytes of the current message's body still to skip.
+    left: usize,
+}
+
+impl Flight {
+    fn feed(&mut self, mut data: &[u8], mut on: impl FnMut(u8, usize)) {
+        while !data.is_empty() {
+            if self.left > 0 {
+                let k = self.left.min(data.len());
+                self.left -= k;
+                data = &data[k..];
+                continue;
+            }
+            self.head.push(data[0]);
+            data = &data[1..];
+            if self.head.len() == 4 {
+                let h = &self.head;
+                let len = (h[1] as usize) << 16 | (h[2] as usize) << 8 | h[3] as usize;
+                on(h[0], len);
+                self.left = len;
+                self.head.clear();
+            }
+        }
+    }
+}
+
+/// The longest Certificate message that holds no certificate, as 3proxy
+/// counts (an empty list is 3 bytes).
+const CERT_MIN: usize = 64;
+/// Handshake message types tlspr `-c3`/`-c4` look for.
+const CERTIFICATE: u8 = 11;
+const CERTIFICATE_REQUEST: u8 = 13;
+const SERVER_HELLO_DONE: u8 = 14;
+
+/// The longest line of a STARTTLS dialogue (3proxy's buffer less slack).
+const STARTTLS_LINE: usize = 1014;
+
+/// STARTTLS with the client, as a server of `proto` that offers nothing
+/// but STARTTLS. Ok(true) when the client asked for TLS (what it sent
+/// after that line is left in `rest`), Ok(false) when it quit; Err 364
+/// when the dialogue failed.
+fn client_starttls(c: &mut Client, proto: StartTls, rest: &mut Vec<u8>) -> Result<bool, Res> {
+    use super::login::{starts_ci, Lines};
+    let wait = c.svc().timeouts.get(Timeouts::STRING_SHORT);
+    let _ = c.cli.set_timeout(Some(wait));
+    let fail = |_| Res::STARTTLS_CLIENT;
+    let cli = &c.cli;
+    let say = |m: &[u8]| (&*cli).write_all(m);
+    let greeting: &[u8] = match proto {
+        StartTls::Imap => {
+            b"* OK [CAPABILITY IMAP4rev1 STARTTLS LOGINDISABLED] IMAP4rev1 Proxy Ready\r\n"
+        }
+        StartTls::Pop3 => b"+OK Proxy\r\n",
+        StartTls::Smtp => b"220 Proxy\r\n",
+    };
+    say(greeting).map_err(fail)?;
+    let mut lines = Lines::with(rest);
+    loop {
+        let line = lines.line(cli, STARTTLS_LINE, wait);
+        if line.len() < 4 {
+            return Err(Res::STARTTLS_CLIENT);
+        }
+        let go = match proto {
+            StartTls::Imap => {
+                let end = line
+                    .iter()
+                    .position(|&b| b == b'\r' || b == b'\n')
+                    .unwrap_or(line.len());
+                let l = &line[..end];
+                let Some(sp) = l.iter().position(|&b| b == b' ').filter(|&i| i < 63) else {
+                    return Err(Res::STARTTLS_CLIENT);
+                };
+                let tag = String::from_utf8_lossy(&l[..sp.min(60)]).into_owned();
+                let cmd = &l[sp + 1..];
+                if starts_ci(cmd, b"LOGOUT") {
+                    let _ = say(format!("* BYE\r\n{tag} OK LOGOUT completed\r\n").as_bytes());
+                    return Ok(false);
+                } else if starts_ci(cmd, b"CAPABILITY") {
+                    let m = format!(
+                        "* CAPABILITY IMAP4rev1 STARTTLS LOGINDISABLED\r\n{tag} OK CAPABILITY completed\r\n"
+                    );
+                    say(m.as_bytes()).map_err(fail)?;
+                    false
+                } else if starts_ci(cmd, b"STARTTLS") {
+                    say(format!("{tag} OK Begin TLS negotiation\r\n").as_bytes()).map_err(fail)?;
+                    true
+                } else {
+                    say(format!("{tag} BAD need STARTTLS first\r\n").as_bytes()).map_err(fail)?;
+                    false
+                }
+            }
+            StartTls::Pop3 => {
+                if starts_ci(&line, b"STLS") {
+                    say(b"+OK Begin TLS negotiation\r\n").map_err(fail)?;
+                    true
+                } else if starts_ci(&line, b"CAPA") {
+                    say(b"+OK Capability list follows\r\nSTLS\r\n.\r\n").map_err(fail)?;
+                    false
+                } else if starts_ci(&line, b"QUIT") {
+                    let _ = say(b"+OK\r\n");
+                    return Ok(false);
+                } else {
+                    say(b"-ERR need STLS first\r\n").map_err(fail)?;
+                    false
+                }
+            }
+            StartTls::Smtp => {
+                if starts_ci(&line, b"STARTTLS") {
+                    say(b"220 2.0.0 Ready to start TLS\r\n").map_err(fail)?;
+                    true
+                } else if starts_ci(&line, b"EHLO ") {
+                    say(b"250-Proxy\r\n250 STARTTLS\r\n").map_err(fail)?;
+                    false
+                } else if starts_ci(&line, b"HELO ") {
+                    say(b"250 Proxy\r\n").map_err(fail)?;
+                    false
+                } else if starts_ci(&line, b"QUIT") {
+                    let _ = say(b"221 Proxy\r\n");
+                    return Ok(false);
+                } else {
+                    say(b"530 5.7.0 Must issue a STARTTLS command first\r\n").map_err(fail)?;
+                    false
+                }
+            }
+        };
+        if go {
+            *rest = std::mem::take(&mut lines.buf);
+            return Ok(true);
+        }
+    }
+}
+
+/// Whether `line` names `cap` anywhere (3proxy's hascap: a substring,
+/// any case).
+fn has_cap(line: &[u8], cap: &[u8]) -> bool {
+    line.windows(cap.len()).any(|w| w.eq_ignore_ascii_case(cap))
+}
+
+/// STARTTLS with the server, as a client of `proto`: its greeting, its
+/// capabilities, then the command and its go-ahead. Err 361 a greeting
+/// not of the protocol, 362 the exchange failed, 363 no STARTTLS there.
+/// Bytes the server sent after its last line go to `rest`.
+fn server_starttls(
+    c: &Client,
+    srv: &Stream,
+    proto: StartTls,
+    rest: &mut Vec<u8>,
+) -> Result<(), Res> {
+    use super::login::{starts_ci, Lines};
+    let svc = c.svc();
+    let long = svc.timeouts.get(Timeouts::STRING_LONG);
+    let _ = srv.set_timeout(Some(svc.timeouts.get(Timeouts::STRING_SHORT)));
+    let io = |_| Res::STARTTLS_SERVER_IO;
+    let send = |m: &[u8]| (&*srv).write_all(m).map_err(io);
+    let mut lines = Lines::default();
+    let mut line = |min: usize| {
+        let l = lines.line(srv, STARTTLS_LINE, long);
+        if l.len() < min {
+            Err(Res::STARTTLS_SERVER_IO)
+        } else {
+            Ok(l)
+        }
+    };
+    let greeting = |l: &[u8], min: usize, start: &[u8]| {
+        if l.len() < min || !starts_ci(l, start) {
+            Err(Res::STARTTLS_SERVER_GREETING)
+        } else {
+            Ok(())
+        }
+    };
+    match proto {
+        StartTls::Imap => {
+            let g = line(0)?;
+            greeting(&g, 4, b"* OK")?;
+            if !has_cap(&g, b"STARTTLS") {
+                send(b"zz CAPABILITY\r\n")?;
+                let mut found = false;
+                loop {
+                    let l = line(3)?;
+                    found |= starts_ci(&l, b"* CAPABILITY") && has_cap(&l, b"STARTTLS");
+                    if starts_ci(&l, b"zz ") {
+                        break;
+                    }
+                }
+                if !found {
+                    return Err(Res::STARTTLS_SERVER_REFUSED);
+                }
+            }
+            send(b"zz STARTTLS\r\n")?;
+            let l = line(5)?;
+            if !starts_ci(&l, b"zz OK") {
+                return Err(Res::STARTTLS_SERVER_REFUSED);
+            }
+        }
+        StartTls::Pop3 => {
+            let g = line(0)?;
+            greeting(&g, 3, b"+OK")?;
+            send(b"CAPA\r\n")?;
+            let mut found = false;
+            loop {
+                let l = line(1)?;
+                if l[0] == b'.' {
+                    break;
+                }
+                if starts_ci(&l, b"-ERR") {
+                    return Err(Res::STARTTLS_SERVER_IO);
+                }
+                found |= has_cap(&l, b"STLS");
+            }
+            if !found {
+                return Err(Res::STARTTLS_SERVER_REFUSED);
+            }
+            send(b"STLS\r\n")?;
+            if !starts_ci(&line(3)?, b"+OK") {
+                return Err(Res::STARTTLS_SERVER_REFUSED);
+            }
+        }
+        StartTls::Smtp => {
+            // A multi-line reply: lines with '-' after the code go on.
+            let mut reply = |found: &mut bool| -> Result<Vec<u8>, Res> {
+                loop {
+                    let l = line(0)?;
+                    *found |= has_cap(&l, b"STARTTLS");
+                    if l.len() <= 3 || l[3] != b'-' {
+                        return Ok(l);
+                    }
+                }
+            };
+            let g = reply(&mut false)?;
+            greeting(&g, 3, b"220")?;
+            let me = c
+                .local_addr
+                .map(|a| crate::addr::ip_text(a.ip()))
+                .unwrap_or_default();
+            send(format!("EHLO [{me}]\r\n").as_bytes())?;
+            let mut found = false;
+            let l = reply(&mut found)?;
+            if l.len() < 3 || !starts_ci(&l, b"250") {
+                return Err(Res::STARTTLS_SERVER_IO);
+            }
+            if !found {
+                return Err(Res::STARTTLS_SERVER_REFUSED);
+            }
+            send(b"STARTTLS\r\n")?;
+            let l = line(3)?;
+            if !starts_ci(&l, b"220") {
+                return Err(Res::STARTTLS_SERVER_REFUSED);
+            }
+        }
+    }
+    *rest = std::mem::take(&mut lines.buf);
     Ok(())
 }
 
@@ -586,19 +1012,55 @@ mod tests {
             o("-P8443 -c").unwrap(),
             TlsOpts {
                 port: 8443,
-                check: 1
+                port_given: true,
+                check: 1,
+                starttls: None,
             }
         );
         assert_eq!(
             o("-P0 -c2").unwrap(),
             TlsOpts {
                 port: 443,
-                check: 2
+                check: 2,
+                ..TlsOpts::default()
             }
         );
-        assert!(o("-c3").is_err());
+        assert_eq!(o("-c4").unwrap().check, 4);
+        assert!(o("-c5").is_err());
         assert!(o("-c9").is_err());
-        assert!(o("-Ximap").is_err());
+        assert_eq!(o("-XIMAP4").unwrap().starttls, Some(StartTls::Imap));
+        assert_eq!(o("-Xpop3").unwrap().starttls, Some(StartTls::Pop3));
+        assert_eq!(o("-Xsmtp").unwrap().starttls, Some(StartTls::Smtp));
+        assert!(o("-Xftp").is_err());
+        // -P wins over a protocol's port.
+        assert_eq!(o("-Xsmtp").unwrap().port_for(Some(StartTls::Smtp)), 587);
+        assert_eq!(o("-P25 -Xsmtp").unwrap().port_for(Some(StartTls::Smtp)), 25);
+        assert_eq!(o("").unwrap().port_for(None), 443);
         assert!(o("-Pxyz").is_err());
+    }
+
+    #[test]
+    fn flight_sees_messages_however_records_split_them() {
+        // Certificate (11, 70 bytes), CertificateRequest (13, 4),
+        // ServerHelloDone (14, 0), split across three records mid-header.
+        let mut msgs = vec![11, 0, 0, 70];
+        msgs.extend([0u8; 70]);
+        msgs.extend([13, 0, 0, 4, 1, 2, 3, 4, 14, 0, 0, 0]);
+        let mut f = Flight::default();
+        let mut seen = Vec::new();
+        for part in [&msgs[..2], &msgs[2..50], &msgs[50..]] {
+            f.feed(part, |t, l| seen.push((t, l)));
+        }
+        assert_eq!(seen, [(11, 70), (13, 4), (14, 0)]);
+    }
+
+    #[test]
+    fn has_cap_is_a_substring_in_any_case() {
+        assert!(has_cap(b"250-starttls\r\n", b"STARTTLS"));
+        assert!(has_cap(
+            b"* OK [CAPABILITY IMAP4rev1 STARTTLS]",
+            b"STARTTLS"
+        ));
+        assert!(!has_cap(b"250 SIZE 1000", b"STARTTLS"));
     }
 }
