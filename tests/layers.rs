@@ -2,7 +2,8 @@
 //! higher ones (ARCHITECTURE.md, "Layers").
 //!
 //! Each file under src/ is a module (`src/services/proxy.rs` is
-//! `services::proxy`, `src/services/mod.rs` is `services`). An edge goes
+//! `services::proxy`, `src/services/mod.rs` is `services`; the crate
+//! roots, `src/lib.rs` and `src/main.rs`, are not modules). An edge goes
 //! from a module to every module it names through a `crate::`, `super::`
 //! or `self::` path, in a `use` or anywhere in its code (test modules and
 //! comments left out); a path is the longest module it starts with. A
