@@ -27,8 +27,10 @@ mod crypt;
 mod filter;
 mod generation;
 mod limit;
+mod live;
 mod log;
 mod logformat;
+mod metrics;
 mod net;
 mod parent;
 mod proto;
@@ -164,6 +166,7 @@ fn main() -> ExitCode {
         }
     };
     let loaded = conf::run(&mut state, &name, &text);
+    metrics::set_cfg(&text);
     for w in std::mem::take(&mut state.warnings) {
         eprintln!("3proxy: warning: {w}");
     }
@@ -337,6 +340,7 @@ fn reload(cmdline_name: &str, ops: &mut conf::ops::Ops, strict: bool) {
         // close); its log files must not take over rotation either. The
         // running cfg, its logs and its pid file stay exactly as they were.
         log::discard_files();
+        metrics::reload_failed();
         return;
     };
     // From here on the new cfg is the one that serves.
@@ -383,6 +387,7 @@ fn reload(cmdline_name: &str, ops: &mut conf::ops::Ops, strict: bool) {
     }
     services::admin::set_writable(state.ops.writable);
     *ops = state.ops;
+    metrics::reloaded();
     ::log::warn!("reload: {name} loaded, {started} services");
 }
 
@@ -414,6 +419,7 @@ fn load_for_reload(path: &std::path::Path, name: &str, strict: bool) -> Option<c
         ::log::error!("reload: {name}: no service is started; the running configuration stays");
         return None;
     }
+    metrics::set_cfg(&text);
     Some(state)
 }
 

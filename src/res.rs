@@ -128,6 +128,11 @@ codes! {
     /// UDP through parents that cannot carry it, or the parent ended the association.
     PARENT_NO_UDP = 70;
 
+    // 80: threeproxy's own.
+    /// The session was ended from outside: the admin page's "end" (or
+    /// `live::end`), not by either peer.
+    ENDED = 80;
+
     // 90-99: the end of an established session (the relay).
     /// pipe() or splice() failed in the relay.
     SPLICE = 90;
@@ -513,12 +518,38 @@ impl Res {
         self.0 >= Res::PARENT_FIRST.0 && self.0 <= Res::PARENT_LAST.0
     }
 
+    /// The class of a code for the metrics' `code_class` label: a range
+    /// of the RESULT CODES table, written as the table writes it.
+    pub const fn class(self) -> usize {
+        match self.0 {
+            0 => 0,
+            1..=10 => 1,
+            11..=29 => 2,
+            30..=79 => 3,
+            80..=101 => 4,
+            300..=399 => 5,
+            400..=499 => 6,
+            500..=599 => 7,
+            600..=699 => 8,
+            700..=799 => 9,
+            800..=899 => 10,
+            8000..=8099 => 11,
+            _ => 12,
+        }
+    }
+
     /// A refusal by access control or authentication, 1-9 (not 10, a
     /// limit).
     pub const fn is_auth(self) -> bool {
         self.0 >= Res::ACL_DENY.0 && self.0 < Res::QUOTA.0
     }
 }
+
+/// The names of the classes [`Res::class`] gives, by class.
+pub const CLASSES: [&str; 13] = [
+    "0", "1-10", "11-29", "30-79", "80-101", "300-399", "400-499", "500-599", "600-699",
+    "700-799", "800-899", "8000-8099", "other",
+];
 
 impl std::fmt::Display for Res {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

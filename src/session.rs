@@ -128,6 +128,9 @@ pub fn relay_logged(
 ) -> Outcome {
     let (out_at, in_at) = c.svc().logdump;
     let mut since = c.start;
+    c.publish();
+    // The admin page may end the session: it shuts this socket down too.
+    let _attached = c.live.attach_server(srv);
     let out = {
         let client: &Client = c;
         let mut write = |o: u64, i: u64| {
@@ -173,6 +176,7 @@ pub fn relay_logged(
             recheck: Some(recheck),
             dump,
             filter,
+            live: Some(client.live.bytes()),
         };
         relay_hooked(&client.cli, srv, opts, hooks)
     };
@@ -200,6 +204,7 @@ pub fn keep(c: &mut Client, grant: &Grant) {
     if grant.user.is_some() {
         c.user.clone_from(&grant.user);
     }
+    c.publish();
 }
 
 /// A connection reached `dst` through `chain`: the hops and addresses its
@@ -212,4 +217,5 @@ pub fn note_chain(c: &mut Client, chain: &crate::chain::Chain, dst: std::net::So
         chain.stream.peer_addr()
     };
     c.ext_addr = chain.stream.local_addr();
+    c.publish();
 }
