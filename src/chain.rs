@@ -128,7 +128,8 @@ fn attempts(
             .filter(|h| h.counts() && !h.is_local())
             .map(|h| {
                 let c = crate::metrics::parent(&format!("{} {}", h.kind.name(), h.addr));
-                c.attempts.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                c.attempts
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 c
             })
             .collect();
@@ -146,7 +147,8 @@ fn attempts(
             // pick may take another type: try again like any failure.
             Err(e) => {
                 for c in &counted {
-                    c.failures.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    c.failures
+                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 }
                 last = e
             }

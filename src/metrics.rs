@@ -215,7 +215,8 @@ pub fn render(live: usize) -> String {
         .iter()
         .map(|(k, v)| (*k, v.clone()))
         .collect();
-    let svc_label = |(name, port): ServiceKey| format!("service=\"{}\",port=\"{port}\"", label(name));
+    let svc_label =
+        |(name, port): ServiceKey| format!("service=\"{}\",port=\"{port}\"", label(name));
     type Get = fn(&ServiceCounters) -> i64;
     let per_service: [(&str, &str, &str, Get); 5] = [
         (
@@ -398,9 +399,8 @@ mod tests {
         let b = service("metrics-test", 9);
         assert!(Arc::ptr_eq(&a, &b));
         let text = render(0);
-        assert!(text.contains(
-            "threeproxy_service_refused_total{service=\"metrics-test\",port=\"9\"} 1\n"
-        ));
+        assert!(text
+            .contains("threeproxy_service_refused_total{service=\"metrics-test\",port=\"9\"} 1\n"));
         assert!(text.contains(
             "threeproxy_service_results_total{service=\"metrics-test\",port=\"9\",code_class=\"1-10\"} 1\n"
         ));

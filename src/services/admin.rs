@@ -270,7 +270,13 @@ fn serve_request(c: &mut Client, early: &[u8], redirected: bool) {
         "/metrics" => {
             c.res = Res::OK;
             let body = crate::metrics::render(crate::live::count());
-            return respond_as(c, "200 OK", "text/plain; version=0.0.4; charset=utf-8", "", &body);
+            return respond_as(
+                c,
+                "200 OK",
+                "text/plain; version=0.0.4; charset=utf-8",
+                "",
+                &body,
+            );
         }
         "/sessions" => {
             c.res = Res::OK;
@@ -702,7 +708,14 @@ fn services_xml(all: &[crate::live::View]) -> String {
                 out.push_str("</item>\n<item>");
             }
             let l = 1;
-            xml_param(&mut out, l, "servicetype", "string", "type of the client", v.service);
+            xml_param(
+                &mut out,
+                l,
+                "servicetype",
+                "string",
+                "type of the client",
+                v.service,
+            );
             xml_param(
                 &mut out,
                 l,
@@ -712,7 +725,14 @@ fn services_xml(all: &[crate::live::View]) -> String {
                 &ctime(v.start),
             );
             if let Some(h) = &v.info.host {
-                xml_param(&mut out, l, "hostname", "string", "name of the requested host", h);
+                xml_param(
+                    &mut out,
+                    l,
+                    "hostname",
+                    "string",
+                    "name of the requested host",
+                    h,
+                );
             }
             if let Some(u) = &v.info.user {
                 xml_param(&mut out, l, "username", "string", "client username", u);
