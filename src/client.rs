@@ -284,7 +284,8 @@ impl Client {
         let parent = (self.hops > self.local_hops)
             .then_some(self.remote_addr)
             .flatten();
-        self.live.update(self.user.as_deref(), host, port, parent);
+        self.live
+            .update(self.client_addr, self.user.as_deref(), host, port, parent);
     }
 
     /// Write the access-log record for what happened so far, then reset the

@@ -57,6 +57,8 @@ pub struct Bytes {
 /// What a session has learnt about itself.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Info {
+    /// The client (what a PROXY header said, once it has been read).
+    pub client: Option<SocketAddr>,
     pub user: Option<String>,
     /// The destination asked for: its name, or its address, and port.
     pub host: Option<String>,
@@ -90,7 +92,6 @@ pub struct Entry {
     pub service: &'static str,
     /// The port the service listens on (0 for a unix socket).
     pub port: u16,
-    pub client: Option<SocketAddr>,
     pub start: SystemTime,
     pub bytes: Bytes,
     info: Mutex<Info>,
@@ -119,7 +120,6 @@ pub struct View {
     pub id: u64,
     pub service: &'static str,
     pub port: u16,
-    pub client: Option<SocketAddr>,
     pub start: SystemTime,
     pub bytes_out: u64,
     pub bytes_in: u64,
@@ -143,10 +143,12 @@ pub fn register(
         id,
         service,
         port,
-        client,
         start: SystemTime::now(),
         bytes: Bytes::default(),
-        info: Mutex::new(Info::default()),
+        info: Mutex::new(Info {
+            client,
+            ..Info::default()
+        }),
         fds: Mutex::new(Fds {
             cli: Some(ForeignFd::new(cli.as_fd())),
             srv: None,
@@ -177,12 +179,14 @@ impl Session {
     /// Update what the session knows, allocating only what changed.
     pub fn update(
         &self,
+        client: Option<SocketAddr>,
         user: Option<&str>,
         host: Option<&str>,
         port: u16,
         parent: Option<SocketAddr>,
     ) {
         let mut i = lock(&self.0.info);
+        i.client = client;
         if i.user.as_deref() != user {
             i.user = user.map(str::to_string);
         }
@@ -244,7 +248,6 @@ pub fn snapshot() -> Vec<View> {
                 id: e.id,
                 service: e.service,
                 port: e.port,
-                client: e.client,
                 start: e.start,
                 bytes_out: e.bytes.out.load(Ordering::Relaxed),
                 bytes_in: e.bytes.inb.load(Ordering::Relaxed),
@@ -301,7 +304,7 @@ mod tests {
         let (mut srv_peer, srv) = pair();
         let s = register("tcppm", 1, None, &ours);
         let id = s.id();
-        s.update(Some("live-test-user"), Some("example.org"), 80, None);
+        s.update(None, Some("live-test-user"), Some("example.org"), 80, None);
         s.bytes().out.fetch_add(5, Ordering::Relaxed);
         let v = snapshot().into_iter().find(|v| v.id == id).unwrap();
         assert_eq!(v.bytes_out, 5);

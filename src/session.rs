@@ -32,6 +32,7 @@ pub fn read_proxy_header(c: &mut Client) -> bool {
         Ok(Some((src, dst))) => {
             c.client_addr = Some(src);
             c.local_addr = Some(dst);
+            c.publish();
             true
         }
         Ok(None) => true,

@@ -515,7 +515,7 @@ fn sessions_json(all: &[crate::live::View]) -> String {
         if i > 0 {
             out.push(',');
         }
-        let client = v.client.map(|a| a.to_string());
+        let client = v.info.client.map(|a| a.to_string());
         let parent = v.info.parent.map(|a| a.to_string());
         out += &format!(
             "\n{{\"id\":{},\"service\":{},\"port\":{},\"client\":{},\"user\":{},\
@@ -587,7 +587,7 @@ fn sessions_page(all: &[crate::live::View], me: u64) -> String {
             v.id,
             escape(v.service),
             v.port,
-            opt(v.client.map(|a| a.to_string())),
+            opt(v.info.client.map(|a| a.to_string())),
             opt(v.info.user.clone()),
             opt(v.info.dest()),
             opt(v.info.parent.map(|a| a.to_string())),
@@ -737,7 +737,7 @@ fn services_xml(all: &[crate::live::View]) -> String {
             if let Some(u) = &v.info.user {
                 xml_param(&mut out, l, "username", "string", "client username", u);
             }
-            if let Some(a) = v.client {
+            if let Some(a) = v.info.client {
                 xml_param(&mut out, l, "clisa", "sa", "client sa", &sa(a));
             }
             if let Some(a) = v.info.parent {
