@@ -591,6 +591,16 @@ mod tests {
         assert_eq!(Res::tls(Res::TLS_SERVER_HELLO, -1), Res(351));
         assert!(Res(30).is_parent() && Res(79).is_parent());
         assert!(!Res(29).is_parent() && !Res(80).is_parent());
+        assert_eq!(CLASSES[Res::OK.class()], "0");
+        assert_eq!(CLASSES[Res::QUOTA.class()], "1-10");
+        assert_eq!(CLASSES[Res::ENDED.class()], "80-101");
+        assert_eq!(CLASSES[Res::NOHOST.class()], "80-101");
+        assert_eq!(CLASSES[Res::TLS_CLIENT_CERT.class()], "8000-8099");
+        assert_eq!(CLASSES[Res::NOTIMPL.class()], "other");
+        for (code, _, _) in ALL {
+            // Every named code falls in a class of the table.
+            assert!(code.class() < CLASSES.len());
+        }
         assert!(Res(1).is_auth() && Res(9).is_auth());
         assert!(!Res::OK.is_auth() && !Res::QUOTA.is_auth());
     }

@@ -861,6 +861,36 @@ mod tests {
     }
 
     #[test]
+    fn json_and_query_values_are_escaped() {
+        assert_eq!(json_str("a\"b\\c\n"), "\"a\\\"b\\\\c\\u000a\"");
+        assert_eq!(json_opt(None), "null");
+        assert_eq!(url_encode("a b&c=d/é"), "a%20b%26c%3Dd%2F%C3%A9");
+        // A user name with markup and a query's own characters survives
+        // the round trip through the end button's URL.
+        let u = "<x&y=z>";
+        let q = format!("user={}", url_encode(u));
+        assert_eq!(form_field(q.as_bytes(), b"user").unwrap(), u.as_bytes());
+    }
+
+    #[test]
+    fn xml_values_cannot_end_their_cdata() {
+        let mut out = String::new();
+        xml_param(
+            &mut out,
+            1,
+            "username",
+            "string",
+            "client username",
+            "a]]>b",
+        );
+        assert_eq!(
+            out,
+            "\t<parameter><name>username</name><type>string</type><description>client \
+             username</description><value><![CDATA[a]]]]><![CDATA[>b]]></value>\n</parameter>"
+        );
+    }
+
+    #[test]
     fn escapes_markup() {
         assert_eq!(escape("a<b>&\"'"), "a&lt;b&gt;&amp;&quot;&#39;");
     }
