@@ -124,6 +124,8 @@ pub struct View {
     pub bytes_out: u64,
     pub bytes_in: u64,
     pub info: Info,
+    /// Ended from outside, and not yet gone.
+    pub ended: bool,
 }
 
 /// A session's registration; dropping it removes the session.
@@ -252,6 +254,7 @@ pub fn snapshot() -> Vec<View> {
                 bytes_out: e.bytes.out.load(Ordering::Relaxed),
                 bytes_in: e.bytes.inb.load(Ordering::Relaxed),
                 info: lock(&e.info).clone(),
+                ended: e.ended.load(Ordering::Relaxed),
             });
         }
     }
@@ -270,19 +273,40 @@ pub fn end(id: u64) -> bool {
     e.is_some_and(|e| e.end())
 }
 
-/// End every live session of `user`; how many were ended.
-pub fn end_user(user: &str) -> usize {
-    let mut n = 0;
+/// End every live session of `user`; the ids of those ended.
+pub fn end_user(user: &str) -> Vec<u64> {
+    let mut ended = Vec::new();
     for s in &REGISTRY {
         let entries: Vec<Arc<Entry>> = lock(s).values().cloned().collect();
         for e in entries {
             let mine = lock(&e.info).user.as_deref() == Some(user);
             if mine && e.end() {
-                n += 1;
+                ended.push(e.id);
             }
         }
     }
-    n
+    ended
+}
+
+/// Whether session `id` is still registered.
+pub fn is_live(id: u64) -> bool {
+    lock(shard(id)).contains_key(&id)
+}
+
+/// Wait, polling, until none of `ids` is registered any more (their
+/// threads saw the sockets close and wrote their records), for at most
+/// `wait`. False if some are still there.
+pub fn wait_gone(ids: &[u64], wait: std::time::Duration) -> bool {
+    let until = std::time::Instant::now() + wait;
+    loop {
+        if !ids.iter().any(|&id| is_live(id)) {
+            return true;
+        }
+        if std::time::Instant::now() >= until {
+            return false;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
 }
 
 #[cfg(test)]
@@ -310,7 +334,8 @@ mod tests {
         assert_eq!(v.bytes_out, 5);
         assert_eq!(v.info.user.as_deref(), Some("live-test-user"));
         let a = s.attach_server(&srv);
-        assert_eq!(end_user("live-test-user"), 1);
+        assert_eq!(end_user("live-test-user"), vec![id]);
+        assert!(snapshot().iter().any(|v| v.id == id && v.ended));
         assert!(s.ended());
         assert!(!end(id), "ended twice");
         // Both peers see EOF.
@@ -318,7 +343,9 @@ mod tests {
         assert_eq!(peer.read(&mut b).unwrap(), 0);
         assert_eq!(srv_peer.read(&mut b).unwrap(), 0);
         drop(a);
+        assert!(!wait_gone(&[id], std::time::Duration::from_millis(20)));
         drop(s);
+        assert!(wait_gone(&[id], std::time::Duration::ZERO));
         assert!(snapshot().iter().all(|v| v.id != id));
         assert!(!end(id));
     }

@@ -57,6 +57,8 @@ const BAD_REQUEST: Res = Res::ADMIN_BAD_REQUEST;
 const NOT_FOUND: Res = Res::ADMIN_NOT_FOUND;
 /// `/U`: rewriting the cfg is refused.
 const FORBIDDEN: Res = Res::ADMIN_FORBIDDEN;
+/// `/E`: how long the answer waits for the ended sessions to be gone.
+const END_WAIT: Duration = Duration::from_secs(3);
 
 /// The cfg file the running configuration came from; None when it came
 /// from standard input or the command line.
@@ -348,8 +350,14 @@ fn serve_request(c: &mut Client, early: &[u8], redirected: bool) {
                 .and_then(|v| v.parse::<u64>().ok());
             let user = form_field(query.as_bytes(), b"user")
                 .map(|v| String::from_utf8_lossy(&v).into_owned());
-            let n = match (id, &user) {
-                (Some(id), _) => usize::from(crate::live::end(id)),
+            let ended = match (id, &user) {
+                (Some(id), _) => {
+                    if crate::live::end(id) {
+                        vec![id]
+                    } else {
+                        Vec::new()
+                    }
+                }
                 (None, Some(u)) => crate::live::end_user(u),
                 (None, None) => {
                     return error_page(
@@ -361,6 +369,11 @@ fn serve_request(c: &mut Client, early: &[u8], redirected: bool) {
                     );
                 }
             };
+            let n = ended.len();
+            // The sessions' threads see their sockets close at once; give
+            // them a moment to end, so the page redirected to no longer
+            // lists them.
+            crate::live::wait_gone(&ended, END_WAIT);
             ::log::warn!(
                 "admin: {n} session(s) ended by {:?} ({})",
                 c.client_addr,
@@ -520,7 +533,7 @@ fn sessions_json(all: &[crate::live::View]) -> String {
         out += &format!(
             "\n{{\"id\":{},\"service\":{},\"port\":{},\"client\":{},\"user\":{},\
              \"dest\":{},\"parent\":{},\"bytes_out\":{},\"bytes_in\":{},\
-             \"start\":{:.3},\"age\":{:.3}}}",
+             \"start\":{:.3},\"age\":{:.3},\"ended\":{}}}",
             v.id,
             json_str(v.service),
             v.port,
@@ -531,7 +544,8 @@ fn sessions_json(all: &[crate::live::View]) -> String {
             v.bytes_out,
             v.bytes_in,
             unix_secs(v.start),
-            age(v.start)
+            age(v.start),
+            v.ended
         );
     }
     out += "\n]\n";
@@ -565,7 +579,9 @@ fn sessions_page(all: &[crate::live::View], me: u64) -> String {
     for v in all {
         let opt = |s: Option<String>| s.map_or_else(|| "-".to_string(), |s| escape(&s));
         let mut end = String::new();
-        if v.id != me {
+        if v.ended {
+            end += "ending";
+        } else if v.id != me {
             end += &format!(
                 "<form method=\"POST\" action=\"/E?id={id}\" style=\"display:inline\">\
                  <button type=\"submit\" id=\"end-{id}\">End</button></form>",
