@@ -613,3 +613,40 @@ fn sessions_page_in_chromium_ends_a_tunnel() {
         format!("PROXY 00080 alice {cport} 127.0.0.1:{}", echo.port())
     );
 }
+
+#[test]
+fn udp_sessions_are_counted_too() {
+    let origin = UdpEcho::start();
+    let (uport, aport) = (free_udp_port(), free_port());
+    let cfg = format!(
+        "udppm -s -i127.0.0.1 {uport} 127.0.0.1 {}\nadmin -i127.0.0.1 -p{aport}\n",
+        origin.port()
+    );
+    let _proxy = Proxy::start(
+        Dir::new("metrics_udp"),
+        &cfg,
+        &[Listen::Udp(uport), Listen::Tcp(localhost(aport))],
+    );
+    let client = udp_client();
+    client.send_to(b"ping", localhost(uport)).unwrap();
+    let mut buf = [0u8; 16];
+    let (n, _) = client.recv_from(&mut buf).expect("the echo through udppm");
+    assert_eq!(&buf[..n], b"ping");
+    let s = format!("service=\"udppm\",port=\"{uport}\"");
+    let want = [
+        format!("threeproxy_service_accepted_total{{{s}}} 1\n"),
+        format!("threeproxy_service_active{{{s}}} 0\n"),
+        format!("threeproxy_service_results_total{{{s},code_class=\"0\"}} 1\n"),
+        format!("threeproxy_service_bytes_out_total{{{s}}} 4\n"),
+        format!("threeproxy_service_bytes_in_total{{{s}}} 4\n"),
+    ];
+    let mut body = String::new();
+    let ok = wait_for(
+        || {
+            body = request(aport, "GET", "/metrics", "").body;
+            want.iter().all(|w| body.contains(w.as_str()))
+        },
+        Duration::from_secs(10),
+    );
+    assert!(ok, "want {want:?} in:\n{body}");
+}
