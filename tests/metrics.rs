@@ -199,6 +199,10 @@ fn sessions_json_and_s_show_a_tunnel_and_end_closes_it() {
     assert!(r.status.starts_with("HTTP/1.0 401"), "{}", r.status);
     let r = request(aport, "GET", &format!("/E?id={id}"), &auth);
     assert!(r.status.starts_with("HTTP/1.0 400"), "{}", r.status);
+    // Not from another site's page.
+    let evil = format!("{auth}Origin: http://evil.example\r\n");
+    let r = request(aport, "POST", &format!("/E?id={id}"), &evil);
+    assert!(r.status.starts_with("HTTP/1.0 403"), "{}", r.status);
     echo_roundtrip(&mut a, b"still up");
 
     let r = request(aport, "POST", &format!("/E?id={id}"), &auth);

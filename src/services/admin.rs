@@ -130,6 +130,10 @@ struct Head {
     password: Option<String>,
     /// Content-Length, when given.
     length: Option<usize>,
+    /// The Host and Origin headers, when given (`/E` refuses a POST from
+    /// another site's page).
+    host: Option<String>,
+    origin: Option<String>,
     /// Bytes of the head, blank line included.
     len: usize,
 }
@@ -147,7 +151,14 @@ fn parse_head(buf: &[u8]) -> Option<Head> {
         return None;
     }
     let (mut user, mut password, mut length) = (None, None, None);
+    let (mut host, mut origin) = (None, None);
     for h in req.headers.iter() {
+        let text = || String::from_utf8_lossy(h.value).trim().to_string();
+        if h.name.eq_ignore_ascii_case("host") {
+            host = Some(text());
+        } else if h.name.eq_ignore_ascii_case("origin") {
+            origin = Some(text());
+        }
         if h.name.eq_ignore_ascii_case("content-length") {
             let n = std::str::from_utf8(h.value).ok()?.trim().parse().ok()?;
             if length.is_some_and(|l| l != n) {
@@ -167,6 +178,8 @@ fn parse_head(buf: &[u8]) -> Option<Head> {
         user,
         password,
         length,
+        host,
+        origin,
         len,
     })
 }
@@ -343,6 +356,15 @@ fn serve_request(c: &mut Client, early: &[u8], redirected: bool) {
                 "Ending sessions takes a POST.",
             );
         }
+        "/E" if !same_site(&head) => {
+            return error_page(
+                c,
+                FORBIDDEN,
+                "403 Forbidden",
+                "",
+                "Sessions are ended only from this admin service's own pages.",
+            );
+        }
         "/E" => {
             let query = head.path.split_once('?').map_or("", |(_, q)| q);
             let id = form_field(query.as_bytes(), b"id")
@@ -403,6 +425,20 @@ fn serve_request(c: &mut Client, early: &[u8], redirected: bool) {
     };
     c.res = Res::OK;
     respond(c, "200 OK", "", &body);
+}
+
+/// A POST from a page of this admin service, or from no page at all (a
+/// script): a browser names the page's site in `Origin`, which must then
+/// be the `Host` asked for, so another site's page cannot make an
+/// administrator's browser end sessions.
+fn same_site(head: &Head) -> bool {
+    let Some(origin) = head.origin.as_deref() else {
+        return true;
+    };
+    let site = origin
+        .strip_prefix("http://")
+        .or_else(|| origin.strip_prefix("https://"));
+    site.is_some() && site == head.host.as_deref()
 }
 
 /// `/U`: read the posted form and rewrite the cfg file with its
@@ -874,6 +910,18 @@ mod tests {
         assert_eq!(form_field(body, b"conffile").unwrap(), b"log x\r\n%%zz");
         assert_eq!(form_field(body, b"a").unwrap(), b"1");
         assert!(form_field(body, b"c").is_none());
+    }
+
+    #[test]
+    fn ending_takes_a_same_site_post() {
+        let h = |extra: &str| {
+            let raw = format!("POST /E?id=1 HTTP/1.0\r\nHost: 10.0.0.1:81\r\n{extra}\r\n");
+            parse_head(raw.as_bytes()).unwrap()
+        };
+        assert!(same_site(&h("")));
+        assert!(same_site(&h("Origin: http://10.0.0.1:81\r\n")));
+        assert!(!same_site(&h("Origin: http://evil.example\r\n")));
+        assert!(!same_site(&h("Origin: null\r\n")));
     }
 
     #[test]
