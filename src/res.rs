@@ -340,7 +340,8 @@ codes! {
     ADMIN_BAD_REQUEST = 701;
     /// admin: no such page.
     ADMIN_NOT_FOUND = 702;
-    /// admin: rewriting the cfg (`/U`) is refused.
+    /// admin: rewriting the cfg (`/U`) is refused, or ending sessions
+    /// (`/E`) from another site's page.
     ADMIN_FORBIDDEN = 703;
 
     // 800-899: ftppr's session, auto, and dnspr.
