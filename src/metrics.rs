@@ -8,8 +8,10 @@
 //! and address), so a reload keeps them: a `Service` snapshot holds an
 //! `Arc` of its service's counters, got once when the cfg is read.
 //! On a session's path there are only relaxed atomic adds: at accept, at
-//! its end, and at each log record (per request for HTTP); a user's
-//! counters are looked up (a read lock) only for records with a user.
+//! its end, and at each log record (per request for HTTP), into one of a
+//! service's [`CELLS`] sets of counters chosen per thread, so threads on
+//! different cores seldom share a cache line; a user's counters are looked
+//! up (a read lock) only for records with a user.
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write;
@@ -20,47 +22,99 @@ use crate::res::{Res, CLASSES};
 
 const R: Ordering = Ordering::Relaxed;
 
+/// One set of a service's counters.
+#[derive(Debug, Default)]
+#[repr(align(128))]
+struct Cell {
+    accepted: AtomicU64,
+    active: AtomicI64,
+    refused: AtomicU64,
+    results: [AtomicU64; CLASSES.len()],
+    bytes_in: AtomicU64,
+    bytes_out: AtomicU64,
+}
+
+/// Sets of counters per service: each thread adds to one of them, so
+/// client threads on different cores rarely write the same cache line;
+/// `/metrics` sums them.
+const CELLS: usize = 8;
+
+static NEXT_CELL: AtomicUsize = AtomicUsize::new(0);
+
+thread_local! {
+    /// The cell this thread adds to, dealt round-robin.
+    static MY_CELL: usize = NEXT_CELL.fetch_add(1, R) % CELLS;
+}
+
 /// A service's counters (by name and port).
 #[derive(Debug, Default)]
 pub struct ServiceCounters {
-    pub accepted: AtomicU64,
-    pub active: AtomicI64,
+    cells: [Cell; CELLS],
+}
+
+/// A service's counters, summed.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Totals {
+    pub accepted: u64,
+    pub active: i64,
     /// Records with a refusal by authentication or the ACL (codes 1-9).
-    pub refused: AtomicU64,
+    pub refused: u64,
     /// Records by [`Res::class`].
-    pub results: [AtomicU64; CLASSES.len()],
+    pub results: [u64; CLASSES.len()],
     /// Server to client.
-    pub bytes_in: AtomicU64,
+    pub bytes_in: u64,
     /// Client to server.
-    pub bytes_out: AtomicU64,
+    pub bytes_out: u64,
 }
 
 impl ServiceCounters {
+    fn cell(&self) -> &Cell {
+        &self.cells[MY_CELL.with(|c| *c)]
+    }
+
     /// A client was accepted.
     pub fn accepted(&self) {
-        self.accepted.fetch_add(1, R);
-        self.active.fetch_add(1, R);
+        let c = self.cell();
+        c.accepted.fetch_add(1, R);
+        c.active.fetch_add(1, R);
     }
 
     /// An accepted client is gone.
     pub fn ended(&self) {
-        self.active.fetch_sub(1, R);
+        self.cell().active.fetch_sub(1, R);
     }
 
     /// A log record (whether or not a log is written): its code and bytes.
     pub fn record(&self, res: Res, out: u64, inb: u64, user: Option<&str>) {
-        self.results[res.class()].fetch_add(1, R);
+        let c = self.cell();
+        c.results[res.class()].fetch_add(1, R);
         if res.is_auth() {
-            self.refused.fetch_add(1, R);
+            c.refused.fetch_add(1, R);
         }
-        self.bytes_in.fetch_add(inb, R);
-        self.bytes_out.fetch_add(out, R);
+        c.bytes_in.fetch_add(inb, R);
+        c.bytes_out.fetch_add(out, R);
         if let Some(u) = user {
             let c = user_counters(u);
             c.requests.fetch_add(1, R);
             c.bytes_in.fetch_add(inb, R);
             c.bytes_out.fetch_add(out, R);
         }
+    }
+
+    /// The sum of the cells.
+    pub fn totals(&self) -> Totals {
+        let mut t = Totals::default();
+        for c in &self.cells {
+            t.accepted += c.accepted.load(R);
+            t.active += c.active.load(R);
+            t.refused += c.refused.load(R);
+            for (i, r) in c.results.iter().enumerate() {
+                t.results[i] += r.load(R);
+            }
+            t.bytes_in += c.bytes_in.load(R);
+            t.bytes_out += c.bytes_out.load(R);
+        }
+        t
     }
 }
 
@@ -211,43 +265,43 @@ pub fn process() -> Process {
 /// The whole exposition; `live` is how many sessions are live.
 pub fn render(live: usize) -> String {
     let mut out = String::new();
-    let services: Vec<(ServiceKey, Arc<ServiceCounters>)> = lock(&SERVICES)
+    let services: Vec<(ServiceKey, Totals)> = lock(&SERVICES)
         .iter()
-        .map(|(k, v)| (*k, v.clone()))
+        .map(|(k, v)| (*k, v.totals()))
         .collect();
     let svc_label =
         |(name, port): ServiceKey| format!("service=\"{}\",port=\"{port}\"", label(name));
-    type Get = fn(&ServiceCounters) -> i64;
+    type Get = fn(&Totals) -> i64;
     let per_service: [(&str, &str, &str, Get); 5] = [
         (
             "threeproxy_service_accepted_total",
             "counter",
             "Clients the service accepted.",
-            |c| c.accepted.load(R) as i64,
+            |c| c.accepted as i64,
         ),
         (
             "threeproxy_service_active",
             "gauge",
             "Clients the service is serving now.",
-            |c| c.active.load(R),
+            |c| c.active,
         ),
         (
             "threeproxy_service_refused_total",
             "counter",
             "Records refused by authentication or the ACL (result codes 1-9).",
-            |c| c.refused.load(R) as i64,
+            |c| c.refused as i64,
         ),
         (
             "threeproxy_service_bytes_in_total",
             "counter",
             "Bytes from servers to clients (%I of the records).",
-            |c| c.bytes_in.load(R) as i64,
+            |c| c.bytes_in as i64,
         ),
         (
             "threeproxy_service_bytes_out_total",
             "counter",
             "Bytes from clients to servers (%O of the records).",
-            |c| c.bytes_out.load(R) as i64,
+            |c| c.bytes_out as i64,
         ),
     ];
     for (name, kind, help, get) in per_service {
@@ -269,7 +323,7 @@ pub fn render(live: usize) -> String {
                 out,
                 "{name}{{{},code_class=\"{class}\"}} {}",
                 svc_label(*k),
-                c.results[i].load(R)
+                c.results[i]
             );
         }
     }
@@ -407,6 +461,31 @@ mod tests {
         assert!(text.contains(
             "threeproxy_service_bytes_in_total{service=\"metrics-test\",port=\"9\"} 4\n"
         ));
+    }
+
+    #[test]
+    fn threads_add_to_cells_that_sum_up() {
+        let c = Arc::new(ServiceCounters::default());
+        let threads: Vec<_> = (0..CELLS + 3)
+            .map(|_| {
+                let c = c.clone();
+                std::thread::spawn(move || {
+                    c.accepted();
+                    c.record(Res::OK, 10, 1, None);
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        // Ended on another thread than accepted: the sum is still right.
+        c.ended();
+        let t = c.totals();
+        assert_eq!(t.accepted, CELLS as u64 + 3);
+        assert_eq!(t.active, CELLS as i64 + 2);
+        assert_eq!(t.results[0], CELLS as u64 + 3);
+        assert_eq!(t.bytes_out, 10 * (CELLS as u64 + 3));
+        assert_eq!(t.bytes_in, CELLS as u64 + 3);
     }
 
     #[test]
