@@ -45,7 +45,9 @@ fn shard(id: u64) -> &'static Shard {
 }
 
 /// Bytes a session moved so far, both ways (the relay adds to them as it
-/// delivers; the session sets them exactly at each log record).
+/// delivers; the session sets them exactly at each log record). Only the
+/// session's own thread writes them, so it adds with a relaxed load and
+/// store (no locked instruction); readers see a recent value.
 #[derive(Debug, Default)]
 pub struct Bytes {
     /// Client to server (`%O`).
@@ -329,7 +331,7 @@ mod tests {
         let s = register("tcppm", 1, None, &ours);
         let id = s.id();
         s.update(None, Some("live-test-user"), Some("example.org"), 80, None);
-        s.bytes().out.fetch_add(5, Ordering::Relaxed);
+        s.bytes().out.store(5, Ordering::Relaxed);
         let v = snapshot().into_iter().find(|v| v.id == id).unwrap();
         assert_eq!(v.bytes_out, 5);
         assert_eq!(v.info.user.as_deref(), Some("live-test-user"));

@@ -594,7 +594,11 @@ impl<'a, C: Channel> Dir<'a, C> {
                     Ok(n) => {
                         self.bytes += n as u64;
                         if let Some(l) = self.live {
-                            l.fetch_add(n as u64, std::sync::atomic::Ordering::Relaxed);
+                            // The session's own thread is the only writer
+                            // (`live::Bytes`): a plain load and store, no
+                            // locked add.
+                            use std::sync::atomic::Ordering::Relaxed;
+                            l.store(l.load(Relaxed) + n as u64, Relaxed);
                         }
                         moved = true;
                     }
