@@ -74,7 +74,7 @@ pub struct Grant {
     /// to the next one ([`authorize_at`]).
     pub weight: u32,
     /// Bandwidth limiters and traffic counters of the session: pass it to
-    /// `relay::relay_with` (or `Session::add` what moved otherwise) and keep
+    /// `relay::relay_hooked` (or `Session::add` what moved otherwise) and keep
     /// it until the session ends; its drop updates the counters.
     pub limits: Option<Arc<Session>>,
     /// The `parent` chain of the matching entry (empty: connect directly);

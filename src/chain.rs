@@ -120,6 +120,19 @@ fn attempts(
     let mut last = none;
     for _ in 0..retries() {
         let hops = pick(parents, &mut random);
+        // `/metrics`: every parent of the picked chain counts the attempt
+        // (and its failure); local redirections and `extip`/`ha` are not
+        // parents there.
+        let counted: Vec<_> = hops
+            .iter()
+            .filter(|h| h.counts() && !h.is_local())
+            .map(|h| {
+                let c = crate::metrics::parent(&format!("{} {}", h.kind.name(), h.addr));
+                c.attempts
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                c
+            })
+            .collect();
         match attempt(
             &svc.dialer,
             chain_to,
@@ -132,7 +145,13 @@ fn attempts(
             Ok(r) => return Ok(r),
             // Not a failure another pick would mend the same way, but a
             // pick may take another type: try again like any failure.
-            Err(e) => last = e,
+            Err(e) => {
+                for c in &counted {
+                    c.failures
+                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                }
+                last = e
+            }
         }
     }
     Err(last)

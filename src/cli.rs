@@ -18,7 +18,7 @@ use std::process::ExitCode;
 
 use nix::sys::signal::{SigSet, Signal};
 
-use crate::{conf, crypt, limit, log, net, running, services, shutdown, sys};
+use crate::{conf, crypt, limit, log, metrics, net, running, services, shutdown, sys};
 
 /// The warning (or, with `--strict`, the error) for a cfg without services.
 const NO_SERVICE: &str = "no service is started (no service line such as 'proxy' or 'tcppm')";
@@ -135,6 +135,7 @@ pub fn main() -> ExitCode {
         }
     };
     let loaded = conf::run(&mut state, &name, &text);
+    metrics::set_cfg(&text);
     for w in std::mem::take(&mut state.warnings) {
         eprintln!("3proxy: warning: {w}");
     }
@@ -312,6 +313,7 @@ fn reload(cmdline_name: &str, ops: &mut conf::ops::Ops, strict: bool) {
         // close); its log files must not take over rotation either. The
         // running cfg, its logs and its pid file stay exactly as they were.
         log::discard_files();
+        metrics::reload_failed();
         return;
     };
     // From here on the new cfg is the one that serves.
@@ -358,6 +360,7 @@ fn reload(cmdline_name: &str, ops: &mut conf::ops::Ops, strict: bool) {
     }
     services::admin::set_writable(state.ops.writable);
     *ops = state.ops;
+    metrics::reloaded();
     ::log::warn!("reload: {name} loaded, {started} services");
 }
 
@@ -389,6 +392,7 @@ fn load_for_reload(path: &std::path::Path, name: &str, strict: bool) -> Option<c
         ::log::error!("reload: {name}: no service is started; the running configuration stays");
         return None;
     }
+    metrics::set_cfg(&text);
     Some(state)
 }
 

@@ -91,6 +91,9 @@ pub struct Accepted {
 }
 
 pub struct Client {
+    /// The session's entry in the live registry. Declared before `cli`:
+    /// it is dropped (and forgets the socket) before the socket closes.
+    pub live: crate::live::Session,
     pub cli: Stream,
     pub srv: Option<Stream>,
     /// %C %c: the client (or what a PROXY header said it is).
@@ -138,6 +141,9 @@ pub struct Client {
     /// (pop3p, imapp and smtpp hand such a client to tlspr, which then
     /// negotiates STARTTLS with the server only).
     pub starttls: Option<StartTls>,
+    /// Bytes of the records written so far (the live entry's counters
+    /// are set to them plus the current record's at each record).
+    recorded: (u64, u64),
     /// A hand-off the current handler asked for ([`Client::hand_over`]);
     /// its entry point returns it ([`Client::next`]).
     handoff: Option<Handoff>,
@@ -157,7 +163,10 @@ pub enum StartTls {
 impl Client {
     pub fn accepted(a: Accepted) -> Client {
         let local_addr = a.local.or_else(|| a.stream.local_addr());
+        a.svc.metrics.accepted();
+        let live = crate::live::register(a.svc.def.name, a.svc.port(), a.peer, &a.stream);
         Client {
+            live,
             cli: a.stream,
             srv: None,
             client_addr: a.peer,
@@ -181,6 +190,7 @@ impl Client {
             local_hops: 0,
             orig_dst: None,
             starttls: None,
+            recorded: (0, 0),
             handoff: None,
             svc: a.svc,
             _slot: a.slot,
@@ -266,6 +276,31 @@ impl Client {
 }
 
 impl Client {
+    /// Tell the live registry what the session knows now: its user, the
+    /// destination asked for and the first parent. Allocates only what
+    /// changed.
+    pub fn publish(&self) {
+        let (host, port) = match (&self.req_host, self.req_addr) {
+            (Some(h), a) => (Some(h.as_str()), a.map_or(0, |a| a.port())),
+            (None, Some(a)) => (None, a.port()),
+            (None, None) => (None, 0),
+        };
+        let ip;
+        let host = match (host, self.req_addr) {
+            (Some(h), _) => Some(h),
+            (None, Some(a)) => {
+                ip = a.ip().to_string();
+                Some(ip.as_str())
+            }
+            (None, None) => None,
+        };
+        let parent = (self.hops > self.local_hops)
+            .then_some(self.remote_addr)
+            .flatten();
+        self.live
+            .update(self.client_addr, self.user.as_deref(), host, port, parent);
+    }
+
     /// Write the access-log record for what happened so far, then reset the
     /// per-record fields (bytes, result, text, start), as 3proxy does after
     /// each record: an HTTP client gets one record per request.
@@ -279,7 +314,16 @@ impl Client {
         self.logged = true;
     }
 
-    fn write_record(&self) {
+    fn write_record(&mut self) {
+        if self.live.ended() {
+            // Ended from outside: the session saw its sockets shut down
+            // (an EOF, or an error of either side); the record says who
+            // ended it.
+            self.res = Res::ENDED;
+        }
+        self.recorded.0 += self.bytes_out;
+        self.recorded.1 += self.bytes_in;
+        self.live.set_bytes(self.recorded.0, self.recorded.1);
         self.write_record_as(self.res, self.bytes_out, self.bytes_in, self.start);
     }
 
@@ -288,6 +332,8 @@ impl Client {
     /// the relay holds the sockets.
     pub fn write_record_as(&self, res: Res, bytes_out: u64, bytes_in: u64, start: SystemTime) {
         let svc = &self.svc;
+        svc.metrics
+            .record(res, bytes_out, bytes_in, self.user.as_deref());
         let Some(sink) = &svc.log else { return };
         let rec = LogRecord {
             service: self.service_name.unwrap_or(svc.def.log_name),
@@ -316,5 +362,7 @@ impl Drop for Client {
         if !self.logged {
             self.write_record();
         }
+        self.svc.metrics.ended();
+        self.live.detach();
     }
 }

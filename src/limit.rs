@@ -725,7 +725,7 @@ impl Session {
         }
     }
 
-    /// Count traffic moved outside `relay_with` (e.g. datagrams).
+    /// Count traffic moved outside the relay (e.g. datagrams).
     pub fn add(&self, inb: u64, out: u64) {
         self.moved_in.fetch_add(inb, Ordering::Relaxed);
         self.moved_out.fetch_add(out, Ordering::Relaxed);

@@ -16,7 +16,7 @@
 //!   shared pool, `bufpool`, only while data is in flight, so idle sessions
 //!   hold none) or, with `-s`, through a kernel pipe per direction with
 //!   splice(), never copied to us (pooled too, unless `-b` resizes it).
-//! - Limits (`relay_with`): a direction over its bandwidth limit reads
+//! - Limits (`Hooks::limits`): a direction over its bandwidth limit reads
 //!   nothing until its bucket's debt is paid; the wait is part of the
 //!   poll() timeout, so a limited session sleeps and never spins. A
 //!   direction past its traffic quota ends the session with code 10.
@@ -60,41 +60,6 @@ pub struct Outcome {
     pub inb: u64,
 }
 
-/// Relay between `cli` and `srv` until both directions have ended, the
-/// session times out, or an error occurs, under a session's limits
-/// (bandwidth, traffic quota) as `access::authorize` granted them.
-pub fn relay_with(
-    cli: &Stream,
-    srv: &Stream,
-    opts: &RelayOpts,
-    limits: Option<&Session>,
-) -> Outcome {
-    relay_checked(cli, srv, opts, limits, None)
-}
-
-/// [`relay_with`], and after every reload that takes effect, `recheck`
-/// decides whether the session may go on (`force`); a refusal ends it with
-/// the refusal's code. The check happens when data next moves.
-pub fn relay_checked(
-    cli: &Stream,
-    srv: &Stream,
-    opts: &RelayOpts,
-    limits: Option<&Session>,
-    recheck: Option<&Recheck>,
-) -> Outcome {
-    relay_hooked(
-        cli,
-        srv,
-        opts,
-        Hooks {
-            limits,
-            recheck,
-            dump: None,
-            filter: None,
-        },
-    )
-}
-
 /// What a relay does besides moving bytes. All optional.
 #[derive(Default)]
 pub struct Hooks<'a> {
@@ -107,6 +72,9 @@ pub struct Hooks<'a> {
     /// `pcre` filters of types `clidata` and `srvdata`: the data goes
     /// through them (and never through splice), as in 3proxy's sockmap.
     pub filter: Option<DataFilter<'a>>,
+    /// The session's counters in the live registry: each delivery is
+    /// added there too (one relaxed add, where the relay counts anyway).
+    pub live: Option<&'a crate::live::Bytes>,
 }
 
 /// The `clidata`/`srvdata` filters a relay runs, and what their ACEs
@@ -501,6 +469,8 @@ struct Dir<'a, C> {
     /// the FIN, so no shutdown() is needed.
     other_shut: bool,
     bytes: u64,
+    /// Where `bytes` is also added (the live registry), if anywhere.
+    live: Option<&'a std::sync::atomic::AtomicU64>,
     /// Limits: set while the direction must not read (bandwidth), and
     /// when its quota is used up.
     throttled: Option<Instant>,
@@ -524,6 +494,7 @@ impl<'a, C: Channel> Dir<'a, C> {
             shut: false,
             other_shut: false,
             bytes: 0,
+            live: None,
             throttled: None,
             quota_hit: false,
             win_start: Instant::now(),
@@ -622,6 +593,13 @@ impl<'a, C: Channel> Dir<'a, C> {
                 match self.ch.drain(self.dst) {
                     Ok(n) => {
                         self.bytes += n as u64;
+                        if let Some(l) = self.live {
+                            // The session's own thread is the only writer
+                            // (`live::Bytes`): a plain load and store, no
+                            // locked add.
+                            use std::sync::atomic::Ordering::Relaxed;
+                            l.store(l.load(Relaxed) + n as u64, Relaxed);
+                        }
                         moved = true;
                     }
                     Err(Errno::EAGAIN) => self.can_write = false,
@@ -695,11 +673,14 @@ fn run<C: Channel>(
         recheck,
         mut dump,
         filter: _,
+        live,
     } = hooks;
     let mut up = Dir::new(c2s, cli, srv, Side::Client);
+    up.live = live.map(|l| &l.out);
     // Bytes each way already reported by `logdump` records.
     let mut dumped = (0u64, 0u64);
     let mut down = Dir::new(s2c, srv, cli, Side::Server);
+    down.live = live.map(|l| &l.inb);
     let idle_ms = opts.idle.as_millis().min(i32::MAX as u128) as i32;
     // A reload since the session was admitted (even one during its
     // handshake) is noticed at the first pass.

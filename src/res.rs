@@ -128,6 +128,11 @@ codes! {
     /// UDP through parents that cannot carry it, or the parent ended the association.
     PARENT_NO_UDP = 70;
 
+    // 80: threeproxy's own.
+    /// The session was ended from outside: the admin page's "end" (or
+    /// `live::end`), not by either peer.
+    ENDED = 80;
+
     // 90-99: the end of an established session (the relay).
     /// pipe() or splice() failed in the relay.
     SPLICE = 90;
@@ -358,7 +363,8 @@ codes! {
     ADMIN_BAD_REQUEST = 701;
     /// admin: no such page.
     ADMIN_NOT_FOUND = 702;
-    /// admin: rewriting the cfg (`/U`) is refused.
+    /// admin: rewriting the cfg (`/U`) is refused, or ending sessions
+    /// (`/E`) from another site's page.
     ADMIN_FORBIDDEN = 703;
 
     // 800-899: ftppr's session, auto, and dnspr.
@@ -558,12 +564,49 @@ impl Res {
         self.0 >= Res::PARENT_FIRST.0 && self.0 <= Res::PARENT_LAST.0
     }
 
+    /// The class of a code for the metrics' `code_class` label: a range
+    /// of the RESULT CODES table, written as the table writes it.
+    pub const fn class(self) -> usize {
+        match self.0 {
+            0 => 0,
+            1..=10 => 1,
+            11..=29 => 2,
+            30..=79 => 3,
+            80..=101 => 4,
+            300..=399 => 5,
+            400..=499 => 6,
+            500..=599 => 7,
+            600..=699 => 8,
+            700..=799 => 9,
+            800..=899 => 10,
+            8000..=8099 => 11,
+            _ => 12,
+        }
+    }
+
     /// A refusal by access control or authentication, 1-9 (not 10, a
     /// limit).
     pub const fn is_auth(self) -> bool {
         self.0 >= Res::ACL_DENY.0 && self.0 < Res::QUOTA.0
     }
 }
+
+/// The names of the classes [`Res::class`] gives, by class.
+pub const CLASSES: [&str; 13] = [
+    "0",
+    "1-10",
+    "11-29",
+    "30-79",
+    "80-101",
+    "300-399",
+    "400-499",
+    "500-599",
+    "600-699",
+    "700-799",
+    "800-899",
+    "8000-8099",
+    "other",
+];
 
 impl std::fmt::Display for Res {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -594,6 +637,16 @@ mod tests {
         assert_eq!(Res::tls(Res::TLS_SERVER_HELLO, -1), Res(351));
         assert!(Res(30).is_parent() && Res(79).is_parent());
         assert!(!Res(29).is_parent() && !Res(80).is_parent());
+        assert_eq!(CLASSES[Res::OK.class()], "0");
+        assert_eq!(CLASSES[Res::QUOTA.class()], "1-10");
+        assert_eq!(CLASSES[Res::ENDED.class()], "80-101");
+        assert_eq!(CLASSES[Res::NOHOST.class()], "80-101");
+        assert_eq!(CLASSES[Res::TLS_CLIENT_CERT.class()], "8000-8099");
+        assert_eq!(CLASSES[Res::NOTIMPL.class()], "other");
+        for (code, _, _) in ALL {
+            // Every named code falls in a class of the table.
+            assert!(code.class() < CLASSES.len());
+        }
         assert!(Res(1).is_auth() && Res(9).is_auth());
         assert!(!Res::OK.is_auth() && !Res::QUOTA.is_auth());
     }

@@ -320,6 +320,9 @@ pub struct Service {
     /// TLS towards parents whose type ends in `s` (the `ssl_client_*`
     /// settings at the service's line).
     pub tls_client: Option<Arc<crate::tls::Client>>,
+    /// The counters `/metrics` shows for this service: by name and port,
+    /// so the same ones across reloads.
+    pub metrics: Arc<crate::metrics::ServiceCounters>,
 }
 
 impl Service {

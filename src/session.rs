@@ -32,6 +32,7 @@ pub fn read_proxy_header(c: &mut Client) -> bool {
         Ok(Some((src, dst))) => {
             c.client_addr = Some(src);
             c.local_addr = Some(dst);
+            c.publish();
             true
         }
         Ok(None) => true,
@@ -128,6 +129,9 @@ pub fn relay_logged(
 ) -> Outcome {
     let (out_at, in_at) = c.svc().logdump;
     let mut since = c.start;
+    c.publish();
+    // The admin page may end the session: it shuts this socket down too.
+    let _attached = c.live.attach_server(srv);
     let out = {
         let client: &Client = c;
         let mut write = |o: u64, i: u64| {
@@ -173,6 +177,7 @@ pub fn relay_logged(
             recheck: Some(recheck),
             dump,
             filter,
+            live: Some(client.live.bytes()),
         };
         relay_hooked(&client.cli, srv, opts, hooks)
     };
@@ -200,6 +205,7 @@ pub fn keep(c: &mut Client, grant: &Grant) {
     if grant.user.is_some() {
         c.user.clone_from(&grant.user);
     }
+    c.publish();
 }
 
 /// A connection reached `dst` through `chain`: the hops and addresses its
@@ -212,4 +218,5 @@ pub fn note_chain(c: &mut Client, chain: &crate::chain::Chain, dst: std::net::So
         chain.stream.peer_addr()
     };
     c.ext_addr = chain.stream.local_addr();
+    c.publish();
 }

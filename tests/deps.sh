@@ -5,7 +5,10 @@
 # tests), openssl (a TLS origin for CONNECT tests), iptables (REDIRECT
 # rules for the transparent plugin tests), python3-pyftpdlib (an FTP
 # server for the ftp:// gateway), dnsmasq-base (a DNS server), dovecot and
-# python3-aiosmtpd (mail servers with STARTTLS). Fails loudly (non-zero) rather than
+# python3-aiosmtpd (mail servers with STARTTLS), prometheus (scrapes the
+# admin service's /metrics), chromium (opens the admin service's sessions
+# page; driven by tests/cdp_sessions.js with Node.js 20 or later, which the
+# machine has). Fails loudly (non-zero) rather than
 # letting tests skip.
 set -e
 need=""
@@ -14,6 +17,8 @@ command -v ip >/dev/null 2>&1 || need="$need iproute2"
 command -v python3 >/dev/null 2>&1 || need="$need python3"
 command -v openssl >/dev/null 2>&1 || need="$need openssl"
 command -v iptables >/dev/null 2>&1 || need="$need iptables"
+command -v prometheus >/dev/null 2>&1 || need="$need prometheus"
+command -v chromium >/dev/null 2>&1 || need="$need chromium"
 # An FTP server for the HTTP proxy's ftp:// gateway tests, for Debian's
 # python3 (the tests run /usr/bin/python3, not a python3 first in PATH).
 /usr/bin/python3 -c 'import pyftpdlib' >/dev/null 2>&1 || need="$need python3-pyftpdlib"

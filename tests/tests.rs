@@ -21,6 +21,7 @@ mod install;
 mod layers;
 mod lenient;
 mod log;
+mod metrics;
 mod ops;
 mod options;
 mod parent;

@@ -73,6 +73,7 @@ pub static COMMANDS: &[Command] = &[
     cmd("config", 2, 2, ops_cmds::h_config),
     cmd("monitor", 2, 2, ops_cmds::h_monitor),
     cmd("writable", 1, 1, ops_cmds::h_writable),
+    cmd("metricsusers", 2, 2, ops_cmds::h_metricsusers),
     cmd("force", 1, 1, access_cmds::h_force),
     cmd("noforce", 1, 1, access_cmds::h_force),
     cmd("rotate", 2, 2, ops_cmds::h_rotate),

@@ -15,6 +15,7 @@ use std::sync::Arc;
 use super::ops::{LogDump, Monitor};
 use super::state::State;
 use super::token::quote;
+use super::value::number;
 use crate::log::{Period, Sink};
 use crate::sys::process::{self, PidFile};
 
@@ -81,6 +82,14 @@ pub fn h_monitor(state: &mut State, args: &[String]) -> Result<(), String> {
 
 pub fn h_writable(state: &mut State, _: &[String]) -> Result<(), String> {
     state.ops.writable = true;
+    Ok(())
+}
+
+/// `metricsusers N` (threeproxy's own): at most N users get series of
+/// their own in the admin service's `/metrics`; the others are summed as
+/// `user="other"`.
+pub fn h_metricsusers(state: &mut State, args: &[String]) -> Result<(), String> {
+    state.metricsusers = number(&args[1], 0usize, 1_000_000)?;
     Ok(())
 }
 

@@ -69,6 +69,8 @@ pub struct State {
     pub filtermaxsize: usize,
     /// The `ssl_*` settings so far.
     pub tls: crate::tls::Settings,
+    /// `metricsusers`: process-wide, installed by `finalize`.
+    pub metricsusers: usize,
 }
 
 impl State {
@@ -101,6 +103,7 @@ impl State {
             pcre_opts: Default::default(),
             filtermaxsize: crate::filter::DEFAULT_MAXSIZE,
             tls: Default::default(),
+            metricsusers: crate::metrics::DEFAULT_USER_CAP,
         }
     }
 
@@ -142,6 +145,7 @@ impl State {
         self.ops.finalize();
         crate::resolve::install(self.resolver.clone(), &self.timeouts);
         crate::parent::set_retries(self.parent_retries);
+        crate::metrics::set_user_cap(self.metricsusers);
         for p in &mut self.services {
             let Some(svc) = Arc::get_mut(&mut p.svc) else {
                 continue;

@@ -502,6 +502,7 @@ struct Session {
 
 impl Session {
     fn new(svc: Arc<Service>, from: SocketAddr) -> Session {
+        svc.metrics.accepted();
         Session {
             svc,
             from,
@@ -533,6 +534,11 @@ impl Session {
 impl Drop for Session {
     fn drop(&mut self) {
         let svc = &self.svc;
+        svc.metrics.ended();
+        if !self.nolog {
+            svc.metrics
+                .record(self.res, self.out, self.inb, self.user.as_deref());
+        }
         if let Some(sink) = svc.log.as_ref().filter(|_| !self.nolog) {
             let text = self.text();
             let rec = LogRecord {

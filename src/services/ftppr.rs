@@ -687,6 +687,7 @@ fn transfer(c: &mut Client, st: &mut State, line: &[u8]) -> Result<(), Res> {
             recheck: None,
             dump: None,
             filter,
+            live: None,
         },
     );
     c.bytes_out += out.out;

@@ -495,6 +495,7 @@ fn build(
     stack: i64,
 ) -> Service {
     Service {
+        metrics: crate::metrics::service(def.name, listen.port()),
         def,
         key: String::new(),
         logdump: (0, 0),

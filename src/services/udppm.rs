@@ -167,6 +167,7 @@ fn open(
     first: &[u8],
 ) {
     let start = SystemTime::now();
+    svc.metrics.accepted();
     let mut rec = Session {
         svc: svc.clone(),
         from,
@@ -473,6 +474,11 @@ struct Session {
 impl Drop for Session {
     fn drop(&mut self) {
         let svc = &self.svc;
+        svc.metrics.ended();
+        if !self.nolog {
+            svc.metrics
+                .record(self.res, self.out, self.inb, self.user.as_deref());
+        }
         if let Some(sink) = svc.log.as_ref().filter(|_| !self.nolog) {
             let host = svc.target.as_ref().map(|t| t.host()).unwrap_or_default();
             let listen = match svc.listen {

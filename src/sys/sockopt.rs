@@ -227,6 +227,34 @@ pub fn original_dst(fd: BorrowedFd<'_>, v6: bool) -> io::Result<std::net::Socket
     ))
 }
 
+/// A socket named by its descriptor number, borrowed from another thread
+/// for [`shutdown_both`]: the live-session registry (`crate::live`) keeps
+/// the numbers of a session's sockets so the admin page can end it.
+pub struct ForeignFd(std::os::fd::RawFd);
+
+impl ForeignFd {
+    /// Keep `fd`'s number. Whoever makes one promises to drop it (under a
+    /// lock [`shutdown_both`]'s callers also take) before the descriptor
+    /// is closed.
+    pub fn new(fd: BorrowedFd<'_>) -> ForeignFd {
+        ForeignFd(fd.as_raw_fd())
+    }
+}
+
+/// shutdown(2) both directions of the socket `fd` names: its peer sees
+/// EOF and its owner's next read returns 0 at once.
+pub fn shutdown_both(fd: &ForeignFd) {
+    // SAFETY: shutdown() reads and writes no memory of ours. The one
+    // hazard is the number naming another descriptor than the one it was
+    // taken from (closed and reused); `crate::live` rules that out: the
+    // session forgets the number under the same lock its caller holds
+    // here, before it closes the socket (`live::Session`'s Drop, and the
+    // guard of a relay's server socket).
+    unsafe {
+        libc::shutdown(fd.0, libc::SHUT_RDWR);
+    }
+}
+
 /// The names a user can write, for `--help`.
 pub fn names() -> impl Iterator<Item = &'static str> {
     TABLE.iter().map(|o| o.name).chain(IGNORED.iter().copied())

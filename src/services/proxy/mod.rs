@@ -59,7 +59,6 @@ use crate::limit::Session as Limits;
 use crate::net::{parse_ip, resolve, Stream};
 use crate::parent::{self};
 use crate::proto::http::{self, ChunkScanner, Framing, HeadError, ResponseHead};
-use crate::relay::relay_with;
 use crate::res::Res;
 use crate::service::Service;
 use crate::timeouts::Timeouts;
@@ -559,6 +558,7 @@ impl Session {
                     );
                 }
                 self.grant = Some(grant);
+                c.publish();
                 Ok(())
             }
             Err(res) => {
@@ -845,7 +845,16 @@ impl Session {
         // With `force`, a reload whose ACL refuses the tunnel ends it.
         let out = match &self.recheck {
             Some(again) => crate::session::relay_logged(c, srv, &opts, self.shaper(), again),
-            None => relay_with(&c.cli, srv, &opts, self.shaper()),
+            None => {
+                c.publish();
+                let _attached = c.live.attach_server(srv);
+                let hooks = crate::relay::Hooks {
+                    limits: self.shaper(),
+                    live: Some(c.live.bytes()),
+                    ..Default::default()
+                };
+                crate::relay::relay_hooked(&c.cli, srv, &opts, hooks)
+            }
         };
         if self.shaper().is_some() {
             self.shaped.0 += out.inb;
