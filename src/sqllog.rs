@@ -1,0 +1,509 @@
+//! The ODBC access log (`log &DSN[,USER[,PASSWORD]]`, 3proxy's sql.c
+//! `logsql`): each record is an SQL statement, the `logformat` expanded
+//! by [`LogFormat::render_sql`](crate::logformat::LogFormat::render_sql),
+//! executed on a data source through unixODBC's driver manager.
+//!
+//! One writer thread per target owns the connection. Client threads only
+//! put the record into the target's bounded queue, never waiting: when
+//! the queue is full (the database is away or slower than the traffic),
+//! the record is dropped and counted, and the writer logs the count at
+//! most once per [`DROP_REPORT`]. The writer connects on the first
+//! record; when a statement fails it reconnects and tries once more (a
+//! connection the server has closed); when that fails too the database
+//! is taken as away: the record stays first in line and the writer tries
+//! again after a delay that doubles from [`RETRY_MIN`] to [`RETRY_MAX`],
+//! reading nothing more from the queue meanwhile. A record the database
+//! refuses while it takes others (a statement-level SQLSTATE class, or a
+//! record failing while the next one succeeds) is dropped with a warning,
+//! so one bad record cannot hold up the log.
+//!
+//! Values a client chooses are parameters of the statement, never its
+//! text (see `render_sql`): a quote in a user name or URL is stored as
+//! a quote.
+//!
+//! Reload: a `log &...` line naming the same target with the same queue
+//! size as a running writer gets that writer, queue and all; a changed
+//! one gets a new writer, and the old one writes what is queued and what
+//! the sessions of the old cfg still log, then ends when the last of them
+//! is gone (or, if its database stays away, [`CLOSE_GRACE`] after that).
+//! At exit, [`flush`] waits for the queues to drain.
+//!
+//! Linking: odbc-sys is built with `vendored-unix-odbc`, unixODBC's
+//! driver manager compiled from source into the binary. So the binary
+//! needs no libodbc to start, and the drivers (and their libodbcinst)
+//! are loaded with dlopen only when a `log &` target connects.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Once, OnceLock, Weak};
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{bounded, Receiver, RecvTimeoutError, Sender, TryRecvError, TrySendError};
+use odbc_api::parameter::VarCharSlice;
+use odbc_api::{Connection, ConnectionOptions, Environment};
+
+use crate::logformat::SqlRecord;
+
+/// Records a target's queue holds when the cfg sets no `odbcqueue`.
+pub const DEFAULT_QUEUE: usize = 10000;
+/// The largest `odbcqueue`.
+pub const MAX_QUEUE: usize = 10_000_000;
+/// First delay before trying a database that went away again.
+const RETRY_MIN: Duration = Duration::from_millis(250);
+/// The delay stops doubling here.
+const RETRY_MAX: Duration = Duration::from_secs(8);
+/// Dropped records are reported at most this often.
+pub const DROP_REPORT: Duration = Duration::from_secs(5);
+/// The writer's tick while nothing arrives: drop reports, the end.
+const TICK: Duration = Duration::from_millis(500);
+/// How long a writer no cfg uses any more keeps trying a database that
+/// is away before it gives its records up.
+const CLOSE_GRACE: Duration = Duration::from_secs(30);
+/// SQLConnect's login timeout, as 3proxy sets it.
+const LOGIN_TIMEOUT_S: u32 = 15;
+/// A statement taking longer than this counts as failed.
+const QUERY_TIMEOUT_S: usize = 30;
+
+/// One `log &DSN[,USER[,PASSWORD]]` target.
+pub struct SqlLog {
+    dsn: String,
+    /// What the cfg wrote after `&`, and the queue size: a reload that
+    /// names the same keeps this writer.
+    key: (String, usize),
+    tx: Sender<Msg>,
+    shared: Arc<Shared>,
+    /// The writer, until its thread starts with the first record (after
+    /// `daemon`'s fork: threads do not survive a fork).
+    writer: Mutex<Option<Writer>>,
+    started: Once,
+}
+
+impl std::fmt::Debug for SqlLog {
+    // Never the password.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "SqlLog(&{})", self.dsn)
+    }
+}
+
+struct Shared {
+    /// Records dropped since the last report.
+    dropped: AtomicU64,
+    /// No cfg uses this writer any more.
+    closed: AtomicBool,
+}
+
+enum Msg {
+    Rec(SqlRecord),
+    Flush(Sender<()>),
+}
+
+/// The data source and credentials of a `log &...` line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Target {
+    pub dsn: String,
+    pub user: String,
+    pub password: String,
+}
+
+impl Target {
+    /// `DSN[,USER[,PASSWORD]]` (what follows the `&`). The password is
+    /// the rest of the line's argument, commas and all.
+    pub fn parse(s: &str) -> Result<Target, String> {
+        let mut it = s.splitn(3, ',');
+        let dsn = it.next().unwrap_or("").to_string();
+        if dsn.is_empty() {
+            return Err("'&' names no ODBC data source (log &DSN[,USER[,PASSWORD]])".into());
+        }
+        Ok(Target {
+            dsn,
+            user: it.next().unwrap_or("").to_string(),
+            password: it.next().unwrap_or("").to_string(),
+        })
+    }
+}
+
+/// Every live target, for reuse across reloads and for [`flush`].
+static TARGETS: Mutex<Vec<Weak<SqlLog>>> = Mutex::new(Vec::new());
+
+impl SqlLog {
+    /// The writer for `log &spec` with a queue of `queue` records: the
+    /// running one if the cfg before named the same, else a new one.
+    /// Nothing connects until the first record.
+    pub fn open(spec: &str, queue: usize) -> Result<Arc<SqlLog>, String> {
+        let target = Target::parse(spec)?;
+        let key = (spec.to_string(), queue);
+        let mut all = TARGETS.lock().unwrap_or_else(|e| e.into_inner());
+        all.retain(|w| w.strong_count() > 0);
+        if let Some(live) = all.iter().filter_map(Weak::upgrade).find(|l| l.key == key) {
+            return Ok(live);
+        }
+        let (tx, rx) = bounded(queue);
+        let shared = Arc::new(Shared {
+            dropped: AtomicU64::new(0),
+            closed: AtomicBool::new(false),
+        });
+        let w = Writer {
+            name: format!("access log &{}", target.dsn),
+            target: target.clone(),
+            queue,
+            rx,
+            shared: shared.clone(),
+            conn: None,
+            rejected: 0,
+        };
+        let log = Arc::new(SqlLog {
+            dsn: target.dsn,
+            key,
+            tx,
+            shared,
+            writer: Mutex::new(Some(w)),
+            started: Once::new(),
+        });
+        all.push(Arc::downgrade(&log));
+        Ok(log)
+    }
+
+    pub fn name(&self) -> String {
+        format!("&{}", self.dsn)
+    }
+
+    /// Check `log &spec` for `3proxy -t`: nothing is opened.
+    pub fn check(spec: &str) -> Result<(), String> {
+        Target::parse(spec).map(|_| ())
+    }
+
+    /// Queue one record; never waits. A full queue drops it (counted).
+    pub fn push(&self, rec: SqlRecord) {
+        self.started.call_once(|| {
+            let Some(w) = self.writer.lock().unwrap_or_else(|e| e.into_inner()).take() else {
+                return;
+            };
+            if let Err(e) = std::thread::Builder::new()
+                .name("sqllog".into())
+                .spawn(move || w.run())
+            {
+                log::error!(
+                    "access log {}: cannot start its writer thread: {e}",
+                    self.name()
+                );
+            }
+        });
+        match self.tx.try_send(Msg::Rec(rec)) {
+            Ok(()) => {}
+            Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) => {
+                self.shared.dropped.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+}
+
+impl Drop for SqlLog {
+    fn drop(&mut self) {
+        // The sender drops with `self`: the writer drains the queue and ends.
+        self.shared.closed.store(true, Ordering::Relaxed);
+    }
+}
+
+/// Wait until every ODBC target has written what was queued so far, for
+/// at most `limit` in all (at exit). What is still queued then is lost,
+/// and said so.
+pub fn flush(limit: Duration) {
+    let deadline = Instant::now() + limit;
+    let live: Vec<Arc<SqlLog>> = TARGETS
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .iter()
+        .filter_map(Weak::upgrade)
+        .collect();
+    for l in live.into_iter().filter(|l| l.started.is_completed()) {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let (done_tx, done_rx) = bounded(1);
+        let flushed = l.tx.send_timeout(Msg::Flush(done_tx), left).is_ok()
+            && done_rx
+                .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+                .is_ok();
+        if !flushed {
+            log::warn!(
+                "access log {}: about {} records not written at exit: the database did not take them in time",
+                l.name(),
+                l.tx.len() + 1
+            );
+        }
+    }
+}
+
+/// The process's one ODBC environment, made on first use (by a writer
+/// thread, so a host without drivers pays nothing unless it logs to SQL).
+fn environment() -> Result<&'static Environment, String> {
+    static ENV: OnceLock<Result<Environment, String>> = OnceLock::new();
+    ENV.get_or_init(|| Environment::new().map_err(|e| one_line(&e)))
+        .as_ref()
+        .map_err(Clone::clone)
+}
+
+/// An ODBC error as one line: SQLSTATE and the driver's message.
+fn one_line(e: &odbc_api::Error) -> String {
+    e.to_string()
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// Why a record was not written.
+enum Fail {
+    /// The database refused this statement (it takes others).
+    Rejected(String),
+    /// The database is away, or refuses everything: try again later.
+    Down(String),
+}
+
+/// SQLSTATE classes that blame the statement, not the connection: 07
+/// dynamic SQL, 21 cardinality, 22 data, 23 constraint, 42 syntax or
+/// access rule, 44 check option.
+fn statement_error(e: &odbc_api::Error) -> bool {
+    match e {
+        odbc_api::Error::Diagnostics { record, .. } => {
+            matches!(
+                &record.state.0[..2],
+                b"07" | b"21" | b"22" | b"23" | b"42" | b"44"
+            )
+        }
+        _ => false,
+    }
+}
+
+struct Writer {
+    name: String,
+    target: Target,
+    queue: usize,
+    rx: Receiver<Msg>,
+    shared: Arc<Shared>,
+    conn: Option<Connection<'static>>,
+    /// Records the database refused, since the last report.
+    rejected: u64,
+}
+
+impl Writer {
+    fn run(mut self) {
+        // The first record in line and, while that one fails, the next.
+        let mut held: VecDeque<SqlRecord> = VecDeque::with_capacity(2);
+        let mut waiters: Vec<Sender<()>> = Vec::new();
+        let mut delay = RETRY_MIN;
+        let mut next_try = Instant::now();
+        let mut down_since: Option<Instant> = None;
+        let mut last_report: Option<Instant> = None;
+        loop {
+            self.report(&mut last_report, false);
+            if held.is_empty() {
+                for w in waiters.drain(..) {
+                    let _ = w.send(());
+                }
+                match self.rx.recv_timeout(TICK) {
+                    Ok(Msg::Rec(r)) => held.push_back(r),
+                    Ok(Msg::Flush(done)) => {
+                        let _ = done.send(());
+                        continue;
+                    }
+                    Err(RecvTimeoutError::Timeout) => continue,
+                    Err(RecvTimeoutError::Disconnected) => {
+                        self.report(&mut last_report, true);
+                        return;
+                    }
+                }
+            }
+            let now = Instant::now();
+            if now < next_try {
+                if self.shared.closed.load(Ordering::Relaxed)
+                    && down_since.is_some_and(|t| now.duration_since(t) >= CLOSE_GRACE)
+                {
+                    self.give_up(held.len() as u64, &mut last_report);
+                    return;
+                }
+                std::thread::sleep((next_try - now).min(TICK));
+                continue;
+            }
+            let err = match self.write(&held[0]) {
+                Ok(()) => {
+                    held.pop_front();
+                    self.back_up(&mut down_since, &mut delay);
+                    continue;
+                }
+                Err(Fail::Rejected(e)) => {
+                    held.pop_front();
+                    self.reject(&e);
+                    continue;
+                }
+                Err(Fail::Down(e)) => e,
+            };
+            // Is it the database, or this record? The next one tells.
+            if held.len() < 2 {
+                match self.rx.try_recv() {
+                    Ok(Msg::Rec(r)) => held.push_back(r),
+                    Ok(Msg::Flush(done)) => waiters.push(done),
+                    Err(TryRecvError::Empty | TryRecvError::Disconnected) => {}
+                }
+            }
+            if held.len() == 2 {
+                match self.write(&held[1]) {
+                    Ok(()) => {
+                        held.clear();
+                        self.reject(&err);
+                        self.back_up(&mut down_since, &mut delay);
+                        continue;
+                    }
+                    Err(Fail::Rejected(e)) => {
+                        held.pop_back();
+                        self.reject(&e);
+                    }
+                    Err(Fail::Down(_)) => {}
+                }
+            }
+            self.conn = None;
+            if down_since.is_none() {
+                down_since = Some(now);
+                log::warn!(
+                    "{}: {err}; records wait in memory (at most {}) until the database takes them",
+                    self.name,
+                    self.queue
+                );
+            }
+            next_try = Instant::now() + delay;
+            delay = (delay * 2).min(RETRY_MAX);
+        }
+    }
+
+    /// A record was written: if the database was away, it is back.
+    fn back_up(&self, down_since: &mut Option<Instant>, delay: &mut Duration) {
+        if let Some(t) = down_since.take() {
+            log::warn!(
+                "{}: the database takes records again (it was away for {} s)",
+                self.name,
+                t.elapsed().as_secs()
+            );
+        }
+        *delay = RETRY_MIN;
+    }
+
+    fn reject(&mut self, e: &str) {
+        self.rejected += 1;
+        if self.rejected == 1 {
+            log::warn!("{}: a record was refused and dropped: {e}", self.name);
+        }
+    }
+
+    /// Say how many records were dropped (at most once per
+    /// [`DROP_REPORT`], or now with `now`).
+    fn report(&mut self, last: &mut Option<Instant>, now: bool) {
+        if !now && last.is_some_and(|t| t.elapsed() < DROP_REPORT) {
+            return;
+        }
+        let n = self.shared.dropped.swap(0, Ordering::Relaxed);
+        if n > 0 {
+            log::warn!(
+                "{}: {n} records dropped: the queue of {} records was full (the database is away or too slow)",
+                self.name,
+                self.queue
+            );
+        }
+        if self.rejected > 1 {
+            log::warn!(
+                "{}: {} more records refused by the database and dropped",
+                self.name,
+                self.rejected - 1
+            );
+        }
+        self.rejected = 0;
+        if n > 0 || now {
+            *last = Some(Instant::now());
+        }
+    }
+
+    /// No cfg uses this writer and its database stayed away: drop what
+    /// is left, say how much, end.
+    fn give_up(&mut self, held: u64, last: &mut Option<Instant>) {
+        let mut n = held;
+        while let Ok(m) = self.rx.try_recv() {
+            if let Msg::Rec(_) = m {
+                n += 1;
+            }
+        }
+        self.shared.dropped.fetch_add(n, Ordering::Relaxed);
+        self.report(last, true);
+    }
+
+    /// Execute one record, connecting first if need be. A failure on a
+    /// connection made earlier reconnects and tries once more.
+    fn write(&mut self, rec: &SqlRecord) -> Result<(), Fail> {
+        let fresh = self.conn.is_none();
+        if fresh {
+            self.conn = Some(self.connect().map_err(Fail::Down)?);
+        }
+        match self.execute(rec) {
+            Ok(()) => return Ok(()),
+            Err(e) if statement_error(&e) => return Err(Fail::Rejected(one_line(&e))),
+            Err(e) if fresh => return Err(Fail::Down(one_line(&e))),
+            Err(_) => {}
+        }
+        self.conn = None;
+        self.conn = Some(self.connect().map_err(Fail::Down)?);
+        match self.execute(rec) {
+            Ok(()) => Ok(()),
+            Err(e) if statement_error(&e) => Err(Fail::Rejected(one_line(&e))),
+            Err(e) => Err(Fail::Down(one_line(&e))),
+        }
+    }
+
+    fn connect(&self) -> Result<Connection<'static>, String> {
+        let env = environment()?;
+        let opts = ConnectionOptions {
+            login_timeout_sec: Some(LOGIN_TIMEOUT_S),
+            ..ConnectionOptions::default()
+        };
+        env.connect(
+            &self.target.dsn,
+            &self.target.user,
+            &self.target.password,
+            opts,
+        )
+        .map_err(|e| one_line(&e))
+    }
+
+    fn execute(&self, rec: &SqlRecord) -> Result<(), odbc_api::Error> {
+        let Some(conn) = &self.conn else {
+            return Ok(());
+        };
+        let statement = String::from_utf8_lossy(&rec.statement);
+        let params: Vec<VarCharSlice<'_>> =
+            rec.params.iter().map(|p| VarCharSlice::new(p)).collect();
+        conn.execute(&statement, &params[..], Some(QUERY_TIMEOUT_S))
+            .map(|_| ())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn target_fields() {
+        let t = Target::parse("logdb,root,pa,ss").unwrap();
+        assert_eq!(
+            (t.dsn.as_str(), t.user.as_str(), t.password.as_str()),
+            ("logdb", "root", "pa,ss")
+        );
+        let t = Target::parse("logdb").unwrap();
+        assert_eq!((t.user.as_str(), t.password.as_str()), ("", ""));
+        assert!(Target::parse("").is_err());
+        assert!(Target::parse(",root").is_err());
+    }
+
+    #[test]
+    fn same_target_same_writer() {
+        let a = SqlLog::open("threeproxy-test-dsn,u,p", 10).unwrap();
+        let b = SqlLog::open("threeproxy-test-dsn,u,p", 10).unwrap();
+        assert!(Arc::ptr_eq(&a, &b));
+        let c = SqlLog::open("threeproxy-test-dsn,u,p", 11).unwrap();
+        assert!(!Arc::ptr_eq(&a, &c));
+        assert_eq!(format!("{a:?}"), "SqlLog(&threeproxy-test-dsn)");
+    }
+}
