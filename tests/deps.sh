@@ -4,7 +4,8 @@
 # (small helper processes inside namespaces, the bench harness's unit
 # tests), openssl (a TLS origin for CONNECT tests), iptables (REDIRECT
 # rules for the transparent plugin tests), python3-pyftpdlib (an FTP
-# server for the ftp:// gateway). Fails loudly (non-zero) rather than
+# server for the ftp:// gateway), libsqliteodbc and unixodbc (SQLite's
+# ODBC driver for the `log &DSN` tests). Fails loudly (non-zero) rather than
 # letting tests skip.
 set -e
 need=""
@@ -16,6 +17,12 @@ command -v iptables >/dev/null 2>&1 || need="$need iptables"
 # An FTP server for the HTTP proxy's ftp:// gateway tests, for Debian's
 # python3 (the tests run /usr/bin/python3, not a python3 first in PATH).
 /usr/bin/python3 -c 'import pyftpdlib' >/dev/null 2>&1 || need="$need python3-pyftpdlib"
+# The ODBC log tests: unixODBC's tools and SQLite's ODBC driver (the
+# proxy carries its own driver manager; the driver loads libodbcinst).
+# python3's sqlite3 module makes and reads the databases.
+[ -e /usr/lib/x86_64-linux-gnu/odbc/libsqlite3odbc.so ] || need="$need libsqliteodbc"
+command -v odbcinst >/dev/null 2>&1 || need="$need unixodbc"
+/usr/bin/python3 -c 'import sqlite3' >/dev/null 2>&1 || need="$need libpython3-stdlib"
 if [ -n "$need" ]; then
     if [ "$(id -u)" != 0 ]; then
         echo "tests/deps.sh: missing:$need (run as root to install them)" >&2

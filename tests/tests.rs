@@ -36,6 +36,7 @@ mod services;
 mod smtpp;
 mod smuggle;
 mod socks;
+mod sqllog;
 mod standalone;
 mod tcppm;
 mod tls;
