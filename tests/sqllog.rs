@@ -567,3 +567,48 @@ fn serves_without_a_database_driver_and_logs_the_error() {
         proxy.stderr()
     );
 }
+
+#[test]
+fn the_sql_sample_cfg_lines_work_unchanged() {
+    // 3proxy's cfg/sql/3proxy.cfg.sample: its log and logformat lines as
+    // they are, on the table of its create.sql (in SQLite's words). Its
+    // filter prefix turns the quote in the URL into `_`.
+    let dir = Dir::new("sqllog_sample");
+    let db = Db::new(&dir);
+    db.sql(
+        "create table sample (time datetime, bytesin int, bytesout int, username varchar(20), \
+         service varchar(7), host varchar(100), port int, url varchar(255))",
+    );
+    let origin = crate::socks::http_origin("127.0.0.1:0");
+    let hp = free_port();
+    let cfg = format!(
+        "log &logdb,root\n\
+         logformat \"-\\'+_Linsert into sample (time, bytesin, bytesout, username, url, host, port, service) \
+         values ('%Y-%m-%d %H:%M:%S', %I, %O, '%U', '%T', '%n', %r, '%N');\"\n\
+         auth iponly\nallow *\nproxy -i127.0.0.1 -p{hp}\n"
+    );
+    let proxy = Proxy::start_with_env(dir, &cfg, &[Listen::Tcp(localhost(hp))], &db.envs());
+    let path = "/it's";
+    let url = format!("http://127.0.0.1:{}{path}", origin.port());
+    let resp = http_get(hp, &url, None);
+    assert!(resp.ends_with(&hello(path)), "{resp}");
+    let q = "select username, url, host, port, service, length(time) from sample where url like '%it_s%'";
+    assert!(
+        wait_db(|| db.sql(q).len() == 1),
+        "{:?}\n{}",
+        db.sql("select * from sample"),
+        proxy.stderr()
+    );
+    let op = origin.port().to_string();
+    assert_eq!(
+        db.sql(q)[0],
+        [
+            "-",
+            &format!("GET http://127.0.0.1:{op}/it_s HTTP/1.1"),
+            "127.0.0.1",
+            &op,
+            "PROXY",
+            "19"
+        ]
+    );
+}
