@@ -3,10 +3,11 @@
 //! odbcinst.ini and odbc.ini each test writes into its temp dir and
 //! names with ODBCSYSINI and ODBCINI). Rows arrive with the values of
 //! HTTP and SOCKS sessions; quotes in a URL and a user name are stored
-//! as text; a database that is away (locked by another process, so
-//! every statement fails) while clients keep being served loses no more
-//! records than the queue bound, and the drop count is logged; a reload
-//! during the outage keeps the queued records.
+//! as text; a database that is away (locked by another process, or its
+//! file and directory made unwritable for the proxy running as nobody)
+//! while clients keep being served loses no more records than the queue
+//! bound, and the drop count is logged; a reload during the outage keeps
+//! the queued records; 3proxy's SQL sample lines work unchanged.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{Shutdown, TcpStream};
@@ -44,11 +45,14 @@ struct Db {
 
 impl Db {
     fn new(dir: &Dir) -> Db {
+        Db::at(dir, dir.join("log.db"))
+    }
+
+    fn at(dir: &Dir, file: PathBuf) -> Db {
         assert!(
             Path::new(DRIVER).exists(),
             "{DRIVER} missing: run tests/deps.sh (libsqliteodbc)"
         );
-        let file = dir.join("log.db");
         dir.write(
             "odbcinst.ini",
             format!("[SQLite3]\nDescription=SQLite3 ODBC driver\nDriver={DRIVER}\n"),
@@ -611,4 +615,81 @@ fn the_sql_sample_cfg_lines_work_unchanged() {
             "19"
         ]
     );
+}
+
+#[test]
+fn database_file_unwritable_then_restored() {
+    use std::os::unix::fs::{chown, PermissionsExt};
+    let mode = |p: &Path, m: u32| {
+        std::fs::set_permissions(p, std::fs::Permissions::from_mode(m)).unwrap();
+    };
+    assert!(
+        is_root(),
+        "this test needs root (to run the proxy as nobody): CI runs as root"
+    );
+    // The proxy runs as nobody, so file modes bind it (root ignores them).
+    let dir = Dir::new("sqllog_unwritable");
+    let sub = dir.join("db");
+    std::fs::create_dir(&sub).unwrap();
+    let db = Db::at(&dir, sub.join("log.db"));
+    chown(&sub, Some(65534), Some(65534)).unwrap();
+    chown(&db.file, Some(65534), Some(65534)).unwrap();
+    let origin = crate::socks::http_origin("127.0.0.1:0");
+    let hp = free_port();
+    let body =
+        format!("setgid 65534\nsetuid 65534\nauth iponly\nallow *\nproxy -i127.0.0.1 -p{hp}\n");
+    let proxy = Proxy::start_with_env(
+        dir,
+        &cfg_with("odbcqueue 4\n", &body),
+        &[Listen::Tcp(localhost(hp))],
+        &db.envs(),
+    );
+    let get = |path: &str| {
+        let url = format!("http://127.0.0.1:{}{path}", origin.port());
+        let resp = http_get(hp, &url, None);
+        assert!(resp.ends_with(&hello(path)), "{path}: {resp}");
+    };
+    get("/before");
+    assert!(
+        wait_db(|| db.urls_like("/before").len() == 1),
+        "{}",
+        proxy.stderr()
+    );
+    // Unwritable: no journal can be made, the file opens read-only.
+    mode(&db.file, 0o444);
+    mode(&sub, 0o555);
+    for i in 0..10 {
+        get(&format!("/ro{i}"));
+    }
+    assert!(
+        wait_for(|| dropped(&proxy.stderr()) >= 10 - 4 - 2, START_TIMEOUT),
+        "no drop count logged:\n{}",
+        proxy.stderr()
+    );
+    assert!(db.urls_like("/ro").is_empty(), "written while unwritable?");
+    mode(&sub, 0o755);
+    mode(&db.file, 0o644);
+    assert!(
+        wait_db(|| db.urls_like("/ro").len() + dropped(&proxy.stderr()) == 10),
+        "records lost without a count: {:?}\n{}",
+        db.sql("select url from log"),
+        proxy.stderr()
+    );
+    let kept = db.urls_like("/ro").len();
+    assert!((4..=6).contains(&kept), "{kept} kept\n{}", proxy.stderr());
+    assert!(
+        proxy.stderr().contains("takes records again"),
+        "{}",
+        proxy.stderr()
+    );
+}
+
+fn is_root() -> bool {
+    // The second id of the Uid: line is the effective one.
+    std::fs::read_to_string("/proc/self/status")
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("Uid:"))
+        .and_then(|u| u.split_whitespace().nth(1).map(|e| e == "0"))
+        .unwrap_or(false)
 }
