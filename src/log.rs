@@ -183,15 +183,17 @@ pub fn emit(sink: &Arc<Sink>, fmt: &LogFormat, rec: &LogRecord<'_>) {
 
 /// Wait until every record queued so far is written, for at most `limit`
 /// (at exit, so the last sessions' records are not lost).
+/// The ODBC targets then get [`sqllog::EXIT_FLUSH`](crate::sqllog::EXIT_FLUSH)
+/// of their own (at least `limit`), after the files, so a slow database
+/// cannot cost the file records.
 pub fn flush(limit: Duration) {
-    let start = Instant::now();
-    crate::sqllog::flush(limit);
-    let limit = limit.saturating_sub(start.elapsed());
-    let Some(Some(tx)) = WRITER.get() else { return };
-    let (done_tx, done_rx) = bounded(1);
-    if tx.send_timeout(Msg::Flush(done_tx), limit).is_ok() {
-        let _ = done_rx.recv_timeout(limit);
+    if let Some(Some(tx)) = WRITER.get() {
+        let (done_tx, done_rx) = bounded(1);
+        if tx.send_timeout(Msg::Flush(done_tx), limit).is_ok() {
+            let _ = done_rx.recv_timeout(limit);
+        }
     }
+    crate::sqllog::flush(limit.max(crate::sqllog::EXIT_FLUSH));
 }
 
 /// The cfg that opened the rotating files since the last call is the one

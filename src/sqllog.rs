@@ -59,6 +59,9 @@ const TICK: Duration = Duration::from_millis(500);
 /// How long a writer no cfg uses any more keeps trying a database that
 /// is away before it gives its records up.
 const CLOSE_GRACE: Duration = Duration::from_secs(30);
+/// How long an exit waits for the ODBC queues (a statement is slower
+/// than a line in a file).
+pub const EXIT_FLUSH: Duration = Duration::from_secs(3);
 /// SQLConnect's login timeout, as 3proxy sets it.
 const LOGIN_TIMEOUT_S: u32 = 15;
 /// A statement taking longer than this counts as failed.

@@ -693,3 +693,37 @@ fn is_root() -> bool {
         .and_then(|u| u.split_whitespace().nth(1).map(|e| e == "0"))
         .unwrap_or(false)
 }
+
+#[test]
+fn records_queued_at_sigterm_are_written_before_exit() {
+    let dir = Dir::new("sqllog_exit");
+    let db = Db::new(&dir);
+    let origin = crate::socks::http_origin("127.0.0.1:0");
+    let hp = free_port();
+    let body = format!("auth iponly\nallow *\nproxy -i127.0.0.1 -p{hp}\n");
+    let mut proxy =
+        Proxy::start_with_env(dir, &cfg(&body), &[Listen::Tcp(localhost(hp))], &db.envs());
+    // Twenty clients at once, and the signal as soon as they are served:
+    // the writer is still busy with their records.
+    let op = origin.port();
+    let clients: Vec<_> = (0..20)
+        .map(|i| {
+            std::thread::spawn(move || {
+                let path = format!("/bye{i:02}");
+                let url = format!("http://127.0.0.1:{op}{path}");
+                assert!(http_get(hp, &url, None).ends_with(&hello(&path)));
+            })
+        })
+        .collect();
+    for c in clients {
+        c.join().unwrap();
+    }
+    proxy.signal("TERM");
+    let status = proxy.wait_exit(Duration::from_secs(10));
+    assert!(
+        status.is_some_and(|s| s.success()),
+        "{status:?}\n{}",
+        proxy.stderr()
+    );
+    assert_eq!(db.urls_like("/bye").len(), 20, "{}", proxy.stderr());
+}
