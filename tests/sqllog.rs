@@ -727,3 +727,39 @@ fn records_queued_at_sigterm_are_written_before_exit() {
     );
     assert_eq!(db.urls_like("/bye").len(), 20, "{}", proxy.stderr());
 }
+
+#[test]
+fn a_record_the_database_refuses_does_not_hold_up_the_others() {
+    let dir = Dir::new("sqllog_refused");
+    let db = Db::new(&dir);
+    // The database refuses mallory's rows, and only those.
+    db.sql("create trigger no_mallory before insert on log when new.username = 'mallory' begin select raise(abort, 'no mallory'); end");
+    let origin = crate::socks::http_origin("127.0.0.1:0");
+    let hp = free_port();
+    let body = format!(
+        "users alice:CL:pw mallory:CL:pw\nauth strong\nallow *\nproxy -i127.0.0.1 -p{hp}\n"
+    );
+    let proxy = Proxy::start_with_env(dir, &cfg(&body), &[Listen::Tcp(localhost(hp))], &db.envs());
+    let get = |path: &str, who: &str| {
+        let url = format!("http://127.0.0.1:{}{path}", origin.port());
+        let resp = http_get(hp, &url, Some(who));
+        assert!(resp.ends_with(&hello(path)), "{path}: {resp}");
+    };
+    get("/m0", "mallory:pw");
+    for i in 0..3 {
+        get(&format!("/a{i}"), "alice:pw");
+    }
+    assert!(
+        wait_db(|| db.urls_like("/a").len() == 3),
+        "{:?}\n{}",
+        db.sql("select url from log"),
+        proxy.stderr()
+    );
+    assert!(db.urls_like("/m0").is_empty());
+    let stderr = proxy.stderr();
+    assert!(
+        stderr.contains("a record was refused and dropped") && stderr.contains("no mallory"),
+        "{stderr}"
+    );
+    assert_eq!(dropped(&stderr), 0, "{stderr}");
+}
