@@ -49,13 +49,18 @@ impl Db {
     }
 
     fn at(dir: &Dir, file: PathBuf) -> Db {
+        Db::with_driver(dir, file, DRIVER)
+    }
+
+    /// `driver` is what odbcinst.ini says after `Driver=`.
+    fn with_driver(dir: &Dir, file: PathBuf, driver: &str) -> Db {
         assert!(
             Path::new(DRIVER).exists(),
             "{DRIVER} missing: run tests/deps.sh (libsqliteodbc)"
         );
         dir.write(
             "odbcinst.ini",
-            format!("[SQLite3]\nDescription=SQLite3 ODBC driver\nDriver={DRIVER}\n"),
+            format!("[SQLite3]\nDescription=SQLite3 ODBC driver\nDriver={driver}\n"),
         );
         // Timeout: how long a statement waits for a lock (ms), so a
         // locked database fails a statement quickly.
@@ -762,4 +767,23 @@ fn a_record_the_database_refuses_does_not_hold_up_the_others() {
         "{stderr}"
     );
     assert_eq!(dropped(&stderr), 0, "{stderr}");
+}
+
+#[test]
+fn a_driver_named_without_a_directory_is_found() {
+    // As Debian's libsqliteodbc writes it into /etc/odbcinst.ini: the
+    // built-in driver manager finds it through the binary's RUNPATH.
+    let dir = Dir::new("sqllog_bare_driver");
+    let db = Db::with_driver(&dir, dir.join("log.db"), "libsqlite3odbc.so");
+    let origin = crate::socks::http_origin("127.0.0.1:0");
+    let hp = free_port();
+    let body = format!("auth iponly\nallow *\nproxy -i127.0.0.1 -p{hp}\n");
+    let proxy = Proxy::start_with_env(dir, &cfg(&body), &[Listen::Tcp(localhost(hp))], &db.envs());
+    let url = format!("http://127.0.0.1:{}/bare", origin.port());
+    assert!(http_get(hp, &url, None).ends_with(&hello("/bare")));
+    assert!(
+        wait_db(|| db.urls_like("/bare").len() == 1),
+        "{}",
+        proxy.stderr()
+    );
 }
