@@ -787,3 +787,24 @@ fn a_driver_named_without_a_directory_is_found() {
         proxy.stderr()
     );
 }
+
+#[test]
+fn the_binary_needs_no_odbc_library_to_start() {
+    // The driver manager is linked in: no libodbc among the libraries the
+    // dynamic loader must find before main, so a host without unixODBC
+    // starts and serves every cfg without `log &`.
+    let out = Command::new("readelf")
+        .args(["-d", BIN])
+        .output()
+        .expect("run readelf (binutils)");
+    assert!(out.status.success());
+    let dynamic = String::from_utf8_lossy(&out.stdout);
+    let needed: Vec<&str> = dynamic.lines().filter(|l| l.contains("(NEEDED)")).collect();
+    assert!(!needed.is_empty(), "{dynamic}");
+    assert!(
+        needed
+            .iter()
+            .all(|l| !l.contains("odbc") && !l.contains("ltdl")),
+        "{needed:#?}"
+    );
+}
