@@ -4,18 +4,22 @@
 //! executed on a data source through unixODBC's driver manager.
 //!
 //! One writer thread per target owns the connection. Client threads only
-//! put the record into the target's bounded queue, never waiting: when
-//! the queue is full (the database is away or slower than the traffic),
-//! the record is dropped and counted, and the writer logs the count at
-//! most once per [`DROP_REPORT`]. The writer connects on the first
-//! record; when a statement fails it reconnects and tries once more (a
-//! connection the server has closed); when that fails too the database
-//! is taken as away: the record stays first in line and the writer tries
-//! again after a delay that doubles from [`RETRY_MIN`] to [`RETRY_MAX`],
-//! reading nothing more from the queue meanwhile. A record the database
-//! refuses while it takes others (a statement-level SQLSTATE class, or a
-//! record failing while the next one succeeds) is dropped with a warning,
-//! so one bad record cannot hold up the log.
+//! count the record into the target's bound (`odbcqueue`) and hand it
+//! over, never waiting: when the bound is reached (the database is away
+//! or slower than the traffic), the record is dropped and counted, and
+//! the writer logs the count at most once per [`DROP_REPORT`]. The
+//! writer connects on the first record; when a statement fails it
+//! reconnects and tries once more (a connection the server has closed).
+//! When that fails too, a round ([`Writer::round`]) tries up to
+//! [`PROBES`] - 1 other waiting records: if one is written, the database
+//! works and the records that failed in the round are refused, dropped
+//! with a warning; if none is (or no connection could be made), the
+//! database is taken as away: nothing is dropped, the records stay in
+//! order, and the next round comes after a delay that doubles from
+//! [`RETRY_MIN`] to [`RETRY_MAX`]. The probes start where the last
+//! round's stopped, so a run of bad records cannot hide the good ones
+//! behind it for long. A statement-level SQLSTATE class (42 syntax, 23
+//! constraint, ...) drops its record at once.
 //!
 //! Values a client chooses are parameters of the statement, never its
 //! text (see `render_sql`): a quote in a user name or URL is stored as
@@ -34,11 +38,11 @@
 //! are loaded with dlopen only when a `log &` target connects.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Once, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{bounded, Receiver, RecvTimeoutError, Sender, TryRecvError, TrySendError};
+use crossbeam_channel::{bounded, unbounded, Receiver, RecvTimeoutError, Sender};
 use odbc_api::parameter::VarCharSlice;
 use odbc_api::{Connection, ConnectionOptions, Environment};
 
@@ -89,6 +93,9 @@ impl std::fmt::Debug for SqlLog {
 }
 
 struct Shared {
+    /// Records queued and not written (or given up) yet: in the channel
+    /// and in the writer's hands. Never above the queue size.
+    queued: AtomicUsize,
     /// Records dropped since the last report.
     dropped: AtomicU64,
     /// No cfg uses this writer any more.
@@ -140,8 +147,11 @@ impl SqlLog {
         if let Some(live) = all.iter().filter_map(Weak::upgrade).find(|l| l.key == key) {
             return Ok(live);
         }
-        let (tx, rx) = bounded(queue);
+        // The bound is `Shared::queued`: the writer takes records out of
+        // the channel as they come, to try them in any order.
+        let (tx, rx) = unbounded();
         let shared = Arc::new(Shared {
+            queued: AtomicUsize::new(0),
             dropped: AtomicU64::new(0),
             closed: AtomicBool::new(false),
         });
@@ -153,6 +163,7 @@ impl SqlLog {
             shared: shared.clone(),
             conn: None,
             rejected: 0,
+            reject_warned: None,
         };
         let log = Arc::new(SqlLog {
             dsn: target.dsn,
@@ -191,11 +202,18 @@ impl SqlLog {
                 );
             }
         });
-        match self.tx.try_send(Msg::Rec(rec)) {
-            Ok(()) => {}
-            Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) => {
-                self.shared.dropped.fetch_add(1, Ordering::Relaxed);
+        let sh = &self.shared;
+        let taken = sh
+            .queued
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < self.key.1).then_some(n + 1)
+            })
+            .is_ok();
+        if !taken || self.tx.send(Msg::Rec(rec)).is_err() {
+            if taken {
+                sh.queued.fetch_sub(1, Ordering::AcqRel);
             }
+            sh.dropped.fetch_add(1, Ordering::Relaxed);
         }
     }
 }
@@ -229,7 +247,7 @@ pub fn flush(limit: Duration) {
             log::warn!(
                 "access log {}: about {} records not written at exit: the database did not take them in time",
                 l.name(),
-                l.tx.len() + 1
+                l.shared.queued.load(Ordering::Relaxed)
             );
         }
     }
@@ -254,11 +272,18 @@ fn one_line(e: &odbc_api::Error) -> String {
 
 /// Why a record was not written.
 enum Fail {
-    /// The database refused this statement (it takes others).
+    /// The database refused this statement for what it is (SQLSTATE).
     Rejected(String),
-    /// The database is away, or refuses everything: try again later.
-    Down(String),
+    /// No connection could be made: the database is away.
+    Unreachable(String),
+    /// Connected, but the statement failed: the database is away (or
+    /// refuses writes), or this record is bad; other records tell.
+    Failed(String),
 }
+
+/// At most this many records are tried in one round while they fail,
+/// to tell a database that is away from records it refuses.
+const PROBES: usize = 3;
 
 /// SQLSTATE classes that blame the statement, not the connection: 07
 /// dynamic SQL, 21 cardinality, 22 data, 23 constraint, 42 syntax or
@@ -282,96 +307,162 @@ struct Writer {
     rx: Receiver<Msg>,
     shared: Arc<Shared>,
     conn: Option<Connection<'static>>,
-    /// Records the database refused, since the last report.
+    /// Records the database refused and not reported yet.
     rejected: u64,
+    /// When a refusal was last reported with its reason.
+    reject_warned: Option<Instant>,
 }
 
 impl Writer {
     fn run(mut self) {
-        // The first record in line and, while that one fails, the next.
-        let mut held: VecDeque<SqlRecord> = VecDeque::with_capacity(2);
+        // Records taken out of the channel, oldest first.
+        let mut pending: VecDeque<SqlRecord> = VecDeque::new();
         let mut waiters: Vec<Sender<()>> = Vec::new();
         let mut delay = RETRY_MIN;
         let mut next_try = Instant::now();
         let mut down_since: Option<Instant> = None;
         let mut last_report: Option<Instant> = None;
+        // When the writer, with its database away, saw that no cfg uses
+        // it any more.
+        let mut closed_at: Option<Instant> = None;
+        // Where the next round's probes start (see `round`).
+        let mut cursor = 1;
         loop {
             self.report(&mut last_report, false);
-            if held.is_empty() {
+            // Take what has come; wait only when there is nothing to do.
+            let first = if pending.is_empty() {
                 for w in waiters.drain(..) {
                     let _ = w.send(());
                 }
                 match self.rx.recv_timeout(TICK) {
-                    Ok(Msg::Rec(r)) => held.push_back(r),
-                    Ok(Msg::Flush(done)) => {
-                        let _ = done.send(());
-                        continue;
-                    }
+                    Ok(m) => Some(m),
                     Err(RecvTimeoutError::Timeout) => continue,
                     Err(RecvTimeoutError::Disconnected) => {
                         self.report(&mut last_report, true);
                         return;
                     }
                 }
+            } else {
+                None
+            };
+            for m in first
+                .into_iter()
+                .chain(std::iter::from_fn(|| self.rx.try_recv().ok()))
+            {
+                match m {
+                    Msg::Rec(r) => pending.push_back(r),
+                    // Done when what came before it is written.
+                    Msg::Flush(done) if pending.is_empty() => {
+                        let _ = done.send(());
+                    }
+                    Msg::Flush(done) => waiters.push(done),
+                }
+            }
+            if pending.is_empty() {
+                continue;
             }
             let now = Instant::now();
             if now < next_try {
                 if self.shared.closed.load(Ordering::Relaxed)
-                    && down_since.is_some_and(|t| now.duration_since(t) >= CLOSE_GRACE)
+                    && now.duration_since(*closed_at.get_or_insert(now)) >= CLOSE_GRACE
                 {
-                    self.give_up(held.len() as u64, &mut last_report);
+                    self.give_up(&mut pending, &mut last_report);
                     return;
                 }
                 std::thread::sleep((next_try - now).min(TICK));
                 continue;
             }
-            let err = match self.write(&held[0]) {
+            match self.round(&mut pending, &mut cursor) {
+                None => self.back_up(&mut down_since, &mut delay),
+                Some(err) => {
+                    self.conn = None;
+                    if down_since.is_none() {
+                        down_since = Some(now);
+                        log::warn!(
+                            "{}: {err}; records wait in memory (at most {}) until the database takes them",
+                            self.name,
+                            self.queue
+                        );
+                    }
+                    next_try = Instant::now() + delay;
+                    delay = (delay * 2).min(RETRY_MAX);
+                }
+            }
+        }
+    }
+
+    /// Write the first pending record; if it fails on a working
+    /// connection, try up to [`PROBES`] - 1 others, from `cursor` on
+    /// (so that a run of bad records cannot hide the good ones behind
+    /// them round after round). One written means the database works:
+    /// the records that failed in this round are refused, and dropped.
+    /// None when something was written (or dropped as refused); the
+    /// error when the database looks away.
+    fn round(&mut self, pending: &mut VecDeque<SqlRecord>, cursor: &mut usize) -> Option<String> {
+        let err = match self.write(&pending[0]) {
+            Ok(()) => {
+                self.done(pending.pop_front());
+                return None;
+            }
+            Err(Fail::Rejected(e)) => {
+                self.done(pending.pop_front());
+                self.reject(&e);
+                return None;
+            }
+            Err(Fail::Unreachable(e)) => return Some(e),
+            Err(Fail::Failed(e)) => e,
+        };
+        let mut failed = vec![0];
+        let mut refused = Vec::new();
+        let mut written = None;
+        let n = pending.len();
+        let mut i = (*cursor).max(1);
+        for _ in 1..PROBES.min(n) {
+            if i >= n {
+                i = 1;
+            }
+            match self.write(&pending[i]) {
                 Ok(()) => {
-                    held.pop_front();
-                    self.back_up(&mut down_since, &mut delay);
-                    continue;
+                    written = Some(i);
+                    break;
                 }
-                Err(Fail::Rejected(e)) => {
-                    held.pop_front();
-                    self.reject(&e);
-                    continue;
-                }
-                Err(Fail::Down(e)) => e,
-            };
-            // Is it the database, or this record? The next one tells.
-            if held.len() < 2 {
-                match self.rx.try_recv() {
-                    Ok(Msg::Rec(r)) => held.push_back(r),
-                    Ok(Msg::Flush(done)) => waiters.push(done),
-                    Err(TryRecvError::Empty | TryRecvError::Disconnected) => {}
-                }
+                Err(Fail::Rejected(e)) => refused.push((i, e)),
+                Err(Fail::Unreachable(_)) => break,
+                Err(Fail::Failed(_)) => failed.push(i),
             }
-            if held.len() == 2 {
-                match self.write(&held[1]) {
-                    Ok(()) => {
-                        held.clear();
-                        self.reject(&err);
-                        self.back_up(&mut down_since, &mut delay);
-                        continue;
-                    }
-                    Err(Fail::Rejected(e)) => {
-                        held.pop_back();
-                        self.reject(&e);
-                    }
-                    Err(Fail::Down(_)) => {}
-                }
+            i += 1;
+        }
+        *cursor = i;
+        let mut gone: Vec<usize> = refused.iter().map(|(i, _)| *i).collect();
+        for (_, e) in &refused {
+            self.reject(e);
+        }
+        if let Some(w) = written {
+            gone.push(w);
+            for &f in &failed {
+                self.reject(&err);
+                gone.push(f);
             }
-            self.conn = None;
-            if down_since.is_none() {
-                down_since = Some(now);
-                log::warn!(
-                    "{}: {err}; records wait in memory (at most {}) until the database takes them",
-                    self.name,
-                    self.queue
-                );
-            }
-            next_try = Instant::now() + delay;
-            delay = (delay * 2).min(RETRY_MAX);
+        }
+        gone.sort_unstable();
+        for &g in gone.iter().rev() {
+            let r = pending.remove(g);
+            self.done(r);
+        }
+        if *cursor > pending.len() {
+            *cursor = 1;
+        }
+        // Only a written record shows that the database works.
+        match written {
+            Some(_) => None,
+            None => Some(err),
+        }
+    }
+
+    /// A record left the queue (written or dropped).
+    fn done(&self, r: Option<SqlRecord>) {
+        if r.is_some() {
+            self.shared.queued.fetch_sub(1, Ordering::AcqRel);
         }
     }
 
@@ -387,10 +478,17 @@ impl Writer {
         *delay = RETRY_MIN;
     }
 
+    /// A refused record: its reason at most once per [`DROP_REPORT`], the
+    /// others counted for [`Writer::report`].
     fn reject(&mut self, e: &str) {
-        self.rejected += 1;
-        if self.rejected == 1 {
+        if self
+            .reject_warned
+            .is_none_or(|t| t.elapsed() >= DROP_REPORT)
+        {
+            self.reject_warned = Some(Instant::now());
             log::warn!("{}: a record was refused and dropped: {e}", self.name);
+        } else {
+            self.rejected += 1;
         }
     }
 
@@ -408,28 +506,29 @@ impl Writer {
                 self.queue
             );
         }
-        if self.rejected > 1 {
+        let r = std::mem::take(&mut self.rejected);
+        if r > 0 {
             log::warn!(
-                "{}: {} more records refused by the database and dropped",
-                self.name,
-                self.rejected - 1
+                "{}: {r} more records refused by the database and dropped",
+                self.name
             );
         }
-        self.rejected = 0;
-        if n > 0 || now {
+        if n > 0 || r > 0 || now {
             *last = Some(Instant::now());
         }
     }
 
     /// No cfg uses this writer and its database stayed away: drop what
     /// is left, say how much, end.
-    fn give_up(&mut self, held: u64, last: &mut Option<Instant>) {
-        let mut n = held;
+    fn give_up(&mut self, pending: &mut VecDeque<SqlRecord>, last: &mut Option<Instant>) {
+        let mut n = pending.len() as u64;
+        pending.clear();
         while let Ok(m) = self.rx.try_recv() {
             if let Msg::Rec(_) = m {
                 n += 1;
             }
         }
+        self.shared.queued.store(0, Ordering::Release);
         self.shared.dropped.fetch_add(n, Ordering::Relaxed);
         self.report(last, true);
     }
@@ -439,20 +538,20 @@ impl Writer {
     fn write(&mut self, rec: &SqlRecord) -> Result<(), Fail> {
         let fresh = self.conn.is_none();
         if fresh {
-            self.conn = Some(self.connect().map_err(Fail::Down)?);
+            self.conn = Some(self.connect().map_err(Fail::Unreachable)?);
         }
         match self.execute(rec) {
             Ok(()) => return Ok(()),
             Err(e) if statement_error(&e) => return Err(Fail::Rejected(one_line(&e))),
-            Err(e) if fresh => return Err(Fail::Down(one_line(&e))),
+            Err(e) if fresh => return Err(Fail::Failed(one_line(&e))),
             Err(_) => {}
         }
         self.conn = None;
-        self.conn = Some(self.connect().map_err(Fail::Down)?);
+        self.conn = Some(self.connect().map_err(Fail::Unreachable)?);
         match self.execute(rec) {
             Ok(()) => Ok(()),
             Err(e) if statement_error(&e) => Err(Fail::Rejected(one_line(&e))),
-            Err(e) => Err(Fail::Down(one_line(&e))),
+            Err(e) => Err(Fail::Failed(one_line(&e))),
         }
     }
 
