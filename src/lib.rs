@@ -41,6 +41,7 @@ mod service;
 mod services;
 mod session;
 mod shutdown;
+mod sqllog;
 mod sys;
 mod timeouts;
 mod tls;

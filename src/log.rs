@@ -50,6 +50,7 @@ use crossbeam_channel::{bounded, Receiver, RecvTimeoutError, SendTimeoutError, S
 
 use crate::conf::token::quote;
 use crate::logformat::{LogFormat, LogRecord};
+use crate::sqllog::SqlLog;
 use crate::sys::process::Owner;
 use crate::sys::time;
 
@@ -77,6 +78,9 @@ pub enum Sink {
     Syslog {
         ident: String,
     },
+    /// `log &DSN[,USER[,PASSWORD]]`: ODBC, with a writer of its own
+    /// (`sqllog`).
+    Sql(Arc<SqlLog>),
 }
 
 impl Sink {
@@ -134,6 +138,7 @@ impl Sink {
             Sink::Stdout => "stdout".into(),
             Sink::File(f) => f.current_path().display().to_string(),
             Sink::Syslog { ident } => format!("syslog @{ident}"),
+            Sink::Sql(db) => db.name(),
         }
     }
 
@@ -147,6 +152,8 @@ impl Sink {
             }
             Sink::File(f) => f.write(line),
             Sink::Syslog { ident } => syslog_send(ident, line),
+            // Records for a database go to its own writer (`emit`).
+            Sink::Sql(_) => Ok(()),
         };
         if let Err(e) = res {
             warn_limited(&format!("access log {}: {e}", self.name()));
@@ -156,6 +163,10 @@ impl Sink {
 
 /// Format `rec` with `fmt` and queue it for `sink` as one line.
 pub fn emit(sink: &Arc<Sink>, fmt: &LogFormat, rec: &LogRecord<'_>) {
+    if let Sink::Sql(db) = &**sink {
+        db.push(fmt.render_sql(rec));
+        return;
+    }
     let mut line = Vec::with_capacity(256);
     fmt.render(rec, &mut line);
     line.push(b'\n');
@@ -172,12 +183,17 @@ pub fn emit(sink: &Arc<Sink>, fmt: &LogFormat, rec: &LogRecord<'_>) {
 
 /// Wait until every record queued so far is written, for at most `limit`
 /// (at exit, so the last sessions' records are not lost).
+/// The ODBC targets then get [`sqllog::EXIT_FLUSH`](crate::sqllog::EXIT_FLUSH)
+/// of their own (at least `limit`), after the files, so a slow database
+/// cannot cost the file records.
 pub fn flush(limit: Duration) {
-    let Some(Some(tx)) = WRITER.get() else { return };
-    let (done_tx, done_rx) = bounded(1);
-    if tx.send_timeout(Msg::Flush(done_tx), limit).is_ok() {
-        let _ = done_rx.recv_timeout(limit);
+    if let Some(Some(tx)) = WRITER.get() {
+        let (done_tx, done_rx) = bounded(1);
+        if tx.send_timeout(Msg::Flush(done_tx), limit).is_ok() {
+            let _ = done_rx.recv_timeout(limit);
+        }
     }
+    crate::sqllog::flush(limit.max(crate::sqllog::EXIT_FLUSH));
 }
 
 /// The cfg that opened the rotating files since the last call is the one

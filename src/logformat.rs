@@ -358,9 +358,7 @@ impl LogFormat {
         }
     }
 
-    /// Append the expanded record (no trailing newline) to `out`.
-    pub fn render(&self, rec: &LogRecord<'_>, out: &mut Vec<u8>) {
-        let base = out.len();
+    fn ctx<'r, 'a>(&self, rec: &'r LogRecord<'a>, base: usize) -> Ctx<'r, 'a> {
         let (now_s, now_ms) = split_time(rec.now);
         let tm = if !self.needs_tm {
             time::utc(0)
@@ -370,7 +368,7 @@ impl LogFormat {
             time::local(now_s)
         };
         let delay = delay_ms(rec.start, now_s, now_ms);
-        let cx = Ctx {
+        Ctx {
             rec,
             tm,
             now_s,
@@ -378,7 +376,13 @@ impl LogFormat {
             delay,
             base,
             filter: self.filter,
-        };
+        }
+    }
+
+    /// Append the expanded record (no trailing newline) to `out`.
+    pub fn render(&self, rec: &LogRecord<'_>, out: &mut Vec<u8>) {
+        let base = out.len();
+        let cx = self.ctx(rec, base);
         for seg in &self.segs {
             let len = out.len() - base;
             if len >= LOOP_CAP {
@@ -389,6 +393,154 @@ impl LogFormat {
                 Seg::Item(it) => cx.item(*it, out),
             }
         }
+    }
+}
+
+/// One record of an SQL log target (`log &DSN`): the statement with a `?`
+/// for each value that came from a client, and those values in order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SqlRecord {
+    pub statement: Vec<u8>,
+    pub params: Vec<Vec<u8>>,
+}
+
+impl LogFormat {
+    /// The record as an SQL statement with parameters, for `log &DSN`.
+    ///
+    /// The format's literal text is the statement. A single-quoted SQL
+    /// literal in it that holds at least one escape (`'%U'`,
+    /// `'%Y-%m-%d %H:%M:%S'`) becomes one `?` whose value is the literal's
+    /// expanded contents (a doubled `''` in the format stands for one
+    /// quote); a quoted literal with no escape stays as written. Outside
+    /// quotes, the escapes whose text a client chooses (`%U`, `%n`, `%T`,
+    /// `%N1-N2T`) become a `?` each too; the others (numbers, addresses,
+    /// times, the service name) are written into the statement, since
+    /// their bytes are digits, dots, colons and letters of our own. So no
+    /// byte a client sends is ever part of the statement's text. The
+    /// `-XYZ+R` filter applies to the values as in a text log. A quote
+    /// left open at the end is closed by nothing: the rest is kept as
+    /// literal text, its values with quotes doubled.
+    pub fn render_sql(&self, rec: &LogRecord<'_>) -> SqlRecord {
+        let cx = self.ctx(rec, 0);
+        let mut st = SqlState {
+            out: SqlRecord {
+                statement: Vec::with_capacity(256),
+                params: Vec::new(),
+            },
+            quote: None,
+            closing: false,
+        };
+        let mut tmp = Vec::new();
+        for seg in &self.segs {
+            match seg {
+                Seg::Lit(l) => {
+                    for &c in l.iter() {
+                        st.byte(c);
+                    }
+                }
+                Seg::Item(it) => {
+                    tmp.clear();
+                    cx.item(*it, &mut tmp);
+                    st.item(*it, &tmp);
+                }
+            }
+        }
+        st.finish()
+    }
+}
+
+/// An SQL literal being read: as written (values with quotes doubled)
+/// and as its value, and whether an escape was in it.
+struct Quoted {
+    raw: Vec<u8>,
+    value: Vec<u8>,
+    has_item: bool,
+}
+
+struct SqlState {
+    out: SqlRecord,
+    quote: Option<Quoted>,
+    /// A quote was seen inside a literal: it closes it unless the next
+    /// byte is a quote too (`''`).
+    closing: bool,
+}
+
+impl SqlState {
+    fn byte(&mut self, c: u8) {
+        if self.closing {
+            self.closing = false;
+            if c == b'\'' {
+                let q = self.quote.as_mut().expect("closing inside a literal");
+                q.raw.extend_from_slice(b"''");
+                q.value.push(b'\'');
+                return;
+            }
+            self.close();
+        }
+        match &mut self.quote {
+            None if c == b'\'' => {
+                self.quote = Some(Quoted {
+                    raw: vec![b'\''],
+                    value: Vec::new(),
+                    has_item: false,
+                })
+            }
+            None => self.out.statement.push(c),
+            Some(_) if c == b'\'' => self.closing = true,
+            Some(q) => {
+                q.raw.push(c);
+                q.value.push(c);
+            }
+        }
+    }
+
+    fn item(&mut self, it: Item, text: &[u8]) {
+        if self.closing {
+            self.closing = false;
+            self.close();
+        }
+        match &mut self.quote {
+            Some(q) => {
+                q.has_item = true;
+                q.value.extend_from_slice(text);
+                for &c in text {
+                    q.raw.push(c);
+                    if c == b'\'' {
+                        q.raw.push(c);
+                    }
+                }
+            }
+            None if matches!(
+                it,
+                Item::User | Item::ReqHost | Item::Text | Item::Fields { .. }
+            ) =>
+            {
+                self.out.statement.push(b'?');
+                self.out.params.push(text.to_vec());
+            }
+            None => self.out.statement.extend_from_slice(text),
+        }
+    }
+
+    /// The literal ended with its closing quote.
+    fn close(&mut self) {
+        let Some(q) = self.quote.take() else { return };
+        if q.has_item {
+            self.out.statement.push(b'?');
+            self.out.params.push(q.value);
+        } else {
+            self.out.statement.extend_from_slice(&q.raw);
+            self.out.statement.push(b'\'');
+        }
+    }
+
+    fn finish(mut self) -> SqlRecord {
+        if self.closing {
+            self.close();
+        } else if let Some(q) = self.quote.take() {
+            self.out.statement.extend_from_slice(&q.raw);
+        }
+        self.out
     }
 }
 
@@ -1233,5 +1385,75 @@ mod tests {
         assert_eq!(f(-50, 2), "-5");
         assert_eq!(f(2023, 4), "2023");
         assert_eq!(f(12345, 4), "1234");
+    }
+
+    fn sql(fmt: &str, r: &LogRecord<'_>) -> (String, Vec<String>) {
+        let out = LogFormat::parse(fmt).render_sql(r);
+        (
+            String::from_utf8(out.statement).unwrap(),
+            out.params
+                .into_iter()
+                .map(|p| String::from_utf8(p).unwrap())
+                .collect(),
+        )
+    }
+
+    #[test]
+    fn sql_statement_takes_client_text_as_parameters() {
+        // 3proxy's cfg/sql sample, without its filter prefix.
+        let fmt = "Ginsert into log (time, bytesin, username, url, host, port, service) \
+                   values ('%Y-%m-%d %H:%M:%S', %I, '%U', '%T', '%n', %r, '%N');";
+        let (st, params) = sql(fmt, &rec());
+        assert_eq!(
+            st,
+            "insert into log (time, bytesin, username, url, host, port, service) \
+             values (?, 12345, ?, ?, ?, 80, ?);"
+        );
+        assert_eq!(
+            params,
+            [
+                "2023-11-14 22:13:20",
+                "alice",
+                "GET http://example.com/ HTTP/1.1",
+                "example.com",
+                "PROXY"
+            ]
+        );
+        // A quote from a client is a value, never statement text.
+        let mut r = rec();
+        r.user = Some("o'brien'); drop table log; --");
+        r.text = "GET http://x/'q HTTP/1.1";
+        let (st, params) = sql("Linsert into t values ('%U', %T, %U)", &r);
+        assert_eq!(st, "insert into t values (?, ?, ?)");
+        assert_eq!(
+            params,
+            [
+                "o'brien'); drop table log; --",
+                "GET http://x/'q HTTP/1.1",
+                "o'brien'); drop table log; --"
+            ]
+        );
+        // The sample's prefix filters the quote out of the values.
+        let (_, params) = sql("-'+_Linsert into t values ('%U')", &r);
+        assert_eq!(params, ["o_brien_); drop table log; --"]);
+    }
+
+    #[test]
+    fn sql_literals_without_escapes_and_doubled_quotes() {
+        let r = rec();
+        let (st, params) = sql("Linsert into t values ('it''s', 'a''%U''b', %E, '%C')", &r);
+        assert_eq!(st, "insert into t values ('it''s', ?, 00000, ?)");
+        assert_eq!(params, ["a'alice'b", "192.168.1.10"]);
+        // A literal at the very end, and one never closed.
+        let (st, params) = sql("Lselect '%U'", &r);
+        assert_eq!((st.as_str(), params.len()), ("select ?", 1));
+        let mut q = rec();
+        q.user = Some("a'b");
+        let (st, params) = sql("Lselect 'x%U", &q);
+        assert_eq!((st.as_str(), params.len()), ("select 'xa''b", 0));
+        // No quotes at all: numbers inline, client text bound.
+        let (st, params) = sql("Lvalues (%O, %n, %p)", &r);
+        assert_eq!(st, "values (678, ?, 3128)");
+        assert_eq!(params, ["example.com"]);
     }
 }

@@ -8,7 +8,8 @@
 # python3-aiosmtpd (mail servers with STARTTLS), prometheus (scrapes the
 # admin service's /metrics), chromium (opens the admin service's sessions
 # page; driven by tests/cdp_sessions.js with Node.js 20 or later, which the
-# machine has). Fails loudly (non-zero) rather than
+# machine has), libsqliteodbc and unixodbc (SQLite's ODBC driver for the
+# `log &DSN` tests). Fails loudly (non-zero) rather than
 # letting tests skip.
 set -e
 need=""
@@ -27,6 +28,12 @@ command -v chromium >/dev/null 2>&1 || need="$need chromium"
 /usr/bin/python3 -c 'import aiosmtpd' >/dev/null 2>&1 || need="$need python3-aiosmtpd"
 # A DNS server for the DNS-through-a-SOCKS-parent tests.
 command -v dnsmasq >/dev/null 2>&1 || [ -x /usr/sbin/dnsmasq ] || need="$need dnsmasq-base"
+# The ODBC log tests: unixODBC's tools and SQLite's ODBC driver (the
+# proxy carries its own driver manager; the driver loads libodbcinst).
+# python3's sqlite3 module makes and reads the databases.
+[ -e /usr/lib/x86_64-linux-gnu/odbc/libsqlite3odbc.so ] || need="$need libsqliteodbc"
+command -v odbcinst >/dev/null 2>&1 || need="$need unixodbc"
+/usr/bin/python3 -c 'import sqlite3' >/dev/null 2>&1 || need="$need libpython3-stdlib"
 if [ -n "$need" ]; then
     if [ "$(id -u)" != 0 ]; then
         echo "tests/deps.sh: missing:$need (run as root to install them)" >&2

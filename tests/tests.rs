@@ -37,6 +37,7 @@ mod services;
 mod smtpp;
 mod smuggle;
 mod socks;
+mod sqllog;
 mod standalone;
 mod starttls;
 mod tcppm;

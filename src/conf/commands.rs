@@ -79,6 +79,7 @@ pub static COMMANDS: &[Command] = &[
     cmd("rotate", 2, 2, ops_cmds::h_rotate),
     cmd("archiver", 3, 0, ops_cmds::h_archiver),
     cmd("logdump", 2, 3, ops_cmds::h_logdump),
+    cmd("odbcqueue", 2, 2, ops_cmds::h_odbcqueue),
     cmd("delimchar", 2, 2, ops_cmds::h_delimchar),
     cmd("plugin", 3, 0, plugin_cmds::h_plugin),
     cmd("transparent", 1, 1, plugin_cmds::h_transparent),

@@ -49,6 +49,8 @@ pub struct Ops {
     /// thread that writes them starts when the cfg is committed, after
     /// `daemon`'s fork (threads do not survive a fork).
     pub reports: bool,
+    /// `odbcqueue N`: the queue of each later `log &...` target.
+    pub odbcqueue: usize,
 }
 
 impl Default for Ops {
@@ -66,6 +68,7 @@ impl Default for Ops {
             logdump: LogDump::default(),
             delimchar: b'@',
             reports: false,
+            odbcqueue: crate::sqllog::DEFAULT_QUEUE,
         }
     }
 }
