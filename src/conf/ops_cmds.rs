@@ -112,7 +112,7 @@ pub fn open_log_target(
         return Err("ODBC logging is not supported".into());
     }
     if target == "radius" {
-        return Err("RADIUS accounting is not supported yet".into());
+        return Ok(Some(Arc::new(Sink::Radius)));
     }
     let period = match args.get(2) {
         None => Period::Never,
@@ -268,6 +268,10 @@ mod tests {
             Some(Sink::Syslog { ident }) if ident == "3proxy"
         ));
         assert!(run("log &dsn").unwrap_err().contains("ODBC"));
+        assert!(matches!(
+            run("log radius").unwrap().log.as_deref(),
+            Some(Sink::Radius)
+        ));
         assert!(run("log /nonexistent/dir/file D").is_err());
     }
 }

@@ -69,6 +69,9 @@ pub struct State {
     pub filtermaxsize: usize,
     /// The `ssl_*` settings so far.
     pub tls: crate::tls::Settings,
+    /// The last `radius` line: secret and servers; installed for every
+    /// service by `finalize`, with the timeout.
+    pub radius: Option<(Vec<u8>, Vec<crate::radius::Server>)>,
 }
 
 impl State {
@@ -101,6 +104,7 @@ impl State {
             pcre_opts: Default::default(),
             filtermaxsize: crate::filter::DEFAULT_MAXSIZE,
             tls: Default::default(),
+            radius: None,
         }
     }
 
@@ -142,6 +146,14 @@ impl State {
         self.ops.finalize();
         crate::resolve::install(self.resolver.clone(), &self.timeouts);
         crate::parent::set_retries(self.parent_retries);
+        if let Some((secret, servers)) = self.radius.take() {
+            // Each server is waited for BYTE_LONG, as 3proxy waits.
+            self.access.radius.set(crate::radius::Conf {
+                secret,
+                servers,
+                wait: self.timeouts.get(Timeouts::BYTE_LONG),
+            });
+        }
         for p in &mut self.services {
             let Some(svc) = Arc::get_mut(&mut p.svc) else {
                 continue;
