@@ -580,7 +580,7 @@ fn admit(p: &Policy, req: &Request<'_>, at: &At, with_limits: bool) -> Result<Gr
                         host: q.host.map(str::to_string),
                         dst: req.addr,
                         port: req.port,
-                        op: q.op << 8,
+                        op: Some(q.op << 8),
                         session_id: crate::radius::session_id(at.now),
                     };
                     match crate::radius::authenticate(conf, &f, req.password) {

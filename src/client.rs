@@ -335,7 +335,7 @@ impl Client {
             host: self.req_host.clone(),
             dst: self.req_addr.map(|a| a.ip()),
             port: self.req_addr.map_or(0, |a| a.port()),
-            op: 0,
+            op: None,
             session_id: s.map_or_else(|| crate::radius::session_id(self.start), |s| s.id.clone()),
         };
         let a = crate::radius::Acct {

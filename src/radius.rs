@@ -97,8 +97,9 @@ pub struct Fields {
     /// Login-IP-Host (Login-IPv6-Host) and Login-TCP-Port.
     pub dst: Option<IpAddr>,
     pub port: u16,
-    /// Login-Service: the operation's bits shifted by 8, as 3proxy sends.
-    pub op: u32,
+    /// Login-Service: the operation's bits shifted by 8, as 3proxy sends
+    /// (Access-Request only: a record does not keep its operation).
+    pub op: Option<u32>,
     pub session_id: String,
 }
 
@@ -119,7 +120,9 @@ impl Fields {
         if let Some(h) = &self.host {
             b.add(attr::CALLED_STATION_ID, h.as_bytes());
         }
-        b.add_u32(attr::LOGIN_SERVICE, self.op);
+        if let Some(op) = self.op {
+            b.add_u32(attr::LOGIN_SERVICE, op);
+        }
         b.add_u32(attr::LOGIN_TCP_PORT, u32::from(self.port));
         if let Some(d) = self.dst {
             b.add_ip(attr::LOGIN_IP_HOST, attr::LOGIN_IPV6_HOST, d);

@@ -4,7 +4,8 @@
 # (small helper processes inside namespaces, the bench harness's unit
 # tests), openssl (a TLS origin for CONNECT tests), iptables (REDIRECT
 # rules for the transparent plugin tests), python3-pyftpdlib (an FTP
-# server for the ftp:// gateway). Fails loudly (non-zero) rather than
+# server for the ftp:// gateway), freeradius and freeradius-utils (a RADIUS
+# server for auth radius and log radius). Fails loudly (non-zero) rather than
 # letting tests skip.
 set -e
 need=""
@@ -16,6 +17,9 @@ command -v iptables >/dev/null 2>&1 || need="$need iptables"
 # An FTP server for the HTTP proxy's ftp:// gateway tests, for Debian's
 # python3 (the tests run /usr/bin/python3, not a python3 first in PATH).
 /usr/bin/python3 -c 'import pyftpdlib' >/dev/null 2>&1 || need="$need python3-pyftpdlib"
+# A RADIUS server for `auth radius` and `log radius`, with radclient.
+command -v freeradius >/dev/null 2>&1 || need="$need freeradius"
+command -v radclient >/dev/null 2>&1 || need="$need freeradius-utils"
 if [ -n "$need" ]; then
     if [ "$(id -u)" != 0 ]; then
         echo "tests/deps.sh: missing:$need (run as root to install them)" >&2
