@@ -19,11 +19,13 @@ use crate::util::*;
 const SECRET: &str = "testing123";
 
 /// Users of the `files` module: alice gets a Framed-IP-Address and a
-/// Class, bob neither.
+/// Class, bob neither, dave a Session-Timeout of 1 s.
 const USERS: &str = r#"alice Cleartext-Password := "secret"
 	Framed-IP-Address = 127.0.0.2,
 	Class = "gold"
 bob Cleartext-Password := "pw2"
+dave Cleartext-Password := "pw"
+	Session-Timeout = 1
 "#;
 
 /// A FreeRADIUS in the foreground (`-f -l stdout`), answering
@@ -567,4 +569,64 @@ fn sigterm_sends_the_pending_stops_first() {
         "{}",
         stop[0]
     );
+}
+
+#[test]
+fn authcache_keeps_radius_answers_and_their_source_address() {
+    let dir = Dir::new("radius_cache");
+    let rad = Radiusd::start(&dir);
+    let origin = http_origin("cached");
+    let (_proxy, port, log) = start_proxy(
+        dir,
+        &rad.server(),
+        "timeouts 1 1 5 30 60 180 1800 15 60\nauthcache user,pass,ext 60\nauth cache radius",
+    );
+    let ok = get(port, origin.port(), "alice", "secret");
+    assert_eq!(status(&ok), "200", "{ok}");
+    drop(rad);
+    // FreeRADIUS is gone: the cache answers, with alice's address.
+    let ok = get(port, origin.port(), "alice", "secret");
+    assert_eq!(status(&ok), "200", "{ok}");
+    let peers = origin.peers();
+    assert_eq!(peers.len(), 2);
+    assert!(
+        peers.iter().all(|p| p.ip().to_string() == "127.0.0.2"),
+        "{peers:?}"
+    );
+    // Another password is not in the cache, and no server answers.
+    let no = get(port, origin.port(), "alice", "other");
+    assert_eq!(status(&no), "407", "{no}");
+    read_log_line(&log, "code 26", |l| l.starts_with("alice 00026"));
+}
+
+#[test]
+fn session_timeout_ends_the_session() {
+    let dir = Dir::new("radius_session_timeout");
+    let rad = Radiusd::start(&dir);
+    let origin = Origin::echo();
+    let port = free_port();
+    let log = dir.join("proxy.log");
+    let cfg = format!(
+        "log {}\nlogformat \"L%U %E\"\nradius {SECRET} {}\nauth radius\nsocks -p{port} -i127.0.0.1\n",
+        p(&log),
+        rad.server()
+    );
+    let _proxy = Proxy::start(dir, &cfg, &[Listen::Tcp(localhost(port))]);
+    let t = Instant::now();
+    let mut s = socks5(port, "dave", "pw", localhost(origin.port()));
+    echo_roundtrip(&mut s, b"still here");
+    // The tunnel is idle and the idle timeout is long: only the
+    // Session-Timeout (1 s) ends it.
+    let rest = read_until_closed(&mut s).unwrap();
+    assert!(rest.is_empty());
+    let took = t.elapsed();
+    assert!(
+        took >= Duration::from_millis(900) && took < Duration::from_secs(5),
+        "{took:?}"
+    );
+    read_log_line(&log, "code 27", |l| l == "dave 00027");
+    // bob has no Session-Timeout: his tunnel outlives dave's.
+    let mut s = socks5(port, "bob", "pw2", localhost(origin.port()));
+    std::thread::sleep(Duration::from_millis(1500));
+    echo_roundtrip(&mut s, b"bob too");
 }
