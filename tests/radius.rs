@@ -630,3 +630,48 @@ fn session_timeout_ends_the_session() {
     std::thread::sleep(Duration::from_millis(1500));
     echo_roundtrip(&mut s, b"bob too");
 }
+
+#[test]
+fn logdump_records_are_interim_updates() {
+    let dir = Dir::new("radius_interim");
+    let rad = Radiusd::start(&dir);
+    let reply: Vec<u8> = (0..3000u32).map(|i| i as u8).collect();
+    let (origin, _got) = Origin::reply_after_eof(&reply, Duration::ZERO);
+    let port = free_port();
+    let cfg = format!(
+        "radius {SECRET} {}\nlog radius\nlogdump 1000\nauth radius\nsocks -p{port} -i127.0.0.1\n",
+        rad.server()
+    );
+    let _proxy = Proxy::start(dir, &cfg, &[Listen::Tcp(localhost(port))]);
+    let mut s = socks5(port, "bob", "pw2", localhost(origin.port()));
+    s.write_all(&[1u8; 1000]).unwrap();
+    s.shutdown(Shutdown::Write).unwrap();
+    assert_eq!(read_until_closed(&mut s).unwrap(), reply);
+    let bob = "User-Name = \"bob\"";
+    let stop = rad.records(&["Acct-Status-Type = Stop", bob], 1, LOG_TIMEOUT);
+    let interim = rad.records(&["Acct-Status-Type = Interim-Update", bob], 1, LOG_TIMEOUT);
+    assert_eq!(stop.len(), 1, "{}", rad.detail());
+    assert!(!interim.is_empty(), "no Interim-Update:\n{}", rad.detail());
+    let id = attr(&stop[0], "Acct-Session-Id");
+    let mut last = 0;
+    for r in &interim {
+        assert_eq!(attr(r, "Acct-Session-Id"), id, "{r}");
+        let n: u64 = attr(r, "Acct-Input-Octets").unwrap().parse().unwrap();
+        assert!(n >= 1000 && n >= last && n <= 3000, "{r}");
+        last = n;
+    }
+    // The Stop counts the whole session, not what came after the last
+    // Interim-Update.
+    assert_eq!(
+        attr(&stop[0], "Acct-Input-Octets"),
+        Some("3000"),
+        "{}",
+        stop[0]
+    );
+    assert_eq!(
+        attr(&stop[0], "Acct-Output-Octets"),
+        Some("1000"),
+        "{}",
+        stop[0]
+    );
+}
