@@ -52,13 +52,76 @@ pub struct Server {
     pub local: Option<IpAddr>,
 }
 
+/// After a server failed to answer, it is asked after the others for
+/// this long (it is still asked when they fail too).
+pub const HOLD_DOWN: Duration = Duration::from_secs(30);
+
 /// The `radius` line: the shared secret and the servers, in order.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug)]
 pub struct Conf {
     pub secret: Vec<u8>,
     pub servers: Vec<Server>,
     /// How long each server is waited for (`timeouts` slot 1).
     pub wait: Duration,
+    /// Per server, authentication and accounting: until when (ms of
+    /// [`clock_ms`]) it counts as down after it failed; 0 when it is up.
+    down: Vec<[AtomicU64; 2]>,
+}
+
+const AUTH: usize = 0;
+const ACCT: usize = 1;
+
+/// Milliseconds since the first call, never 0.
+fn clock_ms() -> u64 {
+    static BASE: OnceLock<Instant> = OnceLock::new();
+    BASE.get_or_init(Instant::now).elapsed().as_millis() as u64 + 1
+}
+
+impl Conf {
+    pub fn new(secret: Vec<u8>, servers: Vec<Server>, wait: Duration) -> Conf {
+        let down = servers.iter().map(|_| Default::default()).collect();
+        Conf {
+            secret,
+            servers,
+            wait,
+            down,
+        }
+    }
+
+    /// The servers to ask for `which` (AUTH, ACCT), in order: those up
+    /// first, in the order of the line, then those held down.
+    fn order(&self, which: usize) -> Vec<usize> {
+        let now = clock_ms();
+        let is_down = |i: usize| self.down[i][which].load(Ordering::Relaxed) > now;
+        let (mut up, down): (Vec<usize>, Vec<usize>) =
+            (0..self.servers.len()).partition(|&i| !is_down(i));
+        up.extend(down);
+        up
+    }
+
+    /// Server `i` answered (`ok`) or did not.
+    fn mark(&self, i: usize, which: usize, ok: bool) {
+        let until = if ok {
+            0
+        } else {
+            clock_ms() + HOLD_DOWN.as_millis() as u64
+        };
+        self.down[i][which].store(until, Ordering::Relaxed);
+    }
+
+    /// Ask the servers in [`Conf::order`] until one gives a valid answer.
+    fn ask(&self, which: usize, pkt: &[u8]) -> Option<Reply> {
+        for i in self.order(which) {
+            let s = &self.servers[i];
+            let to = if which == AUTH { s.auth } else { s.acct };
+            let r = exchange(self, to, s.local, pkt);
+            self.mark(i, which, r.is_some());
+            if r.is_some() {
+                return r;
+            }
+        }
+        None
+    }
 }
 
 /// A `radius` line's servers and secret, shared by every service of the
@@ -196,10 +259,7 @@ pub fn authenticate(conf: &Conf, f: &Fields, password: Option<&str>) -> Result<A
         b.add_password(pw.as_bytes(), &conf.secret);
     }
     let pkt = b.finish_access(&conf.secret);
-    for s in &conf.servers {
-        let Some(r) = exchange(conf, s.auth, s.local, &pkt) else {
-            continue;
-        };
+    if let Some(r) = conf.ask(AUTH, &pkt) {
         return match r.code {
             wire::ACCESS_ACCEPT => Ok(Accepted {
                 framed_ip: r.framed_ip,
@@ -398,11 +458,7 @@ fn send_loop(rx: Receiver<Job>) {
         match job {
             Job::Send(conf, a) => {
                 let pkt = a.packet(&conf.secret);
-                let sent = conf
-                    .servers
-                    .iter()
-                    .any(|s| exchange(&conf, s.acct, s.local, &pkt).is_some());
-                if !sent {
+                if conf.ask(ACCT, &pkt).is_none() {
                     log::warn!(
                         "radius accounting: {:?} for session {} not answered by any server",
                         a.status,
@@ -470,9 +526,9 @@ mod tests {
     }
 
     fn conf(servers: &[SocketAddr]) -> Conf {
-        Conf {
-            secret: b"sec".to_vec(),
-            servers: servers
+        Conf::new(
+            b"sec".to_vec(),
+            servers
                 .iter()
                 .map(|&a| Server {
                     auth: a,
@@ -480,8 +536,8 @@ mod tests {
                     local: None,
                 })
                 .collect(),
-            wait: Duration::from_millis(300),
-        }
+            Duration::from_millis(300),
+        )
     }
 
     #[test]
@@ -513,5 +569,29 @@ mod tests {
             authenticate(&conf(&[no, good]), &f, Some("pw")),
             Err(Res::RADIUS_REJECT)
         );
+    }
+
+    #[test]
+    fn a_server_that_failed_is_asked_last_for_a_while() {
+        let silent = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let dead = silent.local_addr().unwrap();
+        let good = server(b"sec", wire::ACCESS_ACCEPT);
+        let c = conf(&[dead, good]);
+        let f = Fields::default();
+        assert!(authenticate(&c, &f, Some("pw")).is_ok());
+        assert_eq!(c.order(AUTH), [1, 0]);
+        // Accounting keeps its own account of the same server.
+        assert_eq!(c.order(ACCT), [0, 1]);
+        // The next request goes to the good server at once.
+        let t = Instant::now();
+        assert!(authenticate(&c, &f, Some("pw")).is_ok());
+        assert!(
+            t.elapsed() < Duration::from_millis(250),
+            "{:?}",
+            t.elapsed()
+        );
+        // An answer puts a server back in its place.
+        c.mark(0, AUTH, true);
+        assert_eq!(c.order(AUTH), [0, 1]);
     }
 }

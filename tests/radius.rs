@@ -381,6 +381,16 @@ fn the_second_server_answers_when_the_first_is_down() {
         t.elapsed()
     );
     read_log_line(&log, "code 0", |l| l.starts_with("bob 00000"));
+    // The server that failed is asked last for a while: the next request
+    // does not wait for it.
+    let t = Instant::now();
+    let ok = get(port, origin.port(), "bob", "pw2");
+    assert_eq!(status(&ok), "200", "{ok}");
+    assert!(
+        t.elapsed() < Duration::from_millis(900),
+        "{:?}",
+        t.elapsed()
+    );
 }
 
 #[test]

@@ -148,11 +148,11 @@ impl State {
         crate::parent::set_retries(self.parent_retries);
         if let Some((secret, servers)) = self.radius.take() {
             // Each server is waited for BYTE_LONG, as 3proxy waits.
-            self.access.radius.set(crate::radius::Conf {
+            self.access.radius.set(crate::radius::Conf::new(
                 secret,
                 servers,
-                wait: self.timeouts.get(Timeouts::BYTE_LONG),
-            });
+                self.timeouts.get(Timeouts::BYTE_LONG),
+            ));
         }
         for p in &mut self.services {
             let Some(svc) = Arc::get_mut(&mut p.svc) else {
