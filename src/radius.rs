@@ -109,12 +109,13 @@ impl Conf {
         self.down[i][which].store(until, Ordering::Relaxed);
     }
 
-    /// Ask the servers in [`Conf::order`] until one gives a valid answer.
-    fn ask(&self, which: usize, pkt: &[u8]) -> Option<Reply> {
+    /// Ask the servers in [`Conf::order`] until one gives a valid answer,
+    /// on the sockets `keep` holds if given.
+    fn ask(&self, which: usize, pkt: &[u8], mut keep: Option<&mut Sockets>) -> Option<Reply> {
         for i in self.order(which) {
             let s = &self.servers[i];
             let to = if which == AUTH { s.auth } else { s.acct };
-            let r = exchange(self, to, s.local, pkt);
+            let r = exchange(self, to, s.local, pkt, keep.as_deref_mut());
             self.mark(i, which, r.is_some());
             if r.is_some() {
                 return r;
@@ -259,7 +260,7 @@ pub fn authenticate(conf: &Conf, f: &Fields, password: Option<&str>) -> Result<A
         b.add_password(pw.as_bytes(), &conf.secret);
     }
     let pkt = b.finish_access(&conf.secret);
-    if let Some(r) = conf.ask(AUTH, &pkt) {
+    if let Some(r) = conf.ask(AUTH, &pkt, None) {
         return match r.code {
             wire::ACCESS_ACCEPT => Ok(Accepted {
                 framed_ip: r.framed_ip,
@@ -277,30 +278,35 @@ pub fn authenticate(conf: &Conf, f: &Fields, password: Option<&str>) -> Result<A
             }),
         };
     }
-    log::warn!(
+    warn_limited(&format!(
         "auth radius: no answer from {} server(s) within {:?} each",
         conf.servers.len(),
         conf.wait
-    );
+    ));
     Err(Res::RADIUS_NO_ANSWER)
 }
 
 /// Send `pkt` to `to` and wait for a valid answer, up to `conf.wait`
 /// (sending it again once, halfway).
-fn exchange(conf: &Conf, to: SocketAddr, local: Option<IpAddr>, pkt: &[u8]) -> Option<Reply> {
-    let from = local.unwrap_or(match to {
-        SocketAddr::V4(_) => IpAddr::V4(Ipv4Addr::UNSPECIFIED),
-        SocketAddr::V6(_) => IpAddr::V6(Ipv6Addr::UNSPECIFIED),
-    });
-    let sock = match UdpSocket::bind(SocketAddr::new(from, 0)).and_then(|s| {
-        // Connected: only datagrams from the server reach us.
-        s.connect(to)?;
-        Ok(s)
-    }) {
-        Ok(s) => s,
-        Err(e) => {
-            log::warn!("radius {to}: {e}");
-            return None;
+/// With `keep` (the accounting sender's), the socket for `to` is kept
+/// for the next request: a late answer to an earlier one is told apart
+/// by its identifier and authenticator, and skipped.
+fn exchange(
+    conf: &Conf,
+    to: SocketAddr,
+    local: Option<IpAddr>,
+    pkt: &[u8],
+    keep: Option<&mut Sockets>,
+) -> Option<Reply> {
+    let owned;
+    let sock = match keep {
+        Some(map) => match map.entry((to, local)) {
+            std::collections::hash_map::Entry::Occupied(e) => &*e.into_mut(),
+            std::collections::hash_map::Entry::Vacant(e) => &*e.insert(open(to, local)?),
+        },
+        None => {
+            owned = open(to, local)?;
+            &owned
         }
     };
     let start = Instant::now();
@@ -324,6 +330,8 @@ fn exchange(conf: &Conf, to: SocketAddr, local: Option<IpAddr>, pkt: &[u8]) -> O
         match sock.recv(&mut buf) {
             Ok(n) => match wire::parse_reply(&buf[..n], pkt, &conf.secret) {
                 Ok(r) => return Some(r),
+                // A late answer to an earlier request on a kept socket.
+                Err(wire::Fault::Id) => {}
                 Err(why) => log::warn!("radius {to}: ignored a reply: {why}"),
             },
             Err(e) if crate::addr::is_timeout(&e) => {
@@ -334,6 +342,51 @@ fn exchange(conf: &Conf, to: SocketAddr, local: Option<IpAddr>, pkt: &[u8]) -> O
             }
             // ICMP port unreachable: nobody listens there.
             Err(_) => return None,
+        }
+    }
+}
+
+/// A warning, at most one every [`WARN_EVERY`] (a server outage would
+/// otherwise give one per request); the next one says how many were
+/// left out.
+fn warn_limited(msg: &str) {
+    static LAST: AtomicU64 = AtomicU64::new(0);
+    static SKIPPED: AtomicU64 = AtomicU64::new(0);
+    let now = clock_ms();
+    let last = LAST.load(Ordering::Relaxed);
+    let due = last == 0 || now >= last + WARN_EVERY.as_millis() as u64;
+    if due
+        && LAST
+            .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+            .is_ok()
+    {
+        match SKIPPED.swap(0, Ordering::Relaxed) {
+            0 => log::warn!("{msg}"),
+            n => log::warn!("{msg} ({n} more such warnings left out)"),
+        }
+    } else {
+        SKIPPED.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// Least time between two of this module's warnings about servers.
+const WARN_EVERY: Duration = Duration::from_secs(5);
+
+/// Sockets the accounting sender keeps, by server and source address.
+type Sockets = std::collections::HashMap<(SocketAddr, Option<IpAddr>), UdpSocket>;
+
+/// A UDP socket connected to `to` (so only its datagrams reach us), from
+/// `local` if given.
+fn open(to: SocketAddr, local: Option<IpAddr>) -> Option<UdpSocket> {
+    let from = local.unwrap_or(match to {
+        SocketAddr::V4(_) => IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+        SocketAddr::V6(_) => IpAddr::V6(Ipv6Addr::UNSPECIFIED),
+    });
+    match UdpSocket::bind(SocketAddr::new(from, 0)).and_then(|s| s.connect(to).map(|()| s)) {
+        Ok(s) => Some(s),
+        Err(e) => {
+            log::warn!("radius {to}: {e}");
+            None
         }
     }
 }
@@ -454,16 +507,16 @@ pub fn account(conf: &Arc<Conf>, a: Acct) {
 }
 
 fn send_loop(rx: Receiver<Job>) {
+    let mut sockets = Sockets::new();
     for job in rx {
         match job {
             Job::Send(conf, a) => {
                 let pkt = a.packet(&conf.secret);
-                if conf.ask(ACCT, &pkt).is_none() {
-                    log::warn!(
+                if conf.ask(ACCT, &pkt, Some(&mut sockets)).is_none() {
+                    warn_limited(&format!(
                         "radius accounting: {:?} for session {} not answered by any server",
-                        a.status,
-                        a.fields.session_id
-                    );
+                        a.status, a.fields.session_id
+                    ));
                 }
             }
             Job::Flush(done) => {
