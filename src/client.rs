@@ -292,9 +292,10 @@ impl Client {
     }
 
     /// `log radius`: access was granted; send the Start of the session's
-    /// record (once per record), with what the grant gave it.
+    /// record (once per record), with what the grant gave it. A `nolog`
+    /// grant has no record, so no Start either.
     pub fn acct_start(&mut self, grant: &crate::access::Grant) {
-        if self.acct.is_some() || self.radius_log().is_none() {
+        if grant.nolog || self.acct.is_some() || self.radius_log().is_none() {
             return;
         }
         let now = SystemTime::now();
