@@ -685,3 +685,56 @@ fn logdump_records_are_interim_updates() {
         stop[0]
     );
 }
+
+#[test]
+fn a_reload_keeps_the_session_and_its_accounting() {
+    let dir = Dir::new("radius_reload");
+    let rad = Radiusd::start(&dir);
+    let origin = Origin::echo();
+    let (port, port2) = (free_port(), free_port());
+    let cfg = format!(
+        "radius {SECRET} {}\nlog radius\nauth radius\nsocks -p{port} -i127.0.0.1\n",
+        rad.server()
+    );
+    let mut proxy = Proxy::start(dir, &cfg, &[Listen::Tcp(localhost(port))]);
+    let mut s = socks5(port, "alice", "secret", localhost(origin.port()));
+    echo_roundtrip(&mut s, b"abc");
+    // A new service shows when the reload has taken effect.
+    proxy
+        .dir
+        .write("3proxy.cfg", format!("{cfg}socks -p{port2} -i127.0.0.1\n"));
+    proxy.signal("USR1");
+    assert!(wait_for(
+        || std::net::TcpStream::connect(localhost(port2)).is_ok(),
+        START_TIMEOUT
+    ));
+    // `force`: the session is asked about again, and goes on.
+    echo_roundtrip(&mut s, b"defg");
+    let asked = || rad.auth_detail().matches("User-Name = \"alice\"").count();
+    assert!(
+        wait_for(|| asked() >= 2, LOG_TIMEOUT),
+        "{}",
+        rad.auth_detail()
+    );
+    drop(s);
+    let alice = "User-Name = \"alice\"";
+    let start = rad.records(&["Acct-Status-Type = Start", alice], 1, LOG_TIMEOUT);
+    let stop = rad.records(&["Acct-Status-Type = Stop", alice], 1, LOG_TIMEOUT);
+    assert_eq!((start.len(), stop.len()), (1, 1), "{}", rad.detail());
+    assert_eq!(
+        attr(&start[0], "Acct-Session-Id"),
+        attr(&stop[0], "Acct-Session-Id")
+    );
+    assert_eq!(
+        attr(&stop[0], "Acct-Input-Octets"),
+        Some("7"),
+        "{}",
+        stop[0]
+    );
+    assert_eq!(
+        attr(&stop[0], "Acct-Output-Octets"),
+        Some("7"),
+        "{}",
+        stop[0]
+    );
+}
