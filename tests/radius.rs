@@ -2,8 +2,9 @@
 //! (Debian's `freeradius`, which tests/deps.sh installs), run in the
 //! foreground on loopback ports with a configuration each test writes in
 //! its own dir: accept, reject, failover, no answer, Framed-IP-Address as
-//! the source address, and accounting Start/Stop in FreeRADIUS's detail
-//! file.
+//! the source address, `auth cache radius`, Session-Timeout, and
+//! accounting (Start/Stop, Interim-Update on `logdump`, across a reload,
+//! flushed on SIGTERM) in FreeRADIUS's detail file.
 
 use std::io::{Read, Write};
 use std::net::{Shutdown, SocketAddr, UdpSocket};
@@ -736,5 +737,27 @@ fn a_reload_keeps_the_session_and_its_accounting() {
         Some("7"),
         "{}",
         stop[0]
+    );
+}
+
+#[test]
+fn the_cfgs_of_3proxys_documentation_load() {
+    // doc/html/highload.html's RADIUS examples, and the man page's form
+    // with ports and local addresses; `log radius` as 3proxy writes it.
+    for cfg in [
+        "radius secret 1.2.3.4\nauth radius\nproxy -p0\n",
+        "radius secret 1.2.3.4\nauthcache ip,user,pass 600\nauth cache radius\nproxy -p0\n",
+        "radius secret 10.0.0.1:1645/127.0.0.1 [::1]:1812\nlog radius\nauth strong radius\n\
+         socks -p0\n",
+    ] {
+        let dir = Dir::new("radius_doc_cfg");
+        let out = run_check(&dir, cfg);
+        assert!(out.status.success(), "{cfg}\n{}", out.stderr);
+    }
+    let dir = Dir::new("radius_bad_cfg");
+    run_check(&dir, "radius secret 10.0.0.1:65535\n").assert_cfg_error(
+        &dir.cfg_path(),
+        1,
+        "radius",
     );
 }
