@@ -1,6 +1,6 @@
 //! The RADIUS client: the servers of the `radius` line, asked in order
 //! (failover), for `auth radius` on the client's thread and for `log
-//! radius` accounting on a sender thread of its own (3proxy's
+//! radius` accounting on sender threads of its own (3proxy's
 //! authradius.c `radsend`). The packets themselves are `proto::radius`.
 //!
 //! - Authentication: each server in turn gets the Access-Request and is
@@ -8,12 +8,14 @@
 //!   `SINGLEBYTE_L`, 5 s by default), the request sent again once at half
 //!   that time (a retransmission: same identifier and authenticator). A
 //!   server that does not answer, or answers with something that does not
-//!   check out, hands over to the next; when none is left the client is
-//!   refused with [`Res::RADIUS_NO_ANSWER`]. So a client thread waits at
-//!   most servers x BYTE_LONG.
+//!   check out, hands over to the next, and is asked after the others for
+//!   [`HOLD_DOWN`]; when none is left the client is refused with
+//!   [`Res::RADIUS_NO_ANSWER`]. So a client thread waits at most servers
+//!   x BYTE_LONG.
 //! - Accounting: [`account`] queues a request (bounded: past
 //!   [`QUEUE`] requests one is dropped and counted) and returns at once;
-//!   the sender thread sends them in order with the same failover. On
+//!   [`SENDERS`] sender threads send them with the same failover, those
+//!   of one session in order, on a socket per server they keep. On
 //!   exit [`flush`] waits, bounded, for the queue to drain. Start and Stop
 //!   are built by [`Acct::packet`] from the session's fields; an
 //!   Interim-Update is the same call with [`Status::InterimUpdate`] and the
@@ -474,24 +476,41 @@ enum Job {
 
 static DROPPED: AtomicU64 = AtomicU64::new(0);
 
-fn sender() -> Option<&'static Sender<Job>> {
-    static TX: OnceLock<Option<Sender<Job>>> = OnceLock::new();
-    TX.get_or_init(|| {
-        let (tx, rx) = bounded(QUEUE);
-        std::thread::Builder::new()
-            .name("radius-acct".into())
-            .spawn(move || send_loop(rx))
-            .map_err(|e| log::error!("radius accounting: cannot start its thread: {e}"))
-            .ok()
-            .map(|_| tx)
+/// Accounting sender threads. All requests of a session go to the same
+/// one (chosen by its Acct-Session-Id), so its Start always goes before
+/// its Stop, while other sessions' requests are sent meanwhile.
+pub const SENDERS: usize = 4;
+
+static SENDER_TX: OnceLock<Vec<Sender<Job>>> = OnceLock::new();
+
+/// The senders' queues, started at the first request.
+fn senders() -> &'static [Sender<Job>] {
+    SENDER_TX.get_or_init(|| {
+        (0..SENDERS)
+            .filter_map(|i| {
+                let (tx, rx) = bounded(QUEUE / SENDERS);
+                std::thread::Builder::new()
+                    .name(format!("radius-acct-{i}"))
+                    .spawn(move || send_loop(rx))
+                    .map_err(|e| log::error!("radius accounting: cannot start a thread: {e}"))
+                    .ok()
+                    .map(|_| tx)
+            })
+            .collect()
     })
-    .as_ref()
 }
 
 /// `log radius`: queue `a` for the servers of `conf`; never waits. A full
 /// queue drops it (counted, and said once in a while).
 pub fn account(conf: &Arc<Conf>, a: Acct) {
-    let Some(tx) = sender() else { return };
+    use std::hash::{Hash, Hasher};
+    let all = senders();
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    a.fields.session_id.hash(&mut h);
+    let Some(tx) = all.get(h.finish() as usize % all.len().max(1)) else {
+        DROPPED.fetch_add(1, Ordering::Relaxed);
+        return;
+    };
     match tx.try_send(Job::Send(conf.clone(), Box::new(a))) {
         Ok(()) => {}
         Err(TrySendError::Full(_)) | Err(TrySendError::Disconnected(_)) => {
@@ -529,11 +548,21 @@ fn send_loop(rx: Receiver<Job>) {
 /// Wait, up to `limit`, until what was queued so far has been sent (or
 /// given up on): the Stops of a stopping process.
 pub fn flush(limit: Duration) {
-    let Some(tx) = sender() else { return };
-    let (done_tx, done_rx) = bounded(1);
+    // Nothing was ever queued: no thread to wait for.
+    let Some(all) = SENDER_TX.get() else { return };
+    let (done_tx, done_rx) = bounded(all.len());
     let deadline = Instant::now() + limit;
-    if tx.send_deadline(Job::Flush(done_tx), deadline).is_ok() {
-        let _ = done_rx.recv_deadline(deadline);
+    let asked = all
+        .iter()
+        .filter(|tx| {
+            tx.send_deadline(Job::Flush(done_tx.clone()), deadline)
+                .is_ok()
+        })
+        .count();
+    for _ in 0..asked {
+        if done_rx.recv_deadline(deadline).is_err() {
+            break;
+        }
     }
 }
 
