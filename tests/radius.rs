@@ -697,7 +697,7 @@ fn a_reload_keeps_the_session_and_its_accounting() {
         "radius {SECRET} {}\nlog radius\nauth radius\nsocks -p{port} -i127.0.0.1\n",
         rad.server()
     );
-    let mut proxy = Proxy::start(dir, &cfg, &[Listen::Tcp(localhost(port))]);
+    let proxy = Proxy::start(dir, &cfg, &[Listen::Tcp(localhost(port))]);
     let mut s = socks5(port, "alice", "secret", localhost(origin.port()));
     echo_roundtrip(&mut s, b"abc");
     // A new service shows when the reload has taken effect.
