@@ -20,13 +20,16 @@ use crate::util::*;
 const SECRET: &str = "testing123";
 
 /// Users of the `files` module: alice gets a Framed-IP-Address and a
-/// Class, bob neither, dave a Session-Timeout of 1 s.
+/// Class, bob neither, dave a Session-Timeout of 1 s; erin is rejected
+/// with a Reply-Message that starts with a number.
 const USERS: &str = r#"alice Cleartext-Password := "secret"
 	Framed-IP-Address = 127.0.0.2,
 	Class = "gold"
 bob Cleartext-Password := "pw2"
 dave Cleartext-Password := "pw"
 	Session-Timeout = 1
+erin Auth-Type := Reject
+	Reply-Message = "7 not today"
 "#;
 
 /// A FreeRADIUS in the foreground (`-f -l stdout`), answering
@@ -333,6 +336,12 @@ fn accept_and_reject() {
     });
     let unknown = get(port, origin.port(), "carol", "x");
     assert_eq!(status(&unknown), "407", "{unknown}");
+    // As in 3proxy, a Reply-Message's number is the result code.
+    let erin = get(port, origin.port(), "erin", "x");
+    assert_eq!(status(&erin), "407", "{erin}");
+    read_log_line(&log, "erin's reject with code 7", |l| {
+        l.starts_with("erin 00007")
+    });
     assert_eq!(
         origin.peers().len(),
         1,
