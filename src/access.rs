@@ -19,7 +19,9 @@
 //!
 //! Invariant: nothing here does IO, but `auth dnsname`, which looks the
 //! client's address up in the resolver (`resolve::dnsname`, with its
-//! DNS timeout); a request costs a hash lookup per `users`/cache access
+//! DNS timeout), `auth pam` (`sys::pam`) and `auth radius`, which asks
+//! the `radius` servers (`radius::authenticate`, each within the
+//! BYTE_LONG timeout); a request costs a hash lookup per `users`/cache access
 //! and O(log n) per big ACL list.
 
 use std::collections::HashMap;
