@@ -324,7 +324,23 @@ impl Client {
             (ld(&s.dumped_in) + inb, ld(&s.dumped_out) + out)
         });
         let since = s.map_or(self.start, |s| s.since);
-        let fields = crate::radius::Fields {
+        let id = s.map_or_else(|| crate::radius::session_id(self.start), |s| s.id.clone());
+        let a = crate::radius::Acct {
+            status,
+            fields: self.acct_fields(id),
+            input,
+            output,
+            session_time: since.elapsed().map_or(0, |d| d.as_secs()),
+            class: s.map(|s| s.class.clone()).unwrap_or_default(),
+            res: self.res,
+            queued: Instant::now(),
+        };
+        crate::radius::account(conf, a);
+    }
+
+    /// What accounting requests tell about this client.
+    fn acct_fields(&self, session_id: String) -> crate::radius::Fields {
+        crate::radius::Fields {
             user: self.user.clone(),
             client: self.client_addr,
             local: self.local_addr,
@@ -337,19 +353,8 @@ impl Client {
             dst: self.req_addr.map(|a| a.ip()),
             port: self.req_addr.map_or(0, |a| a.port()),
             op: None,
-            session_id: s.map_or_else(|| crate::radius::session_id(self.start), |s| s.id.clone()),
-        };
-        let a = crate::radius::Acct {
-            status,
-            fields,
-            input,
-            output,
-            session_time: since.elapsed().map_or(0, |d| d.as_secs()),
-            class: s.map(|s| s.class.clone()).unwrap_or_default(),
-            res: self.res,
-            queued: Instant::now(),
-        };
-        crate::radius::account(conf, a);
+            session_id,
+        }
     }
 
     /// A record with this session's fields but the given result, byte
@@ -358,11 +363,15 @@ impl Client {
     pub fn write_record_as(&self, res: Res, bytes_out: u64, bytes_in: u64, start: SystemTime) {
         let svc = &self.svc;
         let Some(sink) = &svc.log else { return };
-        if self.radius_log().is_some() {
+        if let Some(conf) = self.radius_log() {
             if let Some(s) = &self.acct {
-                self.account(Status::InterimUpdate, Some(s), bytes_out, bytes_in);
-                s.dumped_in.fetch_add(bytes_in, Ordering::Relaxed);
-                s.dumped_out.fetch_add(bytes_out, Ordering::Relaxed);
+                let input = s.dumped_in.fetch_add(bytes_in, Ordering::Relaxed) + bytes_in;
+                let output = s.dumped_out.fetch_add(bytes_out, Ordering::Relaxed) + bytes_out;
+                let fields = self.acct_fields(s.id.clone());
+                crate::radius::account(
+                    conf,
+                    crate::radius::Acct::interim(fields, s, input, output),
+                );
             }
             return;
         }

@@ -441,6 +441,23 @@ pub struct Acct {
 }
 
 impl Acct {
+    /// An Interim-Update for a live session: `input` and `output` are its
+    /// byte counts so far (not since the last update). What a periodic
+    /// sender (a live-session registry's timer) queues with [`account`];
+    /// `logdump` records use it today.
+    pub fn interim(fields: Fields, session: &Session, input: u64, output: u64) -> Acct {
+        Acct {
+            status: Status::InterimUpdate,
+            fields,
+            input,
+            output,
+            session_time: session.since.elapsed().map_or(0, |d| d.as_secs()),
+            class: session.class.clone(),
+            res: Res::OK,
+            queued: Instant::now(),
+        }
+    }
+
     /// The Accounting-Request's bytes: Acct-Status-Type, the fields, and
     /// for a Stop or an Interim-Update the counters and the session time;
     /// for a Stop the terminate cause; the Class attributes.
