@@ -539,6 +539,13 @@ fn start_and_stop_with_octets_in_the_detail_file() {
         attr(stop, "Acct-Session-Id"),
         "{start}\n{stop}"
     );
+    // The Access-Request's Acct-Session-Id, as 3proxy uses one for both.
+    let asked = rad.auth_detail();
+    assert_eq!(
+        attr(&asked, "Acct-Session-Id"),
+        attr(start, "Acct-Session-Id"),
+        "{asked}"
+    );
     // Input: what the client received (3proxy's %I); output: what it sent.
     assert_eq!(attr(stop, "Acct-Input-Octets"), Some("3000"), "{stop}");
     assert_eq!(attr(stop, "Acct-Output-Octets"), Some("1000"), "{stop}");
@@ -769,4 +776,66 @@ fn the_cfgs_of_3proxys_documentation_load() {
         1,
         "radius",
     );
+}
+
+#[test]
+fn each_http_request_is_a_start_and_a_stop() {
+    let dir = Dir::new("radius_http_acct");
+    let rad = Radiusd::start(&dir);
+    let origin = Origin::start("127.0.0.1:0", |mut conn| {
+        // Two requests on one connection, each answered with 5 bytes.
+        for _ in 0..2 {
+            let mut head = Vec::new();
+            let mut b = [0u8; 1];
+            while !head.ends_with(b"\r\n\r\n") {
+                match conn.read(&mut b) {
+                    Ok(1) => head.push(b[0]),
+                    _ => return,
+                }
+            }
+            let _ = conn.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello");
+        }
+    });
+    let port = free_port();
+    let cfg = format!(
+        "radius {SECRET} {}\nlog radius\nauth radius\nproxy -p{port} -i127.0.0.1\n",
+        rad.server()
+    );
+    let _proxy = Proxy::start(dir, &cfg, &[Listen::Tcp(localhost(port))]);
+    let mut s = connect(localhost(port));
+    let cred = base64::engine::general_purpose::STANDARD.encode("bob:pw2");
+    let o = origin.port();
+    let req = format!(
+        "GET http://127.0.0.1:{o}/a HTTP/1.1\r\nHost: 127.0.0.1:{o}\r\n\
+         Proxy-Authorization: Basic {cred}\r\n\r\n"
+    );
+    let mut got = Vec::new();
+    for n in 1..=2 {
+        s.write_all(req.as_bytes()).unwrap();
+        let mut b = [0u8; 1024];
+        while String::from_utf8_lossy(&got).matches("hello").count() < n {
+            let k = s.read(&mut b).unwrap();
+            assert!(k > 0, "closed: {}", String::from_utf8_lossy(&got));
+            got.extend_from_slice(&b[..k]);
+        }
+    }
+    drop(s);
+    let bob = "User-Name = \"bob\"";
+    let starts = rad.records(&["Acct-Status-Type = Start", bob], 2, LOG_TIMEOUT);
+    let stops = rad.records(&["Acct-Status-Type = Stop", bob], 2, LOG_TIMEOUT);
+    assert_eq!((starts.len(), stops.len()), (2, 2), "{}", rad.detail());
+    let id = |r: &String| attr(r, "Acct-Session-Id").map(str::to_string);
+    assert_ne!(id(&starts[0]), id(&starts[1]));
+    for (start, stop) in starts.iter().zip(&stops) {
+        assert_eq!(id(start), id(stop), "{start}\n{stop}");
+        assert_eq!(attr(stop, "NAS-Identifier"), Some("\"PROXY\""), "{stop}");
+        assert_eq!(
+            attr(stop, "Called-Station-Id"),
+            Some("\"127.0.0.1\""),
+            "{stop}"
+        );
+        let sent: u64 = attr(stop, "Acct-Input-Octets").unwrap().parse().unwrap();
+        // At least the answer's body went to the client.
+        assert!(sent >= 5, "{stop}");
+    }
 }
