@@ -116,6 +116,11 @@ client loopback {{
 	secret = {SECRET}
 	require_message_authenticator = yes
 }}
+client loopback6 {{
+	ipv6addr = ::1
+	secret = {SECRET}
+	require_message_authenticator = yes
+}}
 modules {{
 	files {{
 		filename = {d}/users
@@ -141,6 +146,16 @@ server default {{
 	listen {{
 		type = acct
 		ipaddr = 127.0.0.1
+		port = {acct}
+	}}
+	listen {{
+		type = auth
+		ipv6addr = ::1
+		port = {port}
+	}}
+	listen {{
+		type = acct
+		ipv6addr = ::1
 		port = {acct}
 	}}
 	authorize {{
@@ -838,4 +853,19 @@ fn each_http_request_is_a_start_and_a_stop() {
         // At least the answer's body went to the client.
         assert!(sent >= 5, "{stop}");
     }
+}
+
+#[test]
+fn an_ipv6_server() {
+    let dir = Dir::new("radius_v6");
+    let rad = Radiusd::start(&dir);
+    let origin = http_origin("over v6");
+    let server = format!("[::1]:{}", rad.port);
+    // The last `log` line wins: accounting, to the same server.
+    let (_proxy, port, _) = start_proxy(dir, &server, "log radius");
+    let ok = get(port, origin.port(), "bob", "pw2");
+    assert_eq!(status(&ok), "200", "{ok}");
+    assert!(ok.ends_with("over v6"), "{ok}");
+    let stop = rad.records(&["Acct-Status-Type = Stop", "\"bob\""], 1, LOG_TIMEOUT);
+    assert_eq!(stop.len(), 1, "{}", rad.detail());
 }
