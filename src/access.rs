@@ -19,7 +19,9 @@
 //!
 //! Invariant: nothing here does IO, but `auth dnsname`, which looks the
 //! client's address up in the resolver (`resolve::dnsname`, with its
-//! DNS timeout); a request costs a hash lookup per `users`/cache access
+//! DNS timeout), `auth pam` (`sys::pam`) and `auth radius`, which asks
+//! the `radius` servers (`radius::authenticate`, each within the
+//! BYTE_LONG timeout); a request costs a hash lookup per `users`/cache access
 //! and O(log n) per big ACL list.
 
 use std::collections::HashMap;
@@ -59,6 +61,9 @@ pub struct Request<'a> {
     /// The client came through a local redirection: ACL entries that
     /// redirect locally are skipped (3proxy's second pass).
     pub redirected: bool,
+    /// The service's log name (`%N`): `auth radius` sends it as
+    /// NAS-Identifier.
+    pub service: Option<&'static str>,
 }
 
 /// What an allowed request may use. Keep it for the whole session: it
@@ -83,6 +88,9 @@ pub struct Grant {
     /// The user name the auth cache (`authcache ip`) or `auth dnsname`
     /// supplied: the one to log.
     pub user: Option<String>,
+    /// What an `auth radius` Access-Accept gave the session (its
+    /// Framed-IP-Address is already the first hop of `parents`).
+    pub radius: Option<Arc<crate::radius::Accepted>>,
 }
 
 /// The access part of the cfg script's state (3proxy's `conf.authfuncs`,
@@ -103,6 +111,9 @@ pub struct Setup {
     pub cache: CacheConf,
     /// The PAM service `auth pam` asks (PamAuth's `plugin` line).
     pub pam_service: Option<Arc<str>>,
+    /// The `radius` servers, shared by every service of the cfg (the last
+    /// `radius` line; set when the cfg has loaded).
+    pub radius: Arc<crate::radius::Slot>,
     /// How often each limit line has appeared so far (`limit` keeps a
     /// rule's state under its line and repetition, across reloads).
     pub seen: HashMap<String, usize>,
@@ -124,6 +135,7 @@ impl Default for Setup {
             force: true,
             cache: CacheConf::default(),
             pam_service: None,
+            radius: Arc::default(),
             seen: HashMap::new(),
             index: std::sync::Mutex::default(),
         }
@@ -165,6 +177,7 @@ impl Setup {
             limits: self.limits.clone(),
             force: self.force,
             pam_service: self.pam_service.clone(),
+            radius: self.radius.clone(),
         }
     }
 }
@@ -185,6 +198,8 @@ pub struct Policy {
     pub cache: CacheConf,
     /// The PAM service of `auth pam`.
     pub pam_service: Option<Arc<str>>,
+    /// The `radius` servers of `auth radius`.
+    pub radius: Arc<crate::radius::Slot>,
     #[allow(dead_code)]
     pub force: bool,
 }
@@ -341,6 +356,7 @@ pub struct Recheck {
     user: Option<String>,
     password: Option<String>,
     redirected: bool,
+    service: Option<&'static str>,
     /// The session's weight, updated by each check (a copy starts from
     /// the value at the time).
     weight: AtomicWeight,
@@ -386,6 +402,7 @@ impl Recheck {
             user: req.user.map(str::to_string),
             password: req.password.map(str::to_string),
             redirected: req.redirected,
+            service: req.service,
         }
     }
 
@@ -429,6 +446,7 @@ impl Recheck {
             user: self.user.as_deref(),
             password: self.password.as_deref(),
             redirected: self.redirected,
+            service: self.service,
         };
         let at = At {
             now: SystemTime::now(),
@@ -492,6 +510,8 @@ fn admit(p: &Policy, req: &Request<'_>, at: &At, with_limits: bool) -> Result<Gr
     let mut found_user: Option<String> = None;
     // `authcache ext`: the source a cache hit gave back.
     let mut route: Option<crate::parent::Parents> = None;
+    // What an `auth radius` Access-Accept gave.
+    let mut radius: Option<crate::radius::Accepted> = None;
     let mut worst = Res::OK;
     let mut allowed = None;
     for t in &p.auth {
@@ -549,6 +569,38 @@ fn admit(p: &Policy, req: &Request<'_>, at: &At, with_limits: bool) -> Result<Gr
                 }
                 _ => Err(Res::AUTH_NO_USER),
             },
+            AuthType::Radius => match (req.user, p.radius.get()) {
+                (None, _) => Err(Res::AUTH_NO_USER),
+                (_, None) => Err(Res::RADIUS_NO_ANSWER),
+                (Some(u), Some(conf)) => {
+                    let f = crate::radius::Fields {
+                        user: Some(u.to_string()),
+                        client: req.client,
+                        local: req.local,
+                        nas_port: at.srv.or(req.local).map_or(0, |a| a.port()),
+                        nas_id: req.service.unwrap_or("").to_string(),
+                        host: q.host.map(str::to_string),
+                        dst: req.addr,
+                        port: req.port,
+                        op: Some(q.op << 8),
+                        session_id: crate::radius::session_id(at.now),
+                    };
+                    match crate::radius::authenticate(conf, &f, req.password) {
+                        Ok(acc) => {
+                            let mut a = check_acl(p, &q, &mut weight)?;
+                            if let Some(ip) = acc.framed_ip {
+                                // The user's outgoing address: an `extip`
+                                // hop before the entry's own parents.
+                                let src = crate::parent::from_source(ip);
+                                a.parents = crate::parent::prepend(&src, &a.parents);
+                            }
+                            radius = Some(acc);
+                            Ok(a)
+                        }
+                        Err(e) => Err(e),
+                    }
+                }
+            },
             AuthType::Cache | AuthType::CacheAcl => match AuthCache::global().lookup(&p.cache, &cq)
             {
                 Ok(hit) => {
@@ -600,7 +652,8 @@ fn admit(p: &Policy, req: &Request<'_>, at: &At, with_limits: bool) -> Result<Gr
             }
             Err(e) => {
                 worst = worst.max(e);
-                if worst >= Res::QUOTA {
+                // `auth radius`'s refusals (25, 26) hand over like 1-9.
+                if worst >= Res::QUOTA && !worst.is_auth() {
                     return Err(worst);
                 }
             }
@@ -633,6 +686,7 @@ fn admit(p: &Policy, req: &Request<'_>, at: &At, with_limits: bool) -> Result<Gr
         limits,
         parents: allowed.parents,
         user: found_user,
+        radius: radius.map(Arc::new),
     })
 }
 

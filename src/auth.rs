@@ -38,6 +38,9 @@ pub enum AuthType {
     /// User name and password checked by the system's PAM (PamAuth's
     /// `pam`, with the service its `plugin` line named), then the ACL.
     Pam,
+    /// User name and password checked by the servers of the `radius`
+    /// line (an Access-Request), then the ACL.
+    Radius,
 }
 
 impl AuthType {
@@ -52,7 +55,7 @@ impl AuthType {
             "cache" => AuthType::Cache,
             "cacheacl" => AuthType::CacheAcl,
             "dnsname" => AuthType::DnsName,
-            "radius" => return Err(format!("auth type '{}' is not supported yet", quote(s))),
+            "radius" => AuthType::Radius,
             "pam" => AuthType::Pam,
             "ldap" | "windows" | "utf8tocp1251" => {
                 let plugin = match s {
@@ -982,9 +985,7 @@ mod tests {
     fn auth_types() {
         assert_eq!(AuthType::parse("iponly"), Ok(AuthType::IpOnly));
         assert_eq!(AuthType::parse("dnsname"), Ok(AuthType::DnsName));
-        assert!(AuthType::parse("radius")
-            .unwrap_err()
-            .contains("not supported yet"));
+        assert_eq!(AuthType::parse("radius"), Ok(AuthType::Radius));
         assert!(AuthType::parse("bogus").unwrap_err().contains("unknown"));
     }
 }

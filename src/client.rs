@@ -10,10 +10,12 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
+use crate::access::Scope;
 use crate::access::{Op, Request};
 use crate::logformat::LogRecord;
 use crate::net::Stream;
 use crate::parent::{self, Handoff, Next};
+use crate::proto::radius::Status;
 use crate::res::Res;
 use crate::service::Service;
 
@@ -144,6 +146,9 @@ pub struct Client {
     /// Bytes of the records written so far (the live entry's counters
     /// are set to them plus the current record's at each record).
     recorded: (u64, u64),
+    /// `log radius`: the accounting session of the current record, from
+    /// its Start (when access was granted) to its Stop (the record).
+    pub acct: Option<crate::radius::Session>,
     /// A hand-off the current handler asked for ([`Client::hand_over`]);
     /// its entry point returns it ([`Client::next`]).
     handoff: Option<Handoff>,
@@ -191,6 +196,7 @@ impl Client {
             orig_dst: None,
             starttls: None,
             recorded: (0, 0),
+            acct: None,
             handoff: None,
             svc: a.svc,
             _slot: a.slot,
@@ -270,6 +276,7 @@ impl Client {
             client: self.client_addr,
             local: self.local_addr,
             redirected: self.redirected,
+            service: Some(self.service_name.unwrap_or(self.svc.def.log_name)),
             ..Request::default()
         }
     }
@@ -324,17 +331,109 @@ impl Client {
         self.recorded.0 += self.bytes_out;
         self.recorded.1 += self.bytes_in;
         self.live.set_bytes(self.recorded.0, self.recorded.1);
+        if self.radius_log().is_some() {
+            // `log radius`: the record is the session's Stop.
+            let acct = self.acct.take();
+            self.account(Status::Stop, acct.as_ref(), self.bytes_out, self.bytes_in);
+            return;
+        }
         self.write_record_as(self.res, self.bytes_out, self.bytes_in, self.start);
+    }
+
+    /// The servers of `log radius`, when the session logs there.
+    fn radius_log(&self) -> Option<&Arc<crate::radius::Conf>> {
+        match self.svc.log.as_deref() {
+            Some(crate::log::Sink::Radius) => self.svc.policy().radius.get(),
+            _ => None,
+        }
+    }
+
+    /// `log radius`: access was granted; send the Start of the session's
+    /// record (once per record), with what the grant gave it. A `nolog`
+    /// grant has no record, so no Start either.
+    pub fn acct_start(&mut self, grant: &crate::access::Grant) {
+        if grant.nolog || self.acct.is_some() || self.radius_log().is_none() {
+            return;
+        }
+        let now = SystemTime::now();
+        let r = grant.radius.as_deref();
+        let session = crate::radius::Session {
+            id: r.map_or_else(|| crate::radius::session_id(now), |r| r.session_id.clone()),
+            since: now,
+            class: r.map(|r| r.class.clone()).unwrap_or_default(),
+            dumped_in: Default::default(),
+            dumped_out: Default::default(),
+        };
+        self.account(Status::Start, Some(&session), 0, 0);
+        self.acct = Some(session);
+    }
+
+    /// Queue an Accounting-Request for the current record: `out` and
+    /// `inb` are the bytes since the last Interim-Update. Without a
+    /// session (a refused request), a Stop gets an id of its own, as
+    /// 3proxy sends a Stop for every record.
+    fn account(&self, status: Status, s: Option<&crate::radius::Session>, out: u64, inb: u64) {
+        let Some(conf) = self.radius_log() else {
+            return;
+        };
+        let ld = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
+        let (input, output) = s.map_or((inb, out), |s| {
+            (ld(&s.dumped_in) + inb, ld(&s.dumped_out) + out)
+        });
+        let since = s.map_or(self.start, |s| s.since);
+        let id = s.map_or_else(|| crate::radius::session_id(self.start), |s| s.id.clone());
+        let a = crate::radius::Acct {
+            status,
+            fields: self.acct_fields(id),
+            input,
+            output,
+            session_time: since.elapsed().map_or(0, |d| d.as_secs()),
+            class: s.map(|s| s.class.clone()).unwrap_or_default(),
+            res: self.res,
+            queued: Instant::now(),
+        };
+        crate::radius::account(conf, a);
+    }
+
+    /// What accounting requests tell about this client.
+    fn acct_fields(&self, session_id: String) -> crate::radius::Fields {
+        crate::radius::Fields {
+            user: self.user.clone(),
+            client: self.client_addr,
+            local: self.local_addr,
+            nas_port: self.svc.port(),
+            nas_id: self
+                .service_name
+                .unwrap_or(self.svc.def.log_name)
+                .to_string(),
+            host: self.req_host.clone(),
+            dst: self.req_addr.map(|a| a.ip()),
+            port: self.req_addr.map_or(0, |a| a.port()),
+            op: None,
+            session_id,
+        }
     }
 
     /// A record with this session's fields but the given result, byte
     /// counts and start: `logdump`'s intermediate records, written while
-    /// the relay holds the sockets.
+    /// the relay holds the sockets. With `log radius`, an Interim-Update.
     pub fn write_record_as(&self, res: Res, bytes_out: u64, bytes_in: u64, start: SystemTime) {
         let svc = &self.svc;
         svc.metrics
             .record(res, bytes_out, bytes_in, self.user.as_deref());
         let Some(sink) = &svc.log else { return };
+        if let Some(conf) = self.radius_log() {
+            if let Some(s) = &self.acct {
+                let input = s.dumped_in.fetch_add(bytes_in, Ordering::Relaxed) + bytes_in;
+                let output = s.dumped_out.fetch_add(bytes_out, Ordering::Relaxed) + bytes_out;
+                let fields = self.acct_fields(s.id.clone());
+                crate::radius::account(
+                    conf,
+                    crate::radius::Acct::interim(fields, s, input, output),
+                );
+            }
+            return;
+        }
         let rec = LogRecord {
             service: self.service_name.unwrap_or(svc.def.log_name),
             listen_port: svc.port(),

@@ -33,6 +33,7 @@ mod net;
 mod parent;
 mod proto;
 mod proxyproto;
+mod radius;
 mod relay;
 mod res;
 mod resolve;

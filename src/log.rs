@@ -81,6 +81,9 @@ pub enum Sink {
     /// `log &DSN[,USER[,PASSWORD]]`: ODBC, with a writer of its own
     /// (`sqllog`).
     Sql(Arc<SqlLog>),
+    /// `log radius`: a session's record is a RADIUS Accounting-Request
+    /// (the `Client` sends it, `crate::radius`); other lines go nowhere.
+    Radius,
 }
 
 impl Sink {
@@ -139,6 +142,7 @@ impl Sink {
             Sink::File(f) => f.current_path().display().to_string(),
             Sink::Syslog { ident } => format!("syslog @{ident}"),
             Sink::Sql(db) => db.name(),
+            Sink::Radius => "radius".into(),
         }
     }
 
@@ -154,6 +158,7 @@ impl Sink {
             Sink::Syslog { ident } => syslog_send(ident, line),
             // Records for a database go to its own writer (`emit`).
             Sink::Sql(_) => Ok(()),
+            Sink::Radius => Ok(()),
         };
         if let Err(e) = res {
             warn_limited(&format!("access log {}: {e}", self.name()));
@@ -165,6 +170,9 @@ impl Sink {
 pub fn emit(sink: &Arc<Sink>, fmt: &LogFormat, rec: &LogRecord<'_>) {
     if let Sink::Sql(db) = &**sink {
         db.push(fmt.render_sql(rec));
+        return;
+    }
+    if matches!(**sink, Sink::Radius) {
         return;
     }
     let mut line = Vec::with_capacity(256);

@@ -48,6 +48,9 @@ pub struct RelayOpts {
     /// Bytes per direction in flight at most (`-b`).
     pub bufsize: usize,
     pub grace: Option<Grace>,
+    /// End the session then, with code 27 (`auth radius`'s
+    /// Session-Timeout).
+    pub deadline: Option<Instant>,
 }
 
 /// How a relay ended: the result code and the bytes delivered each way.
@@ -686,6 +689,9 @@ fn run<C: Channel>(
     // handshake) is noticed at the first pass.
     let mut generation = recheck.map_or_else(crate::running::generation, |c| c.generation());
     let res = loop {
+        if opts.deadline.is_some_and(|d| Instant::now() >= d) {
+            break Res::RADIUS_SESSION_TIMEOUT;
+        }
         if let Some(check) = recheck {
             // One relaxed load per pass; the check itself runs only after
             // a reload.
@@ -753,6 +759,14 @@ fn run<C: Channel>(
         } else {
             idle_ms
         };
+        let (ms, ends) = match opts.deadline {
+            Some(d) => {
+                let left = d.saturating_duration_since(Instant::now());
+                let left = left.as_millis().min(i32::MAX as u128) as i32 + 1;
+                (ms.min(left), left <= ms)
+            }
+            None => (ms, false),
+        };
         let waited = wait(&mut up, &mut down, ms);
         match waited {
             Ok(true) => {}
@@ -763,6 +777,7 @@ fn run<C: Channel>(
                 up.can_write = true;
                 down.can_write = true;
             }
+            Ok(false) if ends => {}
             Ok(false) => {
                 break if up.ch.pending() || down.ch.pending() {
                     Res::UNSENT

@@ -82,6 +82,15 @@ codes! {
     // 20-29: common errors.
     /// Out of memory or no thread could be started.
     NOMEM = 21;
+    /// `auth radius`: the server answered Access-Reject (3proxy logs 4,
+    /// or the number a Reply-Message starts with, which we log too).
+    RADIUS_REJECT = 25;
+    /// `auth radius`: no `radius` server gave a valid answer in time, or
+    /// there is no `radius` line (3proxy logs 4).
+    RADIUS_NO_ANSWER = 26;
+    /// The Session-Timeout an Access-Accept gave has run out: the session
+    /// was ended (3proxy does not read Session-Timeout).
+    RADIUS_SESSION_TIMEOUT = 27;
 
     // 30-79: parent proxies (30-39 CONNECT, 40-49 SOCKS4, 50-69 SOCKS5).
     /// A parent chain ended in a state it cannot use (3proxy: unknown parent type).
@@ -585,9 +594,11 @@ impl Res {
     }
 
     /// A refusal by access control or authentication, 1-9 (not 10, a
-    /// limit).
+    /// limit), or by `auth radius` (25, 26).
     pub const fn is_auth(self) -> bool {
-        self.0 >= Res::ACL_DENY.0 && self.0 < Res::QUOTA.0
+        (self.0 >= Res::ACL_DENY.0 && self.0 < Res::QUOTA.0)
+            || self.0 == Res::RADIUS_REJECT.0
+            || self.0 == Res::RADIUS_NO_ANSWER.0
     }
 }
 
@@ -649,6 +660,8 @@ mod tests {
         }
         assert!(Res(1).is_auth() && Res(9).is_auth());
         assert!(!Res::OK.is_auth() && !Res::QUOTA.is_auth());
+        assert!(Res::RADIUS_REJECT.is_auth() && Res::RADIUS_NO_ANSWER.is_auth());
+        assert!(!Res::RADIUS_SESSION_TIMEOUT.is_auth());
     }
 
     #[test]

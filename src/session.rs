@@ -83,6 +83,7 @@ pub fn relay_opts(svc: &Service, idle_slot: usize) -> RelayOpts {
         splice: svc.splice(),
         bufsize: svc.bufsize,
         grace: svc.opts.grace,
+        deadline: None,
     }
 }
 
@@ -109,7 +110,10 @@ pub fn relay_to(
         }
         let _ = srv.set_timeout(None);
     }
-    let opts = relay_opts(&svc, idle_slot);
+    let opts = RelayOpts {
+        deadline: grant.radius.as_ref().and_then(|r| r.deadline),
+        ..relay_opts(&svc, idle_slot)
+    };
     let out = relay_logged(c, &srv, &opts, grant.limits.as_deref(), recheck);
     c.res = out.res;
     c.bytes_out += early.len() as u64 + out.out;
@@ -206,6 +210,7 @@ pub fn keep(c: &mut Client, grant: &Grant) {
         c.user.clone_from(&grant.user);
     }
     c.publish();
+    c.acct_start(grant);
 }
 
 /// A connection reached `dst` through `chain`: the hops and addresses its

@@ -15,6 +15,8 @@ use std::time::{Duration, Instant};
 pub const GRACE: Duration = Duration::from_secs(3);
 /// Longest wait for the access log to drain at exit.
 const LOG_FLUSH: Duration = Duration::from_secs(1);
+/// Longest wait for the RADIUS accounting queue at exit.
+const RADIUS_FLUSH: Duration = Duration::from_secs(5);
 
 /// Sessions (TCP clients, UDP associations) in progress.
 static LIVE: AtomicUsize = AtomicUsize::new(0);
@@ -51,5 +53,7 @@ pub fn finish(grace: Duration) {
     // now, so a stop loses none (3proxy can lose up to a minute).
     crate::limit::flush_counters();
     crate::log::flush(LOG_FLUSH);
+    // `log radius`: the Stops of the sessions that ended are sent.
+    crate::radius::flush(RADIUS_FLUSH);
     crate::sys::process::remove_pidfile();
 }

@@ -9,7 +9,8 @@
 # admin service's /metrics), chromium (opens the admin service's sessions
 # page; driven by tests/cdp_sessions.js with Node.js 20 or later, which the
 # machine has), libsqliteodbc and unixodbc (SQLite's ODBC driver for the
-# `log &DSN` tests). Fails loudly (non-zero) rather than
+# `log &DSN` tests), freeradius and freeradius-utils (a RADIUS server for
+# auth radius and log radius). Fails loudly (non-zero) rather than
 # letting tests skip.
 set -e
 need=""
@@ -34,6 +35,9 @@ command -v dnsmasq >/dev/null 2>&1 || [ -x /usr/sbin/dnsmasq ] || need="$need dn
 [ -e /usr/lib/x86_64-linux-gnu/odbc/libsqlite3odbc.so ] || need="$need libsqliteodbc"
 command -v odbcinst >/dev/null 2>&1 || need="$need unixodbc"
 /usr/bin/python3 -c 'import sqlite3' >/dev/null 2>&1 || need="$need libpython3-stdlib"
+# A RADIUS server for `auth radius` and `log radius`, with radclient.
+command -v freeradius >/dev/null 2>&1 || need="$need freeradius"
+command -v radclient >/dev/null 2>&1 || need="$need freeradius-utils"
 if [ -n "$need" ]; then
     if [ "$(id -u)" != 0 ]; then
         echo "tests/deps.sh: missing:$need (run as root to install them)" >&2

@@ -29,6 +29,7 @@ mod pcre;
 mod plugins;
 mod pop3p;
 mod process;
+mod radius;
 mod redirect_local;
 mod reload;
 mod resolve;

@@ -219,9 +219,8 @@ mod tests {
             .contains("unknown auth type"));
         let st = run(&["auth dnsname strong"]).unwrap();
         assert_eq!(st.access.auth, [AuthType::DnsName, AuthType::Strong]);
-        assert!(run(&["auth radius"])
-            .unwrap_err()
-            .contains("not supported yet"));
+        let st = run(&["auth cache radius"]).unwrap();
+        assert_eq!(st.access.auth, [AuthType::Cache, AuthType::Radius]);
         let st = run(&["authcache ip,user 60 10"]).unwrap();
         assert_eq!(
             st.access.cache,

@@ -18,6 +18,7 @@ pub mod ops;
 pub mod ops_cmds;
 pub mod parent_cmds;
 pub mod plugin_cmds;
+pub mod radius_cmds;
 pub mod resolve_cmds;
 pub mod state;
 pub mod tls_cmds;

@@ -137,7 +137,7 @@ pub fn open_log_target(
         return Err("ODBC logging is not supported here (only on a 'log' line)".into());
     }
     if target == "radius" {
-        return Err("RADIUS accounting is not supported yet".into());
+        return Ok(Some(Arc::new(Sink::Radius)));
     }
     let period = match args.get(2) {
         None => Period::Never,
@@ -314,6 +314,10 @@ mod tests {
         assert_eq!(run("odbcqueue 5").unwrap().ops.odbcqueue, 5);
         assert!(run("odbcqueue 0").is_err());
         assert!(run("odbcqueue many").is_err());
+        assert!(matches!(
+            run("log radius").unwrap().log.as_deref(),
+            Some(Sink::Radius)
+        ));
         assert!(run("log /nonexistent/dir/file D").is_err());
     }
 }

@@ -71,6 +71,9 @@ pub struct State {
     pub tls: crate::tls::Settings,
     /// `metricsusers`: process-wide, installed by `finalize`.
     pub metricsusers: usize,
+    /// The last `radius` line: secret and servers; installed for every
+    /// service by `finalize`, with the timeout.
+    pub radius: Option<(Vec<u8>, Vec<crate::radius::Server>)>,
 }
 
 impl State {
@@ -104,6 +107,7 @@ impl State {
             filtermaxsize: crate::filter::DEFAULT_MAXSIZE,
             tls: Default::default(),
             metricsusers: crate::metrics::DEFAULT_USER_CAP,
+            radius: None,
         }
     }
 
@@ -146,6 +150,14 @@ impl State {
         crate::resolve::install(self.resolver.clone(), &self.timeouts);
         crate::parent::set_retries(self.parent_retries);
         crate::metrics::set_user_cap(self.metricsusers);
+        if let Some((secret, servers)) = self.radius.take() {
+            // Each server is waited for BYTE_LONG, as 3proxy waits.
+            self.access.radius.set(crate::radius::Conf::new(
+                secret,
+                servers,
+                self.timeouts.get(Timeouts::BYTE_LONG),
+            ));
+        }
         for p in &mut self.services {
             let Some(svc) = Arc::get_mut(&mut p.svc) else {
                 continue;

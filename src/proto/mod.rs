@@ -12,6 +12,7 @@
 //! write failing with the given result code.
 
 pub mod http;
+pub mod radius;
 pub mod socks;
 
 use std::io::{Read, Write};

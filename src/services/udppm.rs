@@ -208,6 +208,7 @@ fn open(
         port: dst.port(),
         user: None,
         password: None,
+        service: Some(svc.def.log_name),
         redirected: false,
     };
     // A refused datagram is dropped; its record carries the code.

@@ -557,6 +557,7 @@ impl Session {
                             .at_weight(grant.weight),
                     );
                 }
+                c.acct_start(&grant);
                 self.grant = Some(grant);
                 c.publish();
                 Ok(())
@@ -841,7 +842,15 @@ impl Session {
             let n = early.len();
             cb.consume(n);
         }
-        let opts = crate::session::relay_opts(&self.svc, Timeouts::CONNECTION_LONG);
+        let opts = crate::relay::RelayOpts {
+            // `auth radius`: the user's Session-Timeout.
+            deadline: self
+                .grant
+                .as_ref()
+                .and_then(|g| g.radius.as_ref())
+                .and_then(|r| r.deadline),
+            ..crate::session::relay_opts(&self.svc, Timeouts::CONNECTION_LONG)
+        };
         // With `force`, a reload whose ACL refuses the tunnel ends it.
         let out = match &self.recheck {
             Some(again) => crate::session::relay_logged(c, srv, &opts, self.shaper(), again),

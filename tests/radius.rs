@@ -1,0 +1,872 @@
+//! `radius`, `auth radius` and `log radius` against a real FreeRADIUS
+//! (Debian's `freeradius`, which tests/deps.sh installs), run in the
+//! foreground on loopback ports with a configuration each test writes in
+//! its own dir: accept, reject, failover, no answer, Framed-IP-Address as
+//! the source address, `auth cache radius`, Session-Timeout, and
+//! accounting (Start/Stop, Interim-Update on `logdump`, across a reload,
+//! flushed on SIGTERM) in FreeRADIUS's detail file.
+
+use std::io::{Read, Write};
+use std::net::{Shutdown, SocketAddr, UdpSocket};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use base64::Engine;
+
+use crate::util::*;
+
+const SECRET: &str = "testing123";
+
+/// Users of the `files` module: alice gets a Framed-IP-Address and a
+/// Class, bob neither, dave a Session-Timeout of 1 s; erin is rejected
+/// with a Reply-Message that starts with a number.
+const USERS: &str = r#"alice Cleartext-Password := "secret"
+	Framed-IP-Address = 127.0.0.2,
+	Class = "gold"
+bob Cleartext-Password := "pw2"
+dave Cleartext-Password := "pw"
+	Session-Timeout = 1
+erin Auth-Type := Reject
+	Reply-Message = "7 not today"
+"#;
+
+/// A FreeRADIUS in the foreground (`-f -l stdout`), answering
+/// authentication on `port` and accounting on `port + 1` (3proxy's rule
+/// for the accounting port). Killed on drop.
+struct Radiusd {
+    child: Child,
+    port: u16,
+    raddb: PathBuf,
+    out: Arc<Mutex<Vec<u8>>>,
+}
+
+/// A UDP port free on 127.0.0.1 whose next port is free too, both taken
+/// from the harness's port list (so no other test is handed either).
+fn port_pair() -> u16 {
+    loop {
+        let p = free_udp_port();
+        if free_udp_port() == p + 1 {
+            return p;
+        }
+    }
+}
+
+impl Radiusd {
+    fn start(dir: &Dir) -> Radiusd {
+        let port = port_pair();
+        let raddb = dir.join(&format!("raddb-{port}"));
+        for sub in ["log", "run"] {
+            std::fs::create_dir_all(raddb.join(sub)).unwrap();
+        }
+        let d = p(&raddb).to_string();
+        std::fs::write(
+            raddb.join("dictionary"),
+            "$INCLUDE /usr/share/freeradius/dictionary\n",
+        )
+        .unwrap();
+        std::fs::write(raddb.join("users"), USERS).unwrap();
+        std::fs::write(raddb.join("acct_users"), "").unwrap();
+        // Only what these tests need, from Debian's /etc/freeradius/3.0
+        // layout: the files, pap and detail modules, one client (all of
+        // loopback), one virtual server. Requests without a correct
+        // Message-Authenticator are refused (the client's
+        // require_message_authenticator), so every accept proves ours.
+        let conf = format!(
+            r#"prefix = /usr
+exec_prefix = /usr
+sysconfdir = /etc
+localstatedir = /var
+sbindir = /usr/sbin
+logdir = {d}/log
+raddbdir = {d}
+radacctdir = {d}/log
+name = freeradius
+confdir = {d}
+modconfdir = /etc/freeradius/3.0/mods-config
+run_dir = {d}/run
+db_dir = {d}
+libdir = /usr/lib/freeradius
+pidfile = {d}/run/radiusd.pid
+max_request_time = 30
+cleanup_delay = 5
+max_requests = 1024
+hostname_lookups = no
+log {{
+	destination = stdout
+	colourise = no
+	auth = yes
+}}
+security {{
+	allow_core_dumps = no
+	max_attributes = 200
+	reject_delay = 0
+	status_server = no
+}}
+thread pool {{
+	start_servers = 2
+	max_servers = 4
+	min_spare_servers = 1
+	max_spare_servers = 4
+	max_requests_per_server = 0
+}}
+client loopback {{
+	ipaddr = 127.0.0.0/8
+	secret = {SECRET}
+	require_message_authenticator = yes
+}}
+client loopback6 {{
+	ipv6addr = ::1
+	secret = {SECRET}
+	require_message_authenticator = yes
+}}
+modules {{
+	files {{
+		filename = {d}/users
+		acctusersfile = {d}/acct_users
+	}}
+	pap {{
+	}}
+	detail {{
+		filename = {d}/detail
+		permissions = 0600
+	}}
+	detail auth_detail {{
+		filename = {d}/auth-detail
+		permissions = 0600
+	}}
+}}
+server default {{
+	listen {{
+		type = auth
+		ipaddr = 127.0.0.1
+		port = {port}
+	}}
+	listen {{
+		type = acct
+		ipaddr = 127.0.0.1
+		port = {acct}
+	}}
+	listen {{
+		type = auth
+		ipv6addr = ::1
+		port = {port}
+	}}
+	listen {{
+		type = acct
+		ipv6addr = ::1
+		port = {acct}
+	}}
+	authorize {{
+		auth_detail
+		files
+		pap
+	}}
+	authenticate {{
+		pap
+	}}
+	preacct {{
+	}}
+	accounting {{
+		detail
+	}}
+	post-auth {{
+	}}
+}}
+"#,
+            acct = port + 1
+        );
+        std::fs::write(raddb.join("radiusd.conf"), conf).unwrap();
+        // Root may run it in the foreground: with no `user`/`group` in
+        // `security` it keeps the ids it was started with.
+        let mut child = Command::new("freeradius")
+            .args(["-f", "-l", "stdout", "-d", &d])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("freeradius (tests/deps.sh installs freeradius)");
+        let out = Arc::new(Mutex::new(Vec::new()));
+        for pipe in [
+            Box::new(child.stdout.take().unwrap()) as Box<dyn Read + Send>,
+            Box::new(child.stderr.take().unwrap()),
+        ] {
+            let sink = out.clone();
+            let mut pipe = pipe;
+            std::thread::spawn(move || {
+                let mut b = [0u8; 4096];
+                while let Ok(n) = pipe.read(&mut b) {
+                    if n == 0 {
+                        break;
+                    }
+                    sink.lock().unwrap().extend_from_slice(&b[..n]);
+                }
+            });
+        }
+        let mut r = Radiusd {
+            child,
+            port,
+            raddb,
+            out,
+        };
+        let ready = wait_for(
+            || r.output().contains("Ready to process requests") || r.exited(),
+            Duration::from_secs(30),
+        );
+        let status = r.child.try_wait().ok().flatten();
+        assert!(
+            ready && status.is_none(),
+            "freeradius did not start ({status:?}):\n{}",
+            r.output()
+        );
+        r
+    }
+
+    fn exited(&mut self) -> bool {
+        self.child.try_wait().ok().flatten().is_some()
+    }
+
+    fn output(&self) -> String {
+        String::from_utf8_lossy(&self.out.lock().unwrap()).into_owned()
+    }
+
+    fn server(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    fn detail(&self) -> String {
+        std::fs::read_to_string(self.raddb.join("detail")).unwrap_or_default()
+    }
+
+    fn auth_detail(&self) -> String {
+        std::fs::read_to_string(self.raddb.join("auth-detail")).unwrap_or_default()
+    }
+
+    /// The detail file's records (blank-line separated) that contain
+    /// every one of `has`, waiting up to `timeout` for `n` of them.
+    fn records(&self, has: &[&str], n: usize, timeout: Duration) -> Vec<String> {
+        let find = || -> Vec<String> {
+            self.detail()
+                .split("\n\n")
+                .filter(|r| has.iter().all(|h| r.contains(h)))
+                .map(str::to_string)
+                .collect()
+        };
+        wait_for(|| find().len() >= n, timeout);
+        find()
+    }
+}
+
+impl Drop for Radiusd {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        if std::thread::panicking() {
+            eprintln!("--- freeradius output:\n{}", self.output());
+            eprintln!("--- detail:\n{}", self.detail());
+        }
+    }
+}
+
+/// A UDP socket nobody reads: a RADIUS server that is down but whose port
+/// does not answer with ICMP (the slow failure), and the next port.
+fn silent_server() -> (UdpSocket, UdpSocket, String) {
+    let p = port_pair();
+    let a = UdpSocket::bind(("127.0.0.1", p)).unwrap();
+    let b = UdpSocket::bind(("127.0.0.1", p + 1)).unwrap();
+    (a, b, format!("127.0.0.1:{p}"))
+}
+
+/// An HTTP origin that answers every request with `body`; records the
+/// peer address of each connection.
+fn http_origin(body: &'static str) -> Origin {
+    Origin::start("127.0.0.1:0", move |mut conn| {
+        let mut head = Vec::new();
+        let mut b = [0u8; 1];
+        while !head.ends_with(b"\r\n\r\n") {
+            match conn.read(&mut b) {
+                Ok(1) => head.push(b[0]),
+                _ => return,
+            }
+        }
+        let _ = write!(
+            conn,
+            "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        );
+    })
+}
+
+/// A GET through the proxy with Basic credentials; the whole answer.
+fn get(proxy: u16, origin: u16, user: &str, pass: &str) -> String {
+    let mut s = connect(localhost(proxy));
+    let cred = base64::engine::general_purpose::STANDARD.encode(format!("{user}:{pass}"));
+    write!(
+        s,
+        "GET http://127.0.0.1:{origin}/x HTTP/1.1\r\nHost: 127.0.0.1:{origin}\r\n\
+         Proxy-Authorization: Basic {cred}\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    String::from_utf8_lossy(&read_until_closed(&mut s).unwrap()).into_owned()
+}
+
+fn status(answer: &str) -> &str {
+    answer.split(' ').nth(1).unwrap_or("")
+}
+
+/// A proxy with `auth radius` on the `radius` line `servers`, logging
+/// `%U %E` to proxy.log; `extra` goes before the service.
+fn start_proxy(dir: Dir, servers: &str, extra: &str) -> (Proxy, u16, PathBuf) {
+    let port = free_port();
+    let log = dir.join("proxy.log");
+    let cfg = format!(
+        "log {}\nlogformat \"L%U %E %n\"\nradius {SECRET} {servers}\nauth radius\n{extra}\n\
+         proxy -p{port} -i127.0.0.1\n",
+        p(&log)
+    );
+    let proxy = Proxy::start(dir, &cfg, &[Listen::Tcp(localhost(port))]);
+    (proxy, port, log)
+}
+
+#[test]
+fn accept_and_reject() {
+    let dir = Dir::new("radius_accept");
+    let rad = Radiusd::start(&dir);
+    let origin = http_origin("hello radius");
+    let (_proxy, port, log) = start_proxy(dir, &rad.server(), "");
+
+    let ok = get(port, origin.port(), "bob", "pw2");
+    assert_eq!(status(&ok), "200", "{ok}");
+    assert!(ok.ends_with("hello radius"), "{ok}");
+    read_log_line(&log, "bob's accept with code 0", |l| {
+        l.starts_with("bob 00000")
+    });
+
+    let no = get(port, origin.port(), "bob", "wrong");
+    assert_eq!(status(&no), "407", "{no}");
+    assert!(no.contains("Proxy-Authenticate: Basic"), "{no}");
+    read_log_line(&log, "bob's reject with code 25", |l| {
+        l.starts_with("bob 00025")
+    });
+    let unknown = get(port, origin.port(), "carol", "x");
+    assert_eq!(status(&unknown), "407", "{unknown}");
+    // As in 3proxy, a Reply-Message's number is the result code.
+    let erin = get(port, origin.port(), "erin", "x");
+    assert_eq!(status(&erin), "407", "{erin}");
+    read_log_line(&log, "erin's reject with code 7", |l| {
+        l.starts_with("erin 00007")
+    });
+    assert_eq!(
+        origin.peers().len(),
+        1,
+        "refused requests reached the origin"
+    );
+
+    // What the Access-Request carried, as FreeRADIUS read it.
+    let sent = rad.auth_detail();
+    for want in [
+        "User-Name = \"bob\"",
+        "Service-Type = Authenticate-Only",
+        "NAS-Port-Type = Virtual",
+        &format!("NAS-Port = {port}"),
+        "NAS-IP-Address = 127.0.0.1",
+        "NAS-Identifier = \"PROXY\"",
+        "Calling-Station-Id = \"127.0.0.1\"",
+        "Framed-IP-Address = 127.0.0.1",
+        "Called-Station-Id = \"127.0.0.1\"",
+        &format!("Login-TCP-Port = {}", origin.port()),
+        "Login-IP-Host = 127.0.0.1",
+        "Message-Authenticator = ",
+        "Acct-Session-Id = ",
+    ] {
+        assert!(sent.contains(want), "no {want:?} in:\n{sent}");
+    }
+}
+
+#[test]
+fn the_second_server_answers_when_the_first_is_down() {
+    let dir = Dir::new("radius_failover");
+    let rad = Radiusd::start(&dir);
+    let (_a, _b, down) = silent_server();
+    let origin = http_origin("second");
+    // Each server is waited for `timeouts` slot 1 (1 s here).
+    let (_proxy, port, log) = start_proxy(
+        dir,
+        &format!("{down} {}", rad.server()),
+        "timeouts 1 1 5 30 60 180 1800 15 60",
+    );
+    let t = Instant::now();
+    let ok = get(port, origin.port(), "bob", "pw2");
+    assert_eq!(status(&ok), "200", "{ok}");
+    assert!(ok.ends_with("second"), "{ok}");
+    assert!(
+        t.elapsed() >= Duration::from_millis(900),
+        "{:?}",
+        t.elapsed()
+    );
+    read_log_line(&log, "code 0", |l| l.starts_with("bob 00000"));
+    // The server that failed is asked last for a while: the next request
+    // does not wait for it.
+    let t = Instant::now();
+    let ok = get(port, origin.port(), "bob", "pw2");
+    assert_eq!(status(&ok), "200", "{ok}");
+    assert!(
+        t.elapsed() < Duration::from_millis(900),
+        "{:?}",
+        t.elapsed()
+    );
+}
+
+#[test]
+fn no_server_answering_is_a_refusal_within_the_timeout() {
+    let dir = Dir::new("radius_none");
+    let (_a, _b, down1) = silent_server();
+    let (_c, _d, down2) = silent_server();
+    let origin = http_origin("never");
+    let (_proxy, port, log) = start_proxy(
+        dir,
+        &format!("{down1} {down2}"),
+        "timeouts 1 1 5 30 60 180 1800 15 60",
+    );
+    let t = Instant::now();
+    let no = get(port, origin.port(), "bob", "pw2");
+    let took = t.elapsed();
+    assert_eq!(status(&no), "407", "{no}");
+    // Two servers, 1 s each.
+    assert!(
+        took >= Duration::from_millis(1900) && took < Duration::from_secs(5),
+        "{took:?}"
+    );
+    read_log_line(&log, "code 26", |l| l.starts_with("bob 00026"));
+    assert!(origin.peers().is_empty());
+
+    // SOCKS 5 gets a refusal too, not a hang.
+    let sport = free_port();
+    let dir = Dir::new("radius_none_socks");
+    let cfg = format!(
+        "radius {SECRET} {down1}\ntimeouts 1 1 5 30 60 180 1800 15 60\nauth radius\n\
+         socks -p{sport} -i127.0.0.1\n"
+    );
+    let _socks = Proxy::start(dir, &cfg, &[Listen::Tcp(localhost(sport))]);
+    let mut s = connect(localhost(sport));
+    s.write_all(&[5, 1, 2]).unwrap();
+    let mut b = [0u8; 2];
+    s.read_exact(&mut b).unwrap();
+    assert_eq!(b, [5, 2]);
+    s.write_all(&[1, 3, b'b', b'o', b'b', 3, b'p', b'w', b'2'])
+        .unwrap();
+    s.read_exact(&mut b).unwrap();
+    let o = origin.port().to_be_bytes();
+    s.write_all(&[5, 1, 0, 1, 127, 0, 0, 1, o[0], o[1]])
+        .unwrap();
+    let mut rep = [0u8; 10];
+    s.read_exact(&mut rep).unwrap();
+    assert_eq!(rep[0], 5);
+    // Code 26 is 0x01, general failure, as for every code from 20 to 29.
+    assert_eq!(rep[1], 1, "SOCKS reply {rep:?}");
+}
+
+#[test]
+fn framed_ip_address_is_the_source_address() {
+    let dir = Dir::new("radius_framed");
+    let rad = Radiusd::start(&dir);
+    let origin = http_origin("from 127.0.0.2");
+    let (_proxy, port, _log) = start_proxy(dir, &rad.server(), "");
+    let ok = get(port, origin.port(), "alice", "secret");
+    assert_eq!(status(&ok), "200", "{ok}");
+    let peers = origin.peers();
+    assert_eq!(peers.len(), 1);
+    assert_eq!(peers[0].ip().to_string(), "127.0.0.2", "{peers:?}");
+    // bob has none: the default source.
+    let ok = get(port, origin.port(), "bob", "pw2");
+    assert_eq!(status(&ok), "200", "{ok}");
+    assert_eq!(origin.peers()[1].ip().to_string(), "127.0.0.1");
+}
+
+/// A SOCKS 5 CONNECT as `user` to `to`; the stream after the reply.
+fn socks5(proxy: u16, user: &str, pass: &str, to: SocketAddr) -> std::net::TcpStream {
+    let mut s = connect(localhost(proxy));
+    s.write_all(&[5, 1, 2]).unwrap();
+    let mut b = [0u8; 2];
+    s.read_exact(&mut b).unwrap();
+    assert_eq!(b, [5, 2]);
+    let mut m = vec![1, user.len() as u8];
+    m.extend_from_slice(user.as_bytes());
+    m.push(pass.len() as u8);
+    m.extend_from_slice(pass.as_bytes());
+    s.write_all(&m).unwrap();
+    s.read_exact(&mut b).unwrap();
+    assert_eq!(b, [1, 0]);
+    let SocketAddr::V4(v4) = to else { panic!() };
+    let mut req = vec![5, 1, 0, 1];
+    req.extend_from_slice(&v4.ip().octets());
+    req.extend_from_slice(&v4.port().to_be_bytes());
+    s.write_all(&req).unwrap();
+    let mut rep = [0u8; 10];
+    s.read_exact(&mut rep).unwrap();
+    assert_eq!(rep[1], 0, "SOCKS refused: {rep:?}");
+    s
+}
+
+/// The value of `name = value` in a detail record.
+fn attr<'a>(rec: &'a str, name: &str) -> Option<&'a str> {
+    rec.lines()
+        .map(str::trim)
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(" = "))
+}
+
+#[test]
+fn start_and_stop_with_octets_in_the_detail_file() {
+    let dir = Dir::new("radius_acct");
+    let rad = Radiusd::start(&dir);
+    // Reads 1000 bytes to EOF, then sends 3000.
+    let reply: Vec<u8> = (0..3000u32).map(|i| i as u8).collect();
+    let (origin, got) = Origin::reply_after_eof(&reply, Duration::ZERO);
+    let port = free_port();
+    let cfg = format!(
+        "radius {SECRET} {}\nlog radius\nauth radius\nsocks -p{port} -i127.0.0.1\n",
+        rad.server()
+    );
+    let _proxy = Proxy::start(dir, &cfg, &[Listen::Tcp(localhost(port))]);
+    let mut s = socks5(port, "alice", "secret", localhost(origin.port()));
+    s.write_all(&[7u8; 1000]).unwrap();
+    s.shutdown(Shutdown::Write).unwrap();
+    let back = read_until_closed(&mut s).unwrap();
+    assert_eq!(back, reply);
+    assert_eq!(got.recv_timeout(IO_TIMEOUT).unwrap().len(), 1000);
+
+    // The harness's readiness probe is a session too (a Stop without a
+    // user): only alice's records count.
+    let alice = "User-Name = \"alice\"";
+    let start = rad.records(&["Acct-Status-Type = Start", alice], 1, LOG_TIMEOUT);
+    let stop = rad.records(&["Acct-Status-Type = Stop", alice], 1, LOG_TIMEOUT);
+    assert_eq!((start.len(), stop.len()), (1, 1), "{}", rad.detail());
+    let (start, stop) = (&start[0], &stop[0]);
+    for r in [start, stop] {
+        assert_eq!(attr(r, "User-Name"), Some("\"alice\""), "{r}");
+        assert_eq!(attr(r, "NAS-Identifier"), Some("\"SOCK5\""), "{r}");
+        assert_eq!(attr(r, "Calling-Station-Id"), Some("\"127.0.0.1\""), "{r}");
+        // The Class of alice's Access-Accept ("gold"), echoed.
+        assert_eq!(attr(r, "Class"), Some("0x676f6c64"), "{r}");
+    }
+    assert_eq!(
+        attr(start, "Acct-Session-Id"),
+        attr(stop, "Acct-Session-Id"),
+        "{start}\n{stop}"
+    );
+    // The Access-Request's Acct-Session-Id, as 3proxy uses one for both.
+    let asked = rad.auth_detail();
+    assert_eq!(
+        attr(&asked, "Acct-Session-Id"),
+        attr(start, "Acct-Session-Id"),
+        "{asked}"
+    );
+    // Input: what the client received (3proxy's %I); output: what it sent.
+    assert_eq!(attr(stop, "Acct-Input-Octets"), Some("3000"), "{stop}");
+    assert_eq!(attr(stop, "Acct-Output-Octets"), Some("1000"), "{stop}");
+    assert_eq!(
+        attr(stop, "Acct-Terminate-Cause"),
+        Some("User-Request"),
+        "{stop}"
+    );
+    assert!(attr(stop, "Acct-Session-Time").is_some(), "{stop}");
+    assert!(attr(start, "Acct-Input-Octets").is_none(), "{start}");
+}
+
+#[test]
+fn sigterm_sends_the_pending_stops_first() {
+    let dir = Dir::new("radius_sigterm");
+    let rad = Radiusd::start(&dir);
+    // The first server never answers: each accounting request waits 1 s
+    // for it before FreeRADIUS gets it, so the Stop is still queued when
+    // the signal comes.
+    let (_a, _b, down) = silent_server();
+    let (origin, _got) = Origin::reply_after_eof(b"bye", Duration::ZERO);
+    let port = free_port();
+    // Accounting works whatever the auth type: here `strong`.
+    let cfg = format!(
+        "radius {SECRET} {down} {}\ntimeouts 1 1 5 30 60 180 1800 15 60\nlog radius\n\
+         users bob:CL:pw2\nauth strong\nsocks -p{port} -i127.0.0.1\n",
+        rad.server()
+    );
+    let mut proxy = Proxy::start(dir, &cfg, &[Listen::Tcp(localhost(port))]);
+    let mut s = socks5(port, "bob", "pw2", localhost(origin.port()));
+    s.write_all(b"hi").unwrap();
+    s.shutdown(Shutdown::Write).unwrap();
+    assert_eq!(read_until_closed(&mut s).unwrap(), b"bye");
+    drop(s);
+    proxy.signal("TERM");
+    assert!(proxy.wait_exit(Duration::from_secs(15)).is_some());
+    let stop = rad.records(&["Acct-Status-Type = Stop", "\"bob\""], 1, Duration::ZERO);
+    assert_eq!(stop.len(), 1, "no Stop before exit:\n{}", rad.detail());
+    assert_eq!(
+        attr(&stop[0], "Acct-Input-Octets"),
+        Some("3"),
+        "{}",
+        stop[0]
+    );
+    assert_eq!(
+        attr(&stop[0], "Acct-Output-Octets"),
+        Some("2"),
+        "{}",
+        stop[0]
+    );
+}
+
+#[test]
+fn authcache_keeps_radius_answers_and_their_source_address() {
+    let dir = Dir::new("radius_cache");
+    let rad = Radiusd::start(&dir);
+    let origin = http_origin("cached");
+    let (_proxy, port, log) = start_proxy(
+        dir,
+        &rad.server(),
+        "timeouts 1 1 5 30 60 180 1800 15 60\nauthcache user,pass,ext 60\nauth cache radius",
+    );
+    let ok = get(port, origin.port(), "alice", "secret");
+    assert_eq!(status(&ok), "200", "{ok}");
+    drop(rad);
+    // FreeRADIUS is gone: the cache answers, with alice's address.
+    let ok = get(port, origin.port(), "alice", "secret");
+    assert_eq!(status(&ok), "200", "{ok}");
+    let peers = origin.peers();
+    assert_eq!(peers.len(), 2);
+    assert!(
+        peers.iter().all(|p| p.ip().to_string() == "127.0.0.2"),
+        "{peers:?}"
+    );
+    // Another password is not in the cache, and no server answers.
+    let no = get(port, origin.port(), "alice", "other");
+    assert_eq!(status(&no), "407", "{no}");
+    read_log_line(&log, "code 26", |l| l.starts_with("alice 00026"));
+}
+
+#[test]
+fn session_timeout_ends_the_session() {
+    let dir = Dir::new("radius_session_timeout");
+    let rad = Radiusd::start(&dir);
+    let origin = Origin::echo();
+    let port = free_port();
+    let log = dir.join("proxy.log");
+    let cfg = format!(
+        "log {}\nlogformat \"L%U %E\"\nradius {SECRET} {}\nauth radius\nsocks -p{port} -i127.0.0.1\n",
+        p(&log),
+        rad.server()
+    );
+    let _proxy = Proxy::start(dir, &cfg, &[Listen::Tcp(localhost(port))]);
+    let t = Instant::now();
+    let mut s = socks5(port, "dave", "pw", localhost(origin.port()));
+    echo_roundtrip(&mut s, b"still here");
+    // The tunnel is idle and the idle timeout is long: only the
+    // Session-Timeout (1 s) ends it.
+    let rest = read_until_closed(&mut s).unwrap();
+    assert!(rest.is_empty());
+    let took = t.elapsed();
+    assert!(
+        took >= Duration::from_millis(900) && took < Duration::from_secs(5),
+        "{took:?}"
+    );
+    read_log_line(&log, "code 27", |l| l == "dave 00027");
+    // bob has no Session-Timeout: his tunnel outlives dave's.
+    let mut s = socks5(port, "bob", "pw2", localhost(origin.port()));
+    std::thread::sleep(Duration::from_millis(1500));
+    echo_roundtrip(&mut s, b"bob too");
+}
+
+#[test]
+fn logdump_records_are_interim_updates() {
+    let dir = Dir::new("radius_interim");
+    let rad = Radiusd::start(&dir);
+    let reply: Vec<u8> = (0..3000u32).map(|i| i as u8).collect();
+    let (origin, _got) = Origin::reply_after_eof(&reply, Duration::ZERO);
+    let port = free_port();
+    let cfg = format!(
+        "radius {SECRET} {}\nlog radius\nlogdump 1000\nauth radius\nsocks -p{port} -i127.0.0.1\n",
+        rad.server()
+    );
+    let _proxy = Proxy::start(dir, &cfg, &[Listen::Tcp(localhost(port))]);
+    let mut s = socks5(port, "bob", "pw2", localhost(origin.port()));
+    s.write_all(&[1u8; 1000]).unwrap();
+    s.shutdown(Shutdown::Write).unwrap();
+    assert_eq!(read_until_closed(&mut s).unwrap(), reply);
+    let bob = "User-Name = \"bob\"";
+    let stop = rad.records(&["Acct-Status-Type = Stop", bob], 1, LOG_TIMEOUT);
+    let interim = rad.records(&["Acct-Status-Type = Interim-Update", bob], 1, LOG_TIMEOUT);
+    assert_eq!(stop.len(), 1, "{}", rad.detail());
+    assert!(!interim.is_empty(), "no Interim-Update:\n{}", rad.detail());
+    let id = attr(&stop[0], "Acct-Session-Id");
+    let mut last = 0;
+    for r in &interim {
+        assert_eq!(attr(r, "Acct-Session-Id"), id, "{r}");
+        let n: u64 = attr(r, "Acct-Input-Octets").unwrap().parse().unwrap();
+        assert!(n >= 1000 && n >= last && n <= 3000, "{r}");
+        last = n;
+    }
+    // The Stop counts the whole session, not what came after the last
+    // Interim-Update.
+    assert_eq!(
+        attr(&stop[0], "Acct-Input-Octets"),
+        Some("3000"),
+        "{}",
+        stop[0]
+    );
+    assert_eq!(
+        attr(&stop[0], "Acct-Output-Octets"),
+        Some("1000"),
+        "{}",
+        stop[0]
+    );
+}
+
+#[test]
+fn a_reload_keeps_the_session_and_its_accounting() {
+    let dir = Dir::new("radius_reload");
+    let rad = Radiusd::start(&dir);
+    let origin = Origin::echo();
+    let (port, port2) = (free_port(), free_port());
+    let cfg = format!(
+        "radius {SECRET} {}\nlog radius\nauth radius\nsocks -p{port} -i127.0.0.1\n",
+        rad.server()
+    );
+    let proxy = Proxy::start(dir, &cfg, &[Listen::Tcp(localhost(port))]);
+    let mut s = socks5(port, "alice", "secret", localhost(origin.port()));
+    echo_roundtrip(&mut s, b"abc");
+    // A new service shows when the reload has taken effect.
+    proxy
+        .dir
+        .write("3proxy.cfg", format!("{cfg}socks -p{port2} -i127.0.0.1\n"));
+    proxy.signal("USR1");
+    assert!(wait_for(
+        || std::net::TcpStream::connect(localhost(port2)).is_ok(),
+        START_TIMEOUT
+    ));
+    // `force`: the session is asked about again, and goes on.
+    echo_roundtrip(&mut s, b"defg");
+    let asked = || rad.auth_detail().matches("User-Name = \"alice\"").count();
+    assert!(
+        wait_for(|| asked() >= 2, LOG_TIMEOUT),
+        "{}",
+        rad.auth_detail()
+    );
+    drop(s);
+    let alice = "User-Name = \"alice\"";
+    let start = rad.records(&["Acct-Status-Type = Start", alice], 1, LOG_TIMEOUT);
+    let stop = rad.records(&["Acct-Status-Type = Stop", alice], 1, LOG_TIMEOUT);
+    assert_eq!((start.len(), stop.len()), (1, 1), "{}", rad.detail());
+    assert_eq!(
+        attr(&start[0], "Acct-Session-Id"),
+        attr(&stop[0], "Acct-Session-Id")
+    );
+    assert_eq!(
+        attr(&stop[0], "Acct-Input-Octets"),
+        Some("7"),
+        "{}",
+        stop[0]
+    );
+    assert_eq!(
+        attr(&stop[0], "Acct-Output-Octets"),
+        Some("7"),
+        "{}",
+        stop[0]
+    );
+}
+
+#[test]
+fn the_cfgs_of_3proxys_documentation_load() {
+    // doc/html/highload.html's RADIUS examples, and the man page's form
+    // with ports and local addresses; `log radius` as 3proxy writes it.
+    for cfg in [
+        "radius secret 1.2.3.4\nauth radius\nproxy -p0\n",
+        "radius secret 1.2.3.4\nauthcache ip,user,pass 600\nauth cache radius\nproxy -p0\n",
+        "radius secret 10.0.0.1:1645/127.0.0.1 [::1]:1812\nlog radius\nauth strong radius\n\
+         socks -p0\n",
+    ] {
+        let dir = Dir::new("radius_doc_cfg");
+        let out = run_check(&dir, cfg);
+        assert!(out.status.success(), "{cfg}\n{}", out.stderr);
+    }
+    let dir = Dir::new("radius_bad_cfg");
+    run_check(&dir, "radius secret 10.0.0.1:65535\n").assert_cfg_error(
+        &dir.cfg_path(),
+        1,
+        "radius",
+    );
+}
+
+#[test]
+fn each_http_request_is_a_start_and_a_stop() {
+    let dir = Dir::new("radius_http_acct");
+    let rad = Radiusd::start(&dir);
+    let origin = Origin::start("127.0.0.1:0", |mut conn| {
+        // Two requests on one connection, each answered with 5 bytes.
+        for _ in 0..2 {
+            let mut head = Vec::new();
+            let mut b = [0u8; 1];
+            while !head.ends_with(b"\r\n\r\n") {
+                match conn.read(&mut b) {
+                    Ok(1) => head.push(b[0]),
+                    _ => return,
+                }
+            }
+            let _ = conn.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello");
+        }
+    });
+    let port = free_port();
+    let cfg = format!(
+        "radius {SECRET} {}\nlog radius\nauth radius\nproxy -p{port} -i127.0.0.1\n",
+        rad.server()
+    );
+    let _proxy = Proxy::start(dir, &cfg, &[Listen::Tcp(localhost(port))]);
+    let mut s = connect(localhost(port));
+    let cred = base64::engine::general_purpose::STANDARD.encode("bob:pw2");
+    let o = origin.port();
+    let req = format!(
+        "GET http://127.0.0.1:{o}/a HTTP/1.1\r\nHost: 127.0.0.1:{o}\r\n\
+         Proxy-Authorization: Basic {cred}\r\n\r\n"
+    );
+    let mut got = Vec::new();
+    for n in 1..=2 {
+        s.write_all(req.as_bytes()).unwrap();
+        let mut b = [0u8; 1024];
+        while String::from_utf8_lossy(&got).matches("hello").count() < n {
+            let k = s.read(&mut b).unwrap();
+            assert!(k > 0, "closed: {}", String::from_utf8_lossy(&got));
+            got.extend_from_slice(&b[..k]);
+        }
+    }
+    drop(s);
+    let bob = "User-Name = \"bob\"";
+    let starts = rad.records(&["Acct-Status-Type = Start", bob], 2, LOG_TIMEOUT);
+    let stops = rad.records(&["Acct-Status-Type = Stop", bob], 2, LOG_TIMEOUT);
+    assert_eq!((starts.len(), stops.len()), (2, 2), "{}", rad.detail());
+    let id = |r: &String| attr(r, "Acct-Session-Id").map(str::to_string);
+    assert_ne!(id(&starts[0]), id(&starts[1]));
+    for (start, stop) in starts.iter().zip(&stops) {
+        assert_eq!(id(start), id(stop), "{start}\n{stop}");
+        assert_eq!(attr(stop, "NAS-Identifier"), Some("\"PROXY\""), "{stop}");
+        assert_eq!(
+            attr(stop, "Called-Station-Id"),
+            Some("\"127.0.0.1\""),
+            "{stop}"
+        );
+        let sent: u64 = attr(stop, "Acct-Input-Octets").unwrap().parse().unwrap();
+        // At least the answer's body went to the client.
+        assert!(sent >= 5, "{stop}");
+    }
+}
+
+#[test]
+fn an_ipv6_server() {
+    let dir = Dir::new("radius_v6");
+    let rad = Radiusd::start(&dir);
+    let origin = http_origin("over v6");
+    let server = format!("[::1]:{}", rad.port);
+    // The last `log` line wins: accounting, to the same server.
+    let (_proxy, port, _) = start_proxy(dir, &server, "log radius");
+    let ok = get(port, origin.port(), "bob", "pw2");
+    assert_eq!(status(&ok), "200", "{ok}");
+    assert!(ok.ends_with("over v6"), "{ok}");
+    let stop = rad.records(&["Acct-Status-Type = Stop", "\"bob\""], 1, LOG_TIMEOUT);
+    assert_eq!(stop.len(), 1, "{}", rad.detail());
+}
