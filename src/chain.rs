@@ -616,6 +616,34 @@ mod tests {
     }
 
     #[test]
+    fn the_family_orders_a_parents_addresses() {
+        let v4: SocketAddr = "192.0.2.1:1080".parse().unwrap();
+        let v6: IpAddr = "2001:db8::1".parse().unwrap();
+        let v6a = SocketAddr::new(v6, 1080);
+        assert_eq!(parent_addrs(v4, Some(v6), Family::V46), (v4, Some(v6a)));
+        assert_eq!(parent_addrs(v4, Some(v6), Family::V64), (v6a, Some(v4)));
+        assert_eq!(parent_addrs(v4, Some(v6), Family::V4), (v4, None));
+        assert_eq!(parent_addrs(v4, Some(v6), Family::V6), (v6a, None));
+        // One family only: there, whatever the service's family.
+        assert_eq!(parent_addrs(v4, None, Family::V6), (v4, None));
+        assert_eq!(parent_addrs(v6a, None, Family::V4), (v6a, None));
+    }
+
+    #[test]
+    fn whom_a_failed_negotiation_blames() {
+        assert_eq!(blame(Res::PARENT_SOCKS5_NO_GREETING), Blame::Parent);
+        assert_eq!(blame(Res::PARENT_SOCKS5_NO_REPLY), Blame::Parent);
+        assert_eq!(blame(Res::PARENT_CONNECT_REPLY), Blame::Parent);
+        assert_eq!(blame(Res::PARENT_SOCKS4_SHORT), Blame::Parent);
+        assert_eq!(blame(Res::parent_socks5_rep(5)), Blame::Unreachable);
+        assert_eq!(blame(Res::parent_socks5_rep(4)), Blame::Unreachable);
+        assert_eq!(blame(Res::parent_socks5_rep(2)), Blame::Nobody);
+        assert_eq!(blame(Res::PARENT_CONNECT_REFUSED), Blame::Unreachable);
+        assert_eq!(blame(Res::PARENT_SOCKS5_AUTH_REFUSED), Blame::Nobody);
+        assert_eq!(blame(Res::AUTH_NO_USER), Blame::Nobody);
+    }
+
+    #[test]
     fn star_passes_the_clients_credentials() {
         let h = hop("1000 socks5 1.2.3.4 1 * *").unwrap();
         let want = Want {

@@ -226,6 +226,30 @@ fn a_dead_parent_is_left_out_then_used_again_after_its_hold() {
 }
 
 #[test]
+fn a_retry_never_draws_the_parent_that_just_failed() {
+    // Health off (`parenthealth 0`): only the retry rule keeps the dead
+    // parent from taking both attempts of a request, which half of the
+    // draws would give it.
+    let origin = Origin::echo();
+    let (pb, dead) = (free_port(), free_port());
+    let (_b, _) = hop("fo_retry_b", &socks_on(pb), pb);
+    let parents = format!("parent 500 socks5 127.0.0.1 {dead}\nparent 500 socks5 127.0.0.1 {pb}\n");
+    let (a, pa) = front("fo_retry_a", "parenthealth 0\n", &parents, origin.port());
+    for i in 0..30 {
+        request(pa, format!("request {i}").as_bytes())
+            .unwrap_or_else(|e| panic!("request {i}: {e}\n{}", a.stderr()));
+    }
+    let name = format!("socks5 127.0.0.1:{dead}");
+    let n = failures(&a.stderr(), &name);
+    assert!(n >= 3, "the dead parent was drawn only {n} times in 30");
+    assert!(
+        !a.stderr().contains(&format!("parent {name} is down")),
+        "{}",
+        a.stderr()
+    );
+}
+
+#[test]
 fn the_health_of_an_unchanged_parent_line_survives_a_reload() {
     let origin = Origin::echo();
     let (pb, dead) = (free_port(), free_port());
@@ -321,7 +345,10 @@ struct Netns(String);
 impl Netns {
     fn new(tag: &str) -> Netns {
         let name = format!("tp-{tag}-{}", std::process::id());
-        let _ = Command::new("ip").args(["netns", "del", &name]).status();
+        let _ = Command::new("ip")
+            .args(["netns", "del", &name])
+            .stderr(std::process::Stdio::null())
+            .status();
         let ok = Command::new("ip")
             .args(["netns", "add", &name])
             .status()
@@ -376,13 +403,21 @@ fn happy_eyeballs_reaches_ipv4_when_ipv6_drops_syns() {
          l.bind(('127.0.0.1',{oport}))\nl.listen()\nprint('up',flush=True)\nwhile True:\n c,_=l.accept()\n \
          c.sendall(b'inside:'+c.recv(100))\n c.close()"
     );
-    let mut origin = Command::new("ip")
-        .args(["netns", "exec", &ns.0, "python3", "-c", &code])
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut origin = Killed(
+        Command::new("ip")
+            .args(["netns", "exec", &ns.0, "python3", "-c", &code])
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
     let mut up = [0u8; 3];
-    origin.stdout.as_mut().unwrap().read_exact(&mut up).unwrap();
+    origin
+        .0
+        .stdout
+        .as_mut()
+        .unwrap()
+        .read_exact(&mut up)
+        .unwrap();
 
     // `-64`: the name's IPv6 address first. The CONNECT timeout is the
     // default 15 s.
@@ -421,8 +456,16 @@ fn happy_eyeballs_reaches_ipv4_when_ipv6_drops_syns() {
             "requests took {times:?}: want about 250 ms, not the 15 s connect timeout"
         );
     }
-    let _ = origin.kill();
-    let _ = origin.wait();
+}
+
+/// A child process killed when the test ends, however it ends.
+struct Killed(std::process::Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }
 
 /// SOCKS5 with username/password to 127.0.0.1:`to`; Err(REP) if refused.
