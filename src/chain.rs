@@ -89,7 +89,7 @@ pub struct Chain {
 pub fn connect(svc: &Service, parents: &[Hop], want: &Want<'_>) -> Result<Route, Res> {
     if parents.is_empty() {
         let addr = want.addr.ok_or(Res::NOHOST)?;
-        let alt = other_family(want, svc.family, &svc.dialer);
+        let alt = || other_family(want, svc.family, &svc.dialer);
         let stream = svc.dialer.connect_either(addr, alt, want.sends_first)?;
         return Ok(Route::Stream(Chain {
             stream,
@@ -176,12 +176,13 @@ fn blame(e: Res) -> Blame {
     if e == Res::PARENT_CONNECT_REFUSED || e == Res::PARENT_SOCKS4_REFUSED {
         return Blame::Unreachable;
     }
-    if e.0 >= Res::PARENT_SOCKS5_REP.0 && e.0 < Res::PARENT_SOCKS5_REP.0 + 10 {
-        // REP 3 network unreachable, 4 host unreachable, 5 refused, 6 TTL.
-        return match e.0 - Res::PARENT_SOCKS5_REP.0 {
-            3..=6 => Blame::Unreachable,
-            _ => Blame::Nobody,
-        };
+    // REP 3 network unreachable, 4 host unreachable, 5 refused, 6 TTL
+    // expired; the other replies say no for other reasons.
+    if (3..=6).any(|rep| e == Res::parent_socks5_rep(rep)) {
+        return Blame::Unreachable;
+    }
+    if (0..10).any(|rep| e == Res::parent_socks5_rep(rep)) {
+        return Blame::Nobody;
     }
     if e == Res::PARENT_SOCKS5_AUTH_REFUSED
         || e == Res::PARENT_SOCKS5_NO_METHOD
@@ -367,7 +368,7 @@ fn attempt<'h>(
                 h.alt
             };
             let (addr, alt) = parent_addrs(addr, alt, ctx.family);
-            let mut s = dial(dialer, source, addr, alt, first).inspect_err(|e| {
+            let mut s = dial(dialer, source, addr, || alt, first).inspect_err(|e| {
                 if *e == Res::CONNECT {
                     seen.push((h, false));
                 }
@@ -441,10 +442,12 @@ fn attempt<'h>(
     let Some((stream, last)) = at else {
         // No hop picked: straight to the destination.
         let addr = want.addr.ok_or(Res::NOHOST)?;
-        let alt = if source.is_some() {
-            None
-        } else {
-            other_family(want, ctx.family, dialer)
+        let alt = || {
+            if source.is_some() {
+                None
+            } else {
+                other_family(want, ctx.family, dialer)
+            }
         };
         let s = dial(dialer, source, addr, alt, ha || want.sends_first)?;
         if ha {
@@ -476,14 +479,14 @@ fn attempt<'h>(
     })))
 }
 
-/// Dial `addr`, from `source` if an `extip` set one, racing `alt` (the
-/// other family's address) after the happy eyeballs delay; `first`: we
-/// send at once (see [`Dialer::connect_ip_to_send`]).
+/// Dial `addr`, from `source` if an `extip` set one, racing the address
+/// `alt` gives (the other family's) after the happy eyeballs delay;
+/// `first`: we send at once (see [`Dialer::connect_ip_to_send`]).
 fn dial(
     dialer: &Dialer,
     source: Option<IpAddr>,
     addr: SocketAddr,
-    alt: Option<SocketAddr>,
+    alt: impl FnOnce() -> Option<SocketAddr>,
     first: bool,
 ) -> Result<Stream, Res> {
     let open = |d: &Dialer| d.connect_either(addr, alt, first);
@@ -611,7 +614,7 @@ mod tests {
             ..Dialer::default()
         };
         assert_eq!(plain.connect_ip(to).unwrap_err(), Res::BIND);
-        let r = dial(&plain, Some(src), to, None, false);
+        let r = dial(&plain, Some(src), to, || None, false);
         assert_ne!(r.map(|_| ()).unwrap_err(), Res::BIND);
     }
 

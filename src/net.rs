@@ -454,25 +454,27 @@ impl Dialer {
         connected(sock, we_speak_first)
     }
 
-    /// Connect to `first`, or to `second` (the same name's address of the
-    /// other family) if that connects first: happy eyeballs (RFC 8305).
-    /// `first` has [`Dialer::eyeballs`] alone (less if it fails sooner),
-    /// then both race; the first to connect is kept and the other
-    /// closed. Each has the CONNECT timeout from its own start. Blocking:
-    /// non-blocking sockets polled in the calling thread.
+    /// Connect to `first`, or to the address `second` gives (the same
+    /// name's address of the other family) if that connects first: happy
+    /// eyeballs (RFC 8305). `first` has [`Dialer::eyeballs`] alone (less
+    /// if it fails sooner); only then is `second` called (it may resolve
+    /// a name: a destination that answers at once costs no lookup of the
+    /// other family), and both race; the first to connect is kept and the
+    /// other closed. Each has the CONNECT timeout from its own start.
+    /// Blocking: non-blocking sockets polled in the calling thread.
     pub fn connect_either(
         &self,
         first: SocketAddr,
-        second: Option<SocketAddr>,
+        second: impl FnOnce() -> Option<SocketAddr>,
         we_speak_first: bool,
     ) -> Result<Stream, Res> {
-        let Some(second) = second.filter(|_| !self.eyeballs.is_zero()) else {
+        if self.eyeballs.is_zero() {
             return if we_speak_first {
                 self.connect_ip_to_send(first)
             } else {
                 self.connect_ip(first)
             };
-        };
+        }
         let start = std::time::Instant::now();
         // Racers: the socket and when it gives up.
         let mut racing: Vec<(Socket, std::time::Instant)> = Vec::with_capacity(2);
@@ -482,17 +484,21 @@ impl Dialer {
             Ok((s, false)) => racing.push((s, start + self.timeout)),
             Err(e) => err = e,
         }
-        let mut second_at = Some(start + self.eyeballs);
+        let mut second = Some(second);
+        let second_at = start + self.eyeballs;
         loop {
-            let now = std::time::Instant::now();
-            if second_at.is_some_and(|at| at <= now || racing.is_empty()) {
-                second_at = None;
-                match self.begin(second, we_speak_first) {
-                    Ok((s, true)) => return connected(s, we_speak_first),
-                    Ok((s, false)) => racing.push((s, now + self.timeout)),
-                    Err(e) => err = e,
+            let mut now = std::time::Instant::now();
+            if second.is_some() && (second_at <= now || racing.is_empty()) {
+                if let Some(addr) = second.take().and_then(|f| f()) {
+                    now = std::time::Instant::now();
+                    match self.begin(addr, we_speak_first) {
+                        Ok((s, true)) => return connected(s, we_speak_first),
+                        Ok((s, false)) => racing.push((s, now + self.timeout)),
+                        Err(e) => err = e,
+                    }
                 }
             }
+            let second_at = second.as_ref().map(|_| second_at);
             racing.retain(|(_, until)| *until > now);
             if racing.is_empty() && second_at.is_none() {
                 return Err(err);
@@ -961,7 +967,7 @@ mod tests {
             ..Dialer::default()
         };
         let t = Instant::now();
-        let s = d.connect_either(first, Some(second), false).unwrap();
+        let s = d.connect_either(first, || Some(second), false).unwrap();
         let took = t.elapsed();
         assert_eq!(s.peer_addr(), Some(second));
         assert!(
@@ -975,7 +981,7 @@ mod tests {
         };
         let t = Instant::now();
         assert_eq!(
-            d.connect_either(first, Some(second), false).unwrap_err(),
+            d.connect_either(first, || Some(second), false).unwrap_err(),
             Res::CONNECT
         );
         assert!(t.elapsed() >= Duration::from_millis(590));
@@ -987,16 +993,26 @@ mod tests {
             eyeballs: Duration::from_millis(250),
             ..Dialer::default()
         };
+        let asked = std::cell::Cell::new(false);
         let s = d
-            .connect_either(v4.local_addr().unwrap(), Some(second), true)
+            .connect_either(
+                v4.local_addr().unwrap(),
+                || {
+                    asked.set(true);
+                    Some(second)
+                },
+                true,
+            )
             .unwrap();
         assert_eq!(s.peer_addr(), Some(v4.local_addr().unwrap()));
+        // Nor looked up: a name's other family costs nothing then.
+        assert!(!asked.get());
         let refused = {
             let l = TcpListener::bind("127.0.0.1:0").unwrap();
             l.local_addr().unwrap()
         };
         let t = Instant::now();
-        let s = d.connect_either(refused, Some(second), false).unwrap();
+        let s = d.connect_either(refused, || Some(second), false).unwrap();
         assert_eq!(s.peer_addr(), Some(second));
         assert!(
             t.elapsed() < Duration::from_millis(200),
@@ -1009,7 +1025,8 @@ mod tests {
             l.local_addr().unwrap()
         };
         assert_eq!(
-            d.connect_either(refused, Some(gone6), false).unwrap_err(),
+            d.connect_either(refused, || Some(gone6), false)
+                .unwrap_err(),
             Res::CONNECT
         );
     }
