@@ -16,10 +16,10 @@
 
 use std::io::Write;
 use std::net::{IpAddr, SocketAddr};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use crate::net::{Dialer, Stream};
-use crate::parent::{extip, pick, proxy_v1_line, random, retries, Hop, Kind};
+use crate::net::{Dialer, Family, Stream};
+use crate::parent::{extip, pick_avoiding, proxy_v1_line, random, retries, Hop, Kind};
 use crate::proto::socks::Dest;
 use crate::proto::{http, socks};
 use crate::res::Res;
@@ -89,11 +89,8 @@ pub struct Chain {
 pub fn connect(svc: &Service, parents: &[Hop], want: &Want<'_>) -> Result<Route, Res> {
     if parents.is_empty() {
         let addr = want.addr.ok_or(Res::NOHOST)?;
-        let stream = if want.sends_first {
-            svc.dialer.connect_ip_to_send(addr)?
-        } else {
-            svc.dialer.connect_ip(addr)?
-        };
+        let alt = || other_family(want, svc.family, &svc.dialer);
+        let stream = svc.dialer.connect_either(addr, alt, want.sends_first)?;
         return Ok(Route::Stream(Chain {
             stream,
             hops: 0,
@@ -108,7 +105,12 @@ pub fn connect(svc: &Service, parents: &[Hop], want: &Want<'_>) -> Result<Route,
 }
 
 /// Up to `parentretries` attempts, each with a fresh pick; Err: the last
-/// attempt's code (`none`: the code when no attempt was made).
+/// attempt's code (`none`: the code when no attempt was made). Each
+/// attempt tells the parents' health how they did (`health`); a pick
+/// leaves out the parents that are down and those that failed in an
+/// earlier attempt of this request, while their group has others.
+/// Nothing of the client's has gone to the destination before the chain
+/// is made, so a retry never repeats a request.
 fn attempts(
     svc: &Service,
     parents: &[Hop],
@@ -116,10 +118,19 @@ fn attempts(
     udp: bool,
     none: Res,
 ) -> Result<Reached, Res> {
-    let chain_to = svc.timeouts.get(Timeouts::CHAIN);
+    let ctx = Ctx {
+        dialer: &svc.dialer,
+        chain_to: svc.timeouts.get(Timeouts::CHAIN),
+        tls: svc.tls_client.as_deref(),
+        family: svc.family,
+    };
     let mut last = none;
+    let mut failed: Vec<*const crate::health::Health> = Vec::new();
     for _ in 0..retries() {
-        let hops = pick(parents, &mut random);
+        let now = Instant::now();
+        let hops = pick_avoiding(parents, &mut random, |h| {
+            failed.contains(&std::sync::Arc::as_ptr(&h.health.0)) || h.health.is_down(now)
+        });
         // `/metrics`: every parent of the picked chain counts the attempt
         // (and its failure); local redirections and `extip`/`ha` are not
         // parents there.
@@ -133,15 +144,18 @@ fn attempts(
                 c
             })
             .collect();
-        match attempt(
-            &svc.dialer,
-            chain_to,
-            &hops,
-            want,
-            &mut random,
-            udp,
-            svc.tls_client.as_deref(),
-        ) {
+        let mut seen = Vec::new();
+        let r = attempt(&ctx, &hops, want, &mut random, udp, &mut seen);
+        let now = Instant::now();
+        for (h, ok) in seen {
+            if ok {
+                h.health.succeeded();
+            } else {
+                h.health.failed(&h.policy, now);
+                failed.push(std::sync::Arc::as_ptr(&h.health.0));
+            }
+        }
+        match r {
             Ok(r) => return Ok(r),
             // Not a failure another pick would mend the same way, but a
             // pick may take another type: try again like any failure.
@@ -155,6 +169,93 @@ fn attempts(
         }
     }
     Err(last)
+}
+
+/// What every attempt of a request dials with.
+struct Ctx<'a> {
+    dialer: &'a Dialer,
+    chain_to: Duration,
+    tls: Option<&'a crate::tls::Client>,
+    family: Family,
+}
+
+/// Whom a failed negotiation with a parent says is at fault.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Blame {
+    /// The parent did not answer, or not in its protocol.
+    Parent,
+    /// The parent answered that it cannot reach what it was asked for.
+    Unreachable,
+    /// The parent answered no for another reason (not allowed, bad
+    /// credentials), or we had nothing to ask: it works.
+    Nobody,
+}
+
+fn blame(e: Res) -> Blame {
+    if e == Res::PARENT_CONNECT_REFUSED || e == Res::PARENT_SOCKS4_REFUSED {
+        return Blame::Unreachable;
+    }
+    // REP 3 network unreachable, 4 host unreachable, 5 refused, 6 TTL
+    // expired; the other replies say no for other reasons.
+    if (3..=6).any(|rep| e == Res::parent_socks5_rep(rep)) {
+        return Blame::Unreachable;
+    }
+    if (0..10).any(|rep| e == Res::parent_socks5_rep(rep)) {
+        return Blame::Nobody;
+    }
+    if e == Res::PARENT_SOCKS5_AUTH_REFUSED
+        || e == Res::PARENT_SOCKS5_NO_METHOD
+        || e == Res::AUTH_NO_USER
+        || e == Res::NOHOST
+    {
+        return Blame::Nobody;
+    }
+    Blame::Parent
+}
+
+/// The address of the other family of the destination `want` named, when
+/// the service takes both (`-46`, `-64`) and the name has one: the second
+/// address of happy eyeballs. None for an address literal, with happy
+/// eyeballs off, or when the name has no address of the other family.
+fn other_family(want: &Want<'_>, family: Family, dialer: &Dialer) -> Option<SocketAddr> {
+    if dialer.eyeballs.is_zero() || !matches!(family, Family::V46 | Family::V64) {
+        return None;
+    }
+    let addr = want.addr?;
+    let host = want.host.filter(|h| crate::net::parse_ip(h).is_none())?;
+    let other = if addr.is_ipv4() {
+        Family::V6
+    } else {
+        Family::V4
+    };
+    crate::net::resolve(host, addr.port(), other)
+        .ok()
+        .filter(|a| a.is_ipv4() != addr.is_ipv4())
+}
+
+/// The addresses of a parent to dial, in the order the service's family
+/// puts them (`-6`/`-64` IPv6 first), the second one only when the
+/// family takes both; a parent with one family's address only is dialed
+/// there whatever the family (it was resolved once, either family).
+fn parent_addrs(
+    addr: SocketAddr,
+    alt: Option<IpAddr>,
+    family: Family,
+) -> (SocketAddr, Option<SocketAddr>) {
+    let Some(alt) = alt.map(|ip| SocketAddr::new(ip, addr.port())) else {
+        return (addr, None);
+    };
+    let (v4, v6) = if addr.is_ipv4() {
+        (addr, alt)
+    } else {
+        (alt, addr)
+    };
+    match family {
+        Family::V4 => (v4, None),
+        Family::V6 => (v6, None),
+        Family::V46 => (v4, Some(v6)),
+        Family::V64 => (v6, Some(v4)),
+    }
 }
 
 /// A UDP association made with the chain's last hop (a `socks5` or
@@ -217,21 +318,23 @@ fn credentials(h: &Hop, want: &Want<'_>) -> Result<Option<(String, String)>, Res
     }
 }
 
-/// One attempt along the hops of one pick.
-fn attempt(
-    dialer: &Dialer,
-    chain_to: Duration,
-    hops: &[&Hop],
+/// One attempt along the hops of one pick. `seen` gets, for each parent
+/// dialed or asked, whether it worked (true) or failed to connect or to
+/// negotiate (false), for its health.
+fn attempt<'h>(
+    ctx: &Ctx<'_>,
+    hops: &[&'h Hop],
     want: &Want<'_>,
     rand: &mut impl FnMut() -> u32,
     udp: bool,
-    tls: Option<&crate::tls::Client>,
+    seen: &mut Vec<(&'h Hop, bool)>,
 ) -> Result<Reached, Res> {
+    let (dialer, chain_to, tls) = (ctx.dialer, ctx.chain_to, ctx.tls);
     let mut source: Option<IpAddr> = None;
     let mut ha = false;
     let mut count = 0u32;
     // The stream so far and the hop at its end.
-    let mut at: Option<(Stream, &Hop)> = None;
+    let mut at: Option<(Stream, &'h Hop)> = None;
     for &h in hops {
         if h.counts() {
             count += 1;
@@ -278,12 +381,22 @@ fn attempt(
             // server that speaks first, an `http` one gets what the
             // client sends, whenever it does.
             let first = ha || want.sends_first || !matches!(h.kind, Kind::Tcp | Kind::Http);
-            let mut s = dial(dialer, source, addr, first)?;
+            let alt = if h.addr.ip().is_unspecified() || source.is_some() {
+                None
+            } else {
+                h.alt
+            };
+            let (addr, alt) = parent_addrs(addr, alt, ctx.family);
+            let mut s = dial(dialer, source, addr, || alt, first).inspect_err(|e| {
+                if *e == Res::CONNECT {
+                    seen.push((h, false));
+                }
+            })?;
             if ha {
-                send_proxy_header(&s, chain_to, want)?;
+                send_proxy_header(&s, chain_to, want).inspect_err(|_| seen.push((h, false)))?;
             }
             if h.tls {
-                tls_to(&mut s, h, tls, chain_to)?;
+                tls_to(&mut s, h, tls, chain_to).inspect_err(|_| seen.push((h, false)))?;
             }
             at = Some((s, h));
         } else if let Some((s, prev)) = &at {
@@ -296,10 +409,19 @@ fn attempt(
             } else {
                 Dest::Addr(h.addr)
             };
-            negotiate(prev, s, chain_to, &next, want)?;
+            negotiate(prev, s, chain_to, &next, want).inspect_err(|e| match blame(*e) {
+                Blame::Parent => seen.push((prev, false)),
+                // The parent before could not reach this one.
+                Blame::Unreachable => {
+                    seen.push((prev, true));
+                    seen.push((h, false));
+                }
+                Blame::Nobody => seen.push((prev, true)),
+            })?;
+            seen.push((prev, true));
             let mut s = at.take().map(|(s, _)| s).ok_or(Res::PARENT_INTERNAL)?;
             if h.tls {
-                tls_to(&mut s, h, tls, chain_to)?;
+                tls_to(&mut s, h, tls, chain_to).inspect_err(|_| seen.push((h, false)))?;
             }
             at = Some((s, h));
         }
@@ -320,7 +442,9 @@ fn attempt(
         }
         let creds = credentials(last, want)?;
         let _ = control.set_timeout(Some(chain_to));
-        let mut relay = socks::client_v5_udp(&control, creds.as_ref())?;
+        let mut relay = socks::client_v5_udp(&control, creds.as_ref())
+            .inspect_err(|e| seen.push((last, blame(*e) != Blame::Parent)))?;
+        seen.push((last, true));
         if relay.ip().is_unspecified() {
             // "Same address as the control connection" (RFC 1928 leaves
             // it open; most servers mean their own address).
@@ -337,7 +461,14 @@ fn attempt(
     let Some((stream, last)) = at else {
         // No hop picked: straight to the destination.
         let addr = want.addr.ok_or(Res::NOHOST)?;
-        let s = dial(dialer, source, addr, ha || want.sends_first)?;
+        let alt = || {
+            if source.is_some() {
+                None
+            } else {
+                other_family(want, ctx.family, dialer)
+            }
+        };
+        let s = dial(dialer, source, addr, alt, ha || want.sends_first)?;
         if ha {
             send_proxy_header(&s, chain_to, want)?;
         }
@@ -353,8 +484,12 @@ fn attempt(
         credentials_out = credentials(last, want)?;
     } else {
         let dest = want.dest(last.kind.sends_name())?;
-        negotiate(last, &stream, chain_to, &dest, want)?;
+        // A refusal to reach the destination is no fault of the parent.
+        negotiate(last, &stream, chain_to, &dest, want)
+            .inspect_err(|e| seen.push((last, blame(*e) != Blame::Parent)))?;
     }
+    // The last hop connected (and negotiated, if it does): it works.
+    seen.push((last, true));
     Ok(Reached::Route(Route::Stream(Chain {
         stream,
         hops: count,
@@ -363,21 +498,17 @@ fn attempt(
     })))
 }
 
-/// Dial `addr`, from `source` if an `extip` set one; `first`: we send at
-/// once (see [`Dialer::connect_ip_to_send`]).
+/// Dial `addr`, from `source` if an `extip` set one, racing the address
+/// `alt` gives (the other family's) after the happy eyeballs delay;
+/// `first`: we send at once (see [`Dialer::connect_ip_to_send`]).
 fn dial(
     dialer: &Dialer,
     source: Option<IpAddr>,
     addr: SocketAddr,
+    alt: impl FnOnce() -> Option<SocketAddr>,
     first: bool,
 ) -> Result<Stream, Res> {
-    let open = |d: &Dialer| {
-        if first {
-            d.connect_ip_to_send(addr)
-        } else {
-            d.connect_ip(addr)
-        }
-    };
+    let open = |d: &Dialer| d.connect_either(addr, alt, first);
     match source {
         None => open(dialer),
         Some(ip) => {
@@ -502,8 +633,36 @@ mod tests {
             ..Dialer::default()
         };
         assert_eq!(plain.connect_ip(to).unwrap_err(), Res::BIND);
-        let r = dial(&plain, Some(src), to, false);
+        let r = dial(&plain, Some(src), to, || None, false);
         assert_ne!(r.map(|_| ()).unwrap_err(), Res::BIND);
+    }
+
+    #[test]
+    fn the_family_orders_a_parents_addresses() {
+        let v4: SocketAddr = "192.0.2.1:1080".parse().unwrap();
+        let v6: IpAddr = "2001:db8::1".parse().unwrap();
+        let v6a = SocketAddr::new(v6, 1080);
+        assert_eq!(parent_addrs(v4, Some(v6), Family::V46), (v4, Some(v6a)));
+        assert_eq!(parent_addrs(v4, Some(v6), Family::V64), (v6a, Some(v4)));
+        assert_eq!(parent_addrs(v4, Some(v6), Family::V4), (v4, None));
+        assert_eq!(parent_addrs(v4, Some(v6), Family::V6), (v6a, None));
+        // One family only: there, whatever the service's family.
+        assert_eq!(parent_addrs(v4, None, Family::V6), (v4, None));
+        assert_eq!(parent_addrs(v6a, None, Family::V4), (v6a, None));
+    }
+
+    #[test]
+    fn whom_a_failed_negotiation_blames() {
+        assert_eq!(blame(Res::PARENT_SOCKS5_NO_GREETING), Blame::Parent);
+        assert_eq!(blame(Res::PARENT_SOCKS5_NO_REPLY), Blame::Parent);
+        assert_eq!(blame(Res::PARENT_CONNECT_REPLY), Blame::Parent);
+        assert_eq!(blame(Res::PARENT_SOCKS4_SHORT), Blame::Parent);
+        assert_eq!(blame(Res::parent_socks5_rep(5)), Blame::Unreachable);
+        assert_eq!(blame(Res::parent_socks5_rep(4)), Blame::Unreachable);
+        assert_eq!(blame(Res::parent_socks5_rep(2)), Blame::Nobody);
+        assert_eq!(blame(Res::PARENT_CONNECT_REFUSED), Blame::Unreachable);
+        assert_eq!(blame(Res::PARENT_SOCKS5_AUTH_REFUSED), Blame::Nobody);
+        assert_eq!(blame(Res::AUTH_NO_USER), Blame::Nobody);
     }
 
     #[test]

@@ -408,6 +408,9 @@ pub fn resolve(host: &str, port: u16, family: Family) -> Result<SocketAddr, Res>
     crate::resolve::resolve(host, port, family)
 }
 
+/// `happyeyeballs`' default: RFC 8305's Connection Attempt Delay.
+pub const DEFAULT_EYEBALLS: Duration = Duration::from_millis(250);
+
 /// How to open an outgoing connection: `-e` source addresses, `-De`
 /// device, `-os` options, and the CONNECT timeout.
 #[derive(Debug, Clone, Default)]
@@ -423,6 +426,10 @@ pub struct Dialer {
     /// does not (yet) have (`extip` parents, e.g. a random address of an
     /// IPv6 prefix routed to the host).
     pub freebind: bool,
+    /// `happyeyeballs`: how long the first address of a name with both
+    /// families has alone before the second one is tried too; zero: the
+    /// first address only.
+    pub eyeballs: Duration,
 }
 
 impl Dialer {
@@ -442,6 +449,108 @@ impl Dialer {
     }
 
     fn open(&self, dst: SocketAddr, we_speak_first: bool) -> Result<Stream, Res> {
+        let sock = self.socket_for(dst, we_speak_first)?;
+        connect_nonblocking(&sock, dst, self.timeout).map_err(|_| Res::CONNECT)?;
+        connected(sock, we_speak_first)
+    }
+
+    /// Connect to `first`, or to the address `second` gives (the same
+    /// name's address of the other family) if that connects first: happy
+    /// eyeballs (RFC 8305). `first` has [`Dialer::eyeballs`] alone (less
+    /// if it fails sooner); only then is `second` called (it may resolve
+    /// a name: a destination that answers at once costs no lookup of the
+    /// other family), and both race; the first to connect is kept and the
+    /// other closed. Each has the CONNECT timeout from its own start.
+    /// Blocking: non-blocking sockets polled in the calling thread.
+    pub fn connect_either(
+        &self,
+        first: SocketAddr,
+        second: impl FnOnce() -> Option<SocketAddr>,
+        we_speak_first: bool,
+    ) -> Result<Stream, Res> {
+        if self.eyeballs.is_zero() {
+            return if we_speak_first {
+                self.connect_ip_to_send(first)
+            } else {
+                self.connect_ip(first)
+            };
+        }
+        let start = std::time::Instant::now();
+        // Racers: the socket and when it gives up.
+        let mut racing: Vec<(Socket, std::time::Instant)> = Vec::with_capacity(2);
+        let mut err = Res::CONNECT;
+        match self.begin(first, we_speak_first) {
+            Ok((s, true)) => return connected(s, we_speak_first),
+            Ok((s, false)) => racing.push((s, start + self.timeout)),
+            Err(e) => err = e,
+        }
+        let mut second = Some(second);
+        let second_at = start + self.eyeballs;
+        loop {
+            let mut now = std::time::Instant::now();
+            if second.is_some() && (second_at <= now || racing.is_empty()) {
+                if let Some(addr) = second.take().and_then(|f| f()) {
+                    now = std::time::Instant::now();
+                    match self.begin(addr, we_speak_first) {
+                        Ok((s, true)) => return connected(s, we_speak_first),
+                        Ok((s, false)) => racing.push((s, now + self.timeout)),
+                        Err(e) => err = e,
+                    }
+                }
+            }
+            let second_at = second.as_ref().map(|_| second_at);
+            racing.retain(|(_, until)| *until > now);
+            if racing.is_empty() && second_at.is_none() {
+                return Err(err);
+            }
+            if racing.is_empty() {
+                continue;
+            }
+            // Wait until a socket is done, its time runs out, or the
+            // second one is due.
+            let mut until = racing.iter().map(|(_, u)| *u).min().unwrap_or(now);
+            if let Some(at) = second_at {
+                until = until.min(at);
+            }
+            match poll_connecting(&racing, until) {
+                Ok(done) => {
+                    // The first connected one wins; failed ones drop out.
+                    let mut won = None;
+                    for (i, d) in done.into_iter().enumerate() {
+                        match d {
+                            Some(true) if won.is_none() => won = Some(i),
+                            Some(false) => {
+                                racing[i].1 = now;
+                                err = Res::CONNECT;
+                            }
+                            _ => {}
+                        }
+                    }
+                    if let Some(w) = won {
+                        let (s, _) = racing.swap_remove(w);
+                        // The loser is closed as `racing` drops.
+                        return connected(s, we_speak_first);
+                    }
+                    racing.retain(|(_, until)| *until > now);
+                }
+                Err(_) => return Err(Res::CONNECT),
+            }
+        }
+    }
+
+    /// A socket to `dst`, its connect started: (socket, connected now).
+    fn begin(&self, dst: SocketAddr, we_speak_first: bool) -> Result<(Socket, bool), Res> {
+        let sock = self.socket_for(dst, we_speak_first)?;
+        match sock.connect(&SockAddr::from(dst)) {
+            Ok(()) => Ok((sock, true)),
+            Err(e) if e.raw_os_error() == Some(libc::EINPROGRESS) => Ok((sock, false)),
+            Err(_) => Err(Res::CONNECT),
+        }
+    }
+
+    /// A non-blocking TCP socket for `dst` with the source address,
+    /// device and options of this dialer, not yet connected.
+    fn socket_for(&self, dst: SocketAddr, we_speak_first: bool) -> Result<Socket, Res> {
         let domain = if dst.is_ipv4() {
             Domain::IPV4
         } else {
@@ -481,18 +590,7 @@ impl Dialer {
             let _ = sock.set_quickack(false);
         }
         self.opts.apply(sock.as_fd());
-        connect_nonblocking(&sock, dst, self.timeout).map_err(|_| Res::CONNECT)?;
-        if !we_speak_first {
-            // Quick ACKs off once connected (not before: the handshake's
-            // last ACK would wait for data of ours, and an origin that
-            // speaks first would wait for it): the ACK of the origin's
-            // answer then rides on what we send next (often the FIN)
-            // instead of going out alone.
-            let _ = sock.set_quickack(false);
-        }
-        let s: TcpStream = sock.into();
-        s.set_nonblocking(false).map_err(|_| Res::CONNECT)?;
-        Ok(Stream::Tcp(s))
+        Ok(sock)
     }
 
     /// Connect to a unix socket destination.
@@ -590,6 +688,57 @@ impl AsFd for Listener {
             Listener::Unix(l) => l.as_fd(),
         }
     }
+}
+
+/// A socket whose connect completed, as the stream the caller gets.
+fn connected(sock: Socket, we_speak_first: bool) -> Result<Stream, Res> {
+    if !we_speak_first {
+        // Quick ACKs off once connected (not before: the handshake's
+        // last ACK would wait for data of ours, and an origin that
+        // speaks first would wait for it): the ACK of the origin's
+        // answer then rides on what we send next (often the FIN)
+        // instead of going out alone.
+        let _ = sock.set_quickack(false);
+    }
+    let s: TcpStream = sock.into();
+    s.set_nonblocking(false).map_err(|_| Res::CONNECT)?;
+    Ok(Stream::Tcp(s))
+}
+
+/// Wait until one of the connecting sockets is done or `until`: for each,
+/// Some(true) connected, Some(false) failed, None still connecting.
+fn poll_connecting(
+    socks: &[(Socket, std::time::Instant)],
+    until: std::time::Instant,
+) -> io::Result<Vec<Option<bool>>> {
+    use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+    let left = until.saturating_duration_since(std::time::Instant::now());
+    let ms = left.as_millis().clamp(0, i32::MAX as u128) as i32;
+    let mut fds: Vec<PollFd<'_>> = socks
+        .iter()
+        .map(|(s, _)| PollFd::new(s.as_fd(), PollFlags::POLLOUT))
+        .collect();
+    match poll(
+        &mut fds,
+        PollTimeout::try_from(ms).unwrap_or(PollTimeout::MAX),
+    ) {
+        Ok(_) | Err(nix::errno::Errno::EINTR) => {}
+        Err(e) => return Err(e.into()),
+    }
+    Ok(fds
+        .iter()
+        .zip(socks)
+        .map(|(fd, (s, _))| {
+            let ev = fd.revents().unwrap_or(PollFlags::empty());
+            if ev.intersects(PollFlags::POLLERR | PollFlags::POLLHUP) {
+                Some(false)
+            } else if ev.contains(PollFlags::POLLOUT) {
+                Some(matches!(s.take_error(), Ok(None)))
+            } else {
+                None
+            }
+        })
+        .collect())
 }
 
 /// Connect the non-blocking `sock` to `dst`, waiting at most `limit`.
@@ -781,6 +930,105 @@ mod tests {
         let mut got = [0u8; 5];
         theirs.read_exact(&mut got).unwrap();
         assert_eq!(&got, b"hello");
+    }
+
+    /// A listener whose accept queue is full drops new SYNs: a local
+    /// address that never answers.
+    fn black_hole() -> (Socket, Vec<TcpStream>, SocketAddr) {
+        let l = Socket::new(Domain::IPV4, Type::STREAM, None).unwrap();
+        l.bind(&SockAddr::from(
+            "127.0.0.1:0".parse::<SocketAddr>().unwrap(),
+        ))
+        .unwrap();
+        l.listen(0).unwrap();
+        let to = l.local_addr().unwrap().as_socket().unwrap();
+        // Fill the queue (backlog 0 holds one, the kernel may take two).
+        let mut held = Vec::new();
+        for _ in 0..3 {
+            let s = Socket::new(Domain::IPV4, Type::STREAM.nonblocking(), None).unwrap();
+            let _ = s.connect(&SockAddr::from(to));
+            std::thread::sleep(Duration::from_millis(20));
+            held.push(s.into());
+        }
+        (l, held, to)
+    }
+
+    #[test]
+    fn happy_eyeballs_takes_the_second_family_after_the_delay() {
+        let v6 = match TcpListener::bind("[::1]:0") {
+            Ok(l) => l,
+            Err(e) => panic!("this test needs ::1: {e}"),
+        };
+        let second = v6.local_addr().unwrap();
+        let (_l, _held, first) = black_hole();
+        let d = Dialer {
+            timeout: Duration::from_secs(10),
+            eyeballs: Duration::from_millis(250),
+            ..Dialer::default()
+        };
+        let t = Instant::now();
+        let s = d.connect_either(first, || Some(second), false).unwrap();
+        let took = t.elapsed();
+        assert_eq!(s.peer_addr(), Some(second));
+        assert!(
+            took >= Duration::from_millis(240) && took < Duration::from_secs(3),
+            "{took:?}"
+        );
+        // Without happy eyeballs the first address is all there is.
+        let d = Dialer {
+            timeout: Duration::from_millis(600),
+            ..Dialer::default()
+        };
+        let t = Instant::now();
+        assert_eq!(
+            d.connect_either(first, || Some(second), false).unwrap_err(),
+            Res::CONNECT
+        );
+        assert!(t.elapsed() >= Duration::from_millis(590));
+        // A first address that connects is kept, the second never tried;
+        // one that is refused hands over at once.
+        let v4 = TcpListener::bind("127.0.0.1:0").unwrap();
+        let d = Dialer {
+            timeout: Duration::from_secs(10),
+            eyeballs: Duration::from_millis(250),
+            ..Dialer::default()
+        };
+        let asked = std::cell::Cell::new(false);
+        let s = d
+            .connect_either(
+                v4.local_addr().unwrap(),
+                || {
+                    asked.set(true);
+                    Some(second)
+                },
+                true,
+            )
+            .unwrap();
+        assert_eq!(s.peer_addr(), Some(v4.local_addr().unwrap()));
+        // Nor looked up: a name's other family costs nothing then.
+        assert!(!asked.get());
+        let refused = {
+            let l = TcpListener::bind("127.0.0.1:0").unwrap();
+            l.local_addr().unwrap()
+        };
+        let t = Instant::now();
+        let s = d.connect_either(refused, || Some(second), false).unwrap();
+        assert_eq!(s.peer_addr(), Some(second));
+        assert!(
+            t.elapsed() < Duration::from_millis(200),
+            "{:?}",
+            t.elapsed()
+        );
+        // Both failing: CONNECT.
+        let gone6 = {
+            let l = TcpListener::bind("[::1]:0").unwrap();
+            l.local_addr().unwrap()
+        };
+        assert_eq!(
+            d.connect_either(refused, || Some(gone6), false)
+                .unwrap_err(),
+            Res::CONNECT
+        );
     }
 
     #[test]

@@ -16,6 +16,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
 use crate::conf::token::quote;
+use crate::health::{Policy, Shared};
 use crate::res::Res;
 
 /// The parents of one ACL entry, in cfg order; shared by every request
@@ -134,6 +135,13 @@ pub struct Hop {
     /// The type ends in `s` (`https`, `socks5s`, `connect+s`, ...): the
     /// hop speaks TLS, its protocol inside.
     pub tls: bool,
+    /// A parent given by a name with addresses of both families: the
+    /// address of the other family (happy eyeballs, `chain`).
+    pub alt: Option<IpAddr>,
+    /// `parenthealth` as it stood at the line.
+    pub policy: Policy,
+    /// Whether it is down (`health`), kept by the words of its line.
+    pub health: Shared,
 }
 
 impl Hop {
@@ -208,7 +216,15 @@ impl Hop {
             user: args.get(4).cloned(),
             password: args.get(5).cloned(),
             tls,
+            alt: None,
+            policy: Policy::default(),
+            health: Shared::alone(format!("{t} {ip_text}:{port}")),
         })
+    }
+
+    /// How log lines name the parent: `TYPE HOST:PORT`.
+    pub fn name(&self) -> &str {
+        &self.health.name
     }
 
     /// `0.0.0.0 0`: not a proxy to dial, a handler in this process.
@@ -359,26 +375,77 @@ impl Kind {
 /// `rand` gives uniformly random numbers; only their value mod 1000 is
 /// used.
 pub fn pick<'a>(hops: &'a [Hop], rand: &mut impl FnMut() -> u32) -> Vec<&'a Hop> {
+    pick_avoiding(hops, rand, |_| false)
+}
+
+/// [`pick`], leaving out the hops `avoid` names (down, or failed in an
+/// earlier attempt of the request) while another hop of their group is
+/// not avoided: a draw that lands on an avoided hop is made again among
+/// the others of its group, by their weights. A group whose hops are all
+/// avoided draws as [`pick`] does; a draw that lands on no hop (a group
+/// short of 1000) stays no hop.
+pub fn pick_avoiding<'a>(
+    hops: &'a [Hop],
+    rand: &mut impl FnMut() -> u32,
+    avoid: impl Fn(&Hop) -> bool,
+) -> Vec<&'a Hop> {
     let mut out = Vec::new();
     // What is left of the current group's 1000, and the draw for it.
     let mut left: i64 = 1000;
     let mut draw = i64::from(rand() % 1000);
-    let mut taken = false;
-    for h in hops {
+    let mut taken: Option<usize> = None;
+    let mut start = 0;
+    for (i, h) in hops.iter().enumerate() {
         left -= i64::from(h.weight);
         // This hop covers the draws in [left, left + weight).
-        if !taken && left <= draw {
-            out.push(h);
-            taken = true;
+        if taken.is_none() && left <= draw {
+            taken = Some(i);
         }
-        if left <= 0 {
+        let full = left <= 0;
+        if full || i + 1 == hops.len() {
+            if let Some(t) = taken {
+                out.push(instead(&hops[start..=i], t - start, rand, &avoid));
+            }
+            start = i + 1;
+            taken = None;
+        }
+        if full {
             // The group is full: the next parent starts a new one.
             left += 1000;
-            taken = false;
             draw = i64::from(rand() % 1000);
         }
     }
     out
+}
+
+/// The hop `group[t]` that a draw took, or, if it is to be avoided, one
+/// of the others drawn by weight (itself if all are to be avoided).
+fn instead<'a>(
+    group: &'a [Hop],
+    t: usize,
+    rand: &mut impl FnMut() -> u32,
+    avoid: &impl Fn(&Hop) -> bool,
+) -> &'a Hop {
+    if !avoid(&group[t]) {
+        return &group[t];
+    }
+    let total: u64 = group
+        .iter()
+        .filter(|h| !avoid(h))
+        .map(|h| u64::from(h.weight))
+        .sum();
+    if total == 0 {
+        return &group[t];
+    }
+    let mut r = u64::from(rand()) % total;
+    for h in group.iter().filter(|h| !avoid(h)) {
+        let w = u64::from(h.weight);
+        if r < w {
+            return h;
+        }
+        r -= w;
+    }
+    &group[t]
 }
 
 /// A random number for [`pick`] and `extip` prefixes: std's per-process
@@ -439,6 +506,9 @@ pub fn from_source(ip: IpAddr) -> Parents {
         user: None,
         password: None,
         tls: false,
+        alt: None,
+        policy: Policy::default(),
+        health: Shared::alone(format!("extip {ip}")),
     }])
 }
 
@@ -658,6 +728,54 @@ mod tests {
         }
         let share = f64::from(first) / f64::from(n);
         assert!((0.2..0.3).contains(&share), "share {share}");
+    }
+
+    #[test]
+    fn avoided_hops_are_left_out_while_their_group_has_others() {
+        let h = hops(&[(300, "10.0.0.1"), (700, "10.0.0.2"), (1000, "10.0.0.3")]);
+        let not_1 = |x: &Hop| x.host == "10.0.0.1";
+        // The draw lands on .1: drawn again among the rest of its group.
+        let got: Vec<_> = pick_avoiding(&h, &mut draws(&[999, 5, 0]), not_1)
+            .iter()
+            .map(|x| x.host.clone())
+            .collect();
+        assert_eq!(got, ["10.0.0.2", "10.0.0.3"]);
+        // A draw on a hop not avoided is what pick gives.
+        assert_eq!(
+            pick_avoiding(&h, &mut draws(&[0, 0]), not_1)[0].host,
+            "10.0.0.2"
+        );
+        // All of a group avoided: drawn as today.
+        let all = |x: &Hop| x.host != "10.0.0.3";
+        assert_eq!(
+            pick_avoiding(&h, &mut draws(&[999, 0]), all)[0].host,
+            "10.0.0.1"
+        );
+        // No hop for a short group's gap, avoided or not.
+        let short = hops(&[(1000, "10.0.0.1"), (250, "10.0.0.2")]);
+        assert_eq!(
+            pick_avoiding(&short, &mut draws(&[0, 100]), |x: &Hop| x.host
+                == "10.0.0.2")
+            .len(),
+            1
+        );
+        // Over many draws, an avoided hop is never taken and the others
+        // keep their shares.
+        let three = hops(&[(333, "10.0.0.1"), (333, "10.0.0.2"), (334, "10.0.0.3")]);
+        let mut seq = 0u32;
+        let mut rand = || {
+            seq = seq.wrapping_add(7919);
+            seq
+        };
+        let mut n2 = 0;
+        for _ in 0..3000 {
+            let got = pick_avoiding(&three, &mut rand, |x: &Hop| x.host == "10.0.0.1");
+            assert_ne!(got[0].host, "10.0.0.1");
+            if got[0].host == "10.0.0.2" {
+                n2 += 1;
+            }
+        }
+        assert!((1300..1700).contains(&n2), "{n2}");
     }
 
     #[test]

@@ -13,6 +13,7 @@ mod conf;
 mod connectback;
 mod crypt;
 mod dnspr;
+mod failover;
 mod ftpgw;
 mod ftppr;
 mod http;

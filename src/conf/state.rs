@@ -50,6 +50,14 @@ pub struct State {
     pub ops: Ops,
     /// `parentretries`: process-wide, installed by `finalize`.
     pub parent_retries: u32,
+    /// `parenthealth`: for the parents that follow.
+    pub parent_health: crate::health::Policy,
+    /// `parentcheck`: for the parents that follow; None: no checks.
+    pub parent_check: Option<crate::parentcheck::Check>,
+    /// The parents `parentcheck` applies to, installed by `finalize`.
+    pub probes: Vec<crate::parentcheck::Probe>,
+    /// `happyeyeballs`: process-wide, set in every service by `finalize`.
+    pub eyeballs: std::time::Duration,
     /// `--strict`: what 3proxy accepts leniently (and we warn about) is
     /// an error instead.
     pub strict: bool,
@@ -98,6 +106,10 @@ impl State {
             budget: MAX_LOAD_BYTES,
             ops: Ops::default(),
             parent_retries: crate::parent::DEFAULT_RETRIES,
+            parent_health: crate::health::Policy::default(),
+            parent_check: None,
+            probes: Vec::new(),
+            eyeballs: crate::net::DEFAULT_EYEBALLS,
             strict: false,
             warnings: Vec::new(),
             pending: Vec::new(),
@@ -158,12 +170,16 @@ impl State {
                 self.timeouts.get(Timeouts::BYTE_LONG),
             ));
         }
+        if !self.check_only {
+            crate::parentcheck::install(std::mem::take(&mut self.probes));
+        }
         for p in &mut self.services {
             let Some(svc) = Arc::get_mut(&mut p.svc) else {
                 continue;
             };
             svc.timeouts = self.timeouts;
             svc.dialer.timeout = self.timeouts.get(Timeouts::CONNECT);
+            svc.dialer.eyeballs = self.eyeballs;
             svc.logdump = (self.ops.logdump.cli, self.ops.logdump.srv);
             svc.delimchar = self.ops.delimchar;
             svc.filtermaxsize = self.filtermaxsize;

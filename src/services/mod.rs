@@ -363,6 +363,7 @@ pub fn prepare(state: &State, args: &[String]) -> Result<Prepared, String> {
         opts: opts.os.clone(),
         timeout: state.timeouts.get(Timeouts::CONNECT),
         freebind: false,
+        eyeballs: state.eyeballs,
     };
     let backlog = if state.backlog > 0 {
         state.backlog
