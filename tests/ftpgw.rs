@@ -9,7 +9,8 @@ use std::process::{Child, Command, Stdio};
 use crate::util::*;
 
 /// A pyftpdlib server on 127.0.0.1 serving `root`: user alice (password
-/// secret), and anonymous when `anon`. Killed on drop.
+/// secret, who may also store files), and anonymous (read only) when
+/// `anon`. Killed on drop.
 struct FtpServer {
     child: Child,
     port: u16,
@@ -21,7 +22,7 @@ from pyftpdlib.authorizers import DummyAuthorizer
 from pyftpdlib.handlers import FTPHandler
 from pyftpdlib.servers import FTPServer
 a = DummyAuthorizer()
-a.add_user("alice", "secret", sys.argv[1], perm="elr")
+a.add_user("alice", "secret", sys.argv[1], perm="elrw")
 if sys.argv[2] == "anon":
     a.add_anonymous(sys.argv[1])
 FTPHandler.authorizer = a
@@ -243,4 +244,81 @@ fn ftp_gateway_checks_ftp_get_and_ftp_data() {
         "",
     );
     assert_eq!(status, 403);
+}
+
+#[test]
+fn ftp_gateway_stores_a_put_and_answers_after_the_server_does() {
+    let dir = Dir::new("ftpgw_put");
+    let (root, big) = tree(&dir);
+    let ftp = FtpServer::start(&root, true);
+    let (_proxy, port) = start_proxy(dir, "");
+    let log = _proxy.dir.join("proxy.log");
+    // curl uploads an ftp:// URL through an HTTP proxy with PUT.
+    let up = _proxy.dir.join("up.bin");
+    std::fs::write(&up, &big).unwrap();
+    let out = Command::new("curl")
+        .args(["-sS", "-o", "/dev/null", "-w", "%{http_code}", "-T", p(&up)])
+        .args(["-x", &format!("http://127.0.0.1:{port}")])
+        .arg(format!(
+            "ftp://alice:secret@127.0.0.1:{}/pub/up.bin",
+            ftp.port
+        ))
+        .output()
+        .expect("curl");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "201", "{out:?}");
+    assert_eq!(std::fs::read(root.join("pub/up.bin")).unwrap(), big);
+    // Logged without the password, as 3proxy does.
+    let line = read_log_line(&log, "the PUT", |l| l.contains("PUT ftp://"));
+    assert!(line.starts_with("PROXY 00000 - 127.0.0.1:"), "{line}");
+    assert!(line.contains(" PUT ftp://alice@127.0.0.1:"), "{line}");
+    assert!(!line.contains("secret"), "{line}");
+
+    // A body that came with the head and the rest after it, by hand.
+    let mut s = conn(port);
+    let url = format!("ftp://alice:secret@127.0.0.1:{}/pub/small.txt", ftp.port);
+    write!(
+        s.get_mut(),
+        "PUT {url} HTTP/1.1\r\nHost: x\r\nContent-Length: 11\r\n\r\nhello"
+    )
+    .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    s.get_mut().write_all(b" world").unwrap();
+    let mut l = String::new();
+    s.read_line(&mut l).unwrap();
+    assert_eq!(l, "HTTP/1.0 201 Created\r\n");
+    assert_eq!(
+        std::fs::read(root.join("pub/small.txt")).unwrap(),
+        b"hello world"
+    );
+
+    // A directory: 409; a read-only user (anonymous): STOR refused, 404;
+    // a chunked body: 411.
+    for (url, want) in [
+        (
+            format!("ftp://alice:secret@127.0.0.1:{}/pub/", ftp.port),
+            409,
+        ),
+        (format!("ftp://127.0.0.1:{}/pub/anon.txt", ftp.port), 404),
+    ] {
+        let mut s = conn(port);
+        write!(
+            s.get_mut(),
+            "PUT {url} HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\nhi"
+        )
+        .unwrap();
+        let mut l = String::new();
+        s.read_line(&mut l).unwrap();
+        assert!(l.starts_with(&format!("HTTP/1.1 {want} ")), "{url}: {l}");
+    }
+    assert!(!root.join("pub/anon.txt").exists());
+    let mut s = conn(port);
+    write!(
+        s.get_mut(),
+        "PUT ftp://127.0.0.1:{}/pub/c.txt HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nhi\r\n0\r\n\r\n",
+        ftp.port
+    )
+    .unwrap();
+    let mut l = String::new();
+    s.read_line(&mut l).unwrap();
+    assert!(l.starts_with("HTTP/1.1 411 "), "{l}");
 }

@@ -34,6 +34,8 @@ pub(super) struct Want<'a> {
     pub password: Option<String>,
     pub parents: &'a [parent::Hop],
     pub weight: u32,
+    /// A PUT: the body's length and the part of it read with the head.
+    pub upload: Option<(u64, &'a [u8])>,
 }
 
 /// A failure: the code and the HTTP status to answer with (None: close
@@ -175,6 +177,10 @@ pub(super) fn serve(c: &mut Client, w: &Want<'_>, timeouts: &Timeouts) -> Result
         .reply(Some(&mut cwd_text))
         .ok_or((Res::FTP_CWD_NO_REPLY, None))?;
     if cwd[0] == b'2' {
+        if w.upload.is_some() {
+            // A directory cannot be stored to.
+            return Err((Res::FTP_NO_DATA_CONN, Some(409)));
+        }
         return listing(c, &mut ctl, w, &dir, &cwd_text, long);
     }
     if !ctl.send("TYPE I\r\n") {
@@ -186,6 +192,10 @@ pub(super) fn serve(c: &mut Client, w: &Want<'_>, timeouts: &Timeouts) -> Result
         Some(_) => {}
     }
     let file = path.trim_end_matches('/');
+    if let Some((len, early)) = w.upload {
+        let data = command(c, &mut ctl, w, &format!("STOR {file}\r\n"))?;
+        return store(c, &mut ctl, data, len, early, timeouts);
+    }
     let data = command(c, &mut ctl, w, &format!("RETR {file}\r\n"))?;
     let head = b"HTTP/1.0 200 OK\r\nConnection: close\r\n\r\n";
     (&c.cli)
@@ -207,6 +217,80 @@ pub(super) fn serve(c: &mut Client, w: &Want<'_>, timeouts: &Timeouts) -> Result
         }
     }
     Ok(false)
+}
+
+/// A PUT's body (`len` bytes, `early` of them read with the head) to the
+/// data connection of a STOR; the answer waits for the server's final
+/// reply, so the client learns whether the file was stored (3proxy
+/// answers 200 before the upload).
+fn store(
+    c: &mut Client,
+    ctl: &mut Control,
+    data: Stream,
+    len: u64,
+    early: &[u8],
+    timeouts: &Timeouts,
+) -> Result<bool, Failure> {
+    let idle = timeouts.get(Timeouts::CONNECTION_LONG);
+    let _ = data.set_timeout(Some(idle));
+    let _ = c.cli.set_read_timeout(Some(idle));
+    let first = early.len().min(len as usize);
+    (&data)
+        .write_all(&early[..first])
+        .map_err(|_| (Res::SERVER_ERR, Some(502)))?;
+    c.bytes_out += first as u64;
+    let mut left = len - first as u64;
+    let mut b = vec![0u8; 16 * 1024];
+    while left > 0 {
+        let want = b.len().min(left as usize);
+        match (&c.cli).read(&mut b[..want]) {
+            // Cut short: the server keeps what came (as any FTP upload
+            // does); the client gets no answer.
+            Ok(0) | Err(_) => return Err((Res::CLIENT_ERR, None)),
+            Ok(n) => {
+                (&data)
+                    .write_all(&b[..n])
+                    .map_err(|_| (Res::SERVER_ERR, Some(502)))?;
+                c.bytes_out += n as u64;
+                left -= n as u64;
+            }
+        }
+    }
+    // The end of the data connection is the end of the file.
+    drop(data);
+    let _ = ctl.s.set_timeout(Some(timeouts.get(Timeouts::STRING_LONG)));
+    match ctl.reply(None) {
+        None => return Err((Res::FTP_NO_FINAL_REPLY, Some(502))),
+        Some(r) if r[0] != b'2' => return Err((Res::FTP_BAD_FINAL_REPLY, Some(502))),
+        Some(_) => {}
+    }
+    let head = b"HTTP/1.0 201 Created\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
+    (&c.cli)
+        .write_all(head)
+        .map_err(|_| (Res::FTP_CLIENT_SEND, None))?;
+    c.bytes_in += head.len() as u64;
+    Ok(false)
+}
+
+/// `uri` without the password of an `ftp://user:password@host/` URL:
+/// `ftp://user@host/`. Other URIs, and ftp:// ones without a password,
+/// are returned as they are.
+pub(super) fn hide_password(uri: &str) -> std::borrow::Cow<'_, str> {
+    if !uri
+        .get(..6)
+        .is_some_and(|s| s.eq_ignore_ascii_case("ftp://"))
+    {
+        return uri.into();
+    }
+    let auth_end = uri[6..].find(['/', '?', '#']).map_or(uri.len(), |i| i + 6);
+    let authority = &uri[6..auth_end];
+    let Some(at) = authority.rfind('@') else {
+        return uri.into();
+    };
+    let Some(colon) = authority[..at].find(':') else {
+        return uri.into();
+    };
+    format!("{}{}", &uri[..6 + colon], &uri[6 + at..]).into()
 }
 
 /// 3proxy's ftplogin: a 2xx greeting, USER, and PASS when asked.
@@ -456,6 +540,19 @@ mod tests {
              lrwxrwxrwx Dec 01 21:00      LINK <A HREF=\"/x\">l</A> -&gt; x\n\
              d--------- 12-01-26 09:00PM       DIR <A HREF=\"/Docs/\">Docs</A>\n"
         );
+    }
+
+    #[test]
+    fn passwords_are_not_logged() {
+        assert_eq!(
+            hide_password("ftp://alice:secret@h:21/pub/a.txt"),
+            "ftp://alice@h:21/pub/a.txt"
+        );
+        assert_eq!(hide_password("FTP://a:b:c@h/"), "FTP://a@h/");
+        assert_eq!(hide_password("ftp://alice@h/x"), "ftp://alice@h/x");
+        assert_eq!(hide_password("ftp://h:2121/a@b"), "ftp://h:2121/a@b");
+        assert_eq!(hide_password("http://u:p@h/"), "http://u:p@h/");
+        assert_eq!(hide_password("/path"), "/path");
     }
 
     #[test]

@@ -441,7 +441,8 @@ impl Session {
             // The destination's port, for the ACL and the connection.
             h.port = to.port();
         }
-        c.text.push_str(h.uri);
+        // An ftp:// URL's password is not logged (as 3proxy's logurl).
+        c.text.push_str(&ftp::hide_password(h.uri));
         c.text.push_str(if h.version == 0 {
             " HTTP/1.0"
         } else {
@@ -919,7 +920,7 @@ impl Session {
         let head_len = cb.head_len;
         cb.consume(head_len);
         if let Some(path) = &req.ftp {
-            return self.ftp(c, req, dst, path);
+            return self.ftp(c, cb, req, dst, path);
         }
         // The body bytes that came with the head leave with it.
         let mut scanner = ChunkScanner::new();
@@ -940,19 +941,25 @@ impl Session {
         self.exchange(c, cb, req, o, dst, (now, more_body), scanner)
     }
 
-    /// An ftp:// GET through the FTP gateway (`ftp`). Other methods,
-    /// and a request with a body, are not served (501).
+    /// An ftp:// GET or PUT through the FTP gateway (`ftp`). Other
+    /// methods, a GET with a body and a chunked PUT are not served (501,
+    /// 411).
     #[inline(never)]
     fn ftp(
         &mut self,
         c: &mut Client,
+        cb: &mut HeadBuf<'_>,
         req: &Req,
         dst: SocketAddr,
         path: &str,
     ) -> Result<Next, Fail> {
-        if req.op != access::Op::FtpGet || req.framing != Framing::None {
-            return Err(Fail::answer(Res::NOTIMPL, 501));
-        }
+        let upload = match (req.op, req.framing) {
+            (access::Op::FtpGet, Framing::None) => None,
+            (access::Op::FtpPut, Framing::None) => Some(0),
+            (access::Op::FtpPut, Framing::Length(n)) => Some(n),
+            (access::Op::FtpPut, Framing::Chunked) => return Err(Fail::answer(Res::NOTIMPL, 411)),
+            _ => return Err(Fail::answer(Res::NOTIMPL, 501)),
+        };
         let parents = self
             .grant
             .as_ref()
@@ -971,6 +978,7 @@ impl Session {
             password,
             parents: &parents,
             weight: self.weight,
+            upload: upload.map(|n| (n, cb.data())),
         };
         match ftp::serve(c, &want, &self.svc.timeouts) {
             Ok(true) if req.keep_alive => Ok(Next::KeepAlive),
@@ -1583,6 +1591,14 @@ fn send_error(cli: &Stream, status: u16, res: Res) -> usize {
             "The FTP server refused the login: give a user name and password.",
         ),
         404 => ("Not Found", "The FTP server has no such file."),
+        409 => (
+            "Conflict",
+            "The FTP path is a directory: a file cannot be stored there.",
+        ),
+        411 => (
+            "Length Required",
+            "An upload through the FTP gateway needs a Content-Length.",
+        ),
         431 => (
             "Request Header Fields Too Large",
             "The request head is larger than the proxy accepts.",
