@@ -320,6 +320,9 @@ pub struct Service {
     /// TLS towards parents whose type ends in `s` (the `ssl_client_*`
     /// settings at the service's line).
     pub tls_client: Option<Arc<crate::tls::Client>>,
+    /// `ssl_mitm` at the service's line: the CA, the certificates made so
+    /// far (shared by the service's clients) and TLS to the origins.
+    pub mitm: Option<Arc<crate::tls::mitm::Mitm>>,
 }
 
 impl Service {

@@ -22,6 +22,8 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::{Connection, RootCertStore, ServerConfig, ServerConnection};
 
+pub mod mitm;
+
 /// The protocol versions rustls offers, by 3proxy's (OpenSSL's) names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Version {
@@ -93,7 +95,12 @@ pub fn load_key(path: &str) -> Result<Key, String> {
 
 /// Read PEM trust roots: every certificate in the file.
 pub fn load_roots(path: &str) -> Result<Roots, String> {
-    let certs = load_certs(path)?;
+    roots_of(&load_certs(path)?)
+}
+
+/// Trust roots of every certificate in `certs`.
+pub fn roots_of(certs: &Certs) -> Result<Roots, String> {
+    let path = &certs.path;
     let mut store = RootCertStore::empty();
     for c in certs.value.iter() {
         store
@@ -112,6 +119,10 @@ pub struct ServerSettings {
     pub cert: Option<Certs>,
     pub key: Option<Key>,
     pub ca: Option<Roots>,
+    /// `ssl_server_ca_file` as certificates: the signing CA of `ssl_mitm`.
+    pub ca_cert: Option<Certs>,
+    /// `ssl_server_ca_key`: the key of that CA.
+    pub ca_key: Option<Key>,
     pub verify: bool,
     pub min: Option<Version>,
     pub max: Option<Version>,
@@ -191,6 +202,12 @@ pub struct Settings {
     /// `ssl_cli`: TLS towards parents (with `ssl_client_mode 3`) or
     /// the destination (modes 0-2, `tcppm`).
     pub cli: bool,
+    /// `ssl_mitm`: later services serve certificates of their own making
+    /// for the destinations of their clients' tunnels.
+    pub mitm: bool,
+    /// `ssl_certcache DIR`: where those certificates are kept (and
+    /// `3proxy.pem`, `3proxy.key`, `server.key` looked for).
+    pub certcache: Option<std::path::PathBuf>,
     pub server: ServerSettings,
     /// The client-side settings (`ssl_client_*`).
     pub client: ClientSettings,
@@ -217,6 +234,56 @@ impl Settings {
             return Ok(None);
         }
         self.server.config().map(Some)
+    }
+}
+
+impl Settings {
+    /// What a TCP service takes at its line under `ssl_mitm`: the CA
+    /// (`ssl_server_ca_file` and `ssl_server_ca_key`, else `3proxy.pem`
+    /// and `3proxy.key` in `ssl_certcache`), the leaf key
+    /// (`ssl_server_key`, else `server.key` there if it exists, else the
+    /// CA's key), the server side's protocol versions and the client side's
+    /// settings for the origin. Errors name what is missing.
+    pub fn mitm(&self) -> Result<Option<Arc<mitm::Mitm>>, String> {
+        if !self.mitm {
+            return Ok(None);
+        }
+        let dir = self.certcache.as_deref();
+        let in_dir = |f: &str| dir.map(|d| d.join(f).to_string_lossy().into_owned());
+        let missing = |what: &str, file: &str| {
+            format!("ssl_mitm needs {what} before the service, or ssl_certcache DIR holding {file}")
+        };
+        let ca_cert = match (&self.server.ca_cert, in_dir("3proxy.pem")) {
+            (Some(c), _) => c.clone(),
+            (None, Some(f)) => load_certs(&f)?,
+            (None, None) => return Err(missing("ssl_server_ca_file", "3proxy.pem")),
+        };
+        let ca_key = match (&self.server.ca_key, in_dir("3proxy.key")) {
+            (Some(k), _) => k.clone(),
+            (None, Some(f)) => load_key(&f)?,
+            (None, None) => return Err(missing("ssl_server_ca_key", "3proxy.key")),
+        };
+        let leaf_key = match (&self.server.key, in_dir("server.key")) {
+            (Some(k), _) => Some(k.clone()),
+            (None, Some(f)) if Path::new(&f).exists() => Some(load_key(&f)?),
+            _ => None,
+        };
+        let base = ServerConfig::builder_with_provider(provider())
+            .with_protocol_versions(&versions(self.server.min, self.server.max)?)
+            .map_err(|e| format!("protocol versions: {e}"))?
+            .with_no_client_auth()
+            .with_cert_resolver(Arc::new(mitm::NoCert));
+        let named_key = |k: Key| (k.path, k.value);
+        let m = mitm::Mitm::new(mitm::Parts {
+            ca_cert: (ca_cert.path.clone(), ca_cert.value[0].clone()),
+            ca_key: named_key(ca_key),
+            leaf_key: leaf_key.map(named_key),
+            provider: provider(),
+            dir: self.certcache.clone(),
+            base,
+            client: self.client.config()?,
+        })?;
+        Ok(Some(Arc::new(m)))
     }
 }
 

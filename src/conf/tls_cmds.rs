@@ -13,6 +13,9 @@ fn arg(args: &[String]) -> Option<&str> {
 }
 
 pub fn h_serv(state: &mut State, _: &[String]) -> Result<(), String> {
+    if state.tls.mitm {
+        return Err(MITM_AND_SERV.into());
+    }
     state.tls.serv = true;
     Ok(())
 }
@@ -23,14 +26,58 @@ pub fn h_noserv(state: &mut State, _: &[String]) -> Result<(), String> {
 }
 
 pub fn h_cli(state: &mut State, _: &[String]) -> Result<(), String> {
+    if state.tls.mitm && !state.tls.cli {
+        return Err(
+            "ssl_cli cannot follow ssl_mitm (as in 3proxy): under ssl_mitm the \
+                    origin is reached over TLS already; ssl_nomitm first"
+                .into(),
+        );
+    }
     state.tls.cli = true;
     Ok(())
 }
 
-pub fn h_nocli(state: &mut State, args: &[String]) -> Result<(), String> {
-    if args[0] != "ssl_nomitm" {
-        state.tls.cli = false;
+pub fn h_nocli(state: &mut State, _: &[String]) -> Result<(), String> {
+    state.tls.cli = false;
+    Ok(())
+}
+
+const MITM_AND_SERV: &str = "ssl_mitm and ssl_serv cannot both be on (as in 3proxy): \
+                             interception is TLS inside the client's tunnel, ssl_serv TLS \
+                             around it; ssl_noserv or ssl_nomitm first";
+
+/// `ssl_mitm`: later services intercept their tunnels' TLS.
+pub fn h_mitm(state: &mut State, _: &[String]) -> Result<(), String> {
+    if state.tls.serv {
+        return Err(MITM_AND_SERV.into());
     }
+    state.tls.mitm = true;
+    Ok(())
+}
+
+pub fn h_nomitm(state: &mut State, _: &[String]) -> Result<(), String> {
+    state.tls.mitm = false;
+    Ok(())
+}
+
+/// `ssl_certcache DIR/`: the directory must end in `/` (3proxy joins
+/// file names to it as written) and exist.
+pub fn h_certcache(state: &mut State, args: &[String]) -> Result<(), String> {
+    let d = &args[1];
+    if !d.ends_with('/') {
+        return Err(format!(
+            "'{d}' must end in / (3proxy appends file names to it as written)"
+        ));
+    }
+    if !std::path::Path::new(d).is_dir() {
+        return Err(format!("'{d}' is not a directory"));
+    }
+    state.tls.certcache = Some(d.into());
+    Ok(())
+}
+
+pub fn h_server_ca_key(state: &mut State, args: &[String]) -> Result<(), String> {
+    state.tls.server.ca_key = arg(args).map(tls::load_key).transpose()?;
     Ok(())
 }
 
@@ -45,7 +92,9 @@ pub fn h_server_key(state: &mut State, args: &[String]) -> Result<(), String> {
 }
 
 pub fn h_server_ca_file(state: &mut State, args: &[String]) -> Result<(), String> {
-    state.tls.server.ca = arg(args).map(tls::load_roots).transpose()?;
+    let certs = arg(args).map(tls::load_certs).transpose()?;
+    state.tls.server.ca = certs.as_ref().map(tls::roots_of).transpose()?;
+    state.tls.server.ca_cert = certs;
     Ok(())
 }
 
@@ -118,7 +167,7 @@ pub fn h_not_built(_: &mut State, args: &[String]) -> Result<(), String> {
     Err(format!(
         "{} is not supported yet by this version of 3proxy: not built yet (TLS here \
          has ssl_serv with ssl_server_cert, ssl_server_key, ssl_server_verify, \
-         ssl_server_ca_file and the protocol versions, and ssl_cli)",
+         ssl_server_ca_file and the protocol versions, ssl_cli, and ssl_mitm)",
         args[0]
     ))
 }
@@ -187,7 +236,7 @@ mod tests {
 
     #[test]
     fn unbuilt_commands_say_so() {
-        for l in ["ssl_mitm", "ssl_certcache /tmp/", "ssl_client_alpn h2"] {
+        for l in ["ssl_client_alpn h2", "ssl_client_ca_dir /tmp"] {
             let e = run(&[l]).unwrap_err();
             assert!(e.contains("not built yet"), "{l}: {e}");
         }
