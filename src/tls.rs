@@ -23,6 +23,9 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::{Connection, RootCertStore, ServerConfig, ServerConnection};
 
 pub mod mitm;
+pub mod suites;
+
+pub use rustls::SupportedCipherSuite;
 
 /// The protocol versions rustls offers, by 3proxy's (OpenSSL's) names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -126,6 +129,10 @@ pub struct ServerSettings {
     pub verify: bool,
     pub min: Option<Version>,
     pub max: Option<Version>,
+    /// `ssl_server_ciphersuites`, `ssl_server_cipher_list`: None is
+    /// every suite rustls has.
+    pub suites13: Option<Vec<SupportedCipherSuite>>,
+    pub suites12: Option<Vec<SupportedCipherSuite>>,
 }
 
 fn provider() -> Arc<rustls::crypto::CryptoProvider> {
@@ -151,6 +158,51 @@ fn versions(
     Ok(v)
 }
 
+/// The provider with the cipher suites the cfg chose (each version's own
+/// list, or all of that version's) and the versions that are left with
+/// some: an empty `ciphersuites` turns TLS 1.3 off, as in OpenSSL.
+fn suited(
+    min: Option<Version>,
+    max: Option<Version>,
+    s13: &Option<Vec<SupportedCipherSuite>>,
+    s12: &Option<Vec<SupportedCipherSuite>>,
+) -> Result<
+    (
+        Arc<rustls::crypto::CryptoProvider>,
+        Vec<&'static rustls::SupportedProtocolVersion>,
+    ),
+    String,
+> {
+    let mut p = rustls::crypto::ring::default_provider();
+    let is13 = |s: &SupportedCipherSuite| matches!(s, SupportedCipherSuite::Tls13(_));
+    let all13: Vec<_> = p.cipher_suites.iter().copied().filter(is13).collect();
+    let all12: Vec<_> = p
+        .cipher_suites
+        .iter()
+        .copied()
+        .filter(|s| !is13(s))
+        .collect();
+    let c13 = s13.clone().unwrap_or(all13);
+    let c12 = s12.clone().unwrap_or(all12);
+    let mut v = versions(min, max)?;
+    v.retain(|v| {
+        if v.version == rustls::ProtocolVersion::TLSv1_3 {
+            !c13.is_empty()
+        } else {
+            !c12.is_empty()
+        }
+    });
+    if v.is_empty() {
+        return Err(
+            "no protocol version is left with a cipher suite (see the ciphersuites, \
+             cipher_list and proto_version commands)"
+                .into(),
+        );
+    }
+    p.cipher_suites = c13.into_iter().chain(c12).collect();
+    Ok((Arc::new(p), v))
+}
+
 /// Mozilla's roots, compiled in (webpki-roots): where the cfg names no
 /// CA file.
 pub fn default_roots() -> Arc<RootCertStore> {
@@ -165,8 +217,9 @@ impl ServerSettings {
         let (Some(cert), Some(key)) = (&self.cert, &self.key) else {
             return Err("ssl_serv needs ssl_server_cert and ssl_server_key before it".into());
         };
-        let b = ServerConfig::builder_with_provider(provider())
-            .with_protocol_versions(&versions(self.min, self.max)?)
+        let (p, v) = suited(self.min, self.max, &self.suites13, &self.suites12)?;
+        let b = ServerConfig::builder_with_provider(p)
+            .with_protocol_versions(&v)
             .map_err(|e| format!("protocol versions: {e}"))?;
         let b = if self.verify {
             let roots = self
@@ -224,6 +277,9 @@ pub struct ClientSettings {
     pub mode: u8,
     pub min: Option<Version>,
     pub max: Option<Version>,
+    /// `ssl_client_ciphersuites`, `ssl_client_cipher_list`.
+    pub suites13: Option<Vec<SupportedCipherSuite>>,
+    pub suites12: Option<Vec<SupportedCipherSuite>>,
 }
 
 impl Settings {
@@ -268,8 +324,10 @@ impl Settings {
             (None, Some(f)) if Path::new(&f).exists() => Some(load_key(&f)?),
             _ => None,
         };
-        let base = ServerConfig::builder_with_provider(provider())
-            .with_protocol_versions(&versions(self.server.min, self.server.max)?)
+        let s = &self.server;
+        let (p, v) = suited(s.min, s.max, &s.suites13, &s.suites12)?;
+        let base = ServerConfig::builder_with_provider(p)
+            .with_protocol_versions(&v)
             .map_err(|e| format!("protocol versions: {e}"))?
             .with_no_client_auth()
             .with_cert_resolver(Arc::new(mitm::NoCert));
@@ -341,8 +399,9 @@ impl ClientSettings {
     /// `ssl_client_verify` the server's certificate is not checked, as in
     /// 3proxy (the handshake's signatures still are).
     pub fn config(&self) -> Result<Arc<rustls::ClientConfig>, String> {
-        let b = rustls::ClientConfig::builder_with_provider(provider())
-            .with_protocol_versions(&versions(self.min, self.max)?)
+        let (p, v) = suited(self.min, self.max, &self.suites13, &self.suites12)?;
+        let b = rustls::ClientConfig::builder_with_provider(p)
+            .with_protocol_versions(&v)
             .map_err(|e| format!("protocol versions: {e}"))?;
         let b = if self.verify {
             let roots = self

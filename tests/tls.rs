@@ -1211,3 +1211,141 @@ fn ssl_mitm_cfg_errors_and_the_warning_without_verification() {
     run_cfg(&dir, &[], "ssl_serv\nssl_mitm\n").assert_cfg_error(&cfg_path, 2, "ssl_mitm");
     run_cfg(&dir, &[], "ssl_mitm\nssl_serv\n").assert_cfg_error(&cfg_path, 2, "ssl_serv");
 }
+
+/// `openssl s_client` to `port` trusting `pki`'s CA, with `args`, its
+/// input closed at once: (handshake done, what it printed).
+fn s_client(port: u16, pki: &Pki, args: &[&str]) -> (bool, String) {
+    let out = Command::new("openssl")
+        .args([
+            "s_client",
+            "-verify_return_error",
+            "-servername",
+            "localhost",
+        ])
+        .args([
+            "-connect",
+            &format!("127.0.0.1:{port}"),
+            "-CAfile",
+            p(&pki.ca),
+        ])
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run openssl s_client");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success() && text.contains("Cipher is "), text)
+}
+
+#[test]
+fn ssl_server_cipher_list_and_ciphersuites_choose_what_is_negotiated() {
+    let dir = Dir::new("tls_suites_server");
+    let pki = Pki::new(&dir);
+    let echo = Origin::echo();
+    let port = free_port();
+    let cfg = format!(
+        "ssl_server_cipher_list ECDHE-ECDSA-CHACHA20-POLY1305:ECDHE+AES256:!aRSA\n\
+         ssl_server_ciphersuites TLS_CHACHA20_POLY1305_SHA256\n\
+         {}tcppm -i127.0.0.1 {port} 127.0.0.1 {}\n",
+        pki.serv(),
+        echo.port()
+    );
+    let proxy = start(dir, &cfg, port);
+    for (args, want) in [
+        (
+            ["-tls1_2", "-cipher", "ECDHE-ECDSA-AES256-GCM-SHA384"],
+            Some("Cipher is ECDHE-ECDSA-AES256-GCM-SHA384"),
+        ),
+        (
+            ["-tls1_2", "-cipher", "ECDHE-ECDSA-CHACHA20-POLY1305"],
+            Some("Cipher is ECDHE-ECDSA-CHACHA20-POLY1305"),
+        ),
+        (
+            ["-tls1_2", "-cipher", "ECDHE-ECDSA-AES128-GCM-SHA256"],
+            None,
+        ),
+        (
+            ["-tls1_3", "-ciphersuites", "TLS_CHACHA20_POLY1305_SHA256"],
+            Some("Cipher is TLS_CHACHA20_POLY1305_SHA256"),
+        ),
+        (["-tls1_3", "-ciphersuites", "TLS_AES_128_GCM_SHA256"], None),
+    ] {
+        let (ok, text) = s_client(port, &pki, &args);
+        match want {
+            Some(w) => assert!(ok && text.contains(w), "{args:?}: {text}"),
+            None => assert!(!ok, "{args:?} must fail: {text}"),
+        }
+    }
+    read_log_line(&log_of(&proxy), "a refused suite's 8013", |l| {
+        l.starts_with("TCPPM 08013 ")
+    });
+}
+
+#[test]
+fn ssl_client_cipher_list_limits_what_the_proxy_offers_the_origin() {
+    // The origin's certificate is ECDSA: with RSA suites only (and TLS
+    // 1.2) there is nothing in common, and the session ends with 8011.
+    for (list, works) in [("aRSA", false), ("aECDSA+CHACHA20", true)] {
+        let dir = Dir::new("tls_suites_client");
+        let pki = Pki::new(&dir);
+        let (oport, _sni) = tls_origin(&pki, b"hi\n");
+        let port = free_port();
+        let cfg = format!(
+            "ssl_client_max_proto_version TLSv1.2\nssl_client_cipher_list {list}\n\
+             ssl_cli\ntcppm -i127.0.0.1 {port} localhost {oport}\n"
+        );
+        let proxy = start(dir, &cfg, port);
+        let mut s = connect(localhost(port));
+        set_timeouts(&s, Duration::from_secs(30));
+        if works {
+            let mut got = [0u8; 3];
+            s.read_exact(&mut got).unwrap();
+            assert_eq!(&got, b"hi\n", "{list}");
+        } else {
+            let mut got = Vec::new();
+            let _ = s.read_to_end(&mut got);
+            assert_eq!(got, b"", "{list}");
+            read_log_line(&log_of(&proxy), "with 08011", |l| {
+                l.starts_with("TCPPM 08011 ")
+            });
+        }
+    }
+}
+
+#[test]
+fn cipher_names_not_offered_are_cfg_errors_naming_them() {
+    let dir = Dir::new("tls_suites_cfg");
+    let cfg_path = dir.cfg_path();
+    for (line, cmd, word) in [
+        (
+            "ssl_server_cipher_list HIGH:RC4-SHA",
+            "ssl_server_cipher_list",
+            "RC4-SHA",
+        ),
+        (
+            "ssl_client_cipher_list ECDHE+NOPE",
+            "ssl_client_cipher_list",
+            "NOPE",
+        ),
+        (
+            "ssl_client_ciphersuites TLS_AES_128_CCM_SHA256",
+            "ssl_client_ciphersuites",
+            "TLS_AES_128_CCM_SHA256",
+        ),
+        (
+            "ssl_server_ciphersuites ECDHE-RSA-AES128-GCM-SHA256",
+            "ssl_server_ciphersuites",
+            "ECDHE-RSA-AES128-GCM-SHA256",
+        ),
+    ] {
+        let msg =
+            run_cfg(&dir, &[], format!("maxconn 5\n{line}\n")).assert_cfg_error(&cfg_path, 2, cmd);
+        assert!(msg.contains(&format!("'{word}'")), "{msg}");
+    }
+    // OpenSSL's usual string is taken: the weak parts select nothing here.
+    let r = run_check(&dir, "ssl_server_cipher_list HIGH:!aNULL:!MD5:@STRENGTH\n");
+    assert!(r.status.success(), "{}", r.stderr);
+}

@@ -176,10 +176,10 @@ pub static COMMANDS: &[Command] = &[
     cmd("ssl_server_ca_store", 1, 2, tls_cmds::h_not_built),
     cmd("ssl_client_ca_dir", 1, 2, tls_cmds::h_not_built),
     cmd("ssl_client_ca_store", 1, 2, tls_cmds::h_not_built),
-    cmd("ssl_client_ciphersuites", 1, 2, tls_cmds::h_not_built),
-    cmd("ssl_server_ciphersuites", 1, 2, tls_cmds::h_not_built),
-    cmd("ssl_client_cipher_list", 1, 2, tls_cmds::h_not_built),
-    cmd("ssl_server_cipher_list", 1, 2, tls_cmds::h_not_built),
+    cmd("ssl_client_ciphersuites", 1, 2, tls_cmds::h_suites),
+    cmd("ssl_server_ciphersuites", 1, 2, tls_cmds::h_suites),
+    cmd("ssl_client_cipher_list", 1, 2, tls_cmds::h_suites),
+    cmd("ssl_server_cipher_list", 1, 2, tls_cmds::h_suites),
     cmd("ssl_client_alpn", 1, 0, tls_cmds::h_not_built),
 ];
 

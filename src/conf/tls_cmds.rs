@@ -127,6 +127,31 @@ pub fn h_client_version(state: &mut State, args: &[String]) -> Result<(), String
     Ok(())
 }
 
+/// `ssl_{server,client}_{ciphersuites,cipher_list} [LIST]`: the suites
+/// of TLS 1.3 and of TLS 1.2 (`tls::suites`); no list: all of them.
+pub fn h_suites(state: &mut State, args: &[String]) -> Result<(), String> {
+    let list = |f: fn(&str) -> Result<Vec<tls::SupportedCipherSuite>, String>| {
+        arg(args).map(f).transpose()
+    };
+    let (s13, s12) = if args[0].starts_with("ssl_server_") {
+        (
+            &mut state.tls.server.suites13,
+            &mut state.tls.server.suites12,
+        )
+    } else {
+        (
+            &mut state.tls.client.suites13,
+            &mut state.tls.client.suites12,
+        )
+    };
+    if args[0].ends_with("_ciphersuites") {
+        *s13 = list(tls::suites::ciphersuites)?;
+    } else {
+        *s12 = list(tls::suites::cipher_list)?;
+    }
+    Ok(())
+}
+
 pub fn h_client_cert(state: &mut State, args: &[String]) -> Result<(), String> {
     state.tls.client.cert = arg(args).map(tls::load_certs).transpose()?;
     Ok(())
@@ -167,7 +192,7 @@ pub fn h_not_built(_: &mut State, args: &[String]) -> Result<(), String> {
     Err(format!(
         "{} is not supported yet by this version of 3proxy: not built yet (TLS here \
          has ssl_serv with ssl_server_cert, ssl_server_key, ssl_server_verify, \
-         ssl_server_ca_file and the protocol versions, ssl_cli, and ssl_mitm)",
+         ssl_server_ca_file, the protocol versions and cipher suites, ssl_cli, and ssl_mitm)",
         args[0]
     ))
 }
