@@ -101,6 +101,75 @@ pub fn load_roots(path: &str) -> Result<Roots, String> {
     roots_of(&load_certs(path)?)
 }
 
+/// `ssl_*_ca_dir DIR`: every PEM certificate in the files of `DIR` (an
+/// OpenSSL hashed directory's links and any other name alike; files with
+/// none, CRLs say, are passed over). None at all is an error.
+pub fn load_dir(path: &str) -> Result<Roots, String> {
+    let rd = std::fs::read_dir(path).map_err(|e| format!("cannot read directory '{path}': {e}"))?;
+    let mut names: Vec<_> = rd.flatten().map(|e| e.path()).collect();
+    names.sort();
+    let mut store = RootCertStore::empty();
+    for f in names {
+        let Ok(bytes) = std::fs::read(&f) else {
+            continue;
+        };
+        for c in CertificateDer::pem_slice_iter(&bytes).flatten() {
+            let _ = store.add(c);
+        }
+    }
+    if store.is_empty() {
+        return Err(format!("'{path}' holds no PEM CA certificate"));
+    }
+    Ok(Pem {
+        path: path.to_string(),
+        value: Arc::new(store),
+    })
+}
+
+/// `ssl_*_ca_store URI`: OpenSSL 3's store, as far as it is files: a
+/// path or a `file:` URI naming a PEM file or a directory of them.
+/// Other schemes (a Windows store, PKCS#11) are refused by name.
+pub fn load_store(uri: &str) -> Result<Roots, String> {
+    let path = if let Some(rest) = uri.strip_prefix("file://") {
+        rest
+    } else if let Some(rest) = uri.strip_prefix("file:") {
+        rest
+    } else {
+        uri
+    };
+    if let Some((scheme, _)) = path.split_once(':') {
+        if !scheme.contains('/') {
+            return Err(format!(
+                "'{uri}': a store of scheme '{scheme}' is not supported: a file or a \
+                 directory (a path or a file: URI) is"
+            ));
+        }
+    }
+    if Path::new(path).is_dir() {
+        load_dir(path)
+    } else {
+        load_roots(path)
+    }
+}
+
+/// Where certificates are checked against: the CA file and directory
+/// together if either is named, else the store, else the built-in roots
+/// (as 3proxy: `SSL_CTX_load_verify_locations`, else `_store`, else the
+/// defaults).
+fn trust(file: &Option<Roots>, dir: &Option<Roots>, store: &Option<Roots>) -> Arc<RootCertStore> {
+    match (file, dir, store) {
+        (Some(f), None, _) => f.value.clone(),
+        (None, Some(d), _) => d.value.clone(),
+        (Some(f), Some(d), _) => {
+            let mut all = (*f.value).clone();
+            all.roots.extend(d.value.roots.iter().cloned());
+            Arc::new(all)
+        }
+        (None, None, Some(s)) => s.value.clone(),
+        (None, None, None) => default_roots(),
+    }
+}
+
 /// Trust roots of every certificate in `certs`.
 pub fn roots_of(certs: &Certs) -> Result<Roots, String> {
     let path = &certs.path;
@@ -122,6 +191,9 @@ pub struct ServerSettings {
     pub cert: Option<Certs>,
     pub key: Option<Key>,
     pub ca: Option<Roots>,
+    /// `ssl_server_ca_dir`, `ssl_server_ca_store`.
+    pub ca_dir: Option<Roots>,
+    pub ca_store: Option<Roots>,
     /// `ssl_server_ca_file` as certificates: the signing CA of `ssl_mitm`.
     pub ca_cert: Option<Certs>,
     /// `ssl_server_ca_key`: the key of that CA.
@@ -222,10 +294,7 @@ impl ServerSettings {
             .with_protocol_versions(&v)
             .map_err(|e| format!("protocol versions: {e}"))?;
         let b = if self.verify {
-            let roots = self
-                .ca
-                .as_ref()
-                .map_or_else(default_roots, |r| r.value.clone());
+            let roots = trust(&self.ca, &self.ca_dir, &self.ca_store);
             let v = rustls::server::WebPkiClientVerifier::builder_with_provider(roots, provider())
                 .build()
                 .map_err(|e| format!("ssl_server_verify: {e}"))?;
@@ -277,6 +346,11 @@ pub struct ClientSettings {
     pub mode: u8,
     pub min: Option<Version>,
     pub max: Option<Version>,
+    /// `ssl_client_ca_dir`, `ssl_client_ca_store`.
+    pub ca_dir: Option<Roots>,
+    pub ca_store: Option<Roots>,
+    /// `ssl_client_alpn`: the protocols offered, in order (none: no ALPN).
+    pub alpn: Vec<Vec<u8>>,
     /// `ssl_client_ciphersuites`, `ssl_client_cipher_list`.
     pub suites13: Option<Vec<SupportedCipherSuite>>,
     pub suites12: Option<Vec<SupportedCipherSuite>>,
@@ -404,16 +478,12 @@ impl ClientSettings {
             .with_protocol_versions(&v)
             .map_err(|e| format!("protocol versions: {e}"))?;
         let b = if self.verify {
-            let roots = self
-                .ca
-                .as_ref()
-                .map_or_else(default_roots, |r| r.value.clone());
-            b.with_root_certificates(roots)
+            b.with_root_certificates(trust(&self.ca, &self.ca_dir, &self.ca_store))
         } else {
             b.dangerous()
                 .with_custom_certificate_verifier(Arc::new(NoVerify(provider())))
         };
-        let cfg = match (&self.cert, &self.key) {
+        let mut cfg = match (&self.cert, &self.key) {
             (Some(c), Some(k)) => b
                 .with_client_auth_cert(c.value.to_vec(), k.value.clone_key())
                 .map_err(|e| {
@@ -425,6 +495,7 @@ impl ClientSettings {
             (Some(_), None) => return Err("ssl_client_cert needs ssl_client_key".into()),
             _ => b.with_no_client_auth(),
         };
+        cfg.alpn_protocols.clone_from(&self.alpn);
         Ok(Arc::new(cfg))
     }
 

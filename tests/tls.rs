@@ -472,13 +472,15 @@ fn tls_cfg_errors_name_the_line() {
         "ssl_client_max_proto_version",
     );
     assert!(msg.contains("unknown protocol version"), "{msg}");
-    // Not built yet, by name.
-    let msg = run_cfg(&dir, &[], "ssl_client_alpn h2\n").assert_cfg_error(
+    // A CA directory with no certificate in it.
+    let empty = dir.join("empty");
+    std::fs::create_dir(&empty).unwrap();
+    let msg = run_cfg(&dir, &[], format!("ssl_client_ca_dir {}\n", p(&empty))).assert_cfg_error(
         &cfg_path,
         1,
-        "ssl_client_alpn",
+        "ssl_client_ca_dir",
     );
-    assert!(msg.contains("not built yet"), "{msg}");
+    assert!(msg.contains("no PEM CA certificate"), "{msg}");
 }
 
 #[test]
@@ -1348,4 +1350,87 @@ fn cipher_names_not_offered_are_cfg_errors_naming_them() {
     // OpenSSL's usual string is taken: the weak parts select nothing here.
     let r = run_check(&dir, "ssl_server_cipher_list HIGH:!aNULL:!MD5:@STRENGTH\n");
     assert!(r.status.success(), "{}", r.stderr);
+}
+
+/// A TLS origin that offers ALPN `x-test` and tells each client what its
+/// handshake agreed on (`-` for nothing), in a line.
+fn alpn_origin(pki: &Pki) -> u16 {
+    let certs: Vec<_> = CertificateDer::pem_file_iter(&pki.cert)
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    let key = rustls::pki_types::PrivateKeyDer::from_pem_file(&pki.key).unwrap();
+    let mut cfg = rustls::ServerConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_no_client_auth()
+    .with_single_cert(certs, key)
+    .unwrap();
+    cfg.alpn_protocols = vec![b"x-test".to_vec()];
+    let cfg = Arc::new(cfg);
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for sock in l.incoming() {
+            let Ok(sock) = sock else { return };
+            let cfg = cfg.clone();
+            std::thread::spawn(move || {
+                set_timeouts(&sock, Duration::from_secs(30));
+                let conn = rustls::ServerConnection::new(cfg).unwrap();
+                let mut s = rustls::StreamOwned::new(conn, sock);
+                while s.conn.is_handshaking() {
+                    if s.conn.complete_io(&mut s.sock).is_err() {
+                        return;
+                    }
+                }
+                // To the client, since the harness's readiness probe
+                // makes handshakes of its own.
+                let agreed = s.conn.alpn_protocol().unwrap_or(b"-").to_vec();
+                let _ = s.write_all(&[&agreed[..], b"\n"].concat());
+                let _ = s.flush();
+            });
+        }
+    });
+    port
+}
+
+#[test]
+fn ssl_client_alpn_is_offered_and_ca_dirs_and_stores_are_trusted() {
+    let dir = Dir::new("tls_alpn_cadir");
+    let pki = Pki::new(&dir);
+    // An OpenSSL-style directory: the CA under a hash-like name, and a
+    // file that holds no certificate.
+    let cadir = dir.join("cadir");
+    std::fs::create_dir(&cadir).unwrap();
+    std::fs::copy(&pki.ca, cadir.join("0123abcd.0")).unwrap();
+    std::fs::write(cadir.join("README"), "not a certificate\n").unwrap();
+    let oport = alpn_origin(&pki);
+    for (trust, offer, want) in [
+        (
+            format!("ssl_client_ca_dir {}", p(&cadir)),
+            "ssl_client_alpn h2 x-test",
+            "x-test\n",
+        ),
+        (
+            format!("ssl_client_ca_store file:{}", p(&pki.ca)),
+            "ssl_client_alpn",
+            "-\n",
+        ),
+        (format!("ssl_client_ca_store {}", p(&cadir)), "", "-\n"),
+    ] {
+        let port = free_port();
+        let cfg = format!(
+            "ssl_client_verify\n{trust}\n{offer}\nssl_cli\n\
+             tcppm -i127.0.0.1 {port} localhost {oport}\n"
+        );
+        let _proxy = start(Dir::new("tls_alpn_p"), &cfg, port);
+        let mut s = connect(localhost(port));
+        set_timeouts(&s, Duration::from_secs(30));
+        let mut got = vec![0u8; want.len()];
+        s.read_exact(&mut got)
+            .unwrap_or_else(|e| panic!("{trust}: {e}"));
+        assert_eq!(String::from_utf8_lossy(&got), want, "{trust} {offer}");
+    }
 }

@@ -172,15 +172,15 @@ pub static COMMANDS: &[Command] = &[
     cmd("ssl_mitm", 1, 1, tls_cmds::h_mitm),
     cmd("ssl_certcache", 2, 2, tls_cmds::h_certcache),
     cmd("ssl_server_ca_key", 1, 2, tls_cmds::h_server_ca_key),
-    cmd("ssl_server_ca_dir", 1, 2, tls_cmds::h_not_built),
-    cmd("ssl_server_ca_store", 1, 2, tls_cmds::h_not_built),
-    cmd("ssl_client_ca_dir", 1, 2, tls_cmds::h_not_built),
-    cmd("ssl_client_ca_store", 1, 2, tls_cmds::h_not_built),
+    cmd("ssl_server_ca_dir", 1, 2, tls_cmds::h_ca_more),
+    cmd("ssl_server_ca_store", 1, 2, tls_cmds::h_ca_more),
+    cmd("ssl_client_ca_dir", 1, 2, tls_cmds::h_ca_more),
+    cmd("ssl_client_ca_store", 1, 2, tls_cmds::h_ca_more),
     cmd("ssl_client_ciphersuites", 1, 2, tls_cmds::h_suites),
     cmd("ssl_server_ciphersuites", 1, 2, tls_cmds::h_suites),
     cmd("ssl_client_cipher_list", 1, 2, tls_cmds::h_suites),
     cmd("ssl_server_cipher_list", 1, 2, tls_cmds::h_suites),
-    cmd("ssl_client_alpn", 1, 0, tls_cmds::h_not_built),
+    cmd("ssl_client_alpn", 1, 0, tls_cmds::h_client_alpn),
 ];
 
 /// Prefixes of 3proxy's optional PCRE commands (`pcre*`): known, not

@@ -152,6 +152,50 @@ pub fn h_suites(state: &mut State, args: &[String]) -> Result<(), String> {
     Ok(())
 }
 
+/// `ssl_{server,client}_ca_dir DIR`, `ssl_{server,client}_ca_store URI`:
+/// read at the line, like the CA files; without an argument, forget it.
+pub fn h_ca_more(state: &mut State, args: &[String]) -> Result<(), String> {
+    let dir = args[0].ends_with("_dir");
+    let roots = arg(args)
+        .map(|a| {
+            if dir {
+                tls::load_dir(a)
+            } else {
+                tls::load_store(a)
+            }
+        })
+        .transpose()?;
+    let (d, s) = if args[0].starts_with("ssl_server_") {
+        (&mut state.tls.server.ca_dir, &mut state.tls.server.ca_store)
+    } else {
+        (&mut state.tls.client.ca_dir, &mut state.tls.client.ca_store)
+    };
+    if dir {
+        *d = roots;
+    } else {
+        *s = roots;
+    }
+    Ok(())
+}
+
+/// `ssl_client_alpn [PROTO ...]`: the ALPN protocols offered to parents
+/// and destinations, in order; none: no ALPN. Each is 1 to 254 bytes, as
+/// in 3proxy.
+pub fn h_client_alpn(state: &mut State, args: &[String]) -> Result<(), String> {
+    let mut v = Vec::new();
+    for a in &args[1..] {
+        if a.is_empty() || a.len() > 254 {
+            return Err(format!(
+                "an ALPN protocol name is 1 to 254 bytes, not {}",
+                a.len()
+            ));
+        }
+        v.push(a.as_bytes().to_vec());
+    }
+    state.tls.client.alpn = v;
+    Ok(())
+}
+
 pub fn h_client_cert(state: &mut State, args: &[String]) -> Result<(), String> {
     state.tls.client.cert = arg(args).map(tls::load_certs).transpose()?;
     Ok(())
@@ -185,16 +229,6 @@ pub fn h_client_mode(state: &mut State, args: &[String]) -> Result<(), String> {
         Some(a) => super::value::number(a, 0u8, 3)?,
     };
     Ok(())
-}
-
-/// TLS commands of 3proxy not built in this version.
-pub fn h_not_built(_: &mut State, args: &[String]) -> Result<(), String> {
-    Err(format!(
-        "{} is not supported yet by this version of 3proxy: not built yet (TLS here \
-         has ssl_serv with ssl_server_cert, ssl_server_key, ssl_server_verify, \
-         ssl_server_ca_file, the protocol versions and cipher suites, ssl_cli, and ssl_mitm)",
-        args[0]
-    ))
 }
 
 #[cfg(test)]
@@ -261,10 +295,20 @@ mod tests {
 
     #[test]
     fn unbuilt_commands_say_so() {
-        for l in ["ssl_client_alpn h2", "ssl_client_ca_dir /tmp"] {
-            let e = run(&[l]).unwrap_err();
-            assert!(e.contains("not built yet"), "{l}: {e}");
-        }
+        let st = run(&["ssl_client_alpn h2 http/1.1"]).unwrap();
+        assert_eq!(st.tls.client.alpn, [b"h2".to_vec(), b"http/1.1".to_vec()]);
+        assert!(run(&["ssl_client_alpn h2", "ssl_client_alpn"])
+            .unwrap()
+            .tls
+            .client
+            .alpn
+            .is_empty());
+        let long = format!("ssl_client_alpn {}", "x".repeat(255));
+        assert!(run(&[&long]).unwrap_err().contains("1 to 254 bytes"));
+        let e = run(&["ssl_client_ca_store org.openssl.winstore://"]).unwrap_err();
+        assert!(e.contains("not supported"), "{e}");
+        let e = run(&["ssl_server_ca_dir /nonexistent/dir"]).unwrap_err();
+        assert!(e.contains("cannot read directory"), "{e}");
         assert_eq!(run(&["ssl_client_mode 3"]).unwrap().tls.client.mode, 3);
         // ssl_cli modes 0-2: TLS to the server, for tcppm only.
         let modes: [&[&str]; 3] = [
