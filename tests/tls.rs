@@ -1434,3 +1434,51 @@ fn ssl_client_alpn_is_offered_and_ca_dirs_and_stores_are_trusted() {
         assert_eq!(String::from_utf8_lossy(&got), want, "{trust} {offer}");
     }
 }
+
+#[test]
+fn ssl_mitm_in_tcppm_serves_its_leaf_for_the_mapped_name() {
+    let keep = Dir::new("tls_mitm_tcppm");
+    let pki = Pki::new(&keep);
+    let ca = mitm_ca(&keep);
+    let (oport, sni) = tls_origin(&pki, b"from the origin\n");
+    let port = free_port();
+    // No cache directory: memory only.
+    let cfg = format!(
+        "ssl_client_verify\nssl_client_ca_file {}\nssl_server_ca_file {}\n\
+         ssl_server_ca_key {}\nssl_mitm\ntcppm -i127.0.0.1 {port} localhost {oport}\n",
+        p(&pki.ca),
+        p(&ca.0),
+        p(&ca.1)
+    );
+    let _proxy = start(Dir::new("tls_mitm_t"), &cfg, port);
+    let mut roots = rustls::RootCertStore::empty();
+    for c in CertificateDer::pem_file_iter(&ca.0).unwrap() {
+        roots.add(c.unwrap()).unwrap();
+    }
+    let cfg = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    let name = ServerName::try_from("localhost").unwrap();
+    let conn = rustls::ClientConnection::new(Arc::new(cfg), name).unwrap();
+    let sock = connect(localhost(port));
+    set_timeouts(&sock, Duration::from_secs(30));
+    let mut tls = rustls::StreamOwned::new(conn, sock);
+    let mut got = [0u8; 16];
+    tls.read_exact(&mut got).unwrap();
+    assert_eq!(&got, b"from the origin\n");
+    tls.write_all(b"echo me\n").unwrap();
+    let mut echo = [0u8; 8];
+    tls.read_exact(&mut echo).unwrap();
+    assert_eq!(&echo, b"echo me\n");
+    assert_eq!(
+        sni.recv_timeout(Duration::from_secs(30))
+            .unwrap()
+            .as_deref(),
+        Some("localhost"),
+        "the origin is asked for the mapped name"
+    );
+}
