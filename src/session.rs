@@ -80,8 +80,9 @@ pub fn accept_tls(c: &mut Client) -> bool {
 /// client, serving the certificate made for `host` (within STRING_SHORT).
 /// The relay then moves the plaintext between the two. Nothing to do
 /// without `ssl_mitm`. Err 8011 (the origin) or 8012 (the client), with
-/// why in the record's text.
-pub fn intercept(c: &mut Client, srv: &mut Stream, host: &str) -> Result<(), Res> {
+/// why in the record's text. `early`, what the client sent before its
+/// tunnel was open, must be empty: the handshake reads the socket.
+pub fn intercept(c: &mut Client, srv: &mut Stream, host: &str, early: &[u8]) -> Result<(), Res> {
     let svc = c.svc().clone();
     let Some(m) = svc.mitm.as_deref() else {
         return Ok(());
@@ -94,6 +95,16 @@ pub fn intercept(c: &mut Client, srv: &mut Stream, host: &str) -> Result<(), Res
         }
         res
     };
+    if !early.is_empty() {
+        return Err(fail(
+            c,
+            Res::TLS_MITM,
+            format!(
+                "ssl_mitm: the client sent {} bytes before its tunnel was open",
+                early.len()
+            ),
+        ));
+    }
     if srv.is_tls() {
         return Err(fail(
             c,

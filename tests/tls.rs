@@ -1156,6 +1156,23 @@ fn ssl_mitm_refuses_an_untrusted_origin_with_8011() {
         "no handshake with the origin finished"
     );
     assert!(!cache.join("localhost.pem").exists(), "nothing certified");
+    // Bytes sent with the CONNECT, before its answer: they cannot start
+    // the session the proxy accepts, so the tunnel ends with 8012.
+    let mut s = connect(localhost(port));
+    set_timeouts(&s, Duration::from_secs(30));
+    let head = format!("CONNECT localhost:{oport} HTTP/1.1\r\nHost: x\r\n\r\n");
+    s.write_all(&[head.as_bytes(), b"\x16\x03\x01\x00\x05hello"].concat())
+        .unwrap();
+    let got = read_until_closed(&mut s).unwrap_or_default();
+    assert!(
+        got.starts_with(b"HTTP/1.0 200"),
+        "{}",
+        String::from_utf8_lossy(&got)
+    );
+    let line = read_log_line(&log_of(&proxy), "with 08012", |l| {
+        l.starts_with("PROXY 08012 ")
+    });
+    assert!(line.contains("before its tunnel was open"), "{line}");
 }
 
 #[test]

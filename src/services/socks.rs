@@ -556,7 +556,7 @@ fn connect(c: &mut Client, ask: &Ask) -> Result<(), Res> {
     let bnd = nat(svc.opts.nat_ext, c.ext_addr);
     reply(c, ask.ver, Res::OK, bnd);
     let mut srv = srv;
-    if let Err(res) = crate::session::intercept(c, &mut srv, &host_text(&ask.dest)) {
+    if let Err(res) = crate::session::intercept(c, &mut srv, &host_text(&ask.dest), &ask.early) {
         // The reply said "granted": nothing more goes to the client.
         c.res = res;
         c.srv = Some(srv);

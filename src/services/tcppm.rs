@@ -87,7 +87,7 @@ fn serve_mapped(c: &mut Client) {
     match srv {
         Ok(Some(mut s)) => {
             let host = target.host();
-            if let Err(res) = session::intercept(c, &mut s, &host) {
+            if let Err(res) = session::intercept(c, &mut s, &host, &[]) {
                 c.res = res;
                 c.srv = Some(s);
                 return;

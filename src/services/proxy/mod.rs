@@ -737,7 +737,7 @@ impl Session {
         };
         self.established(c, &o, req.port)?;
         let mut o = o;
-        if let Err(res) = crate::session::intercept(c, &mut o.s, &self.host) {
+        if let Err(res) = crate::session::intercept(c, &mut o.s, &self.host, cb.data()) {
             c.res = res;
             c.srv = Some(o.s);
             return Ok(Next::Close);
