@@ -465,6 +465,10 @@ codes! {
     /// error, a timeout); 3proxy's number for a failed handshake with the
     /// server.
     TLS_PARENT = 8011;
+    /// TLS: `ssl_mitm`'s handshake with the client failed (after the one
+    /// with the origin), or no certificate could be made for the name;
+    /// 3proxy's number.
+    TLS_MITM = 8012;
     /// TLS: the handshake with the client failed (a protocol error, no
     /// common version or cipher, the client closed); 3proxy's number.
     TLS_HANDSHAKE = 8013;

@@ -323,6 +323,9 @@ pub struct Service {
     /// The counters `/metrics` shows for this service: by name and port,
     /// so the same ones across reloads.
     pub metrics: Arc<crate::metrics::ServiceCounters>,
+    /// `ssl_mitm` at the service's line: the CA, the certificates made so
+    /// far (shared by the service's clients) and TLS to the origins.
+    pub mitm: Option<Arc<crate::tls::mitm::Mitm>>,
 }
 
 impl Service {

@@ -74,6 +74,74 @@ pub fn accept_tls(c: &mut Client) -> bool {
     }
 }
 
+/// `ssl_mitm`: once the tunnel to `host` (the destination as the client
+/// named it) is open on `srv`, TLS with the origin over it (the
+/// `ssl_client_*` settings, `host` as SNI and the name checked under
+/// `ssl_client_verify`, within the CHAIN timeout), then TLS with the
+/// client, serving the certificate made for `host` (within STRING_SHORT).
+/// The relay then moves the plaintext between the two. Nothing to do
+/// without `ssl_mitm`. Err 8011 (the origin) or 8012 (the client), with
+/// why in the record's text. `early`, what the client sent before its
+/// tunnel was open, must be empty: the handshake reads the socket.
+pub fn intercept(c: &mut Client, srv: &mut Stream, host: &str, early: &[u8]) -> Result<(), Res> {
+    let svc = c.svc().clone();
+    let Some(m) = svc.mitm.as_deref() else {
+        return Ok(());
+    };
+    let fail = |c: &mut Client, res: Res, why: String| {
+        if c.text.is_empty() {
+            c.text = why;
+        } else {
+            c.text = format!("{} ({why})", c.text);
+        }
+        res
+    };
+    if !early.is_empty() {
+        return Err(fail(
+            c,
+            Res::TLS_MITM,
+            format!(
+                "ssl_mitm: the client sent {} bytes before its tunnel was open",
+                early.len()
+            ),
+        ));
+    }
+    if srv.is_tls() {
+        return Err(fail(
+            c,
+            Res::TLS_PARENT,
+            "ssl_mitm: the origin is behind a parent over TLS (no TLS inside TLS)".into(),
+        ));
+    }
+    let name = crate::tls::mitm::leaf_name(host)
+        .and_then(|n| rustls::pki_types::ServerName::try_from(n).ok());
+    let Some(name) = name else {
+        return Err(fail(
+            c,
+            Res::TLS_MITM,
+            format!("ssl_mitm: '{host}' is not a name to certify"),
+        ));
+    };
+    let deadline = std::time::Instant::now() + svc.timeouts.get(Timeouts::CHAIN);
+    if let Err(e) = srv.connect_tls(m.client.clone(), name, deadline) {
+        return Err(fail(
+            c,
+            Res::TLS_PARENT,
+            format!("ssl_mitm: the origin: {e}"),
+        ));
+    }
+    let cfg = match m.server_config(host) {
+        Ok(cfg) => cfg,
+        Err(e) => return Err(fail(c, Res::TLS_MITM, e)),
+    };
+    let deadline = std::time::Instant::now() + svc.timeouts.get(Timeouts::STRING_SHORT);
+    if let Err(e) = c.cli.accept_tls(cfg, deadline) {
+        return Err(fail(c, Res::TLS_MITM, format!("ssl_mitm: the client: {e}")));
+    }
+    crate::sys::mem::release_stack_below_here();
+    Ok(())
+}
+
 /// The relay's options for a session of `svc`, idle for at most its
 /// `idle_slot` timeout.
 pub fn relay_opts(svc: &Service, idle_slot: usize) -> RelayOpts {

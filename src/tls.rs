@@ -22,6 +22,11 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::{Connection, RootCertStore, ServerConfig, ServerConnection};
 
+pub mod mitm;
+pub mod suites;
+
+pub use rustls::SupportedCipherSuite;
+
 /// The protocol versions rustls offers, by 3proxy's (OpenSSL's) names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Version {
@@ -93,7 +98,81 @@ pub fn load_key(path: &str) -> Result<Key, String> {
 
 /// Read PEM trust roots: every certificate in the file.
 pub fn load_roots(path: &str) -> Result<Roots, String> {
-    let certs = load_certs(path)?;
+    roots_of(&load_certs(path)?)
+}
+
+/// `ssl_*_ca_dir DIR`: every PEM certificate in the files of `DIR` (an
+/// OpenSSL hashed directory's links and any other name alike; files with
+/// none, CRLs say, are passed over). None at all is an error.
+pub fn load_dir(path: &str) -> Result<Roots, String> {
+    let rd = std::fs::read_dir(path).map_err(|e| format!("cannot read directory '{path}': {e}"))?;
+    let mut names: Vec<_> = rd.flatten().map(|e| e.path()).collect();
+    names.sort();
+    let mut store = RootCertStore::empty();
+    for f in names {
+        let Ok(bytes) = std::fs::read(&f) else {
+            continue;
+        };
+        for c in CertificateDer::pem_slice_iter(&bytes).flatten() {
+            let _ = store.add(c);
+        }
+    }
+    if store.is_empty() {
+        return Err(format!("'{path}' holds no PEM CA certificate"));
+    }
+    Ok(Pem {
+        path: path.to_string(),
+        value: Arc::new(store),
+    })
+}
+
+/// `ssl_*_ca_store URI`: OpenSSL 3's store, as far as it is files: a
+/// path or a `file:` URI naming a PEM file or a directory of them.
+/// Other schemes (a Windows store, PKCS#11) are refused by name.
+pub fn load_store(uri: &str) -> Result<Roots, String> {
+    let path = if let Some(rest) = uri.strip_prefix("file://") {
+        rest
+    } else if let Some(rest) = uri.strip_prefix("file:") {
+        rest
+    } else {
+        uri
+    };
+    if let Some((scheme, _)) = path.split_once(':') {
+        if !scheme.contains('/') {
+            return Err(format!(
+                "'{uri}': a store of scheme '{scheme}' is not supported: a file or a \
+                 directory (a path or a file: URI) is"
+            ));
+        }
+    }
+    if Path::new(path).is_dir() {
+        load_dir(path)
+    } else {
+        load_roots(path)
+    }
+}
+
+/// Where certificates are checked against: the CA file and directory
+/// together if either is named, else the store, else the built-in roots
+/// (as 3proxy: `SSL_CTX_load_verify_locations`, else `_store`, else the
+/// defaults).
+fn trust(file: &Option<Roots>, dir: &Option<Roots>, store: &Option<Roots>) -> Arc<RootCertStore> {
+    match (file, dir, store) {
+        (Some(f), None, _) => f.value.clone(),
+        (None, Some(d), _) => d.value.clone(),
+        (Some(f), Some(d), _) => {
+            let mut all = (*f.value).clone();
+            all.roots.extend(d.value.roots.iter().cloned());
+            Arc::new(all)
+        }
+        (None, None, Some(s)) => s.value.clone(),
+        (None, None, None) => default_roots(),
+    }
+}
+
+/// Trust roots of every certificate in `certs`.
+pub fn roots_of(certs: &Certs) -> Result<Roots, String> {
+    let path = &certs.path;
     let mut store = RootCertStore::empty();
     for c in certs.value.iter() {
         store
@@ -112,9 +191,20 @@ pub struct ServerSettings {
     pub cert: Option<Certs>,
     pub key: Option<Key>,
     pub ca: Option<Roots>,
+    /// `ssl_server_ca_dir`, `ssl_server_ca_store`.
+    pub ca_dir: Option<Roots>,
+    pub ca_store: Option<Roots>,
+    /// `ssl_server_ca_file` as certificates: the signing CA of `ssl_mitm`.
+    pub ca_cert: Option<Certs>,
+    /// `ssl_server_ca_key`: the key of that CA.
+    pub ca_key: Option<Key>,
     pub verify: bool,
     pub min: Option<Version>,
     pub max: Option<Version>,
+    /// `ssl_server_ciphersuites`, `ssl_server_cipher_list`: None is
+    /// every suite rustls has.
+    pub suites13: Option<Vec<SupportedCipherSuite>>,
+    pub suites12: Option<Vec<SupportedCipherSuite>>,
 }
 
 fn provider() -> Arc<rustls::crypto::CryptoProvider> {
@@ -140,6 +230,51 @@ fn versions(
     Ok(v)
 }
 
+/// The provider with the cipher suites the cfg chose (each version's own
+/// list, or all of that version's) and the versions that are left with
+/// some: an empty `ciphersuites` turns TLS 1.3 off, as in OpenSSL.
+fn suited(
+    min: Option<Version>,
+    max: Option<Version>,
+    s13: &Option<Vec<SupportedCipherSuite>>,
+    s12: &Option<Vec<SupportedCipherSuite>>,
+) -> Result<
+    (
+        Arc<rustls::crypto::CryptoProvider>,
+        Vec<&'static rustls::SupportedProtocolVersion>,
+    ),
+    String,
+> {
+    let mut p = rustls::crypto::ring::default_provider();
+    let is13 = |s: &SupportedCipherSuite| matches!(s, SupportedCipherSuite::Tls13(_));
+    let all13: Vec<_> = p.cipher_suites.iter().copied().filter(is13).collect();
+    let all12: Vec<_> = p
+        .cipher_suites
+        .iter()
+        .copied()
+        .filter(|s| !is13(s))
+        .collect();
+    let c13 = s13.clone().unwrap_or(all13);
+    let c12 = s12.clone().unwrap_or(all12);
+    let mut v = versions(min, max)?;
+    v.retain(|v| {
+        if v.version == rustls::ProtocolVersion::TLSv1_3 {
+            !c13.is_empty()
+        } else {
+            !c12.is_empty()
+        }
+    });
+    if v.is_empty() {
+        return Err(
+            "no protocol version is left with a cipher suite (see the ciphersuites, \
+             cipher_list and proto_version commands)"
+                .into(),
+        );
+    }
+    p.cipher_suites = c13.into_iter().chain(c12).collect();
+    Ok((Arc::new(p), v))
+}
+
 /// Mozilla's roots, compiled in (webpki-roots): where the cfg names no
 /// CA file.
 pub fn default_roots() -> Arc<RootCertStore> {
@@ -154,14 +289,12 @@ impl ServerSettings {
         let (Some(cert), Some(key)) = (&self.cert, &self.key) else {
             return Err("ssl_serv needs ssl_server_cert and ssl_server_key before it".into());
         };
-        let b = ServerConfig::builder_with_provider(provider())
-            .with_protocol_versions(&versions(self.min, self.max)?)
+        let (p, v) = suited(self.min, self.max, &self.suites13, &self.suites12)?;
+        let b = ServerConfig::builder_with_provider(p)
+            .with_protocol_versions(&v)
             .map_err(|e| format!("protocol versions: {e}"))?;
         let b = if self.verify {
-            let roots = self
-                .ca
-                .as_ref()
-                .map_or_else(default_roots, |r| r.value.clone());
+            let roots = trust(&self.ca, &self.ca_dir, &self.ca_store);
             let v = rustls::server::WebPkiClientVerifier::builder_with_provider(roots, provider())
                 .build()
                 .map_err(|e| format!("ssl_server_verify: {e}"))?;
@@ -191,6 +324,12 @@ pub struct Settings {
     /// `ssl_cli`: TLS towards parents (with `ssl_client_mode 3`) or
     /// the destination (modes 0-2, `tcppm`).
     pub cli: bool,
+    /// `ssl_mitm`: later services serve certificates of their own making
+    /// for the destinations of their clients' tunnels.
+    pub mitm: bool,
+    /// `ssl_certcache DIR`: where those certificates are kept (and
+    /// `3proxy.pem`, `3proxy.key`, `server.key` looked for).
+    pub certcache: Option<std::path::PathBuf>,
     pub server: ServerSettings,
     /// The client-side settings (`ssl_client_*`).
     pub client: ClientSettings,
@@ -207,6 +346,14 @@ pub struct ClientSettings {
     pub mode: u8,
     pub min: Option<Version>,
     pub max: Option<Version>,
+    /// `ssl_client_ca_dir`, `ssl_client_ca_store`.
+    pub ca_dir: Option<Roots>,
+    pub ca_store: Option<Roots>,
+    /// `ssl_client_alpn`: the protocols offered, in order (none: no ALPN).
+    pub alpn: Vec<Vec<u8>>,
+    /// `ssl_client_ciphersuites`, `ssl_client_cipher_list`.
+    pub suites13: Option<Vec<SupportedCipherSuite>>,
+    pub suites12: Option<Vec<SupportedCipherSuite>>,
 }
 
 impl Settings {
@@ -217,6 +364,58 @@ impl Settings {
             return Ok(None);
         }
         self.server.config().map(Some)
+    }
+}
+
+impl Settings {
+    /// What a TCP service takes at its line under `ssl_mitm`: the CA
+    /// (`ssl_server_ca_file` and `ssl_server_ca_key`, else `3proxy.pem`
+    /// and `3proxy.key` in `ssl_certcache`), the leaf key
+    /// (`ssl_server_key`, else `server.key` there if it exists, else the
+    /// CA's key), the server side's protocol versions and the client side's
+    /// settings for the origin. Errors name what is missing.
+    pub fn mitm(&self) -> Result<Option<Arc<mitm::Mitm>>, String> {
+        if !self.mitm {
+            return Ok(None);
+        }
+        let dir = self.certcache.as_deref();
+        let in_dir = |f: &str| dir.map(|d| d.join(f).to_string_lossy().into_owned());
+        let missing = |what: &str, file: &str| {
+            format!("ssl_mitm needs {what} before the service, or ssl_certcache DIR holding {file}")
+        };
+        let ca_cert = match (&self.server.ca_cert, in_dir("3proxy.pem")) {
+            (Some(c), _) => c.clone(),
+            (None, Some(f)) => load_certs(&f)?,
+            (None, None) => return Err(missing("ssl_server_ca_file", "3proxy.pem")),
+        };
+        let ca_key = match (&self.server.ca_key, in_dir("3proxy.key")) {
+            (Some(k), _) => k.clone(),
+            (None, Some(f)) => load_key(&f)?,
+            (None, None) => return Err(missing("ssl_server_ca_key", "3proxy.key")),
+        };
+        let leaf_key = match (&self.server.key, in_dir("server.key")) {
+            (Some(k), _) => Some(k.clone()),
+            (None, Some(f)) if Path::new(&f).exists() => Some(load_key(&f)?),
+            _ => None,
+        };
+        let s = &self.server;
+        let (p, v) = suited(s.min, s.max, &s.suites13, &s.suites12)?;
+        let base = ServerConfig::builder_with_provider(p)
+            .with_protocol_versions(&v)
+            .map_err(|e| format!("protocol versions: {e}"))?
+            .with_no_client_auth()
+            .with_cert_resolver(Arc::new(mitm::NoCert));
+        let named_key = |k: Key| (k.path, k.value);
+        let m = mitm::Mitm::new(mitm::Parts {
+            ca_cert: (ca_cert.path.clone(), ca_cert.value[0].clone()),
+            ca_key: named_key(ca_key),
+            leaf_key: leaf_key.map(named_key),
+            provider: provider(),
+            dir: self.certcache.clone(),
+            base,
+            client: self.client.config()?,
+        })?;
+        Ok(Some(Arc::new(m)))
     }
 }
 
@@ -274,20 +473,17 @@ impl ClientSettings {
     /// `ssl_client_verify` the server's certificate is not checked, as in
     /// 3proxy (the handshake's signatures still are).
     pub fn config(&self) -> Result<Arc<rustls::ClientConfig>, String> {
-        let b = rustls::ClientConfig::builder_with_provider(provider())
-            .with_protocol_versions(&versions(self.min, self.max)?)
+        let (p, v) = suited(self.min, self.max, &self.suites13, &self.suites12)?;
+        let b = rustls::ClientConfig::builder_with_provider(p)
+            .with_protocol_versions(&v)
             .map_err(|e| format!("protocol versions: {e}"))?;
         let b = if self.verify {
-            let roots = self
-                .ca
-                .as_ref()
-                .map_or_else(default_roots, |r| r.value.clone());
-            b.with_root_certificates(roots)
+            b.with_root_certificates(trust(&self.ca, &self.ca_dir, &self.ca_store))
         } else {
             b.dangerous()
                 .with_custom_certificate_verifier(Arc::new(NoVerify(provider())))
         };
-        let cfg = match (&self.cert, &self.key) {
+        let mut cfg = match (&self.cert, &self.key) {
             (Some(c), Some(k)) => b
                 .with_client_auth_cert(c.value.to_vec(), k.value.clone_key())
                 .map_err(|e| {
@@ -299,6 +495,7 @@ impl ClientSettings {
             (Some(_), None) => return Err("ssl_client_cert needs ssl_client_key".into()),
             _ => b.with_no_client_auth(),
         };
+        cfg.alpn_protocols.clone_from(&self.alpn);
         Ok(Arc::new(cfg))
     }
 

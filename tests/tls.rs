@@ -472,9 +472,15 @@ fn tls_cfg_errors_name_the_line() {
         "ssl_client_max_proto_version",
     );
     assert!(msg.contains("unknown protocol version"), "{msg}");
-    // Not built yet, by name.
-    let msg = run_cfg(&dir, &[], "ssl_mitm\n").assert_cfg_error(&cfg_path, 1, "ssl_mitm");
-    assert!(msg.contains("not built yet"), "{msg}");
+    // A CA directory with no certificate in it.
+    let empty = dir.join("empty");
+    std::fs::create_dir(&empty).unwrap();
+    let msg = run_cfg(&dir, &[], format!("ssl_client_ca_dir {}\n", p(&empty))).assert_cfg_error(
+        &cfg_path,
+        1,
+        "ssl_client_ca_dir",
+    );
+    assert!(msg.contains("no PEM CA certificate"), "{msg}");
 }
 
 #[test]
@@ -945,4 +951,551 @@ fn ssl_cli_presents_ssl_client_cert_to_a_destination_that_asks() {
     read_log_line(&log_of(&proxy), "with 08011", |l| {
         l.starts_with("TCPPM 08011 ")
     });
+}
+
+/// A CA of its own for `ssl_mitm` to sign with, in `dir`: (mitm.pem,
+/// mitm.key), PKCS#8 as OpenSSL 3 writes it.
+fn mitm_ca(dir: &Dir) -> (PathBuf, PathBuf) {
+    openssl(
+        dir,
+        &[
+            "req",
+            "-x509",
+            "-nodes",
+            "-days",
+            "2",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-keyout",
+            "mitm.key",
+            "-out",
+            "mitm.pem",
+            "-subj",
+            "/CN=threeproxy MITM CA",
+        ],
+    );
+    (dir.join("mitm.pem"), dir.join("mitm.key"))
+}
+
+/// What the TLS origin of the MITM tests says to every client: an HTTP
+/// answer, so curl is served.
+const MITM_HELLO: &[u8] =
+    b"HTTP/1.1 200 OK\r\nContent-Length: 6\r\nConnection: close\r\n\r\nhello\n";
+
+/// Through the HTTP proxy on `port`: CONNECT to `host:oport`, then TLS
+/// inside trusting only `ca`, as `host`. The origin's greeting and the
+/// leaf certificate the client was served.
+fn leaf_via_connect(port: u16, ca: &Path, host: &str, oport: u16) -> (Vec<u8>, Vec<u8>) {
+    let mut s = connect(localhost(port));
+    set_timeouts(&s, Duration::from_secs(30));
+    write!(
+        s,
+        "CONNECT {host}:{oport} HTTP/1.1\r\nHost: {host}:{oport}\r\n\r\n"
+    )
+    .unwrap();
+    let mut head = Vec::new();
+    let mut b = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        assert_eq!(s.read(&mut b).unwrap(), 1, "the proxy closed: {head:?}");
+        head.push(b[0]);
+    }
+    assert!(
+        head.starts_with(b"HTTP/1.0 200"),
+        "{}",
+        String::from_utf8_lossy(&head)
+    );
+    let mut roots = rustls::RootCertStore::empty();
+    for c in CertificateDer::pem_file_iter(ca).unwrap() {
+        roots.add(c.unwrap()).unwrap();
+    }
+    let cfg = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    let name = ServerName::try_from(host.to_string()).unwrap();
+    let conn = rustls::ClientConnection::new(Arc::new(cfg), name).unwrap();
+    let mut tls = rustls::StreamOwned::new(conn, s);
+    let mut got = vec![0u8; MITM_HELLO.len()];
+    tls.read_exact(&mut got).unwrap();
+    let leaf = tls.conn.peer_certificates().unwrap()[0].to_vec();
+    (got, leaf)
+}
+
+/// The cfg of an intercepting HTTP proxy on `port` signing with `ca`,
+/// caching in `cache`, trusting origins of `origin_ca` (the built-in
+/// roots if None).
+fn mitm_cfg(port: u16, ca: &(PathBuf, PathBuf), cache: &Path, origin_ca: Option<&Path>) -> String {
+    let trust = origin_ca.map_or(String::new(), |c| format!("ssl_client_ca_file {}\n", p(c)));
+    format!(
+        "ssl_client_verify\n{trust}ssl_server_ca_file {}\nssl_server_ca_key {}\n\
+         ssl_certcache {}/\nssl_mitm\nproxy -p{port} -i127.0.0.1\n\
+         socks -p{} -i127.0.0.1\n",
+        p(&ca.0),
+        p(&ca.1),
+        p(cache),
+        port + 1
+    )
+}
+
+#[test]
+fn ssl_mitm_serves_a_leaf_of_its_ca_cached_and_reused_after_a_restart() {
+    let keep = Dir::new("tls_mitm_cache");
+    let pki = Pki::new(&keep);
+    let ca = mitm_ca(&keep);
+    let cache = keep.join("cache");
+    std::fs::create_dir(&cache).unwrap();
+    let (oport, _sni) = tls_origin(&pki, MITM_HELLO);
+    let port = free_port();
+    let cfg = mitm_cfg(port, &ca, &cache, Some(&pki.ca));
+    let proxy = start(Dir::new("tls_mitm_a"), &cfg, port);
+
+    // curl trusts only our MITM CA: the origin's own certificate (of
+    // another CA) would fail; the leaf it sees is ours, for the name.
+    let out = Command::new("curl")
+        .args(["-sS", "-v", "--max-time", "30"])
+        .args(["--proxy", &format!("http://127.0.0.1:{port}")])
+        .args(["--cacert", p(&ca.0)])
+        .arg(format!("https://localhost:{oport}/"))
+        .output()
+        .expect("run curl");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "curl failed:\n{err}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "hello\n");
+    assert!(err.contains("issuer: CN=threeproxy MITM CA"), "{err}");
+    assert!(err.contains("subject: CN=localhost"), "{err}");
+
+    // The cache gained the name's file, 0600, holding the leaf served.
+    let file = cache.join("localhost.pem");
+    let meta = std::fs::metadata(&file).expect("the cache file");
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(meta.permissions().mode() & 0o777, 0o600);
+    let cached = CertificateDer::from_pem_file(&file).unwrap().to_vec();
+    let (got, leaf1) = leaf_via_connect(port, &ca.0, "localhost", oport);
+    assert_eq!(got, MITM_HELLO);
+    assert_eq!(sha(&leaf1), sha(&cached), "the second request reuses it");
+
+    // SOCKS CONNECT is intercepted too, with the same leaf.
+    let out = Command::new("curl")
+        .args(["-sS", "--max-time", "30"])
+        .args(["--proxy", &format!("socks5h://127.0.0.1:{}", port + 1)])
+        .args(["--cacert", p(&ca.0)])
+        .arg(format!("https://localhost:{oport}/"))
+        .output()
+        .expect("run curl");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "hello\n");
+
+    // Another name, another file; an IP address is certified as one.
+    let (_, leaf_ip) = leaf_via_connect(port, &ca.0, "127.0.0.1", oport);
+    assert_ne!(sha(&leaf_ip), sha(&leaf1));
+    assert!(cache.join("127.0.0.1.pem").exists());
+    drop(proxy);
+
+    // After a restart the cached leaf is served again, unchanged.
+    let port = free_port();
+    let cfg = mitm_cfg(port, &ca, &cache, Some(&pki.ca));
+    let proxy = start(Dir::new("tls_mitm_b"), &cfg, port);
+    let (_, leaf2) = leaf_via_connect(port, &ca.0, "localhost", oport);
+    assert_eq!(sha(&leaf2), sha(&leaf1), "the cached leaf after a restart");
+    read_log_line(&log_of(&proxy), "the tunnel's record", |l| {
+        l.starts_with("PROXY 00000 ") && l.contains("CONNECT localhost:")
+    });
+
+    // A CA of another key: the cached leaf is not its own; a new one is
+    // made (and replaces the file).
+    let other = Dir::new("tls_mitm_other_ca");
+    let ca2 = mitm_ca(&other);
+    let port = free_port();
+    let cfg = mitm_cfg(port, &ca2, &cache, Some(&pki.ca));
+    let _proxy = start(Dir::new("tls_mitm_c"), &cfg, port);
+    let (_, leaf3) = leaf_via_connect(port, &ca2.0, "localhost", oport);
+    assert_ne!(sha(&leaf3), sha(&leaf1));
+    let cached = CertificateDer::from_pem_file(&file).unwrap().to_vec();
+    assert_eq!(sha(&leaf3), sha(&cached));
+}
+
+#[test]
+fn ssl_mitm_refuses_an_untrusted_origin_with_8011() {
+    let keep = Dir::new("tls_mitm_untrusted");
+    let pki = Pki::new(&keep);
+    let ca = mitm_ca(&keep);
+    let cache = keep.join("cache");
+    std::fs::create_dir(&cache).unwrap();
+    let (oport, sni) = tls_origin(&pki, MITM_HELLO);
+    let port = free_port();
+    // The built-in roots only: the origin's CA is not one of them.
+    let proxy = start(
+        Dir::new("tls_mitm_u"),
+        &mitm_cfg(port, &ca, &cache, None),
+        port,
+    );
+    let out = Command::new("curl")
+        .args(["-sS", "--max-time", "30"])
+        .args(["--proxy", &format!("http://127.0.0.1:{port}")])
+        .args(["--cacert", p(&ca.0)])
+        .arg(format!("https://localhost:{oport}/"))
+        .output()
+        .expect("run curl");
+    assert!(!out.status.success());
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "");
+    let line = read_log_line(&log_of(&proxy), "with 08011", |l| {
+        l.starts_with("PROXY 08011 ")
+    });
+    assert!(line.contains("ssl_mitm: the origin"), "{line}");
+    assert!(
+        sni.try_recv().is_err(),
+        "no handshake with the origin finished"
+    );
+    assert!(!cache.join("localhost.pem").exists(), "nothing certified");
+    // Bytes sent with the CONNECT, before its answer: they cannot start
+    // the session the proxy accepts, so the tunnel ends with 8012.
+    let mut s = connect(localhost(port));
+    set_timeouts(&s, Duration::from_secs(30));
+    let head = format!("CONNECT localhost:{oport} HTTP/1.1\r\nHost: x\r\n\r\n");
+    s.write_all(&[head.as_bytes(), b"\x16\x03\x01\x00\x05hello"].concat())
+        .unwrap();
+    let got = read_until_closed(&mut s).unwrap_or_default();
+    assert!(
+        got.starts_with(b"HTTP/1.0 200"),
+        "{}",
+        String::from_utf8_lossy(&got)
+    );
+    let line = read_log_line(&log_of(&proxy), "with 08012", |l| {
+        l.starts_with("PROXY 08012 ")
+    });
+    assert!(line.contains("before its tunnel was open"), "{line}");
+}
+
+#[test]
+fn ssl_mitm_cfg_errors_and_the_warning_without_verification() {
+    let dir = Dir::new("tls_mitm_cfg");
+    let ca = mitm_ca(&dir);
+    let cfg_path = dir.cfg_path();
+    let port = free_port();
+    // No CA at all.
+    let msg = run_cfg(&dir, &[], format!("ssl_mitm\nproxy -p{port} -i127.0.0.1\n"))
+        .assert_cfg_error(&cfg_path, 2, "proxy");
+    assert!(
+        msg.contains("ssl_server_ca_file") && msg.contains("ssl_certcache"),
+        "{msg}"
+    );
+    // A cache directory without its trailing slash, or missing.
+    let d = dir.join("cache");
+    std::fs::create_dir(&d).unwrap();
+    let msg = run_cfg(&dir, &[], format!("ssl_certcache {}\n", p(&d))).assert_cfg_error(
+        &cfg_path,
+        1,
+        "ssl_certcache",
+    );
+    assert!(msg.contains("must end in /"), "{msg}");
+    run_cfg(&dir, &[], "ssl_certcache /nonexistent/\n").assert_cfg_error(
+        &cfg_path,
+        1,
+        "ssl_certcache",
+    );
+    // The CA as 3proxy.pem and 3proxy.key in the cache, with no
+    // ssl_client_verify: it loads, with one warning naming the line.
+    std::fs::copy(&ca.0, d.join("3proxy.pem")).unwrap();
+    std::fs::copy(&ca.1, d.join("3proxy.key")).unwrap();
+    let cfg = format!(
+        "ssl_certcache {}/\nssl_mitm\nproxy -p{port} -i127.0.0.1\n",
+        p(&d)
+    );
+    let r = run_check(&dir, &cfg);
+    assert!(r.status.success(), "{}", r.stderr);
+    let at = format!("{}:3:", cfg_path.display());
+    let warned: Vec<_> = r.stderr.lines().filter(|l| l.contains("warning")).collect();
+    assert_eq!(warned.len(), 1, "{}", r.stderr);
+    assert!(
+        warned[0].contains(&at) && warned[0].contains("ssl_client_verify"),
+        "{}",
+        warned[0]
+    );
+    let r = run_check(&dir, &format!("ssl_client_verify\n{cfg}"));
+    assert!(
+        r.status.success() && !r.stderr.contains("warning"),
+        "{}",
+        r.stderr
+    );
+    // ssl_mitm and ssl_serv exclude each other, as in 3proxy.
+    run_cfg(&dir, &[], "ssl_serv\nssl_mitm\n").assert_cfg_error(&cfg_path, 2, "ssl_mitm");
+    run_cfg(&dir, &[], "ssl_mitm\nssl_serv\n").assert_cfg_error(&cfg_path, 2, "ssl_serv");
+}
+
+/// `openssl s_client` to `port` trusting `pki`'s CA, with `args`, its
+/// input closed at once: (handshake done, what it printed).
+fn s_client(port: u16, pki: &Pki, args: &[&str]) -> (bool, String) {
+    let out = Command::new("openssl")
+        .args([
+            "s_client",
+            "-verify_return_error",
+            "-servername",
+            "localhost",
+        ])
+        .args([
+            "-connect",
+            &format!("127.0.0.1:{port}"),
+            "-CAfile",
+            p(&pki.ca),
+        ])
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run openssl s_client");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success() && text.contains("Cipher is "), text)
+}
+
+#[test]
+fn ssl_server_cipher_list_and_ciphersuites_choose_what_is_negotiated() {
+    let dir = Dir::new("tls_suites_server");
+    let pki = Pki::new(&dir);
+    let echo = Origin::echo();
+    let port = free_port();
+    let cfg = format!(
+        "ssl_server_cipher_list ECDHE-ECDSA-CHACHA20-POLY1305:ECDHE+AES256:!aRSA\n\
+         ssl_server_ciphersuites TLS_CHACHA20_POLY1305_SHA256\n\
+         {}tcppm -i127.0.0.1 {port} 127.0.0.1 {}\n",
+        pki.serv(),
+        echo.port()
+    );
+    let proxy = start(dir, &cfg, port);
+    for (args, want) in [
+        (
+            ["-tls1_2", "-cipher", "ECDHE-ECDSA-AES256-GCM-SHA384"],
+            Some("Cipher is ECDHE-ECDSA-AES256-GCM-SHA384"),
+        ),
+        (
+            ["-tls1_2", "-cipher", "ECDHE-ECDSA-CHACHA20-POLY1305"],
+            Some("Cipher is ECDHE-ECDSA-CHACHA20-POLY1305"),
+        ),
+        (
+            ["-tls1_2", "-cipher", "ECDHE-ECDSA-AES128-GCM-SHA256"],
+            None,
+        ),
+        (
+            ["-tls1_3", "-ciphersuites", "TLS_CHACHA20_POLY1305_SHA256"],
+            Some("Cipher is TLS_CHACHA20_POLY1305_SHA256"),
+        ),
+        (["-tls1_3", "-ciphersuites", "TLS_AES_128_GCM_SHA256"], None),
+    ] {
+        let (ok, text) = s_client(port, &pki, &args);
+        match want {
+            Some(w) => assert!(ok && text.contains(w), "{args:?}: {text}"),
+            None => assert!(!ok, "{args:?} must fail: {text}"),
+        }
+    }
+    read_log_line(&log_of(&proxy), "a refused suite's 8013", |l| {
+        l.starts_with("TCPPM 08013 ")
+    });
+}
+
+#[test]
+fn ssl_client_cipher_list_limits_what_the_proxy_offers_the_origin() {
+    // The origin's certificate is ECDSA: with RSA suites only (and TLS
+    // 1.2) there is nothing in common, and the session ends with 8011.
+    for (list, works) in [("aRSA", false), ("aECDSA+CHACHA20", true)] {
+        let dir = Dir::new("tls_suites_client");
+        let pki = Pki::new(&dir);
+        let (oport, _sni) = tls_origin(&pki, b"hi\n");
+        let port = free_port();
+        let cfg = format!(
+            "ssl_client_max_proto_version TLSv1.2\nssl_client_cipher_list {list}\n\
+             ssl_cli\ntcppm -i127.0.0.1 {port} localhost {oport}\n"
+        );
+        let proxy = start(dir, &cfg, port);
+        let mut s = connect(localhost(port));
+        set_timeouts(&s, Duration::from_secs(30));
+        if works {
+            let mut got = [0u8; 3];
+            s.read_exact(&mut got).unwrap();
+            assert_eq!(&got, b"hi\n", "{list}");
+        } else {
+            let mut got = Vec::new();
+            let _ = s.read_to_end(&mut got);
+            assert_eq!(got, b"", "{list}");
+            read_log_line(&log_of(&proxy), "with 08011", |l| {
+                l.starts_with("TCPPM 08011 ")
+            });
+        }
+    }
+}
+
+#[test]
+fn cipher_names_not_offered_are_cfg_errors_naming_them() {
+    let dir = Dir::new("tls_suites_cfg");
+    let cfg_path = dir.cfg_path();
+    for (line, cmd, word) in [
+        (
+            "ssl_server_cipher_list HIGH:RC4-SHA",
+            "ssl_server_cipher_list",
+            "RC4-SHA",
+        ),
+        (
+            "ssl_client_cipher_list ECDHE+NOPE",
+            "ssl_client_cipher_list",
+            "NOPE",
+        ),
+        (
+            "ssl_client_ciphersuites TLS_AES_128_CCM_SHA256",
+            "ssl_client_ciphersuites",
+            "TLS_AES_128_CCM_SHA256",
+        ),
+        (
+            "ssl_server_ciphersuites ECDHE-RSA-AES128-GCM-SHA256",
+            "ssl_server_ciphersuites",
+            "ECDHE-RSA-AES128-GCM-SHA256",
+        ),
+    ] {
+        let msg =
+            run_cfg(&dir, &[], format!("maxconn 5\n{line}\n")).assert_cfg_error(&cfg_path, 2, cmd);
+        assert!(msg.contains(&format!("'{word}'")), "{msg}");
+    }
+    // OpenSSL's usual string is taken: the weak parts select nothing here.
+    let r = run_check(&dir, "ssl_server_cipher_list HIGH:!aNULL:!MD5:@STRENGTH\n");
+    assert!(r.status.success(), "{}", r.stderr);
+}
+
+/// A TLS origin that offers ALPN `x-test` and tells each client what its
+/// handshake agreed on (`-` for nothing), in a line.
+fn alpn_origin(pki: &Pki) -> u16 {
+    let certs: Vec<_> = CertificateDer::pem_file_iter(&pki.cert)
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    let key = rustls::pki_types::PrivateKeyDer::from_pem_file(&pki.key).unwrap();
+    let mut cfg = rustls::ServerConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_no_client_auth()
+    .with_single_cert(certs, key)
+    .unwrap();
+    cfg.alpn_protocols = vec![b"x-test".to_vec()];
+    let cfg = Arc::new(cfg);
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for sock in l.incoming() {
+            let Ok(sock) = sock else { return };
+            let cfg = cfg.clone();
+            std::thread::spawn(move || {
+                set_timeouts(&sock, Duration::from_secs(30));
+                let conn = rustls::ServerConnection::new(cfg).unwrap();
+                let mut s = rustls::StreamOwned::new(conn, sock);
+                while s.conn.is_handshaking() {
+                    if s.conn.complete_io(&mut s.sock).is_err() {
+                        return;
+                    }
+                }
+                // To the client, since the harness's readiness probe
+                // makes handshakes of its own.
+                let agreed = s.conn.alpn_protocol().unwrap_or(b"-").to_vec();
+                let _ = s.write_all(&[&agreed[..], b"\n"].concat());
+                let _ = s.flush();
+            });
+        }
+    });
+    port
+}
+
+#[test]
+fn ssl_client_alpn_is_offered_and_ca_dirs_and_stores_are_trusted() {
+    let dir = Dir::new("tls_alpn_cadir");
+    let pki = Pki::new(&dir);
+    // An OpenSSL-style directory: the CA under a hash-like name, and a
+    // file that holds no certificate.
+    let cadir = dir.join("cadir");
+    std::fs::create_dir(&cadir).unwrap();
+    std::fs::copy(&pki.ca, cadir.join("0123abcd.0")).unwrap();
+    std::fs::write(cadir.join("README"), "not a certificate\n").unwrap();
+    let oport = alpn_origin(&pki);
+    for (trust, offer, want) in [
+        (
+            format!("ssl_client_ca_dir {}", p(&cadir)),
+            "ssl_client_alpn h2 x-test",
+            "x-test\n",
+        ),
+        (
+            format!("ssl_client_ca_store file:{}", p(&pki.ca)),
+            "ssl_client_alpn",
+            "-\n",
+        ),
+        (format!("ssl_client_ca_store {}", p(&cadir)), "", "-\n"),
+    ] {
+        let port = free_port();
+        let cfg = format!(
+            "ssl_client_verify\n{trust}\n{offer}\nssl_cli\n\
+             tcppm -i127.0.0.1 {port} localhost {oport}\n"
+        );
+        let _proxy = start(Dir::new("tls_alpn_p"), &cfg, port);
+        let mut s = connect(localhost(port));
+        set_timeouts(&s, Duration::from_secs(30));
+        let mut got = vec![0u8; want.len()];
+        s.read_exact(&mut got)
+            .unwrap_or_else(|e| panic!("{trust}: {e}"));
+        assert_eq!(String::from_utf8_lossy(&got), want, "{trust} {offer}");
+    }
+}
+
+#[test]
+fn ssl_mitm_in_tcppm_serves_its_leaf_for_the_mapped_name() {
+    let keep = Dir::new("tls_mitm_tcppm");
+    let pki = Pki::new(&keep);
+    let ca = mitm_ca(&keep);
+    let (oport, sni) = tls_origin(&pki, b"from the origin\n");
+    let port = free_port();
+    // No cache directory: memory only.
+    let cfg = format!(
+        "ssl_client_verify\nssl_client_ca_file {}\nssl_server_ca_file {}\n\
+         ssl_server_ca_key {}\nssl_mitm\ntcppm -i127.0.0.1 {port} localhost {oport}\n",
+        p(&pki.ca),
+        p(&ca.0),
+        p(&ca.1)
+    );
+    let _proxy = start(Dir::new("tls_mitm_t"), &cfg, port);
+    let mut roots = rustls::RootCertStore::empty();
+    for c in CertificateDer::pem_file_iter(&ca.0).unwrap() {
+        roots.add(c.unwrap()).unwrap();
+    }
+    let cfg = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    let name = ServerName::try_from("localhost").unwrap();
+    let conn = rustls::ClientConnection::new(Arc::new(cfg), name).unwrap();
+    let sock = connect(localhost(port));
+    set_timeouts(&sock, Duration::from_secs(30));
+    let mut tls = rustls::StreamOwned::new(conn, sock);
+    let mut got = [0u8; 16];
+    tls.read_exact(&mut got).unwrap();
+    assert_eq!(&got, b"from the origin\n");
+    tls.write_all(b"echo me\n").unwrap();
+    let mut echo = [0u8; 8];
+    tls.read_exact(&mut echo).unwrap();
+    assert_eq!(&echo, b"echo me\n");
+    assert_eq!(
+        sni.recv_timeout(Duration::from_secs(30))
+            .unwrap()
+            .as_deref(),
+        Some("localhost"),
+        "the origin is asked for the mapped name"
+    );
 }

@@ -13,6 +13,9 @@ fn arg(args: &[String]) -> Option<&str> {
 }
 
 pub fn h_serv(state: &mut State, _: &[String]) -> Result<(), String> {
+    if state.tls.mitm {
+        return Err(MITM_AND_SERV.into());
+    }
     state.tls.serv = true;
     Ok(())
 }
@@ -23,14 +26,58 @@ pub fn h_noserv(state: &mut State, _: &[String]) -> Result<(), String> {
 }
 
 pub fn h_cli(state: &mut State, _: &[String]) -> Result<(), String> {
+    if state.tls.mitm && !state.tls.cli {
+        return Err(
+            "ssl_cli cannot follow ssl_mitm (as in 3proxy): under ssl_mitm the \
+                    origin is reached over TLS already; ssl_nomitm first"
+                .into(),
+        );
+    }
     state.tls.cli = true;
     Ok(())
 }
 
-pub fn h_nocli(state: &mut State, args: &[String]) -> Result<(), String> {
-    if args[0] != "ssl_nomitm" {
-        state.tls.cli = false;
+pub fn h_nocli(state: &mut State, _: &[String]) -> Result<(), String> {
+    state.tls.cli = false;
+    Ok(())
+}
+
+const MITM_AND_SERV: &str = "ssl_mitm and ssl_serv cannot both be on (as in 3proxy): \
+                             interception is TLS inside the client's tunnel, ssl_serv TLS \
+                             around it; ssl_noserv or ssl_nomitm first";
+
+/// `ssl_mitm`: later services intercept their tunnels' TLS.
+pub fn h_mitm(state: &mut State, _: &[String]) -> Result<(), String> {
+    if state.tls.serv {
+        return Err(MITM_AND_SERV.into());
     }
+    state.tls.mitm = true;
+    Ok(())
+}
+
+pub fn h_nomitm(state: &mut State, _: &[String]) -> Result<(), String> {
+    state.tls.mitm = false;
+    Ok(())
+}
+
+/// `ssl_certcache DIR/`: the directory must end in `/` (3proxy joins
+/// file names to it as written) and exist.
+pub fn h_certcache(state: &mut State, args: &[String]) -> Result<(), String> {
+    let d = &args[1];
+    if !d.ends_with('/') {
+        return Err(format!(
+            "'{d}' must end in / (3proxy appends file names to it as written)"
+        ));
+    }
+    if !std::path::Path::new(d).is_dir() {
+        return Err(format!("'{d}' is not a directory"));
+    }
+    state.tls.certcache = Some(d.into());
+    Ok(())
+}
+
+pub fn h_server_ca_key(state: &mut State, args: &[String]) -> Result<(), String> {
+    state.tls.server.ca_key = arg(args).map(tls::load_key).transpose()?;
     Ok(())
 }
 
@@ -45,7 +92,9 @@ pub fn h_server_key(state: &mut State, args: &[String]) -> Result<(), String> {
 }
 
 pub fn h_server_ca_file(state: &mut State, args: &[String]) -> Result<(), String> {
-    state.tls.server.ca = arg(args).map(tls::load_roots).transpose()?;
+    let certs = arg(args).map(tls::load_certs).transpose()?;
+    state.tls.server.ca = certs.as_ref().map(tls::roots_of).transpose()?;
+    state.tls.server.ca_cert = certs;
     Ok(())
 }
 
@@ -75,6 +124,75 @@ pub fn h_client_version(state: &mut State, args: &[String]) -> Result<(), String
     } else {
         state.tls.client.max = v;
     }
+    Ok(())
+}
+
+/// `ssl_{server,client}_{ciphersuites,cipher_list} [LIST]`: the suites
+/// of TLS 1.3 and of TLS 1.2 (`tls::suites`); no list: all of them.
+pub fn h_suites(state: &mut State, args: &[String]) -> Result<(), String> {
+    let list = |f: fn(&str) -> Result<Vec<tls::SupportedCipherSuite>, String>| {
+        arg(args).map(f).transpose()
+    };
+    let (s13, s12) = if args[0].starts_with("ssl_server_") {
+        (
+            &mut state.tls.server.suites13,
+            &mut state.tls.server.suites12,
+        )
+    } else {
+        (
+            &mut state.tls.client.suites13,
+            &mut state.tls.client.suites12,
+        )
+    };
+    if args[0].ends_with("_ciphersuites") {
+        *s13 = list(tls::suites::ciphersuites)?;
+    } else {
+        *s12 = list(tls::suites::cipher_list)?;
+    }
+    Ok(())
+}
+
+/// `ssl_{server,client}_ca_dir DIR`, `ssl_{server,client}_ca_store URI`:
+/// read at the line, like the CA files; without an argument, forget it.
+pub fn h_ca_more(state: &mut State, args: &[String]) -> Result<(), String> {
+    let dir = args[0].ends_with("_dir");
+    let roots = arg(args)
+        .map(|a| {
+            if dir {
+                tls::load_dir(a)
+            } else {
+                tls::load_store(a)
+            }
+        })
+        .transpose()?;
+    let (d, s) = if args[0].starts_with("ssl_server_") {
+        (&mut state.tls.server.ca_dir, &mut state.tls.server.ca_store)
+    } else {
+        (&mut state.tls.client.ca_dir, &mut state.tls.client.ca_store)
+    };
+    if dir {
+        *d = roots;
+    } else {
+        *s = roots;
+    }
+    Ok(())
+}
+
+/// `ssl_client_alpn [PROTO ...]`: the ALPN protocols offered to parents
+/// and destinations, in order; none: no ALPN. Each is 1 to 254 bytes, as
+/// in 3proxy.
+pub fn h_client_alpn(state: &mut State, args: &[String]) -> Result<(), String> {
+    let mut v = Vec::new();
+    for a in &args[1..] {
+        if a.is_empty() || a.len() > 254 {
+            return Err(format!(
+                "an ALPN protocol name is 1 to 254 bytes, not {}",
+                a.len()
+            ));
+        }
+        v.push(a.as_bytes().to_vec());
+    }
+    state.tls.client.alpn = v;
     Ok(())
 }
 
@@ -111,16 +229,6 @@ pub fn h_client_mode(state: &mut State, args: &[String]) -> Result<(), String> {
         Some(a) => super::value::number(a, 0u8, 3)?,
     };
     Ok(())
-}
-
-/// TLS commands of 3proxy not built in this version.
-pub fn h_not_built(_: &mut State, args: &[String]) -> Result<(), String> {
-    Err(format!(
-        "{} is not supported yet by this version of 3proxy: not built yet (TLS here \
-         has ssl_serv with ssl_server_cert, ssl_server_key, ssl_server_verify, \
-         ssl_server_ca_file and the protocol versions, and ssl_cli)",
-        args[0]
-    ))
 }
 
 #[cfg(test)]
@@ -187,10 +295,20 @@ mod tests {
 
     #[test]
     fn unbuilt_commands_say_so() {
-        for l in ["ssl_mitm", "ssl_certcache /tmp/", "ssl_client_alpn h2"] {
-            let e = run(&[l]).unwrap_err();
-            assert!(e.contains("not built yet"), "{l}: {e}");
-        }
+        let st = run(&["ssl_client_alpn h2 http/1.1"]).unwrap();
+        assert_eq!(st.tls.client.alpn, [b"h2".to_vec(), b"http/1.1".to_vec()]);
+        assert!(run(&["ssl_client_alpn h2", "ssl_client_alpn"])
+            .unwrap()
+            .tls
+            .client
+            .alpn
+            .is_empty());
+        let long = format!("ssl_client_alpn {}", "x".repeat(255));
+        assert!(run(&[&long]).unwrap_err().contains("1 to 254 bytes"));
+        let e = run(&["ssl_client_ca_store org.openssl.winstore://"]).unwrap_err();
+        assert!(e.contains("not supported"), "{e}");
+        let e = run(&["ssl_server_ca_dir /nonexistent/dir"]).unwrap_err();
+        assert!(e.contains("cannot read directory"), "{e}");
         assert_eq!(run(&["ssl_client_mode 3"]).unwrap().tls.client.mode, 3);
         // ssl_cli modes 0-2: TLS to the server, for tcppm only.
         let modes: [&[&str]; 3] = [

@@ -314,6 +314,20 @@ pub fn prepare(state: &State, args: &[String]) -> Result<Prepared, String> {
             state.tls.client(tls_hops, def.name)?,
         )
     };
+    // `ssl_mitm`: the services whose clients ask for a tunnel to a named
+    // destination (3proxy's CONNECT operations that carry TLS).
+    let mitm = if matches!(def.name, "proxy" | "socks" | "tcppm") {
+        state.tls.mitm()?
+    } else {
+        None
+    };
+    if mitm.is_some() && !state.tls.client.verify {
+        opts.warnings.push(
+            "ssl_mitm without ssl_client_verify: the origins' certificates are not checked, \
+             so a client trusts whoever answers for the origin (insecure, as 3proxy.cfg(5) says)"
+                .into(),
+        );
+    }
     let mut port = opts.port.unwrap_or(def.default_port);
     let mut target = None;
     if def.positional == 3 {
@@ -352,7 +366,7 @@ pub fn prepare(state: &State, args: &[String]) -> Result<Prepared, String> {
         None => state.logformat.clone(),
     };
     let mut stack = BASE_STACK + state.stacksize + opts.stack_add.unwrap_or(0);
-    if tls_server.is_some() || tls_client.is_some() {
+    if tls_server.is_some() || tls_client.is_some() || mitm.is_some() {
         stack += crate::service::TLS_STACK;
     }
     let dialer = Dialer {
@@ -415,6 +429,7 @@ pub fn prepare(state: &State, args: &[String]) -> Result<Prepared, String> {
         svc.back_listener = back_listener;
         svc.tls_server = tls_server;
         svc.tls_client = tls_client;
+        svc.mitm = mitm;
         return Ok(Prepared {
             svc: Arc::new(svc),
             socket: None,
@@ -454,6 +469,7 @@ pub fn prepare(state: &State, args: &[String]) -> Result<Prepared, String> {
     svc.back_listener = back_listener;
     svc.tls_server = tls_server;
     svc.tls_client = tls_client;
+    svc.mitm = mitm;
     Ok(Prepared {
         svc: Arc::new(svc),
         socket: Some(socket),
@@ -522,6 +538,7 @@ fn build(
         filtermaxsize: state.filtermaxsize,
         tls_server: None,
         tls_client: None,
+        mitm: None,
     }
 }
 

@@ -555,6 +555,13 @@ fn connect(c: &mut Client, ask: &Ask) -> Result<(), Res> {
     c.ext_addr = srv.local_addr();
     let bnd = nat(svc.opts.nat_ext, c.ext_addr);
     reply(c, ask.ver, Res::OK, bnd);
+    let mut srv = srv;
+    if let Err(res) = crate::session::intercept(c, &mut srv, &host_text(&ask.dest), &ask.early) {
+        // The reply said "granted": nothing more goes to the client.
+        c.res = res;
+        c.srv = Some(srv);
+        return Ok(());
+    }
     let again = recheck(c, ask, Op::Connect, (&ask.dest, dst)).at_weight(grant.weight);
     crate::session::relay_to(
         c,

@@ -85,7 +85,15 @@ fn serve_mapped(c: &mut Client) {
         (None, None) => svc.dialer.connect_unix(target).map(Some),
     };
     match srv {
-        Ok(Some(s)) => session::relay_to(c, s, &grant, &recheck, &[], Timeouts::CONNECTION_LONG),
+        Ok(Some(mut s)) => {
+            let host = target.host();
+            if let Err(res) = session::intercept(c, &mut s, &host, &[]) {
+                c.res = res;
+                c.srv = Some(s);
+                return;
+            }
+            session::relay_to(c, s, &grant, &recheck, &[], Timeouts::CONNECTION_LONG)
+        }
         // Handed over to a local handler.
         Ok(None) => {}
         Err(res) => c.res = res,

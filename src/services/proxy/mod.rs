@@ -738,6 +738,12 @@ impl Session {
             Err(f) => return Err(f),
         };
         self.established(c, &o, req.port)?;
+        let mut o = o;
+        if let Err(res) = crate::session::intercept(c, &mut o.s, &self.host, cb.data()) {
+            c.res = res;
+            c.srv = Some(o.s);
+            return Ok(Next::Close);
+        }
         self.relay(c, cb, &o.s)?;
         c.srv = Some(o.s);
         Ok(Next::Close)
