@@ -15,6 +15,7 @@ mod crypt;
 mod dnspr;
 mod ftpgw;
 mod ftppr;
+mod fuzz_corpus;
 mod http;
 mod imapp;
 mod install;
