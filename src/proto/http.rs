@@ -729,6 +729,11 @@ fn split_authority(s: &str, default: Option<u16>) -> Result<(&str, u16), HeadErr
     if host.is_empty() || !host.bytes().all(valid) {
         return Err(HeadError::Target);
     }
+    // A colon in a host only ever belongs to an IPv6 address (which is
+    // sent on in brackets).
+    if host.contains(':') && host.parse::<std::net::Ipv6Addr>().is_err() {
+        return Err(HeadError::Target);
+    }
     let port = match (port, default) {
         (Some(p), _) if !p.is_empty() && p.len() <= 5 && p.bytes().all(|b| b.is_ascii_digit()) => p
             .parse::<u16>()
@@ -1544,6 +1549,19 @@ mod tests {
         assert_eq!(err("CONNECT h:0 HTTP/1.1\r\n\r\n"), HeadError::Target);
         assert_eq!(err("CONNECT h:70000 HTTP/1.1\r\n\r\n"), HeadError::Target);
         assert_eq!(err("CONNECT [zz]:1 HTTP/1.1\r\n\r\n"), HeadError::Target);
+    }
+
+    /// Found by the http_request fuzz target: a host with a colon that is
+    /// no IPv6 address (`a:b` of `http://a:b:80/`) was taken, and sent on
+    /// in brackets as if it were one (`Host: [a:b]`).
+    #[test]
+    fn a_host_with_colons_must_be_an_ipv6_address() {
+        assert_eq!(err("GET http://a:b:80/ HTTP/1.1\r\n\r\n"), HeadError::Target);
+        assert_eq!(err("CONNECT a:b:443 HTTP/1.1\r\n\r\n"), HeadError::Target);
+        assert_eq!(
+            err("GET / HTTP/1.1\r\nHost: x:y:80\r\n\r\n"),
+            HeadError::Target
+        );
     }
 
     #[test]
