@@ -1556,7 +1556,10 @@ mod tests {
     /// in brackets as if it were one (`Host: [a:b]`).
     #[test]
     fn a_host_with_colons_must_be_an_ipv6_address() {
-        assert_eq!(err("GET http://a:b:80/ HTTP/1.1\r\n\r\n"), HeadError::Target);
+        assert_eq!(
+            err("GET http://a:b:80/ HTTP/1.1\r\n\r\n"),
+            HeadError::Target
+        );
         assert_eq!(err("CONNECT a:b:443 HTTP/1.1\r\n\r\n"), HeadError::Target);
         assert_eq!(
             err("GET / HTTP/1.1\r\nHost: x:y:80\r\n\r\n"),
