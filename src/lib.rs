@@ -23,6 +23,7 @@ mod conf;
 mod connectback;
 mod crypt;
 mod filter;
+pub mod fuzzing;
 mod generation;
 mod health;
 mod limit;

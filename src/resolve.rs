@@ -242,7 +242,7 @@ fn qtypes(family: Family) -> &'static [Qt] {
 
 /// The record types we ask for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Qt {
+pub(crate) enum Qt {
     A,
     Aaaa,
     Ptr,
@@ -611,7 +611,7 @@ fn reverse_name(ip: IpAddr) -> String {
 
 /// What a valid reply said.
 #[derive(Debug, Clone, PartialEq, Eq)]
-enum Answer {
+pub(crate) enum Answer {
     /// An address of the type asked for, with its TTL in seconds.
     Addr(IpAddr, u32),
     /// A PTR answer's name.
@@ -622,15 +622,15 @@ enum Answer {
 
 /// A reply that passed the checks.
 #[derive(Debug, Clone, PartialEq, Eq)]
-enum Reply {
+pub(crate) enum Reply {
     Done(Answer),
     /// TC was set: ask again over TCP.
     Truncated,
 }
 
 /// One query in wire form, and what its reply must repeat.
-struct Query {
-    id: u16,
+pub(crate) struct Query {
+    pub(crate) id: u16,
     /// The name's labels, lowercased, for comparing with the reply's.
     labels: Vec<Vec<u8>>,
     qt: Qt,
@@ -638,7 +638,7 @@ struct Query {
 }
 
 impl Query {
-    fn new(name: &str, qt: Qt) -> io::Result<Query> {
+    pub(crate) fn new(name: &str, qt: Qt) -> io::Result<Query> {
         let name = name.strip_suffix('.').unwrap_or(name);
         let invalid = || io::Error::new(io::ErrorKind::InvalidInput, "not a valid DNS name");
         // Split on dots ourselves: the name is bytes as the client sent
@@ -674,7 +674,7 @@ impl Query {
 
     /// The reply's meaning if it answers this query; None if it must be
     /// dropped (not a response, another ID or question, or malformed).
-    fn check(&self, msg: &[u8]) -> Option<Reply> {
+    pub(crate) fn check(&self, msg: &[u8]) -> Option<Reply> {
         let p = Packet::parse(msg).ok()?;
         if p.id() != self.id || !p.has_flags(PacketFlag::RESPONSE) {
             return None;

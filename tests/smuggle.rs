@@ -1633,3 +1633,6 @@ fn one_proxy_authorization_field_is_accepted() {
         origin.describe()
     );
 }
+
+// The framing scorecard: every variant through the proxy (issue #17).
+mod scorecard;

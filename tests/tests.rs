@@ -16,6 +16,7 @@ mod dnspr;
 mod failover;
 mod ftpgw;
 mod ftppr;
+mod fuzz_corpus;
 mod http;
 mod imapp;
 mod install;

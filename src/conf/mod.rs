@@ -92,10 +92,44 @@ pub fn read_cfg(state: &mut State, name: &str, r: impl std::io::Read) -> Result<
     }
 }
 
+/// Where a load's `include` and `$FILE` files come from and what runs its
+/// commands. [`run`] uses the disk and the command table; the cfg fuzz
+/// target (`crate::fuzzing`) gives files from memory and runs only the
+/// commands that touch nothing outside the [`State`].
+pub trait Env {
+    /// Open `path` for reading.
+    fn open(&mut self, path: &str) -> std::io::Result<Box<dyn std::io::Read + '_>>;
+    /// Run one command line (`args[0]` is the command).
+    fn dispatch(&mut self, state: &mut State, args: &[String]) -> Result<(), String>;
+}
+
+/// The files on disk and the command table: what a real load uses.
+struct Disk;
+
+impl Env for Disk {
+    fn open(&mut self, path: &str) -> std::io::Result<Box<dyn std::io::Read + '_>> {
+        Ok(Box::new(std::fs::File::open(path)?))
+    }
+
+    fn dispatch(&mut self, state: &mut State, args: &[String]) -> Result<(), String> {
+        commands::dispatch(state, args)
+    }
+}
+
 /// Run the cfg `text` (read from `file`) against `state`. The text is
 /// bytes: comment and indented lines are never decoded; every other line
 /// must be UTF-8.
 pub fn run(state: &mut State, file: &str, text: &[u8]) -> Result<(), CfgError> {
+    run_in(state, file, text, &mut Disk)
+}
+
+/// [`run`], with files and commands from `env`.
+pub fn run_in(
+    state: &mut State,
+    file: &str,
+    text: &[u8],
+    env: &mut dyn Env,
+) -> Result<(), CfgError> {
     for (i, raw) in text.split(|&b| b == b'\n').enumerate() {
         let lineno = i + 1;
         // A line that is empty or starts with a blank or '#' is a comment:
@@ -119,7 +153,7 @@ pub fn run(state: &mut State, file: &str, text: &[u8]) -> Result<(), CfgError> {
         }
         let line = std::str::from_utf8(raw)
             .map_err(|e| err(first, &not_utf8(raw, e.valid_up_to(), "")))?;
-        let mut load = |path: &str| read_dollar_file(state, path);
+        let mut load = |path: &str| read_dollar_file(state, env, path);
         let args = token::tokenize(line, &mut load).map_err(|e| err(first, &e))?;
         if args.is_empty() {
             continue;
@@ -133,13 +167,13 @@ pub fn run(state: &mut State, file: &str, text: &[u8]) -> Result<(), CfgError> {
             if args.len() != 2 {
                 return Err(err(b"include", "wrong number of arguments: takes 1"));
             }
-            include(state, &args[1]).map_err(|e| match e {
+            include(state, env, &args[1]).map_err(|e| match e {
                 Nested::Here(reason) => err(b"include", &reason),
                 Nested::Inner(inner) => inner,
             })?;
             continue;
         }
-        let r = commands::dispatch(state, &args);
+        let r = env.dispatch(state, &args);
         let warned = std::mem::take(&mut state.pending);
         r.map_err(|reason| err(args[0].as_bytes(), &reason))?;
         for why in warned {
@@ -183,14 +217,15 @@ enum Nested {
     Inner(CfgError),
 }
 
-fn include(state: &mut State, path: &str) -> Result<(), Nested> {
+fn include(state: &mut State, env: &mut dyn Env, path: &str) -> Result<(), Nested> {
     let shown = quote(path);
     if state.depth >= MAX_INCLUDE_DEPTH {
         return Err(Nested::Here(format!(
             "{shown}: includes nested more than {MAX_INCLUDE_DEPTH} deep"
         )));
     }
-    let text = std::fs::File::open(path)
+    let text = env
+        .open(path)
         .map_err(ReadError::Io)
         .and_then(|f| state.read_counted(f, u64::MAX))
         .map_err(|e| match e {
@@ -198,16 +233,17 @@ fn include(state: &mut State, path: &str) -> Result<(), Nested> {
             ReadError::TooBig(_) => Nested::Here(format!("{shown}: {}", too_big())),
         })?;
     state.depth += 1;
-    let r = run(state, path, &text);
+    let r = run_in(state, path, &text, env);
     state.depth -= 1;
     r.map_err(Nested::Inner)
 }
 
 /// The text of a `$FILE`: at most [`MAX_DOLLAR_FILE`] bytes of it, within
 /// the load's budget, all of it UTF-8.
-fn read_dollar_file(state: &mut State, path: &str) -> Result<String, String> {
+fn read_dollar_file(state: &mut State, env: &mut dyn Env, path: &str) -> Result<String, String> {
     let what = format!("${}", quote(path));
-    let buf = std::fs::File::open(path)
+    let buf = env
+        .open(path)
         .map_err(ReadError::Io)
         .and_then(|f| state.read_counted(f, MAX_DOLLAR_FILE))
         .map_err(|e| match e {

@@ -224,7 +224,9 @@ fn parse_request_in<'a>(
             rest.find(['/', '?', '#'])
         }
         .unwrap_or(rest.len());
-        path = &rest[end..];
+        // A fragment stays with the client: an absolute-URI has none
+        // (RFC 9112 section 3.2).
+        path = rest[end..].split('#').next().unwrap_or_default();
         if is_ftp {
             let p = path.split(['?', '#']).next().unwrap_or("");
             ftp = Some(if p.is_empty() { "/" } else { p });
@@ -449,9 +451,17 @@ fn parse_response_in<'a>(
         && status != 101;
 
     out.clear();
-    // The status line as the origin sent it, minus its line end.
-    let line_end = buf.iter().position(|&b| b == b'\n').unwrap_or(0);
-    let line = &buf[..line_end];
+    // The status line as the origin sent it, minus its line end. httparse
+    // skips empty lines before it (RFC 9112 section 2.2): so do we.
+    let start = buf
+        .iter()
+        .position(|&b| b != b'\r' && b != b'\n')
+        .unwrap_or(0);
+    let line_end = buf[start..]
+        .iter()
+        .position(|&b| b == b'\n')
+        .map_or(start, |i| start + i);
+    let line = &buf[start..line_end];
     out.extend_from_slice(line.strip_suffix(b"\r").unwrap_or(line));
     out.extend_from_slice(b"\r\n");
     let mut cl_sent = false;
@@ -717,6 +727,11 @@ fn split_authority(s: &str, default: Option<u16>) -> Result<(&str, u16), HeadErr
     };
     let valid = |b: u8| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b':');
     if host.is_empty() || !host.bytes().all(valid) {
+        return Err(HeadError::Target);
+    }
+    // A colon in a host only ever belongs to an IPv6 address (which is
+    // sent on in brackets).
+    if host.contains(':') && host.parse::<std::net::Ipv6Addr>().is_err() {
         return Err(HeadError::Target);
     }
     let port = match (port, default) {
@@ -1299,6 +1314,26 @@ mod tests {
         req(text).unwrap_err()
     }
 
+    /// Found by the http_request fuzz target: a fragment right after the
+    /// authority became the whole request target (`GET #frag`), which
+    /// no origin can read.
+    #[test]
+    fn an_absolute_uri_loses_its_fragment() {
+        assert_eq!(
+            fwd("GET http://h#frag HTTP/1.1\r\n\r\n"),
+            "GET / HTTP/1.1\r\nHost: h\r\nForwarded: for=x\r\n\r\n"
+        );
+        assert_eq!(
+            fwd("GET http://h/a?b#c/d HTTP/1.1\r\n\r\n"),
+            "GET /a?b HTTP/1.1\r\nHost: h\r\nForwarded: for=x\r\n\r\n"
+        );
+        let (h, out) = req("GET ftp://u:p@h#x/pub/ HTTP/1.1\r\n\r\n")
+            .unwrap()
+            .unwrap();
+        assert_eq!((&*h.host, h.ftp), ("h", Some("/")));
+        assert!(out.starts_with("GET / HTTP/1.1\r\n"), "{out}");
+    }
+
     #[test]
     fn absolute_form_becomes_origin_form() {
         assert_eq!(
@@ -1516,6 +1551,22 @@ mod tests {
         assert_eq!(err("CONNECT [zz]:1 HTTP/1.1\r\n\r\n"), HeadError::Target);
     }
 
+    /// Found by the http_request fuzz target: a host with a colon that is
+    /// no IPv6 address (`a:b` of `http://a:b:80/`) was taken, and sent on
+    /// in brackets as if it were one (`Host: [a:b]`).
+    #[test]
+    fn a_host_with_colons_must_be_an_ipv6_address() {
+        assert_eq!(
+            err("GET http://a:b:80/ HTTP/1.1\r\n\r\n"),
+            HeadError::Target
+        );
+        assert_eq!(err("CONNECT a:b:443 HTTP/1.1\r\n\r\n"), HeadError::Target);
+        assert_eq!(
+            err("GET / HTTP/1.1\r\nHost: x:y:80\r\n\r\n"),
+            HeadError::Target
+        );
+    }
+
     #[test]
     fn other_schemes_and_garbage() {
         assert_eq!(err("GET https://h/ HTTP/1.1\r\n\r\n"), HeadError::Scheme);
@@ -1722,6 +1773,21 @@ mod tests {
             parse_response(b"HTTP/1.1 200 OK\r\n", false, &mut out),
             Ok(None)
         );
+    }
+
+    /// Found by the http_response fuzz target: empty lines before the
+    /// status line (which httparse skips, as RFC 9112 section 2.2 allows)
+    /// took the place of the status line in the head sent to the client.
+    #[test]
+    fn empty_lines_before_the_status_line_are_not_passed_on() {
+        for pre in ["\r\n", "\n", "\r\n\n\r\n"] {
+            let (h, out) = resp(
+                &format!("{pre}HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n"),
+                false,
+            );
+            assert_eq!(out, "HTTP/1.1 200 OK\r\nContent-Length: 0\r\n", "{pre:?}");
+            assert_eq!((h.status, h.len), (200, pre.len() + 38));
+        }
     }
 
     #[test]

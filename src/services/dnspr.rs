@@ -244,22 +244,22 @@ fn listen_addr(svc: &Service) -> Option<SocketAddr> {
 
 /// A query's one question, as 3proxy reads it.
 #[derive(Debug)]
-struct Question<'a> {
+pub(crate) struct Question<'a> {
     msg: &'a [u8],
     /// The labels joined with dots.
-    host: String,
+    pub(crate) host: String,
     /// Every label is 1 to 63 bytes of UTF-8: a name the resolver can ask.
-    plain: bool,
-    qtype: u16,
+    pub(crate) plain: bool,
+    pub(crate) qtype: u16,
     /// Offset just past the question (its class).
-    end: usize,
+    pub(crate) end: usize,
 }
 
 impl<'a> Question<'a> {
     /// The question of a query of 14 to 1000 bytes; Err is the code:
     /// 816 unless there is exactly one question, 817 if it runs past the
     /// end of the datagram.
-    fn parse(msg: &'a [u8]) -> Result<Question<'a>, Res> {
+    pub(crate) fn parse(msg: &'a [u8]) -> Result<Question<'a>, Res> {
         if msg.len() < 12 || msg[4] != 0 || msg[5] != 1 {
             return Err(RES_QDCOUNT);
         }
@@ -321,7 +321,7 @@ impl<'a> Question<'a> {
         out
     }
 
-    fn addr_reply(&self, ip: IpAddr, ttl: u32) -> Vec<u8> {
+    pub(crate) fn addr_reply(&self, ip: IpAddr, ttl: u32) -> Vec<u8> {
         let rdata: Vec<u8> = match ip {
             IpAddr::V4(a) => a.octets().to_vec(),
             IpAddr::V6(a) => a.octets().to_vec(),
@@ -329,11 +329,11 @@ impl<'a> Question<'a> {
         self.answer(self.head(0, 1), ttl, &rdata)
     }
 
-    fn ptr_reply(&self) -> Vec<u8> {
+    pub(crate) fn ptr_reply(&self) -> Vec<u8> {
         self.answer(self.head(0, 1), FIXED_TTL, b"\x063proxy\x00")
     }
 
-    fn nxdomain_reply(&self) -> Vec<u8> {
+    pub(crate) fn nxdomain_reply(&self) -> Vec<u8> {
         self.head(3, 0)
     }
 }

@@ -108,17 +108,22 @@ fn run_filters(c: &Client, kind: u8, op: Op, buf: &mut Vec<u8>, deny: Res) -> Re
 
 /// What USER (and OPEN) said.
 #[derive(Debug, Default, PartialEq, Eq)]
-struct Login {
-    user: Option<String>,
-    password: Option<String>,
-    name: String,
-    host: String,
-    port: u16,
+pub(crate) struct Login {
+    pub(crate) user: Option<String>,
+    pub(crate) password: Option<String>,
+    pub(crate) name: String,
+    pub(crate) host: String,
+    pub(crate) port: u16,
 }
 
 /// `USER`'s argument: the host after the last `delim` (or `host`, from
 /// OPEN or `-h`), and with `creds`, `proxyuser:proxypass:` before the name.
-fn parse_login(arg: &[u8], delim: u8, creds: bool, host: Option<(&str, u16)>) -> Option<Login> {
+pub(crate) fn parse_login(
+    arg: &[u8],
+    delim: u8,
+    creds: bool,
+    host: Option<(&str, u16)>,
+) -> Option<Login> {
     let dport = host.map_or(DEFAULT_PORT, |h| h.1);
     let (name, host, port) = match arg.iter().rposition(|&b| b == delim) {
         Some(i) => {

@@ -136,7 +136,7 @@ const DE64: GeneralPurpose = GeneralPurpose::new(
 /// short group, and for nothing. A group whose third character is `=`
 /// gives one byte whatever its fourth, which must still be `=` or a
 /// base64 character.
-fn de64(s: &[u8], max: usize) -> Option<Vec<u8>> {
+pub(crate) fn de64(s: &[u8], max: usize) -> Option<Vec<u8>> {
     let s = s.strip_prefix(b"+ ").unwrap_or(s);
     let mut groups = Vec::new();
     for g in s.chunks(4) {
@@ -178,7 +178,7 @@ fn chomp(line: &[u8]) -> &[u8] {
 
 /// `LOGIN`'s arguments: a name, bare or in double quotes, and the rest of
 /// the line, sent on as it came, as the password.
-fn parse_login_args(args: &[u8]) -> Option<(Vec<u8>, Vec<u8>)> {
+pub(crate) fn parse_login_args(args: &[u8]) -> Option<(Vec<u8>, Vec<u8>)> {
     let (user, pass) = if let Some(rest) = args.strip_prefix(b"\"") {
         let q = rest.iter().position(|&b| b == b'"')?;
         let pass = &rest[q + 1..];
@@ -192,7 +192,7 @@ fn parse_login_args(args: &[u8]) -> Option<(Vec<u8>, Vec<u8>)> {
 
 /// `AUTHENTICATE PLAIN`'s decoded response: `[authzid] NUL name NUL
 /// password`, or `name NUL password`.
-fn parse_plain(raw: &[u8]) -> Option<(Vec<u8>, Vec<u8>)> {
+pub(crate) fn parse_plain(raw: &[u8]) -> Option<(Vec<u8>, Vec<u8>)> {
     if raw.len() < 3 {
         return None;
     }

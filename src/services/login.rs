@@ -16,16 +16,16 @@ use crate::res::Res;
 
 /// Lines read from a socket, with what came after them kept for the relay.
 #[derive(Default)]
-pub(super) struct Lines {
-    pub(super) buf: Vec<u8>,
+pub(crate) struct Lines {
+    pub(crate) buf: Vec<u8>,
     /// Bytes read from the socket in all.
-    pub(super) total: u64,
+    pub(crate) total: u64,
 }
 
 impl Lines {
     /// A reader with `early` already read (by the handler that handed the
     /// client over).
-    pub(super) fn with(early: &[u8]) -> Lines {
+    pub(crate) fn with(early: &[u8]) -> Lines {
         Lines {
             buf: early.to_vec(),
             total: 0,
@@ -33,14 +33,14 @@ impl Lines {
     }
 
     /// A whole line already read, if there is one.
-    pub(super) fn buffered(&mut self) -> Option<Vec<u8>> {
+    pub(crate) fn buffered(&mut self) -> Option<Vec<u8>> {
         let end = self.buf.iter().position(|&b| b == b'\n')?;
         Some(self.buf.drain(..=end).collect())
     }
 
     /// One line up to and including `\n`, at most `max` bytes; fewer (maybe
     /// none) when the peer closes or `wait` passes first.
-    pub(super) fn line(&mut self, s: &Stream, max: usize, wait: Duration) -> Vec<u8> {
+    pub(crate) fn line(&mut self, s: &Stream, max: usize, wait: Duration) -> Vec<u8> {
         let until = Instant::now() + wait;
         let mut scanned = 0;
         loop {
@@ -75,14 +75,14 @@ impl Lines {
 
 /// What `USER` said.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) struct Login {
+pub(crate) struct Login {
     /// The proxy's own credentials (`proxyuser:proxypass:name`).
-    pub(super) user: Option<String>,
-    pub(super) password: Option<String>,
+    pub(crate) user: Option<String>,
+    pub(crate) password: Option<String>,
     /// The name for the POP3 server.
-    pub(super) name: String,
-    pub(super) host: String,
-    pub(super) port: u16,
+    pub(crate) name: String,
+    pub(crate) host: String,
+    pub(crate) port: u16,
 }
 
 pub(super) fn starts_ci(line: &[u8], word: &[u8]) -> bool {
@@ -95,7 +95,7 @@ pub(super) fn text(b: &[u8]) -> String {
 
 /// `host`, `host:port`, `[v6]`, `[v6]:port` or a bare IPv6 address;
 /// `port` when none is given.
-pub(super) fn parse_host(s: &[u8], port: u16) -> Option<(String, u16)> {
+pub(crate) fn parse_host(s: &[u8], port: u16) -> Option<(String, u16)> {
     let (host, p) = if let Some(rest) = s.strip_prefix(b"[") {
         let close = rest.iter().position(|&b| b == b']')?;
         let after = &rest[close + 1..];
@@ -129,7 +129,7 @@ pub(super) fn parse_host(s: &[u8], port: u16) -> Option<(String, u16)> {
 /// The argument of `USER`, split as 3proxy splits it: the host after the
 /// last `delim`, and with `creds`, `user:pass:` in front of the name.
 /// `default` is `-h`'s host and the port of a host given without one.
-pub(super) fn parse_login(
+pub(crate) fn parse_login(
     arg: &[u8],
     delim: u8,
     creds: bool,

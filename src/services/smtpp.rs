@@ -99,13 +99,13 @@ fn chomp(line: &[u8]) -> &[u8] {
 }
 
 /// A base64 credential of at most [`MAX_CRED`] bytes.
-fn decode(b64: &[u8]) -> Option<Vec<u8>> {
+pub(crate) fn decode(b64: &[u8]) -> Option<Vec<u8>> {
     base64_decode(chomp(b64)).filter(|v| v.len() <= MAX_CRED)
 }
 
 /// `authzid NUL authcid NUL password` with an empty authzid, as 3proxy
 /// takes it: the name and whatever follows the second NUL.
-fn split_plain(raw: &[u8]) -> Option<(&[u8], &[u8])> {
+pub(crate) fn split_plain(raw: &[u8]) -> Option<(&[u8], &[u8])> {
     if raw.len() < 3 || raw[0] != 0 {
         return None;
     }

@@ -44,15 +44,16 @@ use crate::udprelay::{self, Step};
 // --- Reading the request ---------------------------------------------------
 
 /// What the client asked for.
-struct Ask {
-    ver: u8,
-    cmd: u8,
-    dest: Dest,
-    user: Option<String>,
-    password: Option<String>,
+#[derive(Debug)]
+pub(crate) struct Ask {
+    pub(crate) ver: u8,
+    pub(crate) cmd: u8,
+    pub(crate) dest: Dest,
+    pub(crate) user: Option<String>,
+    pub(crate) password: Option<String>,
     /// Bytes the client sent after its request without waiting for the
     /// reply (read with it): the start of the session's data.
-    early: Vec<u8>,
+    pub(crate) early: Vec<u8>,
 }
 
 /// The largest handshake message: a SOCKS4a request with a 255-byte user
@@ -66,7 +67,8 @@ const HANDSHAKE_BUF: usize = 528;
 /// without waiting, so the socket's timeout is set only when the reader
 /// really has to wait (a setsockopt() per change otherwise).
 struct Reader<'a> {
-    s: &'a Stream,
+    /// None: nothing past `pre` (the fuzz target's reader).
+    s: Option<&'a Stream>,
     /// Bytes another handler read before it handed the client over: read
     /// before the socket.
     pre: &'a [u8],
@@ -80,7 +82,7 @@ struct Reader<'a> {
 }
 
 impl<'a> Reader<'a> {
-    fn new(s: &'a Stream, pre: &'a [u8], t: &crate::timeouts::Timeouts) -> Reader<'a> {
+    fn new(s: Option<&'a Stream>, pre: &'a [u8], t: &crate::timeouts::Timeouts) -> Reader<'a> {
         Reader {
             s,
             pre,
@@ -109,13 +111,16 @@ impl<'a> Reader<'a> {
             self.end += n;
             return Ok(());
         }
-        let n = match recv(self.s, room, MsgFlags::MSG_DONTWAIT) {
+        let Some(s) = self.s else {
+            return Err(code);
+        };
+        let n = match recv(s, room, MsgFlags::MSG_DONTWAIT) {
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                 if self.now != Some(wait) {
-                    let _ = self.s.set_read_timeout(Some(wait));
+                    let _ = s.set_read_timeout(Some(wait));
                     self.now = Some(wait);
                 }
-                recv(self.s, room, MsgFlags::empty())
+                recv(s, room, MsgFlags::empty())
             }
             r => r,
         };
@@ -214,6 +219,64 @@ fn send_small(c: &Client, bytes: &[u8]) -> io::Result<()> {
     w.write_all(&bytes[sent..])
 }
 
+/// What the handshake needs from the session besides the client's bytes:
+/// a way to answer, and the `auth` chain's early verdict on RFC 1929
+/// credentials.
+trait Peer {
+    fn send(&mut self, bytes: &[u8]) -> io::Result<()>;
+    fn refuses(&self, user: &str, password: &str) -> Option<Res>;
+}
+
+impl Peer for &Client {
+    fn send(&mut self, bytes: &[u8]) -> io::Result<()> {
+        send_small(self, bytes)
+    }
+
+    fn refuses(&self, user: &str, password: &str) -> Option<Res> {
+        let req = Request {
+            client: self.client_addr,
+            local: self.local_addr,
+            user: Some(user),
+            password: Some(password),
+            ..Request::default()
+        };
+        access::refuses_credentials(self.svc(), &req)
+    }
+}
+
+/// The fuzz target's peer: replies are collected, every login passes.
+struct Collect(Vec<u8>);
+
+impl Peer for Collect {
+    fn send(&mut self, bytes: &[u8]) -> io::Result<()> {
+        self.0.extend_from_slice(bytes);
+        Ok(())
+    }
+
+    fn refuses(&self, _: &str, _: &str) -> Option<Res> {
+        None
+    }
+}
+
+/// The handshake read from `input` alone, as a client sending exactly
+/// these bytes and then nothing would get it read (for `crate::fuzzing`):
+/// what was asked or the code, and the bytes the service answered.
+pub(crate) fn read_handshake(input: &[u8], needuser: u32) -> (Result<Ask, Res>, Vec<u8>) {
+    let t = Timeouts::default();
+    let mut r = Reader::new(None, input, &t);
+    let mut peer = Collect(Vec::new());
+    let (mut ver, mut owed, mut refused) = (None, false, None);
+    let ask = read_from(
+        &mut r,
+        &mut peer,
+        needuser,
+        &mut ver,
+        &mut owed,
+        &mut refused,
+    );
+    (ask, peer.0)
+}
+
 /// Read the greeting and request. `ver` becomes the version once it is
 /// known; `owed` becomes true once the client is owed a reply to its
 /// request in that version; `refused` gets the user name of a SOCKS5
@@ -226,7 +289,18 @@ fn read_request(
     owed: &mut bool,
     refused: &mut Option<String>,
 ) -> Result<Ask, Res> {
-    let mut r = Reader::new(&c.cli, early, &c.svc().timeouts);
+    let mut r = Reader::new(Some(&c.cli), early, &c.svc().timeouts);
+    read_from(&mut r, &mut { c }, needuser, ver, owed, refused)
+}
+
+fn read_from(
+    r: &mut Reader<'_>,
+    peer: &mut dyn Peer,
+    needuser: u32,
+    ver: &mut Option<u8>,
+    owed: &mut bool,
+    refused: &mut Option<String>,
+) -> Result<Ask, Res> {
     let v = r.first(Res::SOCKS_VERSION)?;
     if v != 4 && v != 5 {
         return Err(Res::SOCKS_VERSION);
@@ -234,9 +308,9 @@ fn read_request(
     *ver = Some(v);
     let mut ask = if v == 4 {
         *owed = true;
-        read_v4(&mut r, needuser)
+        read_v4(r, needuser)
     } else {
-        read_v5(&mut r, c, needuser, owed, refused)
+        read_v5(r, peer, needuser, owed, refused)
     }?;
     ask.early = r.rest();
     Ok(ask)
@@ -275,7 +349,7 @@ fn read_v4(r: &mut Reader<'_>, needuser: u32) -> Result<Ask, Res> {
 
 fn read_v5(
     r: &mut Reader<'_>,
-    c: &Client,
+    c: &mut dyn Peer,
     needuser: u32,
     owed: &mut bool,
     refused: &mut Option<String>,
@@ -284,7 +358,7 @@ fn read_v5(
     let mut methods = vec![0u8; n];
     r.exact(&mut methods, Res::SOCKS_SHORT)?;
     let m = choose_method(&methods, needuser);
-    send_small(c, &[5, m]).map_err(|_| Res::SOCKS_VERSION)?;
+    c.send(&[5, m]).map_err(|_| Res::SOCKS_VERSION)?;
     if m == METHOD_REFUSED {
         return Err(if needuser > 1 {
             Res::AUTH_NO_USER
@@ -301,28 +375,24 @@ fn read_v5(
         // success and the credentials are checked with the request, as
         // 3proxy always does: a refusal then gets REP 2.
         if r.first(Res::SOCKS_AUTH_VERSION)? != 1 {
-            let _ = send_small(c, &[1, 1]);
+            let _ = c.send(&[1, 1]);
             return Err(Res::SOCKS_AUTH_VERSION);
         }
         let u = r.pstr(Res::SOCKS_SHORT_NAME)?;
         let p = r.pstr(Res::SOCKS_SHORT_PASSWORD)?;
         if needuser > 0 {
-            user = Some(String::from_utf8_lossy(&u).into_owned());
-            password = Some(String::from_utf8_lossy(&p).into_owned());
-            let req = Request {
-                client: c.client_addr,
-                local: c.local_addr,
-                user: user.as_deref(),
-                password: password.as_deref(),
-                ..Request::default()
-            };
-            if let Some(res) = access::refuses_credentials(c.svc(), &req) {
-                let _ = send_small(c, &[1, 1]);
-                *refused = user;
+            let (u, p) = (
+                String::from_utf8_lossy(&u).into_owned(),
+                String::from_utf8_lossy(&p).into_owned(),
+            );
+            if let Some(res) = c.refuses(&u, &p) {
+                let _ = c.send(&[1, 1]);
+                *refused = Some(u);
                 return Err(res);
             }
+            (user, password) = (Some(u), Some(p));
         }
-        send_small(c, &[1, 0]).map_err(|_| Res::SOCKS_AUTH_REPLY)?;
+        c.send(&[1, 0]).map_err(|_| Res::SOCKS_AUTH_REPLY)?;
     }
     *owed = true;
     if r.first(Res::SOCKS_REQUEST_VERSION)? != 5 {
