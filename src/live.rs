@@ -407,4 +407,29 @@ mod tests {
         assert!(snapshot().iter().all(|v| v.id != id));
         assert!(!end(id));
     }
+
+    #[test]
+    fn tags_are_handed_back_and_picked_by() {
+        let (mut peer, ours) = pair();
+        let s = register("tcppm", 1, None, &ours);
+        let id = s.id();
+        s.update(None, Some("tag-test-user"), None, 0, None);
+        s.bytes().inb.store(7, Ordering::Relaxed);
+        let mine = |t: &Tagged| t.tag.downcast_ref::<String>().map(String::as_str) == Some("sid-1");
+        assert!(!tagged().iter().any(mine));
+        s.set_tag(Some(Arc::new("sid-1".to_string())));
+        let t: Vec<Tagged> = tagged().into_iter().filter(mine).collect();
+        assert_eq!((t.len(), t[0].inb), (1, 7));
+        let by_tag = |_: &Info, t: Option<&Tag>| {
+            t.and_then(|t| t.downcast_ref::<String>())
+                .is_some_and(|t| t == "sid-1")
+        };
+        assert_eq!(find_if(by_tag), vec![id]);
+        assert!(!s.ended(), "find_if ends nothing");
+        assert_eq!(end_if(by_tag), vec![id]);
+        let mut b = [0u8; 1];
+        assert_eq!(peer.read(&mut b).unwrap(), 0);
+        s.set_tag(None);
+        assert!(!tagged().iter().any(mine));
+    }
 }
