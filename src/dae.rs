@@ -221,10 +221,11 @@ fn act(req: &DaeRequest, from: SocketAddr) -> (u8, Option<u32>) {
                     .is_some_and(|t| t.session_id == s)
             })
     };
+    // Quoted and escaped: the names come from the network.
     let what = || match (user, sid) {
-        (Some(u), Some(s)) => format!("user {u}, session {s}"),
-        (Some(u), None) => format!("user {u}"),
-        (None, s) => format!("session {}", s.unwrap_or("")),
+        (Some(u), Some(s)) => format!("user {u:?}, session {s:?}"),
+        (Some(u), None) => format!("user {u:?}"),
+        (None, s) => format!("session {:?}", s.unwrap_or("")),
     };
     if !disconnect {
         // Only the answer differs when some session matches.
