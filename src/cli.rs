@@ -185,6 +185,7 @@ fn serve(mut state: conf::State, name: &str, sigs: &SigSet) -> ExitCode {
     if state.ops.reports {
         limit::start_reports(&state.access.limits);
     }
+    crate::dae::install(state.dae.take());
     for p in std::mem::take(&mut state.services) {
         let what = format!("{p:?}");
         if let Err(e) = services::start(p) {
@@ -352,6 +353,7 @@ fn reload(cmdline_name: &str, ops: &mut conf::ops::Ops, strict: bool) {
             Err(e) => ::log::error!("reload: cannot start {what}: {e}"),
         }
     }
+    crate::dae::install(state.dae.take());
     // Sessions admitted under the old cfg are checked again (`force`).
     running::bump_generation();
     // pid file and privileges as the new cfg says (daemon never forks

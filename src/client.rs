@@ -334,6 +334,10 @@ impl Client {
         if self.radius_log().is_some() {
             // `log radius`: the record is the session's Stop.
             let acct = self.acct.take();
+            if let Some(t) = acct.as_ref().and_then(|s| s.track.as_ref()) {
+                t.stop();
+                self.live.set_tag(None);
+            }
             self.account(Status::Stop, acct.as_ref(), self.bytes_out, self.bytes_in);
             return;
         }
@@ -357,15 +361,45 @@ impl Client {
         }
         let now = SystemTime::now();
         let r = grant.radius.as_deref();
-        let session = crate::radius::Session {
+        let mut session = crate::radius::Session {
             id: r.map_or_else(|| crate::radius::session_id(now), |r| r.session_id.clone()),
             since: now,
             class: r.map(|r| r.class.clone()).unwrap_or_default(),
             dumped_in: Default::default(),
             dumped_out: Default::default(),
+            track: None,
         };
         self.account(Status::Start, Some(&session), 0, 0);
+        if let Some(conf) = self.radius_log() {
+            // `radiusinterim`'s timer and `radiusdae` find the session by
+            // its live entry's tag.
+            // The live counters at the start of this record.
+            let base = self.recorded;
+            let fields = self.acct_fields(session.id.clone());
+            let t = Arc::new(crate::radius::Track::new(conf, &session, fields, base));
+            self.live.set_tag(Some(t.clone()));
+            session.track = Some(t);
+        }
         self.acct = Some(session);
+    }
+
+    /// The relay is about to start: the live counters take what the
+    /// session counted itself so far (a CONNECT's answer), so the relay's
+    /// deliveries add up to what the record will say.
+    pub fn sync_live(&self) {
+        self.live.set_bytes(
+            self.recorded.0 + self.bytes_out,
+            self.recorded.1 + self.bytes_in,
+        );
+    }
+
+    /// `radiusinterim`: the session reached its destination; its
+    /// Interim-Updates say what its Stop will.
+    pub fn acct_refresh(&self) {
+        let track = self.acct.as_ref().and_then(|s| s.track.as_ref());
+        if let Some(t) = track.filter(|t| t.interim()) {
+            t.set_fields(self.acct_fields(t.session_id.clone()));
+        }
     }
 
     /// Queue an Accounting-Request for the current record: `out` and

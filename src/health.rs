@@ -59,6 +59,9 @@ struct St {
     down_until: Option<Instant>,
     /// The hold time last applied.
     hold: Duration,
+    /// When it was marked down (kept through its later holds, until it
+    /// is seen working).
+    down_since: Option<Instant>,
 }
 
 /// What a change of state was, for the caller's tests (the log line is
@@ -125,6 +128,7 @@ impl Health {
                 let hold = p.hold.min(p.max_hold);
                 st.hold = hold;
                 st.down_until = Some(now + hold);
+                st.down_since = Some(now);
                 log::warn!(
                     "parent {} is down after {} failures in a row: left out of the draw for {}s",
                     self.name,
@@ -143,11 +147,62 @@ impl Health {
         st.fails = 0;
         if st.down_until.take().is_some() {
             st.hold = Duration::ZERO;
+            st.down_since = None;
             log::warn!("parent {} is up again", self.name);
             return Change::Up;
         }
         Change::None
     }
+}
+
+/// A parent's state as the admin page and `/metrics` show it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct View {
+    /// `TYPE HOST:PORT`.
+    pub name: String,
+    /// Marked down: held, or its hold over but not yet seen working.
+    pub down: bool,
+    /// Left out of the draw now (held).
+    pub held: bool,
+    /// How long ago it was marked down.
+    pub down_for: Option<Duration>,
+    /// Failures in a row.
+    pub fails: u32,
+}
+
+/// Every parent some cfg holds, at `now`, one per name (parent lines
+/// with the same type and address are shown as one: down if any is, the
+/// longest down time, the most failures), by name.
+pub fn views(now: Instant) -> Vec<View> {
+    let all: Vec<Arc<Health>> = {
+        let reg = REGISTRY.lock().unwrap_or_else(|e| e.into_inner());
+        reg.iter()
+            .flat_map(|m| m.values())
+            .filter_map(Weak::upgrade)
+            .collect()
+    };
+    let mut by_name: std::collections::BTreeMap<String, View> = Default::default();
+    for h in all {
+        let st = h.st();
+        let v = View {
+            name: h.name.clone(),
+            down: st.down_until.is_some(),
+            held: st.down_until.is_some_and(|t| t > now),
+            down_for: st.down_since.map(|t| now.saturating_duration_since(t)),
+            fails: st.fails,
+        };
+        drop(st);
+        by_name
+            .entry(v.name.clone())
+            .and_modify(|w| {
+                w.down |= v.down;
+                w.held |= v.held;
+                w.down_for = w.down_for.max(v.down_for);
+                w.fails = w.fails.max(v.fails);
+            })
+            .or_insert(v);
+    }
+    by_name.into_values().collect()
 }
 
 /// A parent's health as a `Hop` holds it: equal only to itself, so two
@@ -248,6 +303,31 @@ mod tests {
             assert_eq!(h.failed(&p, t4), Change::None);
         }
         assert_eq!(h.failed(&p, t4), Change::Down(Duration::from_secs(10)));
+    }
+
+    #[test]
+    fn views_show_down_parents_by_name() {
+        let p = policy(1, 10, 40);
+        let key = "views-test 1 socks5 192.0.2.9 1080";
+        let name = "socks5 192.0.2.9:1080".to_string();
+        let a = shared(key, name.clone());
+        let b = shared(&format!("{key} 2"), name.clone());
+        let t = Instant::now();
+        let find = |now| views(now).into_iter().find(|v| v.name == name).unwrap();
+        let v = find(t);
+        assert!(!v.down && !v.held && v.down_for.is_none() && v.fails == 0);
+        a.failed(&p, t);
+        let v = find(t + Duration::from_secs(4));
+        assert!(v.down && v.held && v.fails == 1);
+        assert_eq!(v.down_for, Some(Duration::from_secs(4)));
+        // The hold is over: still down, no longer held.
+        let v = find(t + Duration::from_secs(11));
+        assert!(v.down && !v.held);
+        a.succeeded();
+        b.failed(&p, t);
+        b.succeeded();
+        let v = find(t);
+        assert!(!v.down && v.down_for.is_none());
     }
 
     #[test]

@@ -22,6 +22,7 @@ mod client;
 mod conf;
 mod connectback;
 mod crypt;
+mod dae;
 mod filter;
 pub mod fuzzing;
 mod generation;

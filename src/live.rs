@@ -99,6 +99,23 @@ pub struct Entry {
     info: Mutex<Info>,
     fds: Mutex<Fds>,
     ended: AtomicBool,
+    /// What a layer above hangs on the session ([`Tag`]); None for most.
+    tag: Mutex<Option<Tag>>,
+}
+
+/// What a layer above this one keeps on a live session for its own
+/// walks of the registry: `log radius` hangs its accounting state there
+/// (the Acct-Session-Id, what an Interim-Update says), which
+/// `radiusinterim`'s timer and a Disconnect-Request read back. The
+/// registry only keeps it and hands it out ([`tagged`], [`end_if`]).
+pub type Tag = Arc<dyn std::any::Any + Send + Sync>;
+
+/// A tagged live session, as [`tagged`] hands it out.
+pub struct Tagged {
+    /// Its byte counters now (`%O`, `%I` of the whole connection).
+    pub out: u64,
+    pub inb: u64,
+    pub tag: Tag,
 }
 
 impl Entry {
@@ -158,6 +175,7 @@ pub fn register(
             srv: None,
         }),
         ended: AtomicBool::new(false),
+        tag: Mutex::new(None),
     });
     lock(shard(id)).insert(id, e.clone());
     Session(e)
@@ -216,6 +234,11 @@ impl Session {
         }
         fds.srv = Some(ForeignFd::new(srv.as_fd()));
         Attached(self.0.clone())
+    }
+
+    /// Hang `tag` on the session (None takes it off).
+    pub fn set_tag(&self, tag: Option<Tag>) {
+        *lock(&self.0.tag) = tag;
     }
 
     /// Forget the client socket (it is about to be closed).
@@ -277,17 +300,50 @@ pub fn end(id: u64) -> bool {
 
 /// End every live session of `user`; the ids of those ended.
 pub fn end_user(user: &str) -> Vec<u64> {
-    let mut ended = Vec::new();
+    end_if(|i, _| i.user.as_deref() == Some(user))
+}
+
+/// End every live session for which `pick` (given what it knows and its
+/// tag) is true; the ids of those ended.
+pub fn end_if(pick: impl Fn(&Info, Option<&Tag>) -> bool) -> Vec<u64> {
+    walk(pick, true)
+}
+
+/// The ids of the live sessions for which `pick` is true (not ended).
+pub fn find_if(pick: impl Fn(&Info, Option<&Tag>) -> bool) -> Vec<u64> {
+    walk(pick, false)
+}
+
+fn walk(pick: impl Fn(&Info, Option<&Tag>) -> bool, end: bool) -> Vec<u64> {
+    let mut found = Vec::new();
     for s in &REGISTRY {
         let entries: Vec<Arc<Entry>> = lock(s).values().cloned().collect();
         for e in entries {
-            let mine = lock(&e.info).user.as_deref() == Some(user);
-            if mine && e.end() {
-                ended.push(e.id);
+            let tag = lock(&e.tag).clone();
+            let mine = pick(&lock(&e.info), tag.as_ref());
+            if mine && (!end || e.end()) {
+                found.push(e.id);
             }
         }
     }
-    ended
+    found
+}
+
+/// The live sessions that carry a tag, with their byte counters now.
+pub fn tagged() -> Vec<Tagged> {
+    let mut out = Vec::new();
+    for s in &REGISTRY {
+        for e in lock(s).values() {
+            if let Some(tag) = lock(&e.tag).clone() {
+                out.push(Tagged {
+                    out: e.bytes.out.load(Ordering::Relaxed),
+                    inb: e.bytes.inb.load(Ordering::Relaxed),
+                    tag,
+                });
+            }
+        }
+    }
+    out
 }
 
 /// Whether session `id` is still registered.
@@ -350,5 +406,30 @@ mod tests {
         assert!(wait_gone(&[id], std::time::Duration::ZERO));
         assert!(snapshot().iter().all(|v| v.id != id));
         assert!(!end(id));
+    }
+
+    #[test]
+    fn tags_are_handed_back_and_picked_by() {
+        let (mut peer, ours) = pair();
+        let s = register("tcppm", 1, None, &ours);
+        let id = s.id();
+        s.update(None, Some("tag-test-user"), None, 0, None);
+        s.bytes().inb.store(7, Ordering::Relaxed);
+        let mine = |t: &Tagged| t.tag.downcast_ref::<String>().map(String::as_str) == Some("sid-1");
+        assert!(!tagged().iter().any(mine));
+        s.set_tag(Some(Arc::new("sid-1".to_string())));
+        let t: Vec<Tagged> = tagged().into_iter().filter(mine).collect();
+        assert_eq!((t.len(), t[0].inb), (1, 7));
+        let by_tag = |_: &Info, t: Option<&Tag>| {
+            t.and_then(|t| t.downcast_ref::<String>())
+                .is_some_and(|t| t == "sid-1")
+        };
+        assert_eq!(find_if(by_tag), vec![id]);
+        assert!(!s.ended(), "find_if ends nothing");
+        assert_eq!(end_if(by_tag), vec![id]);
+        let mut b = [0u8; 1];
+        assert_eq!(peer.read(&mut b).unwrap(), 0);
+        s.set_tag(None);
+        assert!(!tagged().iter().any(mine));
     }
 }

@@ -263,7 +263,20 @@ pub fn process() -> Process {
 }
 
 /// The whole exposition; `live` is how many sessions are live.
-pub fn render(live: usize) -> String {
+/// A parent's health as `/metrics` shows it (from `crate::health`,
+/// which the caller asks).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ParentHealth {
+    /// `TYPE HOST:PORT`, as the parent counters name it.
+    pub name: String,
+    pub up: bool,
+    /// Unix time it was marked down; None while up.
+    pub down_since: Option<f64>,
+    /// Failures in a row.
+    pub fails: u32,
+}
+
+pub fn render(live: usize, health: &[ParentHealth]) -> String {
     let mut out = String::new();
     let services: Vec<(ServiceKey, Totals)> = lock(&SERVICES)
         .iter()
@@ -348,6 +361,33 @@ pub fn render(live: usize) -> String {
         for (k, c) in &parents {
             let v = if attempts { &c.attempts } else { &c.failures };
             let _ = writeln!(out, "{name}{{parent=\"{}\"}} {}", label(k), v.load(R));
+        }
+    }
+
+    type HealthGet = fn(&ParentHealth) -> String;
+    for (name, help, get) in [
+        (
+            "threeproxy_parent_up",
+            "1 while the parent is up, 0 while parenthealth has it marked down.",
+            (|h: &ParentHealth| u8::from(h.up).to_string()) as HealthGet,
+        ),
+        (
+            "threeproxy_parent_down_since_seconds",
+            "Unix time the parent was marked down; 0 while it is up.",
+            |h| {
+                h.down_since
+                    .map_or_else(|| "0".into(), |t| format!("{t:.3}"))
+            },
+        ),
+        (
+            "threeproxy_parent_consecutive_failures",
+            "Attempts through the parent that failed in a row.",
+            |h| h.fails.to_string(),
+        ),
+    ] {
+        head(&mut out, name, "gauge", help);
+        for h in health {
+            let _ = writeln!(out, "{name}{{parent=\"{}\"}} {}", label(&h.name), get(h));
         }
     }
 
@@ -452,9 +492,22 @@ mod tests {
         a.record(Res::ACL_DENY, 3, 4, None);
         let b = service("metrics-test", 9);
         assert!(Arc::ptr_eq(&a, &b));
-        let text = render(0);
+        let down = ParentHealth {
+            name: "socks5 192.0.2.1:1080".into(),
+            up: false,
+            down_since: Some(1700000000.5),
+            fails: 4,
+        };
+        let text = render(0, &[down]);
         assert!(text
             .contains("threeproxy_service_refused_total{service=\"metrics-test\",port=\"9\"} 1\n"));
+        assert!(text.contains("threeproxy_parent_up{parent=\"socks5 192.0.2.1:1080\"} 0\n"));
+        assert!(text.contains(
+            "threeproxy_parent_down_since_seconds{parent=\"socks5 192.0.2.1:1080\"} 1700000000.500\n"
+        ));
+        assert!(text.contains(
+            "threeproxy_parent_consecutive_failures{parent=\"socks5 192.0.2.1:1080\"} 4\n"
+        ));
         assert!(text.contains(
             "threeproxy_service_results_total{service=\"metrics-test\",port=\"9\",code_class=\"1-10\"} 1\n"
         ));

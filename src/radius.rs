@@ -19,8 +19,12 @@
 //!   exit [`flush`] waits, bounded, for the queue to drain. Start and Stop
 //!   are built by [`Acct::packet`] from the session's fields; an
 //!   Interim-Update is the same call with [`Status::InterimUpdate`] and the
-//!   counters so far (`logdump` records send one; a sender driven by a
-//!   live-session registry can call [`account`] the same way).
+//!   counters so far (`logdump` records send one).
+//! - `radiusinterim`: a session's [`Track`], hung on its live-registry
+//!   entry at its Start, lets one timer thread for the whole process
+//!   ([`interim_loop`]) send each live session an Interim-Update every
+//!   interval, with the counters the relay keeps there; the Stop takes
+//!   the track off first, so no Interim-Update follows a Stop.
 //!
 //! Invariant: every wait is bounded by the timeout; nothing here blocks
 //! a client thread on the accounting server.
@@ -65,6 +69,9 @@ pub struct Conf {
     pub servers: Vec<Server>,
     /// How long each server is waited for (`timeouts` slot 1).
     pub wait: Duration,
+    /// `radiusinterim`: how often a live `log radius` session gets an
+    /// Interim-Update; None (the default, as in 3proxy) for never.
+    pub interim: Option<Duration>,
     /// Per server, authentication and accounting: until when (ms of
     /// [`clock_ms`]) it counts as down after it failed; 0 when it is up.
     down: Vec<[AtomicU64; 2]>,
@@ -86,6 +93,7 @@ impl Conf {
             secret,
             servers,
             wait,
+            interim: None,
             down,
         }
     }
@@ -401,6 +409,8 @@ pub fn terminate_cause(res: Res) -> u32 {
         Res::OK => USER_REQUEST,
         Res::IDLE => IDLE_TIMEOUT,
         Res::RADIUS_SESSION_TIMEOUT => SESSION_TIMEOUT,
+        // Ended from outside: the admin page or a Disconnect-Request.
+        Res::ENDED => ADMIN_RESET,
         r if r.is_auth() => USER_ERROR,
         Res::QUOTA => SERVICE_UNAVAILABLE,
         Res::CLIENT_ERR => LOST_CARRIER,
@@ -420,6 +430,125 @@ pub struct Session {
     /// in and out: the Stop adds them to what came after.
     pub dumped_in: AtomicU64,
     pub dumped_out: AtomicU64,
+    /// What `radiusinterim`'s timer and a Disconnect-Request by
+    /// Acct-Session-Id read, also hung on the session's live entry.
+    pub track: Option<Arc<Track>>,
+}
+
+/// What `radiusinterim`'s timer and `radiusdae` need of a live `log
+/// radius` session:
+/// the servers, what its requests say, and the live counters' values at
+/// its Start (a kept-alive HTTP connection has one accounting session
+/// per request, the counters one per connection).
+#[derive(Debug)]
+pub struct Track {
+    conf: Arc<Conf>,
+    /// `radiusinterim`, if set.
+    every: Option<Duration>,
+    pub session_id: String,
+    since: SystemTime,
+    class: Vec<Vec<u8>>,
+    /// Live counters (out, in) at the Start.
+    base: (u64, u64),
+    /// [`clock_ms`] of the Start or the last Interim-Update, and whether
+    /// the Stop was queued: under one lock, so an Interim-Update is
+    /// queued before the Stop or not at all.
+    state: std::sync::Mutex<(u64, bool)>,
+    fields: std::sync::Mutex<Fields>,
+}
+
+impl Track {
+    /// A track for session `s` of `conf`; `base` the live counters (out,
+    /// in) now. Starts the timer thread if `conf` has an interval.
+    pub fn new(conf: &Arc<Conf>, s: &Session, fields: Fields, base: (u64, u64)) -> Track {
+        let every = conf.interim;
+        if every.is_some() {
+            start_timer();
+        }
+        Track {
+            conf: conf.clone(),
+            every,
+            session_id: s.id.clone(),
+            since: s.since,
+            class: s.class.clone(),
+            base,
+            state: std::sync::Mutex::new((clock_ms(), false)),
+            fields: std::sync::Mutex::new(fields),
+        }
+    }
+
+    /// Whether Interim-Updates are sent for the session.
+    pub fn interim(&self) -> bool {
+        self.every.is_some()
+    }
+
+    /// The session knows more of itself (its destination's address).
+    pub fn set_fields(&self, f: Fields) {
+        *self.fields.lock().unwrap_or_else(|e| e.into_inner()) = f;
+    }
+
+    /// The Stop is about to be queued: no Interim-Update after it.
+    pub fn stop(&self) {
+        self.state.lock().unwrap_or_else(|e| e.into_inner()).1 = true;
+    }
+
+    /// Queue an Interim-Update if one is due at `now` ([`clock_ms`]);
+    /// `out` and `inb` are the live counters now.
+    fn tick(&self, now: u64, out: u64, inb: u64) {
+        let Some(every) = self.every else { return };
+        let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        if st.1 || now < st.0 + every.as_millis() as u64 {
+            return;
+        }
+        st.0 = now;
+        let fields = self
+            .fields
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        let a = Acct {
+            status: Status::InterimUpdate,
+            fields,
+            input: inb.saturating_sub(self.base.1),
+            output: out.saturating_sub(self.base.0),
+            session_time: self.since.elapsed().map_or(0, |d| d.as_secs()),
+            class: self.class.clone(),
+            res: Res::OK,
+            queued: Instant::now(),
+        };
+        account(&self.conf, a);
+    }
+}
+
+/// How often the timer looks for sessions whose Interim-Update is due.
+const TICK: Duration = Duration::from_millis(250);
+
+/// Start [`interim_loop`] once per process.
+fn start_timer() {
+    static STARTED: OnceLock<()> = OnceLock::new();
+    STARTED.get_or_init(|| {
+        let spawned = std::thread::Builder::new()
+            .name("radius-interim".into())
+            .stack_size(256 << 10)
+            .spawn(interim_loop);
+        if let Err(e) = spawned {
+            log::error!("radiusinterim: cannot start the timer thread: {e}");
+        }
+    });
+}
+
+/// The one timer thread: every [`TICK`], each live session with a
+/// [`Track`] whose interval has passed gets an Interim-Update.
+fn interim_loop() {
+    loop {
+        std::thread::sleep(TICK);
+        let now = clock_ms();
+        for t in crate::live::tagged() {
+            if let Some(track) = t.tag.downcast_ref::<Track>() {
+                track.tick(now, t.out, t.inb);
+            }
+        }
+    }
 }
 
 /// One Accounting-Request to send.
@@ -596,6 +725,7 @@ mod tests {
         assert_eq!(terminate_cause(Res::RADIUS_REJECT), 17);
         assert_eq!(terminate_cause(Res::CONNECT), 3);
         assert_eq!(terminate_cause(Res::CLIENT_ERR), 2);
+        assert_eq!(terminate_cause(Res::ENDED), 6);
     }
 
     /// A server on loopback that answers every Access-Request as `code`.

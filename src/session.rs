@@ -202,6 +202,8 @@ pub fn relay_logged(
     let (out_at, in_at) = c.svc().logdump;
     let mut since = c.start;
     c.publish();
+    c.sync_live();
+    c.acct_refresh();
     // The admin page may end the session: it shuts this socket down too.
     let _attached = c.live.attach_server(srv);
     let out = {

@@ -654,3 +654,130 @@ fn udp_sessions_are_counted_too() {
     );
     assert!(ok, "want {want:?} in:\n{body}");
 }
+
+/// The value of the series `name{parent="PARENT"}` in a /metrics text.
+fn series(text: &str, name: &str, parent: &str) -> Option<f64> {
+    let key = format!("{name}{{parent=\"{parent}\"}} ");
+    text.lines()
+        .find_map(|l| l.strip_prefix(key.as_str()))
+        .and_then(|v| v.parse().ok())
+}
+
+#[test]
+fn parent_health_in_metrics_and_on_the_parents_page() {
+    let echo = Origin::echo();
+    let (t1, aport, dead) = (free_port(), free_port(), free_port());
+    let dir = Dir::new("metrics_parent_health");
+    let log = dir.join("access.log");
+    // One failure marks the parent down, for 1 s.
+    let cfg = format!(
+        "log {log}\nlogformat \"L%N %E\"\nauth iponly\nallow *\nparenthealth 1 1 1\n\
+         parent 1000 connect 127.0.0.1 {dead}\ntcppm -i127.0.0.1 {t1} 127.0.0.1 {e}\n\
+         flush\nallow *\nadmin -i127.0.0.1 -p{aport}\n",
+        log = p(&log),
+        e = echo.port()
+    );
+    let proxy = Proxy::start(dir, &cfg, &[Listen::Tcp(localhost(aport))]);
+    let name = format!("connect 127.0.0.1:{dead}");
+    let metrics = || request(aport, "GET", "/metrics", "").body;
+    // Up before any attempt.
+    let text = metrics();
+    assert_eq!(
+        series(&text, "threeproxy_parent_up", &name),
+        Some(1.0),
+        "{text}"
+    );
+    assert_eq!(
+        series(&text, "threeproxy_parent_down_since_seconds", &name),
+        Some(0.0),
+        "{text}"
+    );
+    // Nothing listens there: the attempt fails, the parent is down.
+    let before = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64();
+    let mut s = connect(localhost(t1));
+    set_timeouts(&s, Duration::from_secs(10));
+    read_until_closed(&mut s).unwrap();
+    read_log_line(&log, "of the failed parent", |l| {
+        l.starts_with("TCPPM ") && !l.starts_with("TCPPM 00000")
+    });
+    let text = metrics();
+    assert_eq!(
+        series(&text, "threeproxy_parent_up", &name),
+        Some(0.0),
+        "{text}"
+    );
+    let since = series(&text, "threeproxy_parent_down_since_seconds", &name).unwrap();
+    assert!(since >= before - 1.0 && since <= before + 10.0, "{text}");
+    // Both attempts of `parentretries` (2 by default) failed.
+    assert_eq!(
+        series(&text, "threeproxy_parent_consecutive_failures", &name),
+        Some(2.0),
+        "{text}"
+    );
+    let page = request(aport, "GET", "/P", "");
+    assert!(page.status.contains("200"), "{}", page.head);
+    assert!(
+        page.body
+            .contains(&format!("<tr><td>{name}</td><td>down</td>")),
+        "{}",
+        page.body
+    );
+    assert!(request(aport, "GET", "/", "").body.contains("href=\"/P\""));
+    // Prometheus's own parser reads the gauges.
+    let prom = Prometheus::start(&proxy.dir.join("."), aport);
+    prom.expect(&format!("threeproxy_parent_up{{parent=\"{name}\"}}"), 0.0);
+    prom.expect(
+        &format!("threeproxy_parent_consecutive_failures{{parent=\"{name}\"}}"),
+        2.0,
+    );
+    // The parent comes up (a CONNECT proxy that echoes): once its hold
+    // is over it is drawn again, works, and is up.
+    let _parent = Origin::start(&format!("127.0.0.1:{dead}"), |mut conn| {
+        let mut head = Vec::new();
+        let mut b = [0u8; 1];
+        while !head.ends_with(b"\r\n\r\n") {
+            match conn.read(&mut b) {
+                Ok(1) => head.push(b[0]),
+                _ => return,
+            }
+        }
+        let _ = conn.write_all(b"HTTP/1.0 200 OK\r\n\r\n");
+        let mut buf = [0u8; 4096];
+        while let Ok(n) = conn.read(&mut buf) {
+            if n == 0 || conn.write_all(&buf[..n]).is_err() {
+                break;
+            }
+        }
+    });
+    assert!(
+        wait_for(
+            || {
+                let mut s = connect(localhost(t1));
+                set_timeouts(&s, Duration::from_secs(10));
+                let _ = s.write_all(b"up?");
+                let mut b = [0u8; 3];
+                s.read_exact(&mut b).is_ok() && &b == b"up?"
+            },
+            Duration::from_secs(10)
+        ),
+        "the parent was not used again"
+    );
+    let text = metrics();
+    assert_eq!(
+        series(&text, "threeproxy_parent_up", &name),
+        Some(1.0),
+        "{text}"
+    );
+    assert_eq!(
+        series(&text, "threeproxy_parent_down_since_seconds", &name),
+        Some(0.0),
+        "{text}"
+    );
+    assert!(request(aport, "GET", "/P", "")
+        .body
+        .contains(&format!("<tr><td>{name}</td><td>up</td>")));
+    prom.expect(&format!("threeproxy_parent_up{{parent=\"{name}\"}}"), 1.0);
+}

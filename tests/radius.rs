@@ -870,3 +870,272 @@ fn an_ipv6_server() {
     let stop = rad.records(&["Acct-Status-Type = Stop", "\"bob\""], 1, LOG_TIMEOUT);
     assert_eq!(stop.len(), 1, "{}", rad.detail());
 }
+
+/// A CONNECT tunnel through the HTTP proxy on `proxy` to `to`, as `user`,
+/// and the length of the proxy's answer (counted in the session's input).
+fn connect_tunnel(proxy: u16, to: u16, user: &str, pass: &str) -> (std::net::TcpStream, u64) {
+    let mut s = connect(localhost(proxy));
+    let cred = base64::engine::general_purpose::STANDARD.encode(format!("{user}:{pass}"));
+    write!(
+        s,
+        "CONNECT 127.0.0.1:{to} HTTP/1.1\r\nHost: 127.0.0.1:{to}\r\n\
+         Proxy-Authorization: Basic {cred}\r\n\r\n"
+    )
+    .unwrap();
+    let mut head = Vec::new();
+    let mut b = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        assert_eq!(s.read(&mut b).unwrap(), 1, "{head:?}");
+        head.push(b[0]);
+    }
+    let text = String::from_utf8_lossy(&head).into_owned();
+    assert_eq!(status(&text), "200", "{text}");
+    (s, head.len() as u64)
+}
+
+/// Echo `n` bytes through `s` and read them back.
+fn echo_n(s: &mut std::net::TcpStream, n: usize) {
+    let data: Vec<u8> = (0..n).map(|i| (i % 251) as u8).collect();
+    s.write_all(&data).unwrap();
+    let mut back = vec![0u8; n];
+    s.read_exact(&mut back).unwrap();
+    assert_eq!(back, data);
+}
+
+fn octets(r: &str, name: &str) -> u64 {
+    attr(r, name)
+        .unwrap_or_else(|| panic!("no {name}: {r}"))
+        .parse()
+        .unwrap()
+}
+
+#[test]
+fn radiusinterim_sends_growing_interim_updates_then_the_stop() {
+    let dir = Dir::new("radius_periodic");
+    let rad = Radiusd::start(&dir);
+    let origin = Origin::echo();
+    let port = free_port();
+    let cfg = format!(
+        "radius {SECRET} {}\nradiusinterim 1\nlog radius\nauth radius\n\
+         proxy -p{port} -i127.0.0.1\n",
+        rad.server()
+    );
+    let _proxy = Proxy::start(dir, &cfg, &[Listen::Tcp(localhost(port))]);
+    let (mut s, head) = connect_tunnel(port, origin.port(), "alice", "secret");
+    let alice = "User-Name = \"alice\"";
+    let interim = |min: u64| {
+        let ok = |r: &String| {
+            attr(r, "Acct-Input-Octets").and_then(|v| v.parse::<u64>().ok()) >= Some(min + head)
+        };
+        wait_for(
+            || {
+                rad.records(&["Interim-Update", alice], 0, Duration::ZERO)
+                    .iter()
+                    .any(ok)
+            },
+            LOG_TIMEOUT,
+        );
+        rad.records(&["Interim-Update", alice], 0, Duration::ZERO)
+    };
+    echo_n(&mut s, 1000);
+    let first = interim(1000);
+    // Input: what the client got, the proxy's answer too.
+    assert!(
+        first
+            .iter()
+            .any(|r| octets(r, "Acct-Input-Octets") == 1000 + head),
+        "no Interim-Update with 1000 bytes:\n{}",
+        rad.detail()
+    );
+    echo_n(&mut s, 2000);
+    let all = interim(3000);
+    // Counts only grow, and the tunnel's bytes are all there.
+    let mut last = 0;
+    for r in &all {
+        let n = octets(r, "Acct-Input-Octets");
+        assert!(n >= last && n <= 3000 + head, "{r}");
+        let out = octets(r, "Acct-Output-Octets");
+        assert!(out + head == n || (n, out) == (0, 0), "{r}");
+        assert!(attr(r, "Acct-Session-Time").is_some(), "{r}");
+        assert_eq!(attr(r, "Class"), Some("0x676f6c64"), "{r}");
+        last = n;
+    }
+    assert_eq!(last, 3000 + head, "{}", rad.detail());
+    // The timer keeps sending while the session lives: at least two
+    // with the same count, one a second.
+    let n = all.len();
+    assert!(
+        wait_for(
+            || rad
+                .records(&["Interim-Update", alice], 0, Duration::ZERO)
+                .len()
+                > n,
+            LOG_TIMEOUT
+        ),
+        "{}",
+        rad.detail()
+    );
+    drop(s);
+    let stop = rad.records(&["Acct-Status-Type = Stop", alice], 1, LOG_TIMEOUT);
+    assert_eq!(stop.len(), 1, "{}", rad.detail());
+    let stop = &stop[0];
+    assert_eq!(octets(stop, "Acct-Input-Octets"), 3000 + head, "{stop}");
+    assert_eq!(octets(stop, "Acct-Output-Octets"), 3000, "{stop}");
+    let id = attr(stop, "Acct-Session-Id");
+    for r in rad.records(&["Interim-Update", alice], 0, Duration::ZERO) {
+        assert_eq!(attr(&r, "Acct-Session-Id"), id, "{r}");
+    }
+    // No Interim-Update after the Stop (the timer ticks four times a
+    // second; this waits out more than one interval).
+    std::thread::sleep(Duration::from_millis(1500));
+    let detail = rad.detail();
+    let tail = &detail[detail.find(stop.as_str()).unwrap()..];
+    assert!(!tail.contains("Interim-Update"), "{detail}");
+}
+
+/// `radclient` sending one `kind` request (`disconnect`, `coa`) with
+/// `attrs` to 127.0.0.1:`port` under `secret`, one try, 1 s: its output.
+fn radclient(port: u16, kind: &str, secret: &str, attrs: &str) -> String {
+    let mut c = Command::new("radclient")
+        .args(["-x", "-r", "1", "-t", "1"])
+        .arg(format!("127.0.0.1:{port}"))
+        .args([kind, secret])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("radclient (tests/deps.sh installs freeradius-utils)");
+    c.stdin.take().unwrap().write_all(attrs.as_bytes()).unwrap();
+    let out = c.wait_with_output().unwrap();
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+#[test]
+fn radiusdae_disconnect_request_ends_the_tunnel() {
+    let dir = Dir::new("radius_dae");
+    let rad = Radiusd::start(&dir);
+    let origin = Origin::echo();
+    let (port, dae, port2) = (free_port(), free_udp_port(), free_port());
+    let cfg = format!(
+        "radius {SECRET} {}\nradiusdae {dae} daesecret 127.0.0.0/8\nlog radius\nauth radius\n\
+         proxy -p{port} -i127.0.0.1\n",
+        rad.server()
+    );
+    let proxy = Proxy::start(dir, &cfg, &[Listen::Tcp(localhost(port))]);
+    let (mut a, head) = connect_tunnel(port, origin.port(), "alice", "secret");
+    let (mut b, _) = connect_tunnel(port, origin.port(), "bob", "pw2");
+    echo_n(&mut a, 10);
+    echo_n(&mut b, 20);
+
+    // Nobody of that name: NAK, Session-Context-Not-Found.
+    let out = radclient(dae, "disconnect", "daesecret", "User-Name = \"nobody\"\n");
+    assert!(out.contains("Received Disconnect-NAK"), "{out}");
+    assert!(out.contains("Session-Context-Not-Found"), "{out}");
+    // Another secret: no answer at all, and the tunnel goes on.
+    let out = radclient(dae, "disconnect", "wrong", "User-Name = \"alice\"\n");
+    assert!(!out.contains("Received"), "{out}");
+    assert!(out.contains("No reply"), "{out}");
+    echo_n(&mut a, 10);
+    // CoA cannot change a live session: CoA-NAK, Unsupported-Extension.
+    let out = radclient(dae, "coa", "daesecret", "User-Name = \"alice\"\n");
+    assert!(out.contains("Received CoA-NAK"), "{out}");
+    assert!(out.contains("Unsupported-Extension"), "{out}");
+    echo_n(&mut a, 10);
+
+    // By Acct-Session-Id (the one its Start carried), with a
+    // Message-Authenticator: alice's tunnel ends, bob's does not.
+    let alice = "User-Name = \"alice\"";
+    let start = rad.records(&["Acct-Status-Type = Start", alice], 1, LOG_TIMEOUT);
+    let sid = attr(&start[0], "Acct-Session-Id").unwrap().to_string();
+    let out = radclient(
+        dae,
+        "disconnect",
+        "daesecret",
+        &format!("Acct-Session-Id = {sid}\nMessage-Authenticator = 0x00\n"),
+    );
+    assert!(out.contains("Received Disconnect-ACK"), "{out}");
+    set_timeouts(&a, IO_TIMEOUT);
+    assert!(read_until_closed(&mut a).unwrap().is_empty());
+    echo_n(&mut b, 20);
+    let stop = rad.records(&["Acct-Status-Type = Stop", alice], 1, LOG_TIMEOUT);
+    assert_eq!(stop.len(), 1, "{}", rad.detail());
+    // Result code 80 (ended from outside) is Admin-Reset.
+    assert_eq!(
+        attr(&stop[0], "Acct-Terminate-Cause"),
+        Some("Admin-Reset"),
+        "{}",
+        stop[0]
+    );
+    assert_eq!(
+        octets(&stop[0], "Acct-Input-Octets"),
+        30 + head,
+        "{}",
+        stop[0]
+    );
+
+    // A reload that allows another source only: the same request is
+    // not answered any more (the socket stays, its settings change).
+    proxy.dir.write(
+        "3proxy.cfg",
+        format!(
+            "{}proxy -p{port2} -i127.0.0.1\n",
+            cfg.replace("127.0.0.0/8", "192.0.2.1")
+        ),
+    );
+    proxy.signal("USR1");
+    assert!(wait_for(
+        || std::net::TcpStream::connect(localhost(port2)).is_ok(),
+        START_TIMEOUT
+    ));
+    let out = radclient(dae, "disconnect", "daesecret", "User-Name = \"bob\"\n");
+    assert!(out.contains("No reply"), "{out}");
+    echo_n(&mut b, 20);
+    // Allowed again: bob's tunnel ends by his User-Name.
+    proxy.dir.write("3proxy.cfg", &cfg);
+    proxy.signal("USR1");
+    assert!(wait_for(
+        || std::net::TcpStream::connect(localhost(port2)).is_err(),
+        START_TIMEOUT
+    ));
+    let out = radclient(dae, "disconnect", "daesecret", "User-Name = \"bob\"\n");
+    assert!(out.contains("Received Disconnect-ACK"), "{out}");
+    set_timeouts(&b, IO_TIMEOUT);
+    assert!(read_until_closed(&mut b).unwrap().is_empty());
+    let bob = "User-Name = \"bob\"";
+    let stop = rad.records(&["Acct-Status-Type = Stop", bob], 1, LOG_TIMEOUT);
+    assert_eq!(
+        attr(&stop[0], "Acct-Terminate-Cause"),
+        Some("Admin-Reset"),
+        "{}",
+        stop[0]
+    );
+    // Nothing left of bob's.
+    let out = radclient(dae, "disconnect", "daesecret", "User-Name = \"bob\"\n");
+    assert!(out.contains("Received Disconnect-NAK"), "{out}");
+}
+
+#[test]
+fn radiusdae_file_log_says_code_80() {
+    let dir = Dir::new("radius_dae_log");
+    let origin = Origin::echo();
+    let (port, dae) = (free_port(), free_udp_port());
+    let log = dir.join("proxy.log");
+    // No RADIUS server at all: `radiusdae` works with any auth and log.
+    let cfg = format!(
+        "log {}\nlogformat \"L%U %E\"\nusers carol:CL:pw\nauth strong\n\
+         radiusdae 127.0.0.1:{dae} s3cret\nproxy -p{port} -i127.0.0.1\n",
+        p(&log)
+    );
+    let _proxy = Proxy::start(dir, &cfg, &[Listen::Tcp(localhost(port))]);
+    let (mut s, _) = connect_tunnel(port, origin.port(), "carol", "pw");
+    echo_n(&mut s, 5);
+    let out = radclient(dae, "disconnect", "s3cret", "User-Name = \"carol\"\n");
+    assert!(out.contains("Received Disconnect-ACK"), "{out}");
+    set_timeouts(&s, IO_TIMEOUT);
+    assert!(read_until_closed(&mut s).unwrap().is_empty());
+    read_log_line(&log, "code 80", |l| l == "carol 00080");
+}

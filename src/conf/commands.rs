@@ -130,6 +130,8 @@ pub static COMMANDS: &[Command] = &[
     cmd("pcre_extend", 2, 0, filter_cmds::h_pcre_extend),
     cmd("pcre_options", 2, 0, filter_cmds::h_pcre_options),
     cmd("radius", 3, 0, radius_cmds::h_radius),
+    cmd("radiusinterim", 2, 2, radius_cmds::h_radiusinterim),
+    cmd("radiusdae", 3, 0, radius_cmds::h_radiusdae),
     // TLS (`conf::tls_cmds`): the server side, and TLS to parents.
     cmd("ssl_serv", 1, 1, tls_cmds::h_serv),
     cmd("ssl_server", 1, 1, tls_cmds::h_serv),

@@ -40,6 +40,67 @@ pub fn h_radius(state: &mut State, args: &[String]) -> Result<(), String> {
     Ok(())
 }
 
+/// Longest `radiusinterim` interval: a day.
+const MAX_INTERIM: u64 = 86_400;
+
+/// `radiusinterim SECONDS` (threeproxy's own): every live `log radius`
+/// session gets an Interim-Update this often; 0 (the default) for never,
+/// as in 3proxy.
+pub fn h_radiusinterim(state: &mut State, args: &[String]) -> Result<(), String> {
+    let n: u64 = super::value::number(&args[1], 0, MAX_INTERIM)?;
+    state.radius_interim = (n > 0).then(|| std::time::Duration::from_secs(n));
+    Ok(())
+}
+
+/// `radiusdae [ADDRESS:]PORT SECRET [SOURCE[/BITS] ...]` (threeproxy's
+/// own): the RFC 5176 listener (`crate::dae`). A port alone listens on
+/// 127.0.0.1; without sources only loopback may send.
+pub fn h_radiusdae(state: &mut State, args: &[String]) -> Result<(), String> {
+    let a = &args[1];
+    let addr = match a.parse::<u16>() {
+        Ok(p) => SocketAddr::new(std::net::Ipv4Addr::LOCALHOST.into(), p),
+        Err(_) => a.parse::<SocketAddr>().map_err(|_| {
+            format!(
+                "'{}' is not [ADDRESS:]PORT (an IPv6 address in brackets)",
+                quote(a)
+            )
+        })?,
+    };
+    if addr.port() == 0 {
+        return Err(format!(
+            "'{}': give a port (RFC 5176's is {})",
+            quote(a),
+            crate::dae::DEFAULT_PORT
+        ));
+    }
+    let secret = args[2].as_bytes().to_vec();
+    if secret.is_empty() {
+        return Err("the secret is empty".into());
+    }
+    let mut sources = Vec::new();
+    for s in &args[3..] {
+        let (ip, bits) = match s.split_once('/') {
+            Some((ip, b)) => (ip, Some(b)),
+            None => (s.as_str(), None),
+        };
+        let bad = || format!("'{}' is not an address or ADDRESS/BITS", quote(s));
+        let ip = crate::addr::parse_ip(ip).ok_or_else(bad)?;
+        let width = if ip.to_canonical().is_ipv4() { 32 } else { 128 };
+        let bits = match bits {
+            None => width,
+            Some(b) => b
+                .parse::<u8>()
+                .ok()
+                .filter(|&b| b <= width)
+                .ok_or_else(bad)?,
+        };
+        sources.push(crate::dae::Source { net: ip, bits });
+    }
+    let conf = crate::dae::Conf { secret, sources };
+    state.dae = Some(crate::dae::prepare(addr, conf, !state.check_only)?);
+    Ok(())
+}
+
 /// `SERVER[:PORT][/LOCAL]`: an address (IPv6 in brackets when a port
 /// follows) or a name resolved once, now; the accounting port is the next
 /// one. The second value is the warning for a name.
@@ -95,6 +156,37 @@ pub fn parse_server(s: &str) -> Result<(Server, Option<String>), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn radiusdae_arguments() {
+        let run = |args: &[&str]| {
+            let mut st = State::new(true);
+            let a: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+            h_radiusdae(&mut st, &a).map(|()| st.dae.unwrap())
+        };
+        let p = run(&["radiusdae", "3799", "s"]).unwrap();
+        assert_eq!(p.addr.to_string(), "127.0.0.1:3799");
+        assert!(p.conf.sources.is_empty());
+        let p = run(&["radiusdae", "[::1]:3799", "s", "10.0.0.0/8", "::1"]).unwrap();
+        assert_eq!(p.addr.to_string(), "[::1]:3799");
+        assert_eq!(p.conf.sources.len(), 2);
+        assert_eq!(p.conf.sources[1].bits, 128);
+        for bad in [
+            &["radiusdae", "x", "s"][..],
+            &["radiusdae", "0", "s"],
+            &["radiusdae", "3799", ""],
+            &["radiusdae", "3799", "s", "10.0.0.0/33"],
+            &["radiusdae", "3799", "s", "host.example"],
+        ] {
+            assert!(run(bad).is_err(), "{bad:?}");
+        }
+        let mut st = State::new(true);
+        assert!(h_radiusinterim(&mut st, &["radiusinterim".into(), "30".into()]).is_ok());
+        assert_eq!(st.radius_interim, Some(std::time::Duration::from_secs(30)));
+        assert!(h_radiusinterim(&mut st, &["radiusinterim".into(), "0".into()]).is_ok());
+        assert_eq!(st.radius_interim, None);
+        assert!(h_radiusinterim(&mut st, &["radiusinterim".into(), "x".into()]).is_err());
+    }
 
     #[test]
     fn servers() {

@@ -82,6 +82,11 @@ pub struct State {
     /// The last `radius` line: secret and servers; installed for every
     /// service by `finalize`, with the timeout.
     pub radius: Option<(Vec<u8>, Vec<crate::radius::Server>)>,
+    /// `radiusinterim`: process-wide, installed with the `radius` line.
+    pub radius_interim: Option<std::time::Duration>,
+    /// `radiusdae`: the listener, bound; the caller installs it once the
+    /// new cfg serves (`crate::dae::install`).
+    pub dae: Option<crate::dae::Pending>,
 }
 
 impl State {
@@ -120,6 +125,8 @@ impl State {
             tls: Default::default(),
             metricsusers: crate::metrics::DEFAULT_USER_CAP,
             radius: None,
+            radius_interim: None,
+            dae: None,
         }
     }
 
@@ -164,11 +171,10 @@ impl State {
         crate::metrics::set_user_cap(self.metricsusers);
         if let Some((secret, servers)) = self.radius.take() {
             // Each server is waited for BYTE_LONG, as 3proxy waits.
-            self.access.radius.set(crate::radius::Conf::new(
-                secret,
-                servers,
-                self.timeouts.get(Timeouts::BYTE_LONG),
-            ));
+            let mut c =
+                crate::radius::Conf::new(secret, servers, self.timeouts.get(Timeouts::BYTE_LONG));
+            c.interim = self.radius_interim;
+            self.access.radius.set(c);
         }
         if !self.check_only {
             crate::parentcheck::install(std::mem::take(&mut self.probes));

@@ -17,6 +17,13 @@ pub const ACCESS_ACCEPT: u8 = 2;
 pub const ACCESS_REJECT: u8 = 3;
 pub const ACCOUNTING_REQUEST: u8 = 4;
 pub const ACCOUNTING_RESPONSE: u8 = 5;
+/// RFC 5176 (Dynamic Authorization): what a `radiusdae` listener takes
+/// and answers.
+pub const DISCONNECT_REQUEST: u8 = 40;
+pub const DISCONNECT_ACK: u8 = 41;
+pub const DISCONNECT_NAK: u8 = 42;
+pub const COA_REQUEST: u8 = 43;
+pub const COA_NAK: u8 = 45;
 
 /// Attribute types (RFC 2865, 2866, 2869, 3162, 6911).
 pub mod attr {
@@ -49,6 +56,7 @@ pub mod attr {
     pub const NAS_IPV6_ADDRESS: u8 = 95;
     pub const LOGIN_IPV6_HOST: u8 = 98;
     pub const FRAMED_IPV6_ADDRESS: u8 = 168;
+    pub const ERROR_CAUSE: u8 = 101;
 }
 
 /// Service-Type Authenticate-Only, what 3proxy asks for.
@@ -134,6 +142,19 @@ impl Builder {
         self.set_length();
         let mac = hmac_md5(secret, &self.buf);
         self.buf[at..at + 16].copy_from_slice(&mac);
+        self.buf
+    }
+
+    /// An answer's bytes (built with the request's identifier and Request
+    /// Authenticator): its Response Authenticator is the MD5 of the packet
+    /// as built and the secret (RFC 2865 3, RFC 5176 2.3).
+    pub fn finish_response(mut self, secret: &[u8]) -> Vec<u8> {
+        self.set_length();
+        let mut h = Md5::new();
+        h.update(&self.buf);
+        h.update(secret);
+        let d = h.finalize();
+        self.buf[4..20].copy_from_slice(&d);
         self.buf
     }
 
@@ -345,10 +366,91 @@ pub mod cause {
     pub const LOST_SERVICE: u32 = 3;
     pub const IDLE_TIMEOUT: u32 = 4;
     pub const SESSION_TIMEOUT: u32 = 5;
+    pub const ADMIN_RESET: u32 = 6;
     pub const NAS_ERROR: u32 = 9;
     pub const NAS_REQUEST: u32 = 10;
     pub const SERVICE_UNAVAILABLE: u32 = 15;
     pub const USER_ERROR: u32 = 17;
+}
+
+/// Error-Cause values (RFC 5176 3.6) a Disconnect-NAK or CoA-NAK carries.
+pub mod error_cause {
+    pub const MISSING_ATTRIBUTE: u32 = 402;
+    pub const UNSUPPORTED_EXTENSION: u32 = 406;
+    pub const SESSION_CONTEXT_NOT_FOUND: u32 = 503;
+}
+
+/// A Disconnect-Request or CoA-Request (RFC 5176) whose authenticators
+/// checked out: the session identification it names.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DaeRequest {
+    pub code: u8,
+    pub id: u8,
+    pub authenticator: [u8; 16],
+    pub user: Option<String>,
+    pub session_id: Option<String>,
+}
+
+/// Check a Disconnect-Request or CoA-Request: its code, its length, its
+/// Request Authenticator (MD5 of the packet with 16 zero bytes in its
+/// place, and the secret, as for an Accounting-Request) and its
+/// Message-Authenticator if it has one (HMAC-MD5 with the authenticator
+/// field zeroed, as FreeRADIUS computes it); then read User-Name and
+/// Acct-Session-Id. Other attributes are not looked at.
+pub fn parse_dae(pkt: &[u8], secret: &[u8]) -> Result<DaeRequest, Fault> {
+    if pkt.len() < HEADER {
+        return Err(Fault::Length);
+    }
+    let len = u16::from_be_bytes([pkt[2], pkt[3]]) as usize;
+    if len < HEADER || len > pkt.len() || len > MAX_PACKET {
+        return Err(Fault::Length);
+    }
+    let pkt = &pkt[..len];
+    if pkt[0] != DISCONNECT_REQUEST && pkt[0] != COA_REQUEST {
+        return Err(Fault::Code);
+    }
+    let mut h = Md5::new();
+    h.update(&pkt[..4]);
+    h.update([0u8; 16]);
+    h.update(&pkt[20..]);
+    h.update(secret);
+    if !ct_eq(&h.finalize(), &pkt[4..20]) {
+        return Err(Fault::Authenticator);
+    }
+    let mut r = DaeRequest {
+        code: pkt[0],
+        id: pkt[1],
+        ..DaeRequest::default()
+    };
+    r.authenticator.copy_from_slice(&pkt[4..20]);
+    let mut at = HEADER;
+    while at < len {
+        if len - at < 2 {
+            return Err(Fault::Attributes);
+        }
+        let (t, l) = (pkt[at], pkt[at + 1] as usize);
+        if l < 2 || at + l > len {
+            return Err(Fault::Attributes);
+        }
+        let v = &pkt[at + 2..at + l];
+        match t {
+            attr::USER_NAME => r.user = Some(String::from_utf8_lossy(v).into_owned()),
+            attr::ACCT_SESSION_ID => {
+                r.session_id = Some(String::from_utf8_lossy(v).into_owned());
+            }
+            attr::MESSAGE_AUTHENTICATOR => {
+                let mut copy = pkt.to_vec();
+                copy[4..20].fill(0);
+                copy[at + 2..at + l].fill(0);
+                if v.len() != 16 || !ct_eq(&hmac_md5(secret, &copy), v) {
+                    return Err(Fault::MessageAuthenticator);
+                }
+            }
+            _ => {}
+        }
+        at += l;
+    }
+    Ok(r)
 }
 
 /// A session's byte counters in accounting attributes: the low 32 bits
@@ -387,6 +489,60 @@ mod tests {
 
     fn rfc_auth() -> [u8; 16] {
         hex(RFC_REQUEST)[4..20].try_into().unwrap()
+    }
+
+    #[test]
+    fn disconnect_requests_are_checked() {
+        // A Disconnect-Request's authenticator is computed as an
+        // Accounting-Request's.
+        let mut b = Builder::new(DISCONNECT_REQUEST, 9, [0; 16]);
+        b.add(attr::USER_NAME, b"alice");
+        b.add(attr::ACCT_SESSION_ID, b"1.2.3");
+        let pkt = b.finish_accounting(b"s");
+        let r = parse_dae(&pkt, b"s").unwrap();
+        assert_eq!((r.code, r.id), (DISCONNECT_REQUEST, 9));
+        assert_eq!(r.user.as_deref(), Some("alice"));
+        assert_eq!(r.session_id.as_deref(), Some("1.2.3"));
+        assert_eq!(parse_dae(&pkt, b"other"), Err(Fault::Authenticator));
+        let mut bad = pkt.clone();
+        bad[25] ^= 1;
+        assert_eq!(parse_dae(&bad, b"s"), Err(Fault::Authenticator));
+        assert_eq!(parse_dae(&pkt[..10], b"s"), Err(Fault::Length));
+        let acct = Builder::new(ACCOUNTING_REQUEST, 1, [0; 16]).finish_accounting(b"s");
+        assert_eq!(parse_dae(&acct, b"s"), Err(Fault::Code));
+        // A Message-Authenticator is checked: HMAC-MD5 with the
+        // authenticator and itself zeroed, then the authenticator.
+        let mut b = Builder::new(COA_REQUEST, 3, [0; 16]);
+        b.add(attr::USER_NAME, b"bob");
+        b.add(attr::MESSAGE_AUTHENTICATOR, &[0; 16]);
+        let mut pkt = b.finish_accounting(b"s");
+        let at = pkt.len() - 16;
+        pkt[4..20].fill(0);
+        let mac = hmac_md5(b"s", &pkt);
+        pkt[at..].copy_from_slice(&mac);
+        let mut h = Md5::new();
+        h.update(&pkt);
+        h.update(b"s");
+        let d = h.finalize();
+        pkt[4..20].copy_from_slice(&d);
+        assert_eq!(parse_dae(&pkt, b"s").unwrap().user.as_deref(), Some("bob"));
+        pkt[at] ^= 1;
+        // (the Request Authenticator covers it too: recompute it)
+        pkt[4..20].fill(0);
+        let mut h = Md5::new();
+        h.update(&pkt);
+        h.update(b"s");
+        let d = h.finalize();
+        pkt[4..20].copy_from_slice(&d);
+        assert_eq!(parse_dae(&pkt, b"s"), Err(Fault::MessageAuthenticator));
+        // The answer's Response Authenticator covers the request's.
+        let ans = Builder::new(DISCONNECT_ACK, 9, r.authenticator).finish_response(b"s");
+        let mut h = Md5::new();
+        h.update(&ans[..4]);
+        h.update(r.authenticator);
+        h.update(&ans[20..]);
+        h.update(b"s");
+        assert_eq!(&ans[4..20], &h.finalize()[..]);
     }
 
     #[test]

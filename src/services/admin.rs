@@ -19,6 +19,8 @@
 //!   style sheet;
 //! * `/metrics` the counters in Prometheus's text exposition format
 //!   (`crate::metrics`);
+//! * `/P` the parents' health (`crate::health`): up or down, for how
+//!   long, failures in a row;
 //! * `/sessions` the live sessions as JSON, `/L` as a page with "end"
 //!   buttons, which post to `/E?id=N` or `/E?user=NAME` (ends that one
 //!   session, or all of the user's; answered 303 to `/L`).
@@ -31,7 +33,7 @@
 //! with `WWW-Authenticate: Basic realm="proxy"`, as 3proxy does (a refusal
 //! by a limit, code 10, is let through, also as 3proxy). With `-s` only
 //! the read-only pages are served (start, counters, `/S`, `/metrics`,
-//! `/sessions`, `/L`). The log record's `%T` is the
+//! `/P`, `/sessions`, `/L`). The log record's `%T` is the
 //! path asked for.
 
 use std::io::{Read, Write};
@@ -274,6 +276,7 @@ fn serve_request(c: &mut Client, early: &[u8], redirected: bool) {
             "Web admin",
             "<ul>\n<li><a href=\"/C\">Traffic counters</a></li>\n\
              <li><a href=\"/L\">Live sessions</a></li>\n\
+             <li><a href=\"/P\">Parents</a></li>\n\
              <li><a href=\"/S\">Running services (XML)</a></li>\n\
              <li><a href=\"/metrics\">Metrics (Prometheus)</a></li>\n\
              <li><a href=\"/F\">Configuration file</a></li>\n\
@@ -284,7 +287,7 @@ fn serve_request(c: &mut Client, early: &[u8], redirected: bool) {
         }
         "/metrics" => {
             c.res = Res::OK;
-            let body = crate::metrics::render(crate::live::count());
+            let body = crate::metrics::render(crate::live::count(), &parent_health());
             return respond_as(
                 c,
                 "200 OK",
@@ -313,6 +316,7 @@ fn serve_request(c: &mut Client, early: &[u8], redirected: bool) {
             c.res = Res::OK;
             return respond_as(c, "200 OK", "text/css", "", XML_STYLE);
         }
+        "/P" => page("Parents", &parents_page()),
         "/L" => page(
             "Live sessions",
             &sessions_page(&crate::live::snapshot(), c.live.id()),
@@ -598,6 +602,50 @@ fn url_encode(s: &str) -> String {
             out += &format!("%{b:02X}");
         }
     }
+    out
+}
+
+/// The parents' health for `/metrics`.
+fn parent_health() -> Vec<crate::metrics::ParentHealth> {
+    let (now, wall) = (Instant::now(), std::time::SystemTime::now());
+    crate::health::views(now)
+        .into_iter()
+        .map(|v| crate::metrics::ParentHealth {
+            up: !v.down,
+            down_since: v.down_for.and_then(|d| wall.checked_sub(d)).map(unix_secs),
+            fails: v.fails,
+            name: v.name,
+        })
+        .collect()
+}
+
+/// `/P`: each parent of the running cfg (and of cfgs whose sessions
+/// still run) with its health.
+fn parents_page() -> String {
+    let all = crate::health::views(Instant::now());
+    let mut out = format!(
+        "<p>{} parent(s). <a href=\"/P\">Refresh</a> | \
+         <a href=\"/metrics\">Metrics</a></p>\n\
+         <table border=\"1\" id=\"parents\">\n<tr><th>Parent</th><th>State</th>\
+         <th>Down for (s)</th><th>Failures in a row</th></tr>\n",
+        all.len()
+    );
+    for v in &all {
+        let state = match (v.down, v.held) {
+            (false, _) => "up",
+            (true, true) => "down",
+            (true, false) => "down, being tried again",
+        };
+        let down_for = v
+            .down_for
+            .map_or_else(|| "-".to_string(), |d| d.as_secs().to_string());
+        out += &format!(
+            "<tr><td>{}</td><td>{state}</td><td>{down_for}</td><td>{}</td></tr>\n",
+            escape(&v.name),
+            v.fails
+        );
+    }
+    out += "</table>\n";
     out
 }
 
