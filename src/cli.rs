@@ -186,6 +186,9 @@ fn serve(mut state: conf::State, name: &str, sigs: &SigSet) -> ExitCode {
         limit::start_reports(&state.access.limits);
     }
     crate::dae::install(state.dae.take());
+    // The checker thread starts here, after `daemon`'s fork (a thread
+    // started while loading would not survive it).
+    crate::parentcheck::install(std::mem::take(&mut state.probes));
     for p in std::mem::take(&mut state.services) {
         let what = format!("{p:?}");
         if let Err(e) = services::start(p) {
@@ -354,6 +357,9 @@ fn reload(cmdline_name: &str, ops: &mut conf::ops::Ops, strict: bool) {
         }
     }
     crate::dae::install(state.dae.take());
+    // The checker thread starts here, after `daemon`'s fork (a thread
+    // started while loading would not survive it).
+    crate::parentcheck::install(std::mem::take(&mut state.probes));
     // Sessions admitted under the old cfg are checked again (`force`).
     running::bump_generation();
     // pid file and privileges as the new cfg says (daemon never forks

@@ -939,3 +939,54 @@ fn files_made_after_chroot_belong_to_its_user_with_3proxys_modes() {
     wait_exists(&minute(1), "the second minute's file", &logs);
     assert_eq!(owner_mode(&minute(1)), (65534, 65534, 0o666 & !mask));
 }
+
+#[test]
+fn a_daemon_keeps_its_parentcheck_thread() {
+    // The checker thread starts after `daemon`'s fork: one started while
+    // the cfg loads would stay behind in the foreground process.
+    let dir = Dir::new("daemon_parentcheck");
+    let port = free_port();
+    let pidfile = dir.join("3proxy.pid");
+    let cfg = format!(
+        "daemon\npidfile {}\nparentcheck 1 1\nallow *\nparent 1000 socks5 127.0.0.1 {}\n{}",
+        p(&pidfile),
+        free_port(),
+        tcppm(port, 9)
+    );
+    let cfg_path = dir.write("3proxy.cfg", cfg);
+    let status = Command::new(BIN)
+        .arg(&cfg_path)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .expect("run 3proxy");
+    assert_eq!(status.code(), Some(0));
+    let mut pid = None;
+    wait_for(
+        || {
+            pid = fs::read_to_string(&pidfile)
+                .ok()
+                .and_then(|s| s.parse::<u32>().ok());
+            pid.is_some()
+        },
+        START_TIMEOUT,
+    );
+    let pid = pid.expect("the daemon's pid file");
+    let _guard = Daemon(pid);
+    let checkers = || {
+        fs::read_dir(format!("/proc/{pid}/task"))
+            .map(|tasks| {
+                tasks
+                    .filter_map(|t| fs::read_to_string(t.ok()?.path().join("comm")).ok())
+                    .filter(|c| c.trim_end() == "parentcheck")
+                    .count()
+            })
+            .unwrap_or(0)
+    };
+    assert!(
+        wait_for(|| checkers() == 1, START_TIMEOUT),
+        "the daemon has {} parentcheck threads",
+        checkers()
+    );
+}

@@ -176,9 +176,6 @@ impl State {
             c.interim = self.radius_interim;
             self.access.radius.set(c);
         }
-        if !self.check_only {
-            crate::parentcheck::install(std::mem::take(&mut self.probes));
-        }
         for p in &mut self.services {
             let Some(svc) = Arc::get_mut(&mut p.svc) else {
                 continue;
