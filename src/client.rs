@@ -292,20 +292,18 @@ impl Client {
             (None, Some(a)) => (None, a.port()),
             (None, None) => (None, 0),
         };
-        let ip;
-        let host = match (host, self.req_addr) {
-            (Some(h), _) => Some(h),
-            (None, Some(a)) => {
-                ip = a.ip().to_string();
-                Some(ip.as_str())
-            }
-            (None, None) => None,
-        };
+        let addr = self.req_addr.map(|a| a.ip());
         let parent = (self.hops > self.local_hops)
             .then_some(self.remote_addr)
             .flatten();
-        self.live
-            .update(self.client_addr, self.user.as_deref(), host, port, parent);
+        self.live.update(
+            self.client_addr,
+            self.user.as_deref(),
+            host,
+            addr,
+            port,
+            parent,
+        );
     }
 
     /// Write the access-log record for what happened so far, then reset the

@@ -62,17 +62,28 @@ pub struct Info {
     /// The client (what a PROXY header said, once it has been read).
     pub client: Option<SocketAddr>,
     pub user: Option<String>,
-    /// The destination asked for: its name, or its address, and port.
+    /// The destination asked for: its name, else its address (kept as
+    /// an address: formatted only when someone looks), and port.
     pub host: Option<String>,
+    pub addr: Option<std::net::IpAddr>,
     pub port: u16,
     /// The first parent the session's connection went through.
     pub parent: Option<SocketAddr>,
 }
 
 impl Info {
+    /// The destination host: its name, else its address.
+    pub fn host_text(&self) -> Option<String> {
+        match (&self.host, self.addr) {
+            (Some(h), _) => Some(h.clone()),
+            (None, Some(a)) => Some(a.to_string()),
+            (None, None) => None,
+        }
+    }
+
     /// `host:port` (IPv6 in brackets), if a destination is known.
     pub fn dest(&self) -> Option<String> {
-        let h = self.host.as_deref()?;
+        let h = self.host_text()?;
         Some(if h.contains(':') {
             format!("[{h}]:{}", self.port)
         } else {
@@ -204,6 +215,7 @@ impl Session {
         client: Option<SocketAddr>,
         user: Option<&str>,
         host: Option<&str>,
+        addr: Option<std::net::IpAddr>,
         port: u16,
         parent: Option<SocketAddr>,
     ) {
@@ -215,6 +227,7 @@ impl Session {
         if i.host.as_deref() != host {
             i.host = host.map(str::to_string);
         }
+        i.addr = addr;
         i.port = port;
         i.parent = parent;
     }
@@ -386,7 +399,7 @@ mod tests {
         let (mut srv_peer, srv) = pair();
         let s = register("tcppm", 1, None, &ours);
         let id = s.id();
-        s.update(None, Some("live-test-user"), Some("example.org"), 80, None);
+        s.update(None, Some("live-test-user"), Some("example.org"), None, 80, None);
         s.bytes().out.store(5, Ordering::Relaxed);
         let v = snapshot().into_iter().find(|v| v.id == id).unwrap();
         assert_eq!(v.bytes_out, 5);
@@ -413,7 +426,7 @@ mod tests {
         let (mut peer, ours) = pair();
         let s = register("tcppm", 1, None, &ours);
         let id = s.id();
-        s.update(None, Some("tag-test-user"), None, 0, None);
+        s.update(None, Some("tag-test-user"), None, None, 0, None);
         s.bytes().inb.store(7, Ordering::Relaxed);
         let mine = |t: &Tagged| t.tag.downcast_ref::<String>().map(String::as_str) == Some("sid-1");
         assert!(!tagged().iter().any(mine));

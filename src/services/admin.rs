@@ -824,7 +824,7 @@ fn services_xml(all: &[crate::live::View]) -> String {
                 "client started seconds",
                 &ctime(v.start),
             );
-            if let Some(h) = &v.info.host {
+            if let Some(h) = &v.info.host_text() {
                 xml_param(
                     &mut out,
                     l,
