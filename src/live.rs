@@ -399,7 +399,14 @@ mod tests {
         let (mut srv_peer, srv) = pair();
         let s = register("tcppm", 1, None, &ours);
         let id = s.id();
-        s.update(None, Some("live-test-user"), Some("example.org"), None, 80, None);
+        s.update(
+            None,
+            Some("live-test-user"),
+            Some("example.org"),
+            None,
+            80,
+            None,
+        );
         s.bytes().out.store(5, Ordering::Relaxed);
         let v = snapshot().into_iter().find(|v| v.id == id).unwrap();
         assert_eq!(v.bytes_out, 5);

@@ -227,7 +227,10 @@ pub fn parse_hello(kind: u8, h: &[u8], lv: &mut i32) -> Result<Hello, i32> {
             (0, 43) if xlen == 2 => *lv = body[1] as i32,
             (0, 16) if xlen >= 3 => {
                 let n = body[2] as usize;
-                if n + 7 > elen {
+                // Within its own extension, not only within the ones
+                // left (3proxy checks the latter only, so a name could
+                // take the next extension's bytes).
+                if n + 7 > elen || n + 3 > xlen {
                     return Err(-16);
                 }
                 if n > ALPN_MAX {
@@ -891,6 +894,11 @@ mod tests {
             ext.push(n as u8);
             ext.extend_from_slice(alpn);
         }
+        hello_of(&ext)
+    }
+
+    /// A ClientHello record carrying the extensions `ext`.
+    fn hello_of(ext: &[u8]) -> Vec<u8> {
         let mut body = vec![3, 3];
         body.extend_from_slice(&[7u8; 32]);
         body.push(32);
@@ -898,7 +906,7 @@ mod tests {
         body.extend_from_slice(&[0, 4, 0x13, 0x01, 0x13, 0x02]);
         body.extend_from_slice(&[1, 0]);
         body.extend_from_slice(&(ext.len() as u16).to_be_bytes());
-        body.extend_from_slice(&ext);
+        body.extend_from_slice(ext);
         let mut hs = vec![CLIENT_HELLO, 0];
         hs.extend_from_slice(&(body.len() as u16).to_be_bytes());
         hs.extend_from_slice(&body);
@@ -906,6 +914,23 @@ mod tests {
         rec.extend_from_slice(&(hs.len() as u16).to_be_bytes());
         rec.extend_from_slice(&hs);
         rec
+    }
+
+    #[test]
+    fn an_alpn_name_may_not_run_into_the_next_extension() {
+        // ALPN "h2" whose name length says 6, then a padding extension:
+        // the 4 bytes past the name are the next extension's header.
+        let mut ext = vec![0, 16, 0, 5, 0, 3, 6, b'h', b'2'];
+        ext.extend_from_slice(&[0, 21, 0, 4, 0, 0, 0, 0]);
+        ext.extend_from_slice(&[0, 43, 0, 5, 4, 3, 4, 3, 3]);
+        let rec = hello_of(&ext);
+        let mut lv = rec[2] as i32;
+        assert_eq!(parse_hello(CLIENT_HELLO, &rec, &mut lv), Err(-16));
+        // The same with the right length parses.
+        ext[6] = 2;
+        let rec = hello_of(&ext);
+        let h = parse_hello(CLIENT_HELLO, &rec, &mut lv).unwrap();
+        assert_eq!(h.alpn.as_deref(), Some(&b"h2"[..]));
     }
 
     #[test]
