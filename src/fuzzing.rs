@@ -40,6 +40,7 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("logformat", logformat),
     ("mail_ftp", mail_ftp),
     ("proxy_header", proxy_header),
+    ("radius", radius),
     ("socks_client", socks_client),
     ("socks_server", socks_server),
     ("tls_hello", tls_hello),
@@ -852,5 +853,68 @@ fn mail_login(arg: &[u8]) {
         let again = format!("{}@{host}:{}", l.name, l.port);
         let l2 = login::parse_login(again.as_bytes(), b'@', false, default);
         assert_eq!(l2.as_ref(), Some(&l), "{again:?}");
+    }
+}
+
+// --- RADIUS ----------------------------------------------------------------
+
+/// RADIUS datagrams as the proxy reads them: an answer to its
+/// Access-Request (`radius::authenticate`) and a Disconnect/CoA request
+/// (`radiusdae`). The input is tried as it comes (almost never signed
+/// right: it must be refused, never panic) and as the attributes of a
+/// packet signed with the secret, so the attribute reader is reached: a
+/// signed packet is taken, or refused only for its attributes.
+pub fn radius(data: &[u8]) {
+    use crate::proto::radius::{self as r, Builder, Fault};
+    use md5::{Digest, Md5};
+    let data = cut(data);
+    let secret = b"fuzz secret";
+    let mut b = Builder::new(r::ACCESS_REQUEST, 7, [1; 16]);
+    b.add(r::attr::USER_NAME, b"user");
+    let req = b.finish_access(secret);
+    let _ = r::parse_reply(data, &req, secret);
+    let _ = r::parse_dae(data, secret);
+    if data.len() + 20 > r::MAX_PACKET {
+        return;
+    }
+    let len = (data.len() + 20) as u16;
+    let sign = |code: u8, id: u8, auth: &[u8]| {
+        let mut pkt = vec![code, id];
+        pkt.extend_from_slice(&len.to_be_bytes());
+        pkt.extend_from_slice(auth);
+        pkt.extend_from_slice(data);
+        let mut h = Md5::new();
+        h.update(&pkt);
+        h.update(secret);
+        pkt[4..20].copy_from_slice(&h.finalize());
+        pkt
+    };
+    // An Access-Accept: MD5(code, id, length, request authenticator,
+    // attributes, secret).
+    let accept = sign(r::ACCESS_ACCEPT, req[1], &req[4..20]);
+    match r::parse_reply(&accept, &req, secret) {
+        Ok(reply) => {
+            assert_eq!(reply.code, r::ACCESS_ACCEPT);
+            for c in &reply.class {
+                assert!(c.len() <= 253, "a Class longer than an attribute");
+            }
+        }
+        Err(f) => assert!(
+            matches!(f, Fault::Attributes | Fault::MessageAuthenticator),
+            "a signed Access-Accept refused for {f:?}"
+        ),
+    }
+    // A Disconnect-Request: MD5 over the packet with a zero
+    // authenticator, and the secret.
+    let dae = sign(r::DISCONNECT_REQUEST, 9, &[0; 16]);
+    match r::parse_dae(&dae, secret) {
+        Ok(d) => {
+            assert_eq!((d.code, d.id), (r::DISCONNECT_REQUEST, 9));
+            assert_eq!(&d.authenticator[..], &dae[4..20]);
+        }
+        Err(f) => assert!(
+            matches!(f, Fault::Attributes | Fault::MessageAuthenticator),
+            "a signed Disconnect-Request refused for {f:?}"
+        ),
     }
 }
