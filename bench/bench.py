@@ -158,7 +158,7 @@ def tool_versions(binary):
         "tinyproxy": sh(["tinyproxy", "-v"]) if shutil.which("tinyproxy") else None,
         "trafficserver": _dpkg_version("trafficserver"),
         "h2load": _dpkg_version("nghttp2-client"),
-        "siege": sh(["siege", "-V"]).splitlines()[-1] if shutil.which("siege") else None,
+        "siege": _dpkg_version("siege"),
         "python": platform.python_version(),
     }
     if binary and os.path.exists(binary):

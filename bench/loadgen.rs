@@ -311,8 +311,7 @@ impl Gen {
                             }
                         }
                         State::Tunnel => {
-                            if let Some(end) = slot.buf.windows(4).position(|w| w == b"\r\n\r\n")
-                            {
+                            if let Some(end) = slot.buf.windows(4).position(|w| w == b"\r\n\r\n") {
                                 let status = tunnel_status(&slot.buf[..end])?;
                                 if status != 200 {
                                     return Err(format!("CONNECT status {status}"));
@@ -390,11 +389,7 @@ fn gen_for(args: Args) -> Gen {
     )
     .into_bytes();
     let connect = socks_connect(&args.target);
-    let tunnel = format!(
-        "CONNECT {0} HTTP/1.1\r\nHost: {0}\r\n\r\n",
-        args.target
-    )
-    .into_bytes();
+    let tunnel = format!("CONNECT {0} HTTP/1.1\r\nHost: {0}\r\n\r\n", args.target).into_bytes();
     Gen {
         args,
         request,
@@ -543,7 +538,13 @@ fn histogram() -> hdrhistogram::Histogram<u64> {
 
 /// The percentiles the report shows, as a JSON object, in microseconds.
 fn percentiles_json(h: &hdrhistogram::Histogram<u64>) -> String {
-    let q = |x: f64| if h.is_empty() { 0 } else { h.value_at_quantile(x) };
+    let q = |x: f64| {
+        if h.is_empty() {
+            0
+        } else {
+            h.value_at_quantile(x)
+        }
+    };
     format!(
         "{{\"p50\": {}, \"p90\": {}, \"p99\": {}, \"p99.9\": {}, \"p99.99\": {}, \"max\": {}}}",
         q(0.5),
@@ -611,7 +612,9 @@ fn run_rate(args: Args) -> (Totals, Latencies) {
             break;
         }
         let wait_ms = if next_due < deadline {
-            next_due.saturating_duration_since(Instant::now()).as_millis() as u16
+            next_due
+                .saturating_duration_since(Instant::now())
+                .as_millis() as u16
         } else {
             100
         };
@@ -635,7 +638,10 @@ fn run_rate(args: Args) -> (Totals, Latencies) {
             }
         }
         ready.clear();
-        ready.extend(fds.iter().map(|fd| fd.revents().is_some_and(|e| !e.is_empty())));
+        ready.extend(
+            fds.iter()
+                .map(|fd| fd.revents().is_some_and(|e| !e.is_empty())),
+        );
         drop(fds);
         let now = Instant::now();
         let mut still = Vec::with_capacity(active.len());
@@ -792,8 +798,7 @@ mod tests {
                     }
                     while let Some(head) = read_head(&mut c) {
                         assert!(head.starts_with(b"GET /f HTTP/1.1\r\n"));
-                        let mut resp =
-                            b"HTTP/1.1 200 OK\r\nContent-Length: 1000\r\n\r\n".to_vec();
+                        let mut resp = b"HTTP/1.1 200 OK\r\nContent-Length: 1000\r\n\r\n".to_vec();
                         resp.extend_from_slice(&[b'x'; 1000]);
                         c.write_all(&resp).unwrap();
                         if head.windows(17).any(|w| w == b"Connection: close") {
@@ -907,7 +912,14 @@ mod tests {
             h.record(v).unwrap();
         }
         let j = percentiles_json(&h);
-        for k in ["\"p50\": ", "\"p90\": ", "\"p99\": ", "\"p99.9\": ", "\"p99.99\": ", "\"max\": "] {
+        for k in [
+            "\"p50\": ",
+            "\"p90\": ",
+            "\"p99\": ",
+            "\"p99.9\": ",
+            "\"p99.99\": ",
+            "\"max\": ",
+        ] {
             assert!(j.contains(k), "{j}");
         }
         // Three significant digits: within 0.1% of the exact values.
@@ -915,7 +927,10 @@ mod tests {
             let v = h.value_at_quantile(q) as f64;
             (v - exact).abs() <= exact * 0.001 + 1.0
         };
-        assert!(near(0.5, 5000.0) && near(0.99, 9900.0) && near(0.9999, 9999.0), "{j}");
+        assert!(
+            near(0.5, 5000.0) && near(0.99, 9900.0) && near(0.9999, 9999.0),
+            "{j}"
+        );
         assert!((h.max() as f64 - 10_000.0).abs() <= 10.0, "{j}");
     }
 

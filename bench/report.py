@@ -377,6 +377,9 @@ def render_machine(doc):
             st["cpu_busy"]),
         "| tools | %s; %s; %s; %s; Python %s |" % (t.get("wrk"), t.get("iperf3"), t.get("nginx"),
                                                   t.get("haproxy"), t.get("python")),
+        "| peers | %s |" % "; ".join(str(t[k]) for k in (
+            "dante", "microsocks", "squid", "tinyproxy", "trafficserver", "h2load", "siege")
+            if t.get(k)),
         "| threeproxy | %s |" % ("binary sha256 %s, built %s, git %s" % (
             ours["sha256"], ours["built"], ours["git_head"]) if ours else "not measured"),
     ] + [
