@@ -119,7 +119,8 @@ def applicable(scenario, proxy):
         return "%s is an HTTP forward proxy only (no TCP mapping, no SOCKS)" % fam
     if s.get("connect") and fam in ("nginx", "haproxy"):
         return "%s has no HTTP CONNECT" % fam
-    if s["kind"] == "h2load" and fam in ("squid", "tinyproxy"):
+    if s["kind"] == "h2load" and fam in FORWARD:
+        # ATS answered them 4xx in the smoke run, Host field or not.
         return ("h2load sends origin-form requests only, and %s serves only "
                 "absolute-form ones on a forward port" % fam)
     return None
@@ -194,15 +195,15 @@ def rate_argv(fetcher, scenario, proxy, seconds):
 
 def h2load_argv(scenario, proxy, seconds):
     """h2load --h1 cannot send an absolute-form target (it ignores a :path
-    header), so every proxy is the target: nginx, haproxy and ATS (a
-    forward proxy that routes an origin-form request by its Host) as
-    reverse proxies, ours by the Host field of an origin-form request."""
+    header), so every proxy is the target: nginx and haproxy as reverse
+    proxies, ours by the Host field of an origin-form request (the forward
+    peers are n/a: see applicable)."""
     s, p = SCENARIOS[scenario], PROXIES[proxy]
     path = "/" + s["file"]
     argv = ["h2load", "--h1", "-t1", "-c%d" % s["conns"], "-D%d" % max(1, round(seconds))]
     if p["family"] == "none":
         return argv + ["http://%s:%d%s" % (C.ORIGIN_IP, C.HTTP_PORT, path)]
-    if p["family"] in ("ours", "trafficserver"):
+    if p["family"] == "ours":
         argv += ["-H", "host: %s:%d" % (C.ORIGIN_IP, C.HTTP_PORT)]
     return argv + ["http://%s:%d%s" % (C.PROXY_IP, C.listen_port(s["service"]), path)]
 
@@ -212,7 +213,7 @@ def h2load_mode(proxy):
     fam = PROXIES[proxy]["family"]
     if fam == "none":
         return "direct"
-    if fam in ("ours", "trafficserver"):
+    if fam == "ours":
         return "proxy as target, origin-form + Host of the origin"
     return "reverse proxy (proxy as target)"
 
