@@ -166,7 +166,7 @@ class NewClients(unittest.TestCase):
 
     def test_h2load(self):
         a = S.h2load_argv("h2load-64k", "3proxy", 6)
-        self.assertEqual(a[:5], ["h2load", "--h1", "-t1", "-c40", "-D6"])
+        self.assertEqual(a[:6], ["h2load", "--h1", "-t1", "-c40", "-D6", "-N10"])
         self.assertEqual(a[a.index("-H") + 1], "host: 10.0.2.2:80")
         self.assertEqual(a[-1], "http://10.0.1.2:3128/64k.bin")
         a = S.h2load_argv("h2load-64k", "nginx", 6)
