@@ -180,6 +180,8 @@ class NewClients(unittest.TestCase):
         a = S.siege_argv("siege-20m", "squid", 6, "/r/siegerc")
         self.assertEqual(a[:6], ["siege", "-R", "/r/siegerc", "-b", "-j", "-c10"])
         self.assertEqual(a[-1], "http://10.0.2.2:80/20m.bin")      # via siege's proxy
+        self.assertIn("-t10S", a)       # at least 10 s for 20 MB transfers
+        self.assertIn("-t6S", S.siege_argv("siege-5b", "squid", 6, "/r"))
         self.assertEqual(S.siege_proxy("squid"), ("10.0.1.2", 3128))
         self.assertEqual(S.siege_argv("siege-5b", "haproxy", 6, "/r")[-1],
                          "http://10.0.1.2:3128/5b.bin")
