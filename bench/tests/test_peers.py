@@ -251,6 +251,19 @@ def _doc():
     return {"scenarios": scen, "proxies": prox, "cells": cells}
 
 
+class MemVerdict(unittest.TestCase):
+    def test_dropped_idle_clients_make_an_error(self):
+        from bench import runner
+        ok = runner.mem_verdict({"status": "ok", "open": 9950, "dropped_while_idle": 50}, 9950)
+        self.assertEqual(ok["status"], "ok")
+        bad = runner.mem_verdict({"status": "ok", "open": 9950, "dropped_while_idle": 9950}, 9950)
+        self.assertEqual(bad["status"], "error")
+        self.assertIn("closed 9950 of 9950 idle clients", bad["reason"])
+        few = runner.mem_verdict({"status": "ok", "open": 7999, "dropped_while_idle": 0},
+                                 9950, "reset")
+        self.assertIn("only 7999 of 9950 clients connected (reset)", few["reason"])
+
+
 class HowWeCompare(unittest.TestCase):
     def test_ratio_to_the_best_peer_per_cell(self):
         rows = {r["scenario"]: r for r in report.how_we_compare(_doc())}
