@@ -31,8 +31,15 @@ sys.path[0] = REPO          # so that `bench` is this package, not this file
 from bench import netns, procs, report, runner, stats  # noqa: E402
 from bench import scenarios as S  # noqa: E402
 
-APT_PACKAGES = ["wrk", "iperf3", "nginx-light", "libnginx-mod-stream", "haproxy"]
-TOOLS = {"wrk": "wrk", "iperf3": "iperf3", "nginx": "nginx-light", "haproxy": "haproxy"}
+APT_PACKAGES = ["wrk", "iperf3", "nginx-light", "libnginx-mod-stream", "haproxy",
+                "dante-server", "microsocks", "squid", "tinyproxy", "trafficserver",
+                "nghttp2-client", "siege"]
+TOOLS = {"wrk": "wrk", "iperf3": "iperf3", "nginx": "nginx-light", "haproxy": "haproxy",
+         "danted": "dante-server", "microsocks": "microsocks", "squid": "squid",
+         "tinyproxy": "tinyproxy", "traffic_server": "trafficserver",
+         "h2load": "nghttp2-client", "siege": "siege"}
+# The packaged services the install starts: we run our own copies in netns.
+SERVICES = ("nginx", "haproxy", "danted", "squid", "tinyproxy", "trafficserver")
 WORKDIR = "/dev/shm/threeproxy-bench"     # tmpfs: the origin's files and the cells' scratch
 LOCK = "/run/threeproxy-bench.lock"
 NOFILE = 65536
@@ -55,7 +62,8 @@ def sh(argv):
 
 
 def ensure_tools():
-    missing = [t for t in TOOLS if not shutil.which(t)]
+    missing = [t for t in TOOLS if not shutil.which(t) and
+               not os.path.exists(os.path.join("/usr/sbin", t))]
     if not os.path.exists("/usr/lib/nginx/modules/ngx_stream_module.so"):
         missing.append("ngx_stream_module")
     if not missing:
@@ -65,7 +73,7 @@ def ensure_tools():
     subprocess.run(["apt-get", "update", "-qq"], check=True, env=env)
     subprocess.run(["apt-get", "install", "-y", "-qq"] + APT_PACKAGES, check=True, env=env)
     # Debian starts the packaged services; we run our own copies in netns.
-    for svc in ("nginx", "haproxy"):
+    for svc in SERVICES:
         subprocess.run(["service", svc, "stop"], stdout=subprocess.DEVNULL,
                        stderr=subprocess.DEVNULL)
 
@@ -131,12 +139,26 @@ def machine_info():
     }
 
 
+def _dpkg_version(pkg):
+    out = sh(["dpkg-query", "-W", "-f", "${Version}", pkg])
+    return "%s %s" % (pkg, out) if out and "unavailable" not in out else None
+
+
 def tool_versions(binary):
     v = {
         "wrk": sh(["wrk", "-v"]).splitlines()[0] if shutil.which("wrk") else None,
         "iperf3": sh(["iperf3", "--version"]).splitlines()[0] if shutil.which("iperf3") else None,
         "nginx": sh(["nginx", "-v"]),
         "haproxy": sh(["haproxy", "-v"]).splitlines()[0] if shutil.which("haproxy") else None,
+        "dante": sh(["/usr/sbin/danted", "-v"]).splitlines()[0]
+        if os.path.exists("/usr/sbin/danted") else None,
+        "microsocks": _dpkg_version("microsocks"),
+        "squid": sh(["/usr/sbin/squid", "-v"]).splitlines()[0]
+        if os.path.exists("/usr/sbin/squid") else None,
+        "tinyproxy": sh(["tinyproxy", "-v"]) if shutil.which("tinyproxy") else None,
+        "trafficserver": _dpkg_version("trafficserver"),
+        "h2load": _dpkg_version("nghttp2-client"),
+        "siege": _dpkg_version("siege"),
         "python": platform.python_version(),
     }
     if binary and os.path.exists(binary):
@@ -293,7 +315,7 @@ def main(argv=None):
                              seconds=mode["seconds"], warmup=mode["warmup"],
                              retries=mode["retries"], quiet_wait=mode["quiet_wait"], log=log)
     session.ours_error = ours_error
-    if any(S.SCENARIOS[s]["kind"] == "fetch" for s in scen):
+    if any(S.SCENARIOS[s]["kind"] in ("fetch", "rate") for s in scen):
         fetcher, session.fetcher_error = build_fetcher(args.build, args.no_build)
         if fetcher:
             # A copy, as for the proxy binary.

@@ -20,7 +20,8 @@ PROXY_SOCKS_PORT = 1080
 PROXY_TCPHTTP_PORT = 8081   # TCP mapping to the origin's HTTP (memory scenario)
 
 # Sizes of the files the origin serves from tmpfs.
-FILES = {"1k.bin": 1024, "50k.bin": 50 * 1024, "1m.bin": 1024 * 1024}
+FILES = {"1k.bin": 1024, "50k.bin": 50 * 1024, "1m.bin": 1024 * 1024,
+         "64k.bin": 64 * 1024, "20m.bin": 20 * 1024 * 1024, "5b.bin": 5}
 
 # A proxy "service" is what the scenario asks of it:
 #   tcp      a TCP mapping PROXY_IP:5201 -> origin iperf3
@@ -50,7 +51,7 @@ def render_threeproxy(service, splice=False):
     lines = [
         "# threeproxy bench: %s%s" % (service, " (splice)" if splice else ""),
         "timeouts 1 5 30 60 180 1800 15 60",
-        "maxconn 5000",
+        "maxconn 25000",
     ]
     if service == "tcp":
         lines.append("tcppm%s -i%s %d %s %d"
@@ -209,6 +210,134 @@ def render_haproxy(service, splice=False, maxconn=20000):
         "backend out",
         "    server origin %s:%d maxconn %d" % (ORIGIN_IP, dport, maxconn),
     ]
+    return "\n".join(lines) + "\n"
+
+
+# --- the forward-proxy and SOCKS peers ---------------------------------------
+
+def render_dante(rundir):
+    """dante's sockd: SOCKS5 without authentication on PROXY_IP:1080, out
+    through PROXY_OUT_IP, CONNECT only, no log lines (no `log:` in the
+    rules, errors to a file).  One mother process is `-N 1` (argv)."""
+    return (
+        "logoutput: %s/sockd.err\n"
+        "internal: %s port = %d\n"
+        "external: %s\n"
+        "socksmethod: none\n"
+        "clientmethod: none\n"
+        "user.privileged: root\n"
+        "user.unprivileged: nobody\n"
+        "timeout.negotiate: 30\n"
+        "timeout.io: 300\n"
+        "client pass {\n    from: 0.0.0.0/0 to: 0.0.0.0/0\n}\n"
+        "socks pass {\n    from: 0.0.0.0/0 to: 0.0.0.0/0\n    command: connect\n}\n"
+        % (rundir, PROXY_IP, PROXY_SOCKS_PORT, PROXY_OUT_IP)
+    )
+
+
+def microsocks_argv():
+    """microsocks has no config file: its listening address is its argv.
+    It logs nothing but errors, and has no worker setting (a thread per
+    client, like ours)."""
+    return ["microsocks", "-i", PROXY_IP, "-p", str(PROXY_SOCKS_PORT), "-b", PROXY_OUT_IP]
+
+
+def render_squid(rundir, nofile=20000):
+    """squid as a forward proxy: no cache at all (`cache deny all`, no
+    memory cache, no cache_dir), one worker, no access or store log,
+    CONNECT to any port, persistent connections both ways."""
+    return (
+        "http_port %s:%d\n"
+        "workers 1\n"
+        "cache deny all\n"
+        "cache_mem 0 MB\n"
+        "access_log none\n"
+        "cache_store_log none\n"
+        "cache_log %s/cache.log\n"
+        "debug_options ALL,0\n"
+        "logfile_rotate 0\n"
+        "pid_filename %s/squid.pid\n"
+        "coredump_dir %s\n"
+        "netdb_filename none\n"
+        "max_filedescriptors %d\n"
+        "http_access allow all\n"
+        "client_persistent_connections on\n"
+        "server_persistent_connections on\n"
+        "forwarded_for delete\n"
+        "via off\n"
+        "shutdown_lifetime 0 seconds\n"
+        "dns_nameservers 127.0.0.1\n"
+        % (PROXY_IP, PROXY_HTTP_PORT, rundir, rundir, rundir, nofile)
+    )
+
+
+def render_tinyproxy(rundir, maxclients=10000):
+    """tinyproxy, in the foreground (-d): no log but critical errors, to a
+    file; no Via header; CONNECT to any port (no ConnectPort line)."""
+    return (
+        "User nobody\n"
+        "Group nogroup\n"
+        "Port %d\n"
+        "Listen %s\n"
+        "Timeout 600\n"
+        "MaxClients %d\n"
+        "LogFile \"%s/tinyproxy.log\"\n"
+        "LogLevel Critical\n"
+        "PidFile \"%s/tinyproxy.pid\"\n"
+        "DisableViaHeader Yes\n"
+        % (PROXY_HTTP_PORT, PROXY_IP, maxclients, rundir, rundir)
+    )
+
+
+def render_trafficserver(rundir):
+    """Apache Traffic Server's records.config: a forward proxy (no remap
+    required, reverse proxy off), the HTTP cache off and no RAM cache, one
+    event thread, logging off, CONNECT to any port."""
+    recs = [
+        ("proxy.config.admin.user_id", "STRING", "trafficserver"),
+        ("proxy.config.http.server_ports", "STRING", "%d:ip-in=%s" % (PROXY_HTTP_PORT, PROXY_IP)),
+        ("proxy.config.url_remap.remap_required", "INT", "0"),
+        ("proxy.config.reverse_proxy.enabled", "INT", "0"),
+        ("proxy.config.http.cache.http", "INT", "0"),
+        ("proxy.config.cache.ram_cache.size", "INT", "0"),
+        ("proxy.config.exec_thread.autoconfig.enabled", "INT", "0"),
+        ("proxy.config.exec_thread.autoconfig", "INT", "0"),
+        ("proxy.config.exec_thread.limit", "INT", "1"),
+        ("proxy.config.accept_threads", "INT", "0"),
+        ("proxy.config.log.logging_enabled", "INT", "0"),
+        ("proxy.config.log.logfile_dir", "STRING", rundir),
+        ("proxy.config.diags.debug.enabled", "INT", "0"),
+        ("proxy.config.http.connect_ports", "STRING", "1-65535"),
+        ("proxy.config.http.insert_request_via_str", "INT", "0"),
+        ("proxy.config.http.insert_response_via_str", "INT", "0"),
+        ("proxy.config.http.keep_alive_no_activity_timeout_in", "INT", "300"),
+        ("proxy.config.http.keep_alive_no_activity_timeout_out", "INT", "300"),
+        ("proxy.config.net.connections_throttle", "INT", "30000"),
+        ("proxy.config.http.server_session_sharing.match", "STRING", "ip"),
+    ]
+    return "".join("CONFIG %s %s %s\n" % r for r in recs)
+
+
+def render_ats_runroot(etc, var, run, log, cache):
+    """traffic_server --run-root: the packaged binaries, our directories."""
+    return (
+        "prefix: /usr\nexec_prefix: /usr\nbindir: /usr/bin\nsbindir: /usr/sbin\n"
+        "datadir: /usr/share/trafficserver\nincludedir: /usr/include\n"
+        "libdir: /usr/lib/trafficserver\nlibexecdir: /usr/lib/trafficserver/modules\n"
+        "sysconfdir: %s\nlocalstatedir: %s\nruntimedir: %s\nlogdir: %s\ncachedir: %s\n"
+        % (etc, var, run, log, cache)
+    )
+
+
+def render_siegerc(proxy=None):
+    """siege's resource file: kept-alive connections, no delay, no log,
+    the forward proxy (host, port) if any."""
+    lines = ["connection = keep-alive", "protocol = HTTP/1.1", "logging = false",
+             "show-logfile = false", "delay = 0", "failures = 1000000",
+             "timeout = 30", "parser = false", "verbose = false", "quiet = true",
+             "accept-encoding = identity", "limit = 1000"]
+    if proxy:
+        lines += ["proxy-host = %s" % proxy[0], "proxy-port = %d" % proxy[1]]
     return "\n".join(lines) + "\n"
 
 

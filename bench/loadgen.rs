@@ -13,6 +13,22 @@
 //! Prints one line `LOADGEN {json}` with requests, bytes, errors,
 //! first_error and seconds, as bench/loadgen.py does (parse.parse_loadgen).
 //!
+//! With --keepalive (socks-ka) each connection stays open and carries one
+//! GET after another until the S seconds are over.
+//!
+//!   loadgen rate --server H:P --target H:P --path /5b.bin --rate R
+//!                --seconds S [--connect | --socks]
+//!
+//! Open loop (tunnel-rate): a new connection is due every 1/R s whatever
+//! the proxy does, however many are still in flight; each one (after an
+//! HTTP CONNECT to the target with --connect) GETs PATH and closes. The
+//! latency of each is counted from the moment it was due, not from when
+//! the client got round to it, so a proxy that stalls pays for every
+//! connection that waited behind the stall (coordinated omission
+//! corrected). Prints `LOADGEN {json}` as above plus `latency_us` (p50,
+//! p90, p99, p99.9, p99.99, max) and `service_us` (the same from the
+//! connect call, uncorrected).
+//!
 //! Built by bench.py with `cargo build --release --example loadgen`.
 
 use nix::errno::Errno;
@@ -37,15 +53,25 @@ struct Args {
     conns: usize,
     seconds: f64,
     socks: bool,
+    /// HTTP CONNECT to the target first (rate mode).
+    connect: bool,
+    /// Kept-alive: GET after GET on one connection (fetch mode).
+    keepalive: bool,
+    /// New connections a second: the open-loop mode.
+    rate: Option<f64>,
 }
 
 fn parse_args() -> Result<Args, String> {
     let mut it = std::env::args().skip(1);
-    if it.next().as_deref() != Some("fetch") {
-        return Err("usage: loadgen fetch --server H:P --target H:P --path P --conns N --seconds S [--socks]".into());
-    }
+    let mode = it.next();
+    let open_loop = match mode.as_deref() {
+        Some("fetch") => false,
+        Some("rate") => true,
+        _ => return Err("usage: loadgen fetch --server H:P --target H:P --path P --conns N --seconds S [--socks] [--keepalive]\n       loadgen rate --server H:P --target H:P --path P --rate R --seconds S [--connect | --socks]".into()),
+    };
     let (mut server, mut target, mut path) = (None, None, None);
     let (mut conns, mut seconds, mut socks) = (8usize, 5f64, false);
+    let (mut connect, mut keepalive, mut rate) = (false, false, None);
     while let Some(a) = it.next() {
         let mut val = || it.next().ok_or(format!("{a} needs a value"));
         match a.as_str() {
@@ -55,8 +81,23 @@ fn parse_args() -> Result<Args, String> {
             "--conns" => conns = val()?.parse().map_err(|e| format!("--conns: {e}"))?,
             "--seconds" => seconds = val()?.parse().map_err(|e| format!("--seconds: {e}"))?,
             "--socks" => socks = true,
+            "--connect" => connect = true,
+            "--keepalive" => keepalive = true,
+            "--rate" => {
+                let r: f64 = val()?.parse().map_err(|e| format!("--rate: {e}"))?;
+                if !(r > 0.0 && r <= 1e6) {
+                    return Err("--rate must be in (0, 1000000]".into());
+                }
+                rate = Some(r)
+            }
             _ => return Err(format!("unknown argument {a}")),
         }
+    }
+    if open_loop != rate.is_some() {
+        return Err("--rate belongs to (and is required by) the rate mode".into());
+    }
+    if connect && socks {
+        return Err("--connect and --socks exclude each other".into());
     }
     Ok(Args {
         server: server.ok_or("--server is required")?,
@@ -65,6 +106,9 @@ fn parse_args() -> Result<Args, String> {
         conns: conns.max(1),
         seconds,
         socks,
+        connect,
+        keepalive,
+        rate,
     })
 }
 
@@ -77,6 +121,8 @@ enum State {
     Method,
     /// SOCKS5: waiting for the CONNECT reply.
     Reply,
+    /// HTTP CONNECT: waiting for the proxy's response head.
+    Tunnel,
     /// Reading the response head.
     Head,
     /// Reading the body: bytes still to come.
@@ -89,6 +135,8 @@ struct Slot {
     /// Bytes of the current SOCKS reply or response head read so far.
     buf: Vec<u8>,
     started: Instant,
+    /// When the connection was due (rate mode).
+    due: Instant,
     resume: Instant,
     /// Bytes of the current response (head and body).
     got: usize,
@@ -162,6 +210,8 @@ struct Gen {
     args: Args,
     request: Vec<u8>,
     connect: Vec<u8>,
+    /// The HTTP CONNECT request (rate mode, --connect).
+    tunnel: Vec<u8>,
     scratch: Vec<u8>,
 }
 
@@ -204,6 +254,9 @@ impl Gen {
                     if self.args.socks {
                         send_all(s, socks_greeting())?;
                         slot.state = State::Method;
+                    } else if self.args.connect {
+                        send_all(s, &self.tunnel)?;
+                        slot.state = State::Tunnel;
                     } else {
                         send_all(s, &self.request)?;
                         slot.state = State::Head;
@@ -225,7 +278,7 @@ impl Gen {
                         Err(e) => return Err(format!("read: {e}")),
                     }
                 }
-                State::Method | State::Reply | State::Head => {
+                State::Method | State::Reply | State::Tunnel | State::Head => {
                     let mut chunk = [0u8; 4096];
                     let n = match s.read(&mut chunk) {
                         Ok(0) => return Err(format!("closed in state {:?}", slot.state)),
@@ -257,6 +310,22 @@ impl Gen {
                                 slot.state = State::Head;
                             }
                         }
+                        State::Tunnel => {
+                            if let Some(end) = slot.buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                                let status = tunnel_status(&slot.buf[..end])?;
+                                if status != 200 {
+                                    return Err(format!("CONNECT status {status}"));
+                                }
+                                if slot.buf.len() > end + 4 {
+                                    return Err("bytes after the CONNECT response".into());
+                                }
+                                slot.buf.clear();
+                                send_all(s, &self.request)?;
+                                slot.state = State::Head;
+                            } else if slot.buf.len() > HEAD_MAX {
+                                return Err("CONNECT response head too long".into());
+                            }
+                        }
                         State::Head => {
                             if let Some((status, len, hlen)) = split_head(&slot.buf)? {
                                 if status != 200 {
@@ -284,6 +353,15 @@ impl Gen {
     }
 }
 
+/// The status of a CONNECT response head (without its blank line).
+fn tunnel_status(head: &[u8]) -> Result<u16, String> {
+    std::str::from_utf8(head)
+        .ok()
+        .and_then(|h| h.split(' ').nth(1))
+        .and_then(|s| s.trim().parse().ok())
+        .ok_or_else(|| "bad CONNECT status line".into())
+}
+
 fn json_str(s: &str) -> String {
     let mut out = String::from("\"");
     for c in s.chars() {
@@ -298,38 +376,54 @@ fn json_str(s: &str) -> String {
     out
 }
 
-fn run(args: Args) -> Totals {
+fn gen_for(args: Args) -> Gen {
     let request = format!(
-        "GET {} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\r\n",
-        args.path, args.target
+        "GET {} HTTP/1.1\r\nHost: {}\r\n{}\r\n",
+        args.path,
+        args.target,
+        if args.keepalive {
+            ""
+        } else {
+            "Connection: close\r\n"
+        }
     )
     .into_bytes();
     let connect = socks_connect(&args.target);
-    let conns = args.conns;
-    let t0 = Instant::now();
-    let deadline = t0 + Duration::from_secs_f64(args.seconds);
-    let mut gen = Gen {
+    let tunnel = format!("CONNECT {0} HTTP/1.1\r\nHost: {0}\r\n\r\n", args.target).into_bytes();
+    Gen {
         args,
         request,
         connect,
+        tunnel,
         scratch: vec![0u8; 256 * 1024],
-    };
+    }
+}
+
+fn new_slot(t0: Instant) -> Slot {
+    Slot {
+        sock: None,
+        state: State::Pause,
+        buf: Vec::with_capacity(HEAD_MAX),
+        started: t0,
+        due: t0,
+        resume: t0,
+        got: 0,
+    }
+}
+
+fn run(args: Args) -> Totals {
+    let conns = args.conns;
+    let keepalive = args.keepalive;
+    let t0 = Instant::now();
+    let deadline = t0 + Duration::from_secs_f64(args.seconds);
+    let mut gen = gen_for(args);
     let mut totals = Totals {
         requests: 0,
         bytes: 0,
         errors: 0,
         first_error: None,
     };
-    let mut slots: Vec<Slot> = (0..conns)
-        .map(|_| Slot {
-            sock: None,
-            state: State::Pause,
-            buf: Vec::with_capacity(HEAD_MAX),
-            started: t0,
-            resume: t0,
-            got: 0,
-        })
-        .collect();
+    let mut slots: Vec<Slot> = (0..conns).map(|_| new_slot(t0)).collect();
     // (slot, ready) after each poll.
     let mut ready: Vec<(usize, bool)> = Vec::with_capacity(conns);
     loop {
@@ -390,6 +484,23 @@ fn run(args: Args) -> Totals {
             };
             match outcome {
                 Ok(Want::Read) => {}
+                Ok(Want::Done) if keepalive && now < deadline => {
+                    // The next GET on the same connection.
+                    totals.requests += 1;
+                    totals.bytes += slot.got as u64;
+                    slot.got = 0;
+                    slot.buf.clear();
+                    slot.started = now;
+                    slot.state = State::Head;
+                    let s = slot.sock.as_mut().expect("a done slot has its socket");
+                    if let Err(e) = send_all(s, &gen.request) {
+                        totals.errors += 1;
+                        totals.first_error.get_or_insert(e);
+                        slot.sock = None;
+                        slot.state = State::Pause;
+                        slot.resume = now + ERROR_PAUSE;
+                    }
+                }
                 Ok(Want::Done) => {
                     totals.requests += 1;
                     totals.bytes += slot.got as u64;
@@ -410,6 +521,167 @@ fn run(args: Args) -> Totals {
     totals
 }
 
+/// Connections in flight at most in the rate mode (descriptors).
+const RATE_MAX_IN_FLIGHT: usize = 15_000;
+
+struct Latencies {
+    /// From the moment each connection was due (corrected).
+    due: hdrhistogram::Histogram<u64>,
+    /// From its connect call (what the client saw, uncorrected).
+    service: hdrhistogram::Histogram<u64>,
+}
+
+fn histogram() -> hdrhistogram::Histogram<u64> {
+    // 1 us to 100 s, 3 significant digits.
+    hdrhistogram::Histogram::new_with_bounds(1, 100_000_000, 3).expect("valid bounds")
+}
+
+/// The percentiles the report shows, as a JSON object, in microseconds.
+fn percentiles_json(h: &hdrhistogram::Histogram<u64>) -> String {
+    let q = |x: f64| {
+        if h.is_empty() {
+            0
+        } else {
+            h.value_at_quantile(x)
+        }
+    };
+    format!(
+        "{{\"p50\": {}, \"p90\": {}, \"p99\": {}, \"p99.9\": {}, \"p99.99\": {}, \"max\": {}}}",
+        q(0.5),
+        q(0.9),
+        q(0.99),
+        q(0.999),
+        q(0.9999),
+        h.max()
+    )
+}
+
+/// The open loop: a connection due every 1/rate s until the deadline.
+fn run_rate(args: Args) -> (Totals, Latencies) {
+    let rate = args.rate.expect("rate mode has a rate");
+    let interval = Duration::from_secs_f64(1.0 / rate);
+    let t0 = Instant::now();
+    let deadline = t0 + Duration::from_secs_f64(args.seconds);
+    let mut gen = gen_for(args);
+    let mut totals = Totals {
+        requests: 0,
+        bytes: 0,
+        errors: 0,
+        first_error: None,
+    };
+    let mut lat = Latencies {
+        due: histogram(),
+        service: histogram(),
+    };
+    let mut slots: Vec<Slot> = Vec::new();
+    let mut free: Vec<usize> = Vec::new();
+    let mut active: Vec<usize> = Vec::new();
+    let mut next_due = t0;
+    let mut ready: Vec<bool> = Vec::new();
+    loop {
+        let now = Instant::now();
+        // Every connection now due, however late we are.
+        while next_due <= now && next_due < deadline {
+            let due = next_due;
+            next_due += interval;
+            if active.len() >= RATE_MAX_IN_FLIGHT {
+                totals.errors += 1;
+                totals
+                    .first_error
+                    .get_or_insert(format!("{RATE_MAX_IN_FLIGHT} connections in flight"));
+                continue;
+            }
+            let i = free.pop().unwrap_or_else(|| {
+                slots.push(new_slot(t0));
+                slots.len() - 1
+            });
+            let slot = &mut slots[i];
+            match gen.open(slot) {
+                Ok(()) => {
+                    slot.due = due;
+                    active.push(i);
+                }
+                Err(e) => {
+                    totals.errors += 1;
+                    totals.first_error.get_or_insert(e);
+                    free.push(i);
+                }
+            }
+        }
+        if active.is_empty() && next_due >= deadline {
+            break;
+        }
+        let wait_ms = if next_due < deadline {
+            next_due
+                .saturating_duration_since(Instant::now())
+                .as_millis() as u16
+        } else {
+            100
+        };
+        let mut fds = Vec::with_capacity(active.len());
+        for &i in &active {
+            let slot = &slots[i];
+            let s = slot.sock.as_ref().expect("an active slot has a socket");
+            let events = if slot.state == State::Connecting {
+                PollFlags::POLLOUT
+            } else {
+                PollFlags::POLLIN
+            };
+            fds.push(PollFd::new(s.as_fd(), events));
+        }
+        match poll(&mut fds, PollTimeout::from(wait_ms.min(100))) {
+            Ok(_) => {}
+            Err(Errno::EINTR) => continue,
+            Err(e) => {
+                totals.first_error.get_or_insert(format!("poll: {e}"));
+                break;
+            }
+        }
+        ready.clear();
+        ready.extend(
+            fds.iter()
+                .map(|fd| fd.revents().is_some_and(|e| !e.is_empty())),
+        );
+        drop(fds);
+        let now = Instant::now();
+        let mut still = Vec::with_capacity(active.len());
+        for (&i, &is_ready) in active.iter().zip(&ready) {
+            let slot = &mut slots[i];
+            let outcome = if is_ready {
+                gen.step(slot)
+            } else if now.duration_since(slot.started) > REQUEST_TIMEOUT {
+                Err("request timed out".into())
+            } else {
+                still.push(i);
+                continue;
+            };
+            match outcome {
+                Ok(Want::Read) => {
+                    still.push(i);
+                    continue;
+                }
+                Ok(Want::Done) => {
+                    totals.requests += 1;
+                    totals.bytes += slot.got as u64;
+                    let us = |d: Duration| (d.as_micros() as u64).max(1);
+                    lat.due.saturating_record(us(now.duration_since(slot.due)));
+                    lat.service
+                        .saturating_record(us(now.duration_since(slot.started)));
+                }
+                Err(e) => {
+                    totals.errors += 1;
+                    totals.first_error.get_or_insert(e);
+                }
+            }
+            slot.sock = None;
+            slot.state = State::Pause;
+            free.push(i);
+        }
+        active = still;
+    }
+    (totals, lat)
+}
+
 fn main() {
     let args = match parse_args() {
         Ok(a) => a,
@@ -419,14 +691,27 @@ fn main() {
         }
     };
     let t0 = Instant::now();
-    let t = run(args);
+    let rate = args.rate;
+    let (t, extra) = if rate.is_some() {
+        let (t, lat) = run_rate(args);
+        let extra = format!(
+            ", \"rate\": {}, \"latency_us\": {}, \"service_us\": {}",
+            rate.unwrap_or(0.0),
+            percentiles_json(&lat.due),
+            percentiles_json(&lat.service)
+        );
+        (t, extra)
+    } else {
+        (run(args), String::new())
+    };
     println!(
-        "LOADGEN {{\"requests\": {}, \"bytes\": {}, \"errors\": {}, \"first_error\": {}, \"seconds\": {:.6}}}",
+        "LOADGEN {{\"requests\": {}, \"bytes\": {}, \"errors\": {}, \"first_error\": {}, \"seconds\": {:.6}{}}}",
         t.requests,
         t.bytes,
         t.errors,
         t.first_error.as_deref().map(json_str).unwrap_or_else(|| "null".into()),
-        t0.elapsed().as_secs_f64()
+        t0.elapsed().as_secs_f64(),
+        extra
     );
 }
 
@@ -461,10 +746,19 @@ mod tests {
         assert!(split_head(b"HTTP/1.1 200 OK\r\n\r\n").is_err());
     }
 
-    /// An origin answering every connection with one 1000-byte response,
+    #[derive(Clone, Copy, PartialEq)]
+    enum Front {
+        Plain,
+        Socks,
+        Connect,
+    }
+
+    /// An origin answering each GET with one 1000-byte response (several
+    /// on one connection unless the request says `Connection: close`),
     /// optionally behind a minimal SOCKS5 server (no authentication,
-    /// CONNECT to any address is accepted and served locally).
-    fn origin(socks: bool) -> SocketAddr {
+    /// CONNECT to any address is accepted and served locally) or a minimal
+    /// HTTP CONNECT proxy.
+    fn origin(front: Front) -> SocketAddr {
         use std::net::TcpListener;
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = l.local_addr().unwrap();
@@ -473,50 +767,171 @@ mod tests {
                 let mut c = c.unwrap();
                 std::thread::spawn(move || {
                     let mut b = [0u8; 4096];
-                    if socks {
-                        c.read_exact(&mut b[..3]).unwrap();
-                        assert_eq!(&b[..3], b"\x05\x01\x00");
-                        c.write_all(b"\x05\x00").unwrap();
-                        c.read_exact(&mut b[..10]).unwrap();
-                        assert_eq!(&b[..4], b"\x05\x01\x00\x01");
-                        c.write_all(b"\x05\x00\x00\x01\x7f\x00\x00\x01\x00\x50")
-                            .unwrap();
+                    let read_head = |c: &mut std::net::TcpStream| {
+                        let mut head = Vec::new();
+                        let mut one = [0u8; 1];
+                        while !head.ends_with(b"\r\n\r\n") {
+                            if c.read(&mut one).unwrap_or(0) == 0 {
+                                return None;
+                            }
+                            head.push(one[0]);
+                        }
+                        Some(head)
+                    };
+                    match front {
+                        Front::Socks => {
+                            c.read_exact(&mut b[..3]).unwrap();
+                            assert_eq!(&b[..3], b"\x05\x01\x00");
+                            c.write_all(b"\x05\x00").unwrap();
+                            c.read_exact(&mut b[..10]).unwrap();
+                            assert_eq!(&b[..4], b"\x05\x01\x00\x01");
+                            c.write_all(b"\x05\x00\x00\x01\x7f\x00\x00\x01\x00\x50")
+                                .unwrap();
+                        }
+                        Front::Connect => {
+                            let head = read_head(&mut c).expect("a CONNECT request");
+                            assert!(head.starts_with(b"CONNECT 10.0.2.2:80 HTTP/1.1\r\n"));
+                            c.write_all(b"HTTP/1.1 200 Connection established\r\n\r\n")
+                                .unwrap();
+                        }
+                        Front::Plain => {}
                     }
-                    let mut head = Vec::new();
-                    while !head.ends_with(b"\r\n\r\n") {
-                        let n = c.read(&mut b[..1]).unwrap();
-                        assert_eq!(n, 1, "closed before the request's end");
-                        head.push(b[0]);
+                    while let Some(head) = read_head(&mut c) {
+                        assert!(head.starts_with(b"GET /f HTTP/1.1\r\n"));
+                        let mut resp = b"HTTP/1.1 200 OK\r\nContent-Length: 1000\r\n\r\n".to_vec();
+                        resp.extend_from_slice(&[b'x'; 1000]);
+                        c.write_all(&resp).unwrap();
+                        if head.windows(17).any(|w| w == b"Connection: close") {
+                            break;
+                        }
                     }
-                    assert!(head.starts_with(b"GET /f HTTP/1.1\r\n"));
-                    let mut resp = b"HTTP/1.1 200 OK\r\nContent-Length: 1000\r\n\r\n".to_vec();
-                    resp.extend_from_slice(&[b'x'; 1000]);
-                    c.write_all(&resp).unwrap();
                 });
             }
         });
         addr
     }
 
-    fn fetch_from(server: SocketAddr, socks: bool) {
-        let t = run(Args {
+    fn args(server: SocketAddr, conns: usize, seconds: f64) -> Args {
+        Args {
             server,
             target: "10.0.2.2:80".parse().unwrap(),
             path: "/f".into(),
-            conns: 3,
-            seconds: 0.3,
+            conns,
+            seconds,
+            socks: false,
+            connect: false,
+            keepalive: false,
+            rate: None,
+        }
+    }
+
+    const EACH: u64 = 41 + 1000;
+
+    fn fetch_from(server: SocketAddr, socks: bool) {
+        let t = run(Args {
             socks,
+            ..args(server, 3, 0.3)
         });
         assert_eq!(t.errors, 0, "{:?}", t.first_error);
         assert!(t.requests > 10, "{} requests", t.requests);
         let each = "HTTP/1.1 200 OK\r\nContent-Length: 1000\r\n\r\n".len() as u64 + 1000;
+        assert_eq!(each, EACH);
         assert_eq!(t.bytes, t.requests * each);
     }
 
     #[test]
     fn fetches_whole_responses_directly_and_through_socks() {
-        fetch_from(origin(false), false);
-        fetch_from(origin(true), true);
+        fetch_from(origin(Front::Plain), false);
+        fetch_from(origin(Front::Socks), true);
+    }
+
+    #[test]
+    fn keepalive_carries_many_requests_per_socks_tunnel() {
+        let t = run(Args {
+            socks: true,
+            keepalive: true,
+            ..args(origin(Front::Socks), 2, 0.3)
+        });
+        assert_eq!(t.errors, 0, "{:?}", t.first_error);
+        assert!(t.requests > 20, "{} requests", t.requests);
+        assert_eq!(t.bytes, t.requests * EACH);
+    }
+
+    #[test]
+    fn open_loop_keeps_its_rate_and_measures_from_the_schedule() {
+        for (front, connect) in [(Front::Plain, false), (Front::Connect, true)] {
+            let (t, lat) = run_rate(Args {
+                connect,
+                rate: Some(200.0),
+                ..args(origin(front), 1, 0.5)
+            });
+            assert_eq!(t.errors, 0, "{:?}", t.first_error);
+            // 100 connections were due; each made one request.
+            assert!((95..=101).contains(&t.requests), "{} requests", t.requests);
+            assert_eq!(t.bytes, t.requests * EACH);
+            assert_eq!(lat.due.len(), t.requests);
+            let p = |h: &hdrhistogram::Histogram<u64>, q| h.value_at_quantile(q);
+            assert!(p(&lat.due, 0.5) <= p(&lat.due, 0.99));
+            assert!(p(&lat.due, 0.99) <= lat.due.max());
+            // Measured from when it was due, a request takes at least as
+            // long as from its connect call.
+            assert!(lat.due.max() >= lat.service.max());
+            assert!(lat.due.max() < 5_000_000);
+        }
+    }
+
+    #[test]
+    fn open_loop_counts_a_refused_tunnel() {
+        // An origin that is no CONNECT proxy answers the CONNECT with...
+        // nothing it understands: a plain listener that closes at once.
+        use std::net::TcpListener;
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let server = l.local_addr().unwrap();
+        std::thread::spawn(move || {
+            for c in l.incoming() {
+                let mut c = c.unwrap();
+                let _ = c.write_all(b"HTTP/1.1 403 Forbidden\r\n\r\n");
+            }
+        });
+        let (t, lat) = run_rate(Args {
+            connect: true,
+            rate: Some(100.0),
+            ..args(server, 1, 0.2)
+        });
+        assert_eq!(t.requests, 0);
+        assert!(t.errors >= 15, "{} errors", t.errors);
+        assert!(t.first_error.unwrap().contains("CONNECT status 403"));
+        assert!(lat.due.is_empty());
+        assert!(percentiles_json(&lat.due).contains("\"p99.99\": 0"));
+    }
+
+    #[test]
+    fn percentiles_are_the_report_columns() {
+        let mut h = histogram();
+        for v in 1..=10_000u64 {
+            h.record(v).unwrap();
+        }
+        let j = percentiles_json(&h);
+        for k in [
+            "\"p50\": ",
+            "\"p90\": ",
+            "\"p99\": ",
+            "\"p99.9\": ",
+            "\"p99.99\": ",
+            "\"max\": ",
+        ] {
+            assert!(j.contains(k), "{j}");
+        }
+        // Three significant digits: within 0.1% of the exact values.
+        let near = |q: f64, exact: f64| {
+            let v = h.value_at_quantile(q) as f64;
+            (v - exact).abs() <= exact * 0.001 + 1.0
+        };
+        assert!(
+            near(0.5, 5000.0) && near(0.99, 9900.0) && near(0.9999, 9999.0),
+            "{j}"
+        );
+        assert!((h.max() as f64 - 10_000.0).abs() <= 10.0, "{j}");
     }
 
     #[test]
@@ -524,14 +939,7 @@ mod tests {
         let free = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let server = free.local_addr().unwrap();
         drop(free);
-        let t = run(Args {
-            server,
-            target: "10.0.2.2:80".parse().unwrap(),
-            path: "/f".into(),
-            conns: 1,
-            seconds: 0.2,
-            socks: false,
-        });
+        let t = run(args(server, 1, 0.2));
         assert_eq!(t.requests, 0);
         assert!(t.errors > 0);
         assert!(t.first_error.unwrap().contains("connect"));

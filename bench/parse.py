@@ -72,16 +72,91 @@ def parse_iperf3(text):
 
 # --- loadgen.py ------------------------------------------------------------
 
+# The percentiles of an open-loop run, in the http-tunnel benchmark's columns.
+LATENCY_KEYS = ("p50", "p90", "p99", "p99.9", "p99.99", "max")
+
+
 def parse_loadgen(text):
     """The last LOADGEN {json} line of bench/loadgen.py."""
     found = re.findall(r"^LOADGEN (\{.*\})\s*$", text, re.M)
     if not found:
         raise ParseError("no LOADGEN line: %r" % text[-300:])
     d = json.loads(found[-1])
+    lat = d.pop("latency_us", None)
+    if lat:
+        # The open-loop mode's histogram (bench/loadgen.rs rate).
+        for k in LATENCY_KEYS:
+            if k not in lat:
+                raise ParseError("loadgen latency without %s" % k)
+            d["lat_%s_us" % k] = lat[k]
     if d.get("seconds"):
         d["rps"] = d["requests"] / d["seconds"]
         d["bytes_per_s"] = d["bytes"] / d["seconds"]
     return d
+
+
+# --- h2load ----------------------------------------------------------------
+
+_H2_FINISHED = re.compile(r"^finished in ([0-9.]+)(ms|s|us),", re.M)
+_H2_REQS = re.compile(r"^requests: (\d+) total, (\d+) started, (\d+) done, (\d+) succeeded, "
+                      r"(\d+) failed, (\d+) errored, (\d+) timeout", re.M)
+_H2_CODES = re.compile(r"^status codes: (\d+) 2xx, (\d+) 3xx, (\d+) 4xx, (\d+) 5xx", re.M)
+_H2_TRAFFIC = re.compile(r"^traffic: \S+ \((\d+)\) total", re.M)
+
+
+def parse_h2load(text):
+    """h2load's summary: requests that succeeded, bytes on the wire (heads
+    included), seconds, rps, bytes_per_s; errors = failed + errored +
+    timeout + non-2xx."""
+    f = _H2_FINISHED.search(text)
+    r = _H2_REQS.search(text)
+    c = _H2_CODES.search(text)
+    b = _H2_TRAFFIC.search(text)
+    if not (f and r and c and b):
+        raise ParseError("no h2load summary: %r" % text[-300:])
+    secs = float(f.group(1)) / {"s": 1, "ms": 1e3, "us": 1e6}[f.group(2)]
+    if secs <= 0:
+        raise ParseError("h2load ran for no time")
+    total, started, done, ok, failed, errored, timeout = (int(x) for x in r.groups())
+    codes = dict(zip(("2xx", "3xx", "4xx", "5xx"), (int(x) for x in c.groups())))
+    return {
+        "requests": ok,
+        "bytes": int(b.group(1)),
+        "seconds": secs,
+        "rps": ok / secs,
+        "bytes_per_s": int(b.group(1)) / secs,
+        "errors": failed + errored + timeout + codes["3xx"] + codes["4xx"] + codes["5xx"],
+        "status_codes": codes,
+    }
+
+
+# --- siege -----------------------------------------------------------------
+
+def parse_siege(text):
+    """`siege -j`: its JSON summary (data_transferred in MiB, bodies only)."""
+    start, end = text.find("{"), text.rfind("}")
+    if start < 0 or end < start:
+        raise ParseError("no siege JSON summary: %r" % text[-300:])
+    try:
+        d = json.loads(text[start:end + 1])
+    except ValueError as e:
+        raise ParseError("siege summary is not JSON: %s" % e)
+    secs = d.get("elapsed_time") or 0
+    if secs <= 0:
+        raise ParseError("siege ran for no time")
+    ok = int(d.get("successful_transactions", d["transactions"]))
+    nbytes = int(round(d["data_transferred"] * 1024 * 1024))
+    return {
+        "requests": ok,
+        "bytes": nbytes,
+        "seconds": secs,
+        "rps": ok / secs,
+        "bytes_per_s": nbytes / secs,
+        "errors": int(d.get("failed_transactions", 0)),
+        "availability": d.get("availability"),
+        "lat_mean_us": d.get("response_time", 0) * 1e6,
+        "lat_max_us": d.get("longest_transaction", 0) * 1e6,
+    }
 
 
 # --- /proc -----------------------------------------------------------------

@@ -6,6 +6,7 @@ import re
 
 from . import stats
 
+LATENCY_KEYS = ("p50", "p90", "p99", "p99.9", "p99.99", "max")
 AGREE = 0.10     # two runs "agree" on a figure when their medians differ by <= 10%...
 # ...or by no more than the larger spread of the two.
 
@@ -90,6 +91,12 @@ def aggregate(doc):
             a["proxy_util"] = stats.median([c["proxy_util"] for c in ok])
             a["other_util"] = stats.median([c["other_side_util"] for c in ok])
             a["foreign"] = stats.median([c["foreign_frac"] for c in ok])
+            if "lat_p50_us" in ok[0] and "lat_p99.99_us" in ok[0]:
+                # The open-loop cells' latency percentiles, in ms.
+                a["latency_ms"] = {k: stats.summarize([c["lat_%s_us" % k] / 1000 for c in ok])
+                                   for k in LATENCY_KEYS}
+            if ok[0].get("h2load_mode"):
+                a["h2load_mode"] = ok[0]["h2load_mode"]
         out[key] = a
     return out
 
@@ -178,6 +185,91 @@ def render_tables(doc):
                 _cell(a["peak_mb"], p in bm, 1) if a["peak_mb"] else "-",
                 round(100 * a["proxy_util"]), round(100 * a["other_util"]), a["pace"]))
         out.append("")
+        if sd["kind"] == "h2load":
+            modes = ["%s: %s" % (p, agg[(s, p)]["h2load_mode"]) for p in prox
+                     if agg.get((s, p), {}).get("h2load_mode")]
+            if modes:
+                out.append("How h2load reached the origin: %s.\n" % "; ".join(modes))
+        if sd["kind"] == "rate":
+            out.append(render_latency(agg, s, prox))
+            out.append("")
+    return "\n".join(out)
+
+
+def render_latency(agg, scenario, prox):
+    """The open-loop latency table, one row per proxy, as the http-tunnel
+    benchmark's summary: ms from each connection's scheduled start."""
+    out = ["Latency in ms from the moment each connection was due (coordinated "
+           "omission corrected); lower is better.\n",
+           "| proxy | " + " | ".join(LATENCY_KEYS) + " |",
+           "|---|" + "---:|" * len(LATENCY_KEYS)]
+    for p in prox:
+        a = agg.get((scenario, p))
+        if not a:
+            continue
+        if a["status"] != "ok" or "latency_ms" not in a:
+            out.append("| %s | %s: %s |%s" % (p, a["status"], _short(a.get("reason")),
+                                             " |" * (len(LATENCY_KEYS) - 1)))
+            continue
+        out.append("| %s | %s |" % (p, " | ".join(_cell(a["latency_ms"][k])
+                                                  for k in LATENCY_KEYS)))
+    return "\n".join(out)
+
+
+def _is_ours(doc, p):
+    return doc["proxies"].get(p, {}).get("family") == "ours"
+
+
+def how_we_compare(doc, ours="3proxy"):
+    """Rows (scenario, figure, our median, best peer, its median, ratio):
+    per cell, our figure over the best peer's (not ours, not no proxy).
+    The figure is proxy CPU per unit of work, KB per idle client for the
+    memory cells, and p99 latency for the open-loop cells; for all of
+    them lower is better, so a ratio below 1 means we are ahead."""
+    agg = aggregate(doc)
+    rows = []
+    for s, sd in doc["scenarios"].items():
+        if sd["kind"] == "mem":
+            fig, name = (lambda a: a["kb_per_conn"]["median"]), "KB per idle client"
+        elif sd["kind"] == "rate":
+            fig, name = (lambda a: a["latency_ms"]["p99"]["median"]), "p99 latency ms"
+        else:
+            fig, name = (lambda a: a["cost"]["median"]), (
+                "proxy CPU s/GB" if sd["unit"] == "GB" else "proxy CPU µs/req")
+        a = agg.get((s, ours))
+        mine = fig(a) if a and a["status"] == "ok" and _has(a, sd) else None
+        peers = {}
+        for p in doc["proxies"]:
+            if p == "noproxy" or _is_ours(doc, p):
+                continue
+            b = agg.get((s, p))
+            if b and b["status"] == "ok" and _has(b, sd):
+                v = fig(b)
+                if v is not None:
+                    peers[p] = v
+        best = min(peers, key=peers.get) if peers else None
+        rows.append({"scenario": s, "figure": name, "ours": mine, "best": best,
+                     "best_value": peers.get(best),
+                     "ratio": mine / peers[best] if mine is not None and best and peers[best]
+                     else None})
+    return rows
+
+
+def _has(a, sd):
+    if sd["kind"] == "mem":
+        return a.get("kb_per_conn") is not None
+    if sd["kind"] == "rate":
+        return "latency_ms" in a
+    return a.get("cost") is not None
+
+
+def render_how_we_compare(doc):
+    out = ["| cell | figure (lower is better) | 3proxy | best peer | its figure | 3proxy / best |",
+           "|---|---|---:|---|---:|---:|"]
+    for r in how_we_compare(doc):
+        out.append("| %s | %s | %s | %s | %s | %s |" % (
+            r["scenario"], r["figure"], _fmt(r["ours"]), r["best"] or "none measured",
+            _fmt(r["best_value"]), "%.2f" % r["ratio"] if r["ratio"] is not None else "-"))
     return "\n".join(out)
 
 
@@ -285,6 +377,9 @@ def render_machine(doc):
             st["cpu_busy"]),
         "| tools | %s; %s; %s; %s; Python %s |" % (t.get("wrk"), t.get("iperf3"), t.get("nginx"),
                                                   t.get("haproxy"), t.get("python")),
+        "| peers | %s |" % "; ".join(str(t[k]) for k in (
+            "dante", "microsocks", "squid", "tinyproxy", "trafficserver", "h2load", "siege")
+            if t.get(k)),
         "| threeproxy | %s |" % ("binary sha256 %s, built %s, git %s" % (
             ours["sha256"], ours["built"], ours["git_head"]) if ours else "not measured"),
     ] + [
@@ -304,8 +399,15 @@ def render_results_md(docs, names):
     doc = docs[0]
     cells = doc["cells"]
     dist = sum(1 for c in cells if c.get("disturbed"))
+    smoke = doc["mode"] == "quick"
     parts = [RESULTS_HEAD % {"json": names[0],
                              "all": " ".join("bench/" + n for n in names)},
+             "## How we compare\n",
+             ("**Smoke run (quick mode): these figures prove that every cell and peer "
+              "runs; they are not for comparison.**\n\n" if smoke else "")
+             + "Per cell, our figure over the best peer's in the same run (no proxy and "
+             "other builds of ours excluded); below 1 we are ahead.\n",
+             render_how_we_compare(doc), "",
              "## The machine\n", render_machine(doc), "",
              "## Headline: proxy CPU per unit of work (median)\n",
              "Lower is better; **bold** is the best proxy in the row (no proxy excluded). "

@@ -176,14 +176,19 @@ class Session:
         nofile = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
         cfg = S.proxy_config(proxy, service, celldir, nofile)
         os.makedirs(os.path.join(celldir, "tmp"), exist_ok=True)
+        # squid, tinyproxy, dante and ATS drop root and write their files here.
+        os.chmod(celldir, 0o777)
         cfg_path = os.path.join(celldir, cfg[0])
+        if fam == "trafficserver":
+            cfg_path = _ats_runroot(celldir)
         with open(cfg_path, "w") as f:
             f.write(cfg[1])
         self.configs["%s/%s" % (proxy, service)] = cfg[1]
         log = os.path.join(celldir, "proxy.log")
         p = procs.spawn(netns.NS_PRX, self.proxy_cpu,
                         S.proxy_argv(proxy, cfg_path, celldir, self.binary), log_path=log)
-        if procs.wait_listening(p, C.listen_port(service), timeout=5):
+        if procs.wait_listening(p, C.listen_port(service),
+                                timeout=S.START_TIMEOUT.get(fam, 5)):
             time.sleep(0.2)
             if p.poll() is None:
                 return p
@@ -330,6 +335,61 @@ class Session:
                 r["requests"], r["errors"], r.get("first_error"))
         return res
 
+    def _rate(self, scenario, proxy, p, celldir):
+        """The open-loop cells: loadgen rate, latency from the schedule."""
+        if not self.fetcher:
+            return {"status": "error", "reason": "no load client: %s" % self.fetcher_error}
+        argv = S.rate_argv(self.fetcher, scenario, proxy, self.seconds)
+        (rc, out, err), m = self._measured(p, lambda: procs.run(
+            netns.NS_CLI, self.other_cpu, argv, timeout=self.seconds + 60))
+        try:
+            r = parse.parse_loadgen(out)
+        except parse.ParseError as e:
+            return dict(m, status="error", reason=(str(e) + " " + err)[:300])
+        res = _finish(dict(m, **r), "req")
+        if r["requests"] == 0 or r["errors"] > 0.01 * max(r["requests"], 1):
+            res["status"] = "error"
+            res["reason"] = "%d requests, %d errors, first: %s" % (
+                r["requests"], r["errors"], r.get("first_error"))
+        return res
+
+    def _h2load(self, scenario, proxy, p, celldir):
+        argv = S.h2load_argv(scenario, proxy, self.seconds)
+        if self.warmup:
+            procs.run(netns.NS_CLI, self.other_cpu,
+                      S.h2load_argv(scenario, proxy, self.warmup), timeout=60)
+        (rc, out, err), m = self._measured(p, lambda: procs.run(
+            netns.NS_CLI, self.other_cpu, argv, timeout=self.seconds + 60))
+        try:
+            r = parse.parse_h2load(out)
+        except parse.ParseError as e:
+            return dict(m, status="error", reason=(str(e) + " " + err)[:300])
+        res = _finish(dict(m, **r), "req")
+        res["h2load_mode"] = S.h2load_mode(proxy)
+        if r["requests"] == 0 or r["errors"] > 0.01 * max(r["requests"], 1):
+            res["status"] = "error"
+            res["reason"] = "%d requests, %d failed (%s)" % (
+                r["requests"], r["errors"], r["status_codes"])
+        return res
+
+    def _siege(self, scenario, proxy, p, celldir):
+        s = S.SCENARIOS[scenario]
+        rc_path = os.path.join(celldir, "siegerc")
+        with open(rc_path, "w") as f:
+            f.write(C.render_siegerc(S.siege_proxy(proxy)))
+        argv = S.siege_argv(scenario, proxy, self.seconds, rc_path)
+        (rc, out, err), m = self._measured(p, lambda: procs.run(
+            netns.NS_CLI, self.other_cpu, argv, timeout=self.seconds + 90))
+        try:
+            r = parse.parse_siege(out + "\n" + err)   # siege -j writes to stderr
+        except parse.ParseError as e:
+            return dict(m, status="error", reason=(str(e) + " " + err[-200:])[:300])
+        res = _finish(dict(m, **r), s["unit"])
+        if r["requests"] == 0 or r["errors"] > 0.01 * max(r["requests"], 1):
+            res["status"] = "error"
+            res["reason"] = "%d transactions, %d failed" % (r["requests"], r["errors"])
+        return res
+
     def _mem(self, scenario, proxy, p):
         s = S.SCENARIOS[scenario]
         time.sleep(1.0)
@@ -358,11 +418,44 @@ class Session:
                "kb_per_conn": (loaded_kb - rest_kb) / n_open if n_open else None,
                "dropped_while_idle": r.get("dropped_while_idle"),
                "idle_errors": r.get("errors"), "first_error": r.get("first_error")}
-        if n_open < s["conns"] * 0.99:
-            res["status"] = "error"
-            res["reason"] = "only %d of %d clients connected (%s)" % (
-                n_open, s["conns"], r.get("first_error"))
-        return res
+        return mem_verdict(res, s["conns"], r.get("first_error"))
+
+
+def mem_verdict(res, conns, first_error=None):
+    """A memory cell is an error when fewer than 99% of CONNS clients
+    connected, or when the proxy closed more than 1% of them while they
+    were idle (then their memory was never held: tinyproxy closed all
+    9950 after their one request in the first smoke run)."""
+    n_open = res["open"]
+    if n_open < conns * 0.99:
+        res["status"] = "error"
+        res["reason"] = "only %d of %d clients connected (%s)" % (n_open, conns, first_error)
+    elif (res.get("dropped_while_idle") or 0) > 0.01 * n_open:
+        res["status"] = "error"
+        res["reason"] = "the proxy closed %d of %d idle clients (no keep-alive)" % (
+            res["dropped_while_idle"], n_open)
+    return res
+
+
+def _ats_runroot(celldir):
+    """A runroot for traffic_server in CELLDIR: the packaged config files
+    with our records.config; returns where records.config goes."""
+    import shutil
+    root = os.path.join(celldir, "ats")
+    etc = os.path.join(root, "etc")
+    shutil.rmtree(root, ignore_errors=True)
+    shutil.copytree("/etc/trafficserver", etc)
+    dirs = {}
+    for d in ("var", "run", "log", "cache"):
+        dirs[d] = os.path.join(root, d)
+        os.makedirs(dirs[d], exist_ok=True)
+    with open(os.path.join(root, "runroot.yaml"), "w") as f:
+        f.write(C.render_ats_runroot(etc, dirs["var"], dirs["run"], dirs["log"], dirs["cache"]))
+    for top, subdirs, files in os.walk(root):
+        for n in subdirs + files:
+            os.chmod(os.path.join(top, n), 0o777)
+    os.chmod(root, 0o777)
+    return os.path.join(etc, "records.config")
 
 
 def _finish(res, unit):

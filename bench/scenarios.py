@@ -30,10 +30,34 @@ SCENARIOS = {
                          "what": "8 clients, a new connection through a TCP mapping per 1 KB request"},
     "socks-1k":         {"kind": "fetch", "service": "socks", "conns": 8, "file": "1k.bin", "unit": "req",
                          "what": "8 clients, a new SOCKS5 session per 1 KB request"},
+    "socks-ka":         {"kind": "fetch", "service": "socks", "conns": 8, "file": "1k.bin", "unit": "req",
+                         "keepalive": True,
+                         "what": "8 SOCKS5 tunnels, each carrying kept-alive 1 KB GETs"},
+    "tunnel-rate-low":  {"kind": "rate", "service": "tcphttp", "rate": 1000, "file": "5b.bin", "unit": "req",
+                         "what": "1000 new TCP-mapped connections/s, open loop, latency percentiles"},
+    "tunnel-rate-high": {"kind": "rate", "service": "tcphttp", "rate": 3500, "file": "5b.bin", "unit": "req",
+                         "what": "3500 new TCP-mapped connections/s (the http-tunnel benchmark's rate)"},
+    "connect-rate-low": {"kind": "rate", "service": "http", "rate": 1000, "file": "5b.bin", "unit": "req",
+                         "connect": True,
+                         "what": "1000 new HTTP CONNECT tunnels/s, open loop, latency percentiles"},
+    "connect-rate-high": {"kind": "rate", "service": "http", "rate": 3500, "file": "5b.bin", "unit": "req",
+                          "connect": True,
+                          "what": "3500 new HTTP CONNECT tunnels/s"},
+    "h2load-64k":       {"kind": "h2load", "service": "http", "conns": 40, "file": "64k.bin", "unit": "req",
+                         "what": "h2load --h1, 40 kept-alive clients, 64 KB responses"},
+    "siege-20m":        {"kind": "siege", "service": "http", "conns": 10, "file": "20m.bin", "unit": "GB",
+                         "min_seconds": 10,
+                         "what": "siege -b, 10 kept-alive clients, 20 MB responses"},
+    "siege-5b":         {"kind": "siege", "service": "http", "conns": 10, "file": "5b.bin", "unit": "req",
+                         "what": "siege -b, 10 kept-alive clients, 5-byte responses"},
     "mem-idle-2000":    {"kind": "mem", "service": "http", "conns": 2000, "file": "1k.bin", "unit": None,
                          "what": "RSS at rest, then with 2000 idle kept-alive HTTP clients"},
     "mem-idle-2000-tcp": {"kind": "mem", "service": "tcphttp", "conns": 2000, "file": "1k.bin", "unit": None,
                           "what": "the same through a TCP mapping (tcppm / stream / mode tcp)"},
+    "mem-idle-10k":     {"kind": "mem", "service": "http", "conns": 10000, "file": "1k.bin", "unit": None,
+                         "what": "RSS at rest, then with 10,000 idle kept-alive HTTP clients"},
+    "mem-idle-10k-tcp": {"kind": "mem", "service": "tcphttp", "conns": 10000, "file": "1k.bin", "unit": None,
+                         "what": "the same through a TCP mapping, 10,000 idle sessions"},
 }
 
 # family: how the proxy is started and configured.
@@ -48,7 +72,34 @@ PROXIES = {
                        "what": "haproxy, 1 thread: mode http + http-reuse always; mode tcp"},
     "haproxy-splice": {"family": "haproxy", "splice": True,
                        "what": "haproxy as above with option splice-request/-response"},
+    "dante":          {"family": "dante", "splice": False,
+                       "what": "dante sockd -N 1: SOCKS5, no authentication, CONNECT only, no log"},
+    "microsocks":     {"family": "microsocks", "splice": False,
+                       "what": "microsocks: SOCKS5, a thread per client (as ours), in C"},
+    "squid":          {"family": "squid", "splice": False,
+                       "what": "squid forward proxy, 1 worker, cache deny all, no logs"},
+    "tinyproxy":      {"family": "tinyproxy", "splice": False,
+                       "what": "tinyproxy forward proxy, log level Critical"},
+    "trafficserver":  {"family": "trafficserver", "splice": False,
+                       "what": "Apache Traffic Server forward proxy, 1 event thread, cache and logs off"},
 }
+
+# What each family can serve: the services of SCENARIOS it has.
+SOCKS_ONLY = ("dante", "microsocks")
+FORWARD = ("squid", "tinyproxy", "trafficserver")     # HTTP forward proxies (absolute-form)
+SERVES = {
+    "none": ("tcp", "tcphttp", "http", "socks"),
+    "ours": ("tcp", "tcphttp", "http", "socks"),
+    "nginx": ("tcp", "tcphttp", "http"),
+    "haproxy": ("tcp", "tcphttp", "http"),
+    "dante": ("socks",),
+    "microsocks": ("socks",),
+    "squid": ("http",),
+    "tinyproxy": ("http",),
+    "trafficserver": ("http",),
+}
+# Seconds a proxy may take to listen (squid and ATS read a lot at start).
+START_TIMEOUT = {"squid": 20, "trafficserver": 20}
 
 SCENARIO_ORDER = list(SCENARIOS)
 PROXY_ORDER = list(PROXIES)
@@ -60,8 +111,19 @@ def applicable(scenario, proxy):
     s, p = SCENARIOS[scenario], PROXIES[proxy]
     if p["family"] == "none" and s["kind"] == "mem":
         return "no proxy process to measure"
-    if p["family"] in ("nginx", "haproxy") and s["service"] == "socks":
-        return "%s has no SOCKS server" % p["family"]
+    fam = p["family"]
+    if fam in ("nginx", "haproxy") and s["service"] == "socks":
+        return "%s has no SOCKS server" % fam
+    if s["service"] not in SERVES[fam]:
+        if fam in SOCKS_ONLY:
+            return "%s is a SOCKS server only" % fam
+        return "%s is an HTTP forward proxy only (no TCP mapping, no SOCKS)" % fam
+    if s.get("connect") and fam in ("nginx", "haproxy"):
+        return "%s has no HTTP CONNECT" % fam
+    if s["kind"] == "h2load" and fam in FORWARD:
+        # ATS answered them 4xx in the smoke run, Host field or not.
+        return ("h2load sends origin-form requests only, and %s serves only "
+                "absolute-form ones on a forward port" % fam)
     return None
 
 
@@ -73,7 +135,7 @@ def wrk_target(scenario, proxy):
     if p["family"] == "none":
         return origin + path, {"close": s["close"]}
     front = "http://%s:%d" % (C.PROXY_IP, C.listen_port(s["service"]))
-    if p["family"] == "ours":
+    if p["family"] == "ours" or p["family"] in FORWARD:
         # A forward proxy: absolute-form target, Host of the origin.
         return front + "/", {"absolute_url": origin + path, "host": C.ORIGIN_IP,
                              "close": s["close"]}
@@ -111,16 +173,85 @@ def fetch_argv(fetcher, scenario, proxy, seconds):
     if p["family"] == "none":
         return argv + ["--server", target]
     argv += ["--server", "%s:%d" % (C.PROXY_IP, C.listen_port(s["service"]))]
+    if s.get("keepalive"):
+        argv.append("--keepalive")
     # Through a TCP mapping the request goes as is; through SOCKS after
     # the handshake.
     return argv + ["--socks"] if s["service"] == "socks" else argv
+
+
+def rate_argv(fetcher, scenario, proxy, seconds):
+    """The open-loop client of the tunnel-rate cells: RATE new connections
+    a second whatever the proxy does, each one GET of a 5-byte file, and
+    the latency histogram measured from each connection's scheduled start."""
+    s, p = SCENARIOS[scenario], PROXIES[proxy]
+    target = "%s:%d" % (C.ORIGIN_IP, C.HTTP_PORT)
+    argv = [fetcher, "rate", "--target", target, "--path", "/" + s["file"],
+            "--rate", str(s["rate"]), "--seconds", "%g" % seconds]
+    if p["family"] == "none":
+        return argv + ["--server", target]
+    argv += ["--server", "%s:%d" % (C.PROXY_IP, C.listen_port(s["service"]))]
+    return argv + ["--connect"] if s.get("connect") else argv
+
+
+def h2load_argv(scenario, proxy, seconds):
+    """h2load --h1 cannot send an absolute-form target (it ignores a :path
+    header), so every proxy is the target: nginx and haproxy as reverse
+    proxies, ours by the Host field of an origin-form request (the forward
+    peers are n/a: see applicable)."""
+    s, p = SCENARIOS[scenario], PROXIES[proxy]
+    path = "/" + s["file"]
+    # -N: a connection that stalls 10 s ends instead of the whole run
+    # waiting for it (seen with ours, whose origin-form answer it awaited).
+    argv = ["h2load", "--h1", "-t1", "-c%d" % s["conns"], "-D%d" % max(1, round(seconds)),
+            "-N10"]
+    if p["family"] == "none":
+        return argv + ["http://%s:%d%s" % (C.ORIGIN_IP, C.HTTP_PORT, path)]
+    if p["family"] == "ours":
+        argv += ["-H", "host: %s:%d" % (C.ORIGIN_IP, C.HTTP_PORT)]
+    return argv + ["http://%s:%d%s" % (C.PROXY_IP, C.listen_port(s["service"]), path)]
+
+
+def h2load_mode(proxy):
+    """How h2load reaches the origin through PROXY, for the report."""
+    fam = PROXIES[proxy]["family"]
+    if fam == "none":
+        return "direct"
+    if fam == "ours":
+        return "proxy as target, origin-form + Host of the origin"
+    return "reverse proxy (proxy as target)"
+
+
+def siege_argv(scenario, proxy, seconds, rcfile):
+    """siege -b (no delay), C kept-alive clients for SECONDS; a forward
+    proxy is siege's own proxy setting (RCFILE, configs.render_siegerc),
+    so its requests are absolute-form."""
+    s, p = SCENARIOS[scenario], PROXIES[proxy]
+    path = "/" + s["file"]
+    if p["family"] in ("none", "ours") or p["family"] in FORWARD:
+        url = "http://%s:%d%s" % (C.ORIGIN_IP, C.HTTP_PORT, path)
+    else:
+        url = "http://%s:%d%s" % (C.PROXY_IP, C.listen_port(s["service"]), path)
+    # siege counts a transaction when it completes: 10 clients of a 20 MB
+    # file need longer than quick mode's 2 s (squid made none in them).
+    secs = max(seconds, s.get("min_seconds", 1))
+    return ["siege", "-R", rcfile, "-b", "-j", "-c%d" % s["conns"],
+            "-t%dS" % max(1, round(secs)), url]
+
+
+def siege_proxy(proxy):
+    """(host, port) siege sends absolute-form requests to, or None."""
+    fam = PROXIES[proxy]["family"]
+    if fam == "ours" or fam in FORWARD:
+        return C.PROXY_IP, C.PROXY_HTTP_PORT
+    return None
 
 
 def idle_argv(loadgen, scenario, proxy, conns):
     s, p = SCENARIOS[scenario], PROXIES[proxy]
     server = "%s:%d" % (C.PROXY_IP, C.listen_port(s["service"]))
     path = "/" + s["file"]
-    if p["family"] == "ours" and s["service"] == "http":
+    if (p["family"] == "ours" or p["family"] in FORWARD) and s["service"] == "http":
         target = "http://%s:%d%s" % (C.ORIGIN_IP, C.HTTP_PORT, path)
     else:
         target = path
@@ -141,6 +272,16 @@ def proxy_config(proxy, service, rundir, nofile=65536):
     if fam == "haproxy":
         return "haproxy.cfg", C.render_haproxy(service, splice=p["splice"],
                                                maxconn=C.haproxy_maxconn(nofile))
+    if fam == "dante":
+        return "sockd.conf", C.render_dante(rundir)
+    if fam == "microsocks":
+        return "microsocks.argv", " ".join(C.microsocks_argv()) + "\n"
+    if fam == "squid":
+        return "squid.conf", C.render_squid(rundir, nofile)
+    if fam == "tinyproxy":
+        return "tinyproxy.conf", C.render_tinyproxy(rundir)
+    if fam == "trafficserver":
+        return "records.config", C.render_trafficserver(rundir)
     raise ValueError(fam)
 
 
@@ -161,6 +302,17 @@ def proxy_argv(proxy, cfg_path, rundir, binary):
         return ["nginx", "-e", rundir + "/proxy.err", "-p", rundir, "-c", cfg_path]
     if fam == "haproxy":
         return ["haproxy", "-db", "-f", cfg_path]
+    if fam == "dante":
+        return ["danted", "-N", "1", "-f", cfg_path]
+    if fam == "microsocks":
+        return C.microsocks_argv()
+    if fam == "squid":
+        return ["squid", "-N", "-f", cfg_path]
+    if fam == "tinyproxy":
+        return ["tinyproxy", "-d", "-c", cfg_path]
+    if fam == "trafficserver":
+        # records.config goes into a runroot of its own (runner.py lays it).
+        return ["traffic_server", "--run-root=" + rundir + "/ats/runroot.yaml"]
     raise ValueError(fam)
 
 

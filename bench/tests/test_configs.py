@@ -18,7 +18,7 @@ class ThreeproxyCfg(unittest.TestCase):
     def test_no_log_and_limits(self):
         cfg = C.render_threeproxy("tcp")
         self.assertNotIn("\nlog", cfg)
-        self.assertIn("maxconn 5000\n", cfg)
+        self.assertIn("maxconn 25000\n", cfg)   # 10,000 idle clients fit
         self.assertTrue(cfg.endswith("\n"))
         with self.assertRaises(ValueError):
             C.render_threeproxy("ftp")

@@ -17,7 +17,7 @@ class Applicable(unittest.TestCase):
 
     def test_every_scenario_is_complete(self):
         for name, s in S.SCENARIOS.items():
-            self.assertIn(s["kind"], ("iperf", "wrk", "fetch", "mem"), name)
+            self.assertIn(s["kind"], ("iperf", "wrk", "fetch", "mem", "rate", "h2load", "siege"), name)
             self.assertIn(s["service"], ("tcp", "tcphttp", "http", "socks"), name)
             self.assertTrue(s["what"])
 
@@ -110,8 +110,8 @@ class ProxyCommands(unittest.TestCase):
     def test_select(self):
         self.assertEqual(S.select(None, S.PROXIES, "proxy"), list(S.PROXIES))
         self.assertEqual(S.select("nginx, noproxy", S.PROXIES, "proxy"), ["nginx", "noproxy"])
-        with self.assertRaisesRegex(ValueError, "unknown proxy 'squid'"):
-            S.select("squid", S.PROXIES, "proxy")
+        with self.assertRaisesRegex(ValueError, "unknown proxy 'varnish'"):
+            S.select("varnish", S.PROXIES, "proxy")
 
 
 class Topology(unittest.TestCase):
