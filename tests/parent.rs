@@ -722,12 +722,7 @@ struct Dnsmasq {
 impl Dnsmasq {
     fn start() -> Dnsmasq {
         let port = free_udp_port();
-        // In /usr/sbin, which a non-root PATH may lack.
-        let bin = ["/usr/sbin/dnsmasq", "dnsmasq"]
-            .into_iter()
-            .find(|b| std::path::Path::new(b).exists())
-            .unwrap_or("dnsmasq");
-        let child = std::process::Command::new(bin)
+        let child = std::process::Command::new(sbin("dnsmasq"))
             .args([
                 "--no-daemon",
                 "--conf-file=/dev/null",

@@ -86,16 +86,6 @@ impl Drop for Dovecot {
     }
 }
 
-/// A program of /usr/sbin, which a non-root PATH may lack.
-fn sbin(name: &str) -> String {
-    let full = format!("/usr/sbin/{name}");
-    if Path::new(&full).exists() {
-        full
-    } else {
-        name.to_string()
-    }
-}
-
 /// Something listening on `port` sends a first line.
 fn greets(port: u16) -> bool {
     let Ok(s) = std::net::TcpStream::connect(localhost(port)) else {

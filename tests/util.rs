@@ -1191,3 +1191,14 @@ fn start_waits_out_a_port_taken_for_a_moment() {
     assert!(proxy.is_running(), "3proxy is not running");
     echo_roundtrip(&mut connect(localhost(port)), b"after the retry");
 }
+
+/// A program of /usr/sbin by its full path when it is there (a non-root
+/// PATH may lack /usr/sbin), else by its name.
+pub fn sbin(name: &str) -> String {
+    let full = format!("/usr/sbin/{name}");
+    if std::path::Path::new(&full).exists() {
+        full
+    } else {
+        name.to_string()
+    }
+}
