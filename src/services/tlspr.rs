@@ -447,11 +447,7 @@ fn run(
         }
     }
     if !to_client.is_empty() {
-        let _ = c.cli.set_timeout(Some(wait));
-        (&c.cli)
-            .write_all(&to_client)
-            .map_err(|_| Res::CLIENT_ERR)?;
-        c.bytes_in += to_client.len() as u64;
+        to_cli(c, &to_client, wait).map_err(|()| Res::CLIENT_ERR)?;
     }
     crate::session::relay_to(
         c,
@@ -509,9 +505,7 @@ fn check_server(
     // The ServerHello's record may carry the rest of the flight.
     look(&mut flight, &sbuf[..n], &mut done);
     loop {
-        let _ = c.cli.set_timeout(Some(wait));
-        (&c.cli).write_all(&sbuf).map_err(|_| Res::TLS_TO_CLIENT)?;
-        c.bytes_in += sbuf.len() as u64;
+        to_cli(c, &sbuf, wait).map_err(|()| Res::TLS_TO_CLIENT)?;
         sbuf.clear();
         if done {
             break;
@@ -536,11 +530,7 @@ fn check_server(
     }
     // The client's answer: its Certificate first.
     if !to_client.is_empty() {
-        let _ = c.cli.set_timeout(Some(wait));
-        (&c.cli)
-            .write_all(to_client)
-            .map_err(|_| Res::TLS_TO_CLIENT)?;
-        c.bytes_in += to_client.len() as u64;
+        to_cli(c, to_client, wait).map_err(|()| Res::TLS_TO_CLIENT)?;
         to_client.clear();
     }
     let mut flight = Flight::default();
@@ -568,6 +558,14 @@ fn check_server(
     if !cert {
         return Err(Res::TLS_NO_CLIENT_CERT);
     }
+    Ok(())
+}
+
+/// Pass server bytes `b` to the client within `wait`, counted as %I.
+fn to_cli(c: &mut Client, b: &[u8], wait: Duration) -> Result<(), ()> {
+    let _ = c.cli.set_timeout(Some(wait));
+    (&c.cli).write_all(b).map_err(|_| ())?;
+    c.bytes_in += b.len() as u64;
     Ok(())
 }
 
