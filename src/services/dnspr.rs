@@ -63,6 +63,9 @@ const TYPE_AAAA: u16 = 28;
 const RES_SIZE: Res = Res::DNS_SIZE;
 const RES_QDCOUNT: Res = Res::DNS_QDCOUNT;
 const RES_NAME: Res = Res::DNS_NAME;
+
+/// The longest name a DNS message carries, in octets on the wire.
+const MAX_NAME_WIRE: usize = 255;
 const RES_SOCKET: Res = Res::DNS_SOCKET;
 const RES_SEND_LOCAL: Res = Res::DNS_SEND_LOCAL;
 const RES_SEND_SERVER: Res = Res::DNS_SEND_SERVER;
@@ -286,7 +289,11 @@ impl<'a> Question<'a> {
         }
         let joined = labels.join(&b'.');
         let host = String::from_utf8_lossy(&joined).into_owned();
+        // RFC 1035 2.3.4: at most 255 octets on the wire, the lengths and
+        // the root's zero included. A longer name is not one dnspr answers
+        // itself: no DNS library would read the reply.
         let plain = !labels.is_empty()
+            && pos + 1 - 12 <= MAX_NAME_WIRE
             && labels.iter().all(|l| l.len() <= 63)
             && std::str::from_utf8(&joined).is_ok();
         Ok(Question {
@@ -697,6 +704,17 @@ mod tests {
         let q = Question::parse(&m).unwrap();
         assert!(!q.plain);
         assert!(local_answer(&q, &ctx(), |_, _| panic!("asked")).is_none());
+        // 255 octets on the wire is a name; 256 is not one to answer.
+        for (last, plain) in [(61u8, true), (62, false)] {
+            let mut m = vec![0, 1, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0];
+            for n in [63, 63, 63, last] {
+                m.push(n);
+                m.extend(std::iter::repeat_n(b'a', usize::from(n)));
+            }
+            m.extend_from_slice(&[0, 0, 1, 0, 1]);
+            let q = Question::parse(&m).unwrap();
+            assert_eq!(q.plain, plain, "a name of {} octets", m.len() - 16);
+        }
     }
 
     #[test]
