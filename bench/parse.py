@@ -159,6 +159,25 @@ def parse_siege(text):
     }
 
 
+# --- openssl s_client -brief ---------------------------------------------------
+
+_TLS_FIELDS = {"Protocol version": "protocol", "Ciphersuite": "cipher",
+               "Server Temp Key": "kx", "Peer Temp Key": "kx", "Signature type": "sig"}
+
+
+def parse_tls_probe(text):
+    """What `openssl s_client -brief` says was negotiated: protocol,
+    cipher, key exchange (kx), signature type (sig)."""
+    out = {}
+    for line in text.splitlines():
+        name, sep, value = line.partition(":")
+        if sep and name.strip() in _TLS_FIELDS:
+            out[_TLS_FIELDS[name.strip()]] = value.strip()
+    if "protocol" not in out or "cipher" not in out:
+        raise ParseError("no TLS handshake in s_client output: %r" % text[-300:])
+    return out
+
+
 # --- /proc -----------------------------------------------------------------
 
 # Field order of a cpuN line in /proc/stat (proc(5)).

@@ -97,6 +97,8 @@ def aggregate(doc):
                                    for k in LATENCY_KEYS}
             if ok[0].get("h2load_mode"):
                 a["h2load_mode"] = ok[0]["h2load_mode"]
+            if ok[0].get("tls"):
+                a["tls"] = ok[0]["tls"]
         out[key] = a
     return out
 
@@ -190,10 +192,31 @@ def render_tables(doc):
                      if agg.get((s, p), {}).get("h2load_mode")]
             if modes:
                 out.append("How h2load reached the origin: %s.\n" % "; ".join(modes))
+        if sd.get("service") == "https":
+            out.append(render_tls(agg, s, prox, doc.get("settings", {}).get("tls_key")))
         if sd["kind"] == "rate":
             out.append(render_latency(agg, s, prox))
             out.append("")
     return "\n".join(out)
+
+
+TLS_KEY_NAMES = {"p256": "ECDSA P-256", "rsa2048": "RSA 2048"}
+
+
+def render_tls(agg, scenario, prox, key):
+    """One line: the certificate's key and what each proxy negotiated with
+    openssl s_client (the probe after its run)."""
+    seen = []
+    for p in prox:
+        t = agg.get((scenario, p), {}).get("tls")
+        if not t:
+            continue
+        if "error" in t:
+            seen.append("%s: probe failed" % p)
+        else:
+            seen.append("%s: %s" % (p, " ".join(t.get(k, "?") for k in ("protocol", "cipher", "kx"))))
+    head = "TLS: one self-signed %s certificate for every proxy" % TLS_KEY_NAMES.get(key, key or "?")
+    return head + ("; negotiated with openssl s_client: %s.\n" % "; ".join(seen) if seen else ".\n")
 
 
 def render_latency(agg, scenario, prox):

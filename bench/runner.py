@@ -81,7 +81,8 @@ class NotApplicable(Exception):
 
 class Session:
     def __init__(self, repo, workdir, binary, proxy_cpu=1, other_cpu=0,
-                 seconds=8, warmup=1, retries=2, quiet_wait=QUIET_WAIT, log=print):
+                 seconds=8, warmup=1, retries=2, quiet_wait=QUIET_WAIT, log=print,
+                 tls_key=None):
         self.repo, self.workdir, self.binary = repo, workdir, binary
         self.proxy_cpu, self.other_cpu = proxy_cpu, other_cpu
         self.seconds, self.warmup, self.retries = seconds, warmup, retries
@@ -94,6 +95,8 @@ class Session:
         self.origin = None
         self.ours_error = None       # why our binary cannot run at all
         self.configs = {}            # "proxy/service" -> config text, for the JSON
+        self.tls_key = tls_key or C.TLS_KEY
+        self.tls = C.tls_files(os.path.join(workdir, "tls"))
 
     # --- the fixed parts --------------------------------------------------
 
@@ -104,8 +107,22 @@ class Session:
             if not os.path.exists(path) or os.path.getsize(path) != size:
                 with open(path, "wb") as f:
                     f.write(os.urandom(size))
+        self.make_tls()
         self.rps = netns.setup(self.proxy_cpu, self.other_cpu)
         self.start_origin()
+
+    def make_tls(self):
+        """The https service's certificate and key, new for each run, the
+        same files for every peer; readable by peers that drop root."""
+        os.makedirs(self.tls["dir"], exist_ok=True)
+        r = subprocess.run(C.tls_gen_argv(self.tls, self.tls_key), stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, text=True)
+        if r.returncode != 0:
+            raise RuntimeError("openssl req failed: %s" % r.stdout[-300:])
+        with open(self.tls["pem"], "w") as f:
+            f.write(open(self.tls["cert"]).read() + open(self.tls["key"]).read())
+        for n in ("cert", "key", "pem"):
+            os.chmod(self.tls[n], 0o644)
 
     def start_origin(self):
         d = os.path.join(self.workdir, "origin")
@@ -174,7 +191,7 @@ class Session:
         if fam == "ours" and self.ours_error:
             raise NotApplicable(self.ours_error)
         nofile = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
-        cfg = S.proxy_config(proxy, service, celldir, nofile)
+        cfg = S.proxy_config(proxy, service, celldir, nofile, tls=self.tls)
         os.makedirs(os.path.join(celldir, "tmp"), exist_ok=True)
         # squid, tinyproxy, dante and ATS drop root and write their files here.
         os.chmod(celldir, 0o777)
@@ -312,10 +329,22 @@ class Session:
         except parse.ParseError as e:
             return dict(m, status="error", reason=(str(e) + " " + err)[:300])
         res = _finish(dict(m, **r), s["unit"])
+        if s["service"] == "https":
+            res["tls"] = self.tls_probe(s["service"])
         if r["requests"] == 0 or r["errors"] > 0.01 * max(r["requests"], 1):
             res["status"] = "error"
             res["reason"] = "%d requests, errors %s" % (r["requests"], r["error_kinds"])
         return res
+
+    def tls_probe(self, service):
+        """What one openssl s_client handshake with the proxy negotiated
+        (after the measured run: it costs the proxy one handshake)."""
+        rc, out, err = procs.run(netns.NS_CLI, self.other_cpu,
+                                 S.tls_probe_argv(service), timeout=20)
+        try:
+            return parse.parse_tls_probe(out + "\n" + err)
+        except parse.ParseError as e:
+            return {"error": str(e)[:200]}
 
     def _fetch(self, scenario, proxy, p, celldir):
         s = S.SCENARIOS[scenario]
