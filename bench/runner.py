@@ -331,7 +331,8 @@ class Session:
         res = _finish(dict(m, **r), s["unit"])
         if s["service"] == "https":
             res["tls"] = self.tls_probe(s["service"])
-        if r["requests"] == 0 or r["errors"] > 0.01 * max(r["requests"], 1):
+        wrk_errors_ok(res, scenario, proxy)
+        if r["requests"] == 0 or res["errors"] > 0.01 * max(r["requests"], 1):
             res["status"] = "error"
             res["reason"] = "%d requests, errors %s" % (r["requests"], r["error_kinds"])
         return res
@@ -448,6 +449,19 @@ class Session:
                "dropped_while_idle": r.get("dropped_while_idle"),
                "idle_errors": r.get("errors"), "first_error": r.get("first_error")}
         return mem_verdict(res, s["conns"], r.get("first_error"))
+
+
+def wrk_errors_ok(res, scenario, proxy):
+    """Take out of RES's errors the read errors that are PROXY's unannounced
+    closes after complete responses (scenarios.unannounced_closes_ok): at
+    most one per completed request; they are kept as unannounced_closes."""
+    if not S.unannounced_closes_ok(scenario, proxy):
+        return res
+    n = min(res["error_kinds"].get("read", 0), res["requests"])
+    res["unannounced_closes"] = n
+    res["errors"] -= n
+    res["note"] = "%d unannounced closes after a complete response (wrk read errors)" % n
+    return res
 
 
 def mem_verdict(res, conns, first_error=None):
