@@ -7,6 +7,11 @@
       then hold them open until stdin closes.  --tls: each connection is
       TLS (the server's certificate is not checked: the bench made it).
 
+  loadgen.py resume --server H:P --request-target T --host H
+      two TLS connections, one request each, the second offering the first's
+      session: prints `TLSPROBE {json}` with the version, the cipher and
+      whether the server resumed the session (as wrk does on reconnecting).
+
 Prints one `LOADGEN {json}` line at the end (parse.parse_loadgen).
 """
 
@@ -123,6 +128,27 @@ def idle(args):
     return 0
 
 
+def resume(args):
+    """What the server does with a client that reconnects offering its last
+    session, as wrk does (it keeps the session across SSL_clear)."""
+    server = hostport(args.server)
+    req = http_request(args.request_target, args.host, close=True)
+    ctx = tls_context()
+    session, out = None, {}
+    for i in range(2):
+        with socket.create_connection(server, timeout=10) as raw:
+            with ctx.wrap_socket(raw, session=session) as s:
+                s.sendall(req)
+                # Read to the end: a TLS 1.3 ticket comes after the handshake.
+                while s.recv(65536):
+                    pass
+                session = s.session
+                out = {"protocol": s.version(), "cipher": s.cipher()[0],
+                       "resumed": s.session_reused}
+    print("TLSPROBE " + json.dumps(out), flush=True)
+    return 0
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -132,8 +158,12 @@ def main(argv=None):
     i.add_argument("--host", required=True)
     i.add_argument("--conns", type=int, default=2000)
     i.add_argument("--tls", action="store_true", help="speak TLS to the server")
+    r = sub.add_parser("resume")
+    r.add_argument("--server", required=True)
+    r.add_argument("--request-target", required=True)
+    r.add_argument("--host", required=True)
     args = p.parse_args(argv)
-    return idle(args)
+    return idle(args) if args.cmd == "idle" else resume(args)
 
 
 if __name__ == "__main__":

@@ -178,6 +178,14 @@ def parse_tls_probe(text):
     return out
 
 
+def parse_tls_resume(text):
+    """loadgen.py resume's TLSPROBE line: protocol, cipher, resumed."""
+    m = re.search(r"^TLSPROBE (\{.*\})\s*$", text, re.M)
+    if not m:
+        raise ParseError("no TLSPROBE line: %r" % text[-300:])
+    return json.loads(m.group(1))
+
+
 # --- /proc -----------------------------------------------------------------
 
 # Field order of a cpuN line in /proc/stat (proc(5)).

@@ -214,8 +214,11 @@ def render_tls(agg, scenario, prox, key):
         if "error" in t:
             seen.append("%s: probe failed" % p)
         else:
-            seen.append("%s: %s" % (p, " ".join(t.get(k, "?") for k in ("protocol", "cipher", "kx"))))
+            seen.append("%s: %s%s" % (
+                p, " ".join(t.get(k, "?") for k in ("protocol", "cipher", "kx")),
+                {True: ", resumes", False: ", does not resume"}.get(t.get("resumed"), "")))
     head = "TLS: one self-signed %s certificate for every proxy" % TLS_KEY_NAMES.get(key, key or "?")
+    # wrk keeps each connection's session and offers it when it reconnects.
     return head + ("; negotiated with openssl s_client: %s.\n" % "; ".join(seen) if seen else ".\n")
 
 

@@ -330,22 +330,30 @@ class Session:
             return dict(m, status="error", reason=(str(e) + " " + err)[:300])
         res = _finish(dict(m, **r), s["unit"])
         if s["service"] == "https":
-            res["tls"] = self.tls_probe(s["service"])
+            res["tls"] = self.tls_probe(scenario, proxy)
         wrk_errors_ok(res, scenario, proxy)
         if r["requests"] == 0 or res["errors"] > 0.01 * max(r["requests"], 1):
             res["status"] = "error"
             res["reason"] = "%d requests, errors %s" % (r["requests"], r["error_kinds"])
         return res
 
-    def tls_probe(self, service):
-        """What one openssl s_client handshake with the proxy negotiated
-        (after the measured run: it costs the proxy one handshake)."""
+    def tls_probe(self, scenario, proxy):
+        """What one openssl s_client handshake with the proxy negotiated,
+        and whether the proxy resumes a session offered again, as wrk offers
+        it on each reconnection (after the measured run: three handshakes)."""
         rc, out, err = procs.run(netns.NS_CLI, self.other_cpu,
-                                 S.tls_probe_argv(service), timeout=20)
+                                 S.tls_probe_argv(S.SCENARIOS[scenario]["service"]), timeout=20)
         try:
-            return parse.parse_tls_probe(out + "\n" + err)
+            res = parse.parse_tls_probe(out + "\n" + err)
         except parse.ParseError as e:
             return {"error": str(e)[:200]}
+        rc, out, err = procs.run(netns.NS_CLI, self.other_cpu,
+                                 S.tls_resume_argv(self.loadgen, scenario, proxy), timeout=30)
+        try:
+            res["resumed"] = parse.parse_tls_resume(out)["resumed"]
+        except (parse.ParseError, KeyError) as e:
+            res["resume_error"] = (str(e) + " " + err)[:200]
+        return res
 
     def _fetch(self, scenario, proxy, p, celldir):
         s = S.SCENARIOS[scenario]

@@ -324,6 +324,14 @@ def tls_probe_argv(service):
             "%s:%d" % (C.PROXY_IP, C.listen_port(service))]
 
 
+def tls_resume_argv(loadgen, scenario, proxy):
+    """Two TLS connections to the proxy, the second offering the first's
+    session (as wrk does): whether the proxy resumed it."""
+    a = idle_argv(loadgen, scenario, proxy, 1)
+    a[2] = "resume"
+    return a[:a.index("--conns")]
+
+
 def proxy_config(proxy, service, rundir, nofile=65536, tls=None):
     """(file name, text) of PROXY's config for SERVICE, or None (no proxy).
     TLS: the certificate and key files (configs.tls_files) for https."""

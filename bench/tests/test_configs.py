@@ -71,6 +71,7 @@ class NginxConf(unittest.TestCase):
         self.assertIn("listen 10.0.1.2:8443 ssl backlog=4096;", conf)
         self.assertIn("ssl_certificate /t/cert.pem;", conf)
         self.assertIn("ssl_certificate_key /t/key.pem;", conf)
+        self.assertIn("ssl_protocols TLSv1.2 TLSv1.3;", conf)   # 1.22 lacks 1.3 by default
         self.assertIn("keepalive 2048;", conf)        # same upstream as http
         self.assertIn("proxy_pass http://origin;", conf)
         self.assertEqual(conf.count("{"), conf.count("}"))

@@ -108,6 +108,20 @@ class IdleTls(unittest.TestCase):
         self.assertEqual(ready, "READY 2")
         self.assertEqual(res["dropped_while_idle"], 2)
 
+    def test_resume_reports_a_resumed_session(self):
+        port, th, held, requests = self.serve(2, close_after=True)
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            rc = loadgen.main(["resume", "--server", "127.0.0.1:%d" % port,
+                               "--request-target", "/x", "--host", "o"])
+        th.join(5)
+        self.assertEqual(rc, 0)
+        from bench import parse
+        r = parse.parse_tls_resume(out.getvalue())
+        self.assertEqual(r["protocol"], "TLSv1.3")
+        self.assertTrue(r["resumed"])       # Python's server resumes by default
+        self.assertEqual(len(requests), 2)
+
 
 if __name__ == "__main__":
     unittest.main()

@@ -94,6 +94,13 @@ class TlsProbe(unittest.TestCase):
                          {"protocol": "TLSv1.3", "cipher": "TLS_AES_256_GCM_SHA384",
                           "kx": "X25519, 253 bits", "sig": "ECDSA"})
 
+    def test_resume_line(self):
+        r = parse.parse_tls_resume('x\nTLSPROBE {"protocol": "TLSv1.3", "cipher": "C", '
+                                   '"resumed": true}\n')
+        self.assertEqual(r, {"protocol": "TLSv1.3", "cipher": "C", "resumed": True})
+        with self.assertRaises(parse.ParseError):
+            parse.parse_tls_resume("Traceback ...")
+
     def test_no_handshake(self):
         with self.assertRaises(parse.ParseError):
             parse.parse_tls_probe("connect:errno=111\n")

@@ -65,6 +65,14 @@ class ClientCommands(unittest.TestCase):
         self.assertEqual(S.wrk_target("https-ka-1m", "haproxy")[0], "https://10.0.1.2:8443/1m.bin")
 
     def test_tls_probe(self):
+        a = S.tls_resume_argv("lg.py", "https-close-1k", "3proxy")
+        self.assertEqual(a[:3], ["python3", "lg.py", "resume"])
+        self.assertEqual(a[a.index("--server") + 1], "10.0.1.2:8443")
+        self.assertEqual(a[a.index("--request-target") + 1], "http://10.0.2.2:80/1k.bin")
+        self.assertNotIn("--conns", a)
+        self.assertNotIn("--tls", a)
+        a = S.tls_resume_argv("lg.py", "https-ka-1k", "haproxy")
+        self.assertEqual(a[a.index("--request-target") + 1], "/1k.bin")
         a = S.tls_probe_argv("https")
         self.assertEqual(a[:3], ["openssl", "s_client", "-brief"])
         self.assertEqual(a[a.index("-connect") + 1], "10.0.1.2:8443")
