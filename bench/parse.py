@@ -178,6 +178,19 @@ def parse_tls_probe(text):
     return out
 
 
+_STIME = re.compile(r"^(\d+) connections in [0-9.]+s; [0-9.]+ connections/user sec, "
+                    r"bytes read (\d+)", re.M)
+
+
+def parse_stime(text):
+    """`openssl s_time`'s first summary line: connections made (each one
+    request) and the bytes read in all of them."""
+    m = _STIME.search(text)
+    if not m:
+        raise ParseError("no s_time summary: %r" % text[-300:])
+    return {"requests": int(m.group(1)), "bytes": int(m.group(2))}
+
+
 def parse_tls_resume(text):
     """loadgen.py resume's TLSPROBE line: protocol, cipher, resumed."""
     m = re.search(r"^TLSPROBE (\{.*\})\s*$", text, re.M)

@@ -31,6 +31,10 @@ SCENARIOS = {
     "https-close-1k":   {"kind": "wrk", "service": "https", "conns": 64, "file": "1k.bin", "close": True,
                          "unit": "req",
                          "what": "64 clients, a new TLS connection (full handshake) per 1 KB request"},
+    "https-new-1k":     {"kind": "stime", "service": "https", "conns": 8, "file": "1k.bin",
+                         "unit": "req",
+                         "what": "8 openssl s_time -new clients, a full TLS handshake (no resumption) "
+                                 "per 1 KB request"},
     "tcp-1m":           {"kind": "fetch", "service": "tcphttp", "conns": 8, "file": "1m.bin", "unit": "GB",
                          "what": "8 clients, GET 1 MB through a TCP mapping, a connection per request"},
     "socks-1m":         {"kind": "fetch", "service": "socks", "conns": 8, "file": "1m.bin", "unit": "GB",
@@ -315,6 +319,18 @@ def idle_argv(loadgen, scenario, proxy, conns):
     argv = ["python3", loadgen, "idle", "--server", server, "--request-target", target,
             "--host", C.ORIGIN_IP, "--conns", str(conns)]
     return argv + ["--tls"] if s["service"] == "https" else argv
+
+
+def stime_argv(scenario, proxy, seconds):
+    """One `openssl s_time -new` client of https-new-1k: for SECONDS, a new
+    connection with a full handshake (it offers no session), an HTTP/1.0
+    GET (absolute-form to ours, as wrk's), read to the close."""
+    s, p = SCENARIOS[scenario], PROXIES[proxy]
+    path = "/" + s["file"]
+    if p["family"] == "ours":
+        path = "http://%s:%d%s" % (C.ORIGIN_IP, C.HTTP_PORT, path)
+    return ["openssl", "s_time", "-connect", "%s:%d" % (C.PROXY_IP, C.listen_port(s["service"])),
+            "-new", "-time", str(max(1, round(seconds))), "-www", path]
 
 
 def tls_probe_argv(service):

@@ -94,6 +94,14 @@ class TlsProbe(unittest.TestCase):
                          {"protocol": "TLSv1.3", "cipher": "TLS_AES_256_GCM_SHA384",
                           "kx": "X25519, 253 bits", "sig": "ECDSA"})
 
+    def test_stime(self):
+        out = ("Collecting connection statistics for 2 seconds\n****\n\n"
+               "242 connections in 0.45s; 537.78 connections/user sec, bytes read 304678\n"
+               "242 connections in 3 real seconds, 1259 bytes read per connection\n")
+        self.assertEqual(parse.parse_stime(out), {"requests": 242, "bytes": 304678})
+        with self.assertRaises(parse.ParseError):
+            parse.parse_stime("ERROR\n40F7:error:connect:Connection refused\n")
+
     def test_resume_line(self):
         r = parse.parse_tls_resume('x\nTLSPROBE {"protocol": "TLSv1.3", "cipher": "C", '
                                    '"resumed": true}\n')

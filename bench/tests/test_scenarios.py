@@ -17,7 +17,8 @@ class Applicable(unittest.TestCase):
                 self.assertIsNone(S.applicable(s, "3proxy-splice"))
 
     def test_https_is_ours_nginx_and_haproxy(self):
-        for s in ("https-ka-1k", "https-ka-1m", "https-close-1k", "mem-idle-2000-https"):
+        for s in ("https-ka-1k", "https-ka-1m", "https-close-1k", "https-new-1k",
+                  "mem-idle-2000-https"):
             for p in ("3proxy", "nginx", "haproxy"):
                 self.assertIsNone(S.applicable(s, p), (s, p))
             self.assertIsNotNone(S.applicable(s, "noproxy"))
@@ -32,7 +33,8 @@ class Applicable(unittest.TestCase):
 
     def test_every_scenario_is_complete(self):
         for name, s in S.SCENARIOS.items():
-            self.assertIn(s["kind"], ("iperf", "wrk", "fetch", "mem", "rate", "h2load", "siege"), name)
+            self.assertIn(s["kind"], ("iperf", "wrk", "fetch", "mem", "rate", "h2load", "siege",
+                                        "stime"), name)
             self.assertIn(s["service"], ("tcp", "tcphttp", "http", "socks", "https"), name)
             self.assertTrue(s["what"])
 
@@ -63,6 +65,15 @@ class ClientCommands(unittest.TestCase):
             self.assertEqual(url, "https://10.0.1.2:8443/1k.bin")
             self.assertEqual(lua, {"close": True})
         self.assertEqual(S.wrk_target("https-ka-1m", "haproxy")[0], "https://10.0.1.2:8443/1m.bin")
+
+    def test_stime_full_handshakes(self):
+        a = S.stime_argv("https-new-1k", "3proxy", 6)
+        self.assertEqual(a[:4], ["openssl", "s_time", "-connect", "10.0.1.2:8443"])
+        self.assertIn("-new", a)                # a new session each time: no resumption
+        self.assertEqual(a[a.index("-time") + 1], "6")
+        self.assertEqual(a[a.index("-www") + 1], "http://10.0.2.2:80/1k.bin")
+        self.assertEqual(S.stime_argv("https-new-1k", "nginx", 2)[-1], "/1k.bin")
+        self.assertFalse(S.keeps_alive("https-new-1k"))
 
     def test_tls_probe(self):
         a = S.tls_resume_argv("lg.py", "https-close-1k", "3proxy")
