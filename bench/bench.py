@@ -34,8 +34,8 @@ from bench import scenarios as S  # noqa: E402
 
 APT_PACKAGES = ["wrk", "iperf3", "nginx-light", "libnginx-mod-stream", "haproxy",
                 "dante-server", "microsocks", "squid", "tinyproxy", "trafficserver",
-                "nghttp2-client", "siege"]
-TOOLS = {"wrk": "wrk", "iperf3": "iperf3", "nginx": "nginx-light", "haproxy": "haproxy",
+                "nghttp2-client", "siege", "openssl"]
+TOOLS = {"openssl": "openssl", "wrk": "wrk", "iperf3": "iperf3", "nginx": "nginx-light", "haproxy": "haproxy",
          "danted": "dante-server", "microsocks": "microsocks", "squid": "squid",
          "tinyproxy": "tinyproxy", "traffic_server": "trafficserver",
          "h2load": "nghttp2-client", "siege": "siege"}
@@ -160,6 +160,7 @@ def tool_versions(binary):
         "trafficserver": _dpkg_version("trafficserver"),
         "h2load": _dpkg_version("nghttp2-client"),
         "siege": _dpkg_version("siege"),
+        "openssl": sh(["openssl", "version"]) if shutil.which("openssl") else None,
         "python": platform.python_version(),
     }
     if binary and os.path.exists(binary):

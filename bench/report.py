@@ -404,8 +404,8 @@ def render_machine(doc):
         "| tools | %s; %s; %s; %s; Python %s |" % (t.get("wrk"), t.get("iperf3"), t.get("nginx"),
                                                   t.get("haproxy"), t.get("python")),
         "| peers | %s |" % "; ".join(str(t[k]) for k in (
-            "dante", "microsocks", "squid", "tinyproxy", "trafficserver", "h2load", "siege")
-            if t.get(k)),
+            "dante", "microsocks", "squid", "tinyproxy", "trafficserver", "h2load", "siege",
+            "openssl") if t.get(k)),
         "| threeproxy | %s |" % ("binary sha256 %s, built %s, git %s" % (
             ours["sha256"], ours["built"], ours["git_head"]) if ours else "not measured"),
     ] + [
