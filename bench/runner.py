@@ -288,6 +288,12 @@ class Session:
         out = fn()
         a = Cpu()
         m = measure(b, a, self.proxy_cpu, self.other_cpu)
+        if p is not None:
+            # The proxy's own user+system time (tick-sampled, so only good
+            # when it is busy): unlike the CPU's busy time it leaves out
+            # other processes on its CPU and the softirq work of its veths;
+            # for A/B runs of two builds on a shared machine.
+            m["proxy_proc_cpu_s"] = procs.proc_cpu(b.procs, a.procs, pids) / HZ
         if sampler:
             peak, hwm = sampler.finish()
             m["peak_rss_kb"], m["hwm_kb"] = peak, hwm
@@ -554,10 +560,15 @@ def _finish(res, unit):
     """Add throughput and the CPU cost per unit of work."""
     res.setdefault("status", "ok")
     cpu = res["proxy_cpu_s"]
+    own = res.get("proxy_proc_cpu_s")
     if res.get("bytes"):
         res["cpu_s_per_gb"] = cpu / (res["bytes"] / 1e9)
+        if own is not None:
+            res["proc_cpu_s_per_gb"] = own / (res["bytes"] / 1e9)
     if res.get("requests"):
         res["cpu_us_per_req"] = cpu * 1e6 / res["requests"]
+        if own is not None:
+            res["proc_cpu_us_per_req"] = own * 1e6 / res["requests"]
     res["unit"] = unit
     if res.get("proxy_died") is not None:
         res["status"] = "error"
