@@ -29,12 +29,13 @@ REPO = os.path.dirname(HERE)
 sys.path[0] = REPO          # so that `bench` is this package, not this file
 
 from bench import netns, procs, report, runner, stats  # noqa: E402
+from bench import configs as C  # noqa: E402
 from bench import scenarios as S  # noqa: E402
 
 APT_PACKAGES = ["wrk", "iperf3", "nginx-light", "libnginx-mod-stream", "haproxy",
                 "dante-server", "microsocks", "squid", "tinyproxy", "trafficserver",
-                "nghttp2-client", "siege"]
-TOOLS = {"wrk": "wrk", "iperf3": "iperf3", "nginx": "nginx-light", "haproxy": "haproxy",
+                "nghttp2-client", "siege", "openssl"]
+TOOLS = {"openssl": "openssl", "wrk": "wrk", "iperf3": "iperf3", "nginx": "nginx-light", "haproxy": "haproxy",
          "danted": "dante-server", "microsocks": "microsocks", "squid": "squid",
          "tinyproxy": "tinyproxy", "traffic_server": "trafficserver",
          "h2load": "nghttp2-client", "siege": "siege"}
@@ -159,6 +160,7 @@ def tool_versions(binary):
         "trafficserver": _dpkg_version("trafficserver"),
         "h2load": _dpkg_version("nghttp2-client"),
         "siege": _dpkg_version("siege"),
+        "openssl": sh(["openssl", "version"]) if shutil.which("openssl") else None,
         "python": platform.python_version(),
     }
     if binary and os.path.exists(binary):
@@ -191,6 +193,9 @@ def parse_args(argv):
                         "for an A/B comparison within one run")
     p.add_argument("--alt-what", metavar="TEXT",
                    help="what the --alt-binary build is, for the report (e.g. '3proxy 1.0.0, C')")
+    p.add_argument("--tls-key", choices=C.TLS_KEYS, default=C.TLS_KEY,
+                   help="key of the https cells' certificate, the same for every peer: "
+                        "ECDSA P-256 (default) or RSA 2048")
     p.add_argument("--no-build", action="store_true",
                    help="never build: without target/release/3proxy our cells are n/a")
     p.add_argument("--results-md", choices=("auto", "yes", "no"), default="auto",
@@ -301,7 +306,7 @@ def main(argv=None):
         "tools": tool_versions(binary),
         "settings": dict(mode, proxy_cpu=proxy_cpu, other_cpu=other_cpu, nofile=nofile,
                          nofile_before=soft, disturbed_threshold=runner.DISTURBED,
-                         pace_threshold=0.9, mtu=netns.MTU,
+                         pace_threshold=0.9, mtu=netns.MTU, tls_key=args.tls_key,
                          cpu_busy="wall time minus idle, iowait and steal (/proc/stat)"),
         "scenarios": {k: dict(v) for k, v in S.SCENARIOS.items() if k in scen},
         "proxies": {k: dict(v) for k, v in S.PROXIES.items() if k in prox},
@@ -313,7 +318,8 @@ def main(argv=None):
 
     session = runner.Session(REPO, WORKDIR, binary, proxy_cpu=proxy_cpu, other_cpu=other_cpu,
                              seconds=mode["seconds"], warmup=mode["warmup"],
-                             retries=mode["retries"], quiet_wait=mode["quiet_wait"], log=log)
+                             retries=mode["retries"], quiet_wait=mode["quiet_wait"], log=log,
+                             tls_key=args.tls_key)
     session.ours_error = ours_error
     if any(S.SCENARIOS[s]["kind"] in ("fetch", "rate") for s in scen):
         fetcher, session.fetcher_error = build_fetcher(args.build, args.no_build)

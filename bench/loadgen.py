@@ -2,9 +2,15 @@
 """Idle clients for the memory scenarios.  Runs inside the client netns.
 (The fetch scenarios' load client is compiled: bench/loadgen.rs.)
 
-  loadgen.py idle --server H:P --request-target T --host H --conns N
+  loadgen.py idle --server H:P --request-target T --host H --conns N [--tls]
       open N connections, make one kept-alive request on each, print READY,
-      then hold them open until stdin closes.
+      then hold them open until stdin closes.  --tls: each connection is
+      TLS (the server's certificate is not checked: the bench made it).
+
+  loadgen.py resume --server H:P --request-target T --host H
+      two TLS connections, one request each, the second offering the first's
+      session: prints `TLSPROBE {json}` with the version, the cipher and
+      whether the server resumed the session (as wrk does on reconnecting).
 
 Prints one `LOADGEN {json}` line at the end (parse.parse_loadgen).
 """
@@ -14,6 +20,7 @@ import json
 import resource
 import selectors
 import socket
+import ssl
 import sys
 
 BUF = 256 * 1024
@@ -69,17 +76,28 @@ def read_response(sock, scratch):
     return status, hlen + length
 
 
+def tls_context():
+    """A TLS client context that takes the bench's self-signed certificate."""
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    return ctx
+
+
 def idle(args):
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     server = hostport(args.server)
     req = http_request(args.request_target, args.host, close=False)
     scratch = bytearray(BUF)
+    ctx = tls_context() if args.tls else None
     socks_ = []
     errors = 0
     first_error = None
     for _ in range(args.conns):
         try:
             s = socket.create_connection(server, timeout=10)
+            if ctx:
+                s = ctx.wrap_socket(s)
             s.sendall(req)
             status, _ = read_response(s, scratch)
             if status != 200:
@@ -92,18 +110,45 @@ def idle(args):
                 break
     print("READY %d" % len(socks_), flush=True)
     sys.stdin.read()          # the harness closes our stdin when done
-    # Count the connections the proxy closed while we held them.
+    # Count the connections the proxy closed while we held them (or sent
+    # anything on: a TLS close_notify is bytes too).
     sel = selectors.DefaultSelector()
     for s in socks_:
         s.setblocking(False)
         sel.register(s, selectors.EVENT_READ)
-    dropped = len(sel.select(timeout=0))
+    ready = {key.fileobj for key, _ in sel.select(timeout=0)}
+    dropped = sum(1 for s in socks_
+                  if s in ready or (isinstance(s, ssl.SSLSocket) and s.pending()))
     for s in socks_:
         s.close()
     print("LOADGEN " + json.dumps({"open": len(socks_), "errors": errors,
                                    "dropped_while_idle": dropped,
                                    "first_error": first_error,
                                    "nofile": soft}), flush=True)
+    return 0
+
+
+def resume(args):
+    """What the server does with a client that reconnects offering its last
+    session, as wrk does (it keeps the session across SSL_clear)."""
+    server = hostport(args.server)
+    req = http_request(args.request_target, args.host, close=True)
+    ctx = tls_context()
+    session, out = None, {}
+    for i in range(2):
+        with socket.create_connection(server, timeout=10) as raw:
+            with ctx.wrap_socket(raw, session=session) as s:
+                out = {"protocol": s.version(), "cipher": s.cipher()[0],
+                       "resumed": s.session_reused}
+                s.sendall(req)
+                # Read to the end: a TLS 1.3 ticket comes after the handshake.
+                try:
+                    while s.recv(65536):
+                        pass
+                except ssl.SSLEOFError:
+                    pass        # a close without close_notify
+                session = s.session
+    print("TLSPROBE " + json.dumps(out), flush=True)
     return 0
 
 
@@ -115,8 +160,13 @@ def main(argv=None):
     i.add_argument("--request-target", required=True)
     i.add_argument("--host", required=True)
     i.add_argument("--conns", type=int, default=2000)
+    i.add_argument("--tls", action="store_true", help="speak TLS to the server")
+    r = sub.add_parser("resume")
+    r.add_argument("--server", required=True)
+    r.add_argument("--request-target", required=True)
+    r.add_argument("--host", required=True)
     args = p.parse_args(argv)
-    return idle(args)
+    return idle(args) if args.cmd == "idle" else resume(args)
 
 
 if __name__ == "__main__":

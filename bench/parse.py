@@ -159,6 +159,46 @@ def parse_siege(text):
     }
 
 
+# --- openssl s_client -brief ---------------------------------------------------
+
+_TLS_FIELDS = {"Protocol version": "protocol", "Ciphersuite": "cipher",
+               "Server Temp Key": "kx", "Peer Temp Key": "kx", "Signature type": "sig"}
+
+
+def parse_tls_probe(text):
+    """What `openssl s_client -brief` says was negotiated: protocol,
+    cipher, key exchange (kx), signature type (sig)."""
+    out = {}
+    for line in text.splitlines():
+        name, sep, value = line.partition(":")
+        if sep and name.strip() in _TLS_FIELDS:
+            out[_TLS_FIELDS[name.strip()]] = value.strip()
+    if "protocol" not in out or "cipher" not in out:
+        raise ParseError("no TLS handshake in s_client output: %r" % text[-300:])
+    return out
+
+
+_STIME = re.compile(r"^(\d+) connections in [0-9.]+s; [0-9.]+ connections/user sec, "
+                    r"bytes read (\d+)", re.M)
+
+
+def parse_stime(text):
+    """`openssl s_time`'s first summary line: connections made (each one
+    request) and the bytes read in all of them."""
+    m = _STIME.search(text)
+    if not m:
+        raise ParseError("no s_time summary: %r" % text[-300:])
+    return {"requests": int(m.group(1)), "bytes": int(m.group(2))}
+
+
+def parse_tls_resume(text):
+    """loadgen.py resume's TLSPROBE line: protocol, cipher, resumed."""
+    m = re.search(r"^TLSPROBE (\{.*\})\s*$", text, re.M)
+    if not m:
+        raise ParseError("no TLSPROBE line: %r" % text[-300:])
+    return json.loads(m.group(1))
+
+
 # --- /proc -----------------------------------------------------------------
 
 # Field order of a cpuN line in /proc/stat (proc(5)).

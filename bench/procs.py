@@ -128,6 +128,12 @@ def _delta(before, after, pids, children):
     return total
 
 
+def proc_cpu(before, after, pids):
+    """Ticks of user+system time PIDS used between two snapshots (not their
+    reaped children's)."""
+    return _delta(before, after, pids, children=False)
+
+
 def foreign_cpu(before, after, stat_before, stat_after, ours_root, hz):
     """CPU seconds that processes other than ours (the harness and everything
     below it) used between two snapshots, and the three biggest by name.

@@ -97,6 +97,8 @@ def aggregate(doc):
                                    for k in LATENCY_KEYS}
             if ok[0].get("h2load_mode"):
                 a["h2load_mode"] = ok[0]["h2load_mode"]
+            if ok[0].get("tls"):
+                a["tls"] = ok[0]["tls"]
         out[key] = a
     return out
 
@@ -190,10 +192,34 @@ def render_tables(doc):
                      if agg.get((s, p), {}).get("h2load_mode")]
             if modes:
                 out.append("How h2load reached the origin: %s.\n" % "; ".join(modes))
+        if sd.get("service") == "https":
+            out.append(render_tls(agg, s, prox, doc.get("settings", {}).get("tls_key")))
         if sd["kind"] == "rate":
             out.append(render_latency(agg, s, prox))
             out.append("")
     return "\n".join(out)
+
+
+TLS_KEY_NAMES = {"p256": "ECDSA P-256", "rsa2048": "RSA 2048"}
+
+
+def render_tls(agg, scenario, prox, key):
+    """One line: the certificate's key and what each proxy negotiated with
+    openssl s_client (the probe after its run)."""
+    seen = []
+    for p in prox:
+        t = agg.get((scenario, p), {}).get("tls")
+        if not t:
+            continue
+        if "error" in t:
+            seen.append("%s: probe failed" % p)
+        else:
+            seen.append("%s: %s%s" % (
+                p, " ".join(t.get(k, "?") for k in ("protocol", "cipher", "kx")),
+                {True: ", resumes", False: ", does not resume"}.get(t.get("resumed"), "")))
+    head = "TLS: one self-signed %s certificate for every proxy" % TLS_KEY_NAMES.get(key, key or "?")
+    # wrk keeps each connection's session and offers it when it reconnects.
+    return head + ("; negotiated with openssl s_client: %s.\n" % "; ".join(seen) if seen else ".\n")
 
 
 def render_latency(agg, scenario, prox):
@@ -378,8 +404,8 @@ def render_machine(doc):
         "| tools | %s; %s; %s; %s; Python %s |" % (t.get("wrk"), t.get("iperf3"), t.get("nginx"),
                                                   t.get("haproxy"), t.get("python")),
         "| peers | %s |" % "; ".join(str(t[k]) for k in (
-            "dante", "microsocks", "squid", "tinyproxy", "trafficserver", "h2load", "siege")
-            if t.get(k)),
+            "dante", "microsocks", "squid", "tinyproxy", "trafficserver", "h2load", "siege",
+            "openssl") if t.get(k)),
         "| threeproxy | %s |" % ("binary sha256 %s, built %s, git %s" % (
             ours["sha256"], ours["built"], ours["git_head"]) if ours else "not measured"),
     ] + [

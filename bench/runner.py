@@ -81,7 +81,8 @@ class NotApplicable(Exception):
 
 class Session:
     def __init__(self, repo, workdir, binary, proxy_cpu=1, other_cpu=0,
-                 seconds=8, warmup=1, retries=2, quiet_wait=QUIET_WAIT, log=print):
+                 seconds=8, warmup=1, retries=2, quiet_wait=QUIET_WAIT, log=print,
+                 tls_key=None):
         self.repo, self.workdir, self.binary = repo, workdir, binary
         self.proxy_cpu, self.other_cpu = proxy_cpu, other_cpu
         self.seconds, self.warmup, self.retries = seconds, warmup, retries
@@ -94,6 +95,8 @@ class Session:
         self.origin = None
         self.ours_error = None       # why our binary cannot run at all
         self.configs = {}            # "proxy/service" -> config text, for the JSON
+        self.tls_key = tls_key or C.TLS_KEY
+        self.tls = C.tls_files(os.path.join(workdir, "tls"))
 
     # --- the fixed parts --------------------------------------------------
 
@@ -104,8 +107,22 @@ class Session:
             if not os.path.exists(path) or os.path.getsize(path) != size:
                 with open(path, "wb") as f:
                     f.write(os.urandom(size))
+        self.make_tls()
         self.rps = netns.setup(self.proxy_cpu, self.other_cpu)
         self.start_origin()
+
+    def make_tls(self):
+        """The https service's certificate and key, new for each run, the
+        same files for every peer; readable by peers that drop root."""
+        os.makedirs(self.tls["dir"], exist_ok=True)
+        r = subprocess.run(C.tls_gen_argv(self.tls, self.tls_key), stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, text=True)
+        if r.returncode != 0:
+            raise RuntimeError("openssl req failed: %s" % r.stdout[-300:])
+        with open(self.tls["pem"], "w") as f:
+            f.write(open(self.tls["cert"]).read() + open(self.tls["key"]).read())
+        for n in ("cert", "key", "pem"):
+            os.chmod(self.tls[n], 0o644)
 
     def start_origin(self):
         d = os.path.join(self.workdir, "origin")
@@ -174,7 +191,7 @@ class Session:
         if fam == "ours" and self.ours_error:
             raise NotApplicable(self.ours_error)
         nofile = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
-        cfg = S.proxy_config(proxy, service, celldir, nofile)
+        cfg = S.proxy_config(proxy, service, celldir, nofile, tls=self.tls)
         os.makedirs(os.path.join(celldir, "tmp"), exist_ok=True)
         # squid, tinyproxy, dante and ATS drop root and write their files here.
         os.chmod(celldir, 0o777)
@@ -271,6 +288,12 @@ class Session:
         out = fn()
         a = Cpu()
         m = measure(b, a, self.proxy_cpu, self.other_cpu)
+        if p is not None:
+            # The proxy's own user+system time (tick-sampled, so only good
+            # when it is busy): unlike the CPU's busy time it leaves out
+            # other processes on its CPU and the softirq work of its veths;
+            # for A/B runs of two builds on a shared machine.
+            m["proxy_proc_cpu_s"] = procs.proc_cpu(b.procs, a.procs, pids) / HZ
         if sampler:
             peak, hwm = sampler.finish()
             m["peak_rss_kb"], m["hwm_kb"] = peak, hwm
@@ -312,9 +335,30 @@ class Session:
         except parse.ParseError as e:
             return dict(m, status="error", reason=(str(e) + " " + err)[:300])
         res = _finish(dict(m, **r), s["unit"])
-        if r["requests"] == 0 or r["errors"] > 0.01 * max(r["requests"], 1):
+        if s["service"] == "https":
+            res["tls"] = self.tls_probe(scenario, proxy)
+        wrk_errors_ok(res, scenario, proxy)
+        if r["requests"] == 0 or res["errors"] > 0.01 * max(r["requests"], 1):
             res["status"] = "error"
             res["reason"] = "%d requests, errors %s" % (r["requests"], r["error_kinds"])
+        return res
+
+    def tls_probe(self, scenario, proxy):
+        """What one openssl s_client handshake with the proxy negotiated,
+        and whether the proxy resumes a session offered again, as wrk offers
+        it on each reconnection (after the measured run: three handshakes)."""
+        rc, out, err = procs.run(netns.NS_CLI, self.other_cpu,
+                                 S.tls_probe_argv(S.SCENARIOS[scenario]["service"]), timeout=20)
+        try:
+            res = parse.parse_tls_probe(out + "\n" + err)
+        except parse.ParseError as e:
+            return {"error": str(e)[:200]}
+        rc, out, err = procs.run(netns.NS_CLI, self.other_cpu,
+                                 S.tls_resume_argv(self.loadgen, scenario, proxy), timeout=30)
+        try:
+            res["resumed"] = parse.parse_tls_resume(out)["resumed"]
+        except (parse.ParseError, KeyError) as e:
+            res["resume_error"] = (str(e) + " " + err)[:200]
         return res
 
     def _fetch(self, scenario, proxy, p, celldir):
@@ -372,6 +416,47 @@ class Session:
                 r["requests"], r["errors"], r["status_codes"])
         return res
 
+    def _stime(self, scenario, proxy, p, celldir):
+        """https-new-1k: CONNS openssl s_time -new clients at once."""
+        s = S.SCENARIOS[scenario]
+        argv = S.stime_argv(scenario, proxy, self.seconds)
+
+        def run_all():
+            kids = [procs.spawn(netns.NS_CLI, self.other_cpu, argv,
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+                    for _ in range(s["conns"])]
+            outs = []
+            for k in kids:
+                try:
+                    outs.append(k.communicate(timeout=self.seconds + 60)[0].decode(errors="replace"))
+                except subprocess.TimeoutExpired:
+                    procs.stop(k, grace=1)
+                    outs.append("timed out")
+                if k in procs._live:
+                    procs._live.remove(k)
+            return outs
+        outs, m = self._measured(p, run_all)
+        r = {"requests": 0, "bytes": 0}
+        for out in outs:
+            try:
+                one = parse.parse_stime(out)
+            except parse.ParseError as e:
+                return dict(m, status="error", reason=str(e)[:300])
+            r["requests"] += one["requests"]
+            r["bytes"] += one["bytes"]
+        r["seconds"] = m["wall_s"]
+        r["rps"] = r["requests"] / r["seconds"]
+        r["bytes_per_s"] = r["bytes"] / r["seconds"]
+        res = _finish(dict(m, **r), s["unit"])
+        res["tls"] = self.tls_probe(scenario, proxy)
+        # s_time reads to the close and checks no status: a short answer
+        # (an error page) shows as fewer bytes than the file per connection.
+        if r["requests"] == 0 or r["bytes"] < r["requests"] * C.FILES[s["file"]]:
+            res["status"] = "error"
+            res["reason"] = "%d connections, %d bytes read: less than the file each" % (
+                r["requests"], r["bytes"])
+        return res
+
     def _siege(self, scenario, proxy, p, celldir):
         s = S.SCENARIOS[scenario]
         rc_path = os.path.join(celldir, "siegerc")
@@ -421,6 +506,19 @@ class Session:
         return mem_verdict(res, s["conns"], r.get("first_error"))
 
 
+def wrk_errors_ok(res, scenario, proxy):
+    """Take out of RES's errors the read errors that are PROXY's unannounced
+    closes after complete responses (scenarios.unannounced_closes_ok): at
+    most one per completed request; they are kept as unannounced_closes."""
+    if not S.unannounced_closes_ok(scenario, proxy):
+        return res
+    n = min(res["error_kinds"].get("read", 0), res["requests"])
+    res["unannounced_closes"] = n
+    res["errors"] -= n
+    res["note"] = "%d unannounced closes after a complete response (wrk read errors)" % n
+    return res
+
+
 def mem_verdict(res, conns, first_error=None):
     """A memory cell is an error when fewer than 99% of CONNS clients
     connected, or when the proxy closed more than 1% of them while they
@@ -462,10 +560,15 @@ def _finish(res, unit):
     """Add throughput and the CPU cost per unit of work."""
     res.setdefault("status", "ok")
     cpu = res["proxy_cpu_s"]
+    own = res.get("proxy_proc_cpu_s")
     if res.get("bytes"):
         res["cpu_s_per_gb"] = cpu / (res["bytes"] / 1e9)
+        if own is not None:
+            res["proc_cpu_s_per_gb"] = own / (res["bytes"] / 1e9)
     if res.get("requests"):
         res["cpu_us_per_req"] = cpu * 1e6 / res["requests"]
+        if own is not None:
+            res["proc_cpu_us_per_req"] = own * 1e6 / res["requests"]
     res["unit"] = unit
     if res.get("proxy_died") is not None:
         res["status"] = "error"

@@ -22,6 +22,19 @@ SCENARIOS = {
                          "what": "2000 kept-alive clients, 50 KB responses"},
     "http-close-1k":    {"kind": "wrk", "service": "http", "conns": 64, "file": "1k.bin", "close": True, "unit": "req",
                          "what": "64 clients, a new connection per request, 1 KB"},
+    "https-ka-1k":      {"kind": "wrk", "service": "https", "conns": 64, "file": "1k.bin", "close": False,
+                         "unit": "req",
+                         "what": "64 kept-alive TLS clients, 1 KB responses (TLS to the proxy, plain to the origin)"},
+    "https-ka-1m":      {"kind": "wrk", "service": "https", "conns": 16, "file": "1m.bin", "close": False,
+                         "unit": "GB",
+                         "what": "16 kept-alive TLS clients, 1 MB responses"},
+    "https-close-1k":   {"kind": "wrk", "service": "https", "conns": 64, "file": "1k.bin", "close": True,
+                         "unit": "req",
+                         "what": "64 clients, a new TLS connection (full handshake) per 1 KB request"},
+    "https-new-1k":     {"kind": "stime", "service": "https", "conns": 8, "file": "1k.bin",
+                         "unit": "req",
+                         "what": "8 openssl s_time -new clients, a full TLS handshake (no resumption) "
+                                 "per 1 KB request"},
     "tcp-1m":           {"kind": "fetch", "service": "tcphttp", "conns": 8, "file": "1m.bin", "unit": "GB",
                          "what": "8 clients, GET 1 MB through a TCP mapping, a connection per request"},
     "socks-1m":         {"kind": "fetch", "service": "socks", "conns": 8, "file": "1m.bin", "unit": "GB",
@@ -54,6 +67,9 @@ SCENARIOS = {
                          "what": "RSS at rest, then with 2000 idle kept-alive HTTP clients"},
     "mem-idle-2000-tcp": {"kind": "mem", "service": "tcphttp", "conns": 2000, "file": "1k.bin", "unit": None,
                           "what": "the same through a TCP mapping (tcppm / stream / mode tcp)"},
+    "mem-idle-2000-https": {"kind": "mem", "service": "https", "conns": 2000, "file": "1k.bin",
+                            "unit": None,
+                            "what": "the same as mem-idle-2000 with each client behind TLS"},
     "mem-idle-10k":     {"kind": "mem", "service": "http", "conns": 10000, "file": "1k.bin", "unit": None,
                          "what": "RSS at rest, then with 10,000 idle kept-alive HTTP clients"},
     "mem-idle-10k-tcp": {"kind": "mem", "service": "tcphttp", "conns": 10000, "file": "1k.bin", "unit": None,
@@ -78,7 +94,7 @@ PROXIES = {
                        "what": "microsocks: SOCKS5, a thread per client (as ours), in C"},
     "squid":          {"family": "squid", "splice": False,
                        "what": "squid forward proxy, 1 worker, cache deny all, no logs"},
-    "tinyproxy":      {"family": "tinyproxy", "splice": False,
+    "tinyproxy":      {"family": "tinyproxy", "splice": False, "closes_after_response": True,
                        "what": "tinyproxy forward proxy, log level Critical"},
     "trafficserver":  {"family": "trafficserver", "splice": False,
                        "what": "Apache Traffic Server forward proxy, 1 event thread, cache and logs off"},
@@ -89,9 +105,9 @@ SOCKS_ONLY = ("dante", "microsocks")
 FORWARD = ("squid", "tinyproxy", "trafficserver")     # HTTP forward proxies (absolute-form)
 SERVES = {
     "none": ("tcp", "tcphttp", "http", "socks"),
-    "ours": ("tcp", "tcphttp", "http", "socks"),
-    "nginx": ("tcp", "tcphttp", "http"),
-    "haproxy": ("tcp", "tcphttp", "http"),
+    "ours": ("tcp", "tcphttp", "http", "socks", "https"),
+    "nginx": ("tcp", "tcphttp", "http", "https"),
+    "haproxy": ("tcp", "tcphttp", "http", "https"),
     "dante": ("socks",),
     "microsocks": ("socks",),
     "squid": ("http",),
@@ -106,12 +122,48 @@ PROXY_ORDER = list(PROXIES)
 BASELINE = "noproxy"
 
 
+# tinyproxy (1.11) keeps no client connection alive: it asks the origin
+# for `Connection: close`, drops the response's Connection field (so an
+# HTTP/1.1 client is not told) and closes after the response.  wrk counts a
+# read error at each of those closes, and the idle clients are all closed.
+CLOSES_AFTER_RESPONSE = ("%s closes the client connection after every response, without "
+                         "Connection: close in it: no keep-alive to measure")
+
+
+def keeps_alive(scenario):
+    """Whether SCENARIO's HTTP clients reuse their connection."""
+    s = SCENARIOS[scenario]
+    if s["service"] not in ("http", "https") or s.get("connect"):
+        return False
+    if s["kind"] == "wrk":
+        return not s["close"]
+    return s["kind"] in ("h2load", "siege", "mem")
+
+
+def unannounced_closes_ok(scenario, proxy):
+    """Whether wrk's read errors are PROXY's unannounced closes after a
+    complete response in a connection-per-request cell (tinyproxy): wrk,
+    told nothing, sends its next request on the closing connection, counts
+    a read error and reconnects, which is the cell's load anyway."""
+    s = SCENARIOS[scenario]
+    return bool(PROXIES[proxy].get("closes_after_response")) and s["kind"] == "wrk" \
+        and s["close"]
+
+
 def applicable(scenario, proxy):
     """None if PROXY can run SCENARIO, else the reason it cannot."""
     s, p = SCENARIOS[scenario], PROXIES[proxy]
     if p["family"] == "none" and s["kind"] == "mem":
         return "no proxy process to measure"
     fam = p["family"]
+    if s["service"] == "https":
+        # Issue 13 sets TLS beside haproxy's and nginx's (OpenSSL).
+        if fam == "none":
+            return "the origin speaks plain HTTP only: TLS needs a proxy to end it"
+        if p["splice"]:
+            return "splicing cannot relay TLS (the proxy decrypts in user space)"
+        if fam not in ("ours", "nginx", "haproxy"):
+            return "%s is not set up for TLS here (issue 13 compares with haproxy and nginx)" % fam
     if fam in ("nginx", "haproxy") and s["service"] == "socks":
         return "%s has no SOCKS server" % fam
     if s["service"] not in SERVES[fam]:
@@ -120,6 +172,8 @@ def applicable(scenario, proxy):
         return "%s is an HTTP forward proxy only (no TCP mapping, no SOCKS)" % fam
     if s.get("connect") and fam in ("nginx", "haproxy"):
         return "%s has no HTTP CONNECT" % fam
+    if p.get("closes_after_response") and keeps_alive(scenario):
+        return CLOSES_AFTER_RESPONSE % proxy
     if s["kind"] == "h2load" and fam in FORWARD:
         # ATS answered them 4xx in the smoke run, Host field or not.
         return ("h2load sends origin-form requests only, and %s serves only "
@@ -128,13 +182,16 @@ def applicable(scenario, proxy):
 
 
 def wrk_target(scenario, proxy):
-    """(url wrk connects to, lua kwargs) for a wrk scenario."""
+    """(url wrk connects to, lua kwargs) for a wrk scenario.  For https wrk
+    speaks TLS to the proxy's port and, to ours, sends the same absolute-form
+    request inside it: what `curl --proxy https://` does for an http:// URL."""
     s, p = SCENARIOS[scenario], PROXIES[proxy]
     path = "/" + s["file"]
     origin = "http://%s:%d" % (C.ORIGIN_IP, C.HTTP_PORT)
     if p["family"] == "none":
         return origin + path, {"close": s["close"]}
-    front = "http://%s:%d" % (C.PROXY_IP, C.listen_port(s["service"]))
+    scheme = "https" if s["service"] == "https" else "http"
+    front = "%s://%s:%d" % (scheme, C.PROXY_IP, C.listen_port(s["service"]))
     if p["family"] == "ours" or p["family"] in FORWARD:
         # A forward proxy: absolute-form target, Host of the origin.
         return front + "/", {"absolute_url": origin + path, "host": C.ORIGIN_IP,
@@ -202,13 +259,17 @@ def h2load_argv(scenario, proxy, seconds):
     s, p = SCENARIOS[scenario], PROXIES[proxy]
     path = "/" + s["file"]
     # -N: a connection that stalls 10 s ends instead of the whole run
-    # waiting for it (seen with ours, whose origin-form answer it awaited).
+    # waiting for it.
     argv = ["h2load", "--h1", "-t1", "-c%d" % s["conns"], "-D%d" % max(1, round(seconds)),
             "-N10"]
     if p["family"] == "none":
         return argv + ["http://%s:%d%s" % (C.ORIGIN_IP, C.HTTP_PORT, path)]
     if p["family"] == "ours":
-        argv += ["-H", "host: %s:%d" % (C.ORIGIN_IP, C.HTTP_PORT)]
+        # The origin as :authority, which h2load --h1 sends as the one Host
+        # field.  (`-H host: ...` adds a second Host after the URL's: ours,
+        # like nginx, answers that 400 and closes, as RFC 9112 3.2 says, and
+        # h2load -D then ends without a summary: issue 18's "never finishes".)
+        argv += ["-H", ":authority: %s:%d" % (C.ORIGIN_IP, C.HTTP_PORT)]
     return argv + ["http://%s:%d%s" % (C.PROXY_IP, C.listen_port(s["service"]), path)]
 
 
@@ -251,27 +312,56 @@ def idle_argv(loadgen, scenario, proxy, conns):
     s, p = SCENARIOS[scenario], PROXIES[proxy]
     server = "%s:%d" % (C.PROXY_IP, C.listen_port(s["service"]))
     path = "/" + s["file"]
-    if (p["family"] == "ours" or p["family"] in FORWARD) and s["service"] == "http":
+    if (p["family"] == "ours" or p["family"] in FORWARD) and s["service"] in ("http", "https"):
         target = "http://%s:%d%s" % (C.ORIGIN_IP, C.HTTP_PORT, path)
     else:
         target = path
-    return ["python3", loadgen, "idle", "--server", server, "--request-target", target,
+    argv = ["python3", loadgen, "idle", "--server", server, "--request-target", target,
             "--host", C.ORIGIN_IP, "--conns", str(conns)]
+    return argv + ["--tls"] if s["service"] == "https" else argv
 
 
-def proxy_config(proxy, service, rundir, nofile=65536):
-    """(file name, text) of PROXY's config for SERVICE, or None (no proxy)."""
+def stime_argv(scenario, proxy, seconds):
+    """One `openssl s_time -new` client of https-new-1k: for SECONDS, a new
+    connection with a full handshake (it offers no session), an HTTP/1.0
+    GET (absolute-form to ours, as wrk's), read to the close."""
+    s, p = SCENARIOS[scenario], PROXIES[proxy]
+    path = "/" + s["file"]
+    if p["family"] == "ours":
+        path = "http://%s:%d%s" % (C.ORIGIN_IP, C.HTTP_PORT, path)
+    return ["openssl", "s_time", "-connect", "%s:%d" % (C.PROXY_IP, C.listen_port(s["service"])),
+            "-new", "-time", str(max(1, round(seconds))), "-www", path]
+
+
+def tls_probe_argv(service):
+    """One TLS handshake with the proxy's SERVICE port, to record what was
+    negotiated (parse.parse_tls_probe); stdin is empty, so it ends."""
+    return ["openssl", "s_client", "-brief", "-connect",
+            "%s:%d" % (C.PROXY_IP, C.listen_port(service))]
+
+
+def tls_resume_argv(loadgen, scenario, proxy):
+    """Two TLS connections to the proxy, the second offering the first's
+    session (as wrk does): whether the proxy resumed it."""
+    a = idle_argv(loadgen, scenario, proxy, 1)
+    a[2] = "resume"
+    return a[:a.index("--conns")]
+
+
+def proxy_config(proxy, service, rundir, nofile=65536, tls=None):
+    """(file name, text) of PROXY's config for SERVICE, or None (no proxy).
+    TLS: the certificate and key files (configs.tls_files) for https."""
     p = PROXIES[proxy]
     fam = p["family"]
     if fam == "none":
         return None
     if fam == "ours":
-        return "3proxy.cfg", C.render_threeproxy(service, splice=p["splice"])
+        return "3proxy.cfg", C.render_threeproxy(service, splice=p["splice"], tls=tls)
     if fam == "nginx":
-        return "nginx.conf", C.render_nginx_proxy(rundir, service)
+        return "nginx.conf", C.render_nginx_proxy(rundir, service, tls=tls)
     if fam == "haproxy":
         return "haproxy.cfg", C.render_haproxy(service, splice=p["splice"],
-                                               maxconn=C.haproxy_maxconn(nofile))
+                                               maxconn=C.haproxy_maxconn(nofile), tls=tls)
     if fam == "dante":
         return "sockd.conf", C.render_dante(rundir)
     if fam == "microsocks":

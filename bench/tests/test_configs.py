@@ -15,6 +15,19 @@ class ThreeproxyCfg(unittest.TestCase):
         self.assertIn("\nsocks -s -i10.0.1.2 -p1080\n", C.render_threeproxy("socks", True))
         self.assertIn("\ntcppm -i10.0.1.2 8081 10.0.2.2 80\n", C.render_threeproxy("tcphttp"))
 
+    def test_https_is_proxy_under_ssl_serv(self):
+        cfg = C.render_threeproxy("https", tls=C.tls_files("/run/tls"))
+        lines = cfg.splitlines()
+        # The certificate and key come before ssl_serv, ssl_serv before
+        # the service it applies to (3proxy.cfg(5)).
+        i = lines.index("ssl_serv")
+        self.assertEqual(lines[i - 2], "ssl_server_cert /run/tls/cert.pem")
+        self.assertEqual(lines[i - 1], "ssl_server_key /run/tls/key.pem")
+        self.assertEqual(lines[i + 1], "proxy -i10.0.1.2 -p8443")
+        self.assertNotIn("ssl_serv", C.render_threeproxy("http"))
+        with self.assertRaises(ValueError):
+            C.render_threeproxy("https")      # no certificate: refuse, not plain
+
     def test_no_log_and_limits(self):
         cfg = C.render_threeproxy("tcp")
         self.assertNotIn("\nlog", cfg)
@@ -53,6 +66,19 @@ class NginxConf(unittest.TestCase):
         with self.assertRaises(ValueError):
             C.render_nginx_proxy("/r", "socks")
 
+    def test_https_is_the_http_proxy_behind_listen_ssl(self):
+        conf = C.render_nginx_proxy("/r", "https", tls=C.tls_files("/t"))
+        self.assertIn("listen 10.0.1.2:8443 ssl backlog=4096;", conf)
+        self.assertIn("ssl_certificate /t/cert.pem;", conf)
+        self.assertIn("ssl_certificate_key /t/key.pem;", conf)
+        self.assertIn("ssl_protocols TLSv1.2 TLSv1.3;", conf)   # 1.22 lacks 1.3 by default
+        self.assertIn("keepalive 2048;", conf)        # same upstream as http
+        self.assertIn("proxy_pass http://origin;", conf)
+        self.assertEqual(conf.count("{"), conf.count("}"))
+        self.assertNotIn(" ssl", C.render_nginx_proxy("/r", "http"))
+        with self.assertRaises(ValueError):
+            C.render_nginx_proxy("/r", "https")
+
 
 class HaproxyCfg(unittest.TestCase):
     def test_http_reuse(self):
@@ -71,6 +97,16 @@ class HaproxyCfg(unittest.TestCase):
         self.assertIn("    option splice-response\n", cfg)
         self.assertIn("bind 10.0.1.2:5201", cfg)
         self.assertIn("server origin 10.0.2.2:5201 maxconn 1234", cfg)
+
+    def test_https_binds_ssl_crt(self):
+        cfg = C.render_haproxy("https", tls=C.tls_files("/t"), maxconn=99)
+        self.assertIn("    bind 10.0.1.2:8443 ssl crt /t/cert+key.pem\n", cfg)
+        self.assertIn("mode http", cfg)
+        self.assertIn("http-reuse always", cfg)
+        self.assertIn("server origin 10.0.2.2:80 maxconn 99", cfg)
+        self.assertNotIn("ssl", C.render_haproxy("http"))
+        with self.assertRaises(ValueError):
+            C.render_haproxy("https")
 
     def test_maxconn_fits_the_descriptor_limit(self):
         self.assertEqual(C.haproxy_maxconn(20000), 4950)
@@ -95,3 +131,24 @@ class WrkLua(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class Tls(unittest.TestCase):
+    def test_files(self):
+        t = C.tls_files("/w/tls")
+        self.assertEqual((t["cert"], t["key"], t["pem"]),
+                         ("/w/tls/cert.pem", "/w/tls/key.pem", "/w/tls/cert+key.pem"))
+
+    def test_gen_argv(self):
+        t = C.tls_files("/w/tls")
+        a = C.tls_gen_argv(t, "p256")
+        self.assertEqual(a[:3], ["openssl", "req", "-x509"])
+        self.assertIn("ec_paramgen_curve:P-256", a)
+        self.assertIn("-nodes", a)            # no passphrase: proxies start unattended
+        self.assertEqual(a[a.index("-keyout") + 1], "/w/tls/key.pem")
+        self.assertEqual(a[a.index("-out") + 1], "/w/tls/cert.pem")
+        self.assertIn("subjectAltName=IP:10.0.1.2", a)
+        self.assertIn("rsa:2048", C.tls_gen_argv(t, "rsa2048"))
+        self.assertEqual(C.tls_gen_argv(t), a)      # P-256 is the default
+        with self.assertRaises(ValueError):
+            C.tls_gen_argv(t, "dsa")

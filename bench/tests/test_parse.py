@@ -74,6 +74,46 @@ class Loadgen(unittest.TestCase):
             parse.parse_loadgen("Traceback ...")
 
 
+class TlsProbe(unittest.TestCase):
+    # openssl 3.0 s_client -brief, to stderr.
+    OUT = ("Can't use SSL_get_servername\n"
+           "depth=0 CN = 10.0.1.2\n"
+           "verify error:num=18:self-signed certificate\n"
+           "CONNECTION ESTABLISHED\n"
+           "Protocol version: TLSv1.3\n"
+           "Ciphersuite: TLS_AES_256_GCM_SHA384\n"
+           "Peer certificate: CN = 10.0.1.2\n"
+           "Hash used: SHA256\n"
+           "Signature type: ECDSA\n"
+           "Verification error: self-signed certificate\n"
+           "Server Temp Key: X25519, 253 bits\n"
+           "DONE\n")
+
+    def test_negotiated(self):
+        self.assertEqual(parse.parse_tls_probe(self.OUT),
+                         {"protocol": "TLSv1.3", "cipher": "TLS_AES_256_GCM_SHA384",
+                          "kx": "X25519, 253 bits", "sig": "ECDSA"})
+
+    def test_stime(self):
+        out = ("Collecting connection statistics for 2 seconds\n****\n\n"
+               "242 connections in 0.45s; 537.78 connections/user sec, bytes read 304678\n"
+               "242 connections in 3 real seconds, 1259 bytes read per connection\n")
+        self.assertEqual(parse.parse_stime(out), {"requests": 242, "bytes": 304678})
+        with self.assertRaises(parse.ParseError):
+            parse.parse_stime("ERROR\n40F7:error:connect:Connection refused\n")
+
+    def test_resume_line(self):
+        r = parse.parse_tls_resume('x\nTLSPROBE {"protocol": "TLSv1.3", "cipher": "C", '
+                                   '"resumed": true}\n')
+        self.assertEqual(r, {"protocol": "TLSv1.3", "cipher": "C", "resumed": True})
+        with self.assertRaises(parse.ParseError):
+            parse.parse_tls_resume("Traceback ...")
+
+    def test_no_handshake(self):
+        with self.assertRaises(parse.ParseError):
+            parse.parse_tls_probe("connect:errno=111\n")
+
+
 class Proc(unittest.TestCase):
     STAT = ("cpu  1802 0 1407 24845 280 0 17 10 0 0\n"
             "cpu0 678 0 558 12906 26 0 5 3 0 0\n"

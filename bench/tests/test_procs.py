@@ -68,3 +68,14 @@ class Foreign(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class ProcCpu(unittest.TestCase):
+    def test_own_time_of_the_proxy_processes(self):
+        before = {10: st(10, 1, 100, 50, cut=7), 11: st(11, 10, 20), 12: st(12, 1, 5)}
+        after = {10: st(10, 1, 130, 60, cut=99), 11: st(11, 10, 25), 12: st(12, 1, 500)}
+        # 40 + 5 ticks: not the reaped children's, not another process's.
+        self.assertEqual(procs.proc_cpu(before, after, [10, 11]), 45)
+        # A pid reused by a new process counts from zero.
+        after[11] = st(11, 10, 3, start=2)
+        self.assertEqual(procs.proc_cpu(before, after, [10, 11]), 43)

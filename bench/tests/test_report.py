@@ -110,6 +110,22 @@ class Tables(unittest.TestCase):
         self.assertIn("n/a: nginx has no SOCKS server", text)
         self.assertIn("| nginx | 10.0 | 20.0 | 5.12 | 2 | 2000 |", text)
 
+    def test_https_names_the_key_and_what_was_negotiated(self):
+        tls = {"protocol": "TLSv1.3", "cipher": "TLS_AES_256_GCM_SHA384", "kx": "X25519, 253 bits",
+               "resumed": True}
+        d = doc([cell("https-ka-1k", "3proxy", 0, rps=9000, cost=100.0, unit="req", tls=tls),
+                 cell("https-ka-1k", "nginx", 0, rps=9000, cost=90.0, unit="req",
+                      tls={"error": "no TLS handshake"}),
+                 {"scenario": "https-ka-1k", "proxy": "noproxy", "run": 0, "status": "n/a",
+                  "reason": "the origin speaks plain HTTP only"}])
+        d["scenarios"] = {"https-ka-1k": S.SCENARIOS["https-ka-1k"]}
+        d["settings"]["tls_key"] = "p256"
+        text = report.render_tables(d)
+        self.assertIn("TLS: one self-signed ECDSA P-256 certificate for every proxy; "
+                      "negotiated with openssl s_client: 3proxy: TLSv1.3 "
+                      "TLS_AES_256_GCM_SHA384 X25519, 253 bits, resumes; nginx: probe failed.", text)
+        self.assertNotIn("TLS:", report.render_tables(doc(CELLS)))
+
     def test_cell_line(self):
         self.assertIn("7.00 Gbit/s", report.cell_line(cell("s", "p", 0, gbps=7, cost=1.0)))
         self.assertIn("n/a", report.cell_line({"status": "n/a", "reason": "x"}))

@@ -13,12 +13,29 @@ class Applicable(unittest.TestCase):
         self.assertIn("SOCKS", S.applicable("socks-1m", "haproxy-splice"))
         self.assertIsNotNone(S.applicable("mem-idle-2000", "noproxy"))
         for s in S.SCENARIOS:
-            self.assertIsNone(S.applicable(s, "3proxy-splice"))
+            if S.SCENARIOS[s]["service"] != "https":
+                self.assertIsNone(S.applicable(s, "3proxy-splice"))
+
+    def test_https_is_ours_nginx_and_haproxy(self):
+        for s in ("https-ka-1k", "https-ka-1m", "https-close-1k", "https-new-1k",
+                  "mem-idle-2000-https"):
+            for p in ("3proxy", "nginx", "haproxy"):
+                self.assertIsNone(S.applicable(s, p), (s, p))
+            self.assertIsNotNone(S.applicable(s, "noproxy"))
+            if S.SCENARIOS[s]["kind"] != "mem":
+                self.assertIn("plain HTTP only", S.applicable(s, "noproxy"))
+            self.assertIn("splicing", S.applicable(s, "3proxy-splice"))
+            self.assertIn("splicing", S.applicable(s, "haproxy-splice"))
+            for p in ("squid", "tinyproxy", "trafficserver"):
+                self.assertIn("not set up for TLS", S.applicable(s, p))
+            for p in ("dante", "microsocks"):
+                self.assertIsNotNone(S.applicable(s, p))
 
     def test_every_scenario_is_complete(self):
         for name, s in S.SCENARIOS.items():
-            self.assertIn(s["kind"], ("iperf", "wrk", "fetch", "mem", "rate", "h2load", "siege"), name)
-            self.assertIn(s["service"], ("tcp", "tcphttp", "http", "socks"), name)
+            self.assertIn(s["kind"], ("iperf", "wrk", "fetch", "mem", "rate", "h2load", "siege",
+                                        "stime"), name)
+            self.assertIn(s["service"], ("tcp", "tcphttp", "http", "socks", "https"), name)
             self.assertTrue(s["what"])
 
 
@@ -34,6 +51,42 @@ class ClientCommands(unittest.TestCase):
         url, lua = S.wrk_target("http-close-1k", "noproxy")
         self.assertEqual(url, "http://10.0.2.2:80/1k.bin")
         self.assertTrue(lua["close"])
+
+    def test_wrk_https(self):
+        # Ours: TLS to the proxy, the same absolute-form request inside it
+        # as in http-ka-1k (what curl --proxy https:// sends).
+        url, lua = S.wrk_target("https-ka-1k", "3proxy")
+        self.assertEqual(url, "https://10.0.1.2:8443/")
+        self.assertEqual(lua["absolute_url"], "http://10.0.2.2:80/1k.bin")
+        self.assertEqual(lua["host"], "10.0.2.2")
+        self.assertFalse(lua["close"])
+        for p in ("nginx", "haproxy"):
+            url, lua = S.wrk_target("https-close-1k", p)
+            self.assertEqual(url, "https://10.0.1.2:8443/1k.bin")
+            self.assertEqual(lua, {"close": True})
+        self.assertEqual(S.wrk_target("https-ka-1m", "haproxy")[0], "https://10.0.1.2:8443/1m.bin")
+
+    def test_stime_full_handshakes(self):
+        a = S.stime_argv("https-new-1k", "3proxy", 6)
+        self.assertEqual(a[:4], ["openssl", "s_time", "-connect", "10.0.1.2:8443"])
+        self.assertIn("-new", a)                # a new session each time: no resumption
+        self.assertEqual(a[a.index("-time") + 1], "6")
+        self.assertEqual(a[a.index("-www") + 1], "http://10.0.2.2:80/1k.bin")
+        self.assertEqual(S.stime_argv("https-new-1k", "nginx", 2)[-1], "/1k.bin")
+        self.assertFalse(S.keeps_alive("https-new-1k"))
+
+    def test_tls_probe(self):
+        a = S.tls_resume_argv("lg.py", "https-close-1k", "3proxy")
+        self.assertEqual(a[:3], ["python3", "lg.py", "resume"])
+        self.assertEqual(a[a.index("--server") + 1], "10.0.1.2:8443")
+        self.assertEqual(a[a.index("--request-target") + 1], "http://10.0.2.2:80/1k.bin")
+        self.assertNotIn("--conns", a)
+        self.assertNotIn("--tls", a)
+        a = S.tls_resume_argv("lg.py", "https-ka-1k", "haproxy")
+        self.assertEqual(a[a.index("--request-target") + 1], "/1k.bin")
+        a = S.tls_probe_argv("https")
+        self.assertEqual(a[:3], ["openssl", "s_client", "-brief"])
+        self.assertEqual(a[a.index("-connect") + 1], "10.0.1.2:8443")
 
     def test_wrk_argv(self):
         argv = S.wrk_argv("http://x/", "/s.lua", 2000, 6)
@@ -73,6 +126,16 @@ class ClientCommands(unittest.TestCase):
         a = S.idle_argv("lg.py", "mem-idle-2000-tcp", "3proxy", 2000)
         self.assertEqual(a[a.index("--request-target") + 1], "/1k.bin")
         self.assertEqual(a[a.index("--server") + 1], "10.0.1.2:8081")
+        self.assertNotIn("--tls", a)
+
+    def test_idle_https(self):
+        a = S.idle_argv("lg.py", "mem-idle-2000-https", "3proxy", 2000)
+        self.assertEqual(a[a.index("--server") + 1], "10.0.1.2:8443")
+        self.assertEqual(a[a.index("--request-target") + 1], "http://10.0.2.2:80/1k.bin")
+        self.assertEqual(a[-1], "--tls")
+        a = S.idle_argv("lg.py", "mem-idle-2000-https", "nginx", 2000)
+        self.assertEqual(a[a.index("--request-target") + 1], "/1k.bin")
+        self.assertIn("--tls", a)
 
 
 class ProxyCommands(unittest.TestCase):
@@ -84,6 +147,17 @@ class ProxyCommands(unittest.TestCase):
         name, text = S.proxy_config("haproxy-splice", "http", "/r", nofile=20000)
         self.assertIn("option splice-response", text)
         self.assertIn("maxconn 4950", text)
+
+    def test_https_configs_name_the_tls_files(self):
+        from bench import configs as C
+        tls = C.tls_files("/t")
+        _, text = S.proxy_config("3proxy", "https", "/r", tls=tls)
+        self.assertIn("ssl_server_cert /t/cert.pem\nssl_server_key /t/key.pem\nssl_serv\n"
+                      "proxy -i10.0.1.2 -p8443\n", text)
+        _, text = S.proxy_config("nginx", "https", "/r", tls=tls)
+        self.assertIn("listen 10.0.1.2:8443 ssl backlog=4096;", text)
+        _, text = S.proxy_config("haproxy", "https", "/r", tls=tls)
+        self.assertIn("bind 10.0.1.2:8443 ssl crt /t/cert+key.pem\n", text)
 
     def test_argv(self):
         self.assertEqual(S.proxy_argv("3proxy", "/r/c", "/r", "/b/3proxy"), ["/b/3proxy", "/r/c"])
