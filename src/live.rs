@@ -513,7 +513,7 @@ pub fn tagged() -> Vec<Tagged> {
 pub fn wait_gone(ids: &[u64], wait: std::time::Duration) -> bool {
     let until = std::time::Instant::now() + wait;
     loop {
-        let live: Vec<u64> = entries()
+        let live: std::collections::HashSet<u64> = entries()
             .iter()
             .map(|e| lock(&e.state).id)
             .filter(|id| *id != 0)
