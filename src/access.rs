@@ -511,7 +511,7 @@ fn admit(p: &Policy, req: &Request<'_>, at: &At, with_limits: bool) -> Result<Gr
     // `authcache ext`: the source a cache hit gave back.
     let mut route: Option<crate::parent::Parents> = None;
     // What an `auth radius` Access-Accept gave.
-    let mut radius: Option<crate::radius::Accepted> = None;
+    let mut radius: Option<Arc<crate::radius::Accepted>> = None;
     let mut worst = Res::OK;
     let mut allowed = None;
     for t in &p.auth {
@@ -569,37 +569,14 @@ fn admit(p: &Policy, req: &Request<'_>, at: &At, with_limits: bool) -> Result<Gr
                 }
                 _ => Err(Res::AUTH_NO_USER),
             },
-            AuthType::Radius => match (req.user, p.radius.get()) {
-                (None, _) => Err(Res::AUTH_NO_USER),
-                (_, None) => Err(Res::RADIUS_NO_ANSWER),
-                (Some(u), Some(conf)) => {
-                    let f = crate::radius::Fields {
-                        user: Some(u.to_string()),
-                        client: req.client,
-                        local: req.local,
-                        nas_port: at.srv.or(req.local).map_or(0, |a| a.port()),
-                        nas_id: req.service.unwrap_or("").to_string(),
-                        host: q.host.map(str::to_string),
-                        dst: req.addr,
-                        port: req.port,
-                        op: Some(q.op << 8),
-                        session_id: crate::radius::session_id(at.now),
-                    };
-                    match crate::radius::authenticate(conf, &f, req.password) {
-                        Ok(acc) => {
-                            let mut a = check_acl(p, &q, &mut weight)?;
-                            if let Some(ip) = acc.framed_ip {
-                                // The user's outgoing address: an `extip`
-                                // hop before the entry's own parents.
-                                let src = crate::parent::from_source(ip);
-                                a.parents = crate::parent::prepend(&src, &a.parents);
-                            }
-                            radius = Some(acc);
-                            Ok(a)
-                        }
-                        Err(e) => Err(e),
-                    }
+            AuthType::Radius => match auth_radius(p, req, at, &q) {
+                Ok(acc) => {
+                    let a = check_acl(p, &q, &mut weight)?;
+                    let a = framed(a, &acc);
+                    radius = Some(acc);
+                    Ok(a)
                 }
+                Err(e) => Err(e),
             },
             AuthType::Cache | AuthType::CacheAcl => match AuthCache::global().lookup(&p.cache, &cq)
             {
@@ -686,8 +663,49 @@ fn admit(p: &Policy, req: &Request<'_>, at: &At, with_limits: bool) -> Result<Gr
         limits,
         parents: allowed.parents,
         user: found_user,
-        radius: radius.map(Arc::new),
+        radius,
     })
+}
+
+/// `auth radius`: ask the `radius` servers. Out of [`admit`]'s body,
+/// which every request runs.
+#[inline(never)]
+fn auth_radius(
+    p: &Policy,
+    req: &Request<'_>,
+    at: &At,
+    q: &Query<'_>,
+) -> Result<Arc<crate::radius::Accepted>, Res> {
+    let (Some(u), conf) = (req.user, p.radius.get()) else {
+        return Err(Res::AUTH_NO_USER);
+    };
+    let Some(conf) = conf else {
+        return Err(Res::RADIUS_NO_ANSWER);
+    };
+    let f = crate::radius::Fields {
+        user: Some(u.to_string()),
+        client: req.client,
+        local: req.local,
+        nas_port: at.srv.or(req.local).map_or(0, |a| a.port()),
+        nas_id: req.service.unwrap_or("").to_string(),
+        host: q.host.map(str::to_string),
+        dst: req.addr,
+        port: req.port,
+        op: Some(q.op << 8),
+        session_id: crate::radius::session_id(at.now),
+    };
+    crate::radius::authenticate(conf, &f, req.password).map(Arc::new)
+}
+
+/// An `auth radius` Access-Accept's Framed-IP-Address is the user's
+/// outgoing address: an `extip` hop before the entry's own parents.
+#[inline(never)]
+fn framed(mut a: Allowed, acc: &crate::radius::Accepted) -> Allowed {
+    if let Some(ip) = acc.framed_ip {
+        let src = crate::parent::from_source(ip);
+        a.parents = crate::parent::prepend(&src, &a.parents);
+    }
+    a
 }
 
 /// Walk the ACL (3proxy's `checkACL`): empty allows, a `deny` gives 1, no

@@ -169,7 +169,8 @@ impl Client {
     pub fn accepted(a: Accepted) -> Client {
         let local_addr = a.local.or_else(|| a.stream.local_addr());
         a.svc.metrics.accepted();
-        let live = crate::live::register(a.svc.def.name, a.svc.port(), a.peer, &a.stream);
+        let start = SystemTime::now();
+        let live = crate::live::register(a.svc.def.name, a.svc.port(), a.peer, &a.stream, start);
         Client {
             live,
             cli: a.stream,
@@ -186,7 +187,7 @@ impl Client {
             bytes_out: 0,
             bytes_in: 0,
             hops: 0,
-            start: SystemTime::now(),
+            start,
             service_name: None,
             header_read: false,
             logged: false,
@@ -287,21 +288,16 @@ impl Client {
     /// destination asked for and the first parent. Allocates only what
     /// changed.
     pub fn publish(&self) {
-        let (host, port) = match (&self.req_host, self.req_addr) {
-            (Some(h), a) => (Some(h.as_str()), a.map_or(0, |a| a.port())),
-            (None, Some(a)) => (None, a.port()),
-            (None, None) => (None, 0),
+        let parent = if self.hops > self.local_hops {
+            self.remote_addr
+        } else {
+            None
         };
-        let addr = self.req_addr.map(|a| a.ip());
-        let parent = (self.hops > self.local_hops)
-            .then_some(self.remote_addr)
-            .flatten();
         self.live.update(
             self.client_addr,
             self.user.as_deref(),
-            host,
-            addr,
-            port,
+            self.req_host.as_deref(),
+            self.req_addr,
             parent,
         );
     }
@@ -329,7 +325,7 @@ impl Client {
         self.recorded.0 += self.bytes_out;
         self.recorded.1 += self.bytes_in;
         self.live.set_bytes(self.recorded.0, self.recorded.1);
-        if self.radius_log().is_some() {
+        if self.logs_radius() && self.radius_log().is_some() {
             // `log radius`: the record is the session's Stop.
             let acct = self.acct.take();
             if let Some(t) = acct.as_ref().and_then(|s| s.track.as_ref()) {
@@ -344,16 +340,32 @@ impl Client {
 
     /// The servers of `log radius`, when the session logs there.
     fn radius_log(&self) -> Option<&Arc<crate::radius::Conf>> {
-        match self.svc.log.as_deref() {
-            Some(crate::log::Sink::Radius) => self.svc.policy().radius.get(),
-            _ => None,
+        if self.logs_radius() {
+            self.svc.policy().radius.get()
+        } else {
+            None
         }
+    }
+
+    /// The service's log is `log radius` (a check of one pointer and a
+    /// tag: it runs at every record).
+    #[inline]
+    fn logs_radius(&self) -> bool {
+        matches!(self.svc.log.as_deref(), Some(crate::log::Sink::Radius))
     }
 
     /// `log radius`: access was granted; send the Start of the session's
     /// record (once per record), with what the grant gave it. A `nolog`
     /// grant has no record, so no Start either.
+    #[inline]
     pub fn acct_start(&mut self, grant: &crate::access::Grant) {
+        if self.logs_radius() {
+            self.acct_start_radius(grant);
+        }
+    }
+
+    #[inline(never)]
+    fn acct_start_radius(&mut self, grant: &crate::access::Grant) {
         if grant.nolog || self.acct.is_some() || self.radius_log().is_none() {
             return;
         }
@@ -449,11 +461,28 @@ impl Client {
     /// A record with this session's fields but the given result, byte
     /// counts and start: `logdump`'s intermediate records, written while
     /// the relay holds the sockets. With `log radius`, an Interim-Update.
+    #[inline]
     pub fn write_record_as(&self, res: Res, bytes_out: u64, bytes_in: u64, start: SystemTime) {
-        let svc = &self.svc;
-        svc.metrics
+        self.svc
+            .metrics
             .record(res, bytes_out, bytes_in, self.user.as_deref());
-        let Some(sink) = &svc.log else { return };
+        if let Some(sink) = &self.svc.log {
+            self.emit_record(sink, res, bytes_out, bytes_in, start);
+        }
+    }
+
+    /// [`Client::write_record_as`]'s log record (a service without a log
+    /// has none: this stays out of its path).
+    #[inline(never)]
+    fn emit_record(
+        &self,
+        sink: &Arc<crate::log::Sink>,
+        res: Res,
+        bytes_out: u64,
+        bytes_in: u64,
+        start: SystemTime,
+    ) {
+        let svc = &self.svc;
         if let Some(conf) = self.radius_log() {
             if let Some(s) = &self.acct {
                 let input = s.dumped_in.fetch_add(bytes_in, Ordering::Relaxed) + bytes_in;
@@ -494,6 +523,7 @@ impl Drop for Client {
             self.write_record();
         }
         self.svc.metrics.ended();
-        self.live.detach();
+        // `live` is dropped next (it is declared first): the session
+        // leaves the registry, forgetting its sockets before they close.
     }
 }

@@ -1,14 +1,21 @@
 //! The live sessions: every client session is registered here while it
 //! runs (the admin service's `/sessions`, its sessions page and `/S`),
-//! and can be ended from another thread (the admin page's "end" buttons;
-//! later RADIUS Disconnect-Request).
+//! and can be ended from another thread (the admin page's "end" buttons,
+//! a RADIUS Disconnect-Request).
 //!
-//! Cost on the session's path: registering takes one short lock of one of
-//! [`SHARDS`] maps (by id) and one allocation; deregistering (the drop of
-//! [`Session`], so a panic or an early return still removes it) the same.
-//! The byte counters are relaxed atomics the relay adds to where it counts
-//! anyway; user, destination and parent are written when a session learns
-//! them, under the entry's own lock, which only a snapshot also takes.
+//! Cost on the session's path: the registry's entries belong to threads,
+//! not to sessions. A client thread makes its entry at its first session
+//! (one allocation and one short lock of one of [`SHARDS`] slabs) and keeps
+//! it, parked between sessions, until it exits; a session takes its
+//! thread's entry and marks it with its id, under the entry's own lock,
+//! and gives it back by clearing the mark. So a session costs no
+//! allocation and no lock of a shared map: what every session pays is the
+//! uncontended lock of its own entry at start, end and when it learns
+//! something (user, destination, parent). Only a second session at once
+//! on one thread makes an entry of its own. The byte counters are relaxed
+//! atomics the relay adds to where it counts anyway. Finding a session by
+//! id (ending one, [`wait_gone`]) walks the entries: the admin page and
+//! RADIUS do that, seldom.
 //!
 //! Ending a session is shutdown(2) of its client socket and, while the
 //! relay runs, of its server socket: the session sees EOF on both at once,
@@ -17,31 +24,40 @@
 //! duplicates (no system call per session): a session forgets a number,
 //! under the entry's lock, before it closes that socket, and ending takes
 //! the same lock, so a number is never used after its socket closed.
+//! Ending checks the entry's id under that lock: an entry its session gave
+//! back, or that a later session of the thread took, is not ended.
 
-use std::collections::BTreeMap;
+use std::cell::Cell;
 use std::net::SocketAddr;
 use std::os::fd::AsFd;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::SystemTime;
 
 use crate::sys::sockopt::{shutdown_both, ForeignFd};
 
-/// Maps the registry is split into, so sessions starting on different
-/// threads rarely wait for each other.
+/// Slabs the registry is split into, so threads starting on different
+/// cores rarely wait for each other (only a thread's first session and
+/// its exit take one).
 pub const SHARDS: usize = 16;
 
-type Shard = Mutex<BTreeMap<u64, Arc<Entry>>>;
+/// One slab: the entries of some threads, and the free places.
+struct Shard {
+    slots: Vec<Option<Arc<Entry>>>,
+    free: Vec<usize>,
+}
 
-static REGISTRY: [Shard; SHARDS] = [const { Mutex::new(BTreeMap::new()) }; SHARDS];
+static REGISTRY: [Mutex<Shard>; SHARDS] = [const {
+    Mutex::new(Shard {
+        slots: Vec::new(),
+        free: Vec::new(),
+    })
+}; SHARDS];
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+static NEXT_SHARD: AtomicUsize = AtomicUsize::new(0);
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-fn shard(id: u64) -> &'static Shard {
-    &REGISTRY[(id % SHARDS as u64) as usize]
 }
 
 /// Bytes a session moved so far, both ways (the relay adds to them as it
@@ -62,11 +78,11 @@ pub struct Info {
     /// The client (what a PROXY header said, once it has been read).
     pub client: Option<SocketAddr>,
     pub user: Option<String>,
-    /// The destination asked for: its name, else its address (kept as
-    /// an address: formatted only when someone looks), and port.
+    /// The destination asked for: its name, if it was given one, and its
+    /// address and port (kept as an address: formatted only when someone
+    /// looks; the port is 0 without it).
     pub host: Option<String>,
-    pub addr: Option<std::net::IpAddr>,
-    pub port: u16,
+    pub dst: Option<SocketAddr>,
     /// The first parent the session's connection went through.
     pub parent: Option<SocketAddr>,
 }
@@ -74,9 +90,9 @@ pub struct Info {
 impl Info {
     /// The destination host: its name, else its address.
     pub fn host_text(&self) -> Option<String> {
-        match (&self.host, self.addr) {
+        match (&self.host, self.dst) {
             (Some(h), _) => Some(h.clone()),
-            (None, Some(a)) => Some(a.to_string()),
+            (None, Some(a)) => Some(a.ip().to_string()),
             (None, None) => None,
         }
     }
@@ -84,34 +100,45 @@ impl Info {
     /// `host:port` (IPv6 in brackets), if a destination is known.
     pub fn dest(&self) -> Option<String> {
         let h = self.host_text()?;
+        let port = self.dst.map_or(0, |a| a.port());
         Some(if h.contains(':') {
-            format!("[{h}]:{}", self.port)
+            format!("[{h}]:{port}")
         } else {
-            format!("{h}:{}", self.port)
+            format!("{h}:{port}")
         })
     }
 }
 
-#[derive(Default)]
-struct Fds {
+/// What an entry's lock guards: the session using it, if any.
+struct State {
+    /// The session's id; 0 while no session uses the entry.
+    id: u64,
+    /// The service's cfg name (`proxy`, `socks`, ...).
+    service: &'static str,
+    /// The port the service listens on (0 for a unix socket).
+    port: u16,
+    start: SystemTime,
+    info: Info,
     cli: Option<ForeignFd>,
     srv: Option<ForeignFd>,
+    /// What a layer above hangs on the session ([`Tag`]); None for most.
+    tag: Option<Tag>,
+    /// The user and host strings of an earlier session, kept for the
+    /// next ones (a session's strings then cost no allocation).
+    spare: [Option<String>; 2],
 }
 
-/// One registered session.
-pub struct Entry {
-    pub id: u64,
-    /// The service's cfg name (`proxy`, `socks`, ...).
-    pub service: &'static str,
-    /// The port the service listens on (0 for a unix socket).
-    pub port: u16,
-    pub start: SystemTime,
-    pub bytes: Bytes,
-    info: Mutex<Info>,
-    fds: Mutex<Fds>,
+/// One entry of the registry: a thread's, used by one session at a time.
+struct Entry {
+    state: Mutex<State>,
+    bytes: Bytes,
+    /// The session using the entry was ended from outside. Set only
+    /// under `state`'s lock, with the id checked; cleared when a session
+    /// takes the entry.
     ended: AtomicBool,
-    /// What a layer above hangs on the session ([`Tag`]); None for most.
-    tag: Mutex<Option<Tag>>,
+    /// Its place: shard and index in the shard's slab.
+    shard: usize,
+    index: usize,
 }
 
 /// What a layer above this one keeps on a live session for its own
@@ -130,14 +157,13 @@ pub struct Tagged {
 }
 
 impl Entry {
-    /// End the session: shut both its sockets down. False if it was
-    /// ended already.
-    fn end(&self) -> bool {
-        let fds = lock(&self.fds);
-        if self.ended.swap(true, Ordering::Relaxed) {
+    /// End the session whose state `st` is (its lock held): shut both
+    /// its sockets down. False if it was ended already.
+    fn end(&self, st: &State) -> bool {
+        if st.id == 0 || self.ended.swap(true, Ordering::Relaxed) {
             return false;
         }
-        for fd in [&fds.cli, &fds.srv].into_iter().flatten() {
+        for fd in [&st.cli, &st.srv].into_iter().flatten() {
             shutdown_both(fd);
         }
         true
@@ -158,143 +184,266 @@ pub struct View {
     pub ended: bool,
 }
 
+/// An entry in the registry, owned by one thread (or one session);
+/// dropping it takes it out of the registry.
+struct Owned(Arc<Entry>);
+
+impl Owned {
+    fn new() -> Owned {
+        let shard = NEXT_SHARD.fetch_add(1, Ordering::Relaxed) % SHARDS;
+        let mut s = lock(&REGISTRY[shard]);
+        let index = s.free.pop().unwrap_or(s.slots.len());
+        let e = Arc::new(Entry {
+            state: Mutex::new(State {
+                id: 0,
+                service: "",
+                port: 0,
+                start: SystemTime::UNIX_EPOCH,
+                info: Info::default(),
+                cli: None,
+                srv: None,
+                tag: None,
+                spare: [None, None],
+            }),
+            bytes: Bytes::default(),
+            ended: AtomicBool::new(false),
+            shard,
+            index,
+        });
+        if index == s.slots.len() {
+            s.slots.push(Some(e.clone()));
+        } else {
+            s.slots[index] = Some(e.clone());
+        }
+        Owned(e)
+    }
+}
+
+impl Drop for Owned {
+    fn drop(&mut self) {
+        let mut s = lock(&REGISTRY[self.0.shard]);
+        s.slots[self.0.index] = None;
+        s.free.push(self.0.index);
+    }
+}
+
+thread_local! {
+    /// This thread's entry while no session of it uses it. Its drop, when
+    /// the thread exits, takes the entry out of the registry.
+    static SPARE: Cell<Option<Owned>> = const { Cell::new(None) };
+}
+
 /// A session's registration; dropping it removes the session.
-pub struct Session(Arc<Entry>);
+pub struct Session {
+    /// Always Some; None only inside `drop`.
+    entry: Option<Owned>,
+    id: u64,
+}
 
 /// Register a session of service `service` (listening on `port`) from
-/// `client`, whose socket is `cli`. `cli` must stay open until the
-/// returned [`Session`] is dropped or [`Session::detach`]ed.
+/// `client`, whose socket is `cli`, which started at `start`. `cli` must
+/// stay open until the returned [`Session`] is dropped.
 pub fn register(
     service: &'static str,
     port: u16,
     client: Option<SocketAddr>,
     cli: &impl AsFd,
+    start: SystemTime,
 ) -> Session {
+    let owned = SPARE
+        .try_with(Cell::take)
+        .ok()
+        .flatten()
+        .unwrap_or_else(Owned::new);
     let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
-    let e = Arc::new(Entry {
+    let e = &owned.0;
+    {
+        let mut st = lock(&e.state);
+        e.bytes.out.store(0, Ordering::Relaxed);
+        e.bytes.inb.store(0, Ordering::Relaxed);
+        e.ended.store(false, Ordering::Relaxed);
+        st.id = id;
+        st.service = service;
+        st.port = port;
+        st.start = start;
+        st.info.client = client;
+        st.cli = Some(ForeignFd::new(cli.as_fd()));
+    }
+    Session {
+        entry: Some(owned),
         id,
-        service,
-        port,
-        start: SystemTime::now(),
-        bytes: Bytes::default(),
-        info: Mutex::new(Info {
-            client,
-            ..Info::default()
-        }),
-        fds: Mutex::new(Fds {
-            cli: Some(ForeignFd::new(cli.as_fd())),
-            srv: None,
-        }),
-        ended: AtomicBool::new(false),
-        tag: Mutex::new(None),
-    });
-    lock(shard(id)).insert(id, e.clone());
-    Session(e)
+    }
+}
+
+/// Set `slot` to `v`, reusing its string or `spare`'s. The common case,
+/// nothing changed, is a comparison where this is called.
+#[inline]
+fn put_str(slot: &mut Option<String>, spare: &mut Option<String>, v: Option<&str>) {
+    if slot.as_deref() != v {
+        put_str_changed(slot, spare, v);
+    }
+}
+
+#[inline(never)]
+fn put_str_changed(slot: &mut Option<String>, spare: &mut Option<String>, v: Option<&str>) {
+    match v {
+        Some(v) => {
+            let mut s = slot.take().or_else(|| spare.take()).unwrap_or_default();
+            s.clear();
+            s.push_str(v);
+            *slot = Some(s);
+        }
+        None => {
+            if let Some(s) = slot.take() {
+                *spare = Some(s);
+            }
+        }
+    }
 }
 
 impl Session {
+    fn entry(&self) -> &Entry {
+        match &self.entry {
+            Some(o) => &o.0,
+            None => unreachable!("a live::Session's entry is taken only by its drop"),
+        }
+    }
+
     pub fn id(&self) -> u64 {
-        self.0.id
+        self.id
     }
 
     /// The counters the relay adds to.
     pub fn bytes(&self) -> &Bytes {
-        &self.0.bytes
+        &self.entry().bytes
     }
 
     /// Set the byte counters (at a log record: what the session moved in
     /// all so far).
     pub fn set_bytes(&self, out: u64, inb: u64) {
-        self.0.bytes.out.store(out, Ordering::Relaxed);
-        self.0.bytes.inb.store(inb, Ordering::Relaxed);
+        let b = self.bytes();
+        b.out.store(out, Ordering::Relaxed);
+        b.inb.store(inb, Ordering::Relaxed);
     }
 
-    /// Update what the session knows, allocating only what changed.
+    /// Update what the session knows, allocating nothing once the
+    /// thread's entry has held strings that long.
     pub fn update(
         &self,
         client: Option<SocketAddr>,
         user: Option<&str>,
         host: Option<&str>,
-        addr: Option<std::net::IpAddr>,
-        port: u16,
+        dst: Option<SocketAddr>,
         parent: Option<SocketAddr>,
     ) {
-        let mut i = lock(&self.0.info);
+        let mut guard = lock(&self.entry().state);
+        let st = &mut *guard;
+        let i = &mut st.info;
         i.client = client;
-        if i.user.as_deref() != user {
-            i.user = user.map(str::to_string);
-        }
-        if i.host.as_deref() != host {
-            i.host = host.map(str::to_string);
-        }
-        i.addr = addr;
-        i.port = port;
+        let [su, sh] = &mut st.spare;
+        put_str(&mut i.user, su, user);
+        put_str(&mut i.host, sh, host);
+        i.dst = dst;
         i.parent = parent;
     }
 
     /// The session was ended from outside ([`end`], [`end_user`]).
     pub fn ended(&self) -> bool {
-        self.0.ended.load(Ordering::Relaxed)
+        self.entry().ended.load(Ordering::Relaxed)
     }
 
     /// Let [`end`] shut `srv` down too, until the guard is dropped; `srv`
     /// must stay open that long.
     pub fn attach_server(&self, srv: &impl AsFd) -> Attached {
-        let mut fds = lock(&self.0.fds);
+        let mut st = lock(&self.entry().state);
         if self.ended() {
             // Ended while this socket was being reached.
             shutdown_both(&ForeignFd::new(srv.as_fd()));
         }
-        fds.srv = Some(ForeignFd::new(srv.as_fd()));
-        Attached(self.0.clone())
+        st.srv = Some(ForeignFd::new(srv.as_fd()));
+        Attached(self.entry.as_ref().map(|o| o.0.clone()), self.id)
     }
 
     /// Hang `tag` on the session (None takes it off).
     pub fn set_tag(&self, tag: Option<Tag>) {
-        *lock(&self.0.tag) = tag;
-    }
-
-    /// Forget the client socket (it is about to be closed).
-    pub fn detach(&self) {
-        let mut fds = lock(&self.0.fds);
-        fds.cli = None;
-        fds.srv = None;
+        lock(&self.entry().state).tag = tag;
     }
 }
 
 impl Drop for Session {
     fn drop(&mut self) {
-        self.detach();
-        lock(shard(self.0.id)).remove(&self.0.id);
+        let Some(owned) = self.entry.take() else {
+            return;
+        };
+        let tag = {
+            let mut guard = lock(&owned.0.state);
+            let st = &mut *guard;
+            st.id = 0;
+            st.cli = None;
+            st.srv = None;
+            st.info.client = None;
+            st.info.dst = None;
+            st.info.parent = None;
+            let [su, sh] = &mut st.spare;
+            put_str(&mut st.info.user, su, None);
+            put_str(&mut st.info.host, sh, None);
+            st.tag.take()
+        };
+        // Not under the lock: a tag's drop may do anything.
+        drop(tag);
+        // Back to the thread for its next session; if the thread has one
+        // already (two sessions at once), or is exiting, this one goes.
+        let mut owned = Some(owned);
+        let _ = SPARE.try_with(|s| {
+            if let Some(old) = s.replace(owned.take()) {
+                drop(old);
+            }
+        });
+        drop(owned);
     }
 }
 
 /// A server socket [`end`] may shut down; dropping it takes that back.
-pub struct Attached(Arc<Entry>);
+pub struct Attached(Option<Arc<Entry>>, u64);
 
 impl Drop for Attached {
     fn drop(&mut self) {
-        lock(&self.0.fds).srv = None;
+        if let Some(e) = &self.0 {
+            let mut st = lock(&e.state);
+            if st.id == self.1 {
+                st.srv = None;
+            }
+        }
     }
+}
+
+/// Every entry of the registry (used or not).
+fn entries() -> Vec<Arc<Entry>> {
+    let mut out = Vec::new();
+    for s in &REGISTRY {
+        out.extend(lock(s).slots.iter().flatten().cloned());
+    }
+    out
 }
 
 /// Every live session, by id.
 pub fn snapshot() -> Vec<View> {
     let mut out = Vec::new();
-    for s in &REGISTRY {
-        let entries: Vec<Arc<Entry>> = lock(s).values().cloned().collect();
-        for e in entries {
-            out.push(View {
-                id: e.id,
-                service: e.service,
-                port: e.port,
-                start: e.start,
-                bytes_out: e.bytes.out.load(Ordering::Relaxed),
-                bytes_in: e.bytes.inb.load(Ordering::Relaxed),
-                info: lock(&e.info).clone(),
-                ended: e.ended.load(Ordering::Relaxed),
-            });
+    for e in entries() {
+        let st = lock(&e.state);
+        if st.id == 0 {
+            continue;
         }
+        out.push(View {
+            id: st.id,
+            service: st.service,
+            port: st.port,
+            start: st.start,
+            bytes_out: e.bytes.out.load(Ordering::Relaxed),
+            bytes_in: e.bytes.inb.load(Ordering::Relaxed),
+            info: st.info.clone(),
+            ended: e.ended.load(Ordering::Relaxed),
+        });
     }
     out.sort_by_key(|v| v.id);
     out
@@ -302,13 +451,15 @@ pub fn snapshot() -> Vec<View> {
 
 /// How many sessions are live.
 pub fn count() -> usize {
-    REGISTRY.iter().map(|s| lock(s).len()).sum()
+    entries().iter().filter(|e| lock(&e.state).id != 0).count()
 }
 
 /// End the session `id`. False if there is none (or it was ended already).
 pub fn end(id: u64) -> bool {
-    let e = lock(shard(id)).get(&id).cloned();
-    e.is_some_and(|e| e.end())
+    entries().iter().any(|e| {
+        let st = lock(&e.state);
+        st.id == id && e.end(&st)
+    })
 }
 
 /// End every live session of `user`; the ids of those ended.
@@ -327,41 +478,33 @@ pub fn find_if(pick: impl Fn(&Info, Option<&Tag>) -> bool) -> Vec<u64> {
     walk(pick, false)
 }
 
+/// `pick` runs under the entry's lock: it must not call this module.
 fn walk(pick: impl Fn(&Info, Option<&Tag>) -> bool, end: bool) -> Vec<u64> {
     let mut found = Vec::new();
-    for s in &REGISTRY {
-        let entries: Vec<Arc<Entry>> = lock(s).values().cloned().collect();
-        for e in entries {
-            let tag = lock(&e.tag).clone();
-            let mine = pick(&lock(&e.info), tag.as_ref());
-            if mine && (!end || e.end()) {
-                found.push(e.id);
-            }
+    for e in entries() {
+        let st = lock(&e.state);
+        if st.id != 0 && pick(&st.info, st.tag.as_ref()) && (!end || e.end(&st)) {
+            found.push(st.id);
         }
     }
+    found.sort_unstable();
     found
 }
 
 /// The live sessions that carry a tag, with their byte counters now.
 pub fn tagged() -> Vec<Tagged> {
     let mut out = Vec::new();
-    for s in &REGISTRY {
-        for e in lock(s).values() {
-            if let Some(tag) = lock(&e.tag).clone() {
-                out.push(Tagged {
-                    out: e.bytes.out.load(Ordering::Relaxed),
-                    inb: e.bytes.inb.load(Ordering::Relaxed),
-                    tag,
-                });
-            }
+    for e in entries() {
+        let st = lock(&e.state);
+        if let Some(tag) = st.tag.as_ref().filter(|_| st.id != 0) {
+            out.push(Tagged {
+                out: e.bytes.out.load(Ordering::Relaxed),
+                inb: e.bytes.inb.load(Ordering::Relaxed),
+                tag: tag.clone(),
+            });
         }
     }
     out
-}
-
-/// Whether session `id` is still registered.
-pub fn is_live(id: u64) -> bool {
-    lock(shard(id)).contains_key(&id)
 }
 
 /// Wait, polling, until none of `ids` is registered any more (their
@@ -370,7 +513,12 @@ pub fn is_live(id: u64) -> bool {
 pub fn wait_gone(ids: &[u64], wait: std::time::Duration) -> bool {
     let until = std::time::Instant::now() + wait;
     loop {
-        if !ids.iter().any(|&id| is_live(id)) {
+        let live: std::collections::HashSet<u64> = entries()
+            .iter()
+            .map(|e| lock(&e.state).id)
+            .filter(|id| *id != 0)
+            .collect();
+        if !ids.iter().any(|id| live.contains(id)) {
             return true;
         }
         if std::time::Instant::now() >= until {
@@ -397,20 +545,20 @@ mod tests {
     fn registers_ends_and_forgets() {
         let (mut peer, ours) = pair();
         let (mut srv_peer, srv) = pair();
-        let s = register("tcppm", 1, None, &ours);
+        let s = register("tcppm", 1, None, &ours, SystemTime::now());
         let id = s.id();
         s.update(
             None,
             Some("live-test-user"),
             Some("example.org"),
-            None,
-            80,
+            Some("192.0.2.1:80".parse().unwrap()),
             None,
         );
         s.bytes().out.store(5, Ordering::Relaxed);
         let v = snapshot().into_iter().find(|v| v.id == id).unwrap();
         assert_eq!(v.bytes_out, 5);
         assert_eq!(v.info.user.as_deref(), Some("live-test-user"));
+        assert_eq!(v.info.dest().as_deref(), Some("example.org:80"));
         let a = s.attach_server(&srv);
         assert_eq!(end_user("live-test-user"), vec![id]);
         assert!(snapshot().iter().any(|v| v.id == id && v.ended));
@@ -431,9 +579,9 @@ mod tests {
     #[test]
     fn tags_are_handed_back_and_picked_by() {
         let (mut peer, ours) = pair();
-        let s = register("tcppm", 1, None, &ours);
+        let s = register("tcppm", 1, None, &ours, SystemTime::now());
         let id = s.id();
-        s.update(None, Some("tag-test-user"), None, None, 0, None);
+        s.update(None, Some("tag-test-user"), None, None, None);
         s.bytes().inb.store(7, Ordering::Relaxed);
         let mine = |t: &Tagged| t.tag.downcast_ref::<String>().map(String::as_str) == Some("sid-1");
         assert!(!tagged().iter().any(mine));
@@ -451,5 +599,92 @@ mod tests {
         assert_eq!(peer.read(&mut b).unwrap(), 0);
         s.set_tag(None);
         assert!(!tagged().iter().any(mine));
+    }
+
+    /// A thread's entry serves its sessions one after another: a later
+    /// session starts with nothing of an earlier one, and ending an
+    /// earlier one's id (gone) leaves the later one alone.
+    #[test]
+    fn a_thread_entry_is_reused_and_an_old_id_ends_nothing() {
+        let (mut peer, ours) = pair();
+        let first = register("tcppm", 1, None, &ours, SystemTime::now());
+        let old = first.id();
+        first.update(
+            None,
+            Some("reuse-test-user"),
+            Some("a.example"),
+            Some("192.0.2.2:81".parse().unwrap()),
+            Some("192.0.2.3:3128".parse().unwrap()),
+        );
+        first.set_tag(Some(Arc::new("reuse-tag".to_string())));
+        first.set_bytes(10, 20);
+        let kept = Arc::downgrade(&first.entry.as_ref().unwrap().0);
+        drop(first);
+        let second = register("socks", 2, None, &ours, SystemTime::now());
+        assert_ne!(second.id(), old);
+        let entry = kept.upgrade().expect("the thread keeps its entry");
+        assert!(Arc::ptr_eq(&entry, &second.entry.as_ref().unwrap().0));
+        drop(entry);
+        assert!(!end(old), "an id that is gone ends nothing");
+        assert!(end_user("reuse-test-user").is_empty());
+        assert!(!second.ended());
+        let v = snapshot()
+            .into_iter()
+            .find(|v| v.id == second.id())
+            .unwrap();
+        assert_eq!(
+            (v.service, v.port, v.bytes_out, v.bytes_in),
+            ("socks", 2, 0, 0)
+        );
+        assert_eq!(v.info, Info::default());
+        assert!(snapshot().iter().all(|v| v.id != old));
+        let reuse =
+            |t: &Tagged| t.tag.downcast_ref::<String>().map(String::as_str) == Some("reuse-tag");
+        assert!(!tagged().iter().any(reuse), "the tag went with its session");
+        // The second session is still there to be ended.
+        assert!(end(second.id()));
+        let mut b = [0u8; 1];
+        assert_eq!(peer.read(&mut b).unwrap(), 0);
+    }
+
+    /// Two sessions at once on one thread each have an entry; each
+    /// thread's entries leave the registry when it exits.
+    #[test]
+    fn nested_sessions_and_exiting_threads() {
+        let (_peer, ours) = pair();
+        let (_peer2, ours2) = pair();
+        let t = std::thread::spawn(move || {
+            let a = register("tcppm", 1, None, &ours, SystemTime::now());
+            let b = register("tcppm", 1, None, &ours2, SystemTime::now());
+            let ids = [a.id(), b.id()];
+            let live: Vec<u64> = snapshot().iter().map(|v| v.id).collect();
+            assert!(ids.iter().all(|id| live.contains(id)));
+            let mine = |e: &Arc<Entry>| {
+                let st = lock(&e.state);
+                ids.contains(&st.id)
+            };
+            assert_eq!(entries().iter().filter(|e| mine(e)).count(), 2);
+            let weak: Vec<std::sync::Weak<Entry>> = entries()
+                .iter()
+                .filter(|e| mine(e))
+                .map(Arc::downgrade)
+                .collect();
+            drop(a);
+            drop(b);
+            assert!(wait_gone(&ids, std::time::Duration::ZERO));
+            weak
+        });
+        let weak = t.join().unwrap();
+        // The thread is gone: so are both its entries (one was kept as
+        // its spare until it exited). Another test's walk may hold one
+        // for a moment.
+        let until = std::time::Instant::now() + std::time::Duration::from_secs(2);
+        while weak.iter().any(|w| w.upgrade().is_some()) {
+            assert!(
+                std::time::Instant::now() < until,
+                "an exited thread's entry stayed"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
     }
 }

@@ -226,7 +226,12 @@ fn parse_request_in<'a>(
         .unwrap_or(rest.len());
         // A fragment stays with the client: an absolute-URI has none
         // (RFC 9112 section 3.2).
-        path = rest[end..].split('#').next().unwrap_or_default();
+        // (A byte scan: paths are short, and this runs for every request.)
+        let path_all = &rest[end..];
+        path = match path_all.bytes().position(|b| b == b'#') {
+            Some(i) => &path_all[..i],
+            None => path_all,
+        };
         if is_ftp {
             let p = path.split(['?', '#']).next().unwrap_or("");
             ftp = Some(if p.is_empty() { "/" } else { p });
@@ -725,13 +730,17 @@ fn split_authority(s: &str, default: Option<u16>) -> Result<(&str, u16), HeadErr
             None => (s, None),
         }
     };
-    let valid = |b: u8| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b':');
-    if host.is_empty() || !host.bytes().all(valid) {
+    let mut colon = false;
+    let mut valid = |b: u8| {
+        colon |= b == b':';
+        b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b':')
+    };
+    if host.is_empty() || !host.bytes().all(&mut valid) {
         return Err(HeadError::Target);
     }
     // A colon in a host only ever belongs to an IPv6 address (which is
     // sent on in brackets).
-    if host.contains(':') && host.parse::<std::net::Ipv6Addr>().is_err() {
+    if colon && host.parse::<std::net::Ipv6Addr>().is_err() {
         return Err(HeadError::Target);
     }
     let port = match (port, default) {

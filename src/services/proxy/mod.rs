@@ -528,6 +528,9 @@ impl Session {
         self.ask_acl(c, req, dst.as_ref().ok().copied())?;
         let dst = dst.map_err(|res| Fail::answer(res, 502))?;
         c.req_addr = Some(dst);
+        // The live registry shows the request's user and destination
+        // while it is served.
+        c.publish();
         if c.is_self(dst) {
             return Err(Fail::answer(Res::LOOP, 503));
         }
@@ -560,7 +563,6 @@ impl Session {
                 }
                 c.acct_start(&grant);
                 self.grant = Some(grant);
-                c.publish();
                 Ok(())
             }
             Err(res) => {
