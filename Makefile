@@ -59,7 +59,7 @@ asan:
 # connections (default a million) from SOAK_WORKERS clients at once, mixed
 # across the HTTP proxy, CONNECT, SOCKS5 and tcppm, with faults; then the
 # proxy's threads, descriptors and memory must be back at their baseline.
-# Loopback only; needs about 1 GiB in the temp dir for the access log. The
+# Loopback only; the access log takes about 100 MiB of the temp dir. The
 # normal suite runs the same test with 30,000 connections.
 SOAK_CONNECTIONS ?= 1000000
 SOAK_WORKERS ?= 16
