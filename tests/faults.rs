@@ -576,11 +576,11 @@ fn sigkill_loses_at_most_one_counter_interval() {
     let _ = proxy.wait_exit(START_TIMEOUT);
     let saved = counter_record(&counters, 1).expect("a counter record");
     let ends = ends.lock().unwrap();
-    // Counted by the sessions that ended more than one interval (1 s)
-    // before the kill, with 0.5 s for a loaded machine, at least.
+    // Counted: the sessions that ended more than one interval (1 s)
+    // before the kill, with 1 s more for a loaded machine, at least.
     let due = ends
         .iter()
-        .filter(|(t, _)| killed_at.duration_since(*t) > Duration::from_millis(1500))
+        .filter(|(t, _)| killed_at.duration_since(*t) > Duration::from_millis(2000))
         .map(|(_, m)| *m)
         .max()
         .unwrap_or(0);
@@ -592,7 +592,7 @@ fn sigkill_loses_at_most_one_counter_interval() {
     );
     assert!(
         saved >= due && saved <= all,
-        "the file says {saved}; sessions that ended over 1.5 s before the kill moved {due}, all {all}"
+        "the file says {saved}; sessions that ended over 2 s before the kill moved {due}, all {all}"
     );
     // The file is whole: a new proxy takes it and counts on from it.
     let proxy = Proxy::start(Dir::new("fault_kill2"), &cfg, &[Listen::Tcp(localhost(pt))]);
