@@ -10,6 +10,14 @@
 //! for `IDLE_THREAD` leaves the stack and exits: with a stack, the threads
 //! left idle by a burst are the ones at the bottom, and they do time out.
 //! Still one client per thread at a time.
+//!
+//! Out of descriptors (EMFILE, ENFILE), accept() fails while clients wait
+//! in the backlog, and they would wait there until their own timeout. The
+//! acceptor keeps one spare descriptor (a duplicate of the listener): when
+//! a client is waiting and accept() fails for want of a descriptor, the
+//! spare is closed, the client accepted and closed at once (it sees the
+//! connection closed before any answer), and the spare taken again. With
+//! no client waiting, it waits for one (or 100 ms) without spinning.
 
 use std::io;
 use std::sync::{Arc, Mutex};
@@ -37,6 +45,7 @@ pub fn run(r: Arc<Running>, listener: Listener, serve: fn(&mut Client)) {
     let idle = Arc::new(IdleThreads::new(serve));
     let mut last_warn = None;
     let mut last_err: Option<Instant> = None;
+    let mut spare = Spare::take(&listener);
     while !r.stopped() {
         // The settings of the moment: a reload may have swapped them.
         let svc = r.current();
@@ -49,6 +58,9 @@ pub fn run(r: Arc<Running>, listener: Listener, serve: fn(&mut Client)) {
                 drop(slot);
                 if !r.stopped() {
                     accept_error(&svc, &e, &mut last_err);
+                    if out_of_descriptors(&e) {
+                        spare.refuse_one(&listener, &svc);
+                    }
                 }
                 continue;
             }
@@ -179,11 +191,20 @@ impl IdleThreads {
             .stack_size(svc.stack_size)
             .spawn(move || idle.client_thread(job));
         if let Err(e) = spawned {
-            log::error!(
-                "{} on {}: cannot start a client thread: {e}",
-                svc.def.name,
-                svc.listen
-            );
+            // At most one line a second: a flood of clients while threads
+            // cannot start would otherwise be a line each.
+            static LAST: Mutex<(Option<Instant>, u64)> = Mutex::new((None, 0));
+            let mut last = LAST.lock().unwrap_or_else(|e| e.into_inner());
+            last.1 += 1;
+            if last.0.is_none_or(|t| t.elapsed() >= Duration::from_secs(1)) {
+                log::error!(
+                    "{} on {}: cannot start a client thread: {e}; {} clients refused",
+                    svc.def.name,
+                    svc.listen,
+                    last.1
+                );
+                *last = (Some(Instant::now()), 0);
+            }
         }
     }
 
@@ -267,20 +288,66 @@ impl IdleThreads {
     }
 }
 
-/// accept() failed. Running out of descriptors or memory is transient:
-/// back off briefly so the loop does not spin, and log at most once a
-/// second so a flood does not fill the disk.
+/// accept() failed. Running out of memory is transient: back off briefly
+/// so the loop does not spin (running out of descriptors is handled by
+/// [`Spare::refuse_one`], which waits); log at most once a second so a
+/// flood does not fill the disk.
 fn accept_error(svc: &Service, e: &io::Error, last: &mut Option<Instant>) {
-    let transient = matches!(
-        e.raw_os_error(),
-        Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM)
-    );
     if last.is_none_or(|t| t.elapsed() >= Duration::from_secs(1)) {
-        log::error!("{} on {}: accept(): {e}", svc.def.name, svc.listen);
+        if out_of_descriptors(e) {
+            log::error!(
+                "{} on {}: accept(): {e}: refusing new clients until descriptors free",
+                svc.def.name,
+                svc.listen
+            );
+        } else {
+            log::error!("{} on {}: accept(): {e}", svc.def.name, svc.listen);
+        }
         *last = Some(Instant::now());
     }
-    if transient {
+    if matches!(e.raw_os_error(), Some(libc::ENOBUFS | libc::ENOMEM)) {
         std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+fn out_of_descriptors(e: &io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE))
+}
+
+/// The descriptor an acceptor keeps in reserve, so that it can still
+/// accept (and close) a waiting client when the process is out of them.
+struct Spare(Option<std::os::fd::OwnedFd>);
+
+impl Spare {
+    fn take(listener: &Listener) -> Spare {
+        use std::os::fd::AsFd;
+        Spare(listener.as_fd().try_clone_to_owned().ok())
+    }
+
+    /// Out of descriptors: wait up to 100 ms for a client; if one waits,
+    /// accept it with the spare descriptor and close it at once. Without
+    /// a spare (another thread took the descriptor it freed), wait 10 ms.
+    fn refuse_one(&mut self, listener: &Listener, svc: &Service) {
+        use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+        use std::os::fd::AsFd;
+        let mut fds = [PollFd::new(listener.as_fd(), PollFlags::POLLIN)];
+        if !poll(&mut fds, PollTimeout::from(100u8)).is_ok_and(|n| n > 0) {
+            return;
+        }
+        if self.0.take().is_none() {
+            *self = Spare::take(listener);
+            std::thread::sleep(Duration::from_millis(10));
+            return;
+        }
+        if let Ok((stream, peer)) = listener.accept() {
+            log::debug!(
+                "{} on {}: out of descriptors, closed the connection of {peer:?}",
+                svc.def.name,
+                svc.listen
+            );
+            drop(stream);
+        }
+        *self = Spare::take(listener);
     }
 }
 

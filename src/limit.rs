@@ -768,6 +768,8 @@ struct Dumper {
     /// Records to write, by (file, record number): the latest state wins.
     dirty: Mutex<HashMap<(usize, u32), Dirty>>,
     started: AtomicBool,
+    /// Writing has failed and not succeeded since.
+    failing: AtomicBool,
 }
 
 fn dumper() -> &'static Dumper {
@@ -775,6 +777,7 @@ fn dumper() -> &'static Dumper {
     D.get_or_init(|| Dumper {
         dirty: Mutex::default(),
         started: AtomicBool::new(false),
+        failing: AtomicBool::new(false),
     })
 }
 
@@ -809,13 +812,38 @@ impl Dumper {
         }
     }
 
+    /// Write what changed. A record that cannot be written (a full disk,
+    /// a read-only file system) stays marked and is tried again at the
+    /// next flush, unless a newer state of it came meanwhile; the failure
+    /// is reported once when it starts, and once when the file is written
+    /// again.
     fn flush(&self) {
         let batch = std::mem::take(&mut *self.dirty.lock().unwrap_or_else(|e| e.into_inner()));
         let now = unix_now();
-        for ((_, number), (f, st)) in batch {
-            if let Err(e) = f.write(number, st, now) {
-                log::error!("counter file {}: {e}", f.path);
+        let mut failed = Vec::new();
+        let mut wrote = None;
+        for (key, (f, st)) in batch {
+            match f.write(key.1, st, now) {
+                Ok(()) => wrote = Some(f),
+                Err(e) => {
+                    if !self.failing.swap(true, Ordering::AcqRel) {
+                        log::error!("counter file {}: {e}; trying again every second", f.path);
+                    }
+                    failed.push((key, (f, st)));
+                }
             }
+        }
+        if failed.is_empty() {
+            if let Some(f) = wrote {
+                if self.failing.swap(false, Ordering::AcqRel) {
+                    log::warn!("counter file {}: written again", f.path);
+                }
+            }
+            return;
+        }
+        let mut dirty = self.dirty.lock().unwrap_or_else(|e| e.into_inner());
+        for (key, v) in failed {
+            dirty.entry(key).or_insert(v);
         }
     }
 }

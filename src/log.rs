@@ -518,6 +518,13 @@ struct Current {
     key: Key,
     /// The clock second of the last rotation check.
     checked: i64,
+    /// Records lost since writing began to fail (a full disk): the
+    /// failure is reported once when it starts, and the count once when a
+    /// record is written again.
+    lost: u64,
+    /// The last failed write left part of a record: the next record
+    /// starts on a line of its own.
+    torn: bool,
 }
 
 /// Open a log file for appending; a new one is made with 3proxy's mode
@@ -526,6 +533,20 @@ fn append(path: &Path, owner: Owner) -> io::Result<File> {
     let mut opts = OpenOptions::new();
     opts.append(true);
     crate::sys::process::open_or_create(&opts, path, 0o666, owner)
+}
+
+/// Write all of `buf`; on an error, also say how much was written.
+fn write_record(mut f: &File, buf: &[u8]) -> Result<(), (io::Error, usize)> {
+    let mut done = 0;
+    while done < buf.len() {
+        match f.write(&buf[done..]) {
+            Ok(0) => return Err((io::ErrorKind::WriteZero.into(), done)),
+            Ok(n) => done += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err((e, done)),
+        }
+    }
+    Ok(())
 }
 
 impl FileLog {
@@ -550,6 +571,8 @@ impl FileLog {
                 path,
                 key,
                 checked: now,
+                lost: 0,
+                torn: false,
             }),
         })
     }
@@ -562,9 +585,43 @@ impl FileLog {
         self.lock().path.clone()
     }
 
+    /// Append one record. A record that cannot be written (the disk is
+    /// full) is lost: the first loss is reported, then nothing until a
+    /// record is written again, which reports how many were lost.
     fn write(&self, line: &[u8]) -> io::Result<()> {
-        let cur = self.lock();
-        (&cur.file).write_all(line)
+        let mut cur = self.lock();
+        let res = if cur.torn {
+            let mut whole = Vec::with_capacity(line.len() + 1);
+            whole.push(b'\n');
+            whole.extend_from_slice(line);
+            write_record(&cur.file, &whole)
+        } else {
+            write_record(&cur.file, line)
+        };
+        match res {
+            Ok(()) => {
+                cur.torn = false;
+                if cur.lost > 0 {
+                    log::warn!(
+                        "access log {}: writing again; {} records were lost",
+                        cur.path.display(),
+                        cur.lost
+                    );
+                    cur.lost = 0;
+                }
+            }
+            Err((e, written)) => {
+                cur.torn |= written > 0;
+                cur.lost += 1;
+                if cur.lost == 1 {
+                    log::warn!(
+                        "access log {}: {e}; records are lost until it can be written again",
+                        cur.path.display()
+                    );
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Switch files if the period has changed since the last check (at
@@ -588,7 +645,10 @@ impl FileLog {
         let old = std::mem::replace(&mut cur.path, path.clone());
         cur.key = key;
         match append(&path, self.user) {
-            Ok(f) => cur.file = f,
+            Ok(f) => {
+                cur.file = f;
+                cur.torn = false;
+            }
             Err(e) => {
                 // Keep writing to the old file; try again next period.
                 log::warn!("log rotation: cannot open {}: {e}", path.display());

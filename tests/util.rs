@@ -176,7 +176,20 @@ impl Capture {
 }
 
 fn spawn(args: &[&str], envs: &[(&str, &str)]) -> (Child, Capture, Capture) {
-    let mut cmd = Command::new(BIN);
+    spawn_via(&[], args, envs)
+}
+
+/// `WRAPPER... BIN ARGS...`: the wrapper (a shell that sets a limit, an
+/// unshare) must exec the binary, so that the child's pid is the proxy's.
+fn spawn_via(wrapper: &[&str], args: &[&str], envs: &[(&str, &str)]) -> (Child, Capture, Capture) {
+    let mut cmd = match wrapper.split_first() {
+        None => Command::new(BIN),
+        Some((prog, rest)) => {
+            let mut c = Command::new(prog);
+            c.args(rest).arg(BIN);
+            c
+        }
+    };
     cmd.args(args)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -216,6 +229,39 @@ impl Proxy {
 
     pub fn start_with_env(dir: Dir, cfg: &str, ready: &[Listen], envs: &[(&str, &str)]) -> Proxy {
         Proxy::launch(dir, cfg.as_bytes(), ready, envs)
+    }
+
+    /// `WRAPPER... 3proxy CFG`, waiting until every endpoint in `ready` is
+    /// up; the wrapper execs the binary (`sh -c 'ulimit -n 40; exec "$@"'
+    /// sh`, `unshare ...`), so [`Proxy::pid`] is the proxy's. Stderr at
+    /// the info level.
+    pub fn start_via(dir: Dir, wrapper: &[&str], cfg: &str, ready: &[Listen]) -> Proxy {
+        let cfg_path = dir.write(CFG_NAME, cfg);
+        let (child, stdout, stderr) =
+            spawn_via(wrapper, &[p(&cfg_path)], &[("THREEPROXY_LOG", "info")]);
+        let mut proxy = Proxy {
+            dir,
+            child,
+            stdout,
+            stderr,
+            exited: None,
+        };
+        proxy.wait_ready(ready);
+        proxy
+    }
+
+    /// The CPU time the proxy has used (user and system), from
+    /// /proc/PID/stat.
+    pub fn cpu_time(&self) -> Duration {
+        let stat = fs::read_to_string(format!("/proc/{}/stat", self.pid())).expect("read stat");
+        // The fields after the command name, which is in parentheses.
+        let rest = &stat[stat.rfind(')').expect("stat format") + 2..];
+        let f: Vec<&str> = rest.split_whitespace().collect();
+        // utime and stime are fields 14 and 15 of stat(5), 12 and 13 here.
+        let ticks: u64 = f[11].parse::<u64>().unwrap() + f[12].parse::<u64>().unwrap();
+        // SAFETY: sysconf only reads a system constant.
+        let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
+        Duration::from_millis(ticks * 1000 / hz)
     }
 
     /// `3proxy FLAGS... CFG`, waiting until every endpoint in `ready` is up.

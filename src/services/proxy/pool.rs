@@ -11,6 +11,16 @@
 //! between requests), at most 32 per destination and 1024 in all; a
 //! connection is closed only after the lock is released, and whether a
 //! taken one still looks open is checked outside the lock.
+//!
+//! A sweeper thread (started with the first park) looks at the pool once
+//! a [`SWEEP`]: it closes what has waited too long and what the origin
+//! has closed (or sent something on: an idle HTTP connection that is
+//! readable is not reusable), so a pool nobody draws from holds no socket
+//! in CLOSE_WAIT and nothing past its time (3proxy issue #1263's
+//! symptom). The readiness of all parked sockets is asked with one
+//! poll() that does not wait, under the lock; the connections that look
+//! closed are taken out and checked with `still_open` outside it (a TLS
+//! session may only have had a ticket to read), and put back if open.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -77,6 +87,8 @@ const IDLE_MAX: usize = 1024;
 struct Parked {
     o: Origin,
     at: Instant,
+    /// How long it may wait (its service's STRING_SHORT).
+    limit: Duration,
 }
 
 fn pool_key(svc: &Arc<Service>, dst: SocketAddr) -> (usize, SocketAddr) {
@@ -93,6 +105,7 @@ pub(super) fn park(svc: &Arc<Service>, o: Origin) {
     if o.bound || !o.used || o.via.is_some() {
         return;
     }
+    start_sweeper();
     let limit = idle_limit(svc);
     let now = Instant::now();
     // Connections dropped here are closed after the lock is released.
@@ -121,8 +134,89 @@ pub(super) fn park(svc: &Arc<Service>, o: Origin) {
         k += 1;
     }
     dead.extend(v.drain(..k));
-    v.push(Parked { o, at: now });
+    v.push(Parked { o, at: now, limit });
     drop(g);
+    drop(dead);
+}
+
+/// How often the sweeper looks at the pool.
+const SWEEP: Duration = Duration::from_secs(1);
+
+/// Start the sweeper thread once. If it cannot start, the pool still
+/// works: parks and unparks drop what they find expired.
+fn start_sweeper() {
+    static STARTED: std::sync::Once = std::sync::Once::new();
+    STARTED.call_once(|| {
+        let spawned = std::thread::Builder::new()
+            .name("httppool".into())
+            .spawn(|| loop {
+                std::thread::sleep(SWEEP);
+                sweep(Instant::now());
+            });
+        if let Err(e) = spawned {
+            log::warn!("cannot start the origin pool's sweeper: {e}");
+        }
+    });
+}
+
+/// Close the parked connections that waited past their limit or that the
+/// origin closed; keep the rest in their order.
+fn sweep(now: Instant) {
+    use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+    use std::os::fd::AsFd;
+    let mut dead: Vec<Parked> = Vec::new();
+    let mut suspect: Vec<((usize, SocketAddr), Parked)> = Vec::new();
+    {
+        let mut g = IDLE.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(map) = g.as_mut() else { return };
+        for v in map.values_mut() {
+            let k = v.partition_point(|p| now.duration_since(p.at) >= p.limit);
+            dead.extend(v.drain(..k));
+        }
+        let keys: Vec<(usize, SocketAddr)> = map.keys().copied().collect();
+        let mut readable: Vec<((usize, SocketAddr), usize)> = Vec::new();
+        {
+            let mut fds = Vec::new();
+            let mut at = Vec::new();
+            for key in &keys {
+                for (i, p) in map[key].iter().enumerate() {
+                    fds.push(PollFd::new(p.o.s.as_fd(), PollFlags::POLLIN));
+                    at.push((*key, i));
+                }
+            }
+            if !fds.is_empty() && poll(&mut fds, PollTimeout::ZERO).is_ok_and(|n| n > 0) {
+                for (fd, pos) in fds.iter().zip(at) {
+                    if fd.revents().is_some_and(|r| !r.is_empty()) {
+                        readable.push(pos);
+                    }
+                }
+            }
+        }
+        // Taken out from the back, so the indexes still hold.
+        for (key, i) in readable.into_iter().rev() {
+            if let Some(v) = map.get_mut(&key) {
+                suspect.push((key, v.remove(i)));
+            }
+        }
+        map.retain(|_, v| !v.is_empty());
+    }
+    let mut back = Vec::new();
+    for (key, p) in suspect {
+        if still_open(&p.o) {
+            back.push((key, p));
+        } else {
+            dead.push(p);
+        }
+    }
+    if !back.is_empty() {
+        let mut g = IDLE.lock().unwrap_or_else(|e| e.into_inner());
+        let map = g.get_or_insert_with(HashMap::new);
+        for (key, p) in back {
+            let v = map.entry(key).or_default();
+            let i = v.partition_point(|q| q.at <= p.at);
+            v.insert(i, p);
+        }
+    }
     drop(dead);
 }
 
