@@ -826,6 +826,21 @@ impl<S: AsFd> TlsStream<S> {
         matches!(g.conn.reader().fill_buf(), Ok(b) if !b.is_empty())
     }
 
+    /// A read returns at once without the socket: plaintext is waiting,
+    /// or the peer's end (its close_notify, or the socket's end) came in
+    /// with the records a read took. The socket then need not be readable
+    /// again (a server may send its last data and close_notify together
+    /// and wait for ours before it closes).
+    pub fn ready(&self) -> bool {
+        let mut g = self.lock();
+        let eof = g.eof;
+        match g.conn.reader().fill_buf() {
+            Ok(_) => true,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => eof,
+            Err(_) => true,
+        }
+    }
+
     /// Records are waiting to be sent (a non-blocking write left them).
     pub fn wants_write(&self) -> bool {
         self.lock().conn.wants_write()
