@@ -41,6 +41,7 @@ mod smtpp;
 mod smuggle;
 mod socks;
 mod sqllog;
+mod sslcli;
 mod standalone;
 mod starttls;
 mod tcppm;
