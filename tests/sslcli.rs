@@ -365,3 +365,43 @@ fn services_where_ssl_cli_makes_no_sense_are_refused_by_name() {
         assert!(msg.contains(why), "{msg}");
     }
 }
+
+#[test]
+fn pop3p_logs_in_to_a_pop3s_server_for_a_client_in_clear() {
+    use std::io::BufRead;
+    let dir = Dir::new("sslcli_pop3s");
+    let pki = Pki::new(&dir);
+    let dovecot = crate::starttls::Dovecot::start(&dir, &pki);
+    let port = free_port();
+    // -x: no STARTTLS offered to the client; the server hop is TLS anyway.
+    let cfg = format!(
+        "{}ssl_cli\nallow *\npop3p -p{port} -i127.0.0.1 -x\n",
+        verify(&pki)
+    );
+    let proxy = start(dir, &cfg, &[port]);
+    let s = connect(localhost(port));
+    set_timeouts(&s, Duration::from_secs(30));
+    let mut r = std::io::BufReader::new(s.try_clone().unwrap());
+    let mut line = || {
+        let mut l = String::new();
+        r.read_line(&mut l).unwrap();
+        l
+    };
+    assert!(line().starts_with("+OK"), "the proxy's greeting");
+    (&s).write_all(format!("USER bob@localhost:{}\r\n", dovecot.pop3s).as_bytes())
+        .unwrap();
+    assert!(line().starts_with("+OK"), "USER taken by the server");
+    (&s).write_all(b"PASS secret\r\n").unwrap();
+    let l = line();
+    assert!(l.starts_with("+OK Logged in"), "{l}");
+    (&s).write_all(b"QUIT\r\n").unwrap();
+    assert!(line().starts_with("+OK"));
+    // Dovecot says the login came over TLS.
+    let dlog = proxy.dir.join("dovecot/dovecot.log");
+    read_log_line(&dlog, "bob's login over TLS", |l| {
+        l.contains("pop3-login: Info: Login: user=<bob>") && l.contains(", TLS,")
+    });
+    read_log_line(&log_of(&proxy), "pop3p's record", |l| {
+        l.starts_with("POP3P 00000 127.0.0.1 ")
+    });
+}
