@@ -405,3 +405,30 @@ fn pop3p_logs_in_to_a_pop3s_server_for_a_client_in_clear() {
         l.starts_with("POP3P 00000 127.0.0.1 ")
     });
 }
+
+#[test]
+fn through_an_http_parent_connect_is_tls_inside_its_tunnel_and_a_plain_request_is_8011() {
+    let dir = Dir::new("sslcli_http_parent");
+    let pki = Pki::new(&dir);
+    let (_origin, oport) = s_server(&pki);
+    let (back, port) = (free_port(), free_port());
+    // The parent: a plain proxy of ours, without ssl_cli.
+    let cfg = format!(
+        "allow *\nproxy -p{back} -i127.0.0.1\n{}ssl_cli\n\
+         flush\nallow *\nparent 1000 http 127.0.0.1 {back}\nproxy -p{port} -i127.0.0.1\n",
+        verify(&pki)
+    );
+    let proxy = start(dir, &cfg, &[back, port]);
+    let proxy_url = format!("http://127.0.0.1:{port}");
+    let url = format!("http://localhost:{oport}/");
+    let (code, body, err) = curl(&["-p", "-x", &proxy_url, &url]);
+    assert_eq!(code, "200", "{err}");
+    assert!(body.contains(S_SERVER_PAGE), "{body}");
+    let (code, body, _) = curl(&["-x", &proxy_url, &url]);
+    assert_eq!(code, "502");
+    assert!(!body.contains(S_SERVER_PAGE));
+    let log = log_of(&proxy);
+    read_log_line(&log, "the refusal", |l| {
+        l.starts_with("PROXY 08011 127.0.0.1 GET ") && l.contains("an http proxy")
+    });
+}
