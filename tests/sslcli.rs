@@ -432,3 +432,42 @@ fn through_an_http_parent_connect_is_tls_inside_its_tunnel_and_a_plain_request_i
         l.starts_with("PROXY 08011 127.0.0.1 GET ") && l.contains("an http proxy")
     });
 }
+
+#[test]
+fn imapp_logs_in_to_an_imaps_server_for_a_client_in_clear() {
+    use std::io::BufRead;
+    let dir = Dir::new("sslcli_imaps");
+    let pki = Pki::new(&dir);
+    let dovecot = crate::starttls::Dovecot::start(&dir, &pki);
+    let port = free_port();
+    let cfg = format!(
+        "{}ssl_cli\nallow *\nimapp -p{port} -i127.0.0.1 -x\n",
+        verify(&pki)
+    );
+    let proxy = start(dir, &cfg, &[port]);
+    let s = connect(localhost(port));
+    set_timeouts(&s, Duration::from_secs(30));
+    let mut r = std::io::BufReader::new(s.try_clone().unwrap());
+    let mut line = || {
+        let mut l = String::new();
+        r.read_line(&mut l).unwrap();
+        l
+    };
+    assert!(line().starts_with("* OK"), "the proxy's greeting");
+    (&s).write_all(format!("a1 LOGIN bob@localhost:{} secret\r\n", dovecot.imaps).as_bytes())
+        .unwrap();
+    // Dovecot's answer, perhaps after untagged lines.
+    let ok = (0..10).map(|_| line()).find(|l| l.starts_with("a1 "));
+    assert!(
+        ok.as_deref().is_some_and(|l| l.starts_with("a1 OK")),
+        "{ok:?}"
+    );
+    (&s).write_all(b"a2 LOGOUT\r\n").unwrap();
+    let dlog = proxy.dir.join("dovecot/dovecot.log");
+    read_log_line(&dlog, "bob's login over TLS", |l| {
+        l.contains("imap-login: Info: Login: user=<bob>") && l.contains(", TLS,")
+    });
+    read_log_line(&log_of(&proxy), "imapp's record", |l| {
+        l.starts_with("IMAPP 00000 127.0.0.1 ")
+    });
+}
