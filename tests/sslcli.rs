@@ -471,3 +471,55 @@ fn imapp_logs_in_to_an_imaps_server_for_a_client_in_clear() {
         l.starts_with("IMAPP 00000 127.0.0.1 ")
     });
 }
+
+#[test]
+fn smtpp_sends_mail_through_an_smtps_server_for_a_client_in_clear() {
+    use std::io::BufRead;
+    let dir = Dir::new("sslcli_smtps");
+    let pki = Pki::new(&dir);
+    // aiosmtpd with implicit TLS (SMTPS) only: a clear client gets nothing.
+    let sport = free_port();
+    let child = Command::new("/usr/bin/python3")
+        .args(["-m", "aiosmtpd", "-n", "-l", &format!("127.0.0.1:{sport}")])
+        .args(["--smtpscert", p(&pki.cert), "--smtpskey", p(&pki.key)])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("python3 -m aiosmtpd (tests/deps.sh installs python3-aiosmtpd)");
+    let _smtpd = Server(child);
+    assert!(wait_for(
+        || std::net::TcpStream::connect(localhost(sport)).is_ok(),
+        START_TIMEOUT
+    ));
+    let port = free_port();
+    // -h: a client that sends mail without AUTH goes to that server.
+    let cfg = format!(
+        "{}ssl_cli\nallow *\nsmtpp -p{port} -i127.0.0.1 -x -hlocalhost:{sport}\n",
+        verify(&pki)
+    );
+    let proxy = start(dir, &cfg, &[port]);
+    let s = connect(localhost(port));
+    set_timeouts(&s, Duration::from_secs(30));
+    let mut r = std::io::BufReader::new(s.try_clone().unwrap());
+    let mut line = || {
+        let mut l = String::new();
+        r.read_line(&mut l).unwrap();
+        l
+    };
+    assert!(line().starts_with("220"), "the proxy's greeting");
+    for (cmd, want) in [
+        ("MAIL FROM:<a@example.org>", "250"),
+        ("RCPT TO:<b@example.org>", "250"),
+        ("DATA", "354"),
+        ("Subject: over SMTPS\r\n\r\nhello\r\n.", "250"),
+        ("QUIT", "221"),
+    ] {
+        (&s).write_all(format!("{cmd}\r\n").as_bytes()).unwrap();
+        let l = line();
+        assert!(l.starts_with(want), "{cmd}: {l}");
+    }
+    read_log_line(&log_of(&proxy), "smtpp's record", |l| {
+        l.starts_with("SMTPP 00000 127.0.0.1 ")
+    });
+}
