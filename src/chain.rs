@@ -546,33 +546,6 @@ fn tls_to(
         })
 }
 
-/// `ssl_cli` with `ssl_client_mode` 0-2 (`tcppm`): TLS to the
-/// destination over `s`, the stream the chain reached it by, within the
-/// CHAIN timeout, as `ssl_client_sni` or else the host the destination
-/// was given by (its address if none). Nothing to do without it.
-/// Err 8011 when the handshake fails.
-pub fn tls_to_dest(svc: &Service, s: &mut Stream, want: &Want<'_>) -> Result<(), Res> {
-    let Some(t) = svc.tls_client.as_deref().filter(|t| t.to_server) else {
-        return Ok(());
-    };
-    if s.is_tls() {
-        // Inside a parent's TLS: one layer only.
-        return Err(Res::TLS_PARENT);
-    }
-    let addr = want.addr.ok_or(Res::NOHOST)?;
-    let host = match want.host {
-        Some(h) => h.to_string(),
-        None => addr.ip().to_string(),
-    };
-    let name = t.server_name(&host).ok_or(Res::TLS_PARENT)?;
-    let deadline = std::time::Instant::now() + svc.timeouts.get(Timeouts::CHAIN);
-    s.connect_tls(t.config.clone(), name, deadline)
-        .map_err(|e| {
-            log::debug!("ssl_cli: destination {host}:{}: {e}", addr.port());
-            Res::TLS_PARENT
-        })
-}
-
 /// `ha`: the PROXY protocol v1 line for the client's connection.
 fn send_proxy_header(s: &Stream, chain_to: Duration, want: &Want<'_>) -> Result<(), Res> {
     let (Some(cli), Some(srv)) = (want.client, want.local) else {

@@ -61,6 +61,15 @@ impl Stream {
         matches!(self, Stream::Tls(_))
     }
 
+    /// A TLS session has plaintext or its peer's end in hand: a read
+    /// returns at once, whatever the socket's readiness says.
+    pub fn ready(&self) -> bool {
+        match self {
+            Stream::Tls(t) => t.ready(),
+            _ => false,
+        }
+    }
+
     /// Plaintext already decrypted and waiting: readable without a poll.
     pub fn buffered(&self) -> bool {
         match self {

@@ -568,8 +568,10 @@ impl<'a, C: Channel> Dir<'a, C> {
                         moved = true;
                         // A short read emptied the socket: the next read
                         // would only say EAGAIN, so wait for readiness
-                        // instead of paying for that call.
-                        if n < asked {
+                        // instead of paying for that call. (Unless a TLS
+                        // session holds more, or its peer's end, which no
+                        // poll of the socket would report.)
+                        if n < asked && !self.src.ready() {
                             self.can_read = false;
                         }
                         if let Some(l) = limits {

@@ -461,7 +461,8 @@ codes! {
 
     // 8000-8099: TLS with a parent, and with the client (`ssl_serv`).
     /// TLS: the handshake with a parent whose type ends in `s`, or with
-    /// the destination (`tcppm` under `ssl_cli`), failed (its certificate refused under `ssl_client_verify`, a protocol
+    /// the destination itself (`ssl_cli`, modes 0-2), failed (its
+    /// certificate refused under `ssl_client_verify`, a protocol
     /// error, a timeout); 3proxy's number for a failed handshake with the
     /// server.
     TLS_PARENT = 8011;

@@ -88,14 +88,7 @@ pub fn intercept(c: &mut Client, srv: &mut Stream, host: &str, early: &[u8]) -> 
     let Some(m) = svc.mitm.as_deref() else {
         return Ok(());
     };
-    let fail = |c: &mut Client, res: Res, why: String| {
-        if c.text.is_empty() {
-            c.text = why;
-        } else {
-            c.text = format!("{} ({why})", c.text);
-        }
-        res
-    };
+    let fail = with_why;
     if !early.is_empty() {
         return Err(fail(
             c,
@@ -140,6 +133,77 @@ pub fn intercept(c: &mut Client, srv: &mut Stream, host: &str, early: &[u8]) -> 
     }
     crate::sys::mem::release_stack_below_here();
     Ok(())
+}
+
+/// Where a session is, for `ssl_cli`'s handshake with the destination.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DestAt {
+    /// The chain reached the destination; the client has not been
+    /// answered yet (3proxy's modes 0 and 1: on connect, after auth).
+    Reached,
+    /// A tunnel's client was told it is open; its data comes next
+    /// (3proxy's mode 2: before data).
+    Answered,
+}
+
+/// `ssl_cli` with `ssl_client_mode` 0-2: TLS with the destination itself
+/// over `srv`, the stream the chain reached it by, within the CHAIN
+/// timeout, asking for `ssl_client_sni` or else `host` (the destination's
+/// name as the client or the cfg gave it, or its IP address: no SNI, the
+/// address checked under `ssl_client_verify`). Modes 0 and 1 do it at
+/// [`DestAt::Reached`] in every session; mode 2 only in a tunnel
+/// (`tunnel`: CONNECT, SOCKS CONNECT, tcppm) at [`DestAt::Answered`], as
+/// 3proxy's before-data hook skips other operations. A tunnel under
+/// `ssl_mitm` is left to the interception, which reaches the origin over
+/// TLS itself. Nothing to do otherwise. Err 8011 with why in the
+/// record's text.
+pub fn tls_to_dest(
+    c: &mut Client,
+    srv: &mut Stream,
+    host: &str,
+    at: DestAt,
+    tunnel: bool,
+) -> Result<(), Res> {
+    let svc = c.svc().clone();
+    let Some(t) = dest_tls_due(&svc, at, tunnel) else {
+        return Ok(());
+    };
+    if srv.is_tls() {
+        let why = "ssl_cli: the destination is behind a parent over TLS (no TLS inside TLS)";
+        return Err(with_why(c, Res::TLS_PARENT, why.into()));
+    }
+    let Some(name) = t.server_name(host) else {
+        let why = format!("ssl_cli: '{host}' is not a name to ask a server for");
+        return Err(with_why(c, Res::TLS_PARENT, why));
+    };
+    let deadline = std::time::Instant::now() + svc.timeouts.get(Timeouts::CHAIN);
+    if let Err(e) = srv.connect_tls(t.config.clone(), name, deadline) {
+        let why = format!("ssl_cli: the destination {host}: {e}");
+        return Err(with_why(c, Res::TLS_PARENT, why));
+    }
+    crate::sys::mem::release_stack_below_here();
+    Ok(())
+}
+
+/// The TLS settings [`tls_to_dest`] would handshake with at `at`, if it
+/// would.
+pub fn dest_tls_due(svc: &Service, at: DestAt, tunnel: bool) -> Option<&crate::tls::Client> {
+    let t = svc.tls_client.as_deref().filter(|t| t.to_server)?;
+    let due = match t.mode() {
+        2 => tunnel && at == DestAt::Answered,
+        _ => at == DestAt::Reached,
+    };
+    (due && !(tunnel && svc.mitm.is_some())).then_some(t)
+}
+
+/// Add why a session failed to its record's text; `res` back.
+pub fn with_why(c: &mut Client, res: Res, why: String) -> Res {
+    if c.text.is_empty() {
+        c.text = why;
+    } else {
+        c.text = format!("{} ({why})", c.text);
+    }
+    res
 }
 
 /// The relay's options for a session of `svc`, idle for at most its

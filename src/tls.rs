@@ -322,7 +322,7 @@ pub struct Settings {
     /// `ssl_serv`: later services accept TLS.
     pub serv: bool,
     /// `ssl_cli`: TLS towards parents (with `ssl_client_mode 3`) or
-    /// the destination (modes 0-2, `tcppm`).
+    /// the destination (modes 0-2).
     pub cli: bool,
     /// `ssl_mitm`: later services serve certificates of their own making
     /// for the destinations of their clients' tunnels.
@@ -437,6 +437,33 @@ impl Client {
     pub fn server_name(&self, host: &str) -> Option<rustls::pki_types::ServerName<'static>> {
         self.settings.server_name(host)
     }
+
+    /// `ssl_client_mode`: 0 and 1 handshake with the destination as soon
+    /// as it is reached, 2 only in a tunnel, once the client was told it
+    /// is open.
+    pub fn mode(&self) -> u8 {
+        self.settings.mode
+    }
+}
+
+/// Why `ssl_cli` to the server cannot serve a service (3proxy's ssl.c
+/// applies it to every service that connects; some make no sense).
+fn to_server_refused(service: &str, mode: u8) -> Option<String> {
+    let why = match service {
+        "tlspr" => "tlspr relays its client's own TLS session, which would end up inside \
+                    another one the server does not expect"
+            .to_string(),
+        "ftppr" => "ftppr's data connections would stay in clear (as in 3proxy) while its \
+                    control connection is TLS, which FTPS servers refuse; not built"
+            .to_string(),
+        "pop3p" | "imapp" | "smtpp" if mode == 2 => format!(
+            "ssl_client_mode 2 handshakes just before the data, which for {service} is after \
+             the login it has relayed in clear (as in 3proxy), so no server follows it; use \
+             ssl_client_mode 0 or 1 (TLS as soon as the server is reached)"
+        ),
+        _ => return None,
+    };
+    Some(why)
 }
 
 impl Settings {
@@ -444,18 +471,19 @@ impl Settings {
     /// line: Some when it has a parent whose type ends in `s`
     /// (`tls_hops`) or `ssl_cli` is on. `ssl_cli` with `ssl_client_mode
     /// 3` does TLS to those parents only; with modes 0-2, TLS to the
-    /// destination itself, built for `service` `tcppm` only: any other
-    /// service is refused by name.
+    /// destination itself, refused by name for the services where it
+    /// makes no sense (`to_server_refused`).
     pub fn client(&self, tls_hops: bool, service: &str) -> Result<Option<Arc<Client>>, String> {
         let to_server = self.cli && self.client.mode != 3;
-        if to_server && service != "tcppm" {
-            return Err(format!(
-                "ssl_cli with ssl_client_mode {} (TLS to the server) for {service} is not \
-                 supported yet by this version of 3proxy: not built yet; it is built for \
-                 tcppm, and ssl_client_mode 3 (TLS to parents whose type ends in s) for \
-                 every TCP service",
-                self.client.mode
-            ));
+        if to_server {
+            if let Some(why) = to_server_refused(service, self.client.mode) {
+                return Err(format!(
+                    "ssl_cli with ssl_client_mode {} (TLS to the server) cannot serve \
+                     {service}: {why}; ssl_nocli before this line (ssl_client_mode 3, TLS to \
+                     parents whose type ends in s, serves every TCP service)",
+                    self.client.mode
+                ));
+            }
         }
         if !tls_hops && !self.cli {
             return Ok(None);
@@ -824,6 +852,21 @@ impl<S: AsFd> TlsStream<S> {
     pub fn buffered(&self) -> bool {
         let mut g = self.lock();
         matches!(g.conn.reader().fill_buf(), Ok(b) if !b.is_empty())
+    }
+
+    /// A read returns at once without the socket: plaintext is waiting,
+    /// or the peer's end (its close_notify, or the socket's end) came in
+    /// with the records a read took. The socket then need not be readable
+    /// again (a server may send its last data and close_notify together
+    /// and wait for ours before it closes).
+    pub fn ready(&self) -> bool {
+        let mut g = self.lock();
+        let eof = g.eof;
+        match g.conn.reader().fill_buf() {
+            Ok(_) => true,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => eof,
+            Err(_) => true,
+        }
     }
 
     /// Records are waiting to be sent (a non-blocking write left them).

@@ -18,17 +18,21 @@ use crate::util::*;
 
 const FMT: &str = "logformat \"L%N %E %T\"";
 
-/// Dovecot on two free ports of 127.0.0.1 (IMAP, POP3, both with
-/// STARTTLS and `pki`'s server certificate), user bob, password secret.
-struct Dovecot {
+/// Dovecot on free ports of 127.0.0.1 (IMAP, POP3, both with STARTTLS
+/// and `pki`'s server certificate, and POP3S, IMAPS), user bob, password secret.
+/// Its log is `dovecot/dovecot.log` in the test dir.
+pub(crate) struct Dovecot {
     child: Child,
     imap: u16,
     pop3: u16,
+    pub(crate) pop3s: u16,
+    pub(crate) imaps: u16,
 }
 
 impl Dovecot {
-    fn start(dir: &Dir, pki: &Pki) -> Dovecot {
+    pub(crate) fn start(dir: &Dir, pki: &Pki) -> Dovecot {
         let (imap, pop3) = (free_port(), free_port());
+        let (pop3s, imaps) = (free_port(), free_port());
         let root = dir.join("dovecot");
         for d in ["run", "state", "home"] {
             std::fs::create_dir_all(root.join(d)).unwrap();
@@ -47,9 +51,9 @@ impl Dovecot {
              userdb {{\n  driver = static\n  args = uid=nobody gid=nogroup home={home}/%u\n}}\n\
              mail_location = maildir:{home}/%u/Maildir\n\
              service imap-login {{\n  chroot =\n  inet_listener imap {{\n    port = {imap}\n  }}\n  \
-             inet_listener imaps {{\n    port = 0\n  }}\n}}\n\
+             inet_listener imaps {{\n    port = {imaps}\n    ssl = yes\n  }}\n}}\n\
              service pop3-login {{\n  chroot =\n  inet_listener pop3 {{\n    port = {pop3}\n  }}\n  \
-             inet_listener pop3s {{\n    port = 0\n  }}\n}}\n\
+             inet_listener pop3s {{\n    port = {pop3s}\n    ssl = yes\n  }}\n}}\n\
              service anvil {{\n  chroot =\n}}\n",
             run = r("run"),
             state = r("state"),
@@ -67,7 +71,13 @@ impl Dovecot {
             .stderr(Stdio::null())
             .spawn()
             .expect("dovecot (tests/deps.sh installs dovecot-imapd and dovecot-pop3d)");
-        let d = Dovecot { child, imap, pop3 };
+        let d = Dovecot {
+            child,
+            imap,
+            pop3,
+            pop3s,
+            imaps,
+        };
         for port in [imap, pop3] {
             assert!(
                 wait_for(|| greets(port), START_TIMEOUT),

@@ -43,6 +43,7 @@ mod smuggle;
 mod soak;
 mod socks;
 mod sqllog;
+mod sslcli;
 mod standalone;
 mod starttls;
 mod tcppm;

@@ -900,17 +900,13 @@ fn ssl_cli_with_an_untrusted_destination_is_refused_with_8011() {
 }
 
 #[test]
-fn ssl_cli_to_the_server_is_refused_by_name_for_other_services() {
-    let dir = Dir::new("tls_cli_refused");
-    let cfg_path = dir.cfg_path();
-    let port = free_port();
-    for svc in ["proxy", "socks"] {
-        let cfg = format!("ssl_cli\n{svc} -p{port} -i127.0.0.1\n");
-        let msg = run_cfg(&dir, &[], &cfg).assert_cfg_error(&cfg_path, 2, svc);
-        assert!(msg.contains("not built yet"), "{msg}");
-    }
-    // Mode 3 stays as it was: TLS to parents, any TCP service.
-    let cfg = format!("ssl_cli\nssl_client_mode 3\nproxy -p{port} -i127.0.0.1\n");
+fn ssl_cli_mode_3_is_tls_to_parents_only_for_any_tcp_service() {
+    // Mode 3 stays as it was: TLS to parents, any TCP service (tlspr and
+    // ftppr too, which modes 0-2 refuse: tests/sslcli.rs).
+    let (port, fport) = (free_port(), free_port());
+    let cfg = format!(
+        "ssl_cli\nssl_client_mode 3\nproxy -p{port} -i127.0.0.1\nftppr -p{fport} -i127.0.0.1\n"
+    );
     let _ = start(Dir::new("tls_cli_mode3"), &cfg, port);
 }
 

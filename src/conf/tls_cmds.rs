@@ -310,18 +310,35 @@ mod tests {
         let e = run(&["ssl_server_ca_dir /nonexistent/dir"]).unwrap_err();
         assert!(e.contains("cannot read directory"), "{e}");
         assert_eq!(run(&["ssl_client_mode 3"]).unwrap().tls.client.mode, 3);
-        // ssl_cli modes 0-2: TLS to the server, for tcppm only.
+        // ssl_cli modes 0-2: TLS to the server, for the services that
+        // connect to one, but tlspr and ftppr; the mail proxies not in
+        // mode 2.
         let modes: [&[&str]; 3] = [
             &["ssl_cli"],
             &["ssl_client_mode 1", "ssl_cli"],
             &["ssl_client_mode 2", "ssl_client"],
         ];
-        for lines in modes {
+        for (mode, lines) in modes.into_iter().enumerate() {
             let st = run(lines).unwrap();
-            let e = st.tls.client(false, "proxy").unwrap_err();
-            assert!(e.contains("not built yet") && e.contains("proxy"), "{e}");
-            assert!(st.tls.client(false, "tcppm").unwrap().unwrap().to_server);
+            for svc in ["tcppm", "proxy", "socks", "auto"] {
+                let c = st.tls.client(false, svc).unwrap().unwrap();
+                assert!(c.to_server && c.mode() == mode as u8, "{svc}");
+            }
+            for svc in ["tlspr", "ftppr"] {
+                let e = st.tls.client(false, svc).unwrap_err();
+                assert!(e.contains(&format!("cannot serve {svc}:")), "{e}");
+            }
+            for svc in ["pop3p", "imapp", "smtpp"] {
+                let c = st.tls.client(false, svc);
+                match mode {
+                    2 => assert!(c.unwrap_err().contains("use ssl_client_mode 0 or 1")),
+                    _ => assert!(c.unwrap().unwrap().to_server),
+                }
+            }
         }
+        // Mode 3 (parents only) refuses no service.
+        let st = run(&["ssl_client_mode 3", "ssl_cli"]).unwrap();
+        assert!(!st.tls.client(false, "ftppr").unwrap().unwrap().to_server);
         let st = run(&["ssl_client", "ssl_client_mode 3"]).unwrap();
         let c = st.tls.client(false, "proxy").unwrap().unwrap();
         assert!(!c.to_server);

@@ -208,7 +208,8 @@ pub(super) fn admit_login(
     Ok((grant, again))
 }
 
-/// Connect to `dst` through the grant's parents.
+/// Connect to `dst` through the grant's parents (and TLS with it under
+/// `ssl_cli`).
 pub(super) fn connect(
     c: &mut Client,
     dst: SocketAddr,
@@ -231,7 +232,11 @@ pub(super) fn connect(
         chain::Route::Local { .. } => return Err(Res::NOTIMPL),
     };
     crate::session::note_chain(c, &chain, dst);
-    Ok(chain.stream)
+    // `ssl_cli`: the server speaks TLS from its first byte (POP3S, IMAPS,
+    // SMTPS), the client in clear.
+    let mut s = chain.stream;
+    crate::session::tls_to_dest(c, &mut s, &l.host, crate::session::DestAt::Reached, false)?;
+    Ok(s)
 }
 
 /// Whether a mail proxy offers STARTTLS: unless `-x` (3proxy's

@@ -38,6 +38,7 @@ use crate::proto::socks::{
     ATYP_V4, ATYP_V6, CMD_BIND, CMD_CONNECT, CMD_UDP, METHOD_REFUSED, METHOD_USERPASS,
 };
 use crate::res::Res;
+use crate::session::DestAt;
 use crate::timeouts::Timeouts;
 use crate::udprelay::{self, Step};
 
@@ -623,9 +624,22 @@ fn connect(c: &mut Client, ask: &Ask) -> Result<(), Res> {
     // Straight to `dst`: that is the peer, no getpeername() needed.
     c.remote_addr = if direct { Some(dst) } else { srv.peer_addr() };
     c.ext_addr = srv.local_addr();
+    // `ssl_cli`: TLS with the destination before the reply (modes 0, 1;
+    // a failure is refused as any other) or after it (mode 2).
+    let mut srv = srv;
+    let host = match &ask.dest {
+        Dest::Name(h, _) => h.clone(),
+        Dest::Addr(_) => dst.ip().to_string(),
+    };
+    crate::session::tls_to_dest(c, &mut srv, &host, DestAt::Reached, true)?;
     let bnd = nat(svc.opts.nat_ext, c.ext_addr);
     reply(c, ask.ver, Res::OK, bnd);
-    let mut srv = srv;
+    if let Err(res) = crate::session::tls_to_dest(c, &mut srv, &host, DestAt::Answered, true) {
+        // The reply said "granted": nothing more goes to the client.
+        c.res = res;
+        c.srv = Some(srv);
+        return Ok(());
+    }
     if let Err(res) = crate::session::intercept(c, &mut srv, &host_text(&ask.dest), &ask.early) {
         // The reply said "granted": nothing more goes to the client.
         c.res = res;

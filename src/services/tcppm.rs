@@ -197,7 +197,13 @@ fn connect(
         }
     };
     let mut chain = chain;
-    chain::tls_to_dest(&svc, &mut chain.stream, &want)?;
+    // `ssl_cli`: tcppm answers nothing, so every mode handshakes here.
+    let host = want
+        .host
+        .map_or_else(|| dst.ip().to_string(), str::to_string);
+    for at in [session::DestAt::Reached, session::DestAt::Answered] {
+        session::tls_to_dest(c, &mut chain.stream, &host, at, true)?;
+    }
     crate::session::note_chain(c, &chain, dst);
     Ok(Some(chain.stream))
 }

@@ -61,6 +61,7 @@ use crate::parent::{self};
 use crate::proto::http::{self, ChunkScanner, Framing, HeadError, ResponseHead};
 use crate::res::Res;
 use crate::service::Service;
+use crate::session;
 use crate::timeouts::Timeouts;
 
 use body::{copy_chunked, copy_exact, copy_to_eof, is_bad_chunk, is_quota, Side};
@@ -663,7 +664,12 @@ impl Session {
             Ok(chain::Route::Local { .. }) => return Err(Fail::answer(Res::NOTIMPL, 501)),
             Err(res) => return Err(parent_fail(res)),
         };
-        let s = chain.stream;
+        let mut s = chain.stream;
+        if !req.connect {
+            // `ssl_cli`: the request goes to the origin over TLS (a
+            // tunnel's handshake waits for `established`).
+            self.tls_to_origin(c, &mut s, req, chain.http_parent)?;
+        }
         let t = self.svc.timeouts.get(Timeouts::STRING_LONG);
         set_timeouts(&s, t, t).map_err(|_| Fail::answer(Res::SOCKET, 502))?;
         c.remote_addr = if parents.is_empty() {
@@ -698,6 +704,41 @@ impl Session {
         })
     }
 
+    /// `ssl_cli` with `ssl_client_mode` 0-2: TLS with the destination
+    /// itself on `s` when it is due (see [`session::tls_to_dest`]). An
+    /// `http` parent as the last hop fetches the request itself: there is
+    /// no destination to reach over TLS through it, and the request is
+    /// refused with 8011 rather than sent in clear.
+    fn tls_to_origin(
+        &mut self,
+        c: &mut Client,
+        s: &mut Stream,
+        req: &Req,
+        http_parent: bool,
+    ) -> Result<(), Fail> {
+        let at = session::DestAt::Reached;
+        if session::dest_tls_due(&self.svc, at, req.connect).is_none() {
+            return Ok(());
+        }
+        if http_parent {
+            let why = "ssl_cli: the last parent is an http proxy, which reaches the \
+                       destination itself (in clear)";
+            let res = session::with_why(c, Res::TLS_PARENT, why.into());
+            return Err(parent_fail(res));
+        }
+        let host = self.host_or_ip(req);
+        session::tls_to_dest(c, s, &host, at, req.connect).map_err(parent_fail)
+    }
+
+    /// The destination's name as the client wrote it, or its address
+    /// (unbracketed): what `ssl_cli` asks the server for.
+    fn host_or_ip(&self, req: &Req) -> String {
+        match req.literal {
+            Some(ip) => ip.to_string(),
+            None => self.host.clone(),
+        }
+    }
+
     /// An idle connection to `dst` for this host from the shared pool, or
     /// a new one.
     /// (Only direct connections are pooled.)
@@ -707,8 +748,9 @@ impl Session {
         // without looking first (a peek costs a system call): if the
         // origin had closed it, the request goes again on a new one.
         let look = !(req.idempotent && req.framing == Framing::None);
+        let tls = session::dest_tls_due(&self.svc, session::DestAt::Reached, false).is_some();
         match direct
-            .then(|| unpark(&self.svc, dst, &self.host, look))
+            .then(|| unpark(&self.svc, dst, &self.host, tls, look))
             .flatten()
         {
             Some(o) => {
@@ -739,8 +781,20 @@ impl Session {
             }) => return self.hand_over(c, cb, req, dst, kind, hops),
             Err(f) => return Err(f),
         };
-        self.established(c, &o, req.port)?;
         let mut o = o;
+        self.established(c, &mut o, req)?;
+        if let Err(res) = session::tls_to_dest(
+            c,
+            &mut o.s,
+            &self.host_or_ip(req),
+            session::DestAt::Answered,
+            true,
+        ) {
+            // The client was told the tunnel is open: it is closed.
+            c.res = res;
+            c.srv = Some(o.s);
+            return Ok(Next::Close);
+        }
         if let Err(res) = crate::session::intercept(c, &mut o.s, &self.host, cb.data()) {
             c.res = res;
             c.srv = Some(o.s);
@@ -787,12 +841,25 @@ impl Session {
     /// Tell the client its tunnel is open (after asking an `http` parent
     /// for it).
     #[inline(never)]
-    fn established(&mut self, c: &mut Client, o: &Origin, port: u16) -> Result<(), Fail> {
+    fn established(&mut self, c: &mut Client, o: &mut Origin, req: &Req) -> Result<(), Fail> {
         // Bytes an `http` parent sent after its own answer: the tunnel's.
         let mut small = [0u8; SMALL];
         let mut sb = HeadBuf::new(&mut small);
         if o.via.as_ref().is_some_and(|v| v.http) {
-            self.parent_connect(c, o, &mut sb, port)?;
+            self.parent_connect(c, o, &mut sb, req.port)?;
+        }
+        // `ssl_cli` (modes 0, 1): TLS with the destination before the
+        // answer, so that a failure is answered 502. The destination
+        // speaks second in TLS: bytes already here are not TLS.
+        let at = session::DestAt::Reached;
+        if session::dest_tls_due(&self.svc, at, true).is_some() {
+            if !sb.data().is_empty() {
+                let why = "ssl_cli: the destination spoke before the TLS handshake";
+                let res = session::with_why(c, Res::TLS_PARENT, why.into());
+                return Err(parent_fail(res));
+            }
+            let host = self.host_or_ip(req);
+            session::tls_to_dest(c, &mut o.s, &host, at, true).map_err(parent_fail)?;
         }
         // 3proxy's exact answer: some clients match on it.
         const ESTABLISHED: &[u8] = b"HTTP/1.0 200 Connection established\r\n\r\n";

@@ -21,6 +21,12 @@
 //! poll() that does not wait, under the lock; the connections that look
 //! closed are taken out and checked with `still_open` outside it (a TLS
 //! session may only have had a ticket to read), and put back if open.
+//!
+//! Under `ssl_cli` (modes 0, 1) a service's origin connections are TLS,
+//! the session asked for `ssl_client_sni` or the host: a parked one is
+//! taken only by the same service (the key), for the same address and
+//! host (so the same name was asked and checked), and only when it is
+//! TLS exactly when a new one would be (`tls`).
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -220,12 +226,13 @@ fn sweep(now: Instant) {
     drop(dead);
 }
 
-/// The most recently parked connection to `dst` for `host`; with `look`,
-/// one that still looks open.
+/// The most recently parked connection to `dst` for `host`, TLS or not
+/// as `tls` says; with `look`, one that still looks open.
 pub(super) fn unpark(
     svc: &Arc<Service>,
     dst: SocketAddr,
     host: &str,
+    tls: bool,
     look: bool,
 ) -> Option<Origin> {
     let limit = idle_limit(svc);
@@ -235,7 +242,7 @@ pub(super) fn unpark(
             let v = g.as_mut()?.get_mut(&pool_key(svc, dst))?;
             let i = v
                 .iter()
-                .rposition(|p| p.o.host.eq_ignore_ascii_case(host))?;
+                .rposition(|p| p.o.host.eq_ignore_ascii_case(host) && p.o.s.is_tls() == tls)?;
             v.remove(i)
         };
         // Checked outside the lock; a dead one is dropped and the next tried.
