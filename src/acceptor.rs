@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::Thread;
 use std::time::{Duration, Instant};
 
-use crate::client::{Accepted, Client, Slot};
+use crate::client::{Accepted, Client, Slot, Tail};
 use crate::net::Listener;
 use crate::running::Running;
 use crate::service::Service;
@@ -65,7 +65,7 @@ pub fn run(r: Arc<Running>, listener: Listener, serve: fn(&mut Client)) {
             local,
             slot,
         };
-        idle.dispatch(&svc, job);
+        idle.dispatch(&svc, Job::New(job));
     }
     idle.close();
     let svc = r.current();
@@ -112,7 +112,7 @@ pub fn run_dialing(r: Arc<Running>, wake: crate::connectback::Wake, serve: fn(&m
                     local: None,
                     slot,
                 };
-                idle.dispatch(&svc, job);
+                idle.dispatch(&svc, Job::New(job));
             }
             Err(crate::connectback::DialError::Stopped) => break,
             Err(crate::connectback::DialError::Failed(why)) => {
@@ -130,10 +130,39 @@ pub fn run_dialing(r: Arc<Running>, wake: crate::connectback::Wake, serve: fn(&m
     }
 }
 
+/// Work for a client thread.
+enum Job {
+    /// A client just accepted.
+    New(Accepted),
+    /// A session back from the parking lot (`park`), with the rest of it.
+    Resume(Box<Client>, Box<dyn Tail>),
+}
+
 /// Where a parked client thread receives its next client.
 struct Seat {
-    job: Mutex<Option<Accepted>>,
+    job: Mutex<Option<Job>>,
     thread: Thread,
+}
+
+/// A client whose session went quiet, waiting in the parking lot with
+/// the rest of its session; when it must go on, it goes back to a client
+/// thread of its service's acceptor.
+struct ParkedClient {
+    client: Box<Client>,
+    tail: Box<dyn Tail>,
+    idle: Arc<IdleThreads>,
+}
+
+impl crate::park::Parked for ParkedClient {
+    fn fds(&self) -> Vec<std::os::fd::BorrowedFd<'_>> {
+        self.tail.fds(&self.client.cli)
+    }
+
+    fn resume(self: Box<Self>) {
+        let ParkedClient { client, tail, idle } = *self;
+        let svc = client.svc().clone();
+        idle.dispatch(&svc, Job::Resume(client, tail));
+    }
 }
 
 /// The parked client threads of one service, the last parked on top.
@@ -164,7 +193,7 @@ impl IdleThreads {
     }
 
     /// Give `job` to the thread parked last, or start a thread for it.
-    fn dispatch(self: &Arc<Self>, svc: &Service, job: Accepted) {
+    fn dispatch(self: &Arc<Self>, svc: &Service, job: Job) {
         let seat = self.stack().seats.pop();
         if let Some(seat) = seat {
             *seat.job.lock().unwrap_or_else(|e| e.into_inner()) = Some(job);
@@ -177,7 +206,10 @@ impl IdleThreads {
         let spawned = std::thread::Builder::new()
             .name(format!("{}:{}", svc.def.name, svc.port()))
             .stack_size(svc.stack_size)
-            .spawn(move || idle.client_thread(job));
+            .spawn(move || {
+                let me = idle.clone();
+                me.client_thread(job)
+            });
         if let Err(e) = spawned {
             log::error!(
                 "{} on {}: cannot start a client thread: {e}",
@@ -201,16 +233,23 @@ impl IdleThreads {
 
     /// A client thread: serve a client, park for the next, until idle for
     /// IDLE_THREAD or the acceptor stops.
-    fn client_thread(&self, first: Accepted) {
+    fn client_thread(self: Arc<Self>, first: Job) {
         let seat = Arc::new(Seat {
             job: Mutex::new(None),
             thread: std::thread::current(),
         });
         let mut job = first;
         loop {
-            {
-                let mut client = Client::accepted(job);
-                (self.serve)(&mut client);
+            match job {
+                Job::New(a) => {
+                    let mut client = Box::new(Client::accepted(a));
+                    (self.serve)(&mut client);
+                    self.done(client);
+                }
+                Job::Resume(mut client, tail) => {
+                    tail.resume(&mut client, true);
+                    self.done(client);
+                }
             }
             match self.wait(&seat) {
                 Some(next) => job = next,
@@ -219,9 +258,30 @@ impl IdleThreads {
         }
     }
 
+    /// The thread is done with `client`: it ends (its drop writes the
+    /// record), or, if its session parked, it goes to the parking lot.
+    fn done(self: &Arc<Self>, mut client: Box<Client>) {
+        let Some(tail) = client.parked.take() else {
+            return;
+        };
+        let deadline = tail.deadline();
+        let p = Box::new(ParkedClient {
+            client,
+            tail,
+            idle: self.clone(),
+        });
+        if let Err(p) = crate::park::park(p, deadline) {
+            // The lot cannot take it: the session goes on here, unparked.
+            let ParkedClient {
+                mut client, tail, ..
+            } = *p;
+            tail.resume(&mut client, false);
+        }
+    }
+
     /// Park on `seat` until the acceptor gives it a client (Some), or the
     /// thread has been idle too long or the acceptor stopped (None).
-    fn wait(&self, seat: &Arc<Seat>) -> Option<Accepted> {
+    fn wait(&self, seat: &Arc<Seat>) -> Option<Job> {
         {
             let mut st = self.stack();
             if st.closed {
@@ -262,7 +322,7 @@ impl IdleThreads {
         }
     }
 
-    fn take(seat: &Seat) -> Option<Accepted> {
+    fn take(seat: &Seat) -> Option<Job> {
         seat.job.lock().unwrap_or_else(|e| e.into_inner()).take()
     }
 }

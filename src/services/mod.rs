@@ -528,6 +528,7 @@ fn build(
         log,
         logformat,
         stack_size: stack.max(MIN_STACK) as usize,
+        park_linger: std::time::Duration::from_millis(u64::from(state.parklinger)),
         live: Mutex::new(0),
         left: Condvar::new(),
         slot_waiters: std::sync::atomic::AtomicU32::new(0),

@@ -193,6 +193,10 @@ enum Next {
     /// A CONNECT went to a local redirection: the connection is the next
     /// handler's, which writes the record.
     HandedOver,
+    /// A CONNECT tunnel that ended its request itself (its record is
+    /// written), or parked (`parklinger`): it writes the record when it
+    /// ends. The connection is done either way.
+    Tunneled,
 }
 
 /// A failure with the 3proxy code and, when no response was sent yet,
@@ -287,7 +291,7 @@ impl Session {
             self.forward(c, cb, &req)
         };
         let more = match result {
-            Ok(Next::HandedOver) => false,
+            Ok(Next::HandedOver | Next::Tunneled) => false,
             Ok(next) => {
                 self.end_request(c);
                 matches!(next, Next::KeepAlive)
@@ -744,9 +748,50 @@ impl Session {
             c.srv = Some(o.s);
             return Ok(Next::Close);
         }
-        self.relay(c, cb, &o.s)?;
-        c.srv = Some(o.s);
-        Ok(Next::Close)
+        self.tunnel_relay(c, cb, o.s)
+    }
+
+    /// The relay of a CONNECT tunnel, which parks when it goes quiet
+    /// (`parklinger`, `session::relay_owned`); the request then ends when
+    /// the session does, as `end_request` would end it.
+    fn tunnel_relay(
+        &mut self,
+        c: &mut Client,
+        cb: &mut HeadBuf<'_>,
+        srv: Stream,
+    ) -> Result<Next, Fail> {
+        let linger = Some(self.svc.park_linger).filter(|d| !d.is_zero());
+        if linger.is_none() {
+            self.relay(c, cb, &srv)?;
+            c.srv = Some(srv);
+            return Ok(Next::Close);
+        }
+        let early = cb.data();
+        if !early.is_empty() {
+            write_all_v(&srv, early, &[]).map_err(|e| Fail::silent(srv_res(&e)))?;
+            c.bytes_out += early.len() as u64;
+            let n = early.len();
+            cb.consume(n);
+        }
+        let grant = self.grant.as_ref();
+        let opts = crate::relay::RelayOpts {
+            // `auth radius`: the user's Session-Timeout.
+            deadline: grant
+                .and_then(|g| g.radius.as_ref())
+                .and_then(|r| r.deadline),
+            linger,
+            ..crate::session::relay_opts(&self.svc, Timeouts::CONNECTION_LONG)
+        };
+        let finish = crate::session::Finish::Http {
+            shaping: self.shaper().is_some(),
+            shaped: self.shaped,
+            nolog: grant.is_some_and(|g| g.nolog),
+        };
+        let limits = grant.and_then(|g| g.limits.clone());
+        // With `force`, a reload whose ACL refuses the tunnel ends it.
+        let again = self.recheck.clone();
+        crate::session::relay_owned(c, srv, opts, limits, again, finish);
+        Ok(Next::Tunneled)
     }
 
     /// A CONNECT whose chain is `parent TYPE 0.0.0.0 0`: say the tunnel
