@@ -265,12 +265,13 @@ impl IdleThreads {
             return;
         };
         let deadline = tail.deadline();
+        let generation = tail.generation();
         let p = Box::new(ParkedClient {
             client,
             tail,
             idle: self.clone(),
         });
-        if let Err(p) = crate::park::park(p, deadline) {
+        if let Err(p) = crate::park::park(p, deadline, generation) {
             // The lot cannot take it: the session goes on here, unparked.
             let ParkedClient {
                 mut client, tail, ..

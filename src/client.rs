@@ -170,6 +170,8 @@ pub trait Tail: Send {
     fn fds<'a>(&'a self, cli: &'a Stream) -> Vec<std::os::fd::BorrowedFd<'a>>;
     /// When to go on even if no socket is ready.
     fn deadline(&self) -> Instant;
+    /// The reload generation the session was last checked against.
+    fn generation(&self) -> u64;
     /// Go on with the session on the current thread; it may park again
     /// (set `c.parked`) only if `may_park`.
     fn resume(self: Box<Self>, c: &mut Client, may_park: bool);

@@ -135,9 +135,15 @@ impl Lot {
 use std::io::Write;
 
 /// Park `p` until one of its sockets is readable, `deadline` passes or a
-/// reload comes. Err(p) if the lot cannot take it (the caller goes on
-/// with the session itself).
-pub fn park<P: Parked + 'static>(p: Box<P>, deadline: Instant) -> Result<(), Box<P>> {
+/// reload comes. `generation`: the reload generation the session was
+/// last checked against; if a reload came since (while it was on its way
+/// here), it goes back to be checked at once. Err(p) if the lot cannot
+/// take it (the caller goes on with the session itself).
+pub fn park<P: Parked + 'static>(
+    p: Box<P>,
+    deadline: Instant,
+    generation: u64,
+) -> Result<(), Box<P>> {
     let Some(lot) = lot() else { return Err(p) };
     let mut st = lot.state();
     let key = st.next_key;
@@ -156,6 +162,14 @@ pub fn park<P: Parked + 'static>(p: Box<P>, deadline: Instant) -> Result<(), Box
     drop(fds);
     st.parked.insert(key, Entry { p, deadline });
     st.deadlines.insert((deadline, key));
+    // Under the lock `reloaded` takes: a reload either finds this
+    // session parked, or is seen here.
+    if generation != crate::generation::generation() {
+        st.recheck.push_back(key);
+        drop(st);
+        lot.poke();
+        return Ok(());
+    }
     if st.wakes_at.is_none_or(|t| deadline < t) {
         st.wakes_at = Some(deadline);
         drop(st);
@@ -292,17 +306,15 @@ mod tests {
         let (b, _b_peer) = UnixStream::pair().unwrap();
         let start = Instant::now();
         let far = start + Duration::from_secs(60);
-        assert!(park(
-            Box::new(Probe {
-                sock: a,
-                tx: tx.clone(),
-                id: 1
-            }),
-            far
-        )
-        .is_ok());
+        let g = crate::generation::generation();
+        let one = Probe {
+            sock: a,
+            tx: tx.clone(),
+            id: 1,
+        };
+        assert!(park(Box::new(one), far, g).is_ok());
         let soon = start + Duration::from_millis(150);
-        assert!(park(Box::new(Probe { sock: b, tx, id: 2 }), soon).is_ok());
+        assert!(park(Box::new(Probe { sock: b, tx, id: 2 }), soon, g).is_ok());
         // Nothing is due yet.
         assert!(rx.recv_timeout(Duration::from_millis(50)).is_err());
         a_peer.write_all(b"x").unwrap();

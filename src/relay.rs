@@ -88,6 +88,11 @@ impl Paused {
         !self.down.eof
     }
 
+    /// The reload generation the session was last checked against.
+    pub fn generation(&self) -> u64 {
+        self.generation
+    }
+
     /// When the session must be looked at even if nothing comes: its idle
     /// timeout, or the end `opts.deadline` sets.
     pub fn deadline(&self, opts: &RelayOpts) -> Instant {

@@ -472,6 +472,12 @@ impl crate::client::Tail for ParkedRelay {
         }
     }
 
+    fn generation(&self) -> u64 {
+        self.paused
+            .as_ref()
+            .map_or_else(crate::generation::generation, |p| p.generation())
+    }
+
     fn resume(mut self: Box<Self>, c: &mut Client, may_park: bool) {
         if !may_park {
             self.opts.linger = None;

@@ -216,7 +216,7 @@ fn admin_get(port: u16, path: &str) -> String {
 }
 
 /// `threeproxy_parked_sessions` from `/metrics`.
-fn parked(admin: u16) -> u64 {
+pub fn parked(admin: u16) -> u64 {
     let body = admin_get(admin, "/metrics");
     body.lines()
         .find_map(|l| l.strip_prefix("threeproxy_parked_sessions "))
@@ -224,7 +224,7 @@ fn parked(admin: u16) -> u64 {
         .unwrap_or_else(|| panic!("no threeproxy_parked_sessions in /metrics:\n{body}"))
 }
 
-fn wait_parked(admin: u16, n: u64, within: Duration) {
+pub fn wait_parked(admin: u16, n: u64, within: Duration) {
     let mut last = 0;
     let ok = wait_for(
         || {
