@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::Thread;
 use std::time::{Duration, Instant};
 
-use crate::client::{Accepted, Client, Slot, Tail};
+use crate::client::{Accepted, Client, Serve, Slot, Tail};
 use crate::net::Listener;
 use crate::running::Running;
 use crate::service::Service;
@@ -27,7 +27,7 @@ const IDLE_THREAD: Duration = Duration::from_secs(15);
 
 /// The acceptor thread's body: runs until the service is stopped (by a
 /// reload that drops it, or at exit), then closes the listener.
-pub fn run(r: Arc<Running>, listener: Listener, serve: fn(&mut Client)) {
+pub fn run(r: Arc<Running>, listener: Listener, serve: Serve) {
     let first = r.current();
     if !first.opts.silent {
         svc_record(&first, "Accepting connections");
@@ -79,7 +79,7 @@ pub fn run(r: Arc<Running>, listener: Listener, serve: fn(&mut Client)) {
 /// and hand the connection to a client thread as if it had been accepted
 /// (see `crate::connectback`). A failed dial is retried after a pause that
 /// grows to a second, so a relay that is down is not hammered.
-pub fn run_dialing(r: Arc<Running>, wake: crate::connectback::Wake, serve: fn(&mut Client)) {
+pub fn run_dialing(r: Arc<Running>, wake: crate::connectback::Wake, serve: Serve) {
     let first = r.current();
     let Some(to) = first.opts.connect_to else {
         return;
@@ -168,7 +168,7 @@ impl crate::park::Parked for ParkedClient {
 /// The parked client threads of one service, the last parked on top.
 struct IdleThreads {
     parked: Mutex<Stack>,
-    serve: fn(&mut Client),
+    serve: Serve,
 }
 
 struct Stack {
@@ -178,7 +178,7 @@ struct Stack {
 }
 
 impl IdleThreads {
-    fn new(serve: fn(&mut Client)) -> IdleThreads {
+    fn new(serve: Serve) -> IdleThreads {
         IdleThreads {
             parked: Mutex::new(Stack {
                 seats: Vec::new(),
@@ -243,11 +243,11 @@ impl IdleThreads {
             match job {
                 Job::New(a) => {
                     let mut client = Box::new(Client::accepted(a));
-                    (self.serve)(&mut client);
+                    (self.serve)(&mut client, None);
                     self.done(client);
                 }
                 Job::Resume(mut client, tail) => {
-                    tail.resume(&mut client, true);
+                    (self.serve)(&mut client, Some((tail, true)));
                     self.done(client);
                 }
             }
@@ -276,7 +276,7 @@ impl IdleThreads {
             let ParkedClient {
                 mut client, tail, ..
             } = *p;
-            tail.resume(&mut client, false);
+            (self.serve)(&mut client, Some((tail, false)));
         }
     }
 

@@ -173,9 +173,15 @@ pub trait Tail: Send {
     /// The reload generation the session was last checked against.
     fn generation(&self) -> u64;
     /// Go on with the session on the current thread; it may park again
-    /// (set `c.parked`) only if `may_park`.
-    fn resume(self: Box<Self>, c: &mut Client, may_park: bool);
+    /// (set `c.parked`) only if `may_park`. What the handler that parked
+    /// would have returned: a hand-off, or done.
+    fn resume(self: Box<Self>, c: &mut Client, may_park: bool) -> Next;
 }
+
+/// A client thread's work on a client (`services::child`): serve a new
+/// one (None), or carry on with a session back from the parking lot
+/// (its rest, and whether it may park again).
+pub type Serve = fn(&mut Client, Option<(Box<dyn Tail>, bool)>);
 
 // A parked client moves to the lot's thread and on to another client
 // thread.

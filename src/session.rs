@@ -478,7 +478,7 @@ impl crate::client::Tail for ParkedRelay {
             .map_or_else(crate::generation::generation, |p| p.generation())
     }
 
-    fn resume(mut self: Box<Self>, c: &mut Client, may_park: bool) {
+    fn resume(mut self: Box<Self>, c: &mut Client, may_park: bool) -> crate::parent::Next {
         if !may_park {
             self.opts.linger = None;
         }
@@ -492,6 +492,7 @@ impl crate::client::Tail for ParkedRelay {
             from,
         );
         self.ended(c, run);
+        c.next()
     }
 }
 

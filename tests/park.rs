@@ -24,28 +24,38 @@ const LOAD: &str = r#"
 import random, resource, selectors, socket, struct, sys, threading
 soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
 resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-origin_port, n = int(sys.argv[1]), int(sys.argv[2])
-targets = [(a.split(':')[0], int(a.split(':')[1])) for a in sys.argv[3:]]
+origin_port, http_port, n = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+targets = [(a.split(':')[0], int(a.split(':')[1])) for a in sys.argv[4:]]
 
 lst = socket.socket()
 lst.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
 lst.bind(('127.0.0.1', origin_port))
 lst.listen(4096)
 lst.setblocking(False)
+hl = socket.socket()
+hl.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+hl.bind(('127.0.0.1', http_port))
+hl.listen(4096)
+hl.setblocking(False)
 sel = selectors.DefaultSelector()
 sel.register(lst, selectors.EVENT_READ)
+sel.register(hl, selectors.EVENT_READ)
 out = {}
+# The HTTP origin: each request's answer carries its path as the body.
+http_in = {}
 def echo():
     while True:
         for key, ev in sel.select():
             s = key.fileobj
-            if s is lst:
+            if s is lst or s is hl:
                 try:
-                    c, _ = lst.accept()
+                    c, _ = s.accept()
                 except BlockingIOError:
                     continue
                 c.setblocking(False)
                 out[c] = bytearray()
+                if s is hl:
+                    http_in[c] = bytearray()
                 sel.register(c, selectors.EVENT_READ)
                 continue
             buf = out[s]
@@ -57,9 +67,17 @@ def echo():
                 except OSError:
                     d = b''
                 if d == b'':
-                    sel.unregister(s); s.close(); del out[s]
+                    sel.unregister(s); s.close(); del out[s]; http_in.pop(s, None)
                     continue
-                if d:
+                if d and s in http_in:
+                    req = http_in[s]
+                    req += d
+                    while b'\r\n\r\n' in req:
+                        head, _, rest = bytes(req).partition(b'\r\n\r\n')
+                        req[:] = rest
+                        path = head.split(b' ')[1]
+                        buf += b'HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n' % len(path) + path
+                elif d:
                     buf += d
             if buf:
                 try:
@@ -90,9 +108,17 @@ def head(c):
     while not got.endswith(b'\r\n\r\n'):
         d = c.recv(1)
         if not d:
-            raise SystemExit('EOF in the CONNECT answer: %r' % got)
+            raise SystemExit('EOF in the answer: %r' % got)
         got += d
     return got
+
+def get(c, path):
+    c.sendall(b'GET http://127.0.0.1:%d%s HTTP/1.1\r\nHost: 127.0.0.1:%d\r\n\r\n' % (http_port, path, http_port))
+    h = head(c)
+    if b' 200 ' not in h.split(b'\r\n')[0]:
+        raise SystemExit('GET refused: %r' % h)
+    n = int([l for l in h.split(b'\r\n') if l.lower().startswith(b'content-length:')][0].split(b':')[1])
+    return exact(c, n)
 
 tunnels = []
 for i in range(n):
@@ -111,6 +137,12 @@ for i in range(n):
         r = exact(c, 10)
         if r[1] != 0:
             raise SystemExit('SOCKS CONNECT refused: %r' % r)
+    if kind == 'http':
+        path = b'/client-%d' % i
+        if get(c, path) != path:
+            raise SystemExit('client %d: bad answer' % i)
+        tunnels.append(c)
+        continue
     msg = b'tunnel %d open\n' % i
     c.sendall(msg)
     if exact(c, len(msg)) != msg:
@@ -123,8 +155,16 @@ for line in sys.stdin:
     if w[0] == 'go':
         k = int(w[1])
         rnd = random.Random(int(w[2]))
+        gets = 0
         for i in rnd.sample(range(n), k):
             c = tunnels[i]
+            if targets[i % len(targets)][0] == 'http':
+                gets += 3
+                for j in range(3):
+                    path = b'/%d/%d/' % (i, j) + b'x' * rnd.randint(1, 3000)
+                    if get(c, path) != path:
+                        raise SystemExit('client %d: bad answer' % i)
+                continue
             size = rnd.randint(1, 200000)
             data = bytes(rnd.getrandbits(8) for _ in range(min(size, 4096)))
             data = (data * (size // len(data) + 1))[:size]
@@ -135,7 +175,7 @@ for line in sys.stdin:
             t.join()
             if back != data:
                 raise SystemExit('tunnel %d (%s): the echo differs' % (i, targets[i % len(targets)][0]))
-        print('ok', k, flush=True)
+        print('ok', k, gets, flush=True)
     elif w[0] == 'close':
         for c in tunnels:
             c.close()
@@ -183,15 +223,19 @@ impl Load {
         writeln!(self.stdin, "{line}").expect("write to the helper");
     }
 
-    fn expect(&mut self, want: &str, within: Duration) {
+    fn line(&mut self, within: Duration) -> String {
         match self.lines.recv_timeout(within) {
-            Ok(l) if l == want => {}
-            Ok(l) => panic!("the helper said {l:?}, want {want:?}"),
+            Ok(l) => l,
             Err(_) => {
                 let status = self.child.try_wait();
-                panic!("the helper did not say {want:?} within {within:?} (exit: {status:?})");
+                panic!("the helper said nothing within {within:?} (exit: {status:?})");
             }
         }
+    }
+
+    fn expect(&mut self, want: &str, within: Duration) {
+        let l = self.line(within);
+        assert_eq!(l, want, "what the helper said");
     }
 }
 
@@ -246,13 +290,13 @@ fn thousands_of_idle_tunnels_park_and_carry_on() {
         n >= 2000,
         "the hard limit on open files ({hard}) allows {n} tunnels; this test needs 2,000 (4,400 descriptors)"
     );
-    let n = n - n % 3;
+    let n = n - n % 4;
     let dir = Dir::new("park_many");
     let log = dir.join("access.log");
-    let origin = free_port();
+    let (origin, http) = (free_port(), free_port());
     let (tport, sport, pport, aport) = (free_port(), free_port(), free_port(), free_port());
     let cfg = format!(
-        "log {}\nlogformat \"L%N %E %O %I\"\nmaxconn 10000\nparklinger 100\n\
+        "log {}\nlogformat \"L%N %E %O %I %T\"\nmaxconn 10000\nparklinger 100\n\
          admin -i127.0.0.1 -p{aport}\n\
          tcppm -i127.0.0.1 {tport} 127.0.0.1 {origin}\n\
          socks -i127.0.0.1 -p{sport}\nproxy -i127.0.0.1 -p{pport}\n",
@@ -264,10 +308,12 @@ fn thousands_of_idle_tunnels_park_and_carry_on() {
         &proxy.dir,
         &[
             origin.to_string(),
+            http.to_string(),
             n.to_string(),
             format!("tcppm:{tport}"),
             format!("socks:{sport}"),
             format!("connect:{pport}"),
+            format!("http:{pport}"),
         ],
     );
     load.expect(&format!("open {n}"), Duration::from_secs(180));
@@ -291,7 +337,11 @@ fn thousands_of_idle_tunnels_park_and_carry_on() {
     // its bytes in order, and parks again.
     let sample = 150;
     load.say(&format!("go {sample} {}", std::process::id()));
-    load.expect(&format!("ok {sample}"), Duration::from_secs(120));
+    let said = load.line(Duration::from_secs(120));
+    let gets: usize = said
+        .strip_prefix(&format!("ok {sample} "))
+        .and_then(|g| g.parse().ok())
+        .unwrap_or_else(|| panic!("the helper said {said:?}, want \"ok {sample} GETS\""));
     // The tunnels just used linger 100 ms on their threads before they
     // park again, and the threads that free wait on their services'
     // idle stacks: a few dozen at most, not one per tunnel.
@@ -302,7 +352,8 @@ fn thousands_of_idle_tunnels_park_and_carry_on() {
     );
     wait_parked(aport, n as u64, Duration::from_secs(10));
 
-    // Closed by the clients: one record each, nothing cut.
+    // Closed by the clients: one record each tunnel, one each request,
+    // nothing cut.
     load.say("close");
     load.expect("closed", Duration::from_secs(60));
     let records = || {
@@ -310,24 +361,40 @@ fn thousands_of_idle_tunnels_park_and_carry_on() {
             .into_iter()
             .filter(|l| {
                 let svc = l.starts_with("TCPPM ") || l.starts_with("SOCK5 ");
-                // Not the services' own records ("Accepting connections").
-                (svc || l.starts_with("PROXY ")) && !l.ends_with(" 0 0")
+                // Not the services' own records ("Accepting connections")
+                // nor the readiness probes': no byte either way.
+                let w: Vec<&str> = l.split(' ').collect();
+                let empty = w.get(2) == Some(&"0") && w.get(3) == Some(&"0");
+                (svc || l.starts_with("PROXY ")) && !empty
             })
             .collect::<Vec<_>>()
     };
-    let done = wait_for(|| records().len() >= n, Duration::from_secs(60));
+    // A request each kept-alive client at the start, three each sampled.
+    let tunnels = |recs: &[String]| recs.iter().filter(|l| !l.contains(" GET ")).count();
+    let done = wait_for(|| tunnels(&records()) >= n / 4 * 3, Duration::from_secs(60));
     let recs = records();
-    assert!(done, "{} records for {n} tunnels", recs.len());
-    assert_eq!(recs.len(), n, "one record per tunnel");
+    assert!(done, "{} records for {} tunnels", tunnels(&recs), n / 4 * 3);
+    assert_eq!(tunnels(&recs), n / 4 * 3, "one record per tunnel");
     for r in &recs {
         let w: Vec<&str> = r.split(' ').collect();
-        assert_eq!(w[1], "00000", "a tunnel ended badly: {r}");
+        assert_eq!(w[1], "00000", "a session ended badly: {r}");
         if !r.starts_with("PROXY ") {
-            // An echo: as many bytes back as out (CONNECT counts its
-            // answer too).
+            // An echo: as many bytes back as out.
             assert_eq!(w[2], w[3], "bytes out and in differ: {r}");
         }
     }
+    // Every request of the kept-alive clients has its record, the first
+    // ones and those after they parked.
+    let first = recs
+        .iter()
+        .filter(|l| l.contains(" GET ") && l.contains("/client-"))
+        .count();
+    assert_eq!(first, n / 4, "one record per first request");
+    let later = recs
+        .iter()
+        .filter(|l| l.contains(" GET ") && !l.contains("/client-"))
+        .count();
+    assert_eq!(later, gets, "three requests per sampled client");
     assert_eq!(parked(aport), 0);
 }
 

@@ -89,12 +89,19 @@ pub fn serve(c: &mut Client, early: &[u8], _: Option<&parent::Known>) -> parent:
 
 fn serve_requests(c: &mut Client, early: &[u8]) {
     let svc = c.svc().clone();
+    // On the heap: its frame would be on every path of the thread.
+    let s = Box::new(Session::new(svc, c));
+    requests(c, s, early, true, true);
+}
+
+/// Serve requests until the connection is done, or until it has been
+/// quiet between two requests for `parklinger` (if `may_park`): then the
+/// session is left in `c.parked` ([`ParkedHttp`]).
+fn requests(c: &mut Client, mut s: Box<Session>, early: &[u8], mut first: bool, may_park: bool) {
     let mut small = [0u8; SMALL_REQUEST];
     let mut cb = HeadBuf::new(&mut small);
     cb.put_back(early);
-    // On the heap: its frame would be on every path of the thread.
-    let mut s = Box::new(Session::new(svc, c));
-    let mut first = true;
+    let linger = Some(s.svc.park_linger).filter(|d| may_park && !d.is_zero());
     loop {
         let more = s.one_request(c, &mut cb, first);
         if !more {
@@ -106,6 +113,63 @@ fn serve_requests(c: &mut Client, early: &[u8]) {
             s.cli_want = s.svc.timeouts.get(Timeouts::STRING_SHORT);
         }
         cb.rest();
+        if let Some(linger) = linger.filter(|_| cb.data().is_empty()) {
+            let since = Instant::now();
+            if !readable_within(&c.cli, linger) {
+                // Quiet: park until the next request (or the end of the
+                // wait for it). The kept origin connection goes to the
+                // pool meanwhile, where others may use it.
+                if let Some(k) = s.origin.take() {
+                    park(&s.svc, k);
+                }
+                let deadline = since + s.cli_want;
+                c.parked = Some(Box::new(ParkedHttp { s, deadline }));
+                return;
+            }
+        }
+    }
+}
+
+/// A kept-alive connection parked between two requests (`parklinger`).
+struct ParkedHttp {
+    s: Box<Session>,
+    /// The end of the wait for the next request (STRING_SHORT after the
+    /// last response).
+    deadline: Instant,
+}
+
+impl crate::client::Tail for ParkedHttp {
+    fn fds<'a>(&'a self, cli: &'a Stream) -> Vec<std::os::fd::BorrowedFd<'a>> {
+        use std::os::fd::AsFd;
+        vec![cli.as_fd()]
+    }
+
+    fn deadline(&self) -> Instant {
+        self.deadline
+    }
+
+    fn generation(&self) -> u64 {
+        // Each request is authorized anew: nothing to check after a
+        // reload.
+        crate::generation::generation()
+    }
+
+    fn resume(self: Box<Self>, c: &mut Client, may_park: bool) -> parent::Next {
+        let ParkedHttp { s, deadline } = *self;
+        if !readable_within(&c.cli, Duration::ZERO) {
+            if Instant::now() >= deadline {
+                // No next request: the connection ends, with no record
+                // (as when a thread's wait for it times out).
+                return c.next();
+            }
+            if may_park {
+                // Woken for nothing (a reload): back to the lot.
+                c.parked = Some(Box::new(ParkedHttp { s, deadline }));
+                return c.next();
+            }
+        }
+        requests(c, s, &[], false, may_park);
+        c.next()
     }
 }
 
