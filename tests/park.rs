@@ -564,3 +564,80 @@ fn parklinger_0_never_parks() {
     echo_roundtrip(&mut s, b"still here");
     let _ = TcpStream::connect(localhost(port));
 }
+
+/// GET `/hello` of `origin` through the proxy on `s`; the answer's body.
+fn get_hello(s: &mut TcpStream, origin: u16) -> Vec<u8> {
+    write!(
+        s,
+        "GET http://127.0.0.1:{origin}/hello HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
+    )
+    .unwrap();
+    let mut got = Vec::new();
+    let mut b = [0u8; 1];
+    while !got.ends_with(b"\r\n\r\n") {
+        assert_eq!(s.read(&mut b).unwrap(), 1, "EOF in the answer: {got:?}");
+        got.push(b[0]);
+    }
+    let head = String::from_utf8_lossy(&got).to_string();
+    assert!(head.starts_with("HTTP/1.1 200 "), "{head}");
+    let len: usize = head
+        .lines()
+        .find_map(|l| {
+            l.to_ascii_lowercase()
+                .strip_prefix("content-length:")
+                .map(|v| v.trim().to_string())
+        })
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no Content-Length: {head}"));
+    let mut body = vec![0u8; len];
+    s.read_exact(&mut body).unwrap();
+    body
+}
+
+/// A kept-alive HTTP client parks between its requests, goes on when it
+/// sends the next, and is closed (with no record) when it sends none
+/// within STRING_SHORT, as when a thread waits for it.
+#[test]
+fn a_kept_alive_http_client_parks_between_requests() {
+    let origin = crate::http::HttpOrigin::start();
+    let dir = Dir::new("park_http");
+    let log = dir.join("access.log");
+    let (port, aport) = (free_port(), free_port());
+    let cfg = format!(
+        "log {}\nlogformat \"L%N %E %c %T\"\nparklinger 100\n\
+         timeouts 1 5 2 60 180 1800 15 60 15 5 10\n\
+         admin -i127.0.0.1 -p{aport}\nproxy -i127.0.0.1 -p{port}\n",
+        p(&log)
+    );
+    let ready = [Listen::Tcp(localhost(port)), Listen::Tcp(localhost(aport))];
+    let _proxy = Proxy::start(dir, &cfg, &ready);
+    let mut s = connect(localhost(port));
+    set_timeouts(&s, IO_TIMEOUT);
+    assert_eq!(get_hello(&mut s, origin.port()), b"hello");
+    wait_parked(aport, 1, Duration::from_secs(2));
+    assert_eq!(get_hello(&mut s, origin.port()), b"hello");
+    let quiet = Instant::now();
+    wait_parked(aport, 1, Duration::from_secs(2));
+    let mut b = [0u8; 1];
+    assert_eq!(s.read(&mut b).unwrap(), 0, "closed by the proxy");
+    let after = quiet.elapsed();
+    assert!(
+        after >= Duration::from_millis(1800) && after < Duration::from_secs(4),
+        "closed {after:?} after the answer, want 2 s (STRING_SHORT)"
+    );
+    thread::sleep(Duration::from_millis(300));
+    let me = s.local_addr().unwrap().port();
+    let mine: Vec<String> = log_lines(&log)
+        .into_iter()
+        .filter(|l| l.starts_with("PROXY ") && l.contains(&format!(" {me} ")))
+        .collect();
+    assert_eq!(
+        mine.len(),
+        2,
+        "a record per request, none for the end: {mine:?}"
+    );
+    assert!(
+        mine.iter().all(|l| l.starts_with("PROXY 00000 ")),
+        "{mine:?}"
+    );
+}
