@@ -24,7 +24,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::Thread;
 use std::time::{Duration, Instant};
 
-use crate::client::{Accepted, Client, Slot};
+use crate::client::{Accepted, Client, Serve, Slot, Tail};
 use crate::net::Listener;
 use crate::running::Running;
 use crate::service::Service;
@@ -35,7 +35,7 @@ const IDLE_THREAD: Duration = Duration::from_secs(15);
 
 /// The acceptor thread's body: runs until the service is stopped (by a
 /// reload that drops it, or at exit), then closes the listener.
-pub fn run(r: Arc<Running>, listener: Listener, serve: fn(&mut Client)) {
+pub fn run(r: Arc<Running>, listener: Listener, serve: Serve) {
     let first = r.current();
     if !first.opts.silent {
         svc_record(&first, "Accepting connections");
@@ -77,7 +77,7 @@ pub fn run(r: Arc<Running>, listener: Listener, serve: fn(&mut Client)) {
             local,
             slot,
         };
-        idle.dispatch(&svc, job);
+        idle.dispatch(&svc, Job::New(job));
     }
     idle.close();
     let svc = r.current();
@@ -91,7 +91,7 @@ pub fn run(r: Arc<Running>, listener: Listener, serve: fn(&mut Client)) {
 /// and hand the connection to a client thread as if it had been accepted
 /// (see `crate::connectback`). A failed dial is retried after a pause that
 /// grows to a second, so a relay that is down is not hammered.
-pub fn run_dialing(r: Arc<Running>, wake: crate::connectback::Wake, serve: fn(&mut Client)) {
+pub fn run_dialing(r: Arc<Running>, wake: crate::connectback::Wake, serve: Serve) {
     let first = r.current();
     let Some(to) = first.opts.connect_to else {
         return;
@@ -124,7 +124,7 @@ pub fn run_dialing(r: Arc<Running>, wake: crate::connectback::Wake, serve: fn(&m
                     local: None,
                     slot,
                 };
-                idle.dispatch(&svc, job);
+                idle.dispatch(&svc, Job::New(job));
             }
             Err(crate::connectback::DialError::Stopped) => break,
             Err(crate::connectback::DialError::Failed(why)) => {
@@ -142,16 +142,45 @@ pub fn run_dialing(r: Arc<Running>, wake: crate::connectback::Wake, serve: fn(&m
     }
 }
 
+/// Work for a client thread.
+enum Job {
+    /// A client just accepted.
+    New(Accepted),
+    /// A session back from the parking lot (`park`), with the rest of it.
+    Resume(Box<Client>, Box<dyn Tail>),
+}
+
 /// Where a parked client thread receives its next client.
 struct Seat {
-    job: Mutex<Option<Accepted>>,
+    job: Mutex<Option<Job>>,
     thread: Thread,
+}
+
+/// A client whose session went quiet, waiting in the parking lot with
+/// the rest of its session; when it must go on, it goes back to a client
+/// thread of its service's acceptor.
+struct ParkedClient {
+    client: Box<Client>,
+    tail: Box<dyn Tail>,
+    idle: Arc<IdleThreads>,
+}
+
+impl crate::park::Parked for ParkedClient {
+    fn fds(&self) -> Vec<std::os::fd::BorrowedFd<'_>> {
+        self.tail.fds(&self.client.cli)
+    }
+
+    fn resume(self: Box<Self>) {
+        let ParkedClient { client, tail, idle } = *self;
+        let svc = client.svc().clone();
+        idle.dispatch(&svc, Job::Resume(client, tail));
+    }
 }
 
 /// The parked client threads of one service, the last parked on top.
 struct IdleThreads {
     parked: Mutex<Stack>,
-    serve: fn(&mut Client),
+    serve: Serve,
 }
 
 struct Stack {
@@ -161,7 +190,7 @@ struct Stack {
 }
 
 impl IdleThreads {
-    fn new(serve: fn(&mut Client)) -> IdleThreads {
+    fn new(serve: Serve) -> IdleThreads {
         IdleThreads {
             parked: Mutex::new(Stack {
                 seats: Vec::new(),
@@ -176,7 +205,7 @@ impl IdleThreads {
     }
 
     /// Give `job` to the thread parked last, or start a thread for it.
-    fn dispatch(self: &Arc<Self>, svc: &Service, job: Accepted) {
+    fn dispatch(self: &Arc<Self>, svc: &Service, job: Job) {
         let seat = self.stack().seats.pop();
         if let Some(seat) = seat {
             *seat.job.lock().unwrap_or_else(|e| e.into_inner()) = Some(job);
@@ -189,7 +218,10 @@ impl IdleThreads {
         let spawned = std::thread::Builder::new()
             .name(format!("{}:{}", svc.def.name, svc.port()))
             .stack_size(svc.stack_size)
-            .spawn(move || idle.client_thread(job));
+            .spawn(move || {
+                let me = idle.clone();
+                me.client_thread(job)
+            });
         if let Err(e) = spawned {
             // At most one line a second: a flood of clients while threads
             // cannot start would otherwise be a line each.
@@ -222,16 +254,23 @@ impl IdleThreads {
 
     /// A client thread: serve a client, park for the next, until idle for
     /// IDLE_THREAD or the acceptor stops.
-    fn client_thread(&self, first: Accepted) {
+    fn client_thread(self: Arc<Self>, first: Job) {
         let seat = Arc::new(Seat {
             job: Mutex::new(None),
             thread: std::thread::current(),
         });
         let mut job = first;
         loop {
-            {
-                let mut client = Client::accepted(job);
-                (self.serve)(&mut client);
+            match job {
+                Job::New(a) => {
+                    let mut client = Box::new(Client::accepted(a));
+                    (self.serve)(&mut client, None);
+                    self.done(client);
+                }
+                Job::Resume(mut client, tail) => {
+                    (self.serve)(&mut client, Some((tail, true)));
+                    self.done(client);
+                }
             }
             match self.wait(&seat) {
                 Some(next) => job = next,
@@ -240,9 +279,31 @@ impl IdleThreads {
         }
     }
 
+    /// The thread is done with `client`: it ends (its drop writes the
+    /// record), or, if its session parked, it goes to the parking lot.
+    fn done(self: &Arc<Self>, mut client: Box<Client>) {
+        let Some(tail) = client.parked.take() else {
+            return;
+        };
+        let deadline = tail.deadline();
+        let generation = tail.generation();
+        let p = Box::new(ParkedClient {
+            client,
+            tail,
+            idle: self.clone(),
+        });
+        if let Err(p) = crate::park::park(p, deadline, generation) {
+            // The lot cannot take it: the session goes on here, unparked.
+            let ParkedClient {
+                mut client, tail, ..
+            } = *p;
+            (self.serve)(&mut client, Some((tail, false)));
+        }
+    }
+
     /// Park on `seat` until the acceptor gives it a client (Some), or the
     /// thread has been idle too long or the acceptor stopped (None).
-    fn wait(&self, seat: &Arc<Seat>) -> Option<Accepted> {
+    fn wait(&self, seat: &Arc<Seat>) -> Option<Job> {
         {
             let mut st = self.stack();
             if st.closed {
@@ -283,7 +344,7 @@ impl IdleThreads {
         }
     }
 
-    fn take(seat: &Seat) -> Option<Accepted> {
+    fn take(seat: &Seat) -> Option<Job> {
         seat.job.lock().unwrap_or_else(|e| e.into_inner()).take()
     }
 }

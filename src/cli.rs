@@ -362,6 +362,8 @@ fn reload(cmdline_name: &str, ops: &mut conf::ops::Ops, strict: bool) {
     crate::parentcheck::install(std::mem::take(&mut state.probes));
     // Sessions admitted under the old cfg are checked again (`force`).
     running::bump_generation();
+    // Parked sessions are checked again too (`force`): on a thread.
+    crate::park::reloaded();
     // pid file and privileges as the new cfg says (daemon never forks
     // twice); the new cfg's monitors replace the old ones.
     if let Err(e) = state.ops.after_load() {

@@ -152,10 +152,43 @@ pub struct Client {
     /// A hand-off the current handler asked for ([`Client::hand_over`]);
     /// its entry point returns it ([`Client::next`]).
     handoff: Option<Handoff>,
+    /// The session went quiet and left the rest of it here to be parked
+    /// (`park`): the handlers return as if done, and the client thread
+    /// parks the client instead of dropping it ([`Tail`]).
+    pub parked: Option<Box<dyn Tail>>,
     svc: Arc<Service>,
     /// Counts the client against `maxconn` until dropped.
     _slot: Slot,
 }
+
+/// The rest of a session that parked: what it owns besides the `Client`
+/// (the server socket, the relay's state, its limits), what to wait for,
+/// and how to go on.
+pub trait Tail: Send {
+    /// The sockets to wait on, `cli` (the client's) among them if it is
+    /// to be watched.
+    fn fds<'a>(&'a self, cli: &'a Stream) -> Vec<std::os::fd::BorrowedFd<'a>>;
+    /// When to go on even if no socket is ready.
+    fn deadline(&self) -> Instant;
+    /// The reload generation the session was last checked against.
+    fn generation(&self) -> u64;
+    /// Go on with the session on the current thread; it may park again
+    /// (set `c.parked`) only if `may_park`. What the handler that parked
+    /// would have returned: a hand-off, or done.
+    fn resume(self: Box<Self>, c: &mut Client, may_park: bool) -> Next;
+}
+
+/// A client thread's work on a client (`services::child`): serve a new
+/// one (None), or carry on with a session back from the parking lot
+/// (its rest, and whether it may park again).
+pub type Serve = fn(&mut Client, Option<(Box<dyn Tail>, bool)>);
+
+// A parked client moves to the lot's thread and on to another client
+// thread.
+const _: fn() = || {
+    fn send<T: Send>() {}
+    send::<Client>();
+};
 
 /// A mail protocol with STARTTLS (3proxy's S_POP3P, S_IMAPP, S_SMTPP).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -199,6 +232,7 @@ impl Client {
             recorded: (0, 0),
             acct: None,
             handoff: None,
+            parked: None,
             svc: a.svc,
             _slot: a.slot,
         }

@@ -90,6 +90,7 @@ const PURE_COMMANDS: &[&str] = &[
     "nscache6",
     "nsrecord",
     "parentretries",
+    "parklinger",
     "pcre_options",
     "service",
     "stacksize",

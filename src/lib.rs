@@ -35,6 +35,7 @@ mod metrics;
 mod net;
 mod parent;
 mod parentcheck;
+mod park;
 mod proto;
 mod proxyproto;
 mod radius;

@@ -284,7 +284,7 @@ pub struct ParentHealth {
     pub fails: u32,
 }
 
-pub fn render(live: usize, health: &[ParentHealth]) -> String {
+pub fn render(live: usize, parked: usize, health: &[ParentHealth]) -> String {
     let mut out = String::new();
     let services: Vec<(ServiceKey, Totals)> = lock(&SERVICES)
         .iter()
@@ -463,6 +463,12 @@ pub fn render(live: usize, health: &[ParentHealth]) -> String {
             live as u64,
         ),
         (
+            "threeproxy_parked_sessions",
+            "gauge",
+            "Sessions waiting in the parking lot, without a thread (parklinger).",
+            parked as u64,
+        ),
+        (
             "threeproxy_reloads_total",
             "counter",
             "Reloads that took effect.",
@@ -506,7 +512,7 @@ mod tests {
             down_since: Some(1700000000.5),
             fails: 4,
         };
-        let text = render(0, &[down]);
+        let text = render(0, 0, &[down]);
         assert!(text
             .contains("threeproxy_service_refused_total{service=\"metrics-test\",port=\"9\"} 1\n"));
         assert!(text.contains("threeproxy_parent_up{parent=\"socks5 192.0.2.1:1080\"} 0\n"));

@@ -51,6 +51,54 @@ pub struct RelayOpts {
     /// End the session then, with code 27 (`auth radius`'s
     /// Session-Timeout).
     pub deadline: Option<Instant>,
+    /// `parklinger`: after this long without a byte moving (and nothing
+    /// in flight), stop and return the state to park (`relay_parking`).
+    /// None: never. Only `relay_parking` honours it.
+    pub linger: Option<Duration>,
+}
+
+/// A relay that stopped to park (`relay_parking`): what it must remember
+/// to go on. It holds no buffer and no pipe.
+#[derive(Debug, Clone)]
+pub struct Paused {
+    up: DirState,
+    down: DirState,
+    dumped: (u64, u64),
+    generation: u64,
+    /// Since when no byte moved: the idle timeout counts from here, also
+    /// while parked.
+    quiet_since: Instant,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct DirState {
+    eof: bool,
+    shut: bool,
+    bytes: u64,
+}
+
+impl Paused {
+    /// Whether the client socket is to be watched (it may still send).
+    pub fn watch_client(&self) -> bool {
+        !self.up.eof
+    }
+
+    /// Whether the server socket is to be watched.
+    pub fn watch_server(&self) -> bool {
+        !self.down.eof
+    }
+
+    /// The reload generation the session was last checked against.
+    pub fn generation(&self) -> u64 {
+        self.generation
+    }
+
+    /// When the session must be looked at even if nothing comes: its idle
+    /// timeout, or the end `opts.deadline` sets.
+    pub fn deadline(&self, opts: &RelayOpts) -> Instant {
+        let idle = self.quiet_since + opts.idle;
+        opts.deadline.map_or(idle, |d| d.min(idle))
+    }
 }
 
 /// How a relay ended: the result code and the bytes delivered each way.
@@ -101,8 +149,34 @@ pub struct Dump<'a> {
     pub write: &'a mut dyn FnMut(u64, u64),
 }
 
-/// The relay with every hook.
-pub fn relay_hooked(cli: &Stream, srv: &Stream, opts: &RelayOpts, mut hooks: Hooks<'_>) -> Outcome {
+/// The relay with every hook; it never parks.
+pub fn relay_hooked(cli: &Stream, srv: &Stream, opts: &RelayOpts, hooks: Hooks<'_>) -> Outcome {
+    let opts = &RelayOpts {
+        linger: None,
+        ..*opts
+    };
+    match relay_parking(cli, srv, opts, hooks, None) {
+        Ok(out) => out,
+        // Not without a linger.
+        Err(_) => Outcome {
+            res: Res::POLL,
+            out: 0,
+            inb: 0,
+        },
+    }
+}
+
+/// The relay with every hook, parking after `opts.linger` without
+/// traffic: then it returns Err with the state to go on from (`from`),
+/// and the caller parks the session (`park`). Sessions with data filters
+/// (`clidata`, `srvdata`) never park: their filters hold state.
+pub fn relay_parking(
+    cli: &Stream,
+    srv: &Stream,
+    opts: &RelayOpts,
+    mut hooks: Hooks<'_>,
+    from: Option<Paused>,
+) -> Result<Outcome, Paused> {
     hooks.limits = hooks.limits.filter(|l| l.shapes());
     // A TLS session's bytes must pass through rustls: the copy path.
     let splice = opts.splice && !cli.is_tls() && !srv.is_tls();
@@ -111,26 +185,34 @@ pub fn relay_hooked(cli: &Stream, srv: &Stream, opts: &RelayOpts, mut hooks: Hoo
     // (MSG_DONTWAIT), which leaves the sockets' mode alone: two ioctl()
     // per session less. splice() to a socket follows the socket's mode,
     // so for it the sockets are switched.
-    if opts.splice && (cli.set_nonblocking(true).is_err() || srv.set_nonblocking(true).is_err()) {
-        return Outcome {
+    // (A parked session's sockets were switched already.)
+    if opts.splice
+        && from.is_none()
+        && (cli.set_nonblocking(true).is_err() || srv.set_nonblocking(true).is_err())
+    {
+        return Ok(Outcome {
             res: Res::POLL,
             out: 0,
             inb: 0,
-        };
+        });
     }
     if let Some(f) = hooks.filter {
         // Decided once per session: without filters the loop below never
         // sees this type.
         let up = FilterBuf::new(f, crate::filter::CLIDATA, opts.bufsize);
         let down = FilterBuf::new(f, crate::filter::SRVDATA, opts.bufsize);
-        return run(cli, srv, up, down, opts, hooks);
+        let opts = &RelayOpts {
+            linger: None,
+            ..*opts
+        };
+        return run(cli, srv, up, down, opts, hooks, from);
     }
     if opts.splice {
         let mk = || SplicePipe::new(opts.bufsize);
-        run(cli, srv, mk(), mk(), opts, hooks)
+        run(cli, srv, mk(), mk(), opts, hooks, from)
     } else {
         let mk = || CopyBuf::new(opts.bufsize);
-        run(cli, srv, mk(), mk(), opts, hooks)
+        run(cli, srv, mk(), mk(), opts, hooks, from)
     }
 }
 
@@ -672,7 +754,8 @@ fn run<C: Channel>(
     s2c: C,
     opts: &RelayOpts,
     hooks: Hooks<'_>,
-) -> Outcome {
+    from: Option<Paused>,
+) -> Result<Outcome, Paused> {
     let Hooks {
         limits,
         recheck,
@@ -686,10 +769,24 @@ fn run<C: Channel>(
     let mut dumped = (0u64, 0u64);
     let mut down = Dir::new(s2c, srv, cli, Side::Server);
     down.live = live.map(|l| &l.inb);
-    let idle_ms = opts.idle.as_millis().min(i32::MAX as u128) as i32;
+    let idle_ms = millis(opts.idle);
     // A reload since the session was admitted (even one during its
     // handshake) is noticed at the first pass.
     let mut generation = recheck.map_or_else(crate::running::generation, |c| c.generation());
+    // Since when nothing moved (None: something just did; the quiet time
+    // starts at the next wait).
+    let mut quiet_since = None;
+    if let Some(p) = &from {
+        // Back from the parking lot: where it stopped.
+        for (d, st) in [(&mut up, p.up), (&mut down, p.down)] {
+            d.eof = st.eof;
+            d.shut = st.shut;
+            d.bytes = st.bytes;
+        }
+        dumped = p.dumped;
+        generation = p.generation;
+        quiet_since = Some(p.quiet_since);
+    }
     let res = loop {
         if opts.deadline.is_some_and(|d| Instant::now() >= d) {
             break Res::RADIUS_SESSION_TIMEOUT;
@@ -744,6 +841,7 @@ fn run<C: Channel>(
             continue;
         }
         if moved {
+            quiet_since = None;
             continue;
         }
         if let Some(g) = opts.grace {
@@ -756,10 +854,13 @@ fn run<C: Channel>(
         up.ch.release();
         down.ch.release();
         let holding = up.ch.holds() || down.ch.holds();
+        let quiet = *quiet_since.get_or_insert_with(Instant::now);
+        // The idle time left: all of it, unless the session was parked.
+        let left = idle_ms.min(millis(opts.idle.saturating_sub(quiet.elapsed())));
         let ms = if holding {
-            idle_ms.min(crate::filter::FLUSH_AFTER.as_millis() as i32)
+            left.min(crate::filter::FLUSH_AFTER.as_millis() as i32)
         } else {
-            idle_ms
+            left
         };
         let (ms, ends) = match opts.deadline {
             Some(d) => {
@@ -769,6 +870,31 @@ fn run<C: Channel>(
             }
             None => (ms, false),
         };
+        if let Some(linger) = opts.linger.filter(|_| !holding && parkable(&up, &down)) {
+            // Park after the linger: wait that long first; if nothing
+            // comes, the session leaves this thread.
+            let lms = millis(linger.saturating_sub(quiet.elapsed()));
+            if lms < ms {
+                match wait(&mut up, &mut down, lms) {
+                    Ok(true) => continue,
+                    Ok(false) => {
+                        let st = |d: &Dir<'_, C>| DirState {
+                            eof: d.eof,
+                            shut: d.shut,
+                            bytes: d.bytes,
+                        };
+                        return Err(Paused {
+                            up: st(&up),
+                            down: st(&down),
+                            dumped,
+                            generation,
+                            quiet_since: quiet,
+                        });
+                    }
+                    Err(_) => break Res::POLL,
+                }
+            }
+        }
         let waited = wait(&mut up, &mut down, ms);
         match waited {
             Ok(true) => {}
@@ -790,11 +916,24 @@ fn run<C: Channel>(
             Err(_) => break Res::POLL,
         }
     };
-    Outcome {
+    Ok(Outcome {
         res,
         out: up.bytes - dumped.0,
         inb: down.bytes - dumped.1,
-    }
+    })
+}
+
+/// Milliseconds for poll(), at most i32::MAX.
+fn millis(d: Duration) -> i32 {
+    d.as_millis().min(i32::MAX as u128) as i32
+}
+
+/// Whether the relay may park now: nothing in flight either way (no byte
+/// in a buffer or a pipe, no record a TLS session holds), no limit's wait
+/// or quota, and a socket to wait on.
+fn parkable<C: Channel>(up: &Dir<'_, C>, down: &Dir<'_, C>) -> bool {
+    let quiet = |d: &Dir<'_, C>| !d.pending() && d.throttled.is_none() && !d.quota_hit;
+    quiet(up) && quiet(down) && (up.wants_read() || down.wants_read())
 }
 
 /// Block until a wanted event or the idle timeout. Ok(false) on timeout.

@@ -297,6 +297,9 @@ pub struct Service {
     pub bufsize: usize,
     /// Stack size of client threads: 3proxy's base plus `stacksize`/`-S`.
     pub stack_size: usize,
+    /// `parklinger`: a relay quiet this long parks (its thread is freed,
+    /// `park`); zero never parks.
+    pub park_linger: std::time::Duration,
     /// Slots taken (clients being served, and threads waiting in accept()
     /// for one), and the threads waiting for a slot to be freed.
     pub live: Mutex<u32>,

@@ -9,7 +9,7 @@ use std::io::Write;
 use crate::access::{self, Grant, Recheck, Request};
 use crate::client::Client;
 use crate::net::Stream;
-use crate::relay::{relay_hooked, DataFilter, Dump, Hooks, Outcome, RelayOpts};
+use crate::relay::{relay_parking, DataFilter, Dump, Hooks, Outcome, RelayOpts};
 use crate::res::Res;
 use crate::service::Service;
 use crate::timeouts::Timeouts;
@@ -216,14 +216,22 @@ pub fn relay_opts(svc: &Service, idle_slot: usize) -> RelayOpts {
         bufsize: svc.bufsize,
         grace: svc.opts.grace,
         deadline: None,
+        linger: None,
     }
+}
+
+/// The linger of a session that may park: the service's `parklinger`,
+/// unless that is 0 (off).
+fn linger(svc: &Service) -> Option<std::time::Duration> {
+    Some(svc.park_linger).filter(|d| !d.is_zero())
 }
 
 /// Send `early` (what the client sent before its session began) to
 /// `srv`, then relay the client's session with it, idle for at most the
 /// `idle_slot` timeout (a `Timeouts` slot), with logdump records, limits
 /// and the reload recheck; the tail of every TCP session: tcppm, socks
-/// (CONNECT and BIND), tlspr, the mail proxies.
+/// (CONNECT and BIND), tlspr, the mail proxies. It never parks: the mail
+/// proxies answer the client after it by its result.
 pub fn relay_to(
     c: &mut Client,
     srv: Stream,
@@ -231,6 +239,33 @@ pub fn relay_to(
     recheck: &Recheck,
     early: &[u8],
     idle_slot: usize,
+) {
+    relay_tail(c, srv, grant, recheck, early, idle_slot, false);
+}
+
+/// [`relay_to`] for a handler that does nothing after it but return: a
+/// session that goes quiet for the service's `parklinger` is left in
+/// `c.parked` (the handler returns as if done, and the client thread
+/// parks it); it ends, and writes its record, after it comes back.
+pub fn relay_to_parking(
+    c: &mut Client,
+    srv: Stream,
+    grant: &Grant,
+    recheck: &Recheck,
+    early: &[u8],
+    idle_slot: usize,
+) {
+    relay_tail(c, srv, grant, recheck, early, idle_slot, true);
+}
+
+fn relay_tail(
+    c: &mut Client,
+    srv: Stream,
+    grant: &Grant,
+    recheck: &Recheck,
+    early: &[u8],
+    idle_slot: usize,
+    may_park: bool,
 ) {
     let svc = c.svc().clone();
     if !early.is_empty() {
@@ -242,20 +277,19 @@ pub fn relay_to(
         }
         let _ = srv.set_timeout(None);
     }
+    c.bytes_out += early.len() as u64;
     let opts = RelayOpts {
         deadline: grant.radius.as_ref().and_then(|r| r.deadline),
+        linger: linger(&svc).filter(|_| may_park),
         ..relay_opts(&svc, idle_slot)
     };
-    let out = relay_logged(c, &srv, &opts, grant.limits.as_deref(), recheck);
-    c.res = out.res;
-    c.bytes_out += early.len() as u64 + out.out;
-    c.bytes_in += out.inb;
-    c.srv = Some(srv);
+    let limits = grant.limits.clone();
+    relay_owned(c, srv, opts, limits, Some(recheck.clone()), Finish::Plain);
 }
 
 /// Relay the client's session with `srv` under its limits and recheck,
 /// writing `logdump` records while it runs; the start of the final record
-/// is the time of the last of them.
+/// is the time of the last of them. It never parks.
 pub fn relay_logged(
     c: &mut Client,
     srv: &crate::net::Stream,
@@ -263,13 +297,130 @@ pub fn relay_logged(
     limits: Option<&crate::limit::Session>,
     recheck: &Recheck,
 ) -> Outcome {
-    let (out_at, in_at) = c.svc().logdump;
-    let mut since = c.start;
+    begin(c);
+    // The admin page may end the session: it shuts this socket down too.
+    let _attached = c.live.attach_server(srv);
+    let opts = RelayOpts {
+        linger: None,
+        ..*opts
+    };
+    match run_logged(c, srv, &opts, limits, Some(recheck), None) {
+        Ok(out) => out,
+        // Not without a linger.
+        Err(_) => Outcome {
+            res: Res::POLL,
+            out: 0,
+            inb: 0,
+        },
+    }
+}
+
+/// The relay is about to start: the live registry and the accounting
+/// learn what the session knows.
+fn begin(c: &mut Client) {
     c.publish();
     c.sync_live();
     c.acct_refresh();
-    // The admin page may end the session: it shuts this socket down too.
-    let _attached = c.live.attach_server(srv);
+}
+
+/// What a relay that may park ends with, once it is over: the tail of
+/// the handler that started it.
+pub enum Finish {
+    /// The result and the bytes go into the session's one record
+    /// (`relay_to`).
+    Plain,
+    /// An HTTP proxy's tunnel (CONNECT): the request ends as the proxy's
+    /// `end_request` ends it: what the shaper did not count is counted,
+    /// then the record (unless `nolog`).
+    Http {
+        /// The relay's bytes are shaped (and so counted) as they move.
+        shaping: bool,
+        /// Bytes of the request counted already (in, out).
+        shaped: (u64, u64),
+        nolog: bool,
+    },
+}
+
+impl Finish {
+    fn apply(self, c: &mut Client, out: Outcome, limits: Option<&crate::limit::Session>) {
+        c.res = out.res;
+        c.bytes_out += out.out;
+        c.bytes_in += out.inb;
+        let Finish::Http {
+            shaping,
+            mut shaped,
+            nolog,
+        } = self
+        else {
+            return;
+        };
+        if shaping {
+            shaped.0 += out.inb;
+            shaped.1 += out.out;
+        }
+        if let Some(l) = limits {
+            l.add(
+                c.bytes_in.saturating_sub(shaped.0),
+                c.bytes_out.saturating_sub(shaped.1),
+            );
+        }
+        if nolog {
+            c.bytes_in = 0;
+            c.bytes_out = 0;
+            c.text.clear();
+            c.start = std::time::SystemTime::now();
+            c.logged = true;
+        } else {
+            c.log_record();
+        }
+    }
+}
+
+/// Relay the client's session with `srv` (which it owns from here on),
+/// parking it after `opts.linger` without traffic: then the session is
+/// left in `c.parked` and None returned. Else the relay is over,
+/// `finish` applied, and `srv` in `c.srv`.
+pub fn relay_owned(
+    c: &mut Client,
+    srv: Stream,
+    opts: RelayOpts,
+    limits: Option<std::sync::Arc<crate::limit::Session>>,
+    recheck: Option<Recheck>,
+    finish: Finish,
+) {
+    begin(c);
+    // The admin page may end the session: it shuts this socket down too,
+    // also while it is parked.
+    let attached = c.live.attach_server(&srv);
+    let run = run_logged(c, &srv, &opts, limits.as_deref(), recheck.as_ref(), None);
+    ParkedRelay {
+        attached,
+        srv,
+        paused: None,
+        opts,
+        limits,
+        recheck,
+        finish,
+    }
+    .ended(c, run);
+}
+
+/// The relay with the session's hooks: `logdump` records, limits, the
+/// recheck (None: no recheck and no `logdump`, as the HTTP proxy's tunnels
+/// under `noforce`), data filters, live counters. Err: it parked.
+fn run_logged(
+    c: &mut Client,
+    srv: &Stream,
+    opts: &RelayOpts,
+    limits: Option<&crate::limit::Session>,
+    recheck: Option<&Recheck>,
+    from: Option<crate::relay::Paused>,
+) -> Result<Outcome, crate::relay::Paused> {
+    let (out_at, in_at) = match recheck {
+        Some(_) => c.svc().logdump,
+        None => (0, 0),
+    };
+    let mut since = c.start;
     let out = {
         let client: &Client = c;
         let mut write = |o: u64, i: u64| {
@@ -288,7 +439,7 @@ pub fn relay_logged(
         let filter = svc
             .filters
             .as_deref()
-            .filter(|f| f.has(crate::filter::CLIDATA | crate::filter::SRVDATA))
+            .filter(|f| recheck.is_some() && f.has(crate::filter::CLIDATA | crate::filter::SRVDATA))
             .map(|filters| {
                 let (wday, daysec) = if filters.timed() {
                     crate::access::local_clock(std::time::SystemTime::now())
@@ -312,15 +463,101 @@ pub fn relay_logged(
             });
         let hooks = Hooks {
             limits,
-            recheck: Some(recheck),
+            recheck,
             dump,
             filter,
             live: Some(client.live.bytes()),
         };
-        relay_hooked(&client.cli, srv, opts, hooks)
+        relay_parking(&client.cli, srv, opts, hooks, from)
     };
     c.start = since;
     out
+}
+
+/// A relay parked in the lot (`park`), with everything the rest of its
+/// session needs but the `Client`.
+struct ParkedRelay {
+    /// Declared before `srv`: it forgets the socket before it closes.
+    attached: crate::live::Attached,
+    srv: Stream,
+    /// None only until the first park.
+    paused: Option<crate::relay::Paused>,
+    opts: RelayOpts,
+    /// Held until the session ends (its drop updates the counters and
+    /// frees its `connlim` places).
+    limits: Option<std::sync::Arc<crate::limit::Session>>,
+    recheck: Option<Recheck>,
+    finish: Finish,
+}
+
+impl ParkedRelay {
+    /// The relay returned: the session is over, or it parks.
+    fn ended(mut self, c: &mut Client, run: Result<Outcome, crate::relay::Paused>) {
+        match run {
+            Ok(out) => {
+                let ParkedRelay {
+                    attached,
+                    srv,
+                    limits,
+                    finish,
+                    ..
+                } = self;
+                finish.apply(c, out, limits.as_deref());
+                drop(attached);
+                c.srv = Some(srv);
+            }
+            Err(p) => {
+                self.paused = Some(p);
+                c.parked = Some(Box::new(self));
+            }
+        }
+    }
+}
+
+impl crate::client::Tail for ParkedRelay {
+    fn fds<'a>(&'a self, cli: &'a Stream) -> Vec<std::os::fd::BorrowedFd<'a>> {
+        use std::os::fd::AsFd;
+        let mut v = Vec::with_capacity(2);
+        if let Some(p) = &self.paused {
+            if p.watch_client() {
+                v.push(cli.as_fd());
+            }
+            if p.watch_server() {
+                v.push(self.srv.as_fd());
+            }
+        }
+        v
+    }
+
+    fn deadline(&self) -> std::time::Instant {
+        match &self.paused {
+            Some(p) => p.deadline(&self.opts),
+            None => std::time::Instant::now(),
+        }
+    }
+
+    fn generation(&self) -> u64 {
+        self.paused
+            .as_ref()
+            .map_or_else(crate::generation::generation, |p| p.generation())
+    }
+
+    fn resume(mut self: Box<Self>, c: &mut Client, may_park: bool) -> crate::parent::Next {
+        if !may_park {
+            self.opts.linger = None;
+        }
+        let from = self.paused.take();
+        let run = run_logged(
+            c,
+            &self.srv,
+            &self.opts,
+            self.limits.as_deref(),
+            self.recheck.as_ref(),
+            from,
+        );
+        self.ended(c, run);
+        c.next()
+    }
 }
 
 /// Ask the access layer about `req` for the client; keep what the grant

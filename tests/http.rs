@@ -39,7 +39,7 @@ impl HttpOrigin {
         HttpOrigin { origin, heads }
     }
 
-    fn port(&self) -> u16 {
+    pub fn port(&self) -> u16 {
         self.origin.port()
     }
 

@@ -28,6 +28,7 @@ mod metrics;
 mod ops;
 mod options;
 mod parent;
+mod park;
 mod pcre;
 mod plugins;
 mod pop3p;

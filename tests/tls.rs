@@ -1495,3 +1495,35 @@ fn ssl_mitm_in_tcppm_serves_its_leaf_for_the_mapped_name() {
         "the origin is asked for the mapped name"
     );
 }
+
+/// A TLS session parks like a plain one (`parklinger`): the rustls state
+/// moves with the stream, and the session goes on after it, both ways,
+/// with a transfer larger than one TLS record.
+#[test]
+fn a_quiet_tls_session_parks_and_carries_on() {
+    use crate::park::wait_parked;
+    let dir = Dir::new("tls_park");
+    let pki = Pki::new(&dir);
+    let origin = Origin::echo();
+    let (port, aport) = (free_port(), free_port());
+    let cfg = format!(
+        "parklinger 100\nadmin -i127.0.0.1 -p{aport}\n{}tcppm -i127.0.0.1 {port} 127.0.0.1 {}\n",
+        pki.serv(),
+        origin.port()
+    );
+    let _proxy = start(dir, &cfg, port);
+    let mut s = tls_connect(&pki.ca, port);
+    echo_roundtrip(&mut s, b"before parking");
+    wait_parked(aport, 1, Duration::from_secs(5));
+    echo_roundtrip(&mut s, b"after parking");
+    wait_parked(aport, 1, Duration::from_secs(5));
+    let big: Vec<u8> = (0..100_000u32).map(|i| (i % 251) as u8).collect();
+    s.write_all(&big).unwrap();
+    s.flush().unwrap();
+    let mut back = vec![0u8; big.len()];
+    s.read_exact(&mut back).unwrap();
+    assert!(
+        back == big,
+        "100 kB through a parked TLS session came back changed"
+    );
+}

@@ -313,6 +313,34 @@ impl Proxy {
         proxy
     }
 
+    /// [`Proxy::start`] with the open files limit raised to `nofile`
+    /// first (`ulimit -n` in sh(1), which then execs the proxy).
+    pub fn start_nofile(dir: Dir, cfg: &str, ready: &[Listen], nofile: u64) -> Proxy {
+        let cfg_path = dir.write(CFG_NAME, cfg);
+        let mut cmd = Command::new("sh");
+        cmd.args([
+            "-c",
+            &format!("ulimit -n {nofile} && exec \"$0\" \"$1\""),
+            BIN,
+        ])
+        .arg(&cfg_path)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+        let mut child = cmd.spawn().unwrap_or_else(|e| panic!("spawn sh: {e}"));
+        let stdout = Capture::new(child.stdout.take().unwrap());
+        let stderr = Capture::new(child.stderr.take().unwrap());
+        let mut proxy = Proxy {
+            dir,
+            child,
+            stdout,
+            stderr,
+            exited: None,
+        };
+        proxy.wait_ready(ready);
+        proxy
+    }
+
     /// Starts `3proxy` with no argument and `cfg` on its standard input
     /// (what 3proxy reads when its default cfg file does not exist), and
     /// waits until every endpoint in `ready` is up.
@@ -423,6 +451,11 @@ impl Proxy {
             .and_then(|v| v.split_whitespace().next())
             .and_then(|v| v.parse().ok())
             .unwrap_or_else(|| panic!("{key} in /proc/PID/status"))
+    }
+
+    /// The proxy's thread count (`Threads` in /proc/PID/status).
+    pub fn threads(&self) -> usize {
+        self.status_field("Threads:")
     }
 
     /// VmRSS of the proxy in kB.
@@ -1162,6 +1195,19 @@ pub fn udp_client() -> UdpSocket {
 
 // ---------------------------------------------------------------------------
 // Odds and ends
+
+/// The hard limit on open files of this process (from /proc/self/limits):
+/// as far as a child may raise its own.
+pub fn open_files_hard_limit() -> Option<u64> {
+    let limits = fs::read_to_string("/proc/self/limits").ok()?;
+    let line = limits.lines().find(|l| l.starts_with("Max open files"))?;
+    let hard = line["Max open files".len()..].split_whitespace().nth(1)?;
+    if hard == "unlimited" {
+        Some(u64::MAX)
+    } else {
+        hard.parse().ok()
+    }
+}
 
 /// The soft limit on open files of this process (from /proc/self/limits).
 pub fn open_files_limit() -> Option<u64> {

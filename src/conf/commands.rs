@@ -63,6 +63,7 @@ pub static COMMANDS: &[Command] = &[
     cmd("timeouts", 2, 0, h_timeouts),
     cmd("stacksize", 2, 2, h_stacksize),
     cmd("maxseg", 2, 2, h_maxseg),
+    cmd("parklinger", 2, 2, h_parklinger),
     cmd("log", 1, 0, ops_cmds::h_log),
     cmd("logformat", 2, 2, h_logformat),
     cmd("system", 2, 2, h_system),
@@ -292,6 +293,12 @@ fn h_stacksize(state: &mut State, args: &[String]) -> Result<(), String> {
 fn h_maxseg(state: &mut State, args: &[String]) -> Result<(), String> {
     // 0 (or a word atoi reads as 0) leaves TCP_MAXSEG unset, as in 3proxy.
     state.maxseg = state.atoi(&args[1], 0u32, 65535)?;
+    Ok(())
+}
+
+fn h_parklinger(state: &mut State, args: &[String]) -> Result<(), String> {
+    // At most a day: a longer linger is parking off in all but name.
+    state.parklinger = crate::conf::value::number(&args[1], 0u32, 86_400_000)?;
     Ok(())
 }
 

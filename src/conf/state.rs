@@ -14,6 +14,11 @@ use crate::timeouts::Timeouts;
 /// Most bytes one load reads: the cfg, its includes and its `$FILE`
 /// insertions together. Reading stops there and the load fails.
 pub const MAX_LOAD_BYTES: u64 = 16 << 20;
+
+/// `parklinger`'s default, in milliseconds: long enough that a session
+/// with traffic every few tens of ms never parks, short enough that an
+/// idle one gives its thread back soon.
+pub const PARKLINGER: u32 = 250;
 /// What the script has built so far: the settings later services snapshot,
 /// and the services prepared (bound, not yet serving).
 #[derive(Debug)]
@@ -29,6 +34,9 @@ pub struct State {
     pub backlog: u32,
     pub stacksize: i64,
     pub maxseg: u32,
+    /// `parklinger`: milliseconds a relay stays quiet on its thread before
+    /// it parks; 0 never parks.
+    pub parklinger: u32,
     /// `log`: None means later services do not log.
     pub log: Option<Arc<Sink>>,
     pub logformat: Arc<LogFormat>,
@@ -100,6 +108,7 @@ impl State {
             backlog: 0,
             stacksize: 0,
             maxseg: 0,
+            parklinger: PARKLINGER,
             log: None,
             logformat: Arc::new(LogFormat::parse(LogFormat::DEFAULT)),
             check_only,

@@ -287,7 +287,11 @@ fn serve_request(c: &mut Client, early: &[u8], redirected: bool) {
         }
         "/metrics" => {
             c.res = Res::OK;
-            let body = crate::metrics::render(crate::live::count(), &parent_health());
+            let body = crate::metrics::render(
+                crate::live::count(),
+                crate::park::count(),
+                &parent_health(),
+            );
             return respond_as(
                 c,
                 "200 OK",

@@ -209,17 +209,24 @@ pub fn entry_of(def: &ServiceDef) -> &'static Entry {
 /// handler each local redirection hands the client to, in one bounded
 /// loop (3proxy's MAXCHILDREDIRECTS). The client's record is written when
 /// it drops, after the loop.
-fn child(c: &mut Client) {
-    if c.svc().opts.proxy_header && !crate::session::read_proxy_header(c) {
-        return;
-    }
-    if c.svc().tls_server.is_some() && !crate::session::accept_tls(c) {
-        return;
-    }
-    let Kind::Tcp(serve) = entry_of(c.svc().def).kind else {
-        return;
+fn child(c: &mut Client, resume: Option<(Box<dyn crate::client::Tail>, bool)>) {
+    let mut next = match resume {
+        // Back from the parking lot: the handler's rest, then on as if
+        // the handler had returned.
+        Some((tail, may_park)) => tail.resume(c, may_park),
+        None => {
+            if c.svc().opts.proxy_header && !crate::session::read_proxy_header(c) {
+                return;
+            }
+            if c.svc().tls_server.is_some() && !crate::session::accept_tls(c) {
+                return;
+            }
+            let Kind::Tcp(serve) = entry_of(c.svc().def).kind else {
+                return;
+            };
+            serve(c, &[], None)
+        }
     };
-    let mut next = serve(c, &[], None);
     let mut taken = 0;
     while let Next::Handoff(h) = next {
         taken += 1;
@@ -528,6 +535,7 @@ fn build(
         log,
         logformat,
         stack_size: stack.max(MIN_STACK) as usize,
+        park_linger: std::time::Duration::from_millis(u64::from(state.parklinger)),
         live: Mutex::new(0),
         left: Condvar::new(),
         slot_waiters: std::sync::atomic::AtomicU32::new(0),

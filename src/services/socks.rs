@@ -647,7 +647,7 @@ fn connect(c: &mut Client, ask: &Ask) -> Result<(), Res> {
         return Ok(());
     }
     let again = recheck(c, ask, Op::Connect, (&ask.dest, dst)).at_weight(grant.weight);
-    crate::session::relay_to(
+    crate::session::relay_to_parking(
         c,
         srv,
         &grant,
@@ -697,7 +697,7 @@ fn bind(c: &mut Client, ask: &Ask) -> Result<(), Res> {
         Ok(srv) => {
             reply(c, ask.ver, Res::OK, srv.peer_addr());
             let again = recheck(c, ask, Op::Bind, (&ask.dest, want)).at_weight(grant.weight);
-            crate::session::relay_to(
+            crate::session::relay_to_parking(
                 c,
                 srv,
                 &grant,

@@ -92,7 +92,7 @@ fn serve_mapped(c: &mut Client) {
                 c.srv = Some(s);
                 return;
             }
-            session::relay_to(c, s, &grant, &recheck, &[], Timeouts::CONNECTION_LONG)
+            session::relay_to_parking(c, s, &grant, &recheck, &[], Timeouts::CONNECTION_LONG)
         }
         // Handed over to a local handler.
         Ok(None) => {}
@@ -123,7 +123,9 @@ fn serve_redirected(c: &mut Client, early: &[u8], dest: Option<&parent::Known>) 
         }
     };
     match connect(c, d.addr, &target, &grant) {
-        Ok(Some(s)) => session::relay_to(c, s, &grant, &recheck, early, Timeouts::CONNECTION_LONG),
+        Ok(Some(s)) => {
+            session::relay_to_parking(c, s, &grant, &recheck, early, Timeouts::CONNECTION_LONG)
+        }
         Ok(None) => {}
         Err(res) => c.res = res,
     }

@@ -449,7 +449,7 @@ fn run(
     if !to_client.is_empty() {
         to_cli(c, &to_client, wait).map_err(|()| Res::CLIENT_ERR)?;
     }
-    crate::session::relay_to(
+    crate::session::relay_to_parking(
         c,
         srv,
         &grant,

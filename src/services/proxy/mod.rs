@@ -90,12 +90,19 @@ pub fn serve(c: &mut Client, early: &[u8], _: Option<&parent::Known>) -> parent:
 
 fn serve_requests(c: &mut Client, early: &[u8]) {
     let svc = c.svc().clone();
+    // On the heap: its frame would be on every path of the thread.
+    let s = Box::new(Session::new(svc, c));
+    requests(c, s, early, true, true);
+}
+
+/// Serve requests until the connection is done, or until it has been
+/// quiet between two requests for `parklinger` (if `may_park`): then the
+/// session is left in `c.parked` ([`ParkedHttp`]).
+fn requests(c: &mut Client, mut s: Box<Session>, early: &[u8], mut first: bool, may_park: bool) {
     let mut small = [0u8; SMALL_REQUEST];
     let mut cb = HeadBuf::new(&mut small);
     cb.put_back(early);
-    // On the heap: its frame would be on every path of the thread.
-    let mut s = Box::new(Session::new(svc, c));
-    let mut first = true;
+    let linger = Some(s.svc.park_linger).filter(|d| may_park && !d.is_zero());
     loop {
         let more = s.one_request(c, &mut cb, first);
         if !more {
@@ -107,6 +114,63 @@ fn serve_requests(c: &mut Client, early: &[u8]) {
             s.cli_want = s.svc.timeouts.get(Timeouts::STRING_SHORT);
         }
         cb.rest();
+        if let Some(linger) = linger.filter(|_| cb.data().is_empty()) {
+            let since = Instant::now();
+            if !readable_within(&c.cli, linger) {
+                // Quiet: park until the next request (or the end of the
+                // wait for it). The kept origin connection goes to the
+                // pool meanwhile, where others may use it.
+                if let Some(k) = s.origin.take() {
+                    park(&s.svc, k);
+                }
+                let deadline = since + s.cli_want;
+                c.parked = Some(Box::new(ParkedHttp { s, deadline }));
+                return;
+            }
+        }
+    }
+}
+
+/// A kept-alive connection parked between two requests (`parklinger`).
+struct ParkedHttp {
+    s: Box<Session>,
+    /// The end of the wait for the next request (STRING_SHORT after the
+    /// last response).
+    deadline: Instant,
+}
+
+impl crate::client::Tail for ParkedHttp {
+    fn fds<'a>(&'a self, cli: &'a Stream) -> Vec<std::os::fd::BorrowedFd<'a>> {
+        use std::os::fd::AsFd;
+        vec![cli.as_fd()]
+    }
+
+    fn deadline(&self) -> Instant {
+        self.deadline
+    }
+
+    fn generation(&self) -> u64 {
+        // Each request is authorized anew: nothing to check after a
+        // reload.
+        crate::generation::generation()
+    }
+
+    fn resume(self: Box<Self>, c: &mut Client, may_park: bool) -> parent::Next {
+        let ParkedHttp { s, deadline } = *self;
+        if !readable_within(&c.cli, Duration::ZERO) {
+            if Instant::now() >= deadline {
+                // No next request: the connection ends, with no record
+                // (as when a thread's wait for it times out).
+                return c.next();
+            }
+            if may_park {
+                // Woken for nothing (a reload): back to the lot.
+                c.parked = Some(Box::new(ParkedHttp { s, deadline }));
+                return c.next();
+            }
+        }
+        requests(c, s, &[], false, may_park);
+        c.next()
     }
 }
 
@@ -194,6 +258,10 @@ enum Next {
     /// A CONNECT went to a local redirection: the connection is the next
     /// handler's, which writes the record.
     HandedOver,
+    /// A CONNECT tunnel that ended its request itself (its record is
+    /// written), or parked (`parklinger`): it writes the record when it
+    /// ends. The connection is done either way.
+    Tunneled,
 }
 
 /// A failure with the 3proxy code and, when no response was sent yet,
@@ -288,7 +356,7 @@ impl Session {
             self.forward(c, cb, &req)
         };
         let more = match result {
-            Ok(Next::HandedOver) => false,
+            Ok(Next::HandedOver | Next::Tunneled) => false,
             Ok(next) => {
                 self.end_request(c);
                 matches!(next, Next::KeepAlive)
@@ -800,9 +868,50 @@ impl Session {
             c.srv = Some(o.s);
             return Ok(Next::Close);
         }
-        self.relay(c, cb, &o.s)?;
-        c.srv = Some(o.s);
-        Ok(Next::Close)
+        self.tunnel_relay(c, cb, o.s)
+    }
+
+    /// The relay of a CONNECT tunnel, which parks when it goes quiet
+    /// (`parklinger`, `session::relay_owned`); the request then ends when
+    /// the session does, as `end_request` would end it.
+    fn tunnel_relay(
+        &mut self,
+        c: &mut Client,
+        cb: &mut HeadBuf<'_>,
+        srv: Stream,
+    ) -> Result<Next, Fail> {
+        let linger = Some(self.svc.park_linger).filter(|d| !d.is_zero());
+        if linger.is_none() {
+            self.relay(c, cb, &srv)?;
+            c.srv = Some(srv);
+            return Ok(Next::Close);
+        }
+        let early = cb.data();
+        if !early.is_empty() {
+            write_all_v(&srv, early, &[]).map_err(|e| Fail::silent(srv_res(&e)))?;
+            c.bytes_out += early.len() as u64;
+            let n = early.len();
+            cb.consume(n);
+        }
+        let grant = self.grant.as_ref();
+        let opts = crate::relay::RelayOpts {
+            // `auth radius`: the user's Session-Timeout.
+            deadline: grant
+                .and_then(|g| g.radius.as_ref())
+                .and_then(|r| r.deadline),
+            linger,
+            ..crate::session::relay_opts(&self.svc, Timeouts::CONNECTION_LONG)
+        };
+        let finish = crate::session::Finish::Http {
+            shaping: self.shaper().is_some(),
+            shaped: self.shaped,
+            nolog: grant.is_some_and(|g| g.nolog),
+        };
+        let limits = grant.and_then(|g| g.limits.clone());
+        // With `force`, a reload whose ACL refuses the tunnel ends it.
+        let again = self.recheck.clone();
+        crate::session::relay_owned(c, srv, opts, limits, again, finish);
+        Ok(Next::Tunneled)
     }
 
     /// A CONNECT whose chain is `parent TYPE 0.0.0.0 0`: say the tunnel

@@ -1,0 +1,332 @@
+//! The parking lot: idle sessions wait here without a thread (issue 19,
+//! "park after linger").
+//!
+//! A session that moved no bytes for its linger (`parklinger`) hands
+//! itself to the lot as a [`Parked`]: the sockets to watch, a deadline,
+//! and what to do when it must go on. Its thread is then free. One
+//! process-wide thread, started with the first park, waits on every
+//! parked socket at once (epoll) and, when one becomes readable (or hung
+//! up, or in error), when the deadline passes, or after a reload (the
+//! session must be checked again, `force`), takes the session out of the
+//! lot and calls its [`Parked::resume`], which hands it to a client
+//! thread. The lot does no protocol work and no IO on the sessions'
+//! sockets: it only waits.
+//!
+//! After a reload the parked sessions are handed back in small batches,
+//! so that a few thousand of them do not start a few thousand threads at
+//! once; each is checked again on its thread and parks again at once if
+//! it is still allowed and still idle.
+
+use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::io::Read;
+use std::os::fd::BorrowedFd;
+use std::os::unix::net::UnixStream;
+use std::sync::{Mutex, MutexGuard, OnceLock};
+use std::time::{Duration, Instant};
+
+use nix::errno::Errno;
+use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags, EpollTimeout};
+
+/// A session waiting in the lot.
+pub trait Parked: Send {
+    /// The sockets whose readiness ends the wait (at least one).
+    fn fds(&self) -> Vec<BorrowedFd<'_>>;
+    /// Run on the lot's thread when the session must go on: hand it to a
+    /// thread and return at once (no IO here).
+    fn resume(self: Box<Self>);
+}
+
+/// Sessions handed back per pass after a reload.
+const RELOAD_BATCH: usize = 32;
+/// The pause between two batches.
+const RELOAD_PAUSE: Duration = Duration::from_millis(2);
+/// The epoll key of the lot's own wake-up socket.
+const WAKE_KEY: u64 = u64::MAX;
+
+struct Entry {
+    p: Box<dyn Parked>,
+    deadline: Instant,
+}
+
+struct State {
+    parked: HashMap<u64, Entry>,
+    deadlines: BTreeSet<(Instant, u64)>,
+    next_key: u64,
+    /// When the lot's thread wakes up by itself next (None: not before
+    /// an event). A park with an earlier deadline wakes it.
+    wakes_at: Option<Instant>,
+    /// A reload happened: every session parked now is to be handed back.
+    reloaded: bool,
+    /// Keys still to hand back after a reload.
+    recheck: VecDeque<u64>,
+}
+
+struct Lot {
+    epoll: Epoll,
+    /// Written to wake the lot's thread; the other end is in the epoll set.
+    wake: UnixStream,
+    state: Mutex<State>,
+}
+
+static LOT: OnceLock<Option<Lot>> = OnceLock::new();
+
+fn lot() -> Option<&'static Lot> {
+    LOT.get_or_init(|| match start() {
+        Ok(l) => Some(l),
+        Err(e) => {
+            log::error!("parking lot: cannot start: {e}; sessions keep their threads");
+            None
+        }
+    })
+    .as_ref()
+}
+
+fn start() -> std::io::Result<Lot> {
+    let epoll = Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC)?;
+    let (wake, rx) = UnixStream::pair()?;
+    wake.set_nonblocking(true)?;
+    rx.set_nonblocking(true)?;
+    epoll.add(&rx, EpollEvent::new(EpollFlags::EPOLLIN, WAKE_KEY))?;
+    std::thread::Builder::new()
+        .name("parking lot".into())
+        .stack_size(64 << 10)
+        .spawn(move || {
+            // The lot is in LOT by the time the first park returns; the
+            // thread waits for it there.
+            let lot = loop {
+                if let Some(Some(l)) = LOT.get() {
+                    break l;
+                }
+                std::thread::sleep(Duration::from_millis(1));
+            };
+            run(lot, rx)
+        })?;
+    Ok(Lot {
+        epoll,
+        wake,
+        state: Mutex::new(State {
+            parked: HashMap::new(),
+            deadlines: BTreeSet::new(),
+            next_key: 0,
+            wakes_at: None,
+            reloaded: false,
+            recheck: VecDeque::new(),
+        }),
+    })
+}
+
+impl Lot {
+    fn state(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn poke(&self) {
+        // A full socket buffer means a wake-up is pending already.
+        let _ = (&self.wake).write(&[1]);
+    }
+
+    fn forget(&self, e: &Entry) {
+        for fd in e.p.fds() {
+            let _ = self.epoll.delete(fd);
+        }
+    }
+}
+
+use std::io::Write;
+
+/// Park `p` until one of its sockets is readable, `deadline` passes or a
+/// reload comes. `generation`: the reload generation the session was
+/// last checked against; if a reload came since (while it was on its way
+/// here), it goes back to be checked at once. Err(p) if the lot cannot
+/// take it (the caller goes on with the session itself).
+pub fn park<P: Parked + 'static>(
+    p: Box<P>,
+    deadline: Instant,
+    generation: u64,
+) -> Result<(), Box<P>> {
+    let Some(lot) = lot() else { return Err(p) };
+    let mut st = lot.state();
+    let key = st.next_key;
+    st.next_key += 1;
+    let ev = EpollFlags::EPOLLIN | EpollFlags::EPOLLRDHUP | EpollFlags::EPOLLONESHOT;
+    let fds = p.fds();
+    for (i, fd) in fds.iter().enumerate() {
+        if lot.epoll.add(fd, EpollEvent::new(ev, key)).is_err() {
+            for fd in &fds[..i] {
+                let _ = lot.epoll.delete(fd);
+            }
+            drop(fds);
+            return Err(p);
+        }
+    }
+    drop(fds);
+    st.parked.insert(key, Entry { p, deadline });
+    st.deadlines.insert((deadline, key));
+    // Under the lock `reloaded` takes: a reload either finds this
+    // session parked, or is seen here.
+    if generation != crate::generation::generation() {
+        st.recheck.push_back(key);
+        drop(st);
+        lot.poke();
+        return Ok(());
+    }
+    if st.wakes_at.is_none_or(|t| deadline < t) {
+        st.wakes_at = Some(deadline);
+        drop(st);
+        lot.poke();
+    }
+    Ok(())
+}
+
+/// A reload took effect: every parked session goes back to a thread to be
+/// checked again.
+pub fn reloaded() {
+    let Some(Some(lot)) = LOT.get() else { return };
+    let mut st = lot.state();
+    if st.parked.is_empty() {
+        return;
+    }
+    st.reloaded = true;
+    drop(st);
+    lot.poke();
+}
+
+/// Sessions in the lot now.
+pub fn count() -> usize {
+    match LOT.get() {
+        Some(Some(lot)) => lot.state().parked.len(),
+        _ => 0,
+    }
+}
+
+fn run(lot: &'static Lot, mut rx: UnixStream) {
+    let mut events = vec![EpollEvent::empty(); 256];
+    let mut due: Vec<Box<dyn Parked>> = Vec::new();
+    loop {
+        let timeout = {
+            let mut st = lot.state();
+            let next = st.deadlines.first().map(|&(d, _)| d);
+            st.wakes_at = next;
+            let now = Instant::now();
+            let mut t = next.map(|d| d.saturating_duration_since(now) + Duration::from_millis(1));
+            if !st.recheck.is_empty() {
+                t = Some(t.map_or(RELOAD_PAUSE, |t| t.min(RELOAD_PAUSE)));
+            }
+            match t {
+                Some(t) => EpollTimeout::try_from(t).unwrap_or(EpollTimeout::MAX),
+                None => EpollTimeout::NONE,
+            }
+        };
+        let n = match lot.epoll.wait(&mut events, timeout) {
+            Ok(n) => n,
+            Err(Errno::EINTR) => 0,
+            Err(e) => {
+                log::error!("parking lot: epoll_wait: {e}");
+                std::thread::sleep(Duration::from_millis(10));
+                0
+            }
+        };
+        {
+            let mut st = lot.state();
+            for ev in &events[..n] {
+                let key = ev.data();
+                if key == WAKE_KEY {
+                    let mut b = [0u8; 64];
+                    while matches!(rx.read(&mut b), Ok(n) if n > 0) {}
+                    continue;
+                }
+                if let Some(e) = st.parked.remove(&key) {
+                    st.deadlines.remove(&(e.deadline, key));
+                    lot.forget(&e);
+                    due.push(e.p);
+                }
+            }
+            let now = Instant::now();
+            while let Some(&(d, key)) = st.deadlines.first() {
+                if d > now {
+                    break;
+                }
+                st.deadlines.pop_first();
+                if let Some(e) = st.parked.remove(&key) {
+                    lot.forget(&e);
+                    due.push(e.p);
+                }
+            }
+            if st.reloaded {
+                st.reloaded = false;
+                let keys: Vec<u64> = st.parked.keys().copied().collect();
+                st.recheck.extend(keys);
+            }
+            let mut taken = 0;
+            while taken < RELOAD_BATCH {
+                let Some(key) = st.recheck.pop_front() else {
+                    break;
+                };
+                if let Some(e) = st.parked.remove(&key) {
+                    st.deadlines.remove(&(e.deadline, key));
+                    lot.forget(&e);
+                    due.push(e.p);
+                    taken += 1;
+                }
+            }
+        }
+        // Outside the lock: a resume may start a thread, and that thread
+        // may park again at once.
+        for p in due.drain(..) {
+            p.resume();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::fd::AsFd;
+    use std::sync::mpsc;
+
+    struct Probe {
+        sock: UnixStream,
+        tx: mpsc::Sender<(u8, Instant)>,
+        id: u8,
+    }
+
+    impl Parked for Probe {
+        fn fds(&self) -> Vec<BorrowedFd<'_>> {
+            vec![self.sock.as_fd()]
+        }
+        fn resume(self: Box<Self>) {
+            let _ = self.tx.send((self.id, Instant::now()));
+        }
+    }
+
+    #[test]
+    fn readable_and_deadline_wake_in_order() {
+        let (tx, rx) = mpsc::channel();
+        let (a, mut a_peer) = UnixStream::pair().unwrap();
+        let (b, _b_peer) = UnixStream::pair().unwrap();
+        let start = Instant::now();
+        let far = start + Duration::from_secs(60);
+        let g = crate::generation::generation();
+        let one = Probe {
+            sock: a,
+            tx: tx.clone(),
+            id: 1,
+        };
+        assert!(park(Box::new(one), far, g).is_ok());
+        let soon = start + Duration::from_millis(150);
+        assert!(park(Box::new(Probe { sock: b, tx, id: 2 }), soon, g).is_ok());
+        // Nothing is due yet.
+        assert!(rx.recv_timeout(Duration::from_millis(50)).is_err());
+        a_peer.write_all(b"x").unwrap();
+        let (id, _) = rx.recv_timeout(Duration::from_secs(5)).unwrap();
+        assert_eq!(id, 1, "the readable one first");
+        let (id, at) = rx.recv_timeout(Duration::from_secs(5)).unwrap();
+        assert_eq!(id, 2);
+        assert!(at >= soon, "woken before its deadline");
+        assert!(
+            at < soon + Duration::from_secs(1),
+            "woken late: {:?}",
+            at - soon
+        );
+    }
+}
