@@ -103,31 +103,33 @@ fn requests(c: &mut Client, mut s: Box<Session>, early: &[u8], mut first: bool, 
     let mut cb = HeadBuf::new(&mut small);
     cb.put_back(early);
     let linger = Some(s.svc.park_linger).filter(|d| may_park && !d.is_zero());
+    if !first {
+        s.linger = linger;
+    }
     loop {
         let more = s.one_request(c, &mut cb, first);
         if !more {
+            if let Some(since) = s.quiet_since.take() {
+                // Quiet for the linger before its next request (the
+                // head's first read timed out then): park until it comes,
+                // or the end of the wait for it. The kept origin
+                // connection goes to the pool meanwhile, where others
+                // may use it.
+                if let Some(k) = s.origin.take() {
+                    park(&s.svc, k);
+                }
+                let deadline = since + s.cli_want;
+                c.parked = Some(Box::new(ParkedHttp { s, deadline }));
+            }
             return;
         }
         if first {
             // Between requests a client gets STRING_S, as in 3proxy.
             first = false;
             s.cli_want = s.svc.timeouts.get(Timeouts::STRING_SHORT);
+            s.linger = linger;
         }
         cb.rest();
-        if let Some(linger) = linger.filter(|_| cb.data().is_empty()) {
-            let since = Instant::now();
-            if !readable_within(&c.cli, linger) {
-                // Quiet: park until the next request (or the end of the
-                // wait for it). The kept origin connection goes to the
-                // pool meanwhile, where others may use it.
-                if let Some(k) = s.origin.take() {
-                    park(&s.svc, k);
-                }
-                let deadline = since + s.cli_want;
-                c.parked = Some(Box::new(ParkedHttp { s, deadline }));
-                return;
-            }
-        }
     }
 }
 
@@ -219,6 +221,13 @@ struct Session {
     cli_wto: bool,
     /// STRING_LONG.
     long: Duration,
+    /// `parklinger` between requests (None: the connection does not
+    /// park): the socket's read timeout while the next head has not
+    /// begun, so that a quiet client is noticed without a poll().
+    linger: Option<Duration>,
+    /// Set when the wait for the next head ended after `linger` with
+    /// nothing read: since when it waited. The connection then parks.
+    quiet_since: Option<Instant>,
 }
 
 /// The parts of a request head the exchange needs after the head buffer
@@ -331,6 +340,8 @@ impl Session {
             cli_want: long,
             cli_wto: false,
             long,
+            linger: None,
+            quiet_since: None,
         }
     }
 
@@ -411,11 +422,14 @@ impl Session {
     /// a deadline a client that sent part of a head is answered 408.
     fn read_request(&mut self, c: &mut Client, cb: &mut HeadBuf<'_>) -> Result<Option<Req>, Fail> {
         let window = self.cli_want;
+        let started = Instant::now();
+        // Parking: the first wait ends after the linger, not the window.
+        let linger = self.linger.filter(|l| *l < window);
         let mut clock = HeadClock {
-            line_by: Instant::now() + window,
+            line_by: started + window,
             rest: self.svc.timeouts.get(Timeouts::STRING_SHORT),
             rest_by: None,
-            window,
+            window: linger.unwrap_or(window),
             rto: self.cli_rto,
         };
         loop {
@@ -423,6 +437,10 @@ impl Session {
             self.cli_rto = clock.rto;
             let end = match read {
                 Ok(end) => end,
+                Err(HeadRead::Timeout { partial: false }) if linger.is_some() => {
+                    self.quiet_since = Some(started);
+                    return Ok(None);
+                }
                 Err(HeadRead::Closed { partial: false })
                 | Err(HeadRead::Timeout { partial: false }) => return Ok(None),
                 Err(HeadRead::Io { partial: false }) => return Ok(None),
