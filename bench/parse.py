@@ -178,7 +178,8 @@ def parse_tls_probe(text):
     return out
 
 
-_STIME = re.compile(r"^(\d+) connections in [0-9.]+s; [0-9.]+ connections/user sec, "
+# (the rate is "inf" when the user time rounds to 0.00 s)
+_STIME = re.compile(r"^(\d+) connections in [0-9.]+s; \S+ connections/user sec, "
                     r"bytes read (\d+)", re.M)
 
 

@@ -79,6 +79,10 @@ class NotApplicable(Exception):
     pass
 
 
+class StartTimeout(Exception):
+    pass
+
+
 class Session:
     def __init__(self, repo, workdir, binary, proxy_cpu=1, other_cpu=0,
                  seconds=8, warmup=1, retries=2, quiet_wait=QUIET_WAIT, log=print,
@@ -204,12 +208,18 @@ class Session:
         log = os.path.join(celldir, "proxy.log")
         p = procs.spawn(netns.NS_PRX, self.proxy_cpu,
                         S.proxy_argv(proxy, cfg_path, celldir, self.binary), log_path=log)
-        if procs.wait_listening(p, C.listen_port(service),
-                                timeout=S.START_TIMEOUT.get(fam, 5)):
+        timeout = S.START_TIMEOUT.get(fam, 5)
+        if procs.wait_listening(p, C.listen_port(service), timeout=timeout):
             time.sleep(0.2)
             if p.poll() is None:
                 return p
+        still_running = p.poll() is None
         rc = procs.stop(p, grace=1)
+        if still_running:
+            # Slow, not unable (a machine loaded by others): this cell is an
+            # error, and the proxy's later cells of SERVICE are still tried.
+            raise StartTimeout("%s did not listen within %d s (still running; stopped): %s"
+                               % (proxy, timeout, _tail(log) or "no output"))
         tail = _tail(log) or _tail(os.path.join(celldir, "proxy.err"))
         tail = tail.replace(celldir + "/", "")
         raise NotApplicable("%s did not serve %s (exit %s): %s"
@@ -268,6 +278,8 @@ class Session:
                 res = getattr(self, "_" + s["kind"])(scenario, proxy, p, celldir)
         except NotApplicable as e:
             res = {"status": "n/a", "reason": str(e)}
+        except StartTimeout as e:
+            res = {"status": "error", "reason": str(e)}
         finally:
             if p is not None:
                 rc = procs.stop(p)

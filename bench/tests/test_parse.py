@@ -99,6 +99,8 @@ class TlsProbe(unittest.TestCase):
                "242 connections in 0.45s; 537.78 connections/user sec, bytes read 304678\n"
                "242 connections in 3 real seconds, 1259 bytes read per connection\n")
         self.assertEqual(parse.parse_stime(out), {"requests": 242, "bytes": 304678})
+        slow = "12 connections in 0.00s; inf connections/user sec, bytes read 15108\n"
+        self.assertEqual(parse.parse_stime(slow), {"requests": 12, "bytes": 15108})
         with self.assertRaises(parse.ParseError):
             parse.parse_stime("ERROR\n40F7:error:connect:Connection refused\n")
 

@@ -61,3 +61,31 @@ class RunCell(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class StartProxy(unittest.TestCase):
+    """A proxy that is slow to listen is an error of that cell; one that
+    exits is n/a (bench.py then skips its later cells of that service)."""
+
+    def start(self, exits):
+        import tempfile
+
+        class P:
+            pid = 1
+
+            def poll(self):
+                return 1 if exits else None
+        s = runner.Session("/repo", "/work", "/b/3proxy", log=lambda *a: None)
+        with tempfile.TemporaryDirectory() as d, \
+                mock.patch.object(runner.procs, "spawn", lambda *a, **k: P()), \
+                mock.patch.object(runner.procs, "wait_listening", lambda *a, **k: False), \
+                mock.patch.object(runner.procs, "stop", lambda p, grace=5: 1 if exits else -15):
+            s.start_proxy("3proxy", "http", d)
+
+    def test_slow_is_an_error(self):
+        with self.assertRaisesRegex(runner.StartTimeout, "did not listen within 5 s"):
+            self.start(exits=False)
+
+    def test_exit_is_not_applicable(self):
+        with self.assertRaisesRegex(runner.NotApplicable, r"did not serve http \(exit 1\)"):
+            self.start(exits=True)
