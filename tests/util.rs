@@ -34,7 +34,9 @@ pub const IO_TIMEOUT: Duration = Duration::from_secs(10);
 const ORIGIN_IO_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// How long the proxy may take to listen, or to exit when it must exit.
-pub const START_TIMEOUT: Duration = Duration::from_secs(10);
+/// A proxy listens within milliseconds; the bound is for a machine loaded
+/// by other tests (seen: 10 s passed while 5,000-client tests ran beside).
+pub const START_TIMEOUT: Duration = Duration::from_secs(20);
 
 /// How long a log line may take to show up after the session ended. 3proxy
 /// flushes its log once a second; this leaves room for a loaded machine.
