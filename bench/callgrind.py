@@ -20,13 +20,21 @@ figures and the change against the first.
   python3 bench/callgrind.py --binary OLD/3proxy --binary NEW/3proxy
   python3 bench/callgrind.py --binary target/release/3proxy --keep DIR
       (keep the callgrind files: callgrind_annotate DIR/close.*)
+  python3 bench/callgrind.py --radius
+      (each binary also with `radius SECRET 127.0.0.1:PORT` and `log
+      radius` added, against a FreeRADIUS this starts on loopback: one
+      Accounting-Request Start and one Stop per HTTP request, sent by the
+      proxy's sender threads, which callgrind counts too; prints the
+      change against the same binary without)
 
-Needs valgrind (Debian `valgrind`).  Takes about a minute per binary with
-the defaults.
+Needs valgrind (Debian `valgrind`), and for --radius FreeRADIUS (Debian
+`freeradius`, run in the foreground as whoever runs this).  Takes about a
+minute per binary with the defaults.
 """
 
 import argparse
 import glob
+import re
 import os
 import shutil
 import signal
@@ -192,34 +200,221 @@ def dump(pid, outdir, name):
     raise RuntimeError("callgrind wrote no dump")
 
 
-def measure(binary, ka, close, keep=None):
+SECRET = "testing123"
+
+
+def proxy_cfg(port, radius=None):
+    """The bench's http cfg (no log) on 127.0.0.1:port; with radius (the
+    `radius` line's server, "127.0.0.1:AUTHPORT"), accounting to it by
+    `log radius` (to AUTHPORT + 1, 3proxy's rule)."""
+    cfg = "timeouts 1 5 30 60 180 1800 15 60\nmaxconn 25000\n"
+    if radius:
+        cfg += "radius %s %s\nlog radius\n" % (SECRET, radius)
+    return cfg + "proxy -i127.0.0.1 -p%d\n" % port
+
+
+def raddb_conf(d, acct_port):
+    """A radiusd.conf for FreeRADIUS 3 in the foreground with its files in
+    d: accounting only, on 127.0.0.1:acct_port, from any loopback client
+    with SECRET, each request written to d/detail (and answered)."""
+    return """prefix = /usr
+exec_prefix = /usr
+sysconfdir = /etc
+localstatedir = /var
+sbindir = /usr/sbin
+logdir = {d}/log
+raddbdir = {d}
+radacctdir = {d}/log
+name = freeradius
+confdir = {d}
+modconfdir = /etc/freeradius/3.0/mods-config
+run_dir = {d}/run
+db_dir = {d}
+libdir = /usr/lib/freeradius
+pidfile = {d}/run/radiusd.pid
+max_request_time = 30
+cleanup_delay = 5
+max_requests = 16384
+hostname_lookups = no
+log {{
+	destination = stdout
+	colourise = no
+}}
+security {{
+	allow_core_dumps = no
+	max_attributes = 200
+	reject_delay = 0
+	status_server = no
+}}
+thread pool {{
+	start_servers = 2
+	max_servers = 4
+	min_spare_servers = 1
+	max_spare_servers = 4
+	max_requests_per_server = 0
+}}
+client loopback {{
+	ipaddr = 127.0.0.0/8
+	secret = {secret}
+}}
+modules {{
+	detail {{
+		filename = {d}/detail
+		permissions = 0600
+	}}
+}}
+server default {{
+	listen {{
+		type = acct
+		ipaddr = 127.0.0.1
+		port = {acct}
+	}}
+	preacct {{
+	}}
+	accounting {{
+		detail
+	}}
+}}
+""".format(d=d, secret=SECRET, acct=acct_port)
+
+
+def count_records(detail):
+    """Accounting records in a detail file's text, by Acct-Status-Type:
+    {"Start": n, "Stop": m, ...}."""
+    counts = {}
+    for status in re.findall(r"^\s*Acct-Status-Type = (\S+)\s*$", detail, re.M):
+        counts[status] = counts.get(status, 0) + 1
+    return counts
+
+
+def free_udp_pair():
+    """A UDP port on 127.0.0.1 whose next port is free too: the `radius`
+    line's (authentication) port; accounting goes to the next one."""
+    for _ in range(100):
+        a = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        a.bind(("127.0.0.1", 0))
+        port = a.getsockname()[1]
+        b = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        try:
+            b.bind(("127.0.0.1", port + 1))
+        except OSError:
+            continue
+        finally:
+            a.close()
+            b.close()
+        if port + 1 < 65536:
+            return port
+    raise RuntimeError("no two free UDP ports in a row")
+
+
+class Radiusd:
+    """FreeRADIUS in the foreground (`-f -l stdout`) with raddb_conf in
+    its own directory: answers accounting on `port + 1`.  stop() ends it."""
+
+    def __init__(self, d):
+        self.dir = d
+        for sub in ("log", "run"):
+            os.makedirs(os.path.join(d, sub), exist_ok=True)
+        self.port = free_udp_pair()
+        with open(os.path.join(d, "dictionary"), "w") as f:
+            f.write("$INCLUDE /usr/share/freeradius/dictionary\n")
+        with open(os.path.join(d, "radiusd.conf"), "w") as f:
+            f.write(raddb_conf(d, self.port + 1))
+        self.log = os.path.join(d, "radiusd.log")
+        self.proc = subprocess.Popen(
+            ["freeradius", "-f", "-l", "stdout", "-d", d],
+            stdin=subprocess.DEVNULL, stdout=open(self.log, "w"),
+            stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 30
+        while "Ready to process requests" not in self.output():
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError("freeradius did not start:\n" + self.output())
+            time.sleep(0.1)
+
+    def server(self):
+        return "127.0.0.1:%d" % self.port
+
+    def output(self):
+        with open(self.log, errors="replace") as f:
+            return f.read()
+
+    def records(self):
+        try:
+            with open(os.path.join(self.dir, "detail"), errors="replace") as f:
+                return count_records(f.read())
+        except FileNotFoundError:
+            return {}
+
+    def settle(self, quiet=1.5, bound=60):
+        """Wait until no record has come for `quiet` seconds (the proxy's
+        senders have sent what they had); the counts."""
+        last, since = self.records(), time.monotonic()
+        deadline = since + bound
+        while time.monotonic() < deadline:
+            time.sleep(0.25)
+            now = self.records()
+            if now != last:
+                last, since = now, time.monotonic()
+            elif time.monotonic() - since >= quiet:
+                break
+        return last
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+def measure(binary, ka, close, keep=None, radius=False):
+    """Ir of each phase: {"ka": (Ir, requests), "close": (Ir, requests)};
+    with radius, also "records": the accounting records FreeRADIUS got
+    per phase ({"ka": {"Start": n, "Stop": m}, ...})."""
     origin = Origin()
     port = free_port()
     target = "http://127.0.0.1:%d/1k.bin" % origin.port
     outdir = keep or tempfile.mkdtemp(prefix="tp-callgrind-")
     os.makedirs(outdir, exist_ok=True)
+    rad = Radiusd(os.path.join(outdir, "raddb")) if radius else None
     cfg = os.path.join(outdir, "3proxy.cfg")
     with open(cfg, "w") as f:
-        f.write("timeouts 1 5 30 60 180 1800 15 60\nmaxconn 25000\n"
-                "proxy -i127.0.0.1 -p%d\n" % port)
-    proc = subprocess.Popen(
-        ["valgrind", "--tool=callgrind", "--vgdb=yes",
-         # Each dump names its functions itself (callgrind_annotate reads
-         # one dump alone).
-         "--compress-strings=no", "--compress-pos=no",
-         "--callgrind-out-file=" + os.path.join(outdir, "cg.out.%p"),
-         binary, cfg],
-        stdout=subprocess.DEVNULL, stderr=open(os.path.join(outdir, "valgrind.log"), "w"))
+        f.write(proxy_cfg(port, rad.server() if rad else None))
+    try:
+        proc = subprocess.Popen(
+            ["valgrind", "--tool=callgrind", "--vgdb=yes",
+             # Each dump names its functions itself (callgrind_annotate reads
+             # one dump alone).
+             "--compress-strings=no", "--compress-pos=no",
+             "--callgrind-out-file=" + os.path.join(outdir, "cg.out.%p"),
+             binary, cfg],
+            stdout=subprocess.DEVNULL, stderr=open(os.path.join(outdir, "valgrind.log"), "w"))
+    except OSError:
+        if rad:
+            rad.stop()
+        raise
     try:
         kept_alive(port, target, 100)
         new_connections(port, target, 50)
         time.sleep(1)
+        seen = rad.settle() if rad else {}
         control(proc.pid, "--zero")
         figures = {}
+        records = {}
         for name, run, n in (("ka", kept_alive, ka), ("close", new_connections, close)):
             run(port, target, n)
             time.sleep(1)  # the last session's thread finishes
+            if rad:
+                # and the senders have sent its Stop
+                now = rad.settle()
+                records[name] = {k: now.get(k, 0) - seen.get(k, 0) for k in now}
+                seen = now
             figures[name] = (totals(dump(proc.pid, outdir, name)), n)
+        if rad:
+            figures["records"] = records
         return figures
     finally:
         proc.send_signal(signal.SIGTERM)
@@ -229,8 +424,24 @@ def measure(binary, ka, close, keep=None):
             proc.kill()
             proc.wait()
         origin.sock.close()
+        if rad:
+            rad.stop()
         if not keep:
             shutil.rmtree(outdir, ignore_errors=True)
+
+
+def per_request(f):
+    """(ka, close, both) Ir per request of measure()'s figures."""
+    ka = f["ka"][0] / f["ka"][1]
+    cl = f["close"][0] / f["close"][1]
+    both = (f["ka"][0] + f["close"][0]) / (f["ka"][1] + f["close"][1])
+    return ka, cl, both
+
+
+def change(row, base):
+    """The row's change against base, in %, as printed."""
+    return "(%+.1f%% %+.1f%% %+.1f%%)" % tuple(
+        100.0 * (x / y - 1) for x, y in zip(row, base))
 
 
 def main():
@@ -241,26 +452,40 @@ def main():
     ap.add_argument("--close", type=int, default=1000,
                     help="requests on new connections (1000)")
     ap.add_argument("--keep", help="keep the callgrind files in this directory "
-                    "(one subdirectory per binary)")
+                    "(one subdirectory per binary, N-radius with --radius)")
+    ap.add_argument("--radius", action="store_true",
+                    help="also measure each binary with `log radius` to a "
+                    "FreeRADIUS started on loopback; its change is against the "
+                    "same binary without")
     a = ap.parse_args()
     binaries = a.binary or ["target/release/3proxy"]
     if not shutil.which("valgrind"):
         sys.exit("callgrind.py: valgrind is not installed (apt-get install valgrind)")
-    rows = []
+    if a.radius and not shutil.which("freeradius"):
+        sys.exit("callgrind.py: freeradius is not installed (apt-get install freeradius)")
+    rows = []  # (label, (ka, close, both), the row it is compared with)
+    notes = []
     for i, b in enumerate(binaries):
         keep = os.path.join(a.keep, str(i)) if a.keep else None
         f = measure(os.path.abspath(b), a.ka, a.close, keep)
-        ka = f["ka"][0] / f["ka"][1]
-        cl = f["close"][0] / f["close"][1]
-        both = (f["ka"][0] + f["close"][0]) / (f["ka"][1] + f["close"][1])
-        rows.append((b, ka, cl, both))
+        rows.append((b, per_request(f), 0 if i > 0 else None))
+        if a.radius:
+            keep = os.path.join(a.keep, "%d-radius" % i) if a.keep else None
+            f = measure(os.path.abspath(b), a.ka, a.close, keep, radius=True)
+            rows.append((b + " +log radius", per_request(f), len(rows) - 1))
+            for phase in ("ka", "close"):
+                r = f["records"][phase]
+                notes.append("%s, %s: FreeRADIUS got %d Start and %d Stop for %d requests"
+                             % (b, phase, r.get("Start", 0), r.get("Stop", 0),
+                                f[phase][1]))
     print("%-50s %12s %12s %12s" % ("binary", "ka Ir/req", "close Ir/req", "both Ir/req"))
-    for i, (b, ka, cl, both) in enumerate(rows):
-        line = "%-50s %12.0f %12.0f %12.0f" % (b, ka, cl, both)
-        if i > 0:
-            line += "   (%+.1f%% %+.1f%% %+.1f%%)" % tuple(
-                100.0 * (x / y - 1) for x, y in zip((ka, cl, both), rows[0][1:]))
+    for label, row, base in rows:
+        line = "%-50s %12.0f %12.0f %12.0f" % ((label,) + row)
+        if base is not None:
+            line += "   " + change(row, rows[base][1])
         print(line)
+    for n in notes:
+        print(n)
 
 
 if __name__ == "__main__":

@@ -59,5 +59,61 @@ class Totals(unittest.TestCase):
                 callgrind.totals(p)
 
 
+class ProxyCfg(unittest.TestCase):
+    def test_without_radius_the_bench_http_cfg(self):
+        cfg = callgrind.proxy_cfg(3128)
+        self.assertNotIn("radius", cfg)
+        self.assertNotIn("log", cfg)
+        self.assertTrue(cfg.endswith("proxy -i127.0.0.1 -p3128\n"))
+
+    def test_radius_and_log_radius_before_the_service(self):
+        lines = callgrind.proxy_cfg(3128, "127.0.0.1:40000").splitlines()
+        self.assertEqual(lines[0].split()[0], "timeouts")
+        self.assertIn("radius %s 127.0.0.1:40000" % callgrind.SECRET, lines)
+        r = lines.index("radius %s 127.0.0.1:40000" % callgrind.SECRET)
+        self.assertLess(r, lines.index("log radius"))
+        self.assertEqual(lines[-1], "proxy -i127.0.0.1 -p3128")
+        self.assertLess(lines.index("log radius"), len(lines) - 1)
+
+
+class RaddbConf(unittest.TestCase):
+    def test_accounting_on_the_port_with_the_secret_in_the_dir(self):
+        conf = callgrind.raddb_conf("/tmp/rd", 40001)
+        self.assertIn("port = 40001", conf)
+        self.assertIn("type = acct", conf)
+        self.assertNotIn("type = auth", conf)
+        self.assertIn("secret = %s" % callgrind.SECRET, conf)
+        self.assertIn("filename = /tmp/rd/detail", conf)
+        self.assertIn("confdir = /tmp/rd\n", conf)
+        # FreeRADIUS's braces balance (format's doubled ones came out single).
+        self.assertEqual(conf.count("{"), conf.count("}"))
+        self.assertNotIn("{{", conf)
+
+
+class CountRecords(unittest.TestCase):
+    def test_by_status(self):
+        detail = ("Wed Dec  2 04:19:57 2026\n\tAcct-Status-Type = Start\n"
+                  "\tUser-Name = \"x\"\n\n"
+                  "Wed Dec  2 04:19:58 2026\n\tAcct-Status-Type = Stop\n"
+                  "\tAcct-Input-Octets = 12\n\n"
+                  "Wed Dec  2 04:19:58 2026\n\tAcct-Status-Type = Start\n\n")
+        self.assertEqual(callgrind.count_records(detail), {"Start": 2, "Stop": 1})
+
+    def test_empty(self):
+        self.assertEqual(callgrind.count_records(""), {})
+
+    def test_a_value_mentioning_a_status_is_not_a_record(self):
+        self.assertEqual(callgrind.count_records(
+            '\tReply-Message = "Acct-Status-Type = Stop"\n'), {})
+
+
+class Change(unittest.TestCase):
+    def test_per_request_and_change(self):
+        f = {"ka": (4000, 4), "close": (6000, 2)}
+        self.assertEqual(callgrind.per_request(f), (1000, 3000, 10000 / 6))
+        self.assertEqual(callgrind.change((105, 200, 99), (100, 200, 100)),
+                         "(+5.0% +0.0% -1.0%)")
+
+
 if __name__ == "__main__":
     unittest.main()
