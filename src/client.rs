@@ -349,6 +349,17 @@ impl Client {
         self.logged = true;
     }
 
+    /// What [`Client::log_record`] does after writing, without writing
+    /// (a request an ACL entry marked `nolog`): the bytes, text and start
+    /// of the next record begin again.
+    pub fn skip_record(&mut self) {
+        self.bytes_in = 0;
+        self.bytes_out = 0;
+        self.text.clear();
+        self.start = SystemTime::now();
+        self.logged = true;
+    }
+
     fn write_record(&mut self) {
         if self.live.ended() {
             // Ended from outside: the session saw its sockets shut down

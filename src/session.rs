@@ -365,11 +365,7 @@ impl Finish {
             );
         }
         if nolog {
-            c.bytes_in = 0;
-            c.bytes_out = 0;
-            c.text.clear();
-            c.start = std::time::SystemTime::now();
-            c.logged = true;
+            c.skip_record();
         } else {
             c.log_record();
         }

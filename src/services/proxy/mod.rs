@@ -401,11 +401,7 @@ impl Session {
             );
         }
         if self.grant.as_ref().is_some_and(|g| g.nolog) {
-            c.bytes_in = 0;
-            c.bytes_out = 0;
-            c.text.clear();
-            c.start = std::time::SystemTime::now();
-            c.logged = true;
+            c.skip_record();
         } else {
             c.log_record();
         }
