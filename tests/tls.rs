@@ -1527,3 +1527,93 @@ fn a_quiet_tls_session_parks_and_carries_on() {
         "100 kB through a parked TLS session came back changed"
     );
 }
+
+/// Chromium's own HTTPS-proxy setting (`--proxy-server=https://...`):
+/// the browser speaks TLS to the proxy, trusting its certificate by the
+/// key's pin alone (not by ignoring errors), and loads a plain page through
+/// it and an https page through CONNECT inside that TLS session.
+#[test]
+fn chromium_loads_pages_through_the_https_proxy() {
+    let chromium = "/usr/bin/chromium";
+    assert!(
+        Path::new(chromium).exists(),
+        "{chromium} is missing: run tests/deps.sh as root (Debian package chromium)"
+    );
+    let dir = Dir::new("tls_chromium");
+    let pki = Pki::new(&dir);
+    // The pin: base64 of the SHA-256 of the server key's SubjectPublicKeyInfo.
+    let pin = Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "openssl x509 -in {} -pubkey -noout | openssl pkey -pubin -outform der \
+             | openssl dgst -sha256 -binary | base64",
+            p(&pki.cert)
+        ))
+        .output()
+        .expect("run openssl");
+    let pin = String::from_utf8_lossy(&pin.stdout).trim().to_string();
+    assert_eq!(pin.len(), 44, "a SHA-256 in base64: {pin:?}");
+    // A TLS origin with the same certificate, serving a file.
+    dir.write("page.html", "<p>over TLS inside the proxy's TLS</p>\n");
+    let sport = free_port();
+    let mut s_server = Command::new("openssl")
+        .args(["s_server", "-quiet", "-WWW", "-accept"])
+        .arg(format!("127.0.0.1:{sport}"))
+        .args(["-cert", p(&pki.cert), "-key", p(&pki.key)])
+        .current_dir(dir.join("."))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("run openssl s_server");
+    let origin = HttpOrigin::start();
+    let port = free_port();
+    let cfg = format!("{}proxy -p{port} -i127.0.0.1\n", pki.serv());
+    let proxy = start(dir, &cfg, port);
+    assert!(
+        wait_for(
+            || TcpStream::connect(localhost(sport)).is_ok(),
+            START_TIMEOUT
+        ),
+        "openssl s_server did not listen"
+    );
+    let profile = proxy.dir.join("chromium-profile");
+    let dump = |url: &str| {
+        let out = Command::new(chromium)
+            .args([
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-quic",
+                "--no-first-run",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+                // Loopback too goes through the proxy.
+                "--proxy-bypass-list=<-loopback>",
+            ])
+            .arg(format!("--user-data-dir={}", p(&profile)))
+            .arg(format!("--proxy-server=https://127.0.0.1:{port}"))
+            .arg(format!("--ignore-certificate-errors-spki-list={pin}"))
+            .args(["--timeout=20000", "--dump-dom", url])
+            .output()
+            .expect("run chromium");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let plain = dump(&origin.url("/hello"));
+    let secure = dump(&format!("https://127.0.0.1:{sport}/page.html"));
+    let _ = s_server.kill();
+    let _ = s_server.wait();
+    assert!(plain.contains(">hello</pre>"), "the plain page: {plain:?}");
+    assert!(
+        secure.contains("<p>over TLS inside the proxy's TLS</p>"),
+        "the https page: {secure:?}"
+    );
+    // Both went through the proxy, and succeeded there.
+    let get = format!("GET {}", origin.url("/hello"));
+    let connect = format!("CONNECT 127.0.0.1:{sport}");
+    for want in [get, connect] {
+        read_log_line(&log_of(&proxy), &format!("00000 with {want:?}"), |l| {
+            l.starts_with("PROXY 00000 ") && l.contains(&want)
+        });
+    }
+}
