@@ -749,10 +749,10 @@ impl Drop for Session {
         let (inb, out) = (*self.moved_in.get_mut(), *self.moved_out.get_mut());
         for (list, n) in [(&self.count_in, inb), (&self.count_out, out)] {
             for c in list {
-                let st = c.add(n, now);
+                c.add(n, now);
                 if c.number > 0 {
                     if let Some(f) = &self.file {
-                        dumper().mark(f, c, st);
+                        dumper().mark(f, c);
                     }
                 }
             }
@@ -760,12 +760,17 @@ impl Drop for Session {
     }
 }
 
-type Dirty = (Arc<CounterFile>, CounterState);
+/// A counter whose record must be written, and its file. The state is read
+/// when the record is written, not when it was marked: two sessions that
+/// end at once may mark in the other order than they added, and the
+/// older state written last would lose the other's bytes.
+type Dirty = (Arc<CounterFile>, Arc<Counter>);
 
 /// Writes changed counter records to the counter file, at most once a
 /// second, on a thread of its own: a crash loses at most the last second.
 struct Dumper {
-    /// Records to write, by (file, record number): the latest state wins.
+    /// Records to write, by (file, record number): each written with its
+    /// counter's state at the time of writing.
     dirty: Mutex<HashMap<(usize, u32), Dirty>>,
     started: AtomicBool,
     /// Writing has failed and not succeeded since.
@@ -791,12 +796,12 @@ pub fn flush_counters() {
 const DUMP_EVERY: Duration = Duration::from_secs(1);
 
 impl Dumper {
-    fn mark(&'static self, f: &Arc<CounterFile>, c: &Counter, st: CounterState) {
+    fn mark(&'static self, f: &Arc<CounterFile>, c: &Arc<Counter>) {
         let key = (Arc::as_ptr(f) as usize, c.number);
         self.dirty
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .insert(key, (f.clone(), st));
+            .insert(key, (f.clone(), c.clone()));
         if !self.started.swap(true, Ordering::AcqRel) {
             let spawned = std::thread::Builder::new()
                 .name("counters".into())
@@ -822,14 +827,15 @@ impl Dumper {
         let now = unix_now();
         let mut failed = Vec::new();
         let mut wrote = None;
-        for (key, (f, st)) in batch {
+        for (key, (f, c)) in batch {
+            let st = *c.state.lock().unwrap_or_else(|e| e.into_inner());
             match f.write(key.1, st, now) {
                 Ok(()) => wrote = Some(f),
                 Err(e) => {
                     if !self.failing.swap(true, Ordering::AcqRel) {
                         log::error!("counter file {}: {e}; trying again every second", f.path);
                     }
-                    failed.push((key, (f, st)));
+                    failed.push((key, (f, c)));
                 }
             }
         }
@@ -943,7 +949,7 @@ impl Reporter {
             c.roll(&mut cs, now);
             if cs.cleared != before && c.number > 0 {
                 if let Some(f) = &r.file {
-                    dumper().mark(f, c, *cs);
+                    dumper().mark(f, c);
                 }
             }
         }
@@ -1207,6 +1213,36 @@ mod tests {
         assert!(CounterFile::open(p, Default::default())
             .unwrap_err()
             .contains("not a counter file"));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_counter_record_is_written_with_the_state_at_writing() {
+        // Two sessions that end at once each add, then mark, and the marks
+        // may come in the other order: here the second session's mark
+        // came first, and the first session marks after the second's add.
+        // (When a mark carried its session's state, that one wrote 100.)
+        let dir = std::env::temp_dir().join(format!("threeproxy-dump-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("counters");
+        let _ = std::fs::remove_file(&path);
+        let f = Arc::new(CounterFile::open(path.to_str().unwrap(), Default::default()).unwrap());
+        let c = Arc::new(Counter {
+            number: 2,
+            period: Period::Daily,
+            limit: 1 << 30,
+            comment: String::new(),
+            state: Mutex::new(CounterState {
+                cleared: unix_now(),
+                ..CounterState::default()
+            }),
+        });
+        let now = unix_now();
+        c.add(100, now);
+        c.add(100, now);
+        dumper().mark(&f, &c);
+        flush_counters();
+        assert_eq!(f.read(2).unwrap().map(|st| st.traf), Some(200));
         let _ = std::fs::remove_dir_all(&dir);
     }
 
