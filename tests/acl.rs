@@ -290,14 +290,6 @@ fn connlim_refuses_the_third_parallel_connection() {
     drop(two);
 }
 
-/// Record `n`'s byte count in a counter file (3proxy's layout).
-fn counter_record(path: &Path, n: u64) -> Option<u64> {
-    let b = std::fs::read(path).ok()?;
-    let off = (16 + (n - 1) * 24) as usize;
-    let word: [u8; 8] = b.get(off..off + 8)?.try_into().ok()?;
-    Some(u64::from_ne_bytes(word))
-}
-
 #[test]
 fn countout_stops_a_session_and_the_counter_file_survives_a_restart() {
     const MB: u64 = 1 << 20;

@@ -367,14 +367,6 @@ fn a_full_log_disk_loses_records_reported_once_and_clients_are_served() {
     assert!(said.contains("records were lost"), "{said}");
 }
 
-/// Record `n`'s byte count in a counter file.
-fn counter_record(path: &Path, n: u64) -> Option<u64> {
-    let b = std::fs::read(path).ok()?;
-    let off = (16 + (n - 1) * 24) as usize;
-    let word: [u8; 8] = b.get(off..off + 8)?.try_into().ok()?;
-    Some(u64::from_ne_bytes(word))
-}
-
 #[test]
 fn an_unwritable_counter_file_is_reported_once_and_caught_up() {
     let dir = Dir::new("fault_counterfull");

@@ -505,14 +505,6 @@ fn log_to_stdout_still_works_with_the_writer_thread() {
     );
 }
 
-/// The counter (bytes) of record `n` of a counter file, if it is there.
-fn counter_record(path: &Path, n: u64) -> Option<u64> {
-    let b = fs::read(path).ok()?;
-    let off = (16 + (n - 1) * 24) as usize;
-    let word: [u8; 8] = b.get(off..off + 8)?.try_into().ok()?;
-    Some(u64::from_ne_bytes(word))
-}
-
 /// Runs `3proxy CFG` for a cfg with `daemon` and `pidfile PIDFILE`: waits
 /// for the foreground process to exit 0 and returns the daemon's pid
 /// (from the pid file) with a guard that kills it.

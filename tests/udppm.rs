@@ -4,7 +4,6 @@
 //! their counter file, `nolog`, and `force` after a reload.
 
 use std::net::{SocketAddr, UdpSocket};
-use std::path::Path;
 use std::time::{Duration, Instant};
 
 use crate::util::*;
@@ -279,14 +278,6 @@ fn connlim_refuses_the_third_association() {
     expect_log_line(&log, &record(&a, 92, 3, 3));
     expect_log_line(&log, &record(&b, 92, 3, 3));
     roundtrip(&c, proxy, b"three again");
-}
-
-/// Record `n`'s byte count in a counter file (3proxy's layout).
-fn counter_record(path: &Path, n: u64) -> Option<u64> {
-    let b = std::fs::read(path).ok()?;
-    let off = (16 + (n - 1) * 24) as usize;
-    let word: [u8; 8] = b.get(off..off + 8)?.try_into().ok()?;
-    Some(u64::from_ne_bytes(word))
 }
 
 #[test]

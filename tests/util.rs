@@ -1296,3 +1296,12 @@ pub fn sbin(name: &str) -> String {
         name.to_string()
     }
 }
+
+/// Record `n`'s byte count in a counter file (3proxy's layout: a 16-byte
+/// header, then 24-byte records whose first word is the traffic).
+pub fn counter_record(path: &Path, n: u64) -> Option<u64> {
+    let b = fs::read(path).ok()?;
+    let off = (16 + (n - 1) * 24) as usize;
+    let word: [u8; 8] = b.get(off..off + 8)?.try_into().ok()?;
+    Some(u64::from_ne_bytes(word))
+}
