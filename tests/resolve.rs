@@ -479,13 +479,20 @@ fn dialer_runs_then_the_name_is_tried_again() {
     let dns = TestDns::start(Style::Plain, &[]);
     let dir = Dir::new("resolve-dialer");
     let flag = dir.join("dialed");
+    let ack = dir.join("up");
     let (line, port) = tcppm("", "dial.test", origin.port());
     // The "dialer" brings the name up: the test server learns it once the
-    // flag file exists.
-    let cfg = format!("{}dialer \"touch {}\"\n{line}", dns.nserver(), p(&flag));
+    // flag file exists, and the dialer returns once it has (the `up`
+    // file; at most 5 s), as a real dialer returns with the link up.
+    let cfg = format!(
+        "{}dialer \"sh -c 'touch {}; for i in $(seq 500); do [ -e {} ] && break; sleep 0.01; done'\"\n{line}",
+        dns.nserver(),
+        p(&flag),
+        p(&ack)
+    );
     let stop = Arc::new(AtomicBool::new(false));
     let watcher = {
-        let (flag, stop, table) = (flag.clone(), stop.clone(), dns.table.clone());
+        let (flag, ack, stop, table) = (flag.clone(), ack.clone(), stop.clone(), dns.table.clone());
         thread::spawn(move || {
             while !stop.load(Ordering::SeqCst) {
                 if flag.exists() {
@@ -493,6 +500,7 @@ fn dialer_runs_then_the_name_is_tried_again() {
                         .lock()
                         .unwrap()
                         .insert(("dial.test".into(), TYPE::A), "127.0.0.1".parse().unwrap());
+                    std::fs::write(&ack, b"").unwrap();
                     return;
                 }
                 thread::sleep(Duration::from_millis(5));
