@@ -33,15 +33,25 @@ def cost(cell):
     return cell.get("cpu_s_per_gb") if cell.get("unit") == "GB" else cell.get("cpu_us_per_req")
 
 
+def _median_of(cells, key):
+    """The median of KEY over CELLS, None unless every cell has it."""
+    vals = [c.get(key) for c in cells]
+    return None if any(v is None for v in vals) else stats.median(vals)
+
+
 def cell_line(cell):
     """One line for the progress log."""
     st = cell.get("status")
     if st != "ok":
         return "%s: %s" % (st, (cell.get("reason") or "")[:150])
     if "rest_kb" in cell:
-        return "rest %.1f MB, %d idle clients %.1f MB (%.1f KB each), %d threads" % (
+        line = "rest %.1f MB, %d idle clients %.1f MB (%.1f KB each), %d threads" % (
             cell["rest_kb"] / 1024, cell["open"], cell["loaded_kb"] / 1024,
             cell["kb_per_conn"] or 0, cell["threads"])
+        if cell.get("settled_kb_per_conn") is not None:
+            line += "; settled %.1f KB each, %d threads (%d at rest)" % (
+                cell["settled_kb_per_conn"], cell["settled_threads"], cell["rest_threads"])
+        return line + ("; " + cell["note"] if cell.get("note") else "")
     unit = "Gbit/s" if cell.get("unit") == "GB" else "req/s"
     cu = "s/GB" if cell.get("unit") == "GB" else "us/req"
     return "%.2f %s, proxy CPU %.3f %s, util proxy %.0f%% other %.0f%%, pace %s, %.1f MB%s" % (
@@ -79,6 +89,14 @@ def aggregate(doc):
             a["loaded_mb"] = stats.summarize([c["loaded_kb"] / 1024 for c in ok])
             a["kb_per_conn"] = stats.summarize([c["kb_per_conn"] for c in ok])
             a["threads"] = stats.median([c["threads"] for c in ok])
+            # Runs before the settled reading and the thread count at rest
+            # (task H5) have neither: None then.
+            a["rest_threads"] = _median_of(ok, "rest_threads")
+            a["settled_threads"] = _median_of(ok, "settled_threads")
+            a["settled_kb_per_conn"] = stats.summarize(
+                [c["settled_kb_per_conn"] for c in ok]) \
+                if all(c.get("settled_kb_per_conn") is not None for c in ok) else None
+            a["note"] = next((c["note"] for c in ok if c.get("note")), None)
             a["open"] = min(c["open"] for c in ok)
             a["dropped"] = max(c.get("dropped_while_idle") or 0 for c in ok)
         else:
@@ -145,8 +163,9 @@ def render_tables(doc):
         sd = doc["scenarios"][s]
         out.append("### %s\n\n%s.\n" % (s, sd["what"][0].upper() + sd["what"][1:]))
         if sd["kind"] == "mem":
-            out.append("| proxy | at rest MB | with clients MB | KB per client | threads | clients |")
-            out.append("|---|---:|---:|---:|---:|---:|")
+            out.append("| proxy | at rest MB | with clients MB | KB per client | KB per client,"
+                       " settled | threads at rest / with clients / settled | clients |")
+            out.append("|---|---:|---:|---:|---:|---:|---:|")
             b_rest = _best(agg, s, prox, "rest_mb", higher=False)
             b_kb = _best(agg, s, prox, "kb_per_conn", higher=False)
             for p in prox:
@@ -154,11 +173,21 @@ def render_tables(doc):
                 if not a:
                     continue
                 if a["status"] != "ok":
-                    out.append("| %s | %s: %s | | | | |" % (p, a["status"], _short(a["reason"])))
+                    out.append("| %s | %s: %s | | | | | |" % (p, a["status"],
+                                                              _short(a["reason"])))
                     continue
-                out.append("| %s | %s | %s | %s | %s | %d |" % (
+                thr = " / ".join("-" if t is None else _fmt(t, 0) for t in (
+                    a.get("rest_threads"), a["threads"], a.get("settled_threads")))
+                settled = a.get("settled_kb_per_conn")
+                out.append("| %s | %s | %s | %s | %s | %s | %d |" % (
                     p, _cell(a["rest_mb"], p in b_rest), _cell(a["loaded_mb"]),
-                    _cell(a["kb_per_conn"], p in b_kb), _fmt(a["threads"], 0), a["open"]))
+                    _cell(a["kb_per_conn"], p in b_kb), _cell(settled) if settled else "-",
+                    thr, a["open"]))
+            notes = [(p, agg[(s, p)]["note"]) for p in prox
+                     if agg.get((s, p)) and agg[(s, p)].get("note")]
+            if notes:
+                out.append("")
+                out.extend("%s: %s." % n for n in notes)
             out.append("")
             continue
         bulk = sd["unit"] == "GB"

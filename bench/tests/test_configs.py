@@ -108,8 +108,22 @@ class HaproxyCfg(unittest.TestCase):
         with self.assertRaises(ValueError):
             C.render_haproxy("https")
 
+    def test_nginx_connections_fit_the_descriptor_limit(self):
+        # A tunnel is two nginx connections: 9,950 tunnels need 19,900
+        # (16,000 held 7,999); the worker's rlimit follows the limit too.
+        conf = C.render_nginx_proxy("/r", "tcphttp", nofile=20000)
+        self.assertIn("events { worker_connections 19960; }", conf)
+        self.assertIn("worker_rlimit_nofile 20000;", conf)
+        self.assertIn("worker_connections 19960;", C.render_nginx_proxy("/r", "http", nofile=20000))
+        self.assertGreaterEqual(C.nginx_worker_connections(20000), 2 * 9950 + 1)
+        self.assertEqual(C.nginx_worker_connections(100), 1024)
+
     def test_maxconn_fits_the_descriptor_limit(self):
-        self.assertEqual(C.haproxy_maxconn(20000), 4950)
+        # Without splice 2 descriptors a connection: the 9,950 idle clients
+        # the harness opens under a hard limit of 20,000 fit; with splice
+        # its pipes take as many again.
+        self.assertEqual(C.haproxy_maxconn(20000), 9950)
+        self.assertEqual(C.haproxy_maxconn(20000, splice=True), 4950)
         self.assertEqual(C.haproxy_maxconn(1 << 20), 20000)
         self.assertGreaterEqual(C.haproxy_maxconn(20000), 2000)
 

@@ -291,9 +291,15 @@ class MemVerdict(unittest.TestCase):
         bad = runner.mem_verdict({"status": "ok", "open": 9950, "dropped_while_idle": 9950}, 9950)
         self.assertEqual(bad["status"], "error")
         self.assertIn("closed 9950 of 9950 idle clients", bad["reason"])
+        # Where a peer stops is a note beside its figure, not an error.
         few = runner.mem_verdict({"status": "ok", "open": 7999, "dropped_while_idle": 0},
                                  9950, "reset")
-        self.assertIn("only 7999 of 9950 clients connected (reset)", few["reason"])
+        self.assertEqual(few["status"], "ok")
+        self.assertIn("held only 7999 of 9950 clients (reset)", few["note"])
+        none = runner.mem_verdict({"status": "ok", "open": 0, "dropped_while_idle": 0},
+                                  9950, "refused")
+        self.assertEqual(none["status"], "error")
+        self.assertIn("no client connected (refused)", none["reason"])
 
 
 class HowWeCompare(unittest.TestCase):

@@ -108,7 +108,20 @@ class Tables(unittest.TestCase):
                            "reason": "3proxy did not serve http (exit 1): 3proxy: 3proxy.cfg:4: "
                                      "proxy: this service is not supported yet"}])))
         self.assertIn("n/a: nginx has no SOCKS server", text)
-        self.assertIn("| nginx | 10.0 | 20.0 | 5.12 | 2 | 2000 |", text)
+        # A run from before the settled reading: its columns are "-".
+        self.assertIn("| nginx | 10.0 | 20.0 | 5.12 | - | - / 2 / - | 2000 |", text)
+
+    def test_mem_settled_reading_threads_and_note(self):
+        c = {"scenario": "mem-idle-2000", "proxy": "3proxy", "run": 0, "status": "ok",
+             "rest_kb": 4096, "loaded_kb": 8192, "kb_per_conn": 2.05, "threads": 300,
+             "rest_threads": 4, "settled_kb": 6144, "settled_threads": 290,
+             "settled_kb_per_conn": 1.02, "open": 1990, "dropped_while_idle": 0,
+             "note": "held only 1990 of 2000 clients (timeout)"}
+        text = report.render_tables(doc([c]))
+        self.assertIn("| 3proxy | 4.00 | 8.00 | 2.05 | 1.02 | 4 / 300 / 290 | 1990 |",
+                      text)
+        self.assertIn("3proxy: held only 1990 of 2000 clients (timeout).", text)
+        self.assertIn("settled 1.0 KB each, 290 threads (4 at rest)", report.cell_line(c))
 
     def test_https_names_the_key_and_what_was_negotiated(self):
         tls = {"protocol": "TLSv1.3", "cipher": "TLS_AES_256_GCM_SHA384", "kx": "X25519, 253 bits",
