@@ -33,6 +33,13 @@ use crate::service::Service;
 /// exits and frees its stack.
 const IDLE_THREAD: Duration = Duration::from_secs(15);
 
+/// How long a client thread waits for its next client before it gives
+/// back the stack pages its last client dirtied (`sys::mem`). Long
+/// enough that a thread of a busy service, which waits microseconds
+/// between clients, never does it: the madvise and the page faults after
+/// it are paid only by a thread that has really gone idle.
+const IDLE_RELEASE: Duration = Duration::from_millis(250);
+
 /// The acceptor thread's body: runs until the service is stopped (by a
 /// reload that drops it, or at exit), then closes the listener.
 pub fn run(r: Arc<Running>, listener: Listener, serve: Serve) {
@@ -311,11 +318,14 @@ impl IdleThreads {
             }
             st.seats.push(seat.clone());
         }
-        let deadline = Instant::now() + IDLE_THREAD;
+        let now = Instant::now();
+        let deadline = now + IDLE_THREAD;
+        let mut release = Some(now + IDLE_RELEASE);
         loop {
             // Spurious wake-ups and an unpark that came before the park
             // both land here: the seat says what happened.
-            std::thread::park_timeout(deadline.saturating_duration_since(Instant::now()));
+            let until = release.unwrap_or(deadline);
+            std::thread::park_timeout(until.saturating_duration_since(Instant::now()));
             if let Some(job) = Self::take(seat) {
                 return Some(job);
             }
@@ -325,7 +335,16 @@ impl IdleThreads {
                     st.seats.remove(i);
                     return None;
                 }
-                Some(_) => continue,
+                Some(_) => {
+                    drop(st);
+                    if release.is_some_and(|t| Instant::now() >= t) {
+                        // Idle for IDLE_RELEASE: the frames of the last
+                        // client are gone, their pages need not stay.
+                        release = None;
+                        crate::sys::mem::release_stack_below_here();
+                    }
+                    continue;
+                }
                 // Emptied by `close` (which runs after the acceptor's last
                 // dispatch, so a job given before is in the seat already).
                 None if st.closed => return Self::take(seat),

@@ -8,7 +8,10 @@
 //! sessions does not allocate and free 64 KiB per direction each. The
 //! pools keep up to `POOL_MAX` buffers (4 MiB) and `POOL_MAX` pipes; a
 //! buffer given back to a full pool is freed, and the main thread is told
-//! (`sys::mem::freed_big`) to give the freed pages back to the system.
+//! (`sys::mem::freed_big`) to give the freed pages back to the system. A
+//! pool of buffers nobody took or gave back for a second is freed the
+//! same way ([`trim_idle`]): idle sessions hold no buffer, and neither
+//! does the pool behind them.
 //!
 //! Invariants: only buffers of `SIZE` bytes are pooled (a relay with
 //! another `-b` has buffers of its own); a pooled pipe is empty, of the
@@ -18,6 +21,7 @@
 //! This module sits below both users and uses nothing from `services`.
 
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
 use nix::errno::Errno;
@@ -31,6 +35,8 @@ pub const POOL_MAX: usize = 64;
 
 /// Buffers of `SIZE` waiting for the next borrower.
 static BUFS: Mutex<Vec<Box<[u8]>>> = Mutex::new(Vec::new());
+/// A buffer was taken or given back since the last [`trim_idle`].
+static USED: AtomicBool = AtomicBool::new(false);
 /// Empty pipes waiting for the next borrower, (read end, write end).
 static PIPES: Mutex<Vec<(OwnedFd, OwnedFd)>> = Mutex::new(Vec::new());
 
@@ -41,6 +47,7 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 /// A buffer of `size` bytes: a pooled one if `size` is `SIZE`.
 pub fn take(size: usize) -> Box<[u8]> {
     let pooled = if size == SIZE {
+        USED.store(true, Ordering::Relaxed);
         lock(&BUFS).pop()
     } else {
         None
@@ -54,11 +61,29 @@ pub fn give(b: Box<[u8]>) {
     if b.len() != SIZE {
         return;
     }
+    USED.store(true, Ordering::Relaxed);
     let mut pool = lock(&BUFS);
     if pool.len() < POOL_MAX {
         pool.push(b);
     } else {
         drop(pool);
+        crate::sys::mem::freed_big();
+    }
+}
+
+/// Free the pooled buffers if none was taken or given back since the
+/// last call (the main thread calls this once a second, before
+/// `sys::mem::trim`): the pool serves bursts of busy sessions, and once
+/// every session is idle or gone its 4 MiB would stay resident for
+/// nothing (2 KB per client of 2000 idle ones). A busy pool is touched
+/// many times a second and is never emptied here.
+pub fn trim_idle() {
+    if USED.swap(false, Ordering::Relaxed) {
+        return;
+    }
+    let freed = std::mem::take(&mut *lock(&BUFS));
+    if !freed.is_empty() {
+        drop(freed);
         crate::sys::mem::freed_big();
     }
 }

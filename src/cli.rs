@@ -213,6 +213,7 @@ fn serve(mut state: conf::State, name: &str, sigs: &SigSet) -> ExitCode {
             Some(Signal::SIGUSR1) => reload(name, &mut ops, strict),
             _ => {}
         }
+        crate::bufpool::trim_idle();
         sys::mem::trim();
         if ops.monitors_changed() {
             ::log::warn!("monitor: a watched file changed; reloading");

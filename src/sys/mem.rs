@@ -43,11 +43,19 @@ pub fn trim() {
 /// (deeper than it): a deep call that has returned (the TLS handshake)
 /// leaves them resident, and a parked or idle client thread would keep
 /// them for nothing. They read as zeros if touched again.
+///
+/// Never inlined, so that everything of the caller's is above `marker`:
+/// below it there is only this function's own frame (a few hundred
+/// bytes) and those of the calls it makes.
+#[inline(never)]
 pub fn release_stack_below_here() {
     let marker = 0u8;
     let sp = std::hint::black_box(&marker) as *const u8 as usize;
-    // A margin under this frame for the calls below (madvise itself).
-    const MARGIN: usize = 4 * 1024;
+    // A margin under `marker` for this frame's other locals and the
+    // calls below (the madvise wrapper's return address is there while
+    // the kernel discards). 1 KiB, not a page: the page the margin ends
+    // in stays, and every page kept costs 4 KiB per idle thread.
+    const MARGIN: usize = 1024;
     let page = 4096usize;
     let (mut addr, mut size, mut guard) = (std::ptr::null_mut(), 0usize, 0usize);
     // SAFETY: `attr` is initialised by pthread_getattr_np before it is

@@ -118,6 +118,11 @@ fn requests(c: &mut Client, mut s: Box<Session>, early: &[u8], mut first: bool, 
                 if let Some(k) = s.origin.take() {
                     park(&s.svc, k);
                 }
+                // The heads' buffers are cleared before each use: a
+                // parked client keeps none of them (1 KB of its 3).
+                s.req_out = Vec::new();
+                s.resp_out = Vec::new();
+                s.abs_out = Vec::new();
                 let deadline = since + s.cli_want;
                 c.parked = Some(Box::new(ParkedHttp { s, deadline }));
             }
@@ -158,7 +163,7 @@ impl crate::client::Tail for ParkedHttp {
     }
 
     fn resume(self: Box<Self>, c: &mut Client, may_park: bool) -> parent::Next {
-        let ParkedHttp { s, deadline } = *self;
+        let ParkedHttp { mut s, deadline } = *self;
         if !readable_within(&c.cli, Duration::ZERO) {
             if Instant::now() >= deadline {
                 // No next request: the connection ends, with no record
@@ -171,6 +176,10 @@ impl crate::client::Tail for ParkedHttp {
                 return c.next();
             }
         }
+        // Room for the heads again, at this shallow point (as in
+        // `Session::new`).
+        s.req_out.reserve(512);
+        s.resp_out.reserve(512);
         requests(c, s, &[], false, may_park);
         c.next()
     }
