@@ -243,6 +243,28 @@ mod tests {
     }
 
     #[test]
+    fn a_pool_unused_between_two_ticks_is_freed() {
+        give(take(SIZE));
+        assert!(USED.load(Ordering::Relaxed));
+        // The first tick sees the use and keeps the pool; a tick with no
+        // use since the one before frees it. Other tests borrow and give
+        // back meanwhile, and each of their uses only puts the freeing
+        // off by a tick: so try for a while.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        loop {
+            trim_idle();
+            if lock(&BUFS).is_empty() && !USED.load(Ordering::Relaxed) {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the idle pool was never freed"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+    }
+
+    #[test]
     fn a_pipe_moves_bytes_between_sockets_and_only_an_empty_one_is_kept() {
         let (mut a, b) = UnixStream::pair().unwrap();
         let (c, mut d) = UnixStream::pair().unwrap();
