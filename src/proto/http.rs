@@ -208,7 +208,10 @@ fn parse_request_in<'a>(
         }
     } else {
         absolute = true;
-        let Some(colon) = uri.find("://") else {
+        // Byte scans, here and for the authority's end: `str::find` with a
+        // string or a char set builds a searcher per call (~450
+        // instructions per request for these two).
+        let Some(colon) = uri.as_bytes().windows(3).position(|w| w == b"://") else {
             return Err(HeadError::Syntax);
         };
         let is_ftp = uri[..colon].eq_ignore_ascii_case("ftp");
@@ -218,12 +221,10 @@ fn parse_request_in<'a>(
         let rest = &uri[colon + 3..];
         // With `delimchar #` a `#` separates credentials from the host, so
         // it cannot end the authority.
-        let end = if delim == b'#' {
-            rest.find(['/', '?'])
-        } else {
-            rest.find(['/', '?', '#'])
-        }
-        .unwrap_or(rest.len());
+        let end = rest
+            .bytes()
+            .position(|b| b == b'/' || b == b'?' || (b == b'#' && delim != b'#'))
+            .unwrap_or(rest.len());
         // A fragment stays with the client: an absolute-URI has none
         // (RFC 9112 section 3.2).
         // (A byte scan: paths are short, and this runs for every request.)
@@ -519,18 +520,44 @@ pub fn end_response_head(out: &mut Vec<u8>, client_version: u8, keep_alive: bool
 /// `\n\r\n`), searching from `from` (pass where the last search stopped,
 /// so a slowly arriving head is scanned once).
 pub fn find_head_end(buf: &[u8], from: usize) -> Option<usize> {
-    let mut i = from.saturating_sub(2);
-    while i < buf.len() {
-        if buf[i] == b'\n' {
-            match (buf.get(i + 1), buf.get(i + 2)) {
-                (Some(b'\n'), _) => return Some(i + 2),
-                (Some(b'\r'), Some(b'\n')) => return Some(i + 3),
-                _ => {}
-            }
+    // Only the line ends are looked at, found eight bytes at a time: a
+    // byte loop cost ~5 instructions a byte over every head, twice per
+    // request.
+    let mut at = from.saturating_sub(2);
+    while let Some(i) = next_lf(buf, at) {
+        match (buf.get(i + 1), buf.get(i + 2)) {
+            (Some(b'\n'), _) => return Some(i + 2),
+            (Some(b'\r'), Some(b'\n')) => return Some(i + 3),
+            _ => {}
         }
-        i += 1;
+        at = i + 1;
     }
     None
+}
+
+/// The index of the first LF in `buf` at or after `from`. A word at a
+/// time: in `w = word ^ LFs` an LF is a zero byte, and the lowest byte
+/// `(w - 0x01..) & !w & 0x80..` marks is the first zero byte (a borrow
+/// only marks bytes above a true zero).
+fn next_lf(buf: &[u8], from: usize) -> Option<usize> {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGH: u64 = 0x8080_8080_8080_8080;
+    const LFS: u64 = ONES * b'\n' as u64;
+    let mut i = from;
+    while let Some(word) = buf.get(i..i + 8) {
+        let mut w8 = [0u8; 8];
+        w8.copy_from_slice(word);
+        let w = u64::from_le_bytes(w8) ^ LFS;
+        let m = w.wrapping_sub(ONES) & !w & HIGH;
+        if m != 0 {
+            return Some(i + (m.trailing_zeros() / 8) as usize);
+        }
+        i += 8;
+    }
+    buf.get(i..)?
+        .iter()
+        .position(|&b| b == b'\n')
+        .map(|p| i + p)
 }
 
 /// The method's operation name for the ACL (3proxy's HTTP_* ops).
@@ -599,7 +626,7 @@ fn login_authority<'a>(
     want_login: bool,
     login: &mut UrlLogin,
 ) -> Result<(std::borrow::Cow<'a, str>, u16), HeadError> {
-    if !auth.contains('@') {
+    if !auth.as_bytes().contains(&b'@') {
         let (h, p) = split_authority(auth, default)?;
         return Ok((std::borrow::Cow::Borrowed(h), p));
     }
@@ -744,11 +771,14 @@ fn split_authority(s: &str, default: Option<u16>) -> Result<(&str, u16), HeadErr
         return Err(HeadError::Target);
     }
     let port = match (port, default) {
-        (Some(p), _) if !p.is_empty() && p.len() <= 5 && p.bytes().all(|b| b.is_ascii_digit()) => p
-            .parse::<u16>()
-            .ok()
-            .filter(|&n| n > 0)
-            .ok_or(HeadError::Target)?,
+        (Some(p), _) if !p.is_empty() && p.len() <= 5 && p.bytes().all(|b| b.is_ascii_digit()) => {
+            // Five digits at most: no overflow in a u32.
+            let n = p.bytes().fold(0u32, |a, d| a * 10 + u32::from(d - b'0'));
+            u16::try_from(n)
+                .ok()
+                .filter(|&n| n > 0)
+                .ok_or(HeadError::Target)?
+        }
         (None, Some(d)) | (Some(""), Some(d)) => d,
         _ => return Err(HeadError::Target),
     };
@@ -842,6 +872,16 @@ fn put_length(out: &mut Vec<u8>, name: &str, value: &[u8], n: u64, fields: u32) 
 /// A Content-Length value merged with the ones seen before: a list or
 /// repeats of one number are that number; anything else is an error.
 fn merge_length(prev: Option<u64>, value: &[u8]) -> Result<u64, HeadError> {
+    // The usual field: one plain number, seen first.
+    if prev.is_none()
+        && !value.is_empty()
+        && value.len() <= 19
+        && value.iter().all(u8::is_ascii_digit)
+    {
+        return Ok(value
+            .iter()
+            .fold(0u64, |a, &d| a * 10 + u64::from(d - b'0')));
+    }
     let mut n = prev;
     for part in value.split(|&b| b == b',') {
         let p = trim(part);
@@ -1845,6 +1885,22 @@ mod tests {
         assert_eq!(find_head_end(b"GET / HTTP/1.1\r\nA: b\r\n", 0), None);
         assert_eq!(find_head_end(b"GET / HTTP/1.1\r\n\r", 0), None);
         assert_eq!(find_head_end(b"GET / HTTP/1.1\r\n\r\n", 17), Some(18));
+        // Every position of the LFs against the eight-byte words.
+        for pad in 0..20 {
+            let mut b = vec![b'a'; pad];
+            b.extend_from_slice(b"\r\nX: y\r\n\r\nrest");
+            assert_eq!(find_head_end(&b, 0), Some(pad + 10), "pad {pad}");
+            let mut b = vec![b'a'; pad];
+            b.extend_from_slice(b"\n\n");
+            assert_eq!(find_head_end(&b, 0), Some(pad + 2), "pad {pad}");
+            assert_eq!(find_head_end(&b[..pad + 1], 0), None, "pad {pad}");
+            let bytes: Vec<u8> = (0..=255u8).filter(|&c| c != b'\n').collect();
+            assert_eq!(next_lf(&bytes, 0), None);
+            let mut with = bytes.clone();
+            with.insert(pad * 7, b'\n');
+            assert_eq!(next_lf(&with, 0), Some(pad * 7));
+            assert_eq!(next_lf(&with, pad * 7 + 1), None);
+        }
     }
 
     #[test]
