@@ -499,7 +499,7 @@ impl Client {
             dst: self.req_addr.map(|a| a.ip()),
             port: self.req_addr.map_or(0, |a| a.port()),
             op: None,
-            session_id: id.as_str(),
+            session_id: id.as_bytes(),
         }
     }
 
@@ -516,7 +516,7 @@ impl Client {
             dst: v.dst,
             port: v.port,
             op: None,
-            session_id: v.session_id.to_string(),
+            session_id: id.as_str().to_string(),
         }
     }
 

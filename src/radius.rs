@@ -130,8 +130,7 @@ impl Conf {
     /// The server to ask next for `which`, of those not `tried` (bits):
     /// the first that is up, in the order of the line, else the first
     /// held down ([`Conf::order`] without a list).
-    fn pick(&self, which: usize, tried: u8) -> Option<usize> {
-        let now = clock_ms();
+    fn pick(&self, which: usize, tried: u8, now: u64) -> Option<usize> {
         let fresh = |i: &usize| tried & (1 << i) == 0;
         let n = self.servers.len().min(8);
         (0..n)
@@ -210,7 +209,7 @@ impl Fields {
             dst: self.dst,
             port: self.port,
             op: self.op,
-            session_id: &self.session_id,
+            session_id: self.session_id.as_bytes(),
         }
     }
 }
@@ -228,12 +227,13 @@ pub struct View<'a> {
     pub dst: Option<IpAddr>,
     pub port: u16,
     pub op: Option<u32>,
-    pub session_id: &'a str,
+    /// Acct-Session-Id (text).
+    pub session_id: &'a [u8],
 }
 
 impl View<'_> {
     fn add_to(&self, b: &mut Builder) {
-        b.add(attr::ACCT_SESSION_ID, self.session_id.as_bytes());
+        b.add(attr::ACCT_SESSION_ID, self.session_id);
         b.add_u32(attr::NAS_PORT_TYPE, wire::PORT_VIRTUAL);
         b.add_u32(attr::NAS_PORT, u32::from(self.nas_port));
         if let Some(l) = self.local {
@@ -495,7 +495,6 @@ impl SessionId {
 
     /// A new id for a session that starts at `start` (as [`session_id`]).
     pub fn new(start: SystemTime) -> SessionId {
-        use std::io::Write;
         let d = start
             .duration_since(SystemTime::UNIX_EPOCH)
             .unwrap_or_default();
@@ -503,17 +502,42 @@ impl SessionId {
             len: 0,
             buf: [0; SessionId::MAX],
         };
-        let mut w = &mut s.buf[..];
-        let _ = write!(
-            w,
-            "{}.{}.{}",
-            d.as_secs(),
-            d.subsec_millis(),
-            SESSION_N.fetch_add(1, Ordering::Relaxed)
-        );
-        let left = w.len();
-        s.len = (SessionId::MAX - left) as u8;
+        let n = SESSION_N.fetch_add(1, Ordering::Relaxed);
+        for (i, v) in [d.as_secs(), u64::from(d.subsec_millis()), n]
+            .into_iter()
+            .enumerate()
+        {
+            if i > 0 {
+                s.push(b'.');
+            }
+            s.push_number(v);
+        }
         s
+    }
+
+    fn push(&mut self, b: u8) {
+        if usize::from(self.len) < SessionId::MAX {
+            self.buf[usize::from(self.len)] = b;
+            self.len += 1;
+        }
+    }
+
+    /// `v` in decimal, as `format!` writes it.
+    fn push_number(&mut self, v: u64) {
+        let mut digits = [0u8; 20];
+        let mut at = digits.len();
+        let mut v = v;
+        loop {
+            at -= 1;
+            digits[at] = b'0' + (v % 10) as u8;
+            v /= 10;
+            if v == 0 {
+                break;
+            }
+        }
+        for &d in &digits[at..] {
+            self.push(d);
+        }
     }
 
     /// The id an Access-Request carried (cut at [`SessionId::MAX`] bytes,
@@ -532,7 +556,11 @@ impl SessionId {
     }
 
     pub fn as_str(&self) -> &str {
-        std::str::from_utf8(&self.buf[..usize::from(self.len)]).unwrap_or("")
+        std::str::from_utf8(self.as_bytes()).unwrap_or("")
+    }
+
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.buf[..usize::from(self.len)]
     }
 }
 
@@ -734,11 +762,11 @@ impl Record<'_> {
 }
 
 /// Finish an encoded request for sending with identifier `id`:
-/// Acct-Delay-Time (how long since `queued`, [`clock_ms`]) if a second or
+/// Acct-Delay-Time (how long from `queued` to `now`, [`clock_ms`]) if a second or
 /// more, after the `body` bytes [`Record::encode`] made, then the header.
-fn seal(pkt: &mut Vec<u8>, body: usize, queued: u64, id: u8, secret: &[u8]) {
+fn seal(pkt: &mut Vec<u8>, body: usize, queued: u64, now: u64, id: u8, secret: &[u8]) {
     pkt.truncate(body);
-    let delay = clock_ms().saturating_sub(queued) / 1000;
+    let delay = now.saturating_sub(queued) / 1000;
     if delay > 0 {
         let mut b = Builder::resume(std::mem::take(pkt));
         b.add_u32(attr::ACCT_DELAY_TIME, delay.min(u64::from(u32::MAX)) as u32);
@@ -902,6 +930,9 @@ struct Outbox {
     /// When the next retransmission or give-up is due ([`clock_ms`]).
     next_due: u64,
     last_job: u64,
+    /// [`clock_ms`] as of the last wake-up (what the sender's timers
+    /// count from: a few ms coarse at most).
+    now: u64,
     bufs: Vec<Vec<u8>>,
     lens: [usize; crate::sys::udp::BATCH],
     /// Requests just answered: (session key, buffer).
@@ -945,6 +976,7 @@ impl Outbox {
             flushes: Vec::new(),
             next_due: u64::MAX,
             last_job: 0,
+            now: clock_ms(),
             bufs: vec![vec![0u8; wire::MAX_PACKET]; crate::sys::udp::BATCH],
             lens: [0; crate::sys::udp::BATCH],
             answered: Vec::with_capacity(crate::sys::udp::BATCH),
@@ -963,10 +995,14 @@ impl Outbox {
         loop {
             // Take the requests queued meanwhile; sleep until the next
             // one when there is nothing to do for a while.
+            self.now = clock_ms();
             if self.flushes.is_empty() {
-                if self.idle() && clock_ms() >= self.last_job + IDLE_AFTER {
+                if self.idle() && self.now >= self.last_job + IDLE_AFTER {
                     match self.rx.recv() {
-                        Ok(job) => self.take(job),
+                        Ok(job) => {
+                            self.now = clock_ms();
+                            self.take(job)
+                        }
                         Err(_) => return,
                     }
                 }
@@ -983,11 +1019,12 @@ impl Outbox {
                 for done in self.flushes.drain(..) {
                     let _ = done.send(());
                 }
-                if clock_ms() >= self.last_job + IDLE_AFTER {
+                if self.now >= self.last_job + IDLE_AFTER {
                     continue;
                 }
             }
             std::thread::sleep(GATHER);
+            self.now = clock_ms();
             self.receive();
             self.timers();
         }
@@ -996,7 +1033,7 @@ impl Outbox {
     /// A job from a client thread: ready, or waiting behind its
     /// session's earlier request.
     fn take(&mut self, job: Job) {
-        self.last_job = clock_ms();
+        self.last_job = self.now;
         if let Some(done) = job.flush {
             self.flushes.push(done);
             return;
@@ -1018,7 +1055,7 @@ impl Outbox {
 
     /// Make `job` ready for the first server to ask.
     fn start(&mut self, job: Job) {
-        let Some(server) = job.conf.pick(ACCT, 0) else {
+        let Some(server) = job.conf.pick(ACCT, 0, self.now) else {
             self.done(job.key, job.pkt);
             return;
         };
@@ -1094,8 +1131,8 @@ impl Outbox {
                 wait.push_back(p);
                 continue;
             };
-            seal(&mut p.pkt, p.body, p.queued, id, &conf.secret);
-            p.sent = clock_ms();
+            seal(&mut p.pkt, p.body, p.queued, self.now, id, &conf.secret);
+            p.sent = self.now;
             p.resent = false;
             let due = p.sent + conf.wait.as_millis() as u64 / 2;
             self.next_due = self.next_due.min(due);
@@ -1210,7 +1247,7 @@ impl Outbox {
     /// Retransmissions (once, at half the wait) and give-ups (at the
     /// wait: the next server), when one is due.
     fn timers(&mut self) {
-        let now = clock_ms();
+        let now = self.now;
         if now < self.next_due {
             return;
         }
@@ -1254,7 +1291,7 @@ impl Outbox {
     fn fail_over(&mut self, mut p: Pending) {
         p.conf.mark(p.server, ACCT, false);
         p.tried |= 1 << p.server;
-        match p.conf.pick(ACCT, p.tried) {
+        match p.conf.pick(ACCT, p.tried, self.now) {
             Some(i) => {
                 p.server = i;
                 self.ready.push_back(p);
@@ -1451,6 +1488,27 @@ mod tests {
             at += l;
         }
         (user, status)
+    }
+
+    #[test]
+    fn session_ids_read_as_format_writes_them() {
+        let t = SystemTime::UNIX_EPOCH + Duration::from_millis(1_700_000_000_042);
+        let a = SessionId::new(t);
+        let (head, n) = a.as_str().rsplit_once('.').unwrap();
+        assert_eq!(head, "1700000000.42");
+        let b = SessionId::new(t);
+        let m: u64 = b.as_str().rsplit_once('.').unwrap().1.parse().unwrap();
+        assert!(m > n.parse::<u64>().unwrap());
+        assert_eq!(
+            SessionId::new(SystemTime::UNIX_EPOCH)
+                .as_str()
+                .split('.')
+                .next(),
+            Some("0")
+        );
+        assert_eq!(SessionId::from_text("1.2.3").as_str(), "1.2.3");
+        let long = "é".repeat(40);
+        assert_eq!(SessionId::from_text(&long).as_str(), "é".repeat(23));
     }
 
     #[test]
