@@ -925,6 +925,8 @@ struct Outbox {
     /// Sessions with a request in flight or ready: their later requests
     /// wait here, in order.
     sessions: std::collections::HashMap<u64, std::collections::VecDeque<Job>, KeyHash>,
+    /// How many jobs wait in `sessions`.
+    held: usize,
     /// Flushes waiting for everything before them.
     flushes: Vec<Sender<()>>,
     /// When the next retransmission or give-up is due ([`clock_ms`]).
@@ -973,6 +975,7 @@ impl Outbox {
             socks: Vec::new(),
             ready: Default::default(),
             sessions: Default::default(),
+            held: 0,
             flushes: Vec::new(),
             next_due: u64::MAX,
             last_job: 0,
@@ -1006,7 +1009,11 @@ impl Outbox {
                         Err(_) => return,
                     }
                 }
-                while let Ok(job) = self.rx.try_recv() {
+                // Taken from the queue only while what was taken is
+                // bounded too: servers that do not answer fill the queue,
+                // and a full queue drops (counted).
+                while self.ready.len() + self.held < QUEUE {
+                    let Ok(job) = self.rx.try_recv() else { break };
                     self.take(job);
                     if !self.flushes.is_empty() {
                         break;
@@ -1043,6 +1050,7 @@ impl Outbox {
             match self.sessions.entry(job.key) {
                 Entry::Occupied(mut e) => {
                     e.get_mut().push_back(job);
+                    self.held += 1;
                     return;
                 }
                 Entry::Vacant(e) => {
@@ -1085,7 +1093,10 @@ impl Outbox {
             None => return,
         };
         match next {
-            Some(job) => self.start(job),
+            Some(job) => {
+                self.held -= 1;
+                self.start(job)
+            }
             None => {
                 self.sessions.remove(&key);
             }
