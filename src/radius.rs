@@ -1240,7 +1240,12 @@ impl Outbox {
                             p.conf.mark(p.server, ACCT, true);
                             self.answered.push((p.key, p.pkt));
                         }
-                        Err(why) => log::warn!("radius {}: ignored a reply: {why}", s.to),
+                        // A late duplicate answer to a request given up on
+                        // or answered, whose identifier was taken again
+                        // since (its authenticator is the old request's):
+                        // not worth a warning each. A wrong secret shows
+                        // as requests no server answers.
+                        Err(why) => log::debug!("radius {}: ignored a reply: {why}", s.to),
                     }
                 }
                 let mut answered = std::mem::take(&mut self.answered);
