@@ -193,6 +193,9 @@ def parse_args(argv):
                         "for an A/B comparison within one run")
     p.add_argument("--alt-what", metavar="TEXT",
                    help="what the --alt-binary build is, for the report (e.g. '3proxy 1.0.0, C')")
+    p.add_argument("--radius", action="store_true",
+                   help="also measure proxy 3proxy-radius: our binary with `log radius` to a "
+                        "FreeRADIUS (Debian freeradius) in the origin namespace")
     p.add_argument("--tls-key", choices=C.TLS_KEYS, default=C.TLS_KEY,
                    help="key of the https cells' certificate, the same for every peer: "
                         "ECDSA P-256 (default) or RSA 2048")
@@ -212,6 +215,8 @@ def main(argv=None):
     args = parse_args(argv)
     if args.alt_binary:
         S.add_alt(os.path.abspath(args.alt_binary), args.alt_what)
+    if args.radius:
+        S.add_radius()
     if args.compare:
         a, b = (json.load(open(f)) for f in args.compare)
         print(report.render_compare(a, b, names=args.compare))

@@ -80,17 +80,27 @@ def tls_gen_argv(tls, key=None):
 
 # --- ours ------------------------------------------------------------------
 
-def render_threeproxy(service, splice=False, tls=None):
+# 3proxy-radius (bench.py --radius): FreeRADIUS in the origin namespace,
+# accounting on the next port (3proxy's rule).
+RADIUS_SECRET = "testing123"
+RADIUS_PORT = 1812
+
+
+def render_threeproxy(service, splice=False, tls=None, radius=False):
     """A 3proxy cfg with one service, no log, generous limits.  As in 3proxy,
     tcppm takes its listening port as the first positional argument.  The
     https service is `proxy` under ssl_serv, with TLS's certificate and key
-    (tls_files) named before it, as 3proxy.cfg(5) asks."""
+    (tls_files) named before it, as 3proxy.cfg(5) asks.  With radius, the
+    same with `radius SECRET ORIGIN_IP:RADIUS_PORT` and `log radius` before
+    the service: each session (each HTTP request) a Start and a Stop."""
     s = " -s" if splice else ""
     lines = [
         "# threeproxy bench: %s%s" % (service, " (splice)" if splice else ""),
         "timeouts 1 5 30 60 180 1800 15 60",
         "maxconn 25000",
     ]
+    if radius:
+        lines += ["radius %s %s:%d" % (RADIUS_SECRET, ORIGIN_IP, RADIUS_PORT), "log radius"]
     if service == "tcp":
         lines.append("tcppm%s -i%s %d %s %d"
                      % (s, PROXY_IP, IPERF_PORT, ORIGIN_IP, IPERF_PORT))

@@ -140,6 +140,30 @@ class Session:
         if not procs.wait_listening(self.origin, C.HTTP_PORT):
             raise RuntimeError("origin nginx did not start; see %s" % d)
 
+    def ensure_radiusd(self):
+        """FreeRADIUS for 3proxy-radius, in the origin namespace on the other
+        CPU (as the origin), started at the first such cell and kept: it
+        answers every Accounting-Request and records none."""
+        if getattr(self, "radiusd", None) is not None and self.radiusd.poll() is None:
+            return
+        from .callgrind import raddb_conf
+        d = os.path.join(self.workdir, "radiusd")
+        for sub in ("log", "run"):
+            os.makedirs(os.path.join(d, sub), exist_ok=True)
+        with open(os.path.join(d, "dictionary"), "w") as f:
+            f.write("$INCLUDE /usr/share/freeradius/dictionary\n")
+        with open(os.path.join(d, "radiusd.conf"), "w") as f:
+            f.write(raddb_conf(d, C.RADIUS_PORT + 1, listen=C.ORIGIN_IP, clients="10.0.0.0/8",
+                               detail=False))
+        log = os.path.join(d, "radiusd.log")
+        self.radiusd = procs.spawn(netns.NS_ORG, self.other_cpu,
+                                   ["freeradius", "-f", "-l", "stdout", "-d", d], log_path=log)
+        deadline = time.monotonic() + 30
+        while "Ready to process requests" not in (_tail(log) or ""):
+            if self.radiusd.poll() is not None or time.monotonic() > deadline:
+                raise NotApplicable("freeradius did not start: %s" % (_tail(log) or "no output"))
+            time.sleep(0.2)
+
     def ensure_origin(self):
         if self.origin is None or self.origin.poll() is not None:
             self.log("origin nginx was gone; restarting it")
@@ -205,6 +229,8 @@ class Session:
         with open(cfg_path, "w") as f:
             f.write(cfg[1])
         self.configs["%s/%s" % (proxy, service)] = cfg[1]
+        if S.PROXIES[proxy].get("radius"):
+            self.ensure_radiusd()
         log = os.path.join(celldir, "proxy.log")
         p = procs.spawn(netns.NS_PRX, self.proxy_cpu,
                         S.proxy_argv(proxy, cfg_path, celldir, self.binary), log_path=log)

@@ -360,7 +360,8 @@ def proxy_config(proxy, service, rundir, nofile=65536, tls=None):
     if fam == "none":
         return None
     if fam == "ours":
-        return "3proxy.cfg", C.render_threeproxy(service, splice=p["splice"], tls=tls)
+        return "3proxy.cfg", C.render_threeproxy(service, splice=p["splice"], tls=tls,
+                                                 radius=p.get("radius", False))
     if fam == "nginx":
         return "nginx.conf", C.render_nginx_proxy(rundir, service, tls=tls, nofile=nofile)
     if fam == "haproxy":
@@ -387,6 +388,19 @@ def add_alt(binary, what=None):
                              "what": what or "another build of threeproxy, copy relay"}
     if "3proxy-alt" not in PROXY_ORDER:
         PROXY_ORDER.insert(PROXY_ORDER.index("3proxy") + 1, "3proxy-alt")
+
+
+def add_radius():
+    """Register proxy 3proxy-radius: our binary with `log radius` to a
+    FreeRADIUS the runner starts in the origin namespace (bench.py
+    --radius), for the A/B of issue 15's speed target against 3proxy."""
+    PROXIES["3proxy-radius"] = {
+        "family": "ours", "splice": False, "radius": True,
+        "what": "threeproxy, copy relay, with `radius %s %s:%d` and `log radius` "
+                "(FreeRADIUS in the origin namespace on the other CPU, answering only)"
+                % (C.RADIUS_SECRET, C.ORIGIN_IP, C.RADIUS_PORT)}
+    if "3proxy-radius" not in PROXY_ORDER:
+        PROXY_ORDER.insert(PROXY_ORDER.index("3proxy") + 1, "3proxy-radius")
 
 
 def proxy_argv(proxy, cfg_path, rundir, binary):

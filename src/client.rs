@@ -417,7 +417,11 @@ impl Client {
         let now = SystemTime::now();
         let r = grant.radius.as_deref();
         let mut session = crate::radius::Session {
-            id: r.map_or_else(|| crate::radius::session_id(now), |r| r.session_id.clone()),
+            id: r.map_or_else(
+                || crate::radius::SessionId::new(now),
+                |r| crate::radius::SessionId::from_text(&r.session_id),
+            ),
+            key: crate::radius::next_key(),
             since: now,
             class: r.map(|r| r.class.clone()).unwrap_or_default(),
             dumped_in: Default::default(),
@@ -430,7 +434,7 @@ impl Client {
             // its live entry's tag.
             // The live counters at the start of this record.
             let base = self.recorded;
-            let fields = self.acct_fields(session.id.clone());
+            let fields = || self.acct_fields(session.id);
             let t = Arc::new(crate::radius::Track::new(conf, &session, fields, base));
             self.live.set_tag(Some(t.clone()));
             session.track = Some(t);
@@ -453,7 +457,7 @@ impl Client {
     pub fn acct_refresh(&self) {
         let track = self.acct.as_ref().and_then(|s| s.track.as_ref());
         if let Some(t) = track.filter(|t| t.interim()) {
-            t.set_fields(self.acct_fields(t.session_id.clone()));
+            t.set_fields(self.acct_fields(t.session_id));
         }
     }
 
@@ -470,36 +474,49 @@ impl Client {
             (ld(&s.dumped_in) + inb, ld(&s.dumped_out) + out)
         });
         let since = s.map_or(self.start, |s| s.since);
-        let id = s.map_or_else(|| crate::radius::session_id(self.start), |s| s.id.clone());
-        let a = crate::radius::Acct {
+        let id = s.map_or_else(|| crate::radius::SessionId::new(self.start), |s| s.id);
+        let r = crate::radius::Record {
             status,
-            fields: self.acct_fields(id),
+            fields: self.acct_view(&id),
             input,
             output,
             session_time: since.elapsed().map_or(0, |d| d.as_secs()),
-            class: s.map(|s| s.class.clone()).unwrap_or_default(),
+            class: s.map_or(&[], |s| &s.class[..]),
             res: self.res,
-            queued: Instant::now(),
         };
-        crate::radius::account(conf, a);
+        crate::radius::account(conf, s.map_or(0, |s| s.key), &r);
     }
 
-    /// What accounting requests tell about this client.
-    fn acct_fields(&self, session_id: String) -> crate::radius::Fields {
-        crate::radius::Fields {
-            user: self.user.clone(),
+    /// What accounting requests tell about this client, borrowed.
+    fn acct_view<'a>(&'a self, id: &'a crate::radius::SessionId) -> crate::radius::View<'a> {
+        crate::radius::View {
+            user: self.user.as_deref(),
             client: self.client_addr,
             local: self.local_addr,
             nas_port: self.svc.port(),
-            nas_id: self
-                .service_name
-                .unwrap_or(self.svc.def.log_name)
-                .to_string(),
-            host: self.req_host.clone(),
+            nas_id: self.service_name.unwrap_or(self.svc.def.log_name),
+            host: self.req_host.as_deref(),
             dst: self.req_addr.map(|a| a.ip()),
             port: self.req_addr.map_or(0, |a| a.port()),
             op: None,
-            session_id,
+            session_id: id.as_bytes(),
+        }
+    }
+
+    /// The same, owned (what a `radiusinterim` track keeps).
+    fn acct_fields(&self, id: crate::radius::SessionId) -> crate::radius::Fields {
+        let v = self.acct_view(&id);
+        crate::radius::Fields {
+            user: v.user.map(str::to_string),
+            client: v.client,
+            local: v.local,
+            nas_port: v.nas_port,
+            nas_id: v.nas_id.to_string(),
+            host: v.host.map(str::to_string),
+            dst: v.dst,
+            port: v.port,
+            op: None,
+            session_id: id.as_str().to_string(),
         }
     }
 
@@ -532,11 +549,16 @@ impl Client {
             if let Some(s) = &self.acct {
                 let input = s.dumped_in.fetch_add(bytes_in, Ordering::Relaxed) + bytes_in;
                 let output = s.dumped_out.fetch_add(bytes_out, Ordering::Relaxed) + bytes_out;
-                let fields = self.acct_fields(s.id.clone());
-                crate::radius::account(
-                    conf,
-                    crate::radius::Acct::interim(fields, s, input, output),
-                );
+                let r = crate::radius::Record {
+                    status: Status::InterimUpdate,
+                    fields: self.acct_view(&s.id),
+                    input,
+                    output,
+                    session_time: s.since.elapsed().map_or(0, |d| d.as_secs()),
+                    class: &s.class,
+                    res: Res::OK,
+                };
+                crate::radius::account(conf, s.key, &r);
             }
             return;
         }

@@ -218,7 +218,7 @@ fn act(req: &DaeRequest, from: SocketAddr) -> (u8, Option<u32>) {
         user.is_none_or(|u| i.user.as_deref() == Some(u))
             && sid.is_none_or(|s| {
                 tag.and_then(|t| t.downcast_ref::<crate::radius::Track>())
-                    .is_some_and(|t| t.session_id == s)
+                    .is_some_and(|t| t.session_id.as_str() == s)
             })
     };
     // Quoted and escaped: the names come from the network.

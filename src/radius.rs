@@ -12,14 +12,22 @@
 //!   [`HOLD_DOWN`]; when none is left the client is refused with
 //!   [`Res::RADIUS_NO_ANSWER`]. So a client thread waits at most servers
 //!   x BYTE_LONG.
-//! - Accounting: [`account`] queues a request (bounded: past
-//!   [`QUEUE`] requests one is dropped and counted) and returns at once;
-//!   [`SENDERS`] sender threads send them with the same failover, those
-//!   of one session in order, on a socket per server they keep. On
-//!   exit [`flush`] waits, bounded, for the queue to drain. Start and Stop
-//!   are built by [`Acct::packet`] from the session's fields; an
-//!   Interim-Update is the same call with [`Status::InterimUpdate`] and the
-//!   counters so far (`logdump` records send one).
+//! - Accounting: [`account`] encodes a request on the client thread,
+//!   in a buffer the sender gave back (no allocation in the steady
+//!   state), queues it (bounded: past [`QUEUE`] requests one is dropped
+//!   and counted) and returns at once. One sender thread ([`SENDERS`])
+//!   keeps up to 256 requests in flight per server (one socket each,
+//!   answers matched by identifier and checked by their Response
+//!   Authenticator), sends and reads them in batches (`sendmmsg`,
+//!   `recvmmsg`) every [`GATHER`] while busy, sends each again once at
+//!   half the wait and hands it to the next server at the wait (the
+//!   same timeouts and failover as authentication). A session's
+//!   requests go in order: each waits until the one before it was
+//!   answered or given up. On exit [`flush`] waits, bounded, until what
+//!   was queued is done. Start and Stop are [`Record`]s from the
+//!   session's fields; an Interim-Update is the same with
+//!   [`Status::InterimUpdate`] and the counters so far (`logdump`
+//!   records send one).
 //! - `radiusinterim`: a session's [`Track`], hung on its live-registry
 //!   entry at its Start, lets one timer thread for the whole process
 //!   ([`interim_loop`]) send each live session an Interim-Update every
@@ -119,13 +127,24 @@ impl Conf {
         self.down[i][which].store(until, Ordering::Relaxed);
     }
 
-    /// Ask the servers in [`Conf::order`] until one gives a valid answer,
-    /// on the sockets `keep` holds if given.
-    fn ask(&self, which: usize, pkt: &[u8], mut keep: Option<&mut Sockets>) -> Option<Reply> {
+    /// The server to ask next for `which`, of those not `tried` (bits):
+    /// the first that is up, in the order of the line, else the first
+    /// held down ([`Conf::order`] without a list).
+    fn pick(&self, which: usize, tried: u8, now: u64) -> Option<usize> {
+        let fresh = |i: &usize| tried & (1 << i) == 0;
+        let n = self.servers.len().min(8);
+        (0..n)
+            .filter(fresh)
+            .find(|&i| self.down[i][which].load(Ordering::Relaxed) <= now)
+            .or_else(|| (0..n).find(fresh))
+    }
+
+    /// Ask the servers in [`Conf::order`] until one gives a valid answer.
+    fn ask(&self, which: usize, pkt: &[u8]) -> Option<Reply> {
         for i in self.order(which) {
             let s = &self.servers[i];
             let to = if which == AUTH { s.auth } else { s.acct };
-            let r = exchange(self, to, s.local, pkt, keep.as_deref_mut());
+            let r = exchange(self, to, s.local, pkt);
             self.mark(i, which, r.is_some());
             if r.is_some() {
                 return r;
@@ -178,8 +197,43 @@ pub struct Fields {
 }
 
 impl Fields {
+    /// The same fields, borrowed.
+    pub fn view(&self) -> View<'_> {
+        View {
+            user: self.user.as_deref(),
+            client: self.client,
+            local: self.local,
+            nas_port: self.nas_port,
+            nas_id: &self.nas_id,
+            host: self.host.as_deref(),
+            dst: self.dst,
+            port: self.port,
+            op: self.op,
+            session_id: self.session_id.as_bytes(),
+        }
+    }
+}
+
+/// [`Fields`] borrowed from where the proxy keeps them: what a client
+/// thread encodes an Accounting-Request from without copying them.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct View<'a> {
+    pub user: Option<&'a str>,
+    pub client: Option<SocketAddr>,
+    pub local: Option<SocketAddr>,
+    pub nas_port: u16,
+    pub nas_id: &'a str,
+    pub host: Option<&'a str>,
+    pub dst: Option<IpAddr>,
+    pub port: u16,
+    pub op: Option<u32>,
+    /// Acct-Session-Id (text).
+    pub session_id: &'a [u8],
+}
+
+impl View<'_> {
     fn add_to(&self, b: &mut Builder) {
-        b.add(attr::ACCT_SESSION_ID, self.session_id.as_bytes());
+        b.add(attr::ACCT_SESSION_ID, self.session_id);
         b.add_u32(attr::NAS_PORT_TYPE, wire::PORT_VIRTUAL);
         b.add_u32(attr::NAS_PORT, u32::from(self.nas_port));
         if let Some(l) = self.local {
@@ -188,8 +242,7 @@ impl Fields {
         b.add(attr::NAS_IDENTIFIER, self.nas_id.as_bytes());
         if let Some(c) = self.client {
             b.add_ip(attr::FRAMED_IP_ADDRESS, attr::FRAMED_IPV6_ADDRESS, c.ip());
-            let text = crate::addr::ip_text(c.ip().to_canonical());
-            b.add(attr::CALLING_STATION_ID, text.as_bytes());
+            add_ip_text(b, attr::CALLING_STATION_ID, c.ip().to_canonical());
         }
         if let Some(h) = &self.host {
             b.add(attr::CALLED_STATION_ID, h.as_bytes());
@@ -205,6 +258,34 @@ impl Fields {
             b.add(attr::USER_NAME, u.as_bytes());
         }
     }
+}
+
+/// An address as text (`addr::ip_text`'s form), an IPv4 one without
+/// allocating.
+fn add_ip_text(b: &mut Builder, t: u8, ip: IpAddr) {
+    let IpAddr::V4(v4) = ip else {
+        b.add(t, crate::addr::ip_text(ip).as_bytes());
+        return;
+    };
+    let mut text = [0u8; 15];
+    let mut n = 0;
+    for (i, o) in v4.octets().into_iter().enumerate() {
+        if i > 0 {
+            text[n] = b'.';
+            n += 1;
+        }
+        if o >= 100 {
+            text[n] = b'0' + o / 100;
+            n += 1;
+        }
+        if o >= 10 {
+            text[n] = b'0' + o / 10 % 10;
+            n += 1;
+        }
+        text[n] = b'0' + o % 10;
+        n += 1;
+    }
+    b.add(t, &text[..n]);
 }
 
 /// What an Access-Accept gave the session.
@@ -225,7 +306,6 @@ pub struct Accepted {
 /// A new Acct-Session-Id: seconds, milliseconds of the start and a
 /// process-wide counter (3proxy: seconds, milliseconds, thread id).
 pub fn session_id(start: SystemTime) -> String {
-    static N: AtomicU64 = AtomicU64::new(0);
     let d = start
         .duration_since(SystemTime::UNIX_EPOCH)
         .unwrap_or_default();
@@ -233,9 +313,12 @@ pub fn session_id(start: SystemTime) -> String {
         "{}.{}.{}",
         d.as_secs(),
         d.subsec_millis(),
-        N.fetch_add(1, Ordering::Relaxed)
+        SESSION_N.fetch_add(1, Ordering::Relaxed)
     )
 }
+
+/// The counter at the end of Acct-Session-Ids.
+static SESSION_N: AtomicU64 = AtomicU64::new(0);
 
 /// An identifier for the next request (3proxy counts them too).
 fn next_id() -> u8 {
@@ -265,12 +348,12 @@ pub fn authenticate(conf: &Conf, f: &Fields, password: Option<&str>) -> Result<A
     let asked = Instant::now();
     let mut b = Builder::new(wire::ACCESS_REQUEST, next_id(), random_authenticator());
     b.add_u32(attr::SERVICE_TYPE, wire::SERVICE_AUTHENTICATE_ONLY);
-    f.add_to(&mut b);
+    f.view().add_to(&mut b);
     if let Some(pw) = password {
         b.add_password(pw.as_bytes(), &conf.secret);
     }
     let pkt = b.finish_access(&conf.secret);
-    if let Some(r) = conf.ask(AUTH, &pkt, None) {
+    if let Some(r) = conf.ask(AUTH, &pkt) {
         return match r.code {
             wire::ACCESS_ACCEPT => Ok(Accepted {
                 framed_ip: r.framed_ip,
@@ -297,28 +380,9 @@ pub fn authenticate(conf: &Conf, f: &Fields, password: Option<&str>) -> Result<A
 }
 
 /// Send `pkt` to `to` and wait for a valid answer, up to `conf.wait`
-/// (sending it again once, halfway).
-/// With `keep` (the accounting sender's), the socket for `to` is kept
-/// for the next request: a late answer to an earlier one is told apart
-/// by its identifier and authenticator, and skipped.
-fn exchange(
-    conf: &Conf,
-    to: SocketAddr,
-    local: Option<IpAddr>,
-    pkt: &[u8],
-    keep: Option<&mut Sockets>,
-) -> Option<Reply> {
-    let owned;
-    let sock = match keep {
-        Some(map) => match map.entry((to, local)) {
-            std::collections::hash_map::Entry::Occupied(e) => &*e.into_mut(),
-            std::collections::hash_map::Entry::Vacant(e) => &*e.insert(open(to, local)?),
-        },
-        None => {
-            owned = open(to, local)?;
-            &owned
-        }
-    };
+/// (sending it again once, halfway), on a socket of its own.
+fn exchange(conf: &Conf, to: SocketAddr, local: Option<IpAddr>, pkt: &[u8]) -> Option<Reply> {
+    let sock = open(to, local)?;
     let start = Instant::now();
     let deadline = start + conf.wait;
     let resend_at = start + conf.wait / 2;
@@ -340,7 +404,7 @@ fn exchange(
         match sock.recv(&mut buf) {
             Ok(n) => match wire::parse_reply(&buf[..n], pkt, &conf.secret) {
                 Ok(r) => return Some(r),
-                // A late answer to an earlier request on a kept socket.
+                // Not ours (the socket is new: nothing late is).
                 Err(wire::Fault::Id) => {}
                 Err(why) => log::warn!("radius {to}: ignored a reply: {why}"),
             },
@@ -382,9 +446,6 @@ fn warn_limited(msg: &str) {
 /// Least time between two of this module's warnings about servers.
 const WARN_EVERY: Duration = Duration::from_secs(5);
 
-/// Sockets the accounting sender keeps, by server and source address.
-type Sockets = std::collections::HashMap<(SocketAddr, Option<IpAddr>), UdpSocket>;
-
 /// A UDP socket connected to `to` (so only its datagrams reach us), from
 /// `local` if given.
 fn open(to: SocketAddr, local: Option<IpAddr>) -> Option<UdpSocket> {
@@ -420,10 +481,103 @@ pub fn terminate_cause(res: Res) -> u32 {
     }
 }
 
+/// An Acct-Session-Id kept inline (a session's requests copy it without
+/// allocating): at most [`SessionId::MAX`] bytes, cut there.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct SessionId {
+    len: u8,
+    buf: [u8; SessionId::MAX],
+}
+
+impl SessionId {
+    /// Longest id kept: ours ("seconds.millis.counter") take at most 35.
+    pub const MAX: usize = 47;
+
+    /// A new id for a session that starts at `start` (as [`session_id`]).
+    pub fn new(start: SystemTime) -> SessionId {
+        let d = start
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .unwrap_or_default();
+        let mut s = SessionId {
+            len: 0,
+            buf: [0; SessionId::MAX],
+        };
+        let n = SESSION_N.fetch_add(1, Ordering::Relaxed);
+        for (i, v) in [d.as_secs(), u64::from(d.subsec_millis()), n]
+            .into_iter()
+            .enumerate()
+        {
+            if i > 0 {
+                s.push(b'.');
+            }
+            s.push_number(v);
+        }
+        s
+    }
+
+    fn push(&mut self, b: u8) {
+        if usize::from(self.len) < SessionId::MAX {
+            self.buf[usize::from(self.len)] = b;
+            self.len += 1;
+        }
+    }
+
+    /// `v` in decimal, as `format!` writes it.
+    fn push_number(&mut self, v: u64) {
+        let mut digits = [0u8; 20];
+        let mut at = digits.len();
+        let mut v = v;
+        loop {
+            at -= 1;
+            digits[at] = b'0' + (v % 10) as u8;
+            v /= 10;
+            if v == 0 {
+                break;
+            }
+        }
+        for &d in &digits[at..] {
+            self.push(d);
+        }
+    }
+
+    /// The id an Access-Request carried (cut at [`SessionId::MAX`] bytes,
+    /// at a character boundary).
+    pub fn from_text(t: &str) -> SessionId {
+        let mut n = t.len().min(SessionId::MAX);
+        while !t.is_char_boundary(n) {
+            n -= 1;
+        }
+        let mut s = SessionId {
+            len: n as u8,
+            buf: [0; SessionId::MAX],
+        };
+        s.buf[..n].copy_from_slice(&t.as_bytes()[..n]);
+        s
+    }
+
+    pub fn as_str(&self) -> &str {
+        std::str::from_utf8(self.as_bytes()).unwrap_or("")
+    }
+
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.buf[..usize::from(self.len)]
+    }
+}
+
+impl std::fmt::Debug for SessionId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.as_str().fmt(f)
+    }
+}
+
 /// A session's accounting so far: begun with a Start, ended with a Stop.
 #[derive(Debug)]
 pub struct Session {
-    pub id: String,
+    pub id: SessionId,
+    /// Ties its requests together for the sender ([`next_key`]): none of
+    /// them is sent before the one queued before it was answered or
+    /// given up.
+    pub key: u64,
     pub since: SystemTime,
     pub class: Vec<Vec<u8>>,
     /// Bytes already reported by Interim-Updates (`logdump` records),
@@ -433,6 +587,12 @@ pub struct Session {
     /// What `radiusinterim`'s timer and a Disconnect-Request by
     /// Acct-Session-Id read, also hung on the session's live entry.
     pub track: Option<Arc<Track>>,
+}
+
+/// A new accounting session's key (never 0: 0 is a lone request's).
+pub fn next_key() -> u64 {
+    static K: AtomicU64 = AtomicU64::new(1);
+    K.fetch_add(1, Ordering::Relaxed)
 }
 
 /// What `radiusinterim`'s timer and `radiusdae` need of a live `log
@@ -445,7 +605,8 @@ pub struct Track {
     conf: Arc<Conf>,
     /// `radiusinterim`, if set.
     every: Option<Duration>,
-    pub session_id: String,
+    pub session_id: SessionId,
+    key: u64,
     since: SystemTime,
     class: Vec<Vec<u8>>,
     /// Live counters (out, in) at the Start.
@@ -454,13 +615,20 @@ pub struct Track {
     /// the Stop was queued: under one lock, so an Interim-Update is
     /// queued before the Stop or not at all.
     state: std::sync::Mutex<(u64, bool)>,
-    fields: std::sync::Mutex<Fields>,
+    /// What its Interim-Updates say (only kept with `radiusinterim`).
+    fields: std::sync::Mutex<Option<Fields>>,
 }
 
 impl Track {
     /// A track for session `s` of `conf`; `base` the live counters (out,
-    /// in) now. Starts the timer thread if `conf` has an interval.
-    pub fn new(conf: &Arc<Conf>, s: &Session, fields: Fields, base: (u64, u64)) -> Track {
+    /// in) now; `fields` what its Interim-Updates say, asked for only if
+    /// `conf` has an interval (which starts the timer thread).
+    pub fn new(
+        conf: &Arc<Conf>,
+        s: &Session,
+        fields: impl FnOnce() -> Fields,
+        base: (u64, u64),
+    ) -> Track {
         let every = conf.interim;
         if every.is_some() {
             start_timer();
@@ -468,12 +636,13 @@ impl Track {
         Track {
             conf: conf.clone(),
             every,
-            session_id: s.id.clone(),
+            session_id: s.id,
+            key: s.key,
             since: s.since,
             class: s.class.clone(),
             base,
             state: std::sync::Mutex::new((clock_ms(), false)),
-            fields: std::sync::Mutex::new(fields),
+            fields: std::sync::Mutex::new(every.map(|_| fields())),
         }
     }
 
@@ -484,7 +653,7 @@ impl Track {
 
     /// The session knows more of itself (its destination's address).
     pub fn set_fields(&self, f: Fields) {
-        *self.fields.lock().unwrap_or_else(|e| e.into_inner()) = f;
+        *self.fields.lock().unwrap_or_else(|e| e.into_inner()) = Some(f);
     }
 
     /// The Stop is about to be queued: no Interim-Update after it.
@@ -501,22 +670,18 @@ impl Track {
             return;
         }
         st.0 = now;
-        let fields = self
-            .fields
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone();
-        let a = Acct {
+        let fields = self.fields.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(f) = fields.as_ref() else { return };
+        let r = Record {
             status: Status::InterimUpdate,
-            fields,
+            fields: f.view(),
             input: inb.saturating_sub(self.base.1),
             output: out.saturating_sub(self.base.0),
             session_time: self.since.elapsed().map_or(0, |d| d.as_secs()),
-            class: self.class.clone(),
+            class: &self.class,
             res: Res::OK,
-            queued: Instant::now(),
         };
-        account(&self.conf, a);
+        account(&self.conf, self.key, &r);
     }
 }
 
@@ -551,47 +716,32 @@ fn interim_loop() {
     }
 }
 
-/// One Accounting-Request to send.
+/// One Accounting-Request, as the client thread knows it (borrowed: it
+/// is encoded at once, in [`account`]).
 #[derive(Debug, Clone)]
-pub struct Acct {
+pub struct Record<'a> {
     pub status: Status,
-    pub fields: Fields,
+    pub fields: View<'a>,
     /// Acct-Input-Octets: bytes from the server to the client (3proxy's
     /// `statssrv64`, `%I`); Acct-Output-Octets the other way (`%O`).
     pub input: u64,
     pub output: u64,
     /// Seconds since the session began (Stop and Interim-Update).
     pub session_time: u64,
-    pub class: Vec<Vec<u8>>,
+    pub class: &'a [Vec<u8>],
     /// The session's result code, for Stop.
     pub res: Res,
-    /// When it was queued: Acct-Delay-Time says how long it waited.
-    pub queued: Instant,
 }
 
-impl Acct {
-    /// An Interim-Update for a live session: `input` and `output` are its
-    /// byte counts so far (not since the last update). What a periodic
-    /// sender (a live-session registry's timer) queues with [`account`];
-    /// `logdump` records use it today.
-    pub fn interim(fields: Fields, session: &Session, input: u64, output: u64) -> Acct {
-        Acct {
-            status: Status::InterimUpdate,
-            fields,
-            input,
-            output,
-            session_time: session.since.elapsed().map_or(0, |d| d.as_secs()),
-            class: session.class.clone(),
-            res: Res::OK,
-            queued: Instant::now(),
-        }
-    }
-
-    /// The Accounting-Request's bytes: Acct-Status-Type, the fields, and
-    /// for a Stop or an Interim-Update the counters and the session time;
-    /// for a Stop the terminate cause; the Class attributes.
-    pub fn packet(&self, secret: &[u8]) -> Vec<u8> {
-        let mut b = Builder::new(wire::ACCOUNTING_REQUEST, next_id(), [0; 16]);
+impl Record<'_> {
+    /// The Accounting-Request's attributes, in `buf` (a buffer kept from
+    /// an earlier request): Acct-Status-Type, the fields, and for a Stop
+    /// or an Interim-Update the counters and the session time; for a
+    /// Stop the terminate cause; the Class attributes. Unsealed: the
+    /// sender adds Acct-Delay-Time, the identifier and the authenticator
+    /// ([`seal`]).
+    pub fn encode(&self, buf: Vec<u8>) -> Vec<u8> {
+        let mut b = Builder::reuse(buf, wire::ACCOUNTING_REQUEST, 0, [0; 16]);
         b.add_u32(attr::ACCT_STATUS_TYPE, self.status as u32);
         self.fields.add_to(&mut b);
         if self.status != Status::Start {
@@ -604,30 +754,60 @@ impl Acct {
         if self.status == Status::Stop {
             b.add_u32(attr::ACCT_TERMINATE_CAUSE, terminate_cause(self.res));
         }
-        for c in &self.class {
+        for c in self.class {
             b.add(attr::CLASS, c);
         }
-        let delay = self.queued.elapsed().as_secs();
-        if delay > 0 {
-            b.add_u32(attr::ACCT_DELAY_TIME, delay.min(u64::from(u32::MAX)) as u32);
-        }
-        b.finish_accounting(secret)
+        b.into_unsealed()
     }
 }
 
-enum Job {
-    Send(Arc<Conf>, Box<Acct>),
-    Flush(Sender<()>),
+/// Finish an encoded request for sending with identifier `id`:
+/// Acct-Delay-Time (how long from `queued` to `now`, [`clock_ms`]) if a second or
+/// more, after the `body` bytes [`Record::encode`] made, then the header.
+fn seal(pkt: &mut Vec<u8>, body: usize, queued: u64, now: u64, id: u8, secret: &[u8]) {
+    pkt.truncate(body);
+    let delay = now.saturating_sub(queued) / 1000;
+    if delay > 0 {
+        let mut b = Builder::resume(std::mem::take(pkt));
+        b.add_u32(attr::ACCT_DELAY_TIME, delay.min(u64::from(u32::MAX)) as u32);
+        *pkt = b.into_unsealed();
+    }
+    wire::seal_accounting(pkt, id, secret);
+}
+
+/// What a client thread hands the sender: the encoded request and what
+/// it needs to send it.
+struct Job {
+    conf: Arc<Conf>,
+    /// The session's [`next_key`], 0 for a lone request.
+    key: u64,
+    pkt: Vec<u8>,
+    /// [`clock_ms`] when it was queued.
+    queued: u64,
+    /// A flush marker instead of a request (see [`flush`]).
+    flush: Option<Sender<()>>,
 }
 
 static DROPPED: AtomicU64 = AtomicU64::new(0);
 
 /// Accounting sender threads. All requests of a session go to the same
-/// one (chosen by its Acct-Session-Id), so its Start always goes before
-/// its Stop, while other sessions' requests are sent meanwhile.
-pub const SENDERS: usize = 4;
+/// one (chosen by its key), so its Start always goes before its Stop.
+/// One is enough: it keeps up to 256 requests outstanding per server
+/// and sends and receives them in batches.
+pub const SENDERS: usize = 1;
 
 static SENDER_TX: OnceLock<Vec<Sender<Job>>> = OnceLock::new();
+
+/// Encoded requests' buffers, back from the sender for the next ones
+/// (the client thread allocates none in the steady state).
+static POOL: OnceLock<Pool> = OnceLock::new();
+
+/// The pool's two ends: the sender gives back, client threads take.
+type Pool = (Sender<Vec<u8>>, Receiver<Vec<u8>>);
+
+fn pool() -> &'static Pool {
+    POOL.get_or_init(|| bounded(1024))
+}
 
 /// The senders' queues, started at the first request.
 fn senders() -> &'static [Sender<Job>] {
@@ -637,7 +817,7 @@ fn senders() -> &'static [Sender<Job>] {
                 let (tx, rx) = bounded(QUEUE / SENDERS);
                 std::thread::Builder::new()
                     .name(format!("radius-acct-{i}"))
-                    .spawn(move || send_loop(rx))
+                    .spawn(move || Outbox::new(rx).run())
                     .map_err(|e| log::error!("radius accounting: cannot start a thread: {e}"))
                     .ok()
                     .map(|_| tx)
@@ -646,18 +826,28 @@ fn senders() -> &'static [Sender<Job>] {
     })
 }
 
-/// `log radius`: queue `a` for the servers of `conf`; never waits. A full
-/// queue drops it (counted, and said once in a while).
-pub fn account(conf: &Arc<Conf>, a: Acct) {
-    use std::hash::{Hash, Hasher};
+/// `log radius`: queue `r` for the servers of `conf`, as a request of
+/// the session `key` (0: a lone request); never waits. A full queue
+/// drops it (counted, and said once in a while). The request is encoded
+/// here, in a buffer the sender gave back.
+pub fn account(conf: &Arc<Conf>, key: u64, r: &Record) {
     let all = senders();
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    a.fields.session_id.hash(&mut h);
-    let Some(tx) = all.get(h.finish() as usize % all.len().max(1)) else {
+    let Some(tx) = all.get(key as usize % all.len().max(1)) else {
         DROPPED.fetch_add(1, Ordering::Relaxed);
         return;
     };
-    match tx.try_send(Job::Send(conf.clone(), Box::new(a))) {
+    let buf = pool()
+        .1
+        .try_recv()
+        .unwrap_or_else(|_| Vec::with_capacity(256));
+    let job = Job {
+        conf: conf.clone(),
+        key,
+        pkt: r.encode(buf),
+        queued: clock_ms(),
+        flush: None,
+    };
+    match tx.try_send(job) {
         Ok(()) => {}
         Err(TrySendError::Full(_)) | Err(TrySendError::Disconnected(_)) => {
             let n = DROPPED.fetch_add(1, Ordering::Relaxed);
@@ -671,21 +861,469 @@ pub fn account(conf: &Arc<Conf>, a: Acct) {
     }
 }
 
-fn send_loop(rx: Receiver<Job>) {
-    let mut sockets = Sockets::new();
-    for job in rx {
-        match job {
-            Job::Send(conf, a) => {
-                let pkt = a.packet(&conf.secret);
-                if conf.ask(ACCT, &pkt, Some(&mut sockets)).is_none() {
-                    warn_limited(&format!(
-                        "radius accounting: {:?} for session {} not answered by any server",
-                        a.status, a.fields.session_id
-                    ));
+/// A request on its way: sent (or to be sent) to one server.
+struct Pending {
+    conf: Arc<Conf>,
+    key: u64,
+    pkt: Vec<u8>,
+    /// Length of the encoded request before [`seal`] added to it.
+    body: usize,
+    queued: u64,
+    /// The server it is sent to (an index into `conf.servers`), and
+    /// those tried before (bits).
+    server: usize,
+    tried: u8,
+    /// [`clock_ms`] of its first send to this server; whether it was
+    /// sent again.
+    sent: u64,
+    resent: bool,
+}
+
+/// The socket to one server (by address and source address) and its
+/// requests in flight, by identifier.
+struct Sock {
+    to: SocketAddr,
+    local: Option<IpAddr>,
+    sock: UdpSocket,
+    slots: Vec<Option<Pending>>,
+    used: usize,
+    /// Where to look for a free identifier next.
+    cursor: u8,
+    /// Identifiers to send (or send again) at the next batch.
+    out: Vec<u8>,
+}
+
+impl Sock {
+    fn free_id(&mut self) -> Option<u8> {
+        if self.used >= 256 {
+            return None;
+        }
+        for _ in 0..256 {
+            let id = self.cursor;
+            self.cursor = self.cursor.wrapping_add(1);
+            if self.slots[usize::from(id)].is_none() {
+                return Some(id);
+            }
+        }
+        None
+    }
+}
+
+/// How long the sender gathers requests and answers before it sends
+/// and reads them in one batch, while it is busy.
+const GATHER: Duration = Duration::from_millis(2);
+/// After this long without a request, the sender sleeps until the next
+/// one (a client thread then wakes it).
+const IDLE_AFTER: u64 = 50;
+
+/// One accounting sender thread's state.
+struct Outbox {
+    rx: Receiver<Job>,
+    socks: Vec<Sock>,
+    /// Requests ready for a server (new ones and failed-over ones).
+    ready: std::collections::VecDeque<Pending>,
+    /// Sessions with a request in flight or ready: their later requests
+    /// wait here, in order.
+    sessions: std::collections::HashMap<u64, std::collections::VecDeque<Job>, KeyHash>,
+    /// How many jobs wait in `sessions`.
+    held: usize,
+    /// Flushes waiting for everything before them.
+    flushes: Vec<Sender<()>>,
+    /// When the next retransmission or give-up is due ([`clock_ms`]).
+    next_due: u64,
+    last_job: u64,
+    /// [`clock_ms`] as of the last wake-up (what the sender's timers
+    /// count from: a few ms coarse at most).
+    now: u64,
+    bufs: Vec<Vec<u8>>,
+    lens: [usize; crate::sys::udp::BATCH],
+    /// Requests just answered: (session key, buffer).
+    answered: Vec<(u64, Vec<u8>)>,
+}
+
+/// Session keys are counters: their own hash.
+#[derive(Default, Clone, Copy)]
+struct KeyHash;
+
+impl std::hash::BuildHasher for KeyHash {
+    type Hasher = KeyHasher;
+    fn build_hasher(&self) -> KeyHasher {
+        KeyHasher(0)
+    }
+}
+
+struct KeyHasher(u64);
+
+impl std::hash::Hasher for KeyHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0 << 8 | u64::from(b)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        }
+    }
+    fn write_u64(&mut self, k: u64) {
+        self.0 = k.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
+}
+
+impl Outbox {
+    fn new(rx: Receiver<Job>) -> Outbox {
+        Outbox {
+            rx,
+            socks: Vec::new(),
+            ready: Default::default(),
+            sessions: Default::default(),
+            held: 0,
+            flushes: Vec::new(),
+            next_due: u64::MAX,
+            last_job: 0,
+            now: clock_ms(),
+            bufs: vec![vec![0u8; wire::MAX_PACKET]; crate::sys::udp::BATCH],
+            lens: [0; crate::sys::udp::BATCH],
+            answered: Vec::with_capacity(crate::sys::udp::BATCH),
+        }
+    }
+
+    fn in_flight(&self) -> usize {
+        self.socks.iter().map(|s| s.used).sum()
+    }
+
+    fn idle(&self) -> bool {
+        self.ready.is_empty() && self.sessions.is_empty() && self.in_flight() == 0
+    }
+
+    fn run(mut self) {
+        loop {
+            // Take the requests queued meanwhile; sleep until the next
+            // one when there is nothing to do for a while.
+            self.now = clock_ms();
+            if self.flushes.is_empty() {
+                if self.idle() && self.now >= self.last_job + IDLE_AFTER {
+                    match self.rx.recv() {
+                        Ok(job) => {
+                            self.now = clock_ms();
+                            self.take(job)
+                        }
+                        Err(_) => return,
+                    }
+                }
+                // Taken from the queue only while what was taken is
+                // bounded too: servers that do not answer fill the queue,
+                // and a full queue drops (counted).
+                while self.ready.len() + self.held < QUEUE {
+                    let Ok(job) = self.rx.try_recv() else { break };
+                    self.take(job);
+                    if !self.flushes.is_empty() {
+                        break;
+                    }
                 }
             }
-            Job::Flush(done) => {
-                let _ = done.send(());
+            self.dispatch();
+            self.send();
+            if self.idle() {
+                for done in self.flushes.drain(..) {
+                    let _ = done.send(());
+                }
+                if self.now >= self.last_job + IDLE_AFTER {
+                    continue;
+                }
+            }
+            std::thread::sleep(GATHER);
+            self.now = clock_ms();
+            self.receive();
+            self.timers();
+        }
+    }
+
+    /// A job from a client thread: ready, or waiting behind its
+    /// session's earlier request.
+    fn take(&mut self, job: Job) {
+        self.last_job = self.now;
+        if let Some(done) = job.flush {
+            self.flushes.push(done);
+            return;
+        }
+        if job.key != 0 {
+            use std::collections::hash_map::Entry;
+            match self.sessions.entry(job.key) {
+                Entry::Occupied(mut e) => {
+                    e.get_mut().push_back(job);
+                    self.held += 1;
+                    return;
+                }
+                Entry::Vacant(e) => {
+                    e.insert(Default::default());
+                }
+            }
+        }
+        self.start(job);
+    }
+
+    /// Make `job` ready for the first server to ask.
+    fn start(&mut self, job: Job) {
+        let Some(server) = job.conf.pick(ACCT, 0, self.now) else {
+            self.done(job.key, job.pkt);
+            return;
+        };
+        let body = job.pkt.len();
+        self.ready.push_back(Pending {
+            conf: job.conf,
+            key: job.key,
+            pkt: job.pkt,
+            body,
+            queued: job.queued,
+            server,
+            tried: 0,
+            sent: 0,
+            resent: false,
+        });
+    }
+
+    /// A request was answered or given up: its buffer goes back to the
+    /// pool, and its session's next request (if any) gets ready.
+    fn done(&mut self, key: u64, pkt: Vec<u8>) {
+        let _ = pool().0.try_send(pkt);
+        if key == 0 {
+            return;
+        }
+        let next = match self.sessions.get_mut(&key) {
+            Some(q) => q.pop_front(),
+            None => return,
+        };
+        match next {
+            Some(job) => {
+                self.held -= 1;
+                self.start(job)
+            }
+            None => {
+                self.sessions.remove(&key);
+            }
+        }
+    }
+
+    /// The socket for server `i` of `conf`, opened at first use.
+    fn sock(&mut self, conf: &Conf, i: usize) -> Option<usize> {
+        let s = &conf.servers[i];
+        if let Some(at) = self
+            .socks
+            .iter()
+            .position(|k| k.to == s.acct && k.local == s.local)
+        {
+            return Some(at);
+        }
+        let sock = open(s.acct, s.local)?;
+        self.socks.push(Sock {
+            to: s.acct,
+            local: s.local,
+            sock,
+            slots: (0..256).map(|_| None).collect(),
+            used: 0,
+            cursor: 0,
+            out: Vec::with_capacity(64),
+        });
+        Some(self.socks.len() - 1)
+    }
+
+    /// Give each ready request an identifier on its server's socket (one
+    /// whose 256 are all in flight waits).
+    fn dispatch(&mut self) {
+        let mut wait = std::collections::VecDeque::new();
+        while let Some(mut p) = self.ready.pop_front() {
+            let conf = p.conf.clone();
+            let Some(at) = self.sock(&conf, p.server) else {
+                // No socket to that server: as if it did not answer.
+                self.fail_over(p);
+                continue;
+            };
+            let s = &mut self.socks[at];
+            let Some(id) = s.free_id() else {
+                wait.push_back(p);
+                continue;
+            };
+            seal(&mut p.pkt, p.body, p.queued, self.now, id, &conf.secret);
+            p.sent = self.now;
+            p.resent = false;
+            let due = p.sent + conf.wait.as_millis() as u64 / 2;
+            self.next_due = self.next_due.min(due);
+            s.slots[usize::from(id)] = Some(p);
+            s.used += 1;
+            s.out.push(id);
+        }
+        self.ready = wait;
+    }
+
+    /// Send what each socket has to send, in batches.
+    fn send(&mut self) {
+        use std::os::fd::AsFd;
+        let mut refused = Vec::new();
+        for (at, s) in self.socks.iter_mut().enumerate() {
+            let mut from = 0;
+            while from < s.out.len() {
+                let mut pkts: [&[u8]; crate::sys::udp::BATCH] = [&[]; crate::sys::udp::BATCH];
+                let mut n = 0;
+                for &id in s.out[from..].iter().take(crate::sys::udp::BATCH) {
+                    if let Some(p) = &s.slots[usize::from(id)] {
+                        pkts[n] = &p.pkt;
+                        n += 1;
+                    }
+                }
+                let taken = s.out[from..].len().min(crate::sys::udp::BATCH);
+                match crate::sys::udp::send_batch(s.sock.as_fd(), &pkts[..n]) {
+                    Ok(k) if k == n => from += taken,
+                    Ok(_) => break,
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                    // ICMP port unreachable: nobody listens there.
+                    Err(_) => {
+                        refused.push(at);
+                        break;
+                    }
+                }
+            }
+            // What the socket's buffer did not take goes out at the
+            // retransmission (or is given up on in time).
+            s.out.clear();
+        }
+        for at in refused {
+            self.refused(at);
+        }
+    }
+
+    /// The server of socket `at` refused (ICMP): every request in flight
+    /// there goes to the next server now.
+    fn refused(&mut self, at: usize) {
+        let s = &mut self.socks[at];
+        let all: Vec<Pending> = s.slots.iter_mut().filter_map(Option::take).collect();
+        s.used = 0;
+        s.out.clear();
+        for p in all {
+            self.fail_over(p);
+        }
+    }
+
+    /// Read the answers waiting on every socket with requests in flight.
+    fn receive(&mut self) {
+        use std::os::fd::AsFd;
+        for at in 0..self.socks.len() {
+            loop {
+                let s = &mut self.socks[at];
+                if s.used == 0 {
+                    break;
+                }
+                let n = match crate::sys::udp::recv_batch(
+                    s.sock.as_fd(),
+                    &mut self.bufs,
+                    &mut self.lens,
+                ) {
+                    Ok(n) => n,
+                    Err(_) => {
+                        self.refused(at);
+                        break;
+                    }
+                };
+                for k in 0..n {
+                    let got = &self.bufs[k][..self.lens[k]];
+                    if got.len() < 20 {
+                        continue;
+                    }
+                    let s = &mut self.socks[at];
+                    let slot = &mut s.slots[usize::from(got[1])];
+                    let Some(p) = slot.as_ref() else {
+                        // A late answer to a request given up on.
+                        continue;
+                    };
+                    match wire::parse_reply(got, &p.pkt, &p.conf.secret) {
+                        Ok(_) => {
+                            let p = slot.take().expect("checked above");
+                            s.used -= 1;
+                            p.conf.mark(p.server, ACCT, true);
+                            self.answered.push((p.key, p.pkt));
+                        }
+                        // A late duplicate answer to a request given up on
+                        // or answered, whose identifier was taken again
+                        // since (its authenticator is the old request's):
+                        // not worth a warning each. A wrong secret shows
+                        // as requests no server answers.
+                        Err(why) => log::debug!("radius {}: ignored a reply: {why}", s.to),
+                    }
+                }
+                let mut answered = std::mem::take(&mut self.answered);
+                for (key, pkt) in answered.drain(..) {
+                    self.done(key, pkt);
+                }
+                self.answered = answered;
+                if n < crate::sys::udp::BATCH {
+                    break;
+                }
+            }
+        }
+    }
+
+    /// Retransmissions (once, at half the wait) and give-ups (at the
+    /// wait: the next server), when one is due.
+    fn timers(&mut self) {
+        let now = self.now;
+        if now < self.next_due {
+            return;
+        }
+        let mut next = u64::MAX;
+        let mut gone = Vec::new();
+        for s in &mut self.socks {
+            if s.used == 0 {
+                continue;
+            }
+            for id in 0..=255u8 {
+                let Some(p) = &mut s.slots[usize::from(id)] else {
+                    continue;
+                };
+                let wait = p.conf.wait.as_millis() as u64;
+                if now >= p.sent + wait {
+                    gone.push(s.slots[usize::from(id)].take().expect("checked above"));
+                    s.used -= 1;
+                    continue;
+                }
+                if !p.resent && now >= p.sent + wait / 2 {
+                    p.resent = true;
+                    s.out.push(id);
+                }
+                next = next.min(if p.resent {
+                    p.sent + wait
+                } else {
+                    p.sent + wait / 2
+                });
+            }
+        }
+        self.next_due = next;
+        for p in gone {
+            self.fail_over(p);
+        }
+        self.dispatch();
+        self.send();
+    }
+
+    /// Server `p.server` did not answer: the next one gets `p`, or, when
+    /// all were asked, it is given up on.
+    fn fail_over(&mut self, mut p: Pending) {
+        p.conf.mark(p.server, ACCT, false);
+        p.tried |= 1 << p.server;
+        match p.conf.pick(ACCT, p.tried, self.now) {
+            Some(i) => {
+                p.server = i;
+                self.ready.push_back(p);
+            }
+            None => {
+                let status = p.pkt.get(25).copied().unwrap_or(0);
+                let status = match status {
+                    1 => "Start",
+                    2 => "Stop",
+                    _ => "Interim-Update",
+                };
+                warn_limited(&format!(
+                    "radius accounting: a {status} not answered by any of {} server(s)",
+                    p.conf.servers.len()
+                ));
+                self.done(p.key, p.pkt);
             }
         }
     }
@@ -701,8 +1339,14 @@ pub fn flush(limit: Duration) {
     let asked = all
         .iter()
         .filter(|tx| {
-            tx.send_deadline(Job::Flush(done_tx.clone()), deadline)
-                .is_ok()
+            let marker = Job {
+                conf: Arc::new(Conf::new(Vec::new(), Vec::new(), Duration::ZERO)),
+                key: 0,
+                pkt: Vec::new(),
+                queued: 0,
+                flush: Some(done_tx.clone()),
+            };
+            tx.send_deadline(marker, deadline).is_ok()
         })
         .count();
     for _ in 0..asked {
@@ -798,6 +1442,189 @@ mod tests {
             authenticate(&conf(&[no, good]), &f, Some("pw")),
             Err(Res::RADIUS_REJECT)
         );
+    }
+
+    /// An accounting server on loopback: reads nothing for `delay`, then
+    /// answers each request and hands it over, as received.
+    fn acct_server(delay: Duration) -> (SocketAddr, Receiver<Vec<u8>>) {
+        let s = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let a = s.local_addr().unwrap();
+        let (tx, rx) = crossbeam_channel::unbounded();
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 4096];
+            std::thread::sleep(delay);
+            while let Ok((n, from)) = s.recv_from(&mut buf) {
+                let req = buf[..n].to_vec();
+                let mut p = vec![wire::ACCOUNTING_RESPONSE, req[1], 0, 20];
+                p.extend_from_slice(&req[4..20]);
+                use md5::{Digest, Md5};
+                let mut h = Md5::new();
+                h.update(&p);
+                h.update(b"sec");
+                let d = h.finalize();
+                p[4..20].copy_from_slice(&d);
+                let _ = s.send_to(&p, from);
+                if tx.send(req).is_err() {
+                    return;
+                }
+            }
+        });
+        (a, rx)
+    }
+
+    fn record(status: Status, user: &str) -> Vec<u8> {
+        let f = Fields {
+            user: Some(user.to_string()),
+            ..Fields::default()
+        };
+        Record {
+            status,
+            fields: f.view(),
+            input: 0,
+            output: 0,
+            session_time: 0,
+            class: &[],
+            res: Res::OK,
+        }
+        .encode(Vec::new())
+    }
+
+    /// The User-Name and Acct-Status-Type of a request as received.
+    fn what(pkt: &[u8]) -> (String, u8) {
+        let mut at = 20;
+        let (mut user, mut status) = (String::new(), 0);
+        while at + 2 <= pkt.len() {
+            let (t, l) = (pkt[at], usize::from(pkt[at + 1]));
+            let v = &pkt[at + 2..at + l];
+            match t {
+                attr::USER_NAME => user = String::from_utf8_lossy(v).into_owned(),
+                attr::ACCT_STATUS_TYPE => status = v[3],
+                _ => {}
+            }
+            at += l;
+        }
+        (user, status)
+    }
+
+    #[test]
+    fn session_ids_read_as_format_writes_them() {
+        let t = SystemTime::UNIX_EPOCH + Duration::from_millis(1_700_000_000_042);
+        let a = SessionId::new(t);
+        let (head, n) = a.as_str().rsplit_once('.').unwrap();
+        assert_eq!(head, "1700000000.42");
+        let b = SessionId::new(t);
+        let m: u64 = b.as_str().rsplit_once('.').unwrap().1.parse().unwrap();
+        assert!(m > n.parse::<u64>().unwrap());
+        assert_eq!(
+            SessionId::new(SystemTime::UNIX_EPOCH)
+                .as_str()
+                .split('.')
+                .next(),
+            Some("0")
+        );
+        assert_eq!(SessionId::from_text("1.2.3").as_str(), "1.2.3");
+        let long = "é".repeat(40);
+        assert_eq!(SessionId::from_text(&long).as_str(), "é".repeat(23));
+    }
+
+    #[test]
+    fn accounting_fails_over_in_order_and_flushes() {
+        // The first server is silent, the second answers: each request
+        // goes there after the wait, a session's Start before its Stop.
+        let silent = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let dead = silent.local_addr().unwrap();
+        let (good, got) = acct_server(Duration::ZERO);
+        let c = Arc::new(conf(&[dead, good]));
+        let key = next_key();
+        let t = Instant::now();
+        let start = record(Status::Start, "fo");
+        let stop = record(Status::Stop, "fo");
+        let send = |pkt: &[u8], key| {
+            // What `account` does, with the record already encoded.
+            let job = Job {
+                conf: c.clone(),
+                key,
+                pkt: pkt.to_vec(),
+                queued: clock_ms(),
+                flush: None,
+            };
+            let all = senders();
+            all[key as usize % all.len()].send(job).unwrap();
+        };
+        send(&start, key);
+        send(&stop, key);
+        flush(Duration::from_secs(5));
+        let took = t.elapsed();
+        let seen: Vec<_> = got.try_iter().map(|p| what(&p)).collect();
+        assert_eq!(seen, [("fo".into(), 1), ("fo".into(), 2)], "{took:?}");
+        // The Stop waited for the Start's answer, which waited 300 ms
+        // for the silent server; the Stop then went to the good one at
+        // once (the silent one is held down).
+        assert!(took >= Duration::from_millis(300), "{took:?}");
+        assert!(took < Duration::from_millis(1500), "{took:?}");
+        assert_eq!(c.order(ACCT), [1, 0]);
+    }
+
+    #[test]
+    fn many_requests_in_flight_at_once() {
+        // A server that starts answering late: 600 requests (more than
+        // one socket's 256 identifiers) of 600 sessions all arrive, each
+        // answered by its own answer.
+        let (good, got) = acct_server(Duration::from_millis(20));
+        let mut c = conf(&[good]);
+        c.wait = Duration::from_secs(5);
+        let c = Arc::new(c);
+        for i in 0..600 {
+            let f = Fields {
+                user: Some(format!("u{i}")),
+                ..Fields::default()
+            };
+            let r = Record {
+                status: Status::Stop,
+                fields: f.view(),
+                input: 1,
+                output: 2,
+                session_time: 3,
+                class: &[],
+                res: Res::OK,
+            };
+            account(&c, next_key(), &r);
+        }
+        flush(Duration::from_secs(15));
+        let mut users: Vec<String> = got.try_iter().map(|p| what(&p).0).collect();
+        users.sort();
+        users.dedup();
+        assert_eq!(users.len(), 600);
+    }
+
+    #[test]
+    fn a_refused_server_hands_over_at_once() {
+        // A port nobody listens on: ICMP port unreachable.
+        let gone = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let closed = gone.local_addr().unwrap();
+        drop(gone);
+        let (good, got) = acct_server(Duration::ZERO);
+        let mut c = conf(&[closed, good]);
+        c.wait = Duration::from_secs(5);
+        let c = Arc::new(c);
+        let t = Instant::now();
+        let f = Fields {
+            user: Some("icmp".into()),
+            ..Fields::default()
+        };
+        let r = Record {
+            status: Status::Start,
+            fields: f.view(),
+            input: 0,
+            output: 0,
+            session_time: 0,
+            class: &[],
+            res: Res::OK,
+        };
+        account(&c, next_key(), &r);
+        let p = got.recv_timeout(Duration::from_secs(4)).unwrap();
+        assert_eq!(what(&p), ("icmp".into(), 1));
+        assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
     }
 
     #[test]

@@ -856,6 +856,90 @@ fn each_http_request_is_a_start_and_a_stop() {
     }
 }
 
+/// Two requests on one kept-alive connection, to two origins (other
+/// addresses, other ports): each Start names its own request's
+/// destination, not the one before it (the Start used to go out before
+/// the request's address was set).
+#[test]
+fn each_start_names_its_own_requests_destination() {
+    let dir = Dir::new("radius_http_dest");
+    let rad = Radiusd::start(&dir);
+    let answer = |mut conn: std::net::TcpStream| {
+        let mut head = Vec::new();
+        let mut b = [0u8; 1];
+        while !head.ends_with(b"\r\n\r\n") {
+            match conn.read(&mut b) {
+                Ok(1) => head.push(b[0]),
+                _ => return,
+            }
+        }
+        let _ = conn.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello");
+        // Keep the connection until the proxy closes it.
+        let _ = conn.read(&mut b);
+    };
+    let one = Origin::start("127.0.0.1:0", answer);
+    let two = Origin::start("127.0.0.2:0", answer);
+    let port = free_port();
+    let cfg = format!(
+        "radius {SECRET} {}\nlog radius\nauth radius\nproxy -p{port} -i127.0.0.1\n",
+        rad.server()
+    );
+    let _proxy = Proxy::start(dir, &cfg, &[Listen::Tcp(localhost(port))]);
+    let mut s = connect(localhost(port));
+    let cred = base64::engine::general_purpose::STANDARD.encode("bob:pw2");
+    let mut got = Vec::new();
+    for (n, (ip, o)) in [("127.0.0.1", one.port()), ("127.0.0.2", two.port())]
+        .into_iter()
+        .enumerate()
+    {
+        let req = format!(
+            "GET http://{ip}:{o}/a HTTP/1.1\r\nHost: {ip}:{o}\r\n\
+             Proxy-Authorization: Basic {cred}\r\n\r\n"
+        );
+        s.write_all(req.as_bytes()).unwrap();
+        let mut b = [0u8; 1024];
+        while String::from_utf8_lossy(&got).matches("hello").count() < n + 1 {
+            let k = s.read(&mut b).unwrap();
+            assert!(k > 0, "closed: {}", String::from_utf8_lossy(&got));
+            got.extend_from_slice(&b[..k]);
+        }
+    }
+    drop(s);
+    let bob = "User-Name = \"bob\"";
+    let starts = rad.records(&["Acct-Status-Type = Start", bob], 2, LOG_TIMEOUT);
+    let stops = rad.records(&["Acct-Status-Type = Stop", bob], 2, LOG_TIMEOUT);
+    assert_eq!((starts.len(), stops.len()), (2, 2), "{}", rad.detail());
+    let id = |r: &String| attr(r, "Acct-Session-Id").map(str::to_string);
+    for (i, (ip, o)) in [("127.0.0.1", one.port()), ("127.0.0.2", two.port())]
+        .into_iter()
+        .enumerate()
+    {
+        // The detail file keeps the order FreeRADIUS got them in; find
+        // each request's pair by the Stop's destination.
+        let stop = stops
+            .iter()
+            .find(|r| attr(r, "Login-TCP-Port") == Some(&o.to_string()))
+            .unwrap_or_else(|| panic!("no Stop for request {i} to {ip}:{o}:\n{}", rad.detail()));
+        let start = starts
+            .iter()
+            .find(|r| id(r) == id(stop))
+            .unwrap_or_else(|| panic!("no Start for {stop}"));
+        for r in [start, stop] {
+            assert_eq!(attr(r, "Login-IP-Host"), Some(ip), "{r}");
+            assert_eq!(
+                attr(r, "Login-TCP-Port"),
+                Some(o.to_string().as_str()),
+                "{r}"
+            );
+            assert_eq!(
+                attr(r, "Called-Station-Id"),
+                Some(format!("\"{ip}\"").as_str()),
+                "{r}"
+            );
+        }
+    }
+}
+
 #[test]
 fn an_ipv6_server() {
     let dir = Dir::new("radius_v6");

@@ -117,3 +117,18 @@ class Change(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class RaddbConf(unittest.TestCase):
+    def test_loopback_with_detail_by_default(self):
+        conf = callgrind.raddb_conf("/d", 1813)
+        self.assertIn("ipaddr = 127.0.0.1\n\t\tport = 1813", conf)
+        self.assertIn("ipaddr = 127.0.0.0/8", conf)
+        self.assertIn("accounting {\n\t\tdetail\n", conf)
+
+    def test_bench_server_answers_without_recording(self):
+        conf = callgrind.raddb_conf("/d", 1813, listen="10.0.2.2", clients="10.0.0.0/8",
+                                    detail=False)
+        self.assertIn("ipaddr = 10.0.2.2\n\t\tport = 1813", conf)
+        self.assertIn("ipaddr = 10.0.0.0/8", conf)
+        self.assertIn("accounting {\n\t\tok\n", conf)

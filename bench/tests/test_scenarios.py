@@ -210,3 +210,30 @@ class Topology(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class RadiusProxy(unittest.TestCase):
+    """bench.py --radius: 3proxy-radius is our http cfg with `log radius`
+    to the origin namespace's FreeRADIUS, and nothing else differs."""
+
+    def tearDown(self):
+        S.PROXIES.pop("3proxy-radius", None)
+        if "3proxy-radius" in S.PROXY_ORDER:
+            S.PROXY_ORDER.remove("3proxy-radius")
+
+    def test_not_there_unless_asked(self):
+        self.assertNotIn("3proxy-radius", S.PROXIES)
+
+    def test_its_cfg_is_ours_with_log_radius(self):
+        S.add_radius()
+        S.add_radius()  # twice: still one entry
+        self.assertEqual(S.PROXY_ORDER.count("3proxy-radius"), 1)
+        self.assertEqual(S.PROXY_ORDER.index("3proxy-radius"), S.PROXY_ORDER.index("3proxy") + 1)
+        name, cfg = S.proxy_config("3proxy-radius", "http", "/tmp/x")
+        plain = S.proxy_config("3proxy", "http", "/tmp/x")[1]
+        self.assertEqual(name, "3proxy.cfg")
+        self.assertIn("\nradius testing123 10.0.2.2:1812\nlog radius\nproxy -i10.0.1.2 -p3128\n", cfg)
+        self.assertEqual(cfg.replace("radius testing123 10.0.2.2:1812\nlog radius\n", ""), plain)
+        self.assertIsNone(S.applicable("http-ka-1k", "3proxy-radius"))
+        self.assertEqual(S.proxy_argv("3proxy-radius", "/c", "/r", "/bin/3proxy"),
+                         ["/bin/3proxy", "/c"])

@@ -93,6 +93,27 @@ impl Builder {
         Builder { buf }
     }
 
+    /// [`Builder::new`] in a buffer kept from an earlier request (its
+    /// bytes are dropped, its capacity kept).
+    pub fn reuse(mut buf: Vec<u8>, code: u8, id: u8, authenticator: [u8; 16]) -> Builder {
+        buf.clear();
+        buf.extend_from_slice(&[code, id, 0, 0]);
+        buf.extend_from_slice(&authenticator);
+        Builder { buf }
+    }
+
+    /// The request as built so far, header unfinished: an accounting
+    /// request that [`seal_accounting`] finishes later (on another
+    /// thread, once its identifier is known).
+    pub fn into_unsealed(self) -> Vec<u8> {
+        self.buf
+    }
+
+    /// Go on building an unsealed request.
+    pub fn resume(buf: Vec<u8>) -> Builder {
+        Builder { buf }
+    }
+
     /// Add an attribute; a value longer than 253 bytes is cut there, and
     /// one that would make the packet larger than 4096 bytes is left out.
     pub fn add(&mut self, t: u8, value: &[u8]) -> &mut Builder {
@@ -160,7 +181,9 @@ impl Builder {
 
     /// An Accounting-Request's bytes: its Request Authenticator is the MD5
     /// of the packet (with 16 zero bytes in its place) and the secret
-    /// (RFC 2866 3).
+    /// (RFC 2866 3). The proxy seals its own with [`seal_accounting`];
+    /// the tests build whole packets with this.
+    #[cfg(test)]
     pub fn finish_accounting(mut self, secret: &[u8]) -> Vec<u8> {
         self.set_length();
         self.buf[4..20].fill(0);
@@ -171,6 +194,24 @@ impl Builder {
         self.buf[4..20].copy_from_slice(&d);
         self.buf
     }
+}
+
+/// Finish an Accounting-Request built by [`Builder::into_unsealed`] in
+/// place: identifier `id`, its length, and its Request Authenticator
+/// (as [`Builder::finish_accounting`]).
+pub fn seal_accounting(buf: &mut [u8], id: u8, secret: &[u8]) {
+    if buf.len() < HEADER {
+        return;
+    }
+    buf[1] = id;
+    let len = buf.len() as u16;
+    buf[2..4].copy_from_slice(&len.to_be_bytes());
+    buf[4..20].fill(0);
+    let mut h = Md5::new();
+    h.update(&*buf);
+    h.update(secret);
+    let d = h.finalize();
+    buf[4..20].copy_from_slice(&d);
 }
 
 fn hmac_md5(key: &[u8], data: &[u8]) -> [u8; 16] {
@@ -470,6 +511,18 @@ pub fn add_octets(b: &mut Builder, input: u64, output: u64) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sealing_later_is_finishing_at_once() {
+        let mut b = Builder::new(ACCOUNTING_REQUEST, 7, [0; 16]);
+        b.add(attr::USER_NAME, b"alice");
+        let whole = b.clone().finish_accounting(b"s");
+        let mut b = Builder::reuse(vec![9; 300], ACCOUNTING_REQUEST, 0, [1; 16]);
+        b.add(attr::USER_NAME, b"alice");
+        let mut late = b.into_unsealed();
+        seal_accounting(&mut late, 7, b"s");
+        assert_eq!(late, whole);
+    }
 
     fn hex(s: &str) -> Vec<u8> {
         let s: String = s.split_whitespace().collect();

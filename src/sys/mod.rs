@@ -8,3 +8,4 @@ pub mod process;
 pub mod signal;
 pub mod sockopt;
 pub mod time;
+pub mod udp;

@@ -627,9 +627,12 @@ impl Session {
             (None, None, Some(ip)) => Ok(SocketAddr::new(ip, req.port)),
             (None, None, None) => resolve(&self.host, req.port, self.svc.family),
         };
-        self.ask_acl(c, req, dst.as_ref().ok().copied())?;
+        // This request's destination before the grant: `log radius`
+        // sends its Start from there, and a kept-alive connection's
+        // previous request must not lend it its own.
+        c.req_addr = dst.as_ref().ok().copied();
+        self.ask_acl(c, req, c.req_addr)?;
         let dst = dst.map_err(|res| Fail::answer(res, 502))?;
-        c.req_addr = Some(dst);
         // The live registry shows the request's user and destination
         // while it is served.
         c.publish();
