@@ -34,13 +34,14 @@ from bench import scenarios as S  # noqa: E402
 
 APT_PACKAGES = ["wrk", "iperf3", "nginx-light", "libnginx-mod-stream", "haproxy",
                 "dante-server", "microsocks", "squid", "tinyproxy", "trafficserver",
-                "nghttp2-client", "siege", "openssl"]
+                "nghttp2-client", "siege", "openssl", "freeradius"]
 TOOLS = {"openssl": "openssl", "wrk": "wrk", "iperf3": "iperf3", "nginx": "nginx-light", "haproxy": "haproxy",
          "danted": "dante-server", "microsocks": "microsocks", "squid": "squid",
          "tinyproxy": "tinyproxy", "traffic_server": "trafficserver",
-         "h2load": "nghttp2-client", "siege": "siege"}
+         "h2load": "nghttp2-client", "siege": "siege",
+         "freeradius": "freeradius"}
 # The packaged services the install starts: we run our own copies in netns.
-SERVICES = ("nginx", "haproxy", "danted", "squid", "tinyproxy", "trafficserver")
+SERVICES = ("nginx", "haproxy", "danted", "squid", "tinyproxy", "trafficserver", "freeradius")
 WORKDIR = "/dev/shm/threeproxy-bench"     # tmpfs: the origin's files and the cells' scratch
 LOCK = "/run/threeproxy-bench.lock"
 NOFILE = 65536
