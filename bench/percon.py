@@ -42,10 +42,16 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from bench import callgrind  # noqa: E402
 
 
-def ours(binary, service, port, origin_port, d):
+def ours(binary, service, port, origin_port, d, opts=""):
     cfg = os.path.join(d, "3proxy.cfg")
+    text = callgrind.proxy_cfg(port, None, service, origin_port)
+    if opts:
+        # The service's own options, after its name (the last line).
+        head, _, line = text.rstrip("\n").rpartition("\n")
+        name, _, rest = line.partition(" ")
+        text = "%s\n%s %s %s\n" % (head, name, opts, rest)
     with open(cfg, "w") as f:
-        f.write(callgrind.proxy_cfg(port, None, service, origin_port))
+        f.write(text)
     return [binary, cfg]
 
 
@@ -139,13 +145,15 @@ def main():
     ap.add_argument("--server", choices=("ours", "haproxy", "dante", "microsocks"),
                     default="ours")
     ap.add_argument("--binary", default="target/release/3proxy", help="ours: the 3proxy binary")
+    ap.add_argument("--opts", default="",
+                    help="ours: options added to the service line (e.g. -olTCP_DEFER_ACCEPT)")
     ap.add_argument("-n", type=int, default=2000, help="connections per measure (2000)")
     a = ap.parse_args()
     origin = callgrind.Origin()
     port = callgrind.free_port()
     d = tempfile.mkdtemp(prefix="tp-percon-")
     if a.server == "ours":
-        argv = ours(os.path.abspath(a.binary), a.service, port, origin.port, d)
+        argv = ours(os.path.abspath(a.binary), a.service, port, origin.port, d, a.opts)
     else:
         argv = globals()[a.server](a.service, port, origin.port, d)
     proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL,

@@ -90,6 +90,9 @@ pub struct Accepted {
     /// kernel (a listener bound to one address, not a wildcard).
     pub local: Option<SocketAddr>,
     pub slot: Slot,
+    /// The receive timeout the socket has from its listener (Linux copies
+    /// SO_RCVTIMEO into each accepted socket), if the acceptor set one.
+    pub read_timeout: Option<std::time::Duration>,
 }
 
 pub struct Client {
@@ -156,6 +159,11 @@ pub struct Client {
     /// (`park`): the handlers return as if done, and the client thread
     /// parks the client instead of dropping it ([`Tail`]).
     pub parked: Option<Box<dyn Tail>>,
+    /// The receive timeout `cli` has had since it was accepted (inherited
+    /// from the listener, see `acceptor`), for the first handler to take
+    /// (`Option::take`) and trust: it is known only until something sets
+    /// another. Cleared at a hand-off.
+    pub cli_read_timeout: Option<std::time::Duration>,
     svc: Arc<Service>,
     /// Counts the client against `maxconn` until dropped.
     _slot: Slot,
@@ -233,6 +241,7 @@ impl Client {
             acct: None,
             handoff: None,
             parked: None,
+            cli_read_timeout: a.read_timeout,
             svc: a.svc,
             _slot: a.slot,
         }

@@ -217,6 +217,7 @@ pub fn relay_opts(svc: &Service, idle_slot: usize) -> RelayOpts {
         grace: svc.opts.grace,
         deadline: None,
         linger: None,
+        client_answered: false,
     }
 }
 
@@ -240,7 +241,11 @@ pub fn relay_to(
     early: &[u8],
     idle_slot: usize,
 ) {
-    relay_tail(c, srv, grant, recheck, early, idle_slot, false);
+    let how = How {
+        may_park: false,
+        client_answered: false,
+    };
+    relay_tail(c, srv, grant, recheck, early, idle_slot, how);
 }
 
 /// [`relay_to`] for a handler that does nothing after it but return: a
@@ -255,7 +260,38 @@ pub fn relay_to_parking(
     early: &[u8],
     idle_slot: usize,
 ) {
-    relay_tail(c, srv, grant, recheck, early, idle_slot, true);
+    let how = How {
+        may_park: true,
+        client_answered: false,
+    };
+    relay_tail(c, srv, grant, recheck, early, idle_slot, how);
+}
+
+/// [`relay_to_parking`] for a client that was just answered (a SOCKS
+/// reply) and sent nothing after its request (`early` empty): the
+/// relay waits for its first bytes instead of trying to read them at
+/// once (`RelayOpts::client_answered`).
+pub fn relay_answered_to_parking(
+    c: &mut Client,
+    srv: Stream,
+    grant: &Grant,
+    recheck: &Recheck,
+    early: &[u8],
+    idle_slot: usize,
+) {
+    let how = How {
+        may_park: true,
+        client_answered: early.is_empty(),
+    };
+    relay_tail(c, srv, grant, recheck, early, idle_slot, how);
+}
+
+/// How [`relay_tail`] relays: whether the session may park, and
+/// `RelayOpts::client_answered`.
+#[derive(Clone, Copy)]
+struct How {
+    may_park: bool,
+    client_answered: bool,
 }
 
 fn relay_tail(
@@ -265,7 +301,7 @@ fn relay_tail(
     recheck: &Recheck,
     early: &[u8],
     idle_slot: usize,
-    may_park: bool,
+    how: How,
 ) {
     let svc = c.svc().clone();
     if !early.is_empty() {
@@ -280,7 +316,8 @@ fn relay_tail(
     c.bytes_out += early.len() as u64;
     let opts = RelayOpts {
         deadline: grant.radius.as_ref().and_then(|r| r.deadline),
-        linger: linger(&svc).filter(|_| may_park),
+        linger: linger(&svc).filter(|_| how.may_park),
+        client_answered: how.client_answered,
         ..relay_opts(&svc, idle_slot)
     };
     let limits = grant.limits.clone();
