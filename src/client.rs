@@ -107,6 +107,9 @@ pub struct Client {
     pub local_addr: Option<SocketAddr>,
     /// %e: our source address towards the server.
     pub ext_addr: Option<SocketAddr>,
+    /// `ext_addr` is our address on `srv`, asked of the kernel only when a
+    /// record is written (a getsockname() less per session without a log).
+    pub ext_from_srv: bool,
     /// %R %r: the server we are connected to.
     pub remote_addr: Option<SocketAddr>,
     /// %Q %q: the destination asked for.
@@ -219,6 +222,7 @@ impl Client {
             client_addr: a.peer,
             local_addr,
             ext_addr: None,
+            ext_from_srv: false,
             remote_addr: None,
             req_addr: None,
             req_host: None,
@@ -556,7 +560,11 @@ impl Client {
             user: self.user.as_deref(),
             client: self.client_addr,
             local: self.local_addr,
-            ext: self.ext_addr,
+            ext: self.ext_addr.or_else(|| {
+                self.ext_from_srv
+                    .then(|| self.srv.as_ref().and_then(Stream::local_addr))
+                    .flatten()
+            }),
             remote: self.remote_addr,
             req: self.req_addr,
             req_host: self.req_host.as_deref(),

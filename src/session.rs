@@ -421,6 +421,10 @@ pub fn relay_owned(
     recheck: Option<Recheck>,
     finish: Finish,
 ) {
+    if c.ext_from_srv && c.ext_addr.is_none() && c.svc().log.is_some() {
+        // Records written while the relay holds `srv` (`logdump`) show it.
+        c.ext_addr = srv.local_addr();
+    }
     begin(c);
     // The admin page may end the session: it shuts this socket down too,
     // also while it is parked.
@@ -627,5 +631,25 @@ pub fn note_chain(c: &mut Client, chain: &crate::chain::Chain, dst: std::net::So
         chain.stream.peer_addr()
     };
     c.ext_addr = chain.stream.local_addr();
+    c.publish();
+}
+
+/// [`note_chain`] for a handler that leaves the stream in `c.srv` (or
+/// relays it with [`relay_to_parking`], which does) until the record is
+/// written: our address on it is asked for then, and only if there is a
+/// log (`Client::ext_from_srv`).
+pub fn note_chain_ext_later(
+    c: &mut Client,
+    chain: &crate::chain::Chain,
+    dst: std::net::SocketAddr,
+) {
+    c.hops = c.local_hops + chain.hops;
+    c.remote_addr = if chain.hops == 0 {
+        Some(dst)
+    } else {
+        chain.stream.peer_addr()
+    };
+    c.ext_addr = None;
+    c.ext_from_srv = true;
     c.publish();
 }
