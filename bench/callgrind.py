@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Instructions per HTTP request of the proxy, counted by callgrind.
+"""Instructions per request of the proxy, counted by callgrind.
 
 Wall-clock benchmarks on a shared 2-CPU machine are noisy; an instruction
 count is not.  This starts the proxy (the bench's `http` cfg: one `proxy`
@@ -26,6 +26,11 @@ figures and the change against the first.
       Accounting-Request Start and one Stop per HTTP request, sent by the
       proxy's sender threads, which callgrind counts too; prints the
       change against the same binary without)
+
+  python3 bench/callgrind.py --service tcppm   (or socks)
+      (tcp-1k's or socks-1k's path instead: the bench's tcppm or socks
+      cfg, one phase "new" of --close requests, each on a new connection,
+      through the mapping or a SOCKS5 session sent as loadgen sends it)
 
 Needs valgrind (Debian `valgrind`), and for --radius FreeRADIUS (Debian
 `freeradius`, run in the foreground as whoever runs this).  Takes about a
@@ -169,6 +174,83 @@ def new_connections(port, target, n):
         s.close()
 
 
+def socks5_open(port, origin_port):
+    """A SOCKS5 session to 127.0.0.1:origin_port through the proxy on
+    port, as loadgen does it: the greeting (no authentication), its answer,
+    the CONNECT request, its reply; the connected socket."""
+    s = connect(port)
+    s.sendall(b"\x05\x01\x00")
+    if recv_exactly(s, 2) != b"\x05\x00":
+        raise RuntimeError("SOCKS5 method refused")
+    s.sendall(b"\x05\x01\x00\x01\x7f\x00\x00\x01" + origin_port.to_bytes(2, "big"))
+    reply = recv_exactly(s, 10)
+    if reply[:4] != b"\x05\x00\x00\x01":
+        raise RuntimeError("SOCKS5 CONNECT failed: %r" % reply)
+    return s
+
+
+def recv_exactly(s, n):
+    buf = b""
+    while len(buf) < n:
+        chunk = s.recv(n - len(buf))
+        if not chunk:
+            raise ConnectionError("the proxy closed after %d of %d bytes" % (len(buf), n))
+        buf += chunk
+    return buf
+
+
+def through(opener, n):
+    """n requests, each on a connection opener() returns (a tcppm mapping
+    or a SOCKS5 session to the origin): GET with `Connection: close`, the
+    1 KB response, then the close (tcp-1k's and socks-1k's path)."""
+    req = b"GET /1k.bin HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
+    for _ in range(n):
+        s = opener()
+        s.sendall(req)
+        rest = read_response(s, b"")
+        while True:
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            rest += chunk
+        if rest:
+            raise RuntimeError("bytes after the response: %r" % rest[:80])
+        s.close()
+
+
+# What each --service measures: the cfg's service line (port, origin
+# port) and the phases, each (name, driver(port, origin_port, n), which
+# count: "ka" or "close").
+def phases(service):
+    if service == "http":
+        def ka(port, oport, n):
+            kept_alive(port, "http://127.0.0.1:%d/1k.bin" % oport, n)
+
+        def close(port, oport, n):
+            new_connections(port, "http://127.0.0.1:%d/1k.bin" % oport, n)
+        return (("ka", ka, "ka"), ("close", close, "close"))
+    if service == "tcppm":
+        def new(port, oport, n):
+            through(lambda: connect(port), n)
+    elif service == "socks":
+        def new(port, oport, n):
+            through(lambda: socks5_open(port, oport), n)
+    else:
+        raise ValueError("unknown service %r" % service)
+    return (("new", new, "close"),)
+
+
+def service_line(service, port, origin_port):
+    """The bench's service line (bench/configs.py) on 127.0.0.1:port."""
+    if service == "http":
+        return "proxy -i127.0.0.1 -p%d\n" % port
+    if service == "tcppm":
+        return "tcppm -i127.0.0.1 %d 127.0.0.1 %d\n" % (port, origin_port)
+    if service == "socks":
+        return "socks -i127.0.0.1 -p%d\n" % port
+    raise ValueError("unknown service %r" % service)
+
+
 def totals(path):
     """Ir of a callgrind output file (its `totals:` or `summary:` line)."""
     with open(path) as f:
@@ -203,14 +285,14 @@ def dump(pid, outdir, name):
 SECRET = "testing123"
 
 
-def proxy_cfg(port, radius=None):
-    """The bench's http cfg (no log) on 127.0.0.1:port; with radius (the
-    `radius` line's server, "127.0.0.1:AUTHPORT"), accounting to it by
+def proxy_cfg(port, radius=None, service="http", origin_port=0):
+    """The bench's cfg for service (no log) on 127.0.0.1:port; with radius
+    (the `radius` line's server, "127.0.0.1:AUTHPORT"), accounting to it by
     `log radius` (to AUTHPORT + 1, 3proxy's rule)."""
     cfg = "timeouts 1 5 30 60 180 1800 15 60\nmaxconn 25000\n"
     if radius:
         cfg += "radius %s %s\nlog radius\n" % (SECRET, radius)
-    return cfg + "proxy -i127.0.0.1 -p%d\n" % port
+    return cfg + service_line(service, port, origin_port)
 
 
 def raddb_conf(d, acct_port, listen="127.0.0.1", clients="127.0.0.0/8", detail=True):
@@ -376,19 +458,20 @@ class Radiusd:
                 self.proc.wait()
 
 
-def measure(binary, ka, close, keep=None, radius=False):
-    """Ir of each phase: {"ka": (Ir, requests), "close": (Ir, requests)};
-    with radius, also "records": the accounting records FreeRADIUS got
-    per phase ({"ka": {"Start": n, "Stop": m}, ...})."""
+def measure(binary, ka, close, keep=None, radius=False, service="http"):
+    """Ir of each phase of service: {"ka": (Ir, requests), "close": (Ir,
+    requests)} for http, {"new": (Ir, requests)} for tcppm and socks; with
+    radius, also "records": the accounting records FreeRADIUS got per
+    phase ({"ka": {"Start": n, "Stop": m}, ...})."""
     origin = Origin()
     port = free_port()
-    target = "http://127.0.0.1:%d/1k.bin" % origin.port
+    steps = phases(service)
     outdir = keep or tempfile.mkdtemp(prefix="tp-callgrind-")
     os.makedirs(outdir, exist_ok=True)
     rad = Radiusd(os.path.join(outdir, "raddb")) if radius else None
     cfg = os.path.join(outdir, "3proxy.cfg")
     with open(cfg, "w") as f:
-        f.write(proxy_cfg(port, rad.server() if rad else None))
+        f.write(proxy_cfg(port, rad.server() if rad else None, service, origin.port))
     try:
         proc = subprocess.Popen(
             ["valgrind", "--tool=callgrind", "--vgdb=yes",
@@ -403,15 +486,16 @@ def measure(binary, ka, close, keep=None, radius=False):
             rad.stop()
         raise
     try:
-        kept_alive(port, target, 100)
-        new_connections(port, target, 50)
+        for _, run, count in steps:
+            run(port, origin.port, 100 if count == "ka" else 50)
         time.sleep(1)
         seen = rad.settle() if rad else {}
         control(proc.pid, "--zero")
         figures = {}
         records = {}
-        for name, run, n in (("ka", kept_alive, ka), ("close", new_connections, close)):
-            run(port, target, n)
+        for name, run, count in steps:
+            n = ka if count == "ka" else close
+            run(port, origin.port, n)
             time.sleep(1)  # the last session's thread finishes
             if rad:
                 # and the senders have sent its Stop
@@ -437,7 +521,10 @@ def measure(binary, ka, close, keep=None, radius=False):
 
 
 def per_request(f):
-    """(ka, close, both) Ir per request of measure()'s figures."""
+    """Ir per request of measure()'s figures: (ka, close, both) for http,
+    (new,) for tcppm and socks."""
+    if "new" in f:
+        return (f["new"][0] / f["new"][1],)
     ka = f["ka"][0] / f["ka"][1]
     cl = f["close"][0] / f["close"][1]
     both = (f["ka"][0] + f["close"][0]) / (f["ka"][1] + f["close"][1])
@@ -446,8 +533,8 @@ def per_request(f):
 
 def change(row, base):
     """The row's change against base, in %, as printed."""
-    return "(%+.1f%% %+.1f%% %+.1f%%)" % tuple(
-        100.0 * (x / y - 1) for x, y in zip(row, base))
+    return "(" + " ".join("%+.1f%%" % (100.0 * (x / y - 1))
+                          for x, y in zip(row, base)) + ")"
 
 
 def main():
@@ -463,6 +550,12 @@ def main():
                     help="also measure each binary with `log radius` to a "
                     "FreeRADIUS started on loopback; its change is against the "
                     "same binary without")
+    ap.add_argument("--service", choices=("http", "tcppm", "socks"), default="http",
+                    help="http (default): the proxy service, kept-alive and new "
+                    "connections; tcppm: a TCP mapping to the origin, socks: a "
+                    "SOCKS5 CONNECT (greeting, then the request) to it, each a new "
+                    "connection per 1 KB request (tcp-1k's and socks-1k's path; "
+                    "--close of them)")
     a = ap.parse_args()
     binaries = a.binary or ["target/release/3proxy"]
     if not shutil.which("valgrind"):
@@ -473,20 +566,25 @@ def main():
     notes = []
     for i, b in enumerate(binaries):
         keep = os.path.join(a.keep, str(i)) if a.keep else None
-        f = measure(os.path.abspath(b), a.ka, a.close, keep)
+        f = measure(os.path.abspath(b), a.ka, a.close, keep, service=a.service)
         rows.append((b, per_request(f), 0 if i > 0 else None))
         if a.radius:
             keep = os.path.join(a.keep, "%d-radius" % i) if a.keep else None
-            f = measure(os.path.abspath(b), a.ka, a.close, keep, radius=True)
+            f = measure(os.path.abspath(b), a.ka, a.close, keep, radius=True,
+                        service=a.service)
             rows.append((b + " +log radius", per_request(f), len(rows) - 1))
-            for phase in ("ka", "close"):
+            for phase in f["records"]:
                 r = f["records"][phase]
                 notes.append("%s, %s: FreeRADIUS got %d Start and %d Stop for %d requests"
                              % (b, phase, r.get("Start", 0), r.get("Stop", 0),
                                 f[phase][1]))
-    print("%-50s %12s %12s %12s" % ("binary", "ka Ir/req", "close Ir/req", "both Ir/req"))
+    if a.service == "http":
+        names = ("ka Ir/req", "close Ir/req", "both Ir/req")
+    else:
+        names = ("%s Ir/req" % a.service,)
+    print("%-50s" % "binary" + "".join(" %12s" % n for n in names))
     for label, row, base in rows:
-        line = "%-50s %12.0f %12.0f %12.0f" % ((label,) + row)
+        line = "%-50s" % label + "".join(" %12.0f" % x for x in row)
         if base is not None:
             line += "   " + change(row, rows[base][1])
         print(line)

@@ -11,6 +11,15 @@
 //! left idle by a burst are the ones at the bottom, and they do time out.
 //! Still one client per thread at a time.
 //!
+//! The acceptor does nothing per client that the kernel can do once for
+//! all: accept4() gives the socket CLOEXEC, the listener's TCP options
+//! (TCP_NODELAY, quick ACKs off) and, for SOCKS, its receive timeout are
+//! inherited by each accepted socket. accept() stays blocking: a thread
+//! that waits in it is woken once per client whether or not more are
+//! queued, and a queued client is taken at once by the next accept()
+//! (non-blocking accepts would add a failing call and a poll() per empty
+//! queue, and no wake-up less).
+//!
 //! Out of descriptors (EMFILE, ENFILE), accept() fails while clients wait
 //! in the backlog, and they would wait there until their own timeout. The
 //! acceptor keeps one spare descriptor (a duplicate of the listener): when
@@ -53,14 +62,23 @@ pub fn run(r: Arc<Running>, listener: Listener, serve: Serve) {
     let mut last_warn = None;
     let mut last_err: Option<Instant> = None;
     let mut spare = Spare::take(&listener);
+    // The receive timeout set on the listener, which each accepted socket
+    // inherits (see `first_read_timeout`).
+    let mut rcvtimeo = None;
     while !r.stopped() {
         // The settings of the moment: a reload may have swapped them.
         let svc = r.current();
+        let want = first_read_timeout(&svc);
+        if want != rcvtimeo {
+            rcvtimeo = set_rcvtimeo(&listener, want);
+        }
         let Some(slot) = Slot::take(&svc, &mut last_warn) else {
             continue;
         };
         let (stream, peer) = match listener.accept() {
             Ok(x) => x,
+            // The listener's receive timeout passed with no client.
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
             Err(e) => {
                 drop(slot);
                 if !r.stopped() {
@@ -83,6 +101,7 @@ pub fn run(r: Arc<Running>, listener: Listener, serve: Serve) {
             peer,
             local,
             slot,
+            read_timeout: rcvtimeo,
         };
         idle.dispatch(&svc, Job::New(job));
     }
@@ -91,6 +110,36 @@ pub fn run(r: Arc<Running>, listener: Listener, serve: Serve) {
     if !svc.opts.silent {
         svc_record(&svc, "Exiting thread");
     }
+}
+
+/// The receive timeout a service's accepted sockets should have from the
+/// start: its handler's first wait for the client. Linux copies the
+/// listener's SO_RCVTIMEO into each socket accept() returns, so setting
+/// it once on the listener saves a setsockopt() (and the non-blocking
+/// recv() that tries to avoid it) on every client. Only SOCKS, whose
+/// reader knows what it gets (`Client::cli_read_timeout`); not under
+/// `-H` or TLS, whose first reads come before the handler's. It also
+/// bounds the acceptor's accept(), which then returns EAGAIN after that
+/// long without a client; the loop goes round.
+fn first_read_timeout(svc: &Service) -> Option<Duration> {
+    if svc.def.name != "socks" || svc.opts.proxy_header || svc.tls_server.is_some() {
+        return None;
+    }
+    Some(svc.timeouts.get(crate::timeouts::Timeouts::BYTE_LONG)).filter(|d| !d.is_zero())
+}
+
+/// Set the listener's SO_RCVTIMEO (None: none); what it has after.
+fn set_rcvtimeo(listener: &Listener, to: Option<Duration>) -> Option<Duration> {
+    let Listener::Tcp(l) = listener else {
+        return None;
+    };
+    let sock = socket2::SockRef::from(l);
+    if sock.set_read_timeout(to).is_ok() {
+        return to;
+    }
+    // Unknown: try to clear it, and claim nothing.
+    let _ = sock.set_read_timeout(None);
+    None
 }
 
 /// The body of a `-r` (connect-back) service's thread, in place of the
@@ -130,6 +179,7 @@ pub fn run_dialing(r: Arc<Running>, wake: crate::connectback::Wake, serve: Serve
                     peer,
                     local: None,
                     slot,
+                    read_timeout: None,
                 };
                 idle.dispatch(&svc, Job::New(job));
             }

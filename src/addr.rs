@@ -66,6 +66,11 @@ pub fn ip_text(ip: IpAddr) -> String {
         return ip.to_string();
     };
     let mut s = String::with_capacity(15);
+    push_ipv4(&mut s, v4);
+    s
+}
+
+fn push_ipv4(s: &mut String, v4: std::net::Ipv4Addr) {
     for (i, o) in v4.octets().into_iter().enumerate() {
         if i > 0 {
             s.push('.');
@@ -77,6 +82,33 @@ pub fn ip_text(ip: IpAddr) -> String {
             s.push(char::from(b'0' + o / 10 % 10));
         }
         s.push(char::from(b'0' + o % 10));
+    }
+}
+
+/// `host:port` of an address as `format!("{}:{}", a.ip(), a.port())`
+/// writes it (an IPv6 address without brackets, as 3proxy's `%T` shows
+/// it), after `prefix`; IPv4 without the formatting machinery (a SOCKS
+/// request's text is made for every session).
+pub fn host_port_text(prefix: &str, a: std::net::SocketAddr) -> String {
+    let IpAddr::V4(v4) = a.ip() else {
+        return format!("{prefix}{}:{}", a.ip(), a.port());
+    };
+    let mut s = String::with_capacity(prefix.len() + 21);
+    s.push_str(prefix);
+    push_ipv4(&mut s, v4);
+    s.push(':');
+    let mut digits = [0u8; 5];
+    let (mut p, mut i) = (a.port(), digits.len());
+    loop {
+        i -= 1;
+        digits[i] = b'0' + (p % 10) as u8;
+        p /= 10;
+        if p == 0 {
+            break;
+        }
+    }
+    for &d in &digits[i..] {
+        s.push(char::from(d));
     }
     s
 }
@@ -98,6 +130,13 @@ mod tests {
         ] {
             let a: IpAddr = ip.parse().unwrap();
             assert_eq!(ip_text(a), a.to_string());
+            for port in [0u16, 7, 80, 1080, 65535] {
+                let sa = std::net::SocketAddr::new(a, port);
+                assert_eq!(
+                    host_port_text("CONNECT ", sa),
+                    format!("CONNECT {ip}:{port}")
+                );
+            }
         }
     }
 }

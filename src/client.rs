@@ -90,6 +90,9 @@ pub struct Accepted {
     /// kernel (a listener bound to one address, not a wildcard).
     pub local: Option<SocketAddr>,
     pub slot: Slot,
+    /// The receive timeout the socket has from its listener (Linux copies
+    /// SO_RCVTIMEO into each accepted socket), if the acceptor set one.
+    pub read_timeout: Option<std::time::Duration>,
 }
 
 pub struct Client {
@@ -104,6 +107,9 @@ pub struct Client {
     pub local_addr: Option<SocketAddr>,
     /// %e: our source address towards the server.
     pub ext_addr: Option<SocketAddr>,
+    /// `ext_addr` is our address on `srv`, asked of the kernel only when a
+    /// record is written (a getsockname() less per session without a log).
+    pub ext_from_srv: bool,
     /// %R %r: the server we are connected to.
     pub remote_addr: Option<SocketAddr>,
     /// %Q %q: the destination asked for.
@@ -156,6 +162,11 @@ pub struct Client {
     /// (`park`): the handlers return as if done, and the client thread
     /// parks the client instead of dropping it ([`Tail`]).
     pub parked: Option<Box<dyn Tail>>,
+    /// The receive timeout `cli` has had since it was accepted (inherited
+    /// from the listener, see `acceptor`), for the first handler to take
+    /// (`Option::take`) and trust: it is known only until something sets
+    /// another. Cleared at a hand-off.
+    pub cli_read_timeout: Option<std::time::Duration>,
     svc: Arc<Service>,
     /// Counts the client against `maxconn` until dropped.
     _slot: Slot,
@@ -211,6 +222,7 @@ impl Client {
             client_addr: a.peer,
             local_addr,
             ext_addr: None,
+            ext_from_srv: false,
             remote_addr: None,
             req_addr: None,
             req_host: None,
@@ -233,6 +245,7 @@ impl Client {
             acct: None,
             handoff: None,
             parked: None,
+            cli_read_timeout: a.read_timeout,
             svc: a.svc,
             _slot: a.slot,
         }
@@ -569,7 +582,11 @@ impl Client {
             user: self.user.as_deref(),
             client: self.client_addr,
             local: self.local_addr,
-            ext: self.ext_addr,
+            ext: self.ext_addr.or_else(|| {
+                self.ext_from_srv
+                    .then(|| self.srv.as_ref().and_then(Stream::local_addr))
+                    .flatten()
+            }),
             remote: self.remote_addr,
             req: self.req_addr,
             req_host: self.req_host.as_deref(),

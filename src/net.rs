@@ -403,7 +403,7 @@ impl Target {
     /// The host part as the log's `%n` shows it.
     pub fn host(&self) -> String {
         match self {
-            Target::Fixed(a) => a.ip().to_string(),
+            Target::Fixed(a) => crate::addr::ip_text(a.ip()),
             Target::Name(n, _) => n.clone(),
             Target::Unix(p) => format!("unix:{}", p.display()),
             Target::Abstract(n) => format!("unix:@{n}"),
@@ -736,13 +736,15 @@ fn poll_connecting(
     }
     Ok(fds
         .iter()
-        .zip(socks)
-        .map(|(fd, (s, _))| {
+        .map(|fd| {
             let ev = fd.revents().unwrap_or(PollFlags::empty());
             if ev.intersects(PollFlags::POLLERR | PollFlags::POLLHUP) {
                 Some(false)
             } else if ev.contains(PollFlags::POLLOUT) {
-                Some(matches!(s.take_error(), Ok(None)))
+                // Writable with no error or hang-up: connected (a failed
+                // connect reports POLLERR, as `connect_nonblocking` relies
+                // on too), so no getsockopt(SO_ERROR) is needed.
+                Some(true)
             } else {
                 None
             }

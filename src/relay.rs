@@ -55,6 +55,12 @@ pub struct RelayOpts {
     /// in flight), stop and return the state to park (`relay_parking`).
     /// None: never. Only `relay_parking` honours it.
     pub linger: Option<Duration>,
+    /// The client was just answered (a SOCKS reply, a CONNECT's 200) and
+    /// everything it sent before is read: it has nothing to send until
+    /// the answer reaches it, so the relay's first read of it waits for a
+    /// poll() instead of trying at once (a recv() that would only say
+    /// EAGAIN).
+    pub client_answered: bool,
 }
 
 /// A relay that stopped to park (`relay_parking`): what it must remember
@@ -786,6 +792,16 @@ fn run<C: Channel>(
         dumped = p.dumped;
         generation = p.generation;
         quiet_since = Some(p.quiet_since);
+    } else {
+        // A new session: the server has just been connected to (or sent
+        // the handshake's last word) and has not had the client's bytes
+        // yet, so a read of it now would only say EAGAIN; its first read
+        // waits for a poll(), which reports at once if it spoke first.
+        // (Unless a TLS session holds its bytes, which no poll shows.)
+        down.can_read = srv.ready();
+        if opts.client_answered {
+            up.can_read = cli.ready();
+        }
     }
     let res = loop {
         if opts.deadline.is_some_and(|d| Instant::now() >= d) {

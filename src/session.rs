@@ -217,6 +217,7 @@ pub fn relay_opts(svc: &Service, idle_slot: usize) -> RelayOpts {
         grace: svc.opts.grace,
         deadline: None,
         linger: None,
+        client_answered: false,
     }
 }
 
@@ -240,7 +241,11 @@ pub fn relay_to(
     early: &[u8],
     idle_slot: usize,
 ) {
-    relay_tail(c, srv, grant, recheck, early, idle_slot, false);
+    let how = How {
+        may_park: false,
+        client_answered: false,
+    };
+    relay_tail(c, srv, grant, recheck, early, idle_slot, how);
 }
 
 /// [`relay_to`] for a handler that does nothing after it but return: a
@@ -255,7 +260,38 @@ pub fn relay_to_parking(
     early: &[u8],
     idle_slot: usize,
 ) {
-    relay_tail(c, srv, grant, recheck, early, idle_slot, true);
+    let how = How {
+        may_park: true,
+        client_answered: false,
+    };
+    relay_tail(c, srv, grant, recheck, early, idle_slot, how);
+}
+
+/// [`relay_to_parking`] for a client that was just answered (a SOCKS
+/// reply) and sent nothing after its request (`early` empty): the
+/// relay waits for its first bytes instead of trying to read them at
+/// once (`RelayOpts::client_answered`).
+pub fn relay_answered_to_parking(
+    c: &mut Client,
+    srv: Stream,
+    grant: &Grant,
+    recheck: &Recheck,
+    early: &[u8],
+    idle_slot: usize,
+) {
+    let how = How {
+        may_park: true,
+        client_answered: early.is_empty(),
+    };
+    relay_tail(c, srv, grant, recheck, early, idle_slot, how);
+}
+
+/// How [`relay_tail`] relays: whether the session may park, and
+/// `RelayOpts::client_answered`.
+#[derive(Clone, Copy)]
+struct How {
+    may_park: bool,
+    client_answered: bool,
 }
 
 fn relay_tail(
@@ -265,7 +301,7 @@ fn relay_tail(
     recheck: &Recheck,
     early: &[u8],
     idle_slot: usize,
-    may_park: bool,
+    how: How,
 ) {
     let svc = c.svc().clone();
     if !early.is_empty() {
@@ -280,7 +316,8 @@ fn relay_tail(
     c.bytes_out += early.len() as u64;
     let opts = RelayOpts {
         deadline: grant.radius.as_ref().and_then(|r| r.deadline),
-        linger: linger(&svc).filter(|_| may_park),
+        linger: linger(&svc).filter(|_| how.may_park),
+        client_answered: how.client_answered,
         ..relay_opts(&svc, idle_slot)
     };
     let limits = grant.limits.clone();
@@ -384,6 +421,10 @@ pub fn relay_owned(
     recheck: Option<Recheck>,
     finish: Finish,
 ) {
+    if c.ext_from_srv && c.ext_addr.is_none() && c.svc().log.is_some() {
+        // Records written while the relay holds `srv` (`logdump`) show it.
+        c.ext_addr = srv.local_addr();
+    }
     begin(c);
     // The admin page may end the session: it shuts this socket down too,
     // also while it is parked.
@@ -590,5 +631,25 @@ pub fn note_chain(c: &mut Client, chain: &crate::chain::Chain, dst: std::net::So
         chain.stream.peer_addr()
     };
     c.ext_addr = chain.stream.local_addr();
+    c.publish();
+}
+
+/// [`note_chain`] for a handler that leaves the stream in `c.srv` (or
+/// relays it with [`relay_to_parking`], which does) until the record is
+/// written: our address on it is asked for then, and only if there is a
+/// log (`Client::ext_from_srv`).
+pub fn note_chain_ext_later(
+    c: &mut Client,
+    chain: &crate::chain::Chain,
+    dst: std::net::SocketAddr,
+) {
+    c.hops = c.local_hops + chain.hops;
+    c.remote_addr = if chain.hops == 0 {
+        Some(dst)
+    } else {
+        chain.stream.peer_addr()
+    };
+    c.ext_addr = None;
+    c.ext_from_srv = true;
     c.publish();
 }

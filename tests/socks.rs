@@ -636,6 +636,46 @@ fn v5_request_stalled_mid_message_ends_after_byte_short() {
 }
 
 #[test]
+fn silent_client_is_closed_after_byte_long() {
+    // The socket has BYTE_LONG (2 s here) from the listener before the
+    // handler reads it: a client that says nothing is closed after that
+    // long, with its record, not kept.
+    let (_proxy, port, log) = start("silent_first", "timeouts 1 2 30 60 180 1800 15 60\n", "");
+    let mut s = connect(localhost(port));
+    let t = Instant::now();
+    assert_closed_after(&mut s, b"");
+    let took = t.elapsed();
+    assert!(
+        took >= Duration::from_millis(1800) && took < Duration::from_millis(4500),
+        "{took:?}"
+    );
+    read_log_line(&log, "the silent client's record", |l| {
+        l.starts_with("SOCKS ")
+    });
+}
+
+#[test]
+fn clients_are_served_after_the_acceptor_waited_longer_than_byte_long() {
+    // The listener's receive timeout (BYTE_LONG, 1 s here) also bounds the
+    // acceptor's accept(): after it has run out twice with no client, the
+    // next client is still accepted and served.
+    let origin = Origin::echo();
+    let (_proxy, port, _log) = start(
+        "accept_times_out",
+        "timeouts 1 1 30 60 180 1800 15 60\n",
+        "",
+    );
+    thread::sleep(Duration::from_millis(2500));
+    let mut s = v5_hello(port);
+    s.write_all(&v5_connect_v4(localhost(origin.port())))
+        .unwrap();
+    let mut r = [0u8; 10];
+    s.read_exact(&mut r).unwrap();
+    assert_eq!(r[..2], [5, 0]);
+    echo_roundtrip(&mut s, b"after the acceptor's timeouts");
+}
+
+#[test]
 fn v5_client_may_think_byte_long_before_its_request() {
     let origin = Origin::echo();
     let (_proxy, port, _log) = start("think_req", "", "");

@@ -132,3 +132,85 @@ class RaddbConf(unittest.TestCase):
         self.assertIn("ipaddr = 10.0.2.2\n\t\tport = 1813", conf)
         self.assertIn("ipaddr = 10.0.0.0/8", conf)
         self.assertIn("accounting {\n\t\tok\n", conf)
+
+class Services(unittest.TestCase):
+    """tcppm's and SOCKS5's drivers against the origin and a minimal
+    SOCKS5 server in a thread (no proxy, no valgrind)."""
+
+    def setUp(self):
+        self.origin = callgrind.Origin()
+
+    def tearDown(self):
+        self.origin.sock.close()
+
+    def test_through_a_mapping_reads_the_whole_response(self):
+        port = self.origin.port
+        callgrind.through(lambda: callgrind.connect(port), 3)
+
+    def socks_server(self, reply):
+        import socket
+        import threading
+        l = socket.socket()
+        l.bind(("127.0.0.1", 0))
+        l.listen(4)
+        seen = []
+
+        def serve():
+            c, _ = l.accept()
+            with c:
+                seen.append(callgrind.recv_exactly(c, 3))
+                c.sendall(b"\x05\x00")
+                req = callgrind.recv_exactly(c, 10)
+                seen.append(req)
+                c.sendall(reply)
+                if reply[1] != 0:
+                    return
+                o = socket.create_connection(("127.0.0.1", int.from_bytes(req[8:], "big")))
+                o.sendall(c.recv(65536))
+                while True:
+                    b = o.recv(65536)
+                    if not b:
+                        break
+                    c.sendall(b)
+                o.close()
+        threading.Thread(target=serve, daemon=True).start()
+        self.addCleanup(l.close)
+        return l.getsockname()[1], seen
+
+    def test_socks5_session_as_loadgen_sends_it(self):
+        port, seen = self.socks_server(b"\x05\x00\x00\x01\x7f\x00\x00\x01\x00\x50")
+        callgrind.phases("socks")[0][1](port, self.origin.port, 1)
+        self.assertEqual(seen[0], b"\x05\x01\x00")
+        self.assertEqual(seen[1], b"\x05\x01\x00\x01\x7f\x00\x00\x01"
+                         + self.origin.port.to_bytes(2, "big"))
+
+    def test_a_socks5_refusal_is_an_error(self):
+        port, _ = self.socks_server(b"\x05\x05\x00\x01\x00\x00\x00\x00\x00\x00")
+        with self.assertRaises(RuntimeError):
+            callgrind.socks5_open(port, self.origin.port)
+
+    def test_service_lines(self):
+        self.assertEqual(callgrind.service_line("tcppm", 1, 2),
+                         "tcppm -i127.0.0.1 1 127.0.0.1 2\n")
+        self.assertEqual(callgrind.service_line("socks", 1, 2), "socks -i127.0.0.1 -p1\n")
+        self.assertTrue(callgrind.proxy_cfg(5).endswith("proxy -i127.0.0.1 -p5\n"))
+        self.assertEqual([p[0] for p in callgrind.phases("http")], ["ka", "close"])
+        self.assertEqual([p[0] for p in callgrind.phases("tcppm")], ["new"])
+        with self.assertRaises(ValueError):
+            callgrind.service_line("ftp", 1, 2)
+
+    def test_per_request(self):
+        self.assertEqual(callgrind.per_request({"new": (1000, 10)}), (100.0,))
+        self.assertEqual(callgrind.per_request({"ka": (100, 10), "close": (300, 10)}),
+                         (10.0, 30.0, 20.0))
+
+
+class Percon(unittest.TestCase):
+    def test_perf_csv(self):
+        from bench import percon
+        text = ("# started on x\n\n"
+                "5000,,context-switches,1000,100.00,,\n"
+                "<not counted>,,cpu-migrations,0,100.00,,\n"
+                "12,,syscalls:sys_enter_accept4,1000,100.00,,\n")
+        self.assertEqual(percon.parse_perf_csv(text),
+                         {"context-switches": 5000, "syscalls:sys_enter_accept4": 12})

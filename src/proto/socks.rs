@@ -48,8 +48,16 @@ impl Dest {
     /// 3proxy prints it).
     pub fn text(&self) -> String {
         match self {
-            Dest::Addr(a) => format!("{}:{}", a.ip(), a.port()),
+            Dest::Addr(a) => crate::addr::host_port_text("", *a),
             Dest::Name(n, p) => format!("{n}:{p}"),
+        }
+    }
+
+    /// [`Dest::text`] after `prefix` (a log text's verb), in one string.
+    pub fn text_after(&self, prefix: &str) -> String {
+        match self {
+            Dest::Addr(a) => crate::addr::host_port_text(prefix, *a),
+            Dest::Name(n, p) => format!("{prefix}{n}:{p}"),
         }
     }
 }

@@ -244,6 +244,8 @@ fn child(c: &mut Client, resume: Option<(Box<dyn crate::client::Tail>, bool)>) {
         c.req_addr = None;
         c.remote_addr = None;
         c.ext_addr = None;
+        c.ext_from_srv = false;
+        c.cli_read_timeout = None;
         c.res = Res::OK;
         c.logged = false;
         c.hops = c.local_hops;

@@ -83,13 +83,20 @@ struct Reader<'a> {
 }
 
 impl<'a> Reader<'a> {
-    fn new(s: Option<&'a Stream>, pre: &'a [u8], t: &crate::timeouts::Timeouts) -> Reader<'a> {
+    /// `known`: the receive timeout the socket has now, if known (from
+    /// its listener: `Client::cli_read_timeout`).
+    fn new(
+        s: Option<&'a Stream>,
+        pre: &'a [u8],
+        t: &crate::timeouts::Timeouts,
+        known: Option<Duration>,
+    ) -> Reader<'a> {
         Reader {
             s,
             pre,
             long: t.get(Timeouts::BYTE_LONG),
             short: t.get(Timeouts::BYTE_SHORT),
-            now: None,
+            now: known,
             buf: [0; HANDSHAKE_BUF],
             pos: 0,
             end: 0,
@@ -115,8 +122,15 @@ impl<'a> Reader<'a> {
         let Some(s) = self.s else {
             return Err(code);
         };
-        let n = match recv(s, room, MsgFlags::MSG_DONTWAIT) {
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+        // With the right timeout set already, one blocking recv() does
+        // it (it returns at once with what is there).
+        let first = if self.now == Some(wait) {
+            MsgFlags::empty()
+        } else {
+            MsgFlags::MSG_DONTWAIT
+        };
+        let n = match recv(s, room, first) {
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock && !first.is_empty() => {
                 if self.now != Some(wait) {
                     let _ = s.set_read_timeout(Some(wait));
                     self.now = Some(wait);
@@ -264,7 +278,7 @@ impl Peer for Collect {
 /// what was asked or the code, and the bytes the service answered.
 pub(crate) fn read_handshake(input: &[u8], needuser: u32) -> (Result<Ask, Res>, Vec<u8>) {
     let t = Timeouts::default();
-    let mut r = Reader::new(None, input, &t);
+    let mut r = Reader::new(None, input, &t, None);
     let mut peer = Collect(Vec::new());
     let (mut ver, mut owed, mut refused) = (None, false, None);
     let ask = read_from(
@@ -285,12 +299,14 @@ pub(crate) fn read_handshake(input: &[u8], needuser: u32) -> (Result<Ask, Res>, 
 fn read_request(
     c: &Client,
     early: &[u8],
+    known: Option<Duration>,
     needuser: u32,
     ver: &mut Option<u8>,
     owed: &mut bool,
     refused: &mut Option<String>,
 ) -> Result<Ask, Res> {
-    let mut r = Reader::new(Some(&c.cli), early, &c.svc().timeouts);
+    let known = known.filter(|_| early.is_empty());
+    let mut r = Reader::new(Some(&c.cli), early, &c.svc().timeouts, known);
     read_from(&mut r, &mut { c }, needuser, ver, owed, refused)
 }
 
@@ -449,7 +465,10 @@ fn serve_request(c: &mut Client, early: &[u8]) {
     let svc = c.svc().clone();
     let needuser = svc.opts.needuser.unwrap_or(1);
     let (mut ver, mut owed, mut refused) = (None, false, None);
-    let ask = read_request(c, early, needuser, &mut ver, &mut owed, &mut refused);
+    // The timeout the socket has from the listener (taken: this handler
+    // is the first to read it, and sets others).
+    let known = c.cli_read_timeout.take();
+    let ask = read_request(c, early, known, needuser, &mut ver, &mut owed, &mut refused);
     c.service_name = match ver {
         Some(4) => Some("SOCK4"),
         Some(_) => Some("SOCK5"),
@@ -473,11 +492,11 @@ fn serve_request(c: &mut Client, early: &[u8]) {
     }
     c.user = ask.user.clone();
     let verb = match ask.cmd {
-        CMD_CONNECT => "CONNECT",
-        CMD_BIND => "BIND",
-        _ => "UDPMAP",
+        CMD_CONNECT => "CONNECT ",
+        CMD_BIND => "BIND ",
+        _ => "UDPMAP ",
     };
-    c.text = format!("{verb} {}", ask.dest.text());
+    c.text = ask.dest.text_after(verb);
     // An address is logged by `%n` as its printed form, as 3proxy's
     // socks.c keeps it as the request's host text.
     c.req_host = Some(host_text(&ask.dest));
@@ -629,7 +648,7 @@ fn connect(c: &mut Client, ask: &Ask) -> Result<(), Res> {
     let mut srv = srv;
     let host = match &ask.dest {
         Dest::Name(h, _) => h.clone(),
-        Dest::Addr(_) => dst.ip().to_string(),
+        Dest::Addr(_) => crate::addr::ip_text(dst.ip()),
     };
     crate::session::tls_to_dest(c, &mut srv, &host, DestAt::Reached, true)?;
     let bnd = nat(svc.opts.nat_ext, c.ext_addr);
@@ -647,7 +666,8 @@ fn connect(c: &mut Client, ask: &Ask) -> Result<(), Res> {
         return Ok(());
     }
     let again = recheck(c, ask, Op::Connect, (&ask.dest, dst)).at_weight(grant.weight);
-    crate::session::relay_to_parking(
+    // The client has its reply only now: the relay waits for its bytes.
+    crate::session::relay_answered_to_parking(
         c,
         srv,
         &grant,

@@ -202,11 +202,12 @@ fn connect(
     // `ssl_cli`: tcppm answers nothing, so every mode handshakes here.
     let host = want
         .host
-        .map_or_else(|| dst.ip().to_string(), str::to_string);
+        .map_or_else(|| crate::addr::ip_text(dst.ip()), str::to_string);
     for at in [session::DestAt::Reached, session::DestAt::Answered] {
         session::tls_to_dest(c, &mut chain.stream, &host, at, true)?;
     }
-    crate::session::note_chain(c, &chain, dst);
+    // The stream goes to the relay, which leaves it in `c.srv`.
+    crate::session::note_chain_ext_later(c, &chain, dst);
     Ok(Some(chain.stream))
 }
 
