@@ -23,7 +23,8 @@
 //! first accepts up to two more clients and hands them on, in the
 //! acceptor's place, before it serves its own. (The acceptor learns that
 //! the backlog is not empty by accepting the next client before it hands
-//! over the one it has: the accept() it would have made next anyway.) The threads that take part double with each
+//! over the one it has. With one client at a time that costs a poll() and
+//! a failed accept() per client more than a blocking accept() did.) The threads that take part double with each
 //! round, so a backlog of N clients drains in about log2(N) rounds of the
 //! run queue instead of N. With one client at a time nobody helps.
 //!
@@ -107,9 +108,7 @@ pub fn run(r: Arc<Running>, listener: Listener, serve: Serve) {
         };
         // Before handing this client over (the thread it wakes may keep
         // the CPU from us for a while), accept the next one if it waits:
-        // then the backlog is not empty and the threads help. With no
-        // client waiting this is the accept() that would have come next
-        // anyway.
+        // then the backlog is not empty and the threads help.
         let mut wait = false;
         if let Some(slot) = Slot::try_take(&svc) {
             match listener.accept() {
