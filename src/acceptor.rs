@@ -12,13 +12,27 @@
 //! Still one client per thread at a time.
 //!
 //! The acceptor does nothing per client that the kernel can do once for
-//! all: accept4() gives the socket CLOEXEC, the listener's TCP options
+//! all: accept4() gives the socket CLOEXEC, and the listener's TCP options
 //! (TCP_NODELAY, quick ACKs off) and, for SOCKS, its receive timeout are
-//! inherited by each accepted socket. accept() stays blocking: a thread
-//! that waits in it is woken once per client whether or not more are
-//! queued, and a queued client is taken at once by the next accept()
-//! (non-blocking accepts would add a failing call and a poll() per empty
-//! queue, and no wake-up less).
+//! inherited by each accepted socket.
+//!
+//! The listener is non-blocking: the acceptor accepts until no client
+//! waits, then waits for one with poll(). When a burst of clients queues
+//! in the backlog, the acceptor alone drains it too slowly: with thousands
+//! of client threads runnable on one CPU, the scheduler gives it one
+//! thread's share, and every client it hands over is a thread that runs
+//! before it gets the CPU again (issue 19: 2,000 kept-alive clients waited
+//! up to seconds in the backlog, bench/RESULTS.md). So when the acceptor
+//! has found a client waiting without having had to wait for it (the
+//! backlog is not empty: `Help::behind`), each thread given a new client
+//! first accepts up to two more clients and hands them on, in the
+//! acceptor's place, before it serves its own. (The acceptor learns that
+//! the backlog is not empty by accepting the next client before it hands
+//! over the one it has. With one client at a time that costs a poll() and
+//! a failed accept() per client more than a blocking accept() did.) The
+//! threads that take part double with each round, so a backlog of N
+//! clients drains in about log2(N) rounds of the run queue instead of N.
+//! With one client at a time nobody helps.
 //!
 //! Out of descriptors (EMFILE, ENFILE), accept() fails while clients wait
 //! in the backlog, and they would wait there until their own timeout. The
@@ -29,7 +43,9 @@
 //! no client waiting, it waits for one (or 100 ms) without spinning.
 
 use std::io;
-use std::sync::{Arc, Mutex};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, Weak};
 use std::thread::Thread;
 use std::time::{Duration, Instant};
 
@@ -58,38 +74,80 @@ pub fn run(r: Arc<Running>, listener: Listener, serve: Serve) {
     }
     drop(first);
     let local = listener.local_addr().filter(|a| !a.ip().is_unspecified());
-    let idle = Arc::new(IdleThreads::new(serve));
+    let listener = Arc::new(listener);
+    // Without a non-blocking listener (never seen) the acceptor blocks in
+    // accept() and nobody helps.
+    let help = listener.set_nonblocking(true).is_ok().then(|| Help {
+        r: r.clone(),
+        listener: Arc::downgrade(&listener),
+        local,
+        behind: AtomicBool::new(false),
+        rcvtimeo: Mutex::new(None),
+    });
+    let idle = Arc::new(IdleThreads::new(serve, help));
     let mut last_warn = None;
     let mut last_err: Option<Instant> = None;
     let mut spare = Spare::take(&listener);
     // The receive timeout set on the listener, which each accepted socket
     // inherits (see `first_read_timeout`).
     let mut rcvtimeo = None;
+    // A client accepted ahead of the one being handed over.
+    let mut ahead: Option<(crate::net::Stream, Option<SocketAddr>, Slot)> = None;
     while !r.stopped() {
         // The settings of the moment: a reload may have swapped them.
         let svc = r.current();
         let want = first_read_timeout(&svc);
         if want != rcvtimeo {
             rcvtimeo = set_rcvtimeo(&listener, want);
+            idle.set_rcvtimeo(rcvtimeo);
         }
-        let Some(slot) = Slot::take(&svc, &mut last_warn) else {
-            continue;
-        };
-        let (stream, peer) = match listener.accept() {
-            Ok(x) => x,
-            // The listener's receive timeout passed with no client.
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
-            Err(e) => {
-                drop(slot);
-                if !r.stopped() {
-                    accept_error(&svc, &e, &mut last_err);
-                    if out_of_descriptors(&e) {
-                        spare.refuse_one(&listener, &svc);
+        let (stream, peer, slot) = match ahead.take() {
+            Some(x) => x,
+            None => {
+                let Some(slot) = Slot::take(&svc, &mut last_warn) else {
+                    continue;
+                };
+                match listener.accept() {
+                    Ok((stream, peer)) => (stream, peer, slot),
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                        drop(slot);
+                        idle.set_behind(false);
+                        wait_for_client(&listener);
+                        continue;
+                    }
+                    Err(e) => {
+                        drop(slot);
+                        if !r.stopped() {
+                            accept_error(&svc, &e, &mut last_err);
+                            if out_of_descriptors(&e) {
+                                spare.refuse_one(&listener, &svc);
+                            }
+                        }
+                        continue;
                     }
                 }
-                continue;
             }
         };
+        // Before handing this client over (the thread it wakes may keep
+        // the CPU from us for a while), accept the next one if it waits:
+        // then the backlog is not empty and the threads help.
+        let mut wait = false;
+        if let Some(slot) = Slot::try_take(&svc) {
+            match listener.accept() {
+                Ok((s, p)) => {
+                    idle.set_behind(true);
+                    ahead = Some((s, p, slot));
+                }
+                Err(e) => {
+                    if e.kind() == io::ErrorKind::WouldBlock {
+                        idle.set_behind(false);
+                        wait = true;
+                    }
+                    // Another error comes back at the next accept(),
+                    // which reports it.
+                }
+            }
+        }
         // Served with the settings of now, not of when the wait began.
         let generation = crate::running::generation();
         let svc = r.current();
@@ -104,7 +162,12 @@ pub fn run(r: Arc<Running>, listener: Listener, serve: Serve) {
             read_timeout: rcvtimeo,
         };
         idle.dispatch(&svc, Job::New(job));
+        if wait {
+            wait_for_client(&listener);
+        }
     }
+    // A client accepted ahead when the service stopped is closed.
+    drop(ahead);
     idle.close();
     let svc = r.current();
     if !svc.opts.silent {
@@ -118,9 +181,9 @@ pub fn run(r: Arc<Running>, listener: Listener, serve: Serve) {
 /// it once on the listener saves a setsockopt() (and the non-blocking
 /// recv() that tries to avoid it) on every client. Only SOCKS, whose
 /// reader knows what it gets (`Client::cli_read_timeout`); not under
-/// `-H` or TLS, whose first reads come before the handler's. It also
-/// bounds the acceptor's accept(), which then returns EAGAIN after that
-/// long without a client; the loop goes round.
+/// `-H` or TLS, whose first reads come before the handler's. (The
+/// listener itself is non-blocking, so the timeout does not bound the
+/// acceptor's own wait.)
 fn first_read_timeout(svc: &Service) -> Option<Duration> {
     if svc.def.name != "socks" || svc.opts.proxy_header || svc.tls_server.is_some() {
         return None;
@@ -153,7 +216,7 @@ pub fn run_dialing(r: Arc<Running>, wake: crate::connectback::Wake, serve: Serve
         return;
     };
     drop(first);
-    let idle = Arc::new(IdleThreads::new(serve));
+    let idle = Arc::new(IdleThreads::new(serve, None));
     let mut last_warn = None;
     let mut pause = Duration::from_millis(10);
     while !r.stopped() {
@@ -234,10 +297,39 @@ impl crate::park::Parked for ParkedClient {
     }
 }
 
+/// Wait until a client is in the backlog (or a second passes, or the
+/// listener is shut down by a stop).
+fn wait_for_client(listener: &crate::net::Listener) {
+    use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+    use std::os::fd::AsFd;
+    let mut fds = [PollFd::new(listener.as_fd(), PollFlags::POLLIN)];
+    let _ = poll(&mut fds, PollTimeout::from(1000u16));
+}
+
+/// What a client thread needs to accept a client in the acceptor's place
+/// (see the module doc).
+struct Help {
+    r: Arc<Running>,
+    /// The acceptor's listener; gone once the acceptor has stopped (the
+    /// acceptor holds the only strong reference, so the socket closes
+    /// with it).
+    listener: Weak<crate::net::Listener>,
+    local: Option<SocketAddr>,
+    /// The acceptor's last accept() found a client without waiting for
+    /// one: more may be in the backlog.
+    behind: AtomicBool,
+    /// The receive timeout the listener has now (`first_read_timeout`),
+    /// for the sockets a helping thread accepts. Changed by the acceptor
+    /// only when a reload changes it.
+    rcvtimeo: Mutex<Option<Duration>>,
+}
+
 /// The parked client threads of one service, the last parked on top.
 struct IdleThreads {
     parked: Mutex<Stack>,
     serve: Serve,
+    /// None for a connect-back service (no listener).
+    help: Option<Help>,
 }
 
 struct Stack {
@@ -247,14 +339,83 @@ struct Stack {
 }
 
 impl IdleThreads {
-    fn new(serve: Serve) -> IdleThreads {
+    fn new(serve: Serve, help: Option<Help>) -> IdleThreads {
         IdleThreads {
             parked: Mutex::new(Stack {
                 seats: Vec::new(),
                 closed: false,
             }),
             serve,
+            help,
         }
+    }
+
+    /// The listener's receive timeout changed (see `Help::rcvtimeo`).
+    fn set_rcvtimeo(&self, to: Option<Duration>) {
+        if let Some(h) = &self.help {
+            *h.rcvtimeo.lock().unwrap_or_else(|e| e.into_inner()) = to;
+        }
+    }
+
+    fn set_behind(&self, on: bool) {
+        if let Some(h) = &self.help {
+            // Read first: the line is shared with every helping thread.
+            if h.behind.load(Ordering::Relaxed) != on {
+                h.behind.store(on, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// A thread given a new client while the backlog is not empty
+    /// accepts one more client and hands it on, as the acceptor would
+    /// (without its waiting and error handling: a failed accept is left to
+    /// the acceptor, which meets the same condition and reports it).
+    fn help_accept(self: &Arc<Self>) {
+        // Two each: the threads that help double with each round.
+        for _ in 0..2 {
+            if !self.help_accept_one() {
+                return;
+            }
+        }
+    }
+
+    /// One client accepted and handed on (true), or none (false).
+    fn help_accept_one(self: &Arc<Self>) -> bool {
+        let Some(h) = &self.help else { return false };
+        if !h.behind.load(Ordering::Relaxed) || h.r.stopped() {
+            return false;
+        }
+        let Some(listener) = h.listener.upgrade() else {
+            return false;
+        };
+        let svc = h.r.current();
+        let Some(slot) = Slot::try_take(&svc) else {
+            return false;
+        };
+        let (stream, peer) = match listener.accept() {
+            Ok(x) => x,
+            Err(e) => {
+                if e.kind() == io::ErrorKind::WouldBlock {
+                    self.set_behind(false);
+                }
+                return false;
+            }
+        };
+        drop(listener);
+        let generation = crate::running::generation();
+        svc.opts.oc.apply(std::os::fd::AsFd::as_fd(&stream));
+        let read_timeout = *h.rcvtimeo.lock().unwrap_or_else(|e| e.into_inner());
+        let job = Accepted {
+            stream,
+            svc: svc.clone(),
+            generation,
+            peer,
+            local: h.local,
+            slot,
+            read_timeout,
+        };
+        self.dispatch(&svc, Job::New(job));
+        true
     }
 
     fn stack(&self) -> std::sync::MutexGuard<'_, Stack> {
@@ -320,6 +481,7 @@ impl IdleThreads {
         loop {
             match job {
                 Job::New(a) => {
+                    self.help_accept();
                     let mut client = Box::new(Client::accepted(a));
                     (self.serve)(&mut client, None);
                     self.done(client);

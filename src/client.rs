@@ -30,6 +30,18 @@ pub struct Slot(Arc<Service>);
 impl Slot {
     /// Take a slot, waiting while the service is full. Gives up (None)
     /// after a second so the acceptor can notice a reload or a stop.
+    /// Take a slot if the service is below `maxconn`, without waiting
+    /// (a client thread helping the acceptor, see `acceptor`).
+    pub fn try_take(svc: &Arc<Service>) -> Option<Slot> {
+        let mut live = svc.live.lock().unwrap_or_else(|e| e.into_inner());
+        if *live >= svc.maxconn {
+            return None;
+        }
+        *live += 1;
+        crate::shutdown::session_started();
+        Some(Slot(svc.clone()))
+    }
+
     pub fn take(svc: &Arc<Service>, last_warn: &mut Option<Instant>) -> Option<Slot> {
         let mut live = svc.live.lock().unwrap_or_else(|e| e.into_inner());
         if *live >= svc.maxconn {

@@ -675,6 +675,15 @@ impl Listener {
     }
 
     /// Accept one client; for unix sockets the peer address is None.
+    /// Non-blocking accept() (WouldBlock when no client waits); the
+    /// accepted sockets are blocking either way.
+    pub fn set_nonblocking(&self, on: bool) -> io::Result<()> {
+        match self {
+            Listener::Tcp(l) => l.set_nonblocking(on),
+            Listener::Unix(l) => l.set_nonblocking(on),
+        }
+    }
+
     pub fn accept(&self) -> io::Result<(Stream, Option<SocketAddr>)> {
         match self {
             Listener::Tcp(l) => l.accept().map(|(s, a)| (Stream::Tcp(s), Some(a))),
