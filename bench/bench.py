@@ -384,8 +384,15 @@ def write_json(path, doc):
 
 def write_results_md(docs, names):
     path = os.path.join(HERE, "RESULTS.md")
+    try:
+        with open(path) as f:
+            old = f.read()
+    except FileNotFoundError:
+        old = ""
+    # The tables are rewritten; the hand-written part after the mark stays.
+    new = report.keep_hand_part(report.render_results_md(docs, names), old)
     with open(path, "w") as f:
-        f.write(report.render_results_md(docs, names))
+        f.write(new)
     log("wrote", path)
 
 

@@ -225,5 +225,19 @@ class Compare(unittest.TestCase):
         self.assertTrue(rows[("stream1", "3proxy", "tput")]["agree"])
 
 
+
+class KeepHandPart(unittest.TestCase):
+    def test_the_hand_written_part_survives_a_rewrite(self):
+        old = "# old tables\n\n" + report.HAND_MARK + "\n\n## A study\n\ntext\n"
+        new = report.keep_hand_part("# new tables\n", old)
+        self.assertTrue(new.startswith("# new tables\n\n" + report.HAND_MARK))
+        self.assertTrue(new.endswith("## A study\n\ntext\n"))
+        self.assertNotIn("old tables", new)
+
+    def test_a_file_without_the_mark_gets_one(self):
+        self.assertEqual(report.keep_hand_part("# t\n", ""), "# t\n\n" + report.HAND_MARK + "\n")
+        self.assertEqual(report.keep_hand_part("# t\n", "# old, no mark\n"),
+                         "# t\n\n" + report.HAND_MARK + "\n")
+
 if __name__ == "__main__":
     unittest.main()
