@@ -97,25 +97,39 @@ pub fn host_port_text(prefix: &str, a: std::net::SocketAddr) -> String {
     s.push_str(prefix);
     push_ipv4(&mut s, v4);
     s.push(':');
-    let mut digits = [0u8; 5];
-    let (mut p, mut i) = (a.port(), digits.len());
-    loop {
-        i -= 1;
-        digits[i] = b'0' + (p % 10) as u8;
-        p /= 10;
-        if p == 0 {
-            break;
-        }
-    }
-    for &d in &digits[i..] {
+    let mut digits = [0u8; 20];
+    for &d in decimal(u64::from(a.port()), &mut digits) {
         s.push(char::from(d));
     }
     s
 }
 
+/// `v` in decimal ASCII, as `format!` writes it, in the end of `buf`
+/// (the hot paths' numbers without the formatting machinery).
+pub fn decimal(mut v: u64, buf: &mut [u8; 20]) -> &[u8] {
+    let mut at = buf.len();
+    loop {
+        at -= 1;
+        buf[at] = b'0' + (v % 10) as u8;
+        v /= 10;
+        if v == 0 {
+            break;
+        }
+    }
+    &buf[at..]
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn decimal_writes_what_format_writes() {
+        let mut b = [0u8; 20];
+        for v in [0, 7, 10, 65535, 1_000_000, u64::MAX] {
+            assert_eq!(decimal(v, &mut b), v.to_string().as_bytes());
+        }
+    }
 
     #[test]
     fn ip_text_is_display() {

@@ -525,17 +525,7 @@ impl SessionId {
     /// `v` in decimal, as `format!` writes it.
     fn push_number(&mut self, v: u64) {
         let mut digits = [0u8; 20];
-        let mut at = digits.len();
-        let mut v = v;
-        loop {
-            at -= 1;
-            digits[at] = b'0' + (v % 10) as u8;
-            v /= 10;
-            if v == 0 {
-                break;
-            }
-        }
-        for &d in &digits[at..] {
+        for &d in crate::addr::decimal(v, &mut digits) {
             self.push(d);
         }
     }

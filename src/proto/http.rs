@@ -804,18 +804,8 @@ pub fn put_authority(out: &mut Vec<u8>, host: &str, port: u16, default: u16) {
     }
     if port != default {
         out.push(b':');
-        let mut digits = [0u8; 5];
-        let mut i = digits.len();
-        let mut p = port;
-        loop {
-            i -= 1;
-            digits[i] = b'0' + (p % 10) as u8;
-            p /= 10;
-            if p == 0 {
-                break;
-            }
-        }
-        out.extend_from_slice(&digits[i..]);
+        let mut digits = [0u8; 20];
+        out.extend_from_slice(crate::addr::decimal(u64::from(port), &mut digits));
     }
 }
 
