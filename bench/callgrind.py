@@ -158,20 +158,7 @@ def kept_alive(port, target, n):
 
 
 def new_connections(port, target, n):
-    req = ("GET %s HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
-           % target).encode()
-    for _ in range(n):
-        s = connect(port)
-        s.sendall(req)
-        rest = read_response(s, b"")
-        while True:
-            chunk = s.recv(65536)
-            if not chunk:
-                break
-            rest += chunk
-        if rest:
-            raise RuntimeError("bytes after the response: %r" % rest[:80])
-        s.close()
+    through(lambda: connect(port), n, target)
 
 
 def socks5_open(port, origin_port):
@@ -199,11 +186,13 @@ def recv_exactly(s, n):
     return buf
 
 
-def through(opener, n):
-    """n requests, each on a connection opener() returns (a tcppm mapping
-    or a SOCKS5 session to the origin): GET with `Connection: close`, the
-    1 KB response, then the close (tcp-1k's and socks-1k's path)."""
-    req = b"GET /1k.bin HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
+def through(opener, n, target="/1k.bin"):
+    """n requests, each on a connection opener() returns (the proxy, a
+    tcppm mapping or a SOCKS5 session to the origin): GET TARGET with
+    `Connection: close`, the response, then the close (http-close-1k's,
+    tcp-1k's and socks-1k's path)."""
+    req = ("GET %s HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
+           % target).encode()
     for _ in range(n):
         s = opener()
         s.sendall(req)
