@@ -9,7 +9,10 @@
 //! new thread is started with the service's small stack. A thread parked
 //! for `IDLE_THREAD` leaves the stack and exits: with a stack, the threads
 //! left idle by a burst are the ones at the bottom, and they do time out.
-//! Still one client per thread at a time.
+//! Beyond `SPARE_THREADS` idle threads, a thread exits after
+//! `IDLE_RELEASE` already, so that the threads of a burst whose clients
+//! went to the parking lot do not stay for 15 s. Still one client per
+//! thread at a time.
 //!
 //! The acceptor does nothing per client that the kernel can do once for
 //! all: accept4() gives the socket CLOEXEC, and the listener's TCP options
@@ -64,6 +67,18 @@ const IDLE_THREAD: Duration = Duration::from_secs(15);
 /// between clients, never does it: the madvise and the page faults after
 /// it are paid only by a thread that has really gone idle.
 const IDLE_RELEASE: Duration = Duration::from_millis(250);
+
+/// How many idle client threads a service keeps for IDLE_THREAD; the
+/// others exit once idle for IDLE_RELEASE. After a burst (thousands of
+/// clients that connect at once, are served, and park in the parking
+/// lot), the threads that served them would otherwise wait 15 s with
+/// their top stack pages, TLS and kernel stack (about 8 KB of RSS and
+/// 16 KB outside it each, and a task against the task limit); a service
+/// whose load is steady reuses its threads within microseconds and never
+/// reaches IDLE_RELEASE. Starting a thread costs tens of microseconds,
+/// so a burst that comes back more often than every 250 ms keeps its
+/// threads anyway.
+const SPARE_THREADS: usize = 32;
 
 /// The acceptor thread's body: runs until the service is stopped (by a
 /// reload that drops it, or at exit), then closes the listener.
@@ -433,13 +448,13 @@ impl IdleThreads {
         let idle = self.clone();
         // The job moves into the closure; if the spawn fails the closure is
         // dropped with it, which closes the client and frees its slot.
-        let spawned = std::thread::Builder::new()
-            .name(format!("{}:{}", svc.def.name, svc.port()))
-            .stack_size(svc.stack_size)
-            .spawn(move || {
-                let me = idle.clone();
-                me.client_thread(job)
-            });
+        // On a stack of its own that is given back when the thread ends
+        // (sys::thread): a burst's threads leave no memory behind.
+        let spawned = crate::sys::thread::spawn(
+            &format!("{}:{}", svc.def.name, svc.port()),
+            svc.stack_size,
+            move || idle.client_thread(job),
+        );
         if let Err(e) = spawned {
             // At most one line a second: a flood of clients while threads
             // cannot start would otherwise be a line each.
@@ -544,6 +559,16 @@ impl IdleThreads {
             let mut st = self.stack();
             match st.seats.iter().position(|s| Arc::ptr_eq(s, seat)) {
                 Some(i) if Instant::now() >= deadline => {
+                    st.seats.remove(i);
+                    return None;
+                }
+                Some(i)
+                    if release.is_some_and(|t| Instant::now() >= t)
+                        && st.seats.len() > SPARE_THREADS =>
+                {
+                    // Idle for IDLE_RELEASE with more threads idle than a
+                    // service keeps spare: this one, among the longest
+                    // idle (the stack is taken from the top), exits.
                     st.seats.remove(i);
                     return None;
                 }

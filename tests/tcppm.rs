@@ -580,3 +580,34 @@ fn idle_client_threads_exit_after_15_s() {
     // The service still serves.
     echo_roundtrip(&mut connect(localhost(port)), b"after");
 }
+
+#[test]
+fn a_burst_leaves_at_most_32_idle_threads_after_a_quarter_second() {
+    // 80 tunnels at once: each needs a thread until it has been quiet for
+    // the linger, then parks; the threads go idle, and all but 32 of them
+    // exit once idle for 250 ms, long before the 15 s of the 32 kept.
+    let (proxy, _origin, port) = echo_tcppm("burst_threads", "");
+    let name = format!("tcppm:{port}");
+    let client_threads = || proxy.threads_named(&name).saturating_sub(1);
+    let mut clients: Vec<TcpStream> = (0..80).map(|_| connect(localhost(port))).collect();
+    for (i, c) in clients.iter_mut().enumerate() {
+        echo_roundtrip(c, format!("client {i}").as_bytes());
+    }
+    let busy = client_threads();
+    assert!(busy > 32, "{busy} client threads with 80 active tunnels");
+    let mut left = busy;
+    assert!(
+        wait_for(
+            || {
+                left = client_threads();
+                left <= 32
+            },
+            Duration::from_secs(8)
+        ),
+        "{left} client threads 8 s after 80 tunnels went quiet"
+    );
+    // Every tunnel still carries its bytes, in order, woken from the lot.
+    for (i, c) in clients.iter_mut().enumerate() {
+        echo_roundtrip(c, format!("again {i}").as_bytes());
+    }
+}

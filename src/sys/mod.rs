@@ -7,5 +7,6 @@ pub mod pam;
 pub mod process;
 pub mod signal;
 pub mod sockopt;
+pub mod thread;
 pub mod time;
 pub mod udp;
