@@ -557,24 +557,20 @@ impl IdleThreads {
                 return Some(job);
             }
             let mut st = self.stack();
+            let now = Instant::now();
+            let idle_long = release.is_some_and(|t| now >= t);
             match st.seats.iter().position(|s| Arc::ptr_eq(s, seat)) {
-                Some(i) if Instant::now() >= deadline => {
-                    st.seats.remove(i);
-                    return None;
-                }
-                Some(i)
-                    if release.is_some_and(|t| Instant::now() >= t)
-                        && st.seats.len() > SPARE_THREADS =>
-                {
-                    // Idle for IDLE_RELEASE with more threads idle than a
-                    // service keeps spare: this one, among the longest
-                    // idle (the stack is taken from the top), exits.
+                // Idle for IDLE_THREAD; or for IDLE_RELEASE with more
+                // threads idle than a service keeps spare, and this one
+                // among the longest idle (the stack is taken from the
+                // top): the thread exits.
+                Some(i) if now >= deadline || (idle_long && st.seats.len() > SPARE_THREADS) => {
                     st.seats.remove(i);
                     return None;
                 }
                 Some(_) => {
                     drop(st);
-                    if release.is_some_and(|t| Instant::now() >= t) {
+                    if idle_long {
                         // Idle for IDLE_RELEASE: the frames of the last
                         // client are gone, their pages need not stay.
                         release = None;

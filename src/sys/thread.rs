@@ -20,7 +20,7 @@
 
 use std::ffi::{c_void, CString};
 use std::io;
-use std::sync::{Condvar, Mutex, Once};
+use std::sync::{Condvar, Mutex, OnceLock};
 
 /// Discarded stacks kept mapped for the next threads; more are unmapped.
 const POOL_MAX: usize = 64;
@@ -119,9 +119,10 @@ fn take(size: usize) -> io::Result<Stack> {
 /// A stack whose thread is gone (or never started): into the pool with
 /// its pages discarded, or unmapped if the pool is full.
 fn give_back(stack: Stack) {
+    // Outside the lock: `take`, on the way to a new thread, waits for it.
+    stack.discard();
     let mut pool = POOL.lock().unwrap_or_else(|e| e.into_inner());
     if pool.len() < POOL_MAX {
-        stack.discard();
         pool.push(stack);
     }
     // Dropped here otherwise, which unmaps it.
@@ -137,19 +138,19 @@ static REAPER: Reaper = Reaper {
     queue: Mutex::new(Vec::new()),
     wake: Condvar::new(),
 };
-static REAPER_STARTED: Once = Once::new();
-static REAPER_RUNS: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+/// Whether the reaper thread started (it is started once, by the first
+/// `spawn`).
+static REAPER_RUNS: OnceLock<bool> = OnceLock::new();
 
 fn start_reaper() -> io::Result<()> {
-    use std::sync::atomic::Ordering;
-    REAPER_STARTED.call_once(|| {
-        let spawned = std::thread::Builder::new()
+    let runs = REAPER_RUNS.get_or_init(|| {
+        std::thread::Builder::new()
             .name("reaper".into())
             .stack_size(64 << 10)
-            .spawn(reap);
-        REAPER_RUNS.store(spawned.is_ok(), Ordering::Release);
+            .spawn(reap)
+            .is_ok()
     });
-    if REAPER_RUNS.load(Ordering::Acquire) {
+    if *runs {
         Ok(())
     } else {
         Err(io::Error::other(
