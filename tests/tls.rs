@@ -1022,7 +1022,8 @@ fn leaf_via_connect(port: u16, ca: &Path, host: &str, oport: u16) -> (Vec<u8>, V
     (got, leaf)
 }
 
-/// The cfg of an intercepting HTTP proxy on `port` signing with `ca`,
+/// The cfg of an intercepting HTTP proxy on `port` and SOCKS on `port + 1`
+/// (take them from free_port_pair) signing with `ca`,
 /// caching in `cache`, trusting origins of `origin_ca` (the built-in
 /// roots if None).
 fn mitm_cfg(port: u16, ca: &(PathBuf, PathBuf), cache: &Path, origin_ca: Option<&Path>) -> String {
@@ -1046,7 +1047,7 @@ fn ssl_mitm_serves_a_leaf_of_its_ca_cached_and_reused_after_a_restart() {
     let cache = keep.join("cache");
     std::fs::create_dir(&cache).unwrap();
     let (oport, _sni) = tls_origin(&pki, MITM_HELLO);
-    let port = free_port();
+    let port = free_port_pair();
     let cfg = mitm_cfg(port, &ca, &cache, Some(&pki.ca));
     let proxy = start(Dir::new("tls_mitm_a"), &cfg, port);
 
@@ -1097,7 +1098,7 @@ fn ssl_mitm_serves_a_leaf_of_its_ca_cached_and_reused_after_a_restart() {
     drop(proxy);
 
     // After a restart the cached leaf is served again, unchanged.
-    let port = free_port();
+    let port = free_port_pair();
     let cfg = mitm_cfg(port, &ca, &cache, Some(&pki.ca));
     let proxy = start(Dir::new("tls_mitm_b"), &cfg, port);
     let (_, leaf2) = leaf_via_connect(port, &ca.0, "localhost", oport);
@@ -1110,7 +1111,7 @@ fn ssl_mitm_serves_a_leaf_of_its_ca_cached_and_reused_after_a_restart() {
     // made (and replaces the file).
     let other = Dir::new("tls_mitm_other_ca");
     let ca2 = mitm_ca(&other);
-    let port = free_port();
+    let port = free_port_pair();
     let cfg = mitm_cfg(port, &ca2, &cache, Some(&pki.ca));
     let _proxy = start(Dir::new("tls_mitm_c"), &cfg, port);
     let (_, leaf3) = leaf_via_connect(port, &ca2.0, "localhost", oport);
@@ -1127,7 +1128,7 @@ fn ssl_mitm_refuses_an_untrusted_origin_with_8011() {
     let cache = keep.join("cache");
     std::fs::create_dir(&cache).unwrap();
     let (oport, sni) = tls_origin(&pki, MITM_HELLO);
-    let port = free_port();
+    let port = free_port_pair();
     // The built-in roots only: the origin's CA is not one of them.
     let proxy = start(
         Dir::new("tls_mitm_u"),

@@ -785,6 +785,18 @@ pub fn free_port() -> u16 {
     unique_port(|p| TcpListener::bind(("127.0.0.1", p)).map(drop))
 }
 
+/// Two TCP ports free on 127.0.0.1, `p` and `p + 1`, both taken from the
+/// harness's list, so no other test is handed the second one (a cfg with
+/// a service on each).
+pub fn free_port_pair() -> u16 {
+    loop {
+        let p = free_port();
+        if free_port() == p + 1 {
+            return p;
+        }
+    }
+}
+
 /// A TCP port free on ::1.
 pub fn free_port_v6() -> u16 {
     unique_port(|p| TcpListener::bind(("::1", p)).map(drop))
