@@ -37,6 +37,19 @@
 //! clients drains in about log2(N) rounds of the run queue instead of N.
 //! With one client at a time nobody helps.
 //!
+//! Helping must stop when the CPU, not the acceptor, is what is behind.
+//! Under a load near what the CPU can serve (3,500 new CONNECT tunnels a
+//! second, bench/RESULTS.md connect-rate-high), a hiccup leaves clients in
+//! the backlog; helping then hands them all to threads at once, hundreds
+//! of threads share the CPU, each connection costs more (their stacks and
+//! the kernel's per-task data no longer stay in the caches: 420 µs a
+//! connection instead of 240), the service falls further behind and never
+//! catches up. So a thread helps only while fewer than `HELP_PENDING` jobs
+//! handed to threads have not yet been started by them (`IdleThreads::
+//! pending`): a job waiting for its thread to run means the run queue is
+//! long, and the clients are better left in the backlog, which costs
+//! nothing, until the threads that have clients get through them.
+//!
 //! Out of descriptors (EMFILE, ENFILE), accept() fails while clients wait
 //! in the backlog, and they would wait there until their own timeout. The
 //! acceptor keeps one spare descriptor (a duplicate of the listener): when
@@ -47,7 +60,7 @@
 
 use std::io;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::thread::Thread;
 use std::time::{Duration, Instant};
@@ -79,6 +92,12 @@ const IDLE_RELEASE: Duration = Duration::from_millis(250);
 /// so a burst that comes back more often than every 250 ms keeps its
 /// threads anyway.
 const SPARE_THREADS: usize = 32;
+
+/// A thread helps the acceptor only while fewer jobs than this wait for
+/// their thread to start them (see the module doc). Large enough that a
+/// burst of clients drains in a few rounds of the run queue, small enough
+/// that the threads started ahead of the CPU stay few.
+const HELP_PENDING: usize = 16;
 
 /// The acceptor thread's body: runs until the service is stopped (by a
 /// reload that drops it, or at exit), then closes the listener.
@@ -343,6 +362,8 @@ struct Help {
 struct IdleThreads {
     parked: Mutex<Stack>,
     serve: Serve,
+    /// Jobs handed to a thread (woken or started) that it has not begun.
+    pending: AtomicUsize,
     /// None for a connect-back service (no listener).
     help: Option<Help>,
 }
@@ -362,6 +383,7 @@ impl IdleThreads {
             }),
             serve,
             help,
+            pending: AtomicUsize::new(0),
         }
     }
 
@@ -397,7 +419,10 @@ impl IdleThreads {
     /// One client accepted and handed on (true), or none (false).
     fn help_accept_one(self: &Arc<Self>) -> bool {
         let Some(h) = &self.help else { return false };
-        if !h.behind.load(Ordering::Relaxed) || h.r.stopped() {
+        if !h.behind.load(Ordering::Relaxed)
+            || h.r.stopped()
+            || self.pending.load(Ordering::Relaxed) >= HELP_PENDING
+        {
             return false;
         }
         let Some(listener) = h.listener.upgrade() else {
@@ -439,6 +464,9 @@ impl IdleThreads {
 
     /// Give `job` to the thread parked last, or start a thread for it.
     fn dispatch(self: &Arc<Self>, svc: &Service, job: Job) {
+        // Counted until the thread begins it (`client_thread`), or here
+        // again if no thread can be started for it.
+        self.pending.fetch_add(1, Ordering::Relaxed);
         let seat = self.stack().seats.pop();
         if let Some(seat) = seat {
             *seat.job.lock().unwrap_or_else(|e| e.into_inner()) = Some(job);
@@ -456,6 +484,7 @@ impl IdleThreads {
             move || idle.client_thread(job),
         );
         if let Err(e) = spawned {
+            self.pending.fetch_sub(1, Ordering::Relaxed);
             // At most one line a second: a flood of clients while threads
             // cannot start would otherwise be a line each.
             static LAST: Mutex<(Option<Instant>, u64)> = Mutex::new((None, 0));
@@ -494,6 +523,7 @@ impl IdleThreads {
         });
         let mut job = first;
         loop {
+            self.pending.fetch_sub(1, Ordering::Relaxed);
             match job {
                 Job::New(a) => {
                     self.help_accept();
