@@ -557,6 +557,30 @@ fn percentiles_json(h: &hdrhistogram::Histogram<u64>) -> String {
     )
 }
 
+/// Growth from one bucket of `buckets_json` to the next: 2%, finer than
+/// the 10% within which two runs are said to agree.
+const BUCKET_RATIO: f64 = 1.02;
+
+/// The histogram as `[[upper_us, count], ...]`, in buckets growing by
+/// BUCKET_RATIO from 1 us, empty ones left out: what bench/report.py
+/// needs to add the runs of a cell together and take its percentiles
+/// from all of their connections at once (a p99 of one 6 s run moves
+/// with a single bad moment; pooled runs do not).
+fn buckets_json(h: &hdrhistogram::Histogram<u64>) -> String {
+    let mut out = String::from("[");
+    for v in h.iter_log(1, BUCKET_RATIO) {
+        let n = v.count_since_last_iteration();
+        if n > 0 {
+            if out.len() > 1 {
+                out.push_str(", ");
+            }
+            out.push_str(&format!("[{}, {n}]", v.value_iterated_to()));
+        }
+    }
+    out.push(']');
+    out
+}
+
 /// The open loop: a connection due every 1/rate s until the deadline.
 fn run_rate(args: Args) -> (Totals, Latencies) {
     let rate = args.rate.expect("rate mode has a rate");
@@ -703,10 +727,11 @@ fn main() {
         let _ = nix::sys::prctl::set_timerslack(1_000);
         let (t, lat) = run_rate(args);
         let extra = format!(
-            ", \"rate\": {}, \"latency_us\": {}, \"service_us\": {}",
+            ", \"rate\": {}, \"latency_us\": {}, \"service_us\": {}, \"latency_buckets_us\": {}",
             rate.unwrap_or(0.0),
             percentiles_json(&lat.due),
-            percentiles_json(&lat.service)
+            percentiles_json(&lat.service),
+            buckets_json(&lat.due)
         );
         (t, extra)
     } else {
@@ -911,6 +936,32 @@ mod tests {
         assert!(t.first_error.unwrap().contains("CONNECT status 403"));
         assert!(lat.due.is_empty());
         assert!(percentiles_json(&lat.due).contains("\"p99.99\": 0"));
+    }
+
+    #[test]
+    fn buckets_hold_every_value_and_grow_by_two_percent() {
+        let mut h = histogram();
+        assert_eq!(buckets_json(&h), "[]");
+        for v in [5u64, 5, 1000, 1010, 250_000] {
+            h.record(v).unwrap();
+        }
+        let j = buckets_json(&h);
+        let pairs: Vec<(f64, u64)> = j
+            .trim_matches(|c| c == '[' || c == ']')
+            .split("], [")
+            .map(|p| {
+                let (a, b) = p.split_once(", ").unwrap();
+                (a.parse().unwrap(), b.parse().unwrap())
+            })
+            .collect();
+        assert_eq!(pairs.iter().map(|p| p.1).sum::<u64>(), 5, "{j}");
+        // Each value lies in a bucket whose upper end is at most 2% (and
+        // the histogram's own 0.1%) above it.
+        for v in [5.0, 1000.0, 1010.0, 250_000.0] {
+            let upper = pairs.iter().map(|p| p.0).find(|&u| u >= v).unwrap();
+            assert!(upper <= v * 1.021 + 1.0, "{v} in {upper}: {j}");
+        }
+        assert_eq!(pairs[0], (5.0, 2), "{j}");
     }
 
     #[test]

@@ -89,6 +89,12 @@ def parse_loadgen(text):
             if k not in lat:
                 raise ParseError("loadgen latency without %s" % k)
             d["lat_%s_us" % k] = lat[k]
+    buckets = d.pop("latency_buckets_us", None)
+    if buckets is not None:
+        # [[upper_us, count], ...]: the runs of a cell are pooled from these.
+        if not all(isinstance(b, list) and len(b) == 2 for b in buckets):
+            raise ParseError("loadgen latency buckets are not [upper, count] pairs")
+        d["lat_buckets_us"] = buckets
     if d.get("seconds"):
         d["rps"] = d["requests"] / d["seconds"]
         d["bytes_per_s"] = d["bytes"] / d["seconds"]

@@ -7,6 +7,9 @@ import re
 from . import stats
 
 LATENCY_KEYS = ("p50", "p90", "p99", "p99.9", "p99.99", "max")
+# The latency figures two full runs are compared on (beyond p99 a 6 s run
+# holds a few hundred connections or fewer).
+COMPARED_LATENCY = ("p50", "p99")
 AGREE = 0.10     # two runs "agree" on a figure when their medians differ by <= 10%...
 # ...or by no more than the larger spread of the two.
 
@@ -113,6 +116,18 @@ def aggregate(doc):
                 # The open-loop cells' latency percentiles, in ms.
                 a["latency_ms"] = {k: stats.summarize([c["lat_%s_us" % k] / 1000 for c in ok])
                                    for k in LATENCY_KEYS}
+                if all(c.get("lat_buckets_us") is not None for c in ok):
+                    # The figure of a percentile is taken from every run's
+                    # connections at once; the spread stays that of the
+                    # runs' own figures. max is the largest of all.
+                    pooled = stats.pool_buckets(c["lat_buckets_us"] for c in ok)
+                    for k in LATENCY_KEYS:
+                        if k != "max" and a["latency_ms"][k]:
+                            q = stats.bucket_quantile(pooled, float(k[1:]) / 100)
+                            if q is not None:
+                                a["latency_ms"][k]["pooled"] = q / 1000
+                    if a["latency_ms"]["max"]:
+                        a["latency_ms"]["max"]["pooled"] = a["latency_ms"]["max"]["max"]
             if ok[0].get("h2load_mode"):
                 a["h2load_mode"] = ok[0]["h2load_mode"]
             if ok[0].get("tls"):
@@ -129,10 +144,16 @@ def _fmt(x, digits=None):
     return "%.*f" % (digits, x)
 
 
+def figure(summary):
+    """A summary's figure: pooled over the runs where it was (latency
+    percentiles), else the median of the runs."""
+    return summary.get("pooled", summary["median"])
+
+
 def _cell(summary, best=False, digits=None):
     if not summary:
         return "-"
-    s = _fmt(summary["median"], digits)
+    s = _fmt(figure(summary), digits)
     if best:
         s = "**%s**" % s
     if summary["n"] > 1:
@@ -255,7 +276,9 @@ def render_latency(agg, scenario, prox):
     """The open-loop latency table, one row per proxy, as the http-tunnel
     benchmark's summary: ms from each connection's scheduled start."""
     out = ["Latency in ms from the moment each connection was due (coordinated "
-           "omission corrected); lower is better.\n",
+           "omission corrected), each percentile taken over the connections of all "
+           "runs together (in parentheses, how far the runs' own figures spread); "
+           "lower is better.\n",
            "| proxy | " + " | ".join(LATENCY_KEYS) + " |",
            "|---|" + "---:|" * len(LATENCY_KEYS)]
     for p in prox:
@@ -287,7 +310,7 @@ def how_we_compare(doc, ours="3proxy"):
         if sd["kind"] == "mem":
             fig, name = (lambda a: a["kb_per_conn"]["median"]), "KB per idle client"
         elif sd["kind"] == "rate":
-            fig, name = (lambda a: a["latency_ms"]["p99"]["median"]), "p99 latency ms"
+            fig, name = (lambda a: figure(a["latency_ms"]["p99"])), "p99 latency ms"
         else:
             fig, name = (lambda a: a["cost"]["median"]), (
                 "proxy CPU s/GB" if sd["unit"] == "GB" else "proxy CPU µs/req")
@@ -372,12 +395,16 @@ def compare(a, b):
         if not y or x["status"] != "ok" or y["status"] != "ok":
             continue
         fields = ("rest_mb", "loaded_mb") if "rest_mb" in x else ("tput", "cost")
-        for f in fields:
-            mx, my = x[f]["median"], y[f]["median"]
+        pairs = [(f, x[f], y[f]) for f in fields]
+        if "latency_ms" in x and "latency_ms" in y:
+            pairs += [(k, x["latency_ms"][k], y["latency_ms"][k]) for k in COMPARED_LATENCY
+                      if x["latency_ms"][k] and y["latency_ms"][k]]
+        for f, sx, sy in pairs:
+            mx, my = figure(sx), figure(sy)
             if not mx:
                 continue
             diff = (my - mx) / mx
-            sp = max(x[f]["spread"], y[f]["spread"])
+            sp = max(sx["spread"], sy["spread"])
             rows.append({"scenario": key[0], "proxy": key[1], "metric": f, "a": mx, "b": my,
                          "diff": diff, "spread": sp,
                          "agree": abs(diff) <= max(AGREE, sp)})
@@ -407,6 +434,7 @@ def render_compare(a, b, names=("A", "B")):
                                       sum(1 for r in rows if r["metric"] in ms))
                for label, ms in (("proxy CPU per unit", ("cost",)),
                                  ("throughput", ("tput",)),
+                                 ("latency", COMPARED_LATENCY),
                                  ("memory", ("rest_mb", "loaded_mb")))
                if any(r["metric"] in ms for r in rows)) + ".", "",
            "| scenario | proxy | figure | A | B | B vs A | spread | agree |",

@@ -1,4 +1,5 @@
 """Arithmetic on measurements: CPU busy time, medians, spread, pace."""
+import math
 
 PACE_THRESHOLD = 0.90   # a role whose CPU is at least this busy set the pace
 
@@ -84,3 +85,30 @@ def rotate(items, k):
         return []
     k %= len(items)
     return list(items[k:]) + list(items[:k])
+
+
+def pool_buckets(runs):
+    """The [[upper, count], ...] histograms of several runs added together,
+    as {upper: count} (bench/loadgen.rs writes the same bucket edges every
+    run)."""
+    total = {}
+    for buckets in runs:
+        for upper, count in buckets:
+            total[upper] = total.get(upper, 0) + count
+    return total
+
+
+def bucket_quantile(pooled, q):
+    """The upper edge of the bucket holding quantile Q (0..1) of POOLED
+    ({upper: count}); None if it holds nothing."""
+    n = sum(pooled.values())
+    if not n:
+        return None
+    # The rank of the quantile, as hdrhistogram counts it: at least one.
+    rank = max(1, math.ceil(q * n))
+    seen = 0
+    for upper in sorted(pooled):
+        seen += pooled[upper]
+        if seen >= rank:
+            return upper
+    return max(pooled)

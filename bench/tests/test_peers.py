@@ -252,6 +252,11 @@ class NewParsers(unittest.TestCase):
         self.assertEqual(r["lat_p99.99_us"], 9000)
         self.assertEqual(r["lat_max_us"], 12000)
         self.assertNotIn("latency_us", r)
+        self.assertNotIn("lat_buckets_us", r)     # a loadgen from before them
+        r = parse.parse_loadgen(RATE.replace('}}\n', '}, "latency_buckets_us": [[150, 3]]}\n'))
+        self.assertEqual(r["lat_buckets_us"], [[150, 3]])
+        with self.assertRaises(parse.ParseError):
+            parse.parse_loadgen(RATE.replace('}}\n', '}, "latency_buckets_us": [150]}\n'))
         self.assertAlmostEqual(r["rps"], 3500)
         with self.assertRaises(parse.ParseError):
             parse.parse_loadgen(RATE.replace('"p99.9": 4000, ', ""))

@@ -215,6 +215,38 @@ class Compare(unittest.TestCase):
         self.assertNotIn("## All runs pooled",
                          report.render_results_md([a, b], ["results/a.json", "results/b.json"]))
 
+    def test_latency_is_pooled_over_runs_and_compared(self):
+        def rate(run, p99_us, buckets):
+            lat = {"lat_%s_us" % k: p99_us for k in report.LATENCY_KEYS}
+            return cell("tunnel-rate-low", "3proxy", run, rps=1000, cost=10.0, unit="req",
+                        lat_buckets_us=buckets, **lat)
+        # Run 0 had a bad moment (p99 5 ms on its own); pooled with run 1,
+        # 2 slow connections of 200 are under 1%.
+        cells = [rate(0, 5000, [[100, 98], [5000, 2]]), rate(1, 100, [[100, 100]])]
+        a = doc(cells)
+        a["scenarios"]["tunnel-rate-low"] = S.SCENARIOS["tunnel-rate-low"]
+        lat = report.aggregate(a)[("tunnel-rate-low", "3proxy")]["latency_ms"]
+        self.assertAlmostEqual(lat["p99"]["pooled"], 0.1)
+        self.assertAlmostEqual(lat["p99"]["median"], 2.55)   # what one run each says
+        self.assertAlmostEqual(lat["p99.9"]["pooled"], 5.0)
+        self.assertAlmostEqual(lat["max"]["pooled"], 5.0)
+        t = report.render_latency(report.aggregate(a), "tunnel-rate-low", ["3proxy"])
+        self.assertIn("| 3proxy | 0.100 (", t)
+        # B: the same, and once more with a slow p50.
+        b = copy.deepcopy(a)
+        rows = {(r["scenario"], r["metric"]): r for r in report.compare(a, b)}
+        self.assertTrue(rows[("tunnel-rate-low", "p99")]["agree"])
+        for c in b["cells"]:
+            c["lat_buckets_us"] = [[300, 100]]
+        rows = {(r["scenario"], r["metric"]): r for r in report.compare(a, b)}
+        self.assertAlmostEqual(rows[("tunnel-rate-low", "p50")]["diff"], 2.0)
+        self.assertIn("latency 0 of 2 agree", report.render_compare(a, b))
+        # Cells from before the buckets: the median of the runs, as before.
+        for c in cells:
+            del c["lat_buckets_us"]
+        lat = report.aggregate(doc(cells))[("tunnel-rate-low", "3proxy")]["latency_ms"]
+        self.assertNotIn("pooled", lat["p99"])
+
     def test_spread_widens_agreement(self):
         a = doc(CELLS)
         b = copy.deepcopy(a)

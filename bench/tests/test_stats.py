@@ -64,5 +64,26 @@ class Summaries(unittest.TestCase):
         self.assertEqual(stats.rotate([], 2), [])
 
 
+
+class PooledBuckets(unittest.TestCase):
+    def test_runs_add_up_and_quantiles_come_from_all_of_them(self):
+        a = [[100, 98], [5000, 2]]          # one run: p99 at 5 ms
+        b = [[100, 100]]                     # another: nothing slow
+        pooled = stats.pool_buckets([a, b])
+        self.assertEqual(pooled, {100: 198, 5000: 2})
+        # 2 slow of 200: p99 is the 198th, fast; p99.5 is slow.
+        self.assertEqual(stats.bucket_quantile(pooled, 0.99), 100)
+        self.assertEqual(stats.bucket_quantile(pooled, 0.995), 5000)
+        self.assertEqual(stats.bucket_quantile(pooled, 0.5), 100)
+        self.assertEqual(stats.bucket_quantile(pooled, 1.0), 5000)
+        # The first value, not zero, for q = 0; nothing for an empty one.
+        self.assertEqual(stats.bucket_quantile(pooled, 0.0), 100)
+        self.assertIsNone(stats.bucket_quantile({}, 0.99))
+
+    def test_bucket_order_does_not_matter(self):
+        pooled = stats.pool_buckets([[[300, 1], [200, 1], [100, 2]]])
+        self.assertEqual(stats.bucket_quantile(pooled, 0.75), 200)
+
+
 if __name__ == "__main__":
     unittest.main()
