@@ -166,10 +166,12 @@ pub struct Client {
     recorded: (u64, u64),
     /// `log radius`: the accounting session of the current record, from
     /// its Start (when access was granted) to its Stop (the record).
-    pub acct: Option<crate::radius::Session>,
+    /// Boxed, as `handoff`: rare, and a parked client keeps its
+    /// `Client` (an idle client's memory, issue 19).
+    pub acct: Option<Box<crate::radius::Session>>,
     /// A hand-off the current handler asked for ([`Client::hand_over`]);
     /// its entry point returns it ([`Client::next`]).
-    handoff: Option<Handoff>,
+    handoff: Option<Box<Handoff>>,
     /// The session went quiet and left the rest of it here to be parked
     /// (`park`): the handlers return as if done, and the client thread
     /// parks the client instead of dropping it ([`Tail`]).
@@ -313,7 +315,7 @@ impl Client {
     /// no TCP client (`dns`): nothing is recorded.
     pub fn hand_over(&mut self, h: Handoff) -> Result<(), Res> {
         parent::check_handoff(&h)?;
-        self.handoff = Some(h);
+        self.handoff = Some(Box::new(h));
         Ok(())
     }
 
@@ -321,7 +323,7 @@ impl Client {
     /// or nothing. A service's entry point returns this.
     pub fn next(&mut self) -> Next {
         match self.handoff.take() {
-            Some(h) => Next::Handoff(h),
+            Some(h) => Next::Handoff(*h),
             None => Next::Done,
         }
     }
@@ -402,7 +404,7 @@ impl Client {
                 t.stop();
                 self.live.set_tag(None);
             }
-            self.account(Status::Stop, acct.as_ref(), self.bytes_out, self.bytes_in);
+            self.account(Status::Stop, acct.as_deref(), self.bytes_out, self.bytes_in);
             return;
         }
         self.write_record_as(self.res, self.bytes_out, self.bytes_in, self.start);
@@ -464,7 +466,7 @@ impl Client {
             self.live.set_tag(Some(t.clone()));
             session.track = Some(t);
         }
-        self.acct = Some(session);
+        self.acct = Some(Box::new(session));
     }
 
     /// The relay is about to start: the live counters take what the

@@ -210,7 +210,9 @@ struct Session {
     shaped: (u64, u64),
     /// `force`: what a tunnel (CONNECT, Upgrade) was authorized for, to
     /// check again after a reload.
-    recheck: Option<Recheck>,
+    /// Boxed: only tunnels have one, and a kept-alive client's session
+    /// waits with it between requests (issue 19).
+    recheck: Option<Box<Recheck>>,
     /// The connection's ACL weight: each request's check starts from the
     /// one before it (3proxy's `param->weight`).
     weight: u32,
@@ -660,11 +662,11 @@ impl Session {
                 }
                 self.weight = grant.weight;
                 if req.connect || req.upgrade {
-                    self.recheck = Some(
+                    self.recheck = Some(Box::new(
                         Recheck::new(&self.svc, &ask)
                             .since(c.generation)
                             .at_weight(grant.weight),
-                    );
+                    ));
                 }
                 c.acct_start(&grant);
                 self.grant = Some(grant);
@@ -784,16 +786,18 @@ impl Session {
         let ext = s.local_addr();
         c.ext_addr = ext;
         c.hops = self.base_hops + chain.hops;
-        let via = (!parents.is_empty()).then(|| Via {
-            parents,
-            http: chain.http_parent,
-            auth: chain
-                .credentials
-                .as_ref()
-                .filter(|_| chain.http_parent)
-                .map(|(u, p)| format!("Basic {}", http::basic_auth(u, p))),
-            user: req.user.clone(),
-            password: req.password.clone(),
+        let via = (!parents.is_empty()).then(|| {
+            Box::new(Via {
+                parents,
+                http: chain.http_parent,
+                auth: chain
+                    .credentials
+                    .as_ref()
+                    .filter(|_| chain.http_parent)
+                    .map(|(u, p)| format!("Basic {}", http::basic_auth(u, p))),
+                user: req.user.clone(),
+                password: req.password.clone(),
+            })
         });
         Ok(Origin {
             s,
@@ -945,7 +949,7 @@ impl Session {
         };
         let limits = grant.and_then(|g| g.limits.clone());
         // With `force`, a reload whose ACL refuses the tunnel ends it.
-        let again = self.recheck.clone();
+        let again = self.recheck.as_deref().cloned();
         crate::session::relay_owned(c, srv, opts, limits, again, finish);
         Ok(Next::Tunneled)
     }

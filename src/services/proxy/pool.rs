@@ -53,7 +53,9 @@ pub(super) struct Origin {
     /// connection: it never goes to the shared pool.
     pub(super) bound: bool,
     /// Made through the parents of an ACL entry (None: directly).
-    pub(super) via: Option<Via>,
+    /// Boxed: most origins are direct, and a kept one waits as long as
+    /// its client (an idle client's memory, issue 19).
+    pub(super) via: Option<Box<Via>>,
     /// Parents taken (`%h`).
     pub(super) hops: u32,
 }
