@@ -42,20 +42,9 @@ struct Radiusd {
     out: Arc<Mutex<Vec<u8>>>,
 }
 
-/// A UDP port free on 127.0.0.1 whose next port is free too, both taken
-/// from the harness's port list (so no other test is handed either).
-fn port_pair() -> u16 {
-    loop {
-        let p = free_udp_port();
-        if free_udp_port() == p + 1 {
-            return p;
-        }
-    }
-}
-
 impl Radiusd {
     fn start(dir: &Dir) -> Radiusd {
-        let port = port_pair();
+        let port = port_pair(free_udp_port);
         let raddb = dir.join(&format!("raddb-{port}"));
         for sub in ["log", "run"] {
             std::fs::create_dir_all(raddb.join(sub)).unwrap();
@@ -272,7 +261,7 @@ impl Drop for Radiusd {
 /// A UDP socket nobody reads: a RADIUS server that is down but whose port
 /// does not answer with ICMP (the slow failure), and the next port.
 fn silent_server() -> (UdpSocket, UdpSocket, String) {
-    let p = port_pair();
+    let p = port_pair(free_udp_port);
     let a = UdpSocket::bind(("127.0.0.1", p)).unwrap();
     let b = UdpSocket::bind(("127.0.0.1", p + 1)).unwrap();
     (a, b, format!("127.0.0.1:{p}"))

@@ -785,16 +785,22 @@ pub fn free_port() -> u16 {
     unique_port(|p| TcpListener::bind(("127.0.0.1", p)).map(drop))
 }
 
-/// Two TCP ports free on 127.0.0.1, `p` and `p + 1`, both taken from the
-/// harness's list, so no other test is handed the second one (a cfg with
-/// a service on each).
-pub fn free_port_pair() -> u16 {
+/// Two ports `p` and `p + 1` that `take` (one of the free_*port
+/// functions) handed out one after the other, so no other test is handed
+/// the second one (a cfg with a service on each, FreeRADIUS's
+/// authentication and accounting).
+pub fn port_pair(take: impl Fn() -> u16) -> u16 {
     loop {
-        let p = free_port();
-        if free_port() == p + 1 {
+        let p = take();
+        if take() == p + 1 {
             return p;
         }
     }
+}
+
+/// Two TCP ports free on 127.0.0.1, `p` and `p + 1` (see `port_pair`).
+pub fn free_port_pair() -> u16 {
+    port_pair(free_port)
 }
 
 /// A TCP port free on ::1.
