@@ -40,10 +40,6 @@ pub struct Want<'a> {
     /// header of `ha`, and `extip 0.0.0.0` (use the client's address).
     pub client: Option<SocketAddr>,
     pub local: Option<SocketAddr>,
-    /// We send at once when connected (the `proxy` service with an HTTP
-    /// request in hand), so a direct connection may hold the handshake's
-    /// last ACK back for our first bytes ([`Dialer::connect_ip_to_send`]).
-    pub sends_first: bool,
 }
 
 impl Want<'_> {
@@ -90,7 +86,7 @@ pub fn connect(svc: &Service, parents: &[Hop], want: &Want<'_>) -> Result<Route,
     if parents.is_empty() {
         let addr = want.addr.ok_or(Res::NOHOST)?;
         let alt = || other_family(want, svc.family, &svc.dialer);
-        let stream = svc.dialer.connect_either(addr, alt, want.sends_first)?;
+        let stream = svc.dialer.connect_either(addr, alt)?;
         return Ok(Route::Stream(Chain {
             stream,
             hops: 0,
@@ -376,18 +372,13 @@ fn attempt<'h>(
             if addr.port() == 0 {
                 addr.set_port(want.addr.ok_or(Res::NOHOST)?.port());
             }
-            // We speak first to a parent that negotiates and to any peer
-            // that gets a PROXY header; a `tcp` parent may forward to a
-            // server that speaks first, an `http` one gets what the
-            // client sends, whenever it does.
-            let first = ha || want.sends_first || !matches!(h.kind, Kind::Tcp | Kind::Http);
             let alt = if h.addr.ip().is_unspecified() || source.is_some() {
                 None
             } else {
                 h.alt
             };
             let (addr, alt) = parent_addrs(addr, alt, ctx.family);
-            let mut s = dial(dialer, source, addr, || alt, first).inspect_err(|e| {
+            let mut s = dial(dialer, source, addr, || alt).inspect_err(|e| {
                 if *e == Res::CONNECT {
                     seen.push((h, false));
                 }
@@ -468,7 +459,7 @@ fn attempt<'h>(
                 other_family(want, ctx.family, dialer)
             }
         };
-        let s = dial(dialer, source, addr, alt, ha || want.sends_first)?;
+        let s = dial(dialer, source, addr, alt)?;
         if ha {
             send_proxy_header(&s, chain_to, want)?;
         }
@@ -499,16 +490,14 @@ fn attempt<'h>(
 }
 
 /// Dial `addr`, from `source` if an `extip` set one, racing the address
-/// `alt` gives (the other family's) after the happy eyeballs delay;
-/// `first`: we send at once (see [`Dialer::connect_ip_to_send`]).
+/// `alt` gives (the other family's) after the happy eyeballs delay.
 fn dial(
     dialer: &Dialer,
     source: Option<IpAddr>,
     addr: SocketAddr,
     alt: impl FnOnce() -> Option<SocketAddr>,
-    first: bool,
 ) -> Result<Stream, Res> {
-    let open = |d: &Dialer| d.connect_either(addr, alt, first);
+    let open = |d: &Dialer| d.connect_either(addr, alt);
     match source {
         None => open(dialer),
         Some(ip) => {
@@ -606,7 +595,7 @@ mod tests {
             ..Dialer::default()
         };
         assert_eq!(plain.connect_ip(to).unwrap_err(), Res::BIND);
-        let r = dial(&plain, Some(src), to, || None, false);
+        let r = dial(&plain, Some(src), to, || None);
         assert_ne!(r.map(|_| ()).unwrap_err(), Res::BIND);
     }
 

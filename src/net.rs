@@ -443,24 +443,17 @@ pub struct Dialer {
 
 impl Dialer {
     /// Connect to an IP destination. On failure, the 3proxy code to log.
+    ///
+    /// Quick ACKs stay on, on every connection we make (and every one we
+    /// accept): holding an ACK back to let it ride on our next bytes saves
+    /// a packet, but a peer that sends its answer in two writes with
+    /// Nagle's algorithm on (many HTTP servers and clients: head, then
+    /// body) waits for that ACK before the second, and the kernel holds
+    /// it up to its delayed-ACK limit, 40 ms per request.
     pub fn connect_ip(&self, dst: SocketAddr) -> Result<Stream, Res> {
-        self.open(dst, false)
-    }
-
-    /// [`Dialer::connect_ip`] for a peer we speak to first, at once (a
-    /// parent's handshake, an HTTP request already read): the last ACK of
-    /// the handshake then waits for our first bytes and goes with them,
-    /// one packet less (haproxy's tcp-smart-connect). Only for peers that
-    /// wait for us: one that speaks first would wait for that ACK (up to
-    /// the kernel's delayed-ACK limit) before it sees the connection.
-    pub fn connect_ip_to_send(&self, dst: SocketAddr) -> Result<Stream, Res> {
-        self.open(dst, true)
-    }
-
-    fn open(&self, dst: SocketAddr, we_speak_first: bool) -> Result<Stream, Res> {
-        let sock = self.socket_for(dst, we_speak_first)?;
+        let sock = self.socket_for(dst)?;
         connect_nonblocking(&sock, dst, self.timeout).map_err(|_| Res::CONNECT)?;
-        connected(sock, we_speak_first)
+        connected(sock)
     }
 
     /// Connect to `first`, or to the address `second` gives (the same
@@ -475,21 +468,16 @@ impl Dialer {
         &self,
         first: SocketAddr,
         second: impl FnOnce() -> Option<SocketAddr>,
-        we_speak_first: bool,
     ) -> Result<Stream, Res> {
         if self.eyeballs.is_zero() {
-            return if we_speak_first {
-                self.connect_ip_to_send(first)
-            } else {
-                self.connect_ip(first)
-            };
+            return self.connect_ip(first);
         }
         let start = std::time::Instant::now();
         // Racers: the socket and when it gives up.
         let mut racing: Vec<(Socket, std::time::Instant)> = Vec::with_capacity(2);
         let mut err = Res::CONNECT;
-        match self.begin(first, we_speak_first) {
-            Ok((s, true)) => return connected(s, we_speak_first),
+        match self.begin(first) {
+            Ok((s, true)) => return connected(s),
             Ok((s, false)) => racing.push((s, start + self.timeout)),
             Err(e) => err = e,
         }
@@ -500,8 +488,8 @@ impl Dialer {
             if second.is_some() && (second_at <= now || racing.is_empty()) {
                 if let Some(addr) = second.take().and_then(|f| f()) {
                     now = std::time::Instant::now();
-                    match self.begin(addr, we_speak_first) {
-                        Ok((s, true)) => return connected(s, we_speak_first),
+                    match self.begin(addr) {
+                        Ok((s, true)) => return connected(s),
                         Ok((s, false)) => racing.push((s, now + self.timeout)),
                         Err(e) => err = e,
                     }
@@ -538,7 +526,7 @@ impl Dialer {
                     if let Some(w) = won {
                         let (s, _) = racing.swap_remove(w);
                         // The loser is closed as `racing` drops.
-                        return connected(s, we_speak_first);
+                        return connected(s);
                     }
                     racing.retain(|(_, until)| *until > now);
                 }
@@ -548,8 +536,8 @@ impl Dialer {
     }
 
     /// A socket to `dst`, its connect started: (socket, connected now).
-    fn begin(&self, dst: SocketAddr, we_speak_first: bool) -> Result<(Socket, bool), Res> {
-        let sock = self.socket_for(dst, we_speak_first)?;
+    fn begin(&self, dst: SocketAddr) -> Result<(Socket, bool), Res> {
+        let sock = self.socket_for(dst)?;
         match sock.connect(&SockAddr::from(dst)) {
             Ok(()) => Ok((sock, true)),
             Err(e) if e.raw_os_error() == Some(libc::EINPROGRESS) => Ok((sock, false)),
@@ -559,7 +547,7 @@ impl Dialer {
 
     /// A non-blocking TCP socket for `dst` with the source address,
     /// device and options of this dialer, not yet connected.
-    fn socket_for(&self, dst: SocketAddr, we_speak_first: bool) -> Result<Socket, Res> {
+    fn socket_for(&self, dst: SocketAddr) -> Result<Socket, Res> {
         let domain = if dst.is_ipv4() {
             Domain::IPV4
         } else {
@@ -595,9 +583,6 @@ impl Dialer {
                 .map_err(|_| Res::BIND)?;
         }
         let _ = sock.set_nodelay(true);
-        if we_speak_first {
-            let _ = sock.set_quickack(false);
-        }
         self.opts.apply(sock.as_fd());
         Ok(sock)
     }
@@ -626,19 +611,6 @@ pub enum Listener {
 }
 
 impl Listener {
-    /// For services whose client speaks first and is answered at once
-    /// (SOCKS, HTTP, TLS): quick ACKs off on the listener, which accepted
-    /// sockets inherit (Linux copies the listener's TCP state into each
-    /// new connection). The kernel then does not send a bare ACK for the
-    /// client's first bytes but lets it ride on our answer a moment later,
-    /// one packet less per connection (haproxy's tcp-smart-accept). If no
-    /// answer comes, the delayed-ACK timer still sends it.
-    pub fn delay_first_ack(&self) {
-        if let Listener::Tcp(l) = self {
-            let _ = socket2::SockRef::from(l).set_quickack(false);
-        }
-    }
-
     /// Bind and listen. IP listeners always get SO_REUSEADDR and
     /// SO_REUSEPORT (as 3proxy's do) plus the `-ol` options; `device` is
     /// `-Di`.
@@ -709,15 +681,7 @@ impl AsFd for Listener {
 }
 
 /// A socket whose connect completed, as the stream the caller gets.
-fn connected(sock: Socket, we_speak_first: bool) -> Result<Stream, Res> {
-    if !we_speak_first {
-        // Quick ACKs off once connected (not before: the handshake's
-        // last ACK would wait for data of ours, and an origin that
-        // speaks first would wait for it): the ACK of the origin's
-        // answer then rides on what we send next (often the FIN)
-        // instead of going out alone.
-        let _ = sock.set_quickack(false);
-    }
+fn connected(sock: Socket) -> Result<Stream, Res> {
     let s: TcpStream = sock.into();
     s.set_nonblocking(false).map_err(|_| Res::CONNECT)?;
     Ok(Stream::Tcp(s))
@@ -907,51 +871,6 @@ mod tests {
         assert_eq!(e.kind(), io::ErrorKind::UnexpectedEof);
     }
 
-    /// Accept on a non-blocking listener within `within`, else None.
-    fn accept_within(l: &TcpListener, within: Duration) -> Option<TcpStream> {
-        let t = std::time::Instant::now();
-        while t.elapsed() < within {
-            match l.accept() {
-                Ok((s, _)) => return Some(s),
-                Err(_) => std::thread::sleep(Duration::from_millis(2)),
-            }
-        }
-        None
-    }
-
-    #[test]
-    fn the_last_ack_of_a_handshake_waits_only_when_we_speak_first() {
-        use std::io::{Read, Write};
-        let l = TcpListener::bind("127.0.0.1:0").unwrap();
-        l.set_nonblocking(true).unwrap();
-        let to = l.local_addr().unwrap();
-        let d = Dialer {
-            timeout: Duration::from_secs(5),
-            ..Dialer::default()
-        };
-        // A server that may speak first sees the connection at once.
-        let _plain = d.connect_ip(to).unwrap();
-        assert!(
-            accept_within(&l, Duration::from_millis(150)).is_some(),
-            "a plain connection was not accepted at once"
-        );
-        // When we speak first, the server sees the connection with our
-        // first bytes, which carry the handshake's last ACK.
-        let Stream::Tcp(mut ours) = d.connect_ip_to_send(to).unwrap() else {
-            panic!("not TCP")
-        };
-        assert!(
-            accept_within(&l, Duration::from_millis(50)).is_none(),
-            "the handshake's last ACK went out alone"
-        );
-        ours.write_all(b"hello").unwrap();
-        let mut theirs = accept_within(&l, Duration::from_secs(1)).expect("accepted with our data");
-        theirs.set_nonblocking(false).unwrap();
-        let mut got = [0u8; 5];
-        theirs.read_exact(&mut got).unwrap();
-        assert_eq!(&got, b"hello");
-    }
-
     /// A listener whose accept queue is full drops new SYNs: a local
     /// address that never answers.
     fn black_hole() -> (Socket, Vec<TcpStream>, SocketAddr) {
@@ -987,7 +906,7 @@ mod tests {
             ..Dialer::default()
         };
         let t = Instant::now();
-        let s = d.connect_either(first, || Some(second), false).unwrap();
+        let s = d.connect_either(first, || Some(second)).unwrap();
         let took = t.elapsed();
         assert_eq!(s.peer_addr(), Some(second));
         assert!(
@@ -1001,7 +920,7 @@ mod tests {
         };
         let t = Instant::now();
         assert_eq!(
-            d.connect_either(first, || Some(second), false).unwrap_err(),
+            d.connect_either(first, || Some(second)).unwrap_err(),
             Res::CONNECT
         );
         assert!(t.elapsed() >= Duration::from_millis(590));
@@ -1015,14 +934,10 @@ mod tests {
         };
         let asked = std::cell::Cell::new(false);
         let s = d
-            .connect_either(
-                v4.local_addr().unwrap(),
-                || {
-                    asked.set(true);
-                    Some(second)
-                },
-                true,
-            )
+            .connect_either(v4.local_addr().unwrap(), || {
+                asked.set(true);
+                Some(second)
+            })
             .unwrap();
         assert_eq!(s.peer_addr(), Some(v4.local_addr().unwrap()));
         // Nor looked up: a name's other family costs nothing then.
@@ -1032,7 +947,7 @@ mod tests {
             l.local_addr().unwrap()
         };
         let t = Instant::now();
-        let s = d.connect_either(refused, || Some(second), false).unwrap();
+        let s = d.connect_either(refused, || Some(second)).unwrap();
         assert_eq!(s.peer_addr(), Some(second));
         assert!(
             t.elapsed() < Duration::from_millis(200),
@@ -1045,8 +960,7 @@ mod tests {
             l.local_addr().unwrap()
         };
         assert_eq!(
-            d.connect_either(refused, || Some(gone6), false)
-                .unwrap_err(),
+            d.connect_either(refused, || Some(gone6)).unwrap_err(),
             Res::CONNECT
         );
     }

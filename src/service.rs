@@ -34,10 +34,6 @@ pub struct ServiceDef {
     pub positional: usize,
     /// A UDP service: it gets a datagram socket, not a listener.
     pub udp: bool,
-    /// The client speaks first (a request, a greeting, a TLS hello) and
-    /// the service answers it: the listener delays its ACKs so they ride
-    /// on the answers (see [`crate::net::Listener::answer_first`]).
-    pub client_first: bool,
 }
 
 /// Per-service log choice (`-l`, `-lFILE`, `-l@ident`); None in

@@ -1898,3 +1898,75 @@ fn url_credentials_go_to_an_http_parent_as_proxy_authorization() {
     );
     assert!(field_values(&head, "authorization").is_empty(), "{head}");
 }
+
+/// A client that writes a POST's head and its body apart, with Nagle's
+/// algorithm on, sends the body once the head is acknowledged; the origin
+/// here answers the same way (head, then body, then it closes). On these
+/// new connections neither waits for a delayed ACK of ours (40 ms each
+/// way when the proxy held its ACKs back to let them ride on its next
+/// bytes). A kept origin connection is another matter: there the kernel
+/// itself may start delaying ACKs, for us as for any client.
+#[test]
+fn a_request_and_an_answer_written_in_two_parts_are_not_delayed() {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let oport = l.local_addr().unwrap().port();
+    let origin = thread::spawn(move || {
+        for _ in 0..5 {
+            let Ok((c, _)) = l.accept() else { return };
+            c.set_nodelay(false).unwrap();
+            c.set_read_timeout(Some(IO_TIMEOUT)).unwrap();
+            let mut r = BufReader::new(c.try_clone().unwrap());
+            let mut w = c;
+            let mut len = 0usize;
+            loop {
+                let mut line = String::new();
+                if r.read_line(&mut line).unwrap_or(0) == 0 {
+                    return;
+                }
+                if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+                    len = v.trim().parse().unwrap_or(0);
+                }
+                if line == "\r\n" {
+                    break;
+                }
+            }
+            let mut body = vec![0u8; len];
+            r.read_exact(&mut body).unwrap();
+            let answer = format!("{} {len}", String::from_utf8_lossy(&body));
+            let head = format!(
+                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                answer.len()
+            );
+            w.write_all(head.as_bytes()).unwrap();
+            w.write_all(answer.as_bytes()).unwrap();
+        }
+    });
+    let dir = Dir::new("http_split_writes");
+    let port = free_port();
+    let cfg = format!("log /dev/null\nproxy -i127.0.0.1 -p{port}\n");
+    let _proxy = Proxy::start(dir, &cfg, &[Listen::Tcp(localhost(port))]);
+    let mut times = Vec::new();
+    for _ in 0..5 {
+        let t = Instant::now();
+        let mut s = connect(localhost(port));
+        s.set_nodelay(false).unwrap();
+        set_timeouts(&s, IO_TIMEOUT);
+        let head = format!(
+            "POST http://127.0.0.1:{oport}/ HTTP/1.1\r\nHost: 127.0.0.1\r\n\
+             Content-Length: 5\r\nConnection: close\r\n\r\n"
+        );
+        s.write_all(head.as_bytes()).unwrap();
+        s.write_all(b"abcde").unwrap();
+        let mut out = String::new();
+        s.read_to_string(&mut out).unwrap();
+        assert!(out.starts_with("HTTP/1.1 200 "), "{out}");
+        assert!(out.ends_with("abcde 5"), "{out}");
+        times.push(t.elapsed());
+    }
+    origin.join().unwrap();
+    times.sort();
+    assert!(
+        times[2] < Duration::from_millis(25),
+        "requests took {times:?}: held by a delayed ACK"
+    );
+}

@@ -445,13 +445,13 @@ const V5_FAIL_1: [u8; 10] = [5, 1, 0, 1, 0, 0, 0, 0, 0, 0];
 const V4_REFUSED: [u8; 8] = [0, 91, 0, 0, 0, 0, 0, 0];
 
 #[test]
-fn handshake_acks_ride_on_the_answers() {
-    // Quick ACKs are off on both of the proxy's sockets of a session: the
-    // client's (inherited from the listener, as the client speaks first)
-    // and the origin's (set once connected). The kernel then lets the ACK
-    // of each message ride on the answer instead of sending a bare one.
+fn quick_acks_stay_on_for_both_sockets() {
+    // The proxy leaves both of a session's sockets (the client's and the
+    // origin's) with the kernel's quick ACKs: held-back ACKs made a peer
+    // that writes in two pieces under Nagle wait 40 ms for each (see
+    // http::a_request_and_an_answer_written_in_two_parts_are_not_delayed).
     // Each is checked before data has moved on it: after an exchange the
-    // kernel delays ACKs by itself.
+    // kernel may delay ACKs by itself.
     let origin = Origin::echo();
     let (proxy, port, _log) = start("quickack", "", "");
     let mut s = connect(localhost(port));
@@ -464,10 +464,10 @@ fn handshake_acks_ride_on_the_answers() {
         "the proxy did not accept the client"
     );
     assert!(
-        !socket2::SockRef::from(&proxy.tcp_socket(port, me))
+        socket2::SockRef::from(&proxy.tcp_socket(port, me))
             .quickack()
             .unwrap(),
-        "quick ACKs still on for the client's socket"
+        "quick ACKs off for the client's socket"
     );
     s.write_all(&[5, 1, 0]).unwrap();
     expect_bytes(&mut s, &[5, 0]);
@@ -491,8 +491,8 @@ fn handshake_acks_ride_on_the_answers() {
     );
     let srv = srv.expect("the proxy's connection to the origin");
     assert!(
-        !socket2::SockRef::from(&srv).quickack().unwrap(),
-        "quick ACKs still on for the origin's socket"
+        socket2::SockRef::from(&srv).quickack().unwrap(),
+        "quick ACKs off for the origin's socket"
     );
     echo_roundtrip(&mut s, b"and the session relays");
 }

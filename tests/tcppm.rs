@@ -511,8 +511,8 @@ fn client_and_origin_sockets_have_tcp_nodelay() {
         socket2::SockRef::from(&cli).nodelay().unwrap(),
         "client side"
     );
-    // The origin may speak first (SMTP, SSH): unlike SOCKS and HTTP, a
-    // new client's socket keeps quick ACKs, so its bytes are acknowledged
+    // The origin may speak first (SMTP, SSH): a new client's socket keeps
+    // quick ACKs (as every service's does), so its bytes are acknowledged
     // at once even when no answer is coming. (Checked before any data:
     // an exchange of data makes the kernel delay ACKs by itself.)
     let fresh = connect(localhost(port));

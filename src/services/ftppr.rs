@@ -459,7 +459,6 @@ fn connect(
         password: l.password.as_deref(),
         client: c.client_addr,
         local: c.local_addr,
-        sends_first: false,
     };
     match chain::connect(&svc, parents, &want)? {
         chain::Route::Stream(chain) => Ok((chain.stream, chain.hops)),

@@ -224,7 +224,6 @@ pub(super) fn connect(
         password: l.password.as_deref(),
         client: c.client_addr,
         local: c.local_addr,
-        sends_first: false,
     };
     let chain = match chain::connect(&svc, parents, &want)? {
         chain::Route::Stream(chain) => chain,

@@ -68,7 +68,6 @@ pub static SERVICES: &[Entry] = &[
             default_port: 0,
             positional: 3,
             udp: false,
-            client_first: false,
         },
         kind: Kind::Tcp(tcppm::serve),
     },
@@ -79,7 +78,6 @@ pub static SERVICES: &[Entry] = &[
             default_port: 0,
             positional: 3,
             udp: true,
-            client_first: false,
         },
         kind: Kind::Udp(udppm::run),
     },
@@ -90,7 +88,6 @@ pub static SERVICES: &[Entry] = &[
             default_port: 1080,
             positional: 0,
             udp: false,
-            client_first: true,
         },
         kind: Kind::Tcp(socks::serve),
     },
@@ -101,7 +98,6 @@ pub static SERVICES: &[Entry] = &[
             default_port: 3128,
             positional: 0,
             udp: false,
-            client_first: true,
         },
         kind: Kind::Tcp(proxy::serve),
     },
@@ -112,7 +108,6 @@ pub static SERVICES: &[Entry] = &[
             default_port: 53,
             positional: 0,
             udp: true,
-            client_first: false,
         },
         kind: Kind::Udp(dnspr::run),
     },
@@ -123,7 +118,6 @@ pub static SERVICES: &[Entry] = &[
             default_port: 8080,
             positional: 0,
             udp: false,
-            client_first: true,
         },
         kind: Kind::Tcp(auto::serve),
     },
@@ -134,7 +128,6 @@ pub static SERVICES: &[Entry] = &[
             default_port: 1443,
             positional: 0,
             udp: false,
-            client_first: true,
         },
         kind: Kind::Tcp(tlspr::serve),
     },
@@ -145,7 +138,6 @@ pub static SERVICES: &[Entry] = &[
             default_port: 110,
             positional: 0,
             udp: false,
-            client_first: false,
         },
         kind: Kind::Tcp(pop3p::serve),
     },
@@ -156,7 +148,6 @@ pub static SERVICES: &[Entry] = &[
             default_port: 21,
             positional: 0,
             udp: false,
-            client_first: false,
         },
         kind: Kind::Tcp(ftppr::serve),
     },
@@ -167,7 +158,6 @@ pub static SERVICES: &[Entry] = &[
             default_port: 143,
             positional: 0,
             udp: false,
-            client_first: false,
         },
         kind: Kind::Tcp(imapp::serve),
     },
@@ -178,7 +168,6 @@ pub static SERVICES: &[Entry] = &[
             default_port: 80,
             positional: 0,
             udp: false,
-            client_first: true,
         },
         kind: Kind::Tcp(admin::serve),
     },
@@ -189,7 +178,6 @@ pub static SERVICES: &[Entry] = &[
             default_port: 587,
             positional: 0,
             udp: false,
-            client_first: false,
         },
         kind: Kind::Tcp(smtpp::serve),
     },
@@ -459,9 +447,6 @@ pub fn prepare(state: &State, args: &[String]) -> Result<Prepared, String> {
             Listener::bind(&listen, backlog as i32, &opts.ol, opts.dev_in.as_deref())
         })
         .map_err(|e| format!("cannot listen on {listen}: {e}"))?;
-        if def.client_first {
-            l.delay_first_ack();
-        }
         Bound::Stream(l)
     };
     // Port 0 asks the kernel for one: report the real one in the log.

@@ -613,7 +613,6 @@ fn connect(c: &mut Client, ask: &Ask) -> Result<(), Res> {
         password: ask.password.as_deref(),
         client: c.client_addr,
         local: c.local_addr,
-        sends_first: false,
     };
     let (srv, direct) = match chain::connect(&svc, &grant.parents, &want)? {
         chain::Route::Stream(chain) => {

@@ -147,7 +147,6 @@ pub(super) fn serve(c: &mut Client, w: &Want<'_>, timeouts: &Timeouts) -> Result
         host: Some(w.host),
         client: c.client_addr,
         local: c.local_addr,
-        sends_first: false,
         ..chain::Want::default()
     };
     let s = match chain::connect(&svc, w.parents, &want) {

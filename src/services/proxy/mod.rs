@@ -722,10 +722,6 @@ impl Session {
             password: req.password.as_deref(),
             client: c.client_addr,
             local: c.local_addr,
-            // A request in hand goes out at once; a CONNECT's first bytes
-            // come from the client whenever it sends, and the server may
-            // speak first.
-            sends_first: !req.connect,
         };
         let chain = match chain::connect(&self.svc, &parents, &want) {
             Ok(chain::Route::Stream(chain)) => chain,
