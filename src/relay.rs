@@ -889,9 +889,12 @@ fn run<C: Channel>(
         if let Some(linger) = opts.linger.filter(|_| !holding && parkable(&up, &down)) {
             // Park after the linger: wait that long first; if nothing
             // comes, the session leaves this thread.
+            let (lingering, linger) = crate::park::Lingering::start(linger);
             let lms = millis(linger.saturating_sub(quiet.elapsed()));
             if lms < ms {
-                match wait(&mut up, &mut down, lms) {
+                let waited = wait(&mut up, &mut down, lms);
+                drop(lingering);
+                match waited {
                     Ok(true) => continue,
                     Ok(false) => {
                         let st = |d: &Dir<'_, C>| DirState {

@@ -576,11 +576,14 @@ fn parklinger_0_never_parks() {
 
 /// GET `/hello` of `origin` through the proxy on `s`; the answer's body.
 fn get_hello(s: &mut TcpStream, origin: u16) -> Vec<u8> {
-    write!(
-        s,
-        "GET http://127.0.0.1:{origin}/hello HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
-    )
-    .unwrap();
+    get_path(s, origin, "/hello")
+}
+
+fn get_path(s: &mut TcpStream, origin: u16, path: &str) -> Vec<u8> {
+    // One write: write! would send its pieces one by one, and Nagle holds
+    // the second until the first is acknowledged (a delayed ACK, 40 ms).
+    let req = format!("GET http://127.0.0.1:{origin}{path} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n");
+    s.write_all(req.as_bytes()).unwrap();
     let mut got = Vec::new();
     let mut b = [0u8; 1];
     while !got.ends_with(b"\r\n\r\n") {
@@ -649,4 +652,84 @@ fn a_kept_alive_http_client_parks_between_requests() {
         mine.iter().all(|l| l.starts_with("PROXY 00000 ")),
         "{mine:?}"
     );
+}
+
+/// What a kept-alive HTTP client's session carries from one request to
+/// the next survives a park: with `-a1` each client gets one made-up
+/// X-Forwarded-For address, and its requests after a park still carry
+/// that same one (and the same Via).
+#[test]
+fn a_parked_http_client_keeps_its_forwarding_fields() {
+    let origin = crate::http::HttpOrigin::start();
+    let dir = Dir::new("park_http_fields");
+    let (port, aport) = (free_port(), free_port());
+    let cfg = format!(
+        "log /dev/null\nparklinger 100\n\
+         admin -i127.0.0.1 -p{aport}\nproxy -a1 -i127.0.0.1 -p{port}\n"
+    );
+    let ready = [Listen::Tcp(localhost(port)), Listen::Tcp(localhost(aport))];
+    let _proxy = Proxy::start(dir, &cfg, &ready);
+    let fields = |head: &[u8]| -> Vec<String> {
+        String::from_utf8_lossy(head)
+            .lines()
+            .filter(|l| {
+                let l = l.to_ascii_lowercase();
+                l.starts_with("x-forwarded-for:") || l.starts_with("via:")
+            })
+            .map(str::to_string)
+            .collect()
+    };
+    let mut seen = Vec::new();
+    for _ in 0..2 {
+        let mut s = connect(localhost(port));
+        set_timeouts(&s, IO_TIMEOUT);
+        let before = fields(&get_path(&mut s, origin.port(), "/head"));
+        assert_eq!(before.len(), 2, "Via and X-Forwarded-For: {before:?}");
+        wait_parked(aport, 1, Duration::from_secs(2));
+        let after = fields(&get_path(&mut s, origin.port(), "/head"));
+        assert_eq!(after, before, "the fields changed across a park");
+        seen.push(before);
+    }
+    // Two clients, two made-up addresses (1 in 2^24 of a false failure).
+    assert_ne!(seen[0], seen[1], "-a1 gave both clients one address");
+}
+
+/// Beyond 64 sessions lingering at once, the later ones linger a tenth
+/// as long (`park::Lingering`): of 100 kept-alive clients that go quiet
+/// together under `parklinger 5000`, the last 36 park within about half a
+/// second, the first 64 only after their 5 s; every one carries on.
+#[test]
+fn a_crowd_of_quiet_clients_parks_sooner() {
+    let origin = crate::http::HttpOrigin::start();
+    let dir = Dir::new("park_crowd");
+    let (port, aport) = (free_port(), free_port());
+    let cfg = format!(
+        "log /dev/null\nparklinger 5000\n\
+         admin -i127.0.0.1 -p{aport}\nproxy -i127.0.0.1 -p{port}\n"
+    );
+    let ready = [Listen::Tcp(localhost(port)), Listen::Tcp(localhost(aport))];
+    let _proxy = Proxy::start(dir, &cfg, &ready);
+    let first = Instant::now();
+    let mut clients = Vec::new();
+    for _ in 0..100 {
+        let mut s = connect(localhost(port));
+        set_timeouts(&s, IO_TIMEOUT);
+        assert_eq!(get_hello(&mut s, origin.port()), b"hello");
+        clients.push(s);
+    }
+    let opened = first.elapsed();
+    assert!(
+        opened < Duration::from_secs(4),
+        "opening 100 clients took {opened:?}: the first would stop lingering"
+    );
+    wait_parked(aport, 36, Duration::from_secs(3));
+    let at = first.elapsed();
+    assert!(
+        at < Duration::from_millis(4900),
+        "36 parked only after {at:?}: no shorter linger"
+    );
+    wait_parked(aport, 100, Duration::from_secs(8));
+    for s in clients.iter_mut().step_by(9) {
+        assert_eq!(get_hello(s, origin.port()), b"hello");
+    }
 }

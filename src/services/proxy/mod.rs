@@ -118,13 +118,8 @@ fn requests(c: &mut Client, mut s: Box<Session>, early: &[u8], mut first: bool, 
                 if let Some(k) = s.origin.take() {
                     park(&s.svc, k);
                 }
-                // The heads' buffers are cleared before each use: a
-                // parked client keeps none of them (1 KB of its 3).
-                s.req_out = Vec::new();
-                s.resp_out = Vec::new();
-                s.abs_out = Vec::new();
                 let deadline = since + s.cli_want;
-                c.parked = Some(Box::new(ParkedHttp { s, deadline }));
+                c.parked = Some(Box::new(ParkedHttp::keep(s, deadline)));
             }
             return;
         }
@@ -138,12 +133,73 @@ fn requests(c: &mut Client, mut s: Box<Session>, early: &[u8], mut first: bool, 
     }
 }
 
-/// A kept-alive connection parked between two requests (`parklinger`).
+/// A kept-alive connection parked between two requests (`parklinger`):
+/// what its [`Session`] carries from one request to the next, and no
+/// more. The rest of a session (head buffers, the current request's
+/// host, grant and credentials) is made anew for each request anyway,
+/// so a parked client keeps 100-odd bytes here instead of a whole
+/// session and its strings (issue 19: an idle client's memory).
 struct ParkedHttp {
-    s: Box<Session>,
+    svc: Arc<Service>,
+    /// The forwarding fields as made for the connection (`-a1` makes up
+    /// its address once per connection).
+    extra: Vec<u8>,
+    redirected_to: Option<SocketAddr>,
+    weight: u32,
+    base_hops: u32,
+    cli_rto: Option<Duration>,
+    cli_want: Duration,
+    cli_wto: bool,
     /// The end of the wait for the next request (STRING_SHORT after the
     /// last response).
     deadline: Instant,
+}
+
+impl ParkedHttp {
+    /// What `s` carries over; `s` is dropped (its origin connection went
+    /// to the pool already).
+    fn keep(mut s: Box<Session>, deadline: Instant) -> ParkedHttp {
+        ParkedHttp {
+            svc: s.svc.clone(),
+            extra: std::mem::take(&mut s.extra),
+            redirected_to: s.redirected_to,
+            weight: s.weight,
+            base_hops: s.base_hops,
+            cli_rto: s.cli_rto,
+            cli_want: s.cli_want,
+            cli_wto: s.cli_wto,
+            deadline,
+        }
+    }
+
+    /// The session again, as [`ParkedHttp::keep`] found it between two
+    /// requests; `linger` is set by [`requests`].
+    fn session(self) -> Box<Session> {
+        let long = self.svc.timeouts.get(Timeouts::STRING_LONG);
+        Box::new(Session {
+            extra: self.extra,
+            svc: self.svc,
+            req_out: Vec::with_capacity(512),
+            resp_out: Vec::with_capacity(512),
+            origin: None,
+            host: String::new(),
+            host_ip: None,
+            grant: None,
+            shaped: (0, 0),
+            recheck: None,
+            weight: self.weight,
+            abs_out: Vec::new(),
+            dest_auth: None,
+            base_hops: self.base_hops,
+            redirected_to: self.redirected_to,
+            cli_rto: self.cli_rto,
+            cli_want: self.cli_want,
+            cli_wto: self.cli_wto,
+            long,
+            linger: None,
+            quiet_since: None,
+        })
+    }
 }
 
 impl crate::client::Tail for ParkedHttp {
@@ -163,24 +219,21 @@ impl crate::client::Tail for ParkedHttp {
     }
 
     fn resume(self: Box<Self>, c: &mut Client, may_park: bool) -> parent::Next {
-        let ParkedHttp { mut s, deadline } = *self;
         if !readable_within(&c.cli, Duration::ZERO) {
-            if Instant::now() >= deadline {
+            if Instant::now() >= self.deadline {
                 // No next request: the connection ends, with no record
                 // (as when a thread's wait for it times out).
                 return c.next();
             }
             if may_park {
                 // Woken for nothing (a reload): back to the lot.
-                c.parked = Some(Box::new(ParkedHttp { s, deadline }));
+                c.parked = Some(self);
                 return c.next();
             }
         }
-        // Room for the heads again, at this shallow point (as in
-        // `Session::new`).
-        s.req_out.reserve(512);
-        s.resp_out.reserve(512);
-        requests(c, s, &[], false, may_park);
+        // The session made again at this shallow point of the stack (as
+        // `Session::new` is), with room for the heads.
+        requests(c, self.session(), &[], false, may_park);
         c.next()
     }
 }
@@ -434,8 +487,13 @@ impl Session {
     fn read_request(&mut self, c: &mut Client, cb: &mut HeadBuf<'_>) -> Result<Option<Req>, Fail> {
         let window = self.cli_want;
         let started = Instant::now();
-        // Parking: the first wait ends after the linger, not the window.
+        // Parking: the first wait ends after the linger, not the window
+        // (shorter while many sessions linger, `park::Lingering`).
         let linger = self.linger.filter(|l| *l < window);
+        let (_lingering, linger) = match linger.map(crate::park::Lingering::start) {
+            Some((g, l)) => (Some(g), Some(l)),
+            None => (None, None),
+        };
         let mut clock = HeadClock {
             line_by: started + window,
             rest: self.svc.timeouts.get(Timeouts::STRING_SHORT),
