@@ -220,6 +220,7 @@ def main(argv=None):
         S.add_radius()
     if args.compare:
         a, b = (json.load(open(f)) for f in args.compare)
+        print(report.render_compare_ratios(a, b))
         print(report.render_compare(a, b, names=args.compare))
         return 0
     if args.report:

@@ -308,29 +308,78 @@ def how_we_compare(doc, ours="3proxy"):
     rows = []
     for s, sd in doc["scenarios"].items():
         if sd["kind"] == "mem":
-            fig, name = (lambda a: a["kb_per_conn"]["median"]), "KB per idle client"
+            summ, name = (lambda a: a["kb_per_conn"]), "KB per idle client"
         elif sd["kind"] == "rate":
-            fig, name = (lambda a: figure(a["latency_ms"]["p99"])), "p99 latency ms"
+            summ, name = (lambda a: a["latency_ms"]["p99"]), "p99 latency ms"
         else:
-            fig, name = (lambda a: a["cost"]["median"]), (
+            summ, name = (lambda a: a["cost"]), (
                 "proxy CPU s/GB" if sd["unit"] == "GB" else "proxy CPU µs/req")
         a = agg.get((s, ours))
-        mine = fig(a) if a and a["status"] == "ok" and _has(a, sd) else None
+        mine = summ(a) if a and a["status"] == "ok" and _has(a, sd) else None
         peers = {}
         for p in doc["proxies"]:
             if p == "noproxy" or _is_ours(doc, p):
                 continue
             b = agg.get((s, p))
-            if b and b["status"] == "ok" and _has(b, sd):
-                v = fig(b)
-                if v is not None:
-                    peers[p] = v
-        best = min(peers, key=peers.get) if peers else None
-        rows.append({"scenario": s, "figure": name, "ours": mine, "best": best,
-                     "best_value": peers.get(best),
-                     "ratio": mine / peers[best] if mine is not None and best and peers[best]
-                     else None})
+            if b and b["status"] == "ok" and _has(b, sd) and summ(b):
+                peers[p] = summ(b)
+        best = min(peers, key=lambda p: figure(peers[p])) if peers else None
+        mv = figure(mine) if mine else None
+        bv = figure(peers[best]) if best else None
+        rows.append({"scenario": s, "figure": name, "ours": mv, "best": best,
+                     "best_value": bv,
+                     "ratio": mv / bv if mv is not None and bv else None,
+                     # The ratio's own spread: ours and the peer's added
+                     # (each is (max - min) / median over the runs).
+                     "ratio_spread": mine["spread"] + peers[best]["spread"]
+                     if mv is not None and bv else None,
+                     "noisy": sd["kind"] == "rate"})
     return rows
+
+
+def compare_ratios(a, b, ours="3proxy"):
+    """The "how we compare" ratios of two runs side by side, per cell:
+    (scenario, figure, ratio and best peer in A and in B, diff, allowed,
+    agree, same side). Two runs agree on a ratio when it moved by at most
+    AGREE or by the larger of the two runs' ratio spreads; "same side"
+    says whether both runs put us ahead of (or both behind) the best
+    peer. Rows the open-loop cells give (p99) are marked noisy."""
+    rb = {r["scenario"]: r for r in how_we_compare(b, ours)}
+    rows = []
+    for x in how_we_compare(a, ours):
+        y = rb.get(x["scenario"])
+        if not y or x["ratio"] is None or y["ratio"] is None:
+            continue
+        diff = (y["ratio"] - x["ratio"]) / x["ratio"]
+        allowed = max(AGREE, x["ratio_spread"], y["ratio_spread"])
+        rows.append({"scenario": x["scenario"], "figure": x["figure"],
+                     "a": x["ratio"], "a_best": x["best"],
+                     "b": y["ratio"], "b_best": y["best"],
+                     "diff": diff, "allowed": allowed, "agree": abs(diff) <= allowed,
+                     "same_side": (x["ratio"] < 1) == (y["ratio"] < 1),
+                     "noisy": x["noisy"]})
+    return rows
+
+
+def render_compare_ratios(a, b, names=("A", "B")):
+    rows = compare_ratios(a, b)
+    if not rows:
+        return "No cell has a ratio in both runs.\n"
+    firm = [r for r in rows if not r["noisy"]]
+    out = ["Of %d ratios, %d agree (moved by at most %d%% or the larger ratio spread, ours "
+           "and the peer's added); of the %d not taken from tail latency, %d agree. "
+           "%d of %d put us on the same side of the best peer in both runs."
+           % (len(rows), sum(r["agree"] for r in rows), round(100 * AGREE), len(firm),
+              sum(r["agree"] for r in firm), sum(r["same_side"] for r in rows), len(rows)), "",
+           "| cell | figure | %s: 3proxy / best | %s: 3proxy / best | B vs A | allowed | agree |"
+           % names,
+           "|---|---|---:|---:|---:|---:|---|"]
+    for r in rows:
+        out.append("| %s | %s%s | %.2f %s | %.2f %s | %+d%% | %d%% | %s |" % (
+            r["scenario"], r["figure"], " (noisy)" if r["noisy"] else "",
+            r["a"], r["a_best"], r["b"], r["b_best"], round(100 * r["diff"]),
+            round(100 * r["allowed"]), "yes" if r["agree"] else "**no**"))
+    return "\n".join(out) + "\n"
 
 
 def _has(a, sd):
@@ -518,7 +567,11 @@ def render_results_md(docs, names):
         parts.append("Each later run compared with the one the tables come from (A).  "
                      "Only figures measured in both are compared.\n")
         for d, n in zip(docs[1:], names[1:]):
-            parts += ["### %s\n" % n, render_compare(docs[0], d, (names[0], n))]
+            parts += ["### %s\n" % n,
+                      "The ratios of \"How we compare\" in both runs:\n",
+                      render_compare_ratios(docs[0], d, ("A", "B")),
+                      "Every figure of both runs:\n",
+                      render_compare(docs[0], d, (names[0], n))]
     parts.append(RESULTS_TAIL)
     return "\n".join(parts) + "\n"
 

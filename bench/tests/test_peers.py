@@ -323,6 +323,43 @@ class HowWeCompare(unittest.TestCase):
         md = report.render_how_we_compare(_doc())
         self.assertIn("| socks-1k | proxy CPU µs/req | 30.0 | microsocks | 20.0 | 1.50 |", md)
 
+    def test_two_runs_ratios_side_by_side(self):
+        import copy
+        a = _doc()
+        b = copy.deepcopy(a)
+        for c in b["cells"]:
+            # B: our SOCKS cost moved 7% (ratio 1.5 -> 1.6: agrees), our
+            # memory halved (ratio 20 -> 10: does not).
+            if c["proxy"] == "3proxy" and c["scenario"] == "socks-1k":
+                c["cpu_us_per_req"] = 32.0
+            if c["proxy"] == "3proxy" and c["scenario"] == "mem-idle-10k":
+                c["kb_per_conn"] = 20.0
+            if c["proxy"] == "haproxy" and c["scenario"] == "tunnel-rate-low":
+                for k in report.LATENCY_KEYS:
+                    c["lat_%s_us" % k] = 4000
+        rows = {r["scenario"]: r for r in report.compare_ratios(a, b)}
+        r = rows["socks-1k"]
+        self.assertAlmostEqual(r["a"], 1.5)
+        self.assertAlmostEqual(r["b"], 1.6)
+        self.assertTrue(r["agree"])
+        self.assertTrue(r["same_side"])
+        self.assertEqual((r["a_best"], r["b_best"]), ("microsocks", "microsocks"))
+        r = rows["mem-idle-10k"]
+        self.assertFalse(r["agree"])
+        self.assertAlmostEqual(r["diff"], -0.5)
+        # B: haproxy's p99 went to 4 ms, so nginx and haproxy tie at 4;
+        # ours (2 ms) is ahead: the ratio changed side, and is noisy.
+        r = rows["tunnel-rate-low"]
+        self.assertTrue(r["noisy"])
+        self.assertAlmostEqual(r["b"], 0.5)
+        self.assertFalse(r["same_side"])
+        md = report.render_compare_ratios(a, b)
+        self.assertIn("Of 3 ratios, 1 agree", md)
+        self.assertIn("of the 2 not taken from tail latency, 1 agree", md)
+        self.assertIn("| socks-1k | proxy CPU µs/req | 1.50 microsocks | 1.60 microsocks | "
+                      "+7% | 10% | yes |", md)
+        self.assertIn("| tunnel-rate-low | p99 latency ms (noisy) |", md)
+
     def test_latency_table_has_the_tunnel_benchmark_columns(self):
         agg = report.aggregate(_doc())
         t = report.render_latency(agg, "tunnel-rate-low", ["noproxy", "3proxy", "haproxy"])
