@@ -175,30 +175,17 @@ impl ParkedHttp {
     /// The session again, as [`ParkedHttp::keep`] found it between two
     /// requests; `linger` is set by [`requests`].
     fn session(self) -> Box<Session> {
-        let long = self.svc.timeouts.get(Timeouts::STRING_LONG);
-        Box::new(Session {
-            extra: self.extra,
-            svc: self.svc,
-            req_out: Vec::with_capacity(512),
-            resp_out: Vec::with_capacity(512),
-            origin: None,
-            host: String::new(),
-            host_ip: None,
-            grant: None,
-            shaped: (0, 0),
-            recheck: None,
-            weight: self.weight,
-            abs_out: Vec::new(),
-            dest_auth: None,
-            base_hops: self.base_hops,
-            redirected_to: self.redirected_to,
-            cli_rto: self.cli_rto,
-            cli_want: self.cli_want,
-            cli_wto: self.cli_wto,
-            long,
-            linger: None,
-            quiet_since: None,
-        })
+        let mut s = Box::new(Session::with(
+            self.svc,
+            self.extra,
+            self.redirected_to,
+            self.base_hops,
+        ));
+        s.weight = self.weight;
+        s.cli_rto = self.cli_rto;
+        s.cli_want = self.cli_want;
+        s.cli_wto = self.cli_wto;
+        s
     }
 }
 
@@ -385,6 +372,18 @@ impl Session {
     fn new(svc: Arc<Service>, c: &mut Client) -> Session {
         let redirected_to = c.original_dst();
         let extra = forwarding_fields(&svc, c);
+        Session::with(svc, extra, redirected_to, c.hops)
+    }
+
+    /// A session before its first request: what a connection brings
+    /// (its forwarding fields, where a redirected client meant to go,
+    /// the hops a local redirection took), nothing learnt yet.
+    fn with(
+        svc: Arc<Service>,
+        extra: Vec<u8>,
+        redirected_to: Option<SocketAddr>,
+        base_hops: u32,
+    ) -> Session {
         let long = svc.timeouts.get(Timeouts::STRING_LONG);
         // Room for usual heads now, at a shallow point of the stack: a
         // realloc deep in the response path would touch one more page.
@@ -402,7 +401,7 @@ impl Session {
             weight: 0,
             abs_out: Vec::new(),
             dest_auth: None,
-            base_hops: c.hops,
+            base_hops,
             redirected_to,
             cli_rto: None,
             cli_want: long,
