@@ -34,7 +34,7 @@ static LINGERING: AtomicUsize = AtomicUsize::new(0);
 /// Beyond this many sessions lingering at once, a session lingers
 /// `CROWDED_DIV` times shorter.
 pub const CROWD: usize = 64;
-pub const CROWDED_DIV: u32 = 10;
+const CROWDED_DIV: u32 = 10;
 /// The shortest linger, crowded or not.
 const MIN_LINGER: Duration = Duration::from_millis(1);
 

@@ -489,10 +489,7 @@ impl Session {
         // Parking: the first wait ends after the linger, not the window
         // (shorter while many sessions linger, `park::Lingering`).
         let linger = self.linger.filter(|l| *l < window);
-        let (_lingering, linger) = match linger.map(crate::park::Lingering::start) {
-            Some((g, l)) => (Some(g), Some(l)),
-            None => (None, None),
-        };
+        let (_lingering, linger) = linger.map(crate::park::Lingering::start).unzip();
         let mut clock = HeadClock {
             line_by: started + window,
             rest: self.svc.timeouts.get(Timeouts::STRING_SHORT),
