@@ -662,19 +662,26 @@ fn a_kept_alive_http_client_parks_between_requests() {
 fn a_parked_http_client_keeps_its_forwarding_fields() {
     let origin = crate::http::HttpOrigin::start();
     let dir = Dir::new("park_http_fields");
-    let (port, aport) = (free_port(), free_port());
+    let (port, aport, fport) = (free_port(), free_port(), free_port());
     let cfg = format!(
         "log /dev/null\nparklinger 100\n\
-         admin -i127.0.0.1 -p{aport}\nproxy -a1 -i127.0.0.1 -p{port}\n"
+         admin -i127.0.0.1 -p{aport}\nproxy -a1 -i127.0.0.1 -p{port}\n\
+         proxy -i127.0.0.1 -p{fport}\n"
     );
-    let ready = [Listen::Tcp(localhost(port)), Listen::Tcp(localhost(aport))];
+    let ready = [
+        Listen::Tcp(localhost(port)),
+        Listen::Tcp(localhost(aport)),
+        Listen::Tcp(localhost(fport)),
+    ];
     let _proxy = Proxy::start(dir, &cfg, &ready);
     let fields = |head: &[u8]| -> Vec<String> {
         String::from_utf8_lossy(head)
             .lines()
             .filter(|l| {
                 let l = l.to_ascii_lowercase();
-                l.starts_with("x-forwarded-for:") || l.starts_with("via:")
+                l.starts_with("x-forwarded-for:")
+                    || l.starts_with("via:")
+                    || l.starts_with("forwarded:")
             })
             .map(str::to_string)
             .collect()
@@ -692,6 +699,25 @@ fn a_parked_http_client_keeps_its_forwarding_fields() {
     }
     // Two clients, two made-up addresses (1 in 2^24 of a false failure).
     assert_ne!(seen[0], seen[1], "-a1 gave both clients one address");
+
+    // Without -a the fields are made again on resume, from the client.
+    let mut s = connect(localhost(fport));
+    set_timeouts(&s, IO_TIMEOUT);
+    let me = s.local_addr().unwrap();
+    let before = fields(&get_path(&mut s, origin.port(), "/head"));
+    assert_eq!(before.len(), 1, "Forwarded: {before:?}");
+    let f = &before[0];
+    assert!(
+        f.starts_with(&format!("Forwarded: for=\"{me}\";by=\""))
+            && f.ends_with(&format!(":{fport}\"")),
+        "{f}"
+    );
+    wait_parked(aport, 1, Duration::from_secs(2));
+    assert_eq!(
+        fields(&get_path(&mut s, origin.port(), "/head")),
+        before,
+        "the Forwarded field after a park"
+    );
 }
 
 /// Beyond 64 sessions lingering at once, the later ones linger a tenth

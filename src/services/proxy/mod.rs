@@ -119,7 +119,12 @@ fn requests(c: &mut Client, mut s: Box<Session>, early: &[u8], mut first: bool, 
                     park(&s.svc, k);
                 }
                 let deadline = since + s.cli_want;
-                c.parked = Some(Box::new(ParkedHttp::keep(s, deadline)));
+                if c.logged {
+                    // The last request's line is in its record; the next
+                    // request writes its own (an idle client's memory).
+                    c.text = String::new();
+                }
+                c.parked = Some(Box::new(ParkedHttp::keep(s, deadline, c)));
             }
             return;
         }
@@ -141,9 +146,10 @@ fn requests(c: &mut Client, mut s: Box<Session>, early: &[u8], mut first: bool, 
 /// session and its strings (issue 19: an idle client's memory).
 struct ParkedHttp {
     svc: Arc<Service>,
-    /// The forwarding fields as made for the connection (`-a1` makes up
-    /// its address once per connection).
-    extra: Vec<u8>,
+    /// The forwarding fields as made for the connection, when they cannot
+    /// be made again alike (`-a1` makes up its address once per
+    /// connection); None: made again from the client on resume.
+    extra: Option<Vec<u8>>,
     redirected_to: Option<SocketAddr>,
     weight: u32,
     base_hops: u32,
@@ -158,10 +164,10 @@ struct ParkedHttp {
 impl ParkedHttp {
     /// What `s` carries over; `s` is dropped (its origin connection went
     /// to the pool already).
-    fn keep(mut s: Box<Session>, deadline: Instant) -> ParkedHttp {
+    fn keep(mut s: Box<Session>, deadline: Instant, c: &Client) -> ParkedHttp {
         ParkedHttp {
             svc: s.svc.clone(),
-            extra: std::mem::take(&mut s.extra),
+            extra: Some(std::mem::take(&mut s.extra)).filter(|_| !remade_alike(&s.svc, c)),
             redirected_to: s.redirected_to,
             weight: s.weight,
             base_hops: s.base_hops,
@@ -174,10 +180,13 @@ impl ParkedHttp {
 
     /// The session again, as [`ParkedHttp::keep`] found it between two
     /// requests; `linger` is set by [`requests`].
-    fn session(self) -> Box<Session> {
+    fn session(self, c: &Client) -> Box<Session> {
+        let extra = self
+            .extra
+            .unwrap_or_else(|| forwarding_fields(&self.svc, c));
         let mut s = Box::new(Session::with(
             self.svc,
-            self.extra,
+            extra,
             self.redirected_to,
             self.base_hops,
         ));
@@ -220,7 +229,8 @@ impl crate::client::Tail for ParkedHttp {
         }
         // The session made again at this shallow point of the stack (as
         // `Session::new` is), with room for the heads.
-        requests(c, self.session(), &[], false, may_park);
+        let s = self.session(c);
+        requests(c, s, &[], false, may_park);
         c.next()
     }
 }
@@ -1969,6 +1979,17 @@ fn forwarding_fields(svc: &Service, c: &Client) -> Vec<u8> {
         (None, None) => write!(v, "Forwarded: by=\"{host}:{port}\"\r\n"),
     };
     v
+}
+
+/// [`forwarding_fields`] gives the same fields again for `c`: all but a
+/// made-up address (`-a1`, or `-a2` without a client address), which is
+/// the connection's own.
+fn remade_alike(svc: &Service, c: &Client) -> bool {
+    match svc.opts.anonymous {
+        None | Some(0) => true,
+        Some(2) => c.client_addr.is_some(),
+        Some(_) => false,
+    }
 }
 
 /// `Forwarded: for="A:P";by="HOST:PORT"` for an IPv4 client, written by
