@@ -47,6 +47,18 @@ impl Stream {
         }
     }
 
+    /// Acknowledge what has arrived now, not after the kernel's delayed-ACK
+    /// timer: called when the rest of a message is awaited (an HTTP body
+    /// after its head). A peer that wrote the head and the body apart,
+    /// with Nagle's algorithm on, holds the body until that ACK comes; on
+    /// a connection kept for many requests Linux delays ACKs (up to 40 ms),
+    /// expecting them to ride on our next bytes, which do not come before
+    /// the body. TCP_QUICKACK=1 sends a pending ACK at once. Nothing for
+    /// a unix socket (the call fails and is ignored).
+    pub fn ack_now(&self) {
+        let _ = socket2::SockRef::from(self).set_quickack(true);
+    }
+
     pub fn set_nonblocking(&self, on: bool) -> io::Result<()> {
         match self {
             Stream::Tcp(s) => s.set_nonblocking(on),

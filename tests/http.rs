@@ -1904,8 +1904,7 @@ fn url_credentials_go_to_an_http_parent_as_proxy_authorization() {
 /// here answers the same way (head, then body, then it closes). On these
 /// new connections neither waits for a delayed ACK of ours (40 ms each
 /// way when the proxy held its ACKs back to let them ride on its next
-/// bytes). A kept origin connection is another matter: there the kernel
-/// itself may start delaying ACKs, for us as for any client.
+/// bytes). Kept connections: the next test.
 #[test]
 fn a_request_and_an_answer_written_in_two_parts_are_not_delayed() {
     let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
@@ -1967,6 +1966,97 @@ fn a_request_and_an_answer_written_in_two_parts_are_not_delayed() {
     times.sort();
     assert!(
         times[2] < Duration::from_millis(25),
+        "requests took {times:?}: held by a delayed ACK"
+    );
+}
+
+/// The same on connections kept for many requests, both of them: after an
+/// exchange or two Linux delays its ACKs on a kept connection (expecting
+/// them to ride on the next bytes), so a client that writes a POST's head
+/// and body apart, and an origin that writes its answer's head and body
+/// apart, each with Nagle's algorithm on, would wait up to 40 ms for an
+/// ACK of ours before their second write. The proxy acknowledges a head
+/// at once when it has to wait for the rest (`Stream::ack_now`).
+#[test]
+fn kept_connections_written_to_in_two_parts_are_not_delayed() {
+    const N: usize = 20;
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let oport = l.local_addr().unwrap().port();
+    let origin = thread::spawn(move || {
+        let Ok((c, _)) = l.accept() else { return 0 };
+        c.set_nodelay(false).unwrap();
+        c.set_read_timeout(Some(IO_TIMEOUT)).unwrap();
+        let mut r = BufReader::new(c.try_clone().unwrap());
+        let mut w = c;
+        let mut served = 0;
+        loop {
+            let mut len = 0usize;
+            loop {
+                let mut line = String::new();
+                if r.read_line(&mut line).unwrap_or(0) == 0 {
+                    return served;
+                }
+                if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+                    len = v.trim().parse().unwrap_or(0);
+                }
+                if line == "\r\n" {
+                    break;
+                }
+            }
+            let mut body = vec![0u8; len];
+            r.read_exact(&mut body).unwrap();
+            let answer = format!("{} {served}", String::from_utf8_lossy(&body));
+            let head = format!(
+                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n",
+                answer.len()
+            );
+            w.write_all(head.as_bytes()).unwrap();
+            w.write_all(answer.as_bytes()).unwrap();
+            served += 1;
+        }
+    });
+    let dir = Dir::new("http_split_writes_kept");
+    let port = free_port();
+    let cfg = format!("log /dev/null\nproxy -i127.0.0.1 -p{port}\n");
+    let _proxy = Proxy::start(dir, &cfg, &[Listen::Tcp(localhost(port))]);
+    let s = connect(localhost(port));
+    s.set_nodelay(false).unwrap();
+    set_timeouts(&s, IO_TIMEOUT);
+    let mut r = BufReader::new(s.try_clone().unwrap());
+    let mut w = s;
+    let mut times = Vec::new();
+    for i in 0..N {
+        let t = Instant::now();
+        let head = format!(
+            "POST http://127.0.0.1:{oport}/ HTTP/1.1\r\nHost: 127.0.0.1\r\n\
+             Content-Length: 5\r\n\r\n"
+        );
+        w.write_all(head.as_bytes()).unwrap();
+        w.write_all(b"abcde").unwrap();
+        let mut len = None;
+        let mut status = String::new();
+        r.read_line(&mut status).unwrap();
+        assert!(status.starts_with("HTTP/1.1 200 "), "request {i}: {status}");
+        loop {
+            let mut line = String::new();
+            r.read_line(&mut line).unwrap();
+            if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+                len = v.trim().parse::<usize>().ok();
+            }
+            if line == "\r\n" {
+                break;
+            }
+        }
+        let mut body = vec![0u8; len.expect("a Content-Length")];
+        r.read_exact(&mut body).unwrap();
+        assert_eq!(body, format!("abcde {i}").as_bytes(), "request {i}");
+        times.push(t.elapsed());
+    }
+    drop((r, w));
+    assert_eq!(origin.join().unwrap(), N, "one origin connection for all");
+    times.sort();
+    assert!(
+        times[N / 2] < Duration::from_millis(20),
         "requests took {times:?}: held by a delayed ACK"
     );
 }

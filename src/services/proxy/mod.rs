@@ -1382,7 +1382,10 @@ impl Session {
         }
         let mut body_done = !more_body;
         if early.is_none() && more_body {
-            // The body is read from the client with its timeout.
+            // The body is read from the client with its timeout, and the
+            // head acknowledged at once (a client may hold the body until
+            // then: `Stream::ack_now`).
+            c.cli.ack_now();
             if self.cli_rto != Some(self.cli_want) {
                 set_read_timeout(&c.cli, self.cli_want).map_err(|e| Fail::silent(cli_res(&e)))?;
                 self.cli_rto = Some(self.cli_want);
@@ -1588,7 +1591,9 @@ impl Session {
         sb.consume(now);
         let mut clean = sb.data().is_empty();
         if !done {
-            // The rest is written to the client with its timeout.
+            // The rest is written to the client with its timeout; what
+            // came is acknowledged at once (`Stream::ack_now`).
+            o.s.ack_now();
             set_write_timeout(&c.cli, &mut self.cli_wto, self.long)
                 .map_err(|e| Fail::silent(send_res(&e)))?;
             let lim = self.shaper();
@@ -1637,6 +1642,9 @@ impl Session {
     ) -> Result<Vec<u8>, Fail> {
         let mut b = cb.data()[..now].to_vec();
         cb.consume(now);
+        if (now as u64) < n {
+            c.cli.ack_now();
+        }
         if self.cli_rto != Some(self.cli_want) {
             set_read_timeout(&c.cli, self.cli_want).map_err(|e| Fail::silent(cli_res(&e)))?;
             self.cli_rto = Some(self.cli_want);
@@ -1677,6 +1685,9 @@ impl Session {
         let mut body = sb.data()[..now].to_vec();
         sb.consume(now);
         let clean = sb.data().is_empty();
+        if (now as u64) < n {
+            o.s.ack_now();
+        }
         filt::read_rest(&o.s, n - now as u64, Side::Server, self.shaper(), &mut body)
             .map_err(|(_, e)| Fail::answer(srv_res(&e), 502))?;
         let host = acl::normalize_host(&self.host);
@@ -1713,6 +1724,7 @@ impl Session {
     ) -> Result<Next, Fail> {
         let first = sb.data().to_vec();
         sb.consume(first.len());
+        o.s.ack_now();
         set_write_timeout(&c.cli, &mut self.cli_wto, self.long)
             .map_err(|e| Fail::silent(send_res(&e)))?;
         let host = acl::normalize_host(&self.host);
