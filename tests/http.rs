@@ -1916,22 +1916,10 @@ fn a_request_and_an_answer_written_in_two_parts_are_not_delayed() {
             c.set_read_timeout(Some(IO_TIMEOUT)).unwrap();
             let mut r = BufReader::new(c.try_clone().unwrap());
             let mut w = c;
-            let mut len = 0usize;
-            loop {
-                let mut line = String::new();
-                if r.read_line(&mut line).unwrap_or(0) == 0 {
-                    return;
-                }
-                if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
-                    len = v.trim().parse().unwrap_or(0);
-                }
-                if line == "\r\n" {
-                    break;
-                }
-            }
-            let mut body = vec![0u8; len];
-            r.read_exact(&mut body).unwrap();
-            let answer = format!("{} {len}", String::from_utf8_lossy(&body));
+            let Some(body) = read_request_body(&mut r) else {
+                return;
+            };
+            let answer = format!("{} {}", String::from_utf8_lossy(&body), body.len());
             let head = format!(
                 "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
                 answer.len()
@@ -1970,6 +1958,27 @@ fn a_request_and_an_answer_written_in_two_parts_are_not_delayed() {
     );
 }
 
+/// An origin's read of one request: its head, then the body its
+/// Content-Length names. None at the end of the connection.
+fn read_request_body(r: &mut BufReader<std::net::TcpStream>) -> Option<Vec<u8>> {
+    let mut len = 0usize;
+    loop {
+        let mut line = String::new();
+        if r.read_line(&mut line).unwrap_or(0) == 0 {
+            return None;
+        }
+        if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+            len = v.trim().parse().unwrap_or(0);
+        }
+        if line == "\r\n" {
+            break;
+        }
+    }
+    let mut body = vec![0u8; len];
+    r.read_exact(&mut body).unwrap();
+    Some(body)
+}
+
 /// The same on connections kept for many requests, both of them: after an
 /// exchange or two Linux delays its ACKs on a kept connection (expecting
 /// them to ride on the next bytes), so a client that writes a POST's head
@@ -1990,21 +1999,9 @@ fn kept_connections_written_to_in_two_parts_are_not_delayed() {
         let mut w = c;
         let mut served = 0;
         loop {
-            let mut len = 0usize;
-            loop {
-                let mut line = String::new();
-                if r.read_line(&mut line).unwrap_or(0) == 0 {
-                    return served;
-                }
-                if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
-                    len = v.trim().parse().unwrap_or(0);
-                }
-                if line == "\r\n" {
-                    break;
-                }
-            }
-            let mut body = vec![0u8; len];
-            r.read_exact(&mut body).unwrap();
+            let Some(body) = read_request_body(&mut r) else {
+                return served;
+            };
             let answer = format!("{} {served}", String::from_utf8_lossy(&body));
             let head = format!(
                 "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n",
