@@ -108,6 +108,15 @@ struct Place {
     entry: Option<Entry>,
 }
 
+/// A key: the place's use count high, its index low.
+fn key(uses: u32, index: u32) -> u64 {
+    (u64::from(uses) << 32) | u64::from(index)
+}
+
+fn index(key: u64) -> u32 {
+    key as u32
+}
+
 impl Slab {
     /// A place for a new entry, by its key; [`Slab::fill`] puts the entry
     /// there, [`Slab::release`] gives the place back unused.
@@ -128,26 +137,26 @@ impl Slab {
         };
         let place = &mut self.places[index as usize];
         place.uses = place.uses.wrapping_add(1);
-        Some((u64::from(place.uses) << 32) | u64::from(index))
+        Some(key(place.uses, index))
     }
 
     fn fill(&mut self, key: u64, e: Entry) {
-        self.places[(key & 0xffff_ffff) as usize].entry = Some(e);
+        self.places[index(key) as usize].entry = Some(e);
         self.len += 1;
     }
 
     fn release(&mut self, key: u64) {
-        self.free.push((key & 0xffff_ffff) as u32);
+        self.free.push(index(key));
     }
 
     fn remove(&mut self, key: u64) -> Option<Entry> {
-        let index = (key & 0xffff_ffff) as u32;
-        let place = self.places.get_mut(index as usize)?;
-        if u64::from(place.uses) != key >> 32 {
+        let i = index(key);
+        let place = self.places.get_mut(i as usize)?;
+        if self::key(place.uses, i) != key {
             return None;
         }
         let e = place.entry.take()?;
-        self.free.push(index);
+        self.free.push(i);
         self.len -= 1;
         Some(e)
     }
@@ -157,7 +166,7 @@ impl Slab {
             .iter()
             .enumerate()
             .filter(|(_, p)| p.entry.is_some())
-            .map(|(i, p)| (u64::from(p.uses) << 32) | i as u64)
+            .map(|(i, p)| key(p.uses, i as u32))
     }
 }
 
@@ -467,7 +476,7 @@ mod tests {
         assert!(slab.remove(k1).is_none(), "taken out twice");
         let k3 = slab.vacant().unwrap();
         slab.fill(k3, entry(3));
-        assert_eq!(k3 & 0xffff_ffff, k1 & 0xffff_ffff, "the place is reused");
+        assert_eq!(index(k3), index(k1), "the place is reused");
         assert_ne!(k3, k1);
         assert!(slab.remove(k1).is_none(), "the old key finds the new entry");
         let mut keys: Vec<u64> = slab.keys().collect();

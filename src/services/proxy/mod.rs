@@ -1973,6 +1973,8 @@ fn forwarding_fields(svc: &Service, c: &Client) -> Vec<u8> {
             "Via: 1.1 {host}:{port} (3proxy)\r\nX-Forwarded-For: {}\r\n",
             a.ip()
         ),
+        // Made up once per connection: a parked client keeps these
+        // (`remade_alike` names the arms that cannot be made again).
         (Some(_), _) => write!(
             v,
             "Via: 1.1 {host}:{port} (3proxy)\r\nX-Forwarded-For: {}\r\n",
