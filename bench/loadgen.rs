@@ -58,8 +58,12 @@ struct Args {
     connect: bool,
     /// Kept-alive: GET after GET on one connection (fetch mode).
     keepalive: bool,
-    /// New connections a second: the open-loop mode.
+    /// New connections a second: the open-loop mode (with --keepalive:
+    /// requests a second over a fixed pool of kept connections).
     rate: Option<f64>,
+    /// An absolute-form request target (`GET http://TARGET/PATH`), what a
+    /// forward proxy is sent.
+    absolute: bool,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -68,11 +72,12 @@ fn parse_args() -> Result<Args, String> {
     let open_loop = match mode.as_deref() {
         Some("fetch") => false,
         Some("rate") => true,
-        _ => return Err("usage: loadgen fetch --server H:P --target H:P --path P --conns N --seconds S [--socks] [--keepalive]\n       loadgen rate --server H:P --target H:P --path P --rate R --seconds S [--connect | --socks]".into()),
+        _ => return Err("usage: loadgen fetch --server H:P --target H:P --path P --conns N --seconds S [--socks] [--keepalive]\n       loadgen rate --server H:P --target H:P --path P --rate R --seconds S [--connect | --socks | --keepalive --conns N] [--absolute]".into()),
     };
     let (mut server, mut target, mut path) = (None, None, None);
     let (mut conns, mut seconds, mut socks) = (8usize, 5f64, false);
     let (mut connect, mut keepalive, mut rate) = (false, false, None);
+    let mut absolute = false;
     while let Some(a) = it.next() {
         let mut val = || it.next().ok_or(format!("{a} needs a value"));
         match a.as_str() {
@@ -84,6 +89,7 @@ fn parse_args() -> Result<Args, String> {
             "--socks" => socks = true,
             "--connect" => connect = true,
             "--keepalive" => keepalive = true,
+            "--absolute" => absolute = true,
             "--rate" => {
                 let r: f64 = val()?.parse().map_err(|e| format!("--rate: {e}"))?;
                 if !(r > 0.0 && r <= 1e6) {
@@ -100,6 +106,9 @@ fn parse_args() -> Result<Args, String> {
     if connect && socks {
         return Err("--connect and --socks exclude each other".into());
     }
+    if open_loop && keepalive && (connect || socks) {
+        return Err("the kept-alive rate mode speaks plain HTTP only".into());
+    }
     Ok(Args {
         server: server.ok_or("--server is required")?,
         target: target.ok_or("--target is required")?,
@@ -110,6 +119,7 @@ fn parse_args() -> Result<Args, String> {
         connect,
         keepalive,
         rate,
+        absolute,
     })
 }
 
@@ -143,11 +153,20 @@ struct Slot {
     got: usize,
 }
 
+#[derive(Default)]
 struct Totals {
     requests: u64,
     bytes: u64,
     errors: u64,
     first_error: Option<String>,
+}
+
+impl Totals {
+    /// Count an error; the first one is kept for the report.
+    fn fail(&mut self, e: String) {
+        self.errors += 1;
+        self.first_error.get_or_insert(e);
+    }
 }
 
 /// What one step of a slot needs next.
@@ -379,7 +398,12 @@ fn json_str(s: &str) -> String {
 
 fn gen_for(args: Args) -> Gen {
     let request = format!(
-        "GET {} HTTP/1.1\r\nHost: {}\r\n{}\r\n",
+        "GET {}{} HTTP/1.1\r\nHost: {}\r\n{}\r\n",
+        if args.absolute {
+            format!("http://{}", args.target)
+        } else {
+            String::new()
+        },
         args.path,
         args.target,
         if args.keepalive {
@@ -418,12 +442,7 @@ fn run(args: Args) -> Totals {
     let t0 = Instant::now();
     let deadline = t0 + Duration::from_secs_f64(args.seconds);
     let mut gen = gen_for(args);
-    let mut totals = Totals {
-        requests: 0,
-        bytes: 0,
-        errors: 0,
-        first_error: None,
-    };
+    let mut totals = Totals::default();
     let mut slots: Vec<Slot> = (0..conns).map(|_| new_slot(t0)).collect();
     // (slot, ready) after each poll.
     let mut ready: Vec<(usize, bool)> = Vec::with_capacity(conns);
@@ -433,8 +452,7 @@ fn run(args: Args) -> Totals {
         for slot in slots.iter_mut() {
             if slot.sock.is_none() && now < deadline && now >= slot.resume {
                 if let Err(e) = gen.open(slot) {
-                    totals.errors += 1;
-                    totals.first_error.get_or_insert(e);
+                    totals.fail(e);
                     slot.resume = now + ERROR_PAUSE;
                 }
             }
@@ -495,8 +513,7 @@ fn run(args: Args) -> Totals {
                     slot.state = State::Head;
                     let s = slot.sock.as_mut().expect("a done slot has its socket");
                     if let Err(e) = send_all(s, &gen.request) {
-                        totals.errors += 1;
-                        totals.first_error.get_or_insert(e);
+                        totals.fail(e);
                         slot.sock = None;
                         slot.state = State::Pause;
                         slot.resume = now + ERROR_PAUSE;
@@ -510,8 +527,7 @@ fn run(args: Args) -> Totals {
                     slot.resume = now;
                 }
                 Err(e) => {
-                    totals.errors += 1;
-                    totals.first_error.get_or_insert(e);
+                    totals.fail(e);
                     slot.sock = None;
                     slot.state = State::Pause;
                     slot.resume = now + ERROR_PAUSE;
@@ -530,6 +546,28 @@ struct Latencies {
     due: hdrhistogram::Histogram<u64>,
     /// From its connect call (what the client saw, uncorrected).
     service: hdrhistogram::Histogram<u64>,
+    /// When the measured part began, if not at the start (a warm-up).
+    began: Option<Instant>,
+}
+
+impl Latencies {
+    /// A request of `slot` completed at `now`.
+    fn done(&mut self, totals: &mut Totals, slot: &Slot, now: Instant) {
+        totals.requests += 1;
+        totals.bytes += slot.got as u64;
+        let us = |d: Duration| (d.as_micros() as u64).max(1);
+        self.due.saturating_record(us(now.duration_since(slot.due)));
+        self.service
+            .saturating_record(us(now.duration_since(slot.started)));
+    }
+
+    fn new() -> Latencies {
+        Latencies {
+            due: histogram(),
+            service: histogram(),
+            began: None,
+        }
+    }
 }
 
 fn histogram() -> hdrhistogram::Histogram<u64> {
@@ -581,6 +619,66 @@ fn buckets_json(h: &hdrhistogram::Histogram<u64>) -> String {
     out
 }
 
+/// Wait up to `wait` for the sockets of the `active` slots (writable while
+/// connecting, else readable); `ready[k]` says whether `active[k]`'s is.
+fn wait_ready(
+    slots: &[Slot],
+    active: &[usize],
+    wait: Duration,
+    ready: &mut Vec<bool>,
+) -> Result<(), String> {
+    let mut fds = Vec::with_capacity(active.len());
+    for &i in active {
+        let slot = &slots[i];
+        let s = slot.sock.as_ref().expect("an active slot has a socket");
+        let events = if slot.state == State::Connecting {
+            PollFlags::POLLOUT
+        } else {
+            PollFlags::POLLIN
+        };
+        fds.push(PollFd::new(s.as_fd(), events));
+    }
+    ready.clear();
+    match ppoll(&mut fds, Some(TimeSpec::from_duration(wait)), None) {
+        Ok(_) => ready.extend(
+            fds.iter()
+                .map(|fd| fd.revents().is_some_and(|e| !e.is_empty())),
+        ),
+        // Interrupted: nothing is ready yet.
+        Err(Errno::EINTR) => ready.resize(active.len(), false),
+        Err(e) => return Err(format!("poll: {e}")),
+    }
+    Ok(())
+}
+
+/// The next step of a slot after a wait: None while it still waits within
+/// REQUEST_TIMEOUT.
+fn advance(
+    gen: &mut Gen,
+    slot: &mut Slot,
+    is_ready: bool,
+    now: Instant,
+) -> Option<Result<Want, String>> {
+    if is_ready {
+        Some(gen.step(slot))
+    } else if now.duration_since(slot.started) > REQUEST_TIMEOUT {
+        Some(Err("request timed out".into()))
+    } else {
+        None
+    }
+}
+
+/// How long an open loop may wait for sockets before `next_due`: to the
+/// microsecond, at most 100 ms (nothing more is due after the deadline).
+fn until_due(next_due: Instant, deadline: Instant) -> Duration {
+    if next_due < deadline {
+        next_due.saturating_duration_since(Instant::now())
+    } else {
+        Duration::from_millis(100)
+    }
+    .min(Duration::from_millis(100))
+}
+
 /// The open loop: a connection due every 1/rate s until the deadline.
 fn run_rate(args: Args) -> (Totals, Latencies) {
     let rate = args.rate.expect("rate mode has a rate");
@@ -588,16 +686,8 @@ fn run_rate(args: Args) -> (Totals, Latencies) {
     let t0 = Instant::now();
     let deadline = t0 + Duration::from_secs_f64(args.seconds);
     let mut gen = gen_for(args);
-    let mut totals = Totals {
-        requests: 0,
-        bytes: 0,
-        errors: 0,
-        first_error: None,
-    };
-    let mut lat = Latencies {
-        due: histogram(),
-        service: histogram(),
-    };
+    let mut totals = Totals::default();
+    let mut lat = Latencies::new();
     let mut slots: Vec<Slot> = Vec::new();
     let mut free: Vec<usize> = Vec::new();
     let mut active: Vec<usize> = Vec::new();
@@ -610,10 +700,7 @@ fn run_rate(args: Args) -> (Totals, Latencies) {
             let due = next_due;
             next_due += interval;
             if active.len() >= RATE_MAX_IN_FLIGHT {
-                totals.errors += 1;
-                totals
-                    .first_error
-                    .get_or_insert(format!("{RATE_MAX_IN_FLIGHT} connections in flight"));
+                totals.fail(format!("{RATE_MAX_IN_FLIGHT} connections in flight"));
                 continue;
             }
             let i = free.pop().unwrap_or_else(|| {
@@ -627,8 +714,7 @@ fn run_rate(args: Args) -> (Totals, Latencies) {
                     active.push(i);
                 }
                 Err(e) => {
-                    totals.errors += 1;
-                    totals.first_error.get_or_insert(e);
+                    totals.fail(e);
                     free.push(i);
                 }
             }
@@ -641,46 +727,16 @@ fn run_rate(args: Args) -> (Totals, Latencies) {
         // milliseconds (poll's) would be 0 every time, a busy loop that
         // took the CPU the origin shares with this client (the latency
         // cells measured that, and it moved from run to run).
-        let wait = if next_due < deadline {
-            next_due.saturating_duration_since(Instant::now())
-        } else {
-            Duration::from_millis(100)
+        let wait = until_due(next_due, deadline);
+        if let Err(e) = wait_ready(&slots, &active, wait, &mut ready) {
+            totals.first_error.get_or_insert(e);
+            break;
         }
-        .min(Duration::from_millis(100));
-        let mut fds = Vec::with_capacity(active.len());
-        for &i in &active {
-            let slot = &slots[i];
-            let s = slot.sock.as_ref().expect("an active slot has a socket");
-            let events = if slot.state == State::Connecting {
-                PollFlags::POLLOUT
-            } else {
-                PollFlags::POLLIN
-            };
-            fds.push(PollFd::new(s.as_fd(), events));
-        }
-        match ppoll(&mut fds, Some(TimeSpec::from_duration(wait)), None) {
-            Ok(_) => {}
-            Err(Errno::EINTR) => continue,
-            Err(e) => {
-                totals.first_error.get_or_insert(format!("poll: {e}"));
-                break;
-            }
-        }
-        ready.clear();
-        ready.extend(
-            fds.iter()
-                .map(|fd| fd.revents().is_some_and(|e| !e.is_empty())),
-        );
-        drop(fds);
         let now = Instant::now();
         let mut still = Vec::with_capacity(active.len());
         for (&i, &is_ready) in active.iter().zip(&ready) {
             let slot = &mut slots[i];
-            let outcome = if is_ready {
-                gen.step(slot)
-            } else if now.duration_since(slot.started) > REQUEST_TIMEOUT {
-                Err("request timed out".into())
-            } else {
+            let Some(outcome) = advance(&mut gen, slot, is_ready, now) else {
                 still.push(i);
                 continue;
             };
@@ -690,21 +746,156 @@ fn run_rate(args: Args) -> (Totals, Latencies) {
                     continue;
                 }
                 Ok(Want::Done) => {
-                    totals.requests += 1;
-                    totals.bytes += slot.got as u64;
-                    let us = |d: Duration| (d.as_micros() as u64).max(1);
-                    lat.due.saturating_record(us(now.duration_since(slot.due)));
-                    lat.service
-                        .saturating_record(us(now.duration_since(slot.started)));
+                    lat.done(&mut totals, slot, now);
                 }
                 Err(e) => {
-                    totals.errors += 1;
-                    totals.first_error.get_or_insert(e);
+                    totals.fail(e);
                 }
             }
             slot.sock = None;
             slot.state = State::Pause;
             free.push(i);
+        }
+        active = still;
+    }
+    (totals, lat)
+}
+
+/// How long the kept-alive rate mode waits for its pool to connect and
+/// carry one request each before the measured part.
+const WARMUP_MAX: Duration = Duration::from_secs(30);
+
+/// The open loop over kept connections (http-ka-50k-2000-rate): CONNS
+/// connections are opened and each carries one request (the warm-up, not
+/// counted), then `WARM` is printed and a request is due every 1/rate s
+/// until the deadline. A due request goes to the connection that has been
+/// idle longest; when none is idle it waits for one, and its latency still
+/// counts from when it was due. So every connection of the pool is used
+/// in turn at the same offered load whatever the proxy's speed, which is
+/// what makes the tail of two proxies comparable (a closed loop runs each
+/// at its own speed, and a fast one saturates the client's CPU).
+fn run_rate_kept(args: Args) -> (Totals, Latencies) {
+    let rate = args.rate.expect("rate mode has a rate");
+    let interval = Duration::from_secs_f64(1.0 / rate);
+    let seconds = args.seconds;
+    let conns = args.conns;
+    let mut gen = gen_for(args);
+    let mut totals = Totals::default();
+    let mut lat = Latencies::new();
+    // The pool: every connection opened, then one request on each.
+    let start = Instant::now();
+    let mut slots: Vec<Slot> = (0..conns).map(|_| new_slot(start)).collect();
+    let mut active: Vec<usize> = Vec::new();
+    for (i, slot) in slots.iter_mut().enumerate() {
+        match gen.open(slot) {
+            Ok(()) => active.push(i),
+            Err(e) => totals.fail(e),
+        }
+    }
+    let mut idle: std::collections::VecDeque<usize> = Default::default();
+    let mut ready: Vec<bool> = Vec::new();
+    while !active.is_empty() {
+        if start.elapsed() > WARMUP_MAX {
+            totals.fail(format!(
+                "{} connections not through their warm-up",
+                active.len()
+            ));
+            for &i in &active {
+                slots[i].sock = None;
+            }
+            break;
+        }
+        if let Err(e) = wait_ready(&slots, &active, Duration::from_millis(100), &mut ready) {
+            totals.fail(e);
+            for &i in &active {
+                slots[i].sock = None;
+            }
+            break;
+        }
+        let mut still = Vec::with_capacity(active.len());
+        for (&i, &is_ready) in active.iter().zip(&ready) {
+            if !is_ready {
+                still.push(i);
+                continue;
+            }
+            match gen.step(&mut slots[i]) {
+                Ok(Want::Read) => still.push(i),
+                Ok(Want::Done) => idle.push_back(i),
+                Err(e) => {
+                    totals.fail(e);
+                    slots[i].sock = None;
+                }
+            }
+        }
+        active = still;
+    }
+    // The measured part starts now: the caller reads this line first.
+    println!("WARM {}", idle.len());
+    let _ = std::io::stdout().flush();
+    let t0 = Instant::now();
+    lat.began = Some(t0);
+    let deadline = t0 + Duration::from_secs_f64(seconds);
+    let mut next_due = t0;
+    let mut waiting: std::collections::VecDeque<Instant> = Default::default();
+    loop {
+        let now = Instant::now();
+        while next_due <= now && next_due < deadline {
+            waiting.push_back(next_due);
+            next_due += interval;
+        }
+        while !waiting.is_empty() {
+            let Some(i) = idle.pop_front() else { break };
+            let due = waiting.pop_front().expect("not empty");
+            let slot = &mut slots[i];
+            slot.due = due;
+            slot.started = now;
+            slot.got = 0;
+            slot.buf.clear();
+            slot.state = State::Head;
+            let s = slot.sock.as_mut().expect("an idle slot has its socket");
+            match send_all(s, &gen.request) {
+                Ok(()) => active.push(i),
+                Err(e) => {
+                    totals.fail(e);
+                    slot.sock = None;
+                }
+            }
+        }
+        if active.is_empty() && (next_due >= deadline || idle.is_empty()) {
+            // Done, or every connection is lost: the requests still
+            // waiting can never be sent.
+            if !waiting.is_empty() {
+                totals.fail(format!(
+                    "{} requests due with no connection left",
+                    waiting.len()
+                ));
+            }
+            break;
+        }
+        let wait = until_due(next_due, deadline);
+        if let Err(e) = wait_ready(&slots, &active, wait, &mut ready) {
+            totals.fail(e);
+            break;
+        }
+        let now = Instant::now();
+        let mut still = Vec::with_capacity(active.len());
+        for (&i, &is_ready) in active.iter().zip(&ready) {
+            let slot = &mut slots[i];
+            let Some(outcome) = advance(&mut gen, slot, is_ready, now) else {
+                still.push(i);
+                continue;
+            };
+            match outcome {
+                Ok(Want::Read) => still.push(i),
+                Ok(Want::Done) => {
+                    lat.done(&mut totals, slot, now);
+                    idle.push_back(i);
+                }
+                Err(e) => {
+                    totals.fail(e);
+                    slot.sock = None;
+                }
+            }
         }
         active = still;
     }
@@ -719,13 +910,18 @@ fn main() {
             std::process::exit(2);
         }
     };
-    let t0 = Instant::now();
+    let mut t0 = Instant::now();
     let rate = args.rate;
     let (t, extra) = if rate.is_some() {
         // Wake when a connection is due, not up to 50 us later (the
         // default slack), which every latency would carry.
         let _ = nix::sys::prctl::set_timerslack(1_000);
-        let (t, lat) = run_rate(args);
+        let (t, lat) = if args.keepalive {
+            run_rate_kept(args)
+        } else {
+            run_rate(args)
+        };
+        t0 = lat.began.unwrap_or(t0);
         let extra = format!(
             ", \"rate\": {}, \"latency_us\": {}, \"service_us\": {}, \"latency_buckets_us\": {}",
             rate.unwrap_or(0.0),
@@ -855,6 +1051,7 @@ mod tests {
             connect: false,
             keepalive: false,
             rate: None,
+            absolute: false,
         }
     }
 
@@ -911,6 +1108,36 @@ mod tests {
             assert!(lat.due.max() >= lat.service.max());
             assert!(lat.due.max() < 5_000_000);
         }
+    }
+
+    #[test]
+    fn open_loop_over_kept_connections_uses_the_pool_in_turn() {
+        let (t, lat) = run_rate_kept(Args {
+            keepalive: true,
+            rate: Some(200.0),
+            ..args(origin(Front::Plain), 4, 0.5)
+        });
+        assert_eq!(t.errors, 0, "{:?}", t.first_error);
+        // 100 requests were due after the warm-up's 4, which are not
+        // counted.
+        assert!((95..=101).contains(&t.requests), "{} requests", t.requests);
+        assert_eq!(t.bytes, t.requests * EACH);
+        assert_eq!(lat.due.len(), t.requests);
+        assert!(lat.began.is_some());
+        assert!(lat.due.max() >= lat.service.max());
+    }
+
+    #[test]
+    fn a_forward_proxy_is_sent_an_absolute_target() {
+        let g = gen_for(Args {
+            absolute: true,
+            keepalive: true,
+            ..args("127.0.0.1:1".parse().unwrap(), 1, 0.1)
+        });
+        assert_eq!(
+            g.request,
+            b"GET http://10.0.2.2:80/f HTTP/1.1\r\nHost: 10.0.2.2:80\r\n\r\n"
+        );
     }
 
     #[test]

@@ -422,8 +422,16 @@ class Session:
         if not self.fetcher:
             return {"status": "error", "reason": "no load client: %s" % self.fetcher_error}
         argv = S.rate_argv(self.fetcher, scenario, proxy, self.seconds)
-        (rc, out, err), m = self._measured(p, lambda: procs.run(
-            netns.NS_CLI, self.other_cpu, argv, timeout=self.seconds + 60))
+        if S.SCENARIOS[scenario].get("keepalive"):
+            (rc, out, err), m = self._rate_kept(
+                p, argv, S.cell_seconds(scenario, self.seconds))
+            if m is None:
+                return {"status": "error",
+                        "reason": ("the load client ended before its warm-up was over: "
+                                   + out + " " + err)[:300]}
+        else:
+            (rc, out, err), m = self._measured(p, lambda: procs.run(
+                netns.NS_CLI, self.other_cpu, argv, timeout=self.seconds + 60))
         try:
             r = parse.parse_loadgen(out)
         except parse.ParseError as e:
@@ -434,6 +442,34 @@ class Session:
             res["reason"] = "%d requests, %d errors, first: %s" % (
                 r["requests"], r["errors"], r.get("first_error"))
         return res
+
+    def _rate_kept(self, p, argv, seconds):
+        """The kept-alive open loop: its pool connects and makes one
+        request each before it prints WARM; only what follows is measured
+        (the warm-up's 2,000 connections and requests are not the cell's)."""
+        kid = procs.spawn(netns.NS_CLI, self.other_cpu, argv,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        try:
+            first = kid.stdout.readline().decode(errors="replace")
+            if not first.startswith("WARM"):
+                # Not warmed up: the loadgen ended; its LOADGEN line (or
+                # nothing) follows.
+                out, err = kid.communicate(timeout=60)
+                return (kid.returncode, first + out.decode(errors="replace"),
+                        err.decode(errors="replace")), None
+
+            def rest():
+                try:
+                    out, err = kid.communicate(timeout=seconds + 60)
+                except subprocess.TimeoutExpired:
+                    procs.stop(kid, grace=1)
+                    out, err = kid.communicate()
+                return (kid.returncode, out.decode(errors="replace"),
+                        err.decode(errors="replace"))
+            return self._measured(p, rest)
+        finally:
+            if kid in procs._live:
+                procs._live.remove(kid)
 
     def _h2load(self, scenario, proxy, p, celldir):
         argv = S.h2load_argv(scenario, proxy, self.seconds)

@@ -194,6 +194,31 @@ class NewClients(unittest.TestCase):
         self.assertEqual(a[a.index("--server") + 1], "10.0.2.2:80")
         self.assertNotIn("--connect", a)
 
+    def test_kept_alive_rate(self):
+        # The pool of 2,000 kept connections; a forward proxy (ours, squid)
+        # gets the absolute-form target, a reverse proxy and the origin the
+        # path; tinyproxy, which closes after each response, is not run.
+        a = S.rate_argv("/x/loadgen", "http-ka-50k-2000-rate", "3proxy", 6)
+        self.assertEqual(a[a.index("--conns") + 1], "2000")
+        self.assertEqual(a[a.index("--rate") + 1], "1500")
+        # Its runs last 20 s whatever the harness's seconds (a 6 s p99 is
+        # too noisy); other cells keep the harness's.
+        self.assertEqual(a[a.index("--seconds") + 1], "20")
+        a2 = S.rate_argv("/x/loadgen", "connect-rate-low", "3proxy", 6)
+        self.assertEqual(a2[a2.index("--seconds") + 1], "6")
+        self.assertIn("--keepalive", a)
+        self.assertIn("--absolute", a)
+        self.assertIn("--absolute", S.rate_argv("/x/loadgen", "http-ka-50k-2000-rate", "squid", 6))
+        for p in ("haproxy", "nginx", "noproxy"):
+            a = S.rate_argv("/x/loadgen", "http-ka-50k-2000-rate", p, 6)
+            self.assertIn("--keepalive", a)
+            self.assertNotIn("--absolute", a)
+        self.assertNotIn("--keepalive", S.rate_argv("/x/loadgen", "connect-rate-low", "3proxy", 6))
+        self.assertIsNone(S.applicable("http-ka-50k-2000-rate", "haproxy"))
+        self.assertIn("closes the client connection",
+                      S.applicable("http-ka-50k-2000-rate", "tinyproxy"))
+        self.assertIn("SOCKS server only", S.applicable("http-ka-50k-2000-rate", "dante"))
+
     def test_h2load(self):
         a = S.h2load_argv("h2load-64k", "3proxy", 6)
         self.assertEqual(a[:6], ["h2load", "--h1", "-t1", "-c40", "-D6", "-N10"])
