@@ -100,7 +100,11 @@ def render_threeproxy(service, splice=False, tls=None, radius=False):
         "maxconn 25000",
     ]
     if radius:
-        lines += ["radius %s %s:%d" % (RADIUS_SECRET, ORIGIN_IP, RADIUS_PORT), "log radius"]
+        # 3proxy 1.0.0 takes a bare address only (its `radius` fails on
+        # IP:PORT), so 1812, the default, is left out: the same cfg then
+        # measures 3proxy 1.0.0 too (--binary).
+        server = ORIGIN_IP if RADIUS_PORT == 1812 else "%s:%d" % (ORIGIN_IP, RADIUS_PORT)
+        lines += ["radius %s %s" % (RADIUS_SECRET, server), "log radius"]
     if service == "tcp":
         lines.append("tcppm%s -i%s %d %s %d"
                      % (s, PROXY_IP, IPERF_PORT, ORIGIN_IP, IPERF_PORT))

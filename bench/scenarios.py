@@ -418,7 +418,7 @@ def add_radius():
     --radius), for the A/B of issue 15's speed target against 3proxy."""
     PROXIES["3proxy-radius"] = {
         "family": "ours", "splice": False, "radius": True,
-        "what": "threeproxy, copy relay, with `radius %s %s:%d` and `log radius` "
+        "what": "threeproxy, copy relay, with `radius %s %s` (port %d) and `log radius` "
                 "(FreeRADIUS in the origin namespace on the other CPU, answering only)"
                 % (C.RADIUS_SECRET, C.ORIGIN_IP, C.RADIUS_PORT)}
     if "3proxy-radius" not in PROXY_ORDER:

@@ -232,8 +232,9 @@ class RadiusProxy(unittest.TestCase):
         name, cfg = S.proxy_config("3proxy-radius", "http", "/tmp/x")
         plain = S.proxy_config("3proxy", "http", "/tmp/x")[1]
         self.assertEqual(name, "3proxy.cfg")
-        self.assertIn("\nradius testing123 10.0.2.2:1812\nlog radius\nproxy -i10.0.1.2 -p3128\n", cfg)
-        self.assertEqual(cfg.replace("radius testing123 10.0.2.2:1812\nlog radius\n", ""), plain)
+        # A bare address: 3proxy 1.0.0 refuses IP:PORT, and 1812 is the default.
+        self.assertIn("\nradius testing123 10.0.2.2\nlog radius\nproxy -i10.0.1.2 -p3128\n", cfg)
+        self.assertEqual(cfg.replace("radius testing123 10.0.2.2\nlog radius\n", ""), plain)
         self.assertIsNone(S.applicable("http-ka-1k", "3proxy-radius"))
         self.assertEqual(S.proxy_argv("3proxy-radius", "/c", "/r", "/bin/3proxy"),
                          ["/bin/3proxy", "/c"])
