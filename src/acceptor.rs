@@ -301,7 +301,7 @@ enum Job {
     /// A client just accepted.
     New(Accepted),
     /// A session back from the parking lot (`park`), with the rest of it.
-    Resume(Box<Client>, Box<dyn Tail>),
+    Resume(Box<Client>, Box<dyn Tail>, bool),
 }
 
 /// Where a parked client thread receives its next client.
@@ -324,10 +324,10 @@ impl crate::park::Parked for ParkedClient {
         self.tail.fds(&self.client.cli)
     }
 
-    fn resume(self: Box<Self>) {
+    fn resume(self: Box<Self>, ready: bool) {
         let ParkedClient { client, tail, idle } = *self;
         let svc = client.svc().clone();
-        idle.dispatch(&svc, Job::Resume(client, tail));
+        idle.dispatch(&svc, Job::Resume(client, tail, ready));
     }
 }
 
@@ -531,8 +531,12 @@ impl IdleThreads {
                     (self.serve)(&mut client, None);
                     self.done(client);
                 }
-                Job::Resume(mut client, tail) => {
-                    (self.serve)(&mut client, Some((tail, true)));
+                Job::Resume(mut client, tail, ready) => {
+                    let how = crate::client::Resumed {
+                        may_park: true,
+                        ready,
+                    };
+                    (self.serve)(&mut client, Some((tail, how)));
                     self.done(client);
                 }
             }
@@ -561,7 +565,11 @@ impl IdleThreads {
             let ParkedClient {
                 mut client, tail, ..
             } = *p;
-            (self.serve)(&mut client, Some((tail, false)));
+            let how = crate::client::Resumed {
+                may_park: false,
+                ready: false,
+            };
+            (self.serve)(&mut client, Some((tail, how)));
         }
     }
 

@@ -198,15 +198,25 @@ pub trait Tail: Send {
     /// The reload generation the session was last checked against.
     fn generation(&self) -> u64;
     /// Go on with the session on the current thread; it may park again
-    /// (set `c.parked`) only if `may_park`. What the handler that parked
-    /// would have returned: a hand-off, or done.
-    fn resume(self: Box<Self>, c: &mut Client, may_park: bool) -> Next;
+    /// (set `c.parked`) only if `how.may_park`. What the handler that
+    /// parked would have returned: a hand-off, or done.
+    fn resume(self: Box<Self>, c: &mut Client, how: Resumed) -> Next;
+}
+
+/// How a parked session comes back to a thread.
+#[derive(Clone, Copy, Debug)]
+pub struct Resumed {
+    /// It may park again (not when the lot could not take it).
+    pub may_park: bool,
+    /// One of its sockets became ready (not its deadline, nor a reload's
+    /// recheck): a thread need not ask whether the client sent anything.
+    pub ready: bool,
 }
 
 /// A client thread's work on a client (`services::child`): serve a new
 /// one (None), or carry on with a session back from the parking lot
 /// (its rest, and whether it may park again).
-pub type Serve = fn(&mut Client, Option<(Box<dyn Tail>, bool)>);
+pub type Serve = fn(&mut Client, Option<(Box<dyn Tail>, Resumed)>);
 
 // A parked client moves to the lot's thread and on to another client
 // thread.

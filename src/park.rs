@@ -75,8 +75,9 @@ pub trait Parked: Send {
     /// The sockets whose readiness ends the wait (at least one).
     fn fds(&self) -> Vec<BorrowedFd<'_>>;
     /// Run on the lot's thread when the session must go on: hand it to a
-    /// thread and return at once (no IO here).
-    fn resume(self: Box<Self>);
+    /// thread and return at once (no IO here). `ready`: one of its
+    /// sockets became ready (else its deadline passed or a reload came).
+    fn resume(self: Box<Self>, ready: bool);
 }
 
 /// Sessions handed back per pass after a reload.
@@ -323,7 +324,8 @@ pub fn count() -> usize {
 
 fn run(lot: &'static Lot, mut rx: UnixStream) {
     let mut events = vec![EpollEvent::empty(); 256];
-    let mut due: Vec<Box<dyn Parked>> = Vec::new();
+    // With whether a socket of theirs became ready.
+    let mut due: Vec<(Box<dyn Parked>, bool)> = Vec::new();
     loop {
         let timeout = {
             let mut st = lot.state();
@@ -360,7 +362,7 @@ fn run(lot: &'static Lot, mut rx: UnixStream) {
                 if let Some(e) = st.parked.remove(key) {
                     st.deadlines.remove(&(e.deadline, key));
                     lot.forget(&e);
-                    due.push(e.p);
+                    due.push((e.p, true));
                 }
             }
             let now = Instant::now();
@@ -371,7 +373,7 @@ fn run(lot: &'static Lot, mut rx: UnixStream) {
                 st.deadlines.pop_first();
                 if let Some(e) = st.parked.remove(key) {
                     lot.forget(&e);
-                    due.push(e.p);
+                    due.push((e.p, false));
                 }
             }
             if st.reloaded {
@@ -387,15 +389,15 @@ fn run(lot: &'static Lot, mut rx: UnixStream) {
                 if let Some(e) = st.parked.remove(key) {
                     st.deadlines.remove(&(e.deadline, key));
                     lot.forget(&e);
-                    due.push(e.p);
+                    due.push((e.p, false));
                     taken += 1;
                 }
             }
         }
         // Outside the lock: a resume may start a thread, and that thread
         // may park again at once.
-        for p in due.drain(..) {
-            p.resume();
+        for (p, ready) in due.drain(..) {
+            p.resume(ready);
         }
     }
 }
@@ -408,7 +410,8 @@ mod tests {
 
     struct Probe {
         sock: UnixStream,
-        tx: mpsc::Sender<(u8, Instant)>,
+        /// (id, when, woken by its socket)
+        tx: mpsc::Sender<(u8, Instant, bool)>,
         id: u8,
     }
 
@@ -416,8 +419,8 @@ mod tests {
         fn fds(&self) -> Vec<BorrowedFd<'_>> {
             vec![self.sock.as_fd()]
         }
-        fn resume(self: Box<Self>) {
-            let _ = self.tx.send((self.id, Instant::now()));
+        fn resume(self: Box<Self>, ready: bool) {
+            let _ = self.tx.send((self.id, Instant::now(), ready));
         }
     }
 
@@ -440,10 +443,12 @@ mod tests {
         // Nothing is due yet.
         assert!(rx.recv_timeout(Duration::from_millis(50)).is_err());
         a_peer.write_all(b"x").unwrap();
-        let (id, _) = rx.recv_timeout(Duration::from_secs(5)).unwrap();
+        let (id, _, ready) = rx.recv_timeout(Duration::from_secs(5)).unwrap();
         assert_eq!(id, 1, "the readable one first");
-        let (id, at) = rx.recv_timeout(Duration::from_secs(5)).unwrap();
+        assert!(ready, "woken by its socket");
+        let (id, at, ready) = rx.recv_timeout(Duration::from_secs(5)).unwrap();
         assert_eq!(id, 2);
+        assert!(!ready, "woken by its deadline, not its socket");
         assert!(at >= soon, "woken before its deadline");
         assert!(
             at < soon + Duration::from_secs(1),

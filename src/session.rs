@@ -579,8 +579,12 @@ impl crate::client::Tail for ParkedRelay {
             .map_or_else(crate::generation::generation, |p| p.generation())
     }
 
-    fn resume(mut self: Box<Self>, c: &mut Client, may_park: bool) -> crate::parent::Next {
-        if !may_park {
+    fn resume(
+        mut self: Box<Self>,
+        c: &mut Client,
+        how: crate::client::Resumed,
+    ) -> crate::parent::Next {
+        if !how.may_park {
             self.opts.linger = None;
         }
         let from = self.paused.take();

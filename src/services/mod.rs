@@ -197,11 +197,11 @@ pub fn entry_of(def: &ServiceDef) -> &'static Entry {
 /// handler each local redirection hands the client to, in one bounded
 /// loop (3proxy's MAXCHILDREDIRECTS). The client's record is written when
 /// it drops, after the loop.
-fn child(c: &mut Client, resume: Option<(Box<dyn crate::client::Tail>, bool)>) {
+fn child(c: &mut Client, resume: Option<(Box<dyn crate::client::Tail>, crate::client::Resumed)>) {
     let mut next = match resume {
         // Back from the parking lot: the handler's rest, then on as if
         // the handler had returned.
-        Some((tail, may_park)) => tail.resume(c, may_park),
+        Some((tail, how)) => tail.resume(c, how),
         None => {
             if c.svc().opts.proxy_header && !crate::session::read_proxy_header(c) {
                 return;

@@ -214,8 +214,11 @@ impl crate::client::Tail for ParkedHttp {
         crate::generation::generation()
     }
 
-    fn resume(self: Box<Self>, c: &mut Client, may_park: bool) -> parent::Next {
-        if !readable_within(&c.cli, Duration::ZERO) {
+    fn resume(self: Box<Self>, c: &mut Client, how: crate::client::Resumed) -> parent::Next {
+        let may_park = how.may_park;
+        // Woken by the client's socket: its next request (or its close)
+        // is there, and asking costs a poll a request.
+        if !how.ready && !readable_within(&c.cli, Duration::ZERO) {
             if Instant::now() >= self.deadline {
                 // No next request: the connection ends, with no record
                 // (as when a thread's wait for it times out).
