@@ -28,7 +28,12 @@ def spawn(ns, cpu, argv, log_path=None, stdin=None, stdout=None, stderr=None):
 
 def run(ns, cpu, argv, timeout):
     """Run ARGV to completion in NS on CPU; returns (rc, stdout, stderr)."""
-    p = spawn(ns, cpu, argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    return finish(spawn(ns, cpu, argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE), timeout)
+
+
+def finish(p, timeout):
+    """Wait up to TIMEOUT for P (spawned with piped stdout and stderr),
+    stopping it then; returns (rc, stdout, stderr), rc None if stopped."""
     try:
         out, err = p.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:

@@ -449,27 +449,13 @@ class Session:
         (the warm-up's 2,000 connections and requests are not the cell's)."""
         kid = procs.spawn(netns.NS_CLI, self.other_cpu, argv,
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        try:
-            first = kid.stdout.readline().decode(errors="replace")
-            if not first.startswith("WARM"):
-                # Not warmed up: the loadgen ended; its LOADGEN line (or
-                # nothing) follows.
-                out, err = kid.communicate(timeout=60)
-                return (kid.returncode, first + out.decode(errors="replace"),
-                        err.decode(errors="replace")), None
-
-            def rest():
-                try:
-                    out, err = kid.communicate(timeout=seconds + 60)
-                except subprocess.TimeoutExpired:
-                    procs.stop(kid, grace=1)
-                    out, err = kid.communicate()
-                return (kid.returncode, out.decode(errors="replace"),
-                        err.decode(errors="replace"))
-            return self._measured(p, rest)
-        finally:
-            if kid in procs._live:
-                procs._live.remove(kid)
+        first = kid.stdout.readline().decode(errors="replace")
+        if not first.startswith("WARM"):
+            # Not warmed up: the loadgen ended; its LOADGEN line (or
+            # nothing) follows.
+            rc, out, err = procs.finish(kid, 60)
+            return (rc, first + out, err), None
+        return self._measured(p, lambda: procs.finish(kid, seconds + 60))
 
     def _h2load(self, scenario, proxy, p, celldir):
         argv = S.h2load_argv(scenario, proxy, self.seconds)

@@ -301,7 +301,7 @@ enum Job {
     /// A client just accepted.
     New(Accepted),
     /// A session back from the parking lot (`park`), with the rest of it.
-    Resume(Box<Client>, Box<dyn Tail>, bool),
+    Resume(Box<Client>, Box<dyn Tail>, crate::client::Resumed),
 }
 
 /// Where a parked client thread receives its next client.
@@ -327,7 +327,11 @@ impl crate::park::Parked for ParkedClient {
     fn resume(self: Box<Self>, ready: bool) {
         let ParkedClient { client, tail, idle } = *self;
         let svc = client.svc().clone();
-        idle.dispatch(&svc, Job::Resume(client, tail, ready));
+        let how = crate::client::Resumed {
+            may_park: true,
+            ready,
+        };
+        idle.dispatch(&svc, Job::Resume(client, tail, how));
     }
 }
 
@@ -531,11 +535,7 @@ impl IdleThreads {
                     (self.serve)(&mut client, None);
                     self.done(client);
                 }
-                Job::Resume(mut client, tail, ready) => {
-                    let how = crate::client::Resumed {
-                        may_park: true,
-                        ready,
-                    };
+                Job::Resume(mut client, tail, how) => {
                     (self.serve)(&mut client, Some((tail, how)));
                     self.done(client);
                 }

@@ -1916,7 +1916,7 @@ fn a_request_and_an_answer_written_in_two_parts_are_not_delayed() {
             c.set_read_timeout(Some(IO_TIMEOUT)).unwrap();
             let mut r = BufReader::new(c.try_clone().unwrap());
             let mut w = c;
-            let Some(body) = read_request_body(&mut r) else {
+            let Some(body) = read_rest_and_body(&mut r) else {
                 return;
             };
             let answer = format!("{} {}", String::from_utf8_lossy(&body), body.len());
@@ -1958,9 +1958,11 @@ fn a_request_and_an_answer_written_in_two_parts_are_not_delayed() {
     );
 }
 
-/// An origin's read of one request: its head, then the body its
-/// Content-Length names. None at the end of the connection.
-fn read_request_body(r: &mut BufReader<std::net::TcpStream>) -> Option<Vec<u8>> {
+/// The rest of a message's head (an origin reads a request's whole
+/// head; a client, having read the status line, the response's fields),
+/// then the body its Content-Length names. None at the end of the
+/// connection.
+fn read_rest_and_body(r: &mut BufReader<std::net::TcpStream>) -> Option<Vec<u8>> {
     let mut len = 0usize;
     loop {
         let mut line = String::new();
@@ -1999,7 +2001,7 @@ fn kept_connections_written_to_in_two_parts_are_not_delayed() {
         let mut w = c;
         let mut served = 0;
         loop {
-            let Some(body) = read_request_body(&mut r) else {
+            let Some(body) = read_rest_and_body(&mut r) else {
                 return served;
             };
             let answer = format!("{} {served}", String::from_utf8_lossy(&body));
@@ -2030,22 +2032,10 @@ fn kept_connections_written_to_in_two_parts_are_not_delayed() {
         );
         w.write_all(head.as_bytes()).unwrap();
         w.write_all(b"abcde").unwrap();
-        let mut len = None;
         let mut status = String::new();
         r.read_line(&mut status).unwrap();
         assert!(status.starts_with("HTTP/1.1 200 "), "request {i}: {status}");
-        loop {
-            let mut line = String::new();
-            r.read_line(&mut line).unwrap();
-            if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
-                len = v.trim().parse::<usize>().ok();
-            }
-            if line == "\r\n" {
-                break;
-            }
-        }
-        let mut body = vec![0u8; len.expect("a Content-Length")];
-        r.read_exact(&mut body).unwrap();
+        let body = read_rest_and_body(&mut r).expect("a response");
         assert_eq!(body, format!("abcde {i}").as_bytes(), "request {i}");
         times.push(t.elapsed());
     }
