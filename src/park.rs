@@ -19,7 +19,7 @@
 
 use std::collections::{BTreeSet, VecDeque};
 use std::io::Read;
-use std::os::fd::BorrowedFd;
+use std::os::fd::{AsRawFd, BorrowedFd, RawFd};
 use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard, OnceLock};
@@ -171,8 +171,47 @@ impl Slab {
     }
 }
 
+/// The descriptors the lot left in its epoll set, disarmed, when their
+/// session went back to a thread (see [`Lot::forget`]): the next park of
+/// the same descriptor re-arms its registration (one EPOLL_CTL_MOD)
+/// where taking it out and adding it again would cost two calls, one a
+/// request for a kept-alive client that parks between its requests. A
+/// hint only: a descriptor closed and reused since is found out by the
+/// kernel's answer (ENOENT), and one added twice (EEXIST) is modified
+/// instead.
+#[derive(Default)]
+struct Left {
+    bits: Vec<u64>,
+}
+
+impl Left {
+    /// Whether `fd` was left in the set; it is not any more.
+    fn take(&mut self, fd: RawFd) -> bool {
+        let Ok(i) = usize::try_from(fd) else {
+            return false;
+        };
+        match self.bits.get_mut(i / 64) {
+            Some(w) => {
+                let was = *w & (1 << (i % 64)) != 0;
+                *w &= !(1 << (i % 64));
+                was
+            }
+            None => false,
+        }
+    }
+
+    fn put(&mut self, fd: RawFd) {
+        let Ok(i) = usize::try_from(fd) else { return };
+        if self.bits.len() <= i / 64 {
+            self.bits.resize(i / 64 + 1, 0);
+        }
+        self.bits[i / 64] |= 1 << (i % 64);
+    }
+}
+
 struct State {
     parked: Slab,
+    left: Left,
     deadlines: BTreeSet<(Instant, u64)>,
     /// When the lot's thread wakes up by itself next (None: not before
     /// an event). A park with an earlier deadline wakes it.
@@ -228,6 +267,7 @@ fn start() -> std::io::Result<Lot> {
         wake,
         state: Mutex::new(State {
             parked: Slab::default(),
+            left: Left::default(),
             deadlines: BTreeSet::new(),
             wakes_at: None,
             reloaded: false,
@@ -246,9 +286,38 @@ impl Lot {
         let _ = (&self.wake).write(&[1]);
     }
 
-    fn forget(&self, e: &Entry) {
-        for fd in e.p.fds() {
+    /// Take `e`'s sockets out of the epoll set. `ready`: a socket of its
+    /// woke it. A session with one socket woken by it is left in the set:
+    /// EPOLLONESHOT disarmed it when its event came, so it reports nothing
+    /// more until a park re-arms it ([`Left`]). Any other is taken out: a
+    /// deadline or a reload leaves its sockets armed, and a tunnel's other
+    /// socket is armed still.
+    fn forget(&self, left: &mut Left, e: &Entry, ready: bool) {
+        let fds = e.p.fds();
+        if ready && fds.len() == 1 {
+            left.put(fds[0].as_raw_fd());
+            return;
+        }
+        for fd in fds {
+            left.take(fd.as_raw_fd());
             let _ = self.epoll.delete(fd);
+        }
+    }
+
+    /// Put `fd` in the epoll set, armed for one event with `key`.
+    fn arm(&self, left: &mut Left, fd: BorrowedFd<'_>, key: u64) -> nix::Result<()> {
+        let ev = EpollFlags::EPOLLIN | EpollFlags::EPOLLRDHUP | EpollFlags::EPOLLONESHOT;
+        let mut e = EpollEvent::new(ev, key);
+        if left.take(fd.as_raw_fd()) {
+            match self.epoll.modify(fd, &mut e) {
+                Err(Errno::ENOENT) => self.epoll.add(fd, e),
+                r => r,
+            }
+        } else {
+            match self.epoll.add(fd, e) {
+                Err(Errno::EEXIST) => self.epoll.modify(fd, &mut e),
+                r => r,
+            }
         }
     }
 }
@@ -270,10 +339,9 @@ pub fn park<P: Parked + 'static>(
     let Some(key) = st.parked.vacant() else {
         return Err(p);
     };
-    let ev = EpollFlags::EPOLLIN | EpollFlags::EPOLLRDHUP | EpollFlags::EPOLLONESHOT;
     let fds = p.fds();
     for (i, fd) in fds.iter().enumerate() {
-        if lot.epoll.add(fd, EpollEvent::new(ev, key)).is_err() {
+        if lot.arm(&mut st.left, *fd, key).is_err() {
             for fd in &fds[..i] {
                 let _ = lot.epoll.delete(fd);
             }
@@ -361,7 +429,7 @@ fn run(lot: &'static Lot, mut rx: UnixStream) {
                 }
                 if let Some(e) = st.parked.remove(key) {
                     st.deadlines.remove(&(e.deadline, key));
-                    lot.forget(&e);
+                    lot.forget(&mut st.left, &e, true);
                     due.push((e.p, true));
                 }
             }
@@ -372,7 +440,7 @@ fn run(lot: &'static Lot, mut rx: UnixStream) {
                 }
                 st.deadlines.pop_first();
                 if let Some(e) = st.parked.remove(key) {
-                    lot.forget(&e);
+                    lot.forget(&mut st.left, &e, false);
                     due.push((e.p, false));
                 }
             }
@@ -388,7 +456,7 @@ fn run(lot: &'static Lot, mut rx: UnixStream) {
                 };
                 if let Some(e) = st.parked.remove(key) {
                     st.deadlines.remove(&(e.deadline, key));
-                    lot.forget(&e);
+                    lot.forget(&mut st.left, &e, false);
                     due.push((e.p, false));
                     taken += 1;
                 }
@@ -455,6 +523,61 @@ mod tests {
             "woken late: {:?}",
             at - soon
         );
+    }
+
+    /// A probe that gives its socket back when it resumes.
+    struct Returns {
+        sock: UnixStream,
+        tx: mpsc::Sender<(UnixStream, bool)>,
+    }
+
+    impl Parked for Returns {
+        fn fds(&self) -> Vec<BorrowedFd<'_>> {
+            vec![self.sock.as_fd()]
+        }
+        fn resume(self: Box<Self>, ready: bool) {
+            let _ = self.tx.send((self.sock, ready));
+        }
+    }
+
+    #[test]
+    fn a_socket_left_in_the_set_wakes_again_when_parked_again() {
+        let (tx, rx) = mpsc::channel();
+        let (mut sock, mut peer) = UnixStream::pair().unwrap();
+        let g = crate::generation::generation();
+        let far = Instant::now() + Duration::from_secs(60);
+        for round in 0..3u8 {
+            let p = Returns {
+                sock,
+                tx: tx.clone(),
+            };
+            assert!(park(Box::new(p), far, g).is_ok());
+            assert!(
+                rx.recv_timeout(Duration::from_millis(30)).is_err(),
+                "round {round}: woken with nothing to read"
+            );
+            peer.write_all(&[round]).unwrap();
+            let (back, ready) = rx.recv_timeout(Duration::from_secs(5)).unwrap();
+            assert!(ready, "round {round}: not woken by its socket");
+            sock = back;
+            let mut b = [0u8; 1];
+            sock.read_exact(&mut b).unwrap();
+            assert_eq!(b[0], round);
+        }
+        // Left in the set, then parked again with a near deadline and
+        // nothing to read: the deadline wakes it, once.
+        let soon = Instant::now() + Duration::from_millis(50);
+        let p = Returns {
+            sock,
+            tx: tx.clone(),
+        };
+        assert!(park(Box::new(p), soon, g).is_ok());
+        let (sock, ready) = rx.recv_timeout(Duration::from_secs(5)).unwrap();
+        assert!(!ready, "woken by its socket with nothing sent");
+        // Taken out of the set: data now wakes nobody.
+        peer.write_all(b"x").unwrap();
+        assert!(rx.recv_timeout(Duration::from_millis(100)).is_err());
+        drop(sock);
     }
 
     #[test]
