@@ -152,6 +152,31 @@ pub fn parse_request<'a>(
     }
 }
 
+/// [`parse_request`] with `slots` field slots: for reading again a head
+/// this proxy wrote, which may carry a few fields more than
+/// [`MAX_HEADERS`] (the Host, forwarding and cfg fields it adds to a
+/// client's head of at most that many; the next hop, not this proxy,
+/// decides whether it takes them).
+pub(crate) fn parse_request_slots<'a>(
+    buf: &'a [u8],
+    rw: &Rewrite<'_>,
+    out: &mut Vec<u8>,
+    slots: usize,
+) -> Result<Option<RequestHead<'a>>, HeadError> {
+    parse_request_in(buf, rw, out, &mut vec![httparse::EMPTY_HEADER; slots])
+}
+
+/// [`parse_response`] with `slots` field slots (see
+/// [`parse_request_slots`]).
+pub(crate) fn parse_response_slots(
+    buf: &[u8],
+    head_req: bool,
+    out: &mut Vec<u8>,
+    slots: usize,
+) -> Result<Option<ResponseHead>, HeadError> {
+    parse_response_in(buf, head_req, out, &mut vec![httparse::EMPTY_HEADER; slots])
+}
+
 /// Field slots on the stack for the first try at a head; a head with more
 /// fields is parsed again with [`MAX_HEADERS`] slots on the heap. (Every
 /// byte of stack a client thread touches stays resident while it lives.)
