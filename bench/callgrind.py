@@ -166,13 +166,17 @@ def socks5_open(port, origin_port):
     port, as loadgen does it: the greeting (no authentication), its answer,
     the CONNECT request, its reply; the connected socket."""
     s = connect(port)
-    s.sendall(b"\x05\x01\x00")
-    if recv_exactly(s, 2) != b"\x05\x00":
-        raise RuntimeError("SOCKS5 method refused")
-    s.sendall(b"\x05\x01\x00\x01\x7f\x00\x00\x01" + origin_port.to_bytes(2, "big"))
-    reply = recv_exactly(s, 10)
-    if reply[:4] != b"\x05\x00\x00\x01":
-        raise RuntimeError("SOCKS5 CONNECT failed: %r" % reply)
+    try:
+        s.sendall(b"\x05\x01\x00")
+        if recv_exactly(s, 2) != b"\x05\x00":
+            raise RuntimeError("SOCKS5 method refused")
+        s.sendall(b"\x05\x01\x00\x01\x7f\x00\x00\x01" + origin_port.to_bytes(2, "big"))
+        reply = recv_exactly(s, 10)
+        if reply[:4] != b"\x05\x00\x00\x01":
+            raise RuntimeError("SOCKS5 CONNECT failed: %r" % reply)
+    except BaseException:
+        s.close()
+        raise
     return s
 
 
