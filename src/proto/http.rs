@@ -1740,6 +1740,20 @@ mod tests {
     }
 
     #[test]
+    fn a_client_that_closes_does_not_close_the_origin_connection() {
+        // Connection is hop-by-hop: the client's close ends the client's
+        // connection; the origin's is the proxy's to keep (for the pool).
+        assert_eq!(
+            fwd("GET http://h/ HTTP/1.1\r\nConnection: close\r\n\r\n"),
+            "GET / HTTP/1.1\r\nHost: h\r\nForwarded: for=x\r\n\r\n"
+        );
+        assert_eq!(
+            fwd("GET http://h/ HTTP/1.0\r\nConnection: close\r\n\r\n"),
+            "GET / HTTP/1.0\r\nHost: h\r\nConnection: keep-alive\r\nForwarded: for=x\r\n\r\n"
+        );
+    }
+
+    #[test]
     fn upgrade_passes_when_asked_for() {
         let (h, out) = req("GET http://h/ws HTTP/1.1\r\nConnection: keep-alive, Upgrade\r\nUpgrade: websocket\r\n\r\n")
             .unwrap()
