@@ -316,6 +316,18 @@ impl ServerSettings {
     }
 }
 
+/// `ssl_mitm`'s TLS to origins: the `ssl_client_*` settings, but never
+/// HTTP/2 offered (`ssl_client_alpn h2`): the HTTP proxy inside the
+/// tunnel speaks HTTP/1.1 to the origin, as the client does to it.
+fn origin_config(cfg: Arc<rustls::ClientConfig>) -> Arc<rustls::ClientConfig> {
+    if !cfg.alpn_protocols.iter().any(|p| p == b"h2") {
+        return cfg;
+    }
+    let mut c = (*cfg).clone();
+    c.alpn_protocols.retain(|p| p != b"h2");
+    Arc::new(c)
+}
+
 /// What the `ssl_*` commands have set so far.
 #[derive(Debug, Clone, Default)]
 pub struct Settings {
@@ -413,7 +425,7 @@ impl Settings {
             provider: provider(),
             dir: self.certcache.clone(),
             base,
-            client: self.client.config()?,
+            client: origin_config(self.client.config()?),
         })?;
         Ok(Some(Arc::new(m)))
     }

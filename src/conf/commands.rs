@@ -179,7 +179,6 @@ pub static COMMANDS: &[Command] = &[
     cmd("ssl_nocli", 1, 1, tls_cmds::h_nocli),
     cmd("ssl_noclient", 1, 1, tls_cmds::h_nocli),
     cmd("ssl_nomitm", 1, 1, tls_cmds::h_nomitm),
-    // TLS not built yet: refused by name.
     cmd("ssl_mitm", 1, 1, tls_cmds::h_mitm),
     cmd("ssl_certcache", 2, 2, tls_cmds::h_certcache),
     cmd("ssl_server_ca_key", 1, 2, tls_cmds::h_server_ca_key),

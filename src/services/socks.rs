@@ -664,6 +664,21 @@ fn connect(c: &mut Client, ask: &Ask) -> Result<(), Res> {
         c.srv = Some(srv);
         return Ok(());
     }
+    if svc.mitm.is_some() {
+        // `ssl_mitm`: HTTP inside is served by the HTTP proxy.
+        let inside = crate::services::proxy::Inside {
+            host,
+            port: dst.port(),
+            addr: dst,
+            user: ask.user.clone(),
+            password: ask.password.clone(),
+        };
+        let hops = c.hops.saturating_sub(c.local_hops);
+        match crate::services::proxy::serve_inside(c, srv, inside, &grant.parents, hops) {
+            Some(back) => srv = back,
+            None => return Ok(()),
+        }
+    }
     let again = recheck(c, ask, Op::Connect, (&ask.dest, dst)).at_weight(grant.weight);
     // The client has its reply only now: the relay waits for its bytes.
     crate::session::relay_answered_to_parking(

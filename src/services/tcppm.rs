@@ -92,6 +92,21 @@ fn serve_mapped(c: &mut Client) {
                 c.srv = Some(s);
                 return;
             }
+            if let (Some(_), Some(addr)) = (&c.svc().mitm, c.req_addr) {
+                // `ssl_mitm`: HTTP inside is served by the HTTP proxy.
+                let inside = crate::services::proxy::Inside {
+                    host,
+                    port: addr.port(),
+                    addr,
+                    user: c.user.clone(),
+                    password: None,
+                };
+                let hops = c.hops.saturating_sub(c.local_hops);
+                match crate::services::proxy::serve_inside(c, s, inside, &grant.parents, hops) {
+                    Some(back) => s = back,
+                    None => return,
+                }
+            }
             session::relay_to_parking(c, s, &grant, &recheck, &[], Timeouts::CONNECTION_LONG)
         }
         // Handed over to a local handler.

@@ -42,8 +42,12 @@ mod body;
 mod filt;
 mod ftp;
 mod head;
+mod inside;
 mod pool;
 mod sock;
+
+use inside::pin_inside;
+pub use inside::{serve_inside, Inside};
 
 use std::io::{self, Read};
 use std::net::{IpAddr, Shutdown, SocketAddr};
@@ -156,6 +160,8 @@ struct ParkedHttp {
     cli_rto: Option<Duration>,
     cli_want: Duration,
     cli_wto: bool,
+    /// `ssl_mitm`: the intercepted tunnel whose requests these are.
+    inside: Option<Box<Inside>>,
     /// The end of the wait for the next request (STRING_SHORT after the
     /// last response).
     deadline: Instant,
@@ -174,6 +180,7 @@ impl ParkedHttp {
             cli_rto: s.cli_rto,
             cli_want: s.cli_want,
             cli_wto: s.cli_wto,
+            inside: s.inside.take(),
             deadline,
         }
     }
@@ -194,6 +201,7 @@ impl ParkedHttp {
         s.cli_rto = self.cli_rto;
         s.cli_want = self.cli_want;
         s.cli_wto = self.cli_wto;
+        s.inside = self.inside;
         s
     }
 }
@@ -295,6 +303,9 @@ struct Session {
     /// Set when the wait for the next head ended after `linger` with
     /// nothing read: since when it waited. The connection then parks.
     quiet_since: Option<Instant>,
+    /// `ssl_mitm`: the requests come from inside an intercepted tunnel
+    /// and go to its destination over TLS (`inside`).
+    inside: Option<Box<Inside>>,
 }
 
 /// The parts of a request head the exchange needs after the head buffer
@@ -338,6 +349,9 @@ enum Next {
     /// written), or parked (`parklinger`): it writes the record when it
     /// ends. The connection is done either way.
     Tunneled,
+    /// A CONNECT whose intercepted TLS carries HTTP: its requests are
+    /// served next, and write the records (the CONNECT writes none).
+    Inside,
 }
 
 /// A failure with the 3proxy code and, when no response was sent yet,
@@ -422,6 +436,7 @@ impl Session {
             long,
             linger: None,
             quiet_since: None,
+            inside: None,
         }
     }
 
@@ -448,6 +463,7 @@ impl Session {
         };
         let more = match result {
             Ok(Next::HandedOver | Next::Tunneled) => false,
+            Ok(Next::Inside) => true,
             Ok(next) => {
                 self.end_request(c);
                 matches!(next, Next::KeepAlive)
@@ -559,7 +575,9 @@ impl Session {
             extra: &self.extra,
             delim: self.svc.delimchar,
             login: self.svc.opts.needuser.unwrap_or(1) > 0,
-            redirected_to: self.redirected_to,
+            // Inside an intercepted tunnel a request without Host (HTTP/1.0)
+            // names the tunnel's destination.
+            redirected_to: self.redirected_to.or(self.inside.as_ref().map(|i| i.addr)),
         };
         let mut h = match http::parse_request(data, &rw, &mut self.req_out) {
             Ok(Some(h)) => h,
@@ -582,17 +600,22 @@ impl Session {
             }
         };
         c.hops = self.base_hops;
+        if let Some(inside) = self.inside.as_deref() {
+            pin_inside(&mut h, inside)?;
+        }
         let redirected_to = self
             .redirected_to
-            .filter(|_| !h.is_connect() && h.uri.starts_with('/'));
+            .filter(|_| !h.is_connect() && h.uri.starts_with('/'))
+            .or(self.inside.as_ref().map(|i| i.addr));
         c.text.clear();
         // One allocation for the line (a new client's text is empty; four
         // pushes would grow it three times).
         c.text.reserve(h.method.len() + h.uri.len() + 32);
         c.text.push_str(h.method);
         c.text.push(' ');
-        if redirected_to.is_some() {
-            // As 3proxy logs a transparent request: in absolute form.
+        if redirected_to.is_some() && h.uri.starts_with('/') {
+            // As 3proxy logs a transparent request (and one inside an
+            // intercepted tunnel): in absolute form.
             c.text.push_str("http://");
             if h.host.contains(':') {
                 c.text.push('[');
@@ -634,9 +657,12 @@ impl Session {
         // `Proxy-Authorization` wins over a login in the URL, as in 3proxy
         // (it reads the URL first, then the fields).
         let login = std::mem::take(&mut h.login);
-        let (user, password) = match h.proxy_auth.and_then(http::basic_credentials) {
-            Some((u, p)) => (Some(u), Some(p)),
-            None => (login.user, login.password),
+        let (user, password) = match (h.proxy_auth.and_then(http::basic_credentials), &self.inside)
+        {
+            (Some((u, p)), _) => (Some(u), Some(p)),
+            // Inside an intercepted tunnel: the credentials it was opened with.
+            (None, Some(i)) => (i.user.clone(), i.password.clone()),
+            (None, None) => (login.user, login.password),
         };
         self.dest_auth = login.dest_auth;
         c.user.clone_from(&user);
@@ -834,7 +860,7 @@ impl Session {
             Err(res) => return Err(parent_fail(res)),
         };
         let mut s = chain.stream;
-        if !req.connect {
+        if !req.connect && self.inside.is_none() {
             // `ssl_cli`: the request goes to the origin over TLS (a
             // tunnel's handshake waits for `established`).
             self.tls_to_origin(c, &mut s, req, chain.http_parent)?;
@@ -862,7 +888,7 @@ impl Session {
                 password: req.password.clone(),
             })
         });
-        Ok(Origin {
+        let mut o = Origin {
             s,
             host: self.host.clone(),
             port: dst.port(),
@@ -872,7 +898,12 @@ impl Session {
             bound: false,
             via,
             hops: chain.hops,
-        })
+        };
+        if self.inside.is_some() {
+            // Over TLS to the intercepted tunnel's destination.
+            self.reach_inside(c, &mut o, req.port)?;
+        }
+        Ok(o)
     }
 
     /// `ssl_cli` with `ssl_client_mode` 0-2: TLS with the destination
@@ -919,7 +950,8 @@ impl Session {
         // without looking first (a peek costs a system call): if the
         // origin had closed it, the request goes again on a new one.
         let look = !(req.idempotent && req.framing == Framing::None);
-        let tls = session::dest_tls_due(&self.svc, session::DestAt::Reached, false).is_some();
+        let tls = self.inside.is_some()
+            || session::dest_tls_due(&self.svc, session::DestAt::Reached, false).is_some();
         match direct
             .then(|| unpark(&self.svc, dst, &self.host, tls, look))
             .flatten()
@@ -970,6 +1002,29 @@ impl Session {
             c.res = res;
             c.srv = Some(o.s);
             return Ok(Next::Close);
+        }
+        if self.svc.mitm.is_some() {
+            let within = self.svc.timeouts.get(Timeouts::STRING_LONG);
+            match inside::first_speaker(&c.cli, &o.s, within) {
+                inside::First::Http => {
+                    let inside = Inside {
+                        host: self.host.clone(),
+                        port: req.port,
+                        addr: o.addr,
+                        user: req.user.clone(),
+                        password: req.password.clone(),
+                    };
+                    self.enter_inside(c, o, inside);
+                    return Ok(Next::Inside);
+                }
+                inside::First::Quiet => {
+                    let why = "ssl_mitm: nothing came in the tunnel".into();
+                    c.res = session::with_why(c, Res::IDLE, why);
+                    c.srv = Some(o.s);
+                    return Ok(Next::Close);
+                }
+                inside::First::Other => {}
+            }
         }
         self.tunnel_relay(c, cb, o.s)
     }
