@@ -10,8 +10,8 @@
 # page; driven by tests/cdp_sessions.js with Node.js 20 or later, which the
 # machine has), libsqliteodbc and unixodbc (SQLite's ODBC driver for the
 # `log &DSN` tests), freeradius and freeradius-utils (a RADIUS server for
-# auth radius and log radius). Fails loudly (non-zero) rather than
-# letting tests skip.
+# auth radius and log radius), nginx (the HTTPS origin of the ssl_mitm
+# tests). Fails loudly (non-zero) rather than letting tests skip.
 set -e
 need=""
 command -v curl >/dev/null 2>&1 || need="$need curl"
@@ -38,6 +38,8 @@ command -v odbcinst >/dev/null 2>&1 || need="$need unixodbc"
 # A RADIUS server for `auth radius` and `log radius`, with radclient.
 command -v freeradius >/dev/null 2>&1 || need="$need freeradius"
 command -v radclient >/dev/null 2>&1 || need="$need freeradius-utils"
+# A TLS origin (HTTP over TLS) for the ssl_mitm tests: nginx.
+command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ] || need="$need nginx"
 if [ -n "$need" ]; then
     if [ "$(id -u)" != 0 ]; then
         echo "tests/deps.sh: missing:$need (run as root to install them)" >&2

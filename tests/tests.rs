@@ -25,6 +25,7 @@ mod layers;
 mod lenient;
 mod log;
 mod metrics;
+mod mitm;
 mod ops;
 mod options;
 mod parent;

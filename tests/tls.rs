@@ -746,7 +746,7 @@ fn a_parent_whose_certificate_is_not_trusted_is_refused_with_8011() {
 /// A TLS origin of the test's own (rustls, `pki`'s server certificate):
 /// each client gets `greeting`, then its bytes echoed. The SNI of every
 /// handshake that finished is sent on the channel.
-fn tls_origin(
+pub(crate) fn tls_origin(
     pki: &Pki,
     greeting: &'static [u8],
 ) -> (u16, std::sync::mpsc::Receiver<Option<String>>) {
@@ -951,7 +951,7 @@ fn ssl_cli_presents_ssl_client_cert_to_a_destination_that_asks() {
 
 /// A CA of its own for `ssl_mitm` to sign with, in `dir`: (mitm.pem,
 /// mitm.key), PKCS#8 as OpenSSL 3 writes it.
-fn mitm_ca(dir: &Dir) -> (PathBuf, PathBuf) {
+pub(crate) fn mitm_ca(dir: &Dir) -> (PathBuf, PathBuf) {
     openssl(
         dir,
         &[
@@ -984,38 +984,7 @@ const MITM_HELLO: &[u8] =
 /// inside trusting only `ca`, as `host`. The origin's greeting and the
 /// leaf certificate the client was served.
 fn leaf_via_connect(port: u16, ca: &Path, host: &str, oport: u16) -> (Vec<u8>, Vec<u8>) {
-    let mut s = connect(localhost(port));
-    set_timeouts(&s, Duration::from_secs(30));
-    write!(
-        s,
-        "CONNECT {host}:{oport} HTTP/1.1\r\nHost: {host}:{oport}\r\n\r\n"
-    )
-    .unwrap();
-    let mut head = Vec::new();
-    let mut b = [0u8; 1];
-    while !head.ends_with(b"\r\n\r\n") {
-        assert_eq!(s.read(&mut b).unwrap(), 1, "the proxy closed: {head:?}");
-        head.push(b[0]);
-    }
-    assert!(
-        head.starts_with(b"HTTP/1.0 200"),
-        "{}",
-        String::from_utf8_lossy(&head)
-    );
-    let mut roots = rustls::RootCertStore::empty();
-    for c in CertificateDer::pem_file_iter(ca).unwrap() {
-        roots.add(c.unwrap()).unwrap();
-    }
-    let cfg = rustls::ClientConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .unwrap()
-    .with_root_certificates(roots)
-    .with_no_client_auth();
-    let name = ServerName::try_from(host.to_string()).unwrap();
-    let conn = rustls::ClientConnection::new(Arc::new(cfg), name).unwrap();
-    let mut tls = rustls::StreamOwned::new(conn, s);
+    let mut tls = crate::mitm::tunnel(port, ca, host, oport);
     let mut got = vec![0u8; MITM_HELLO.len()];
     tls.read_exact(&mut got).unwrap();
     let leaf = tls.conn.peer_certificates().unwrap()[0].to_vec();

@@ -14,7 +14,6 @@
 //! tunnel writes no record when its stream is HTTP: its requests do, as
 //! in 3proxy.
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -27,22 +26,7 @@ use crate::timeouts::Timeouts;
 
 use super::head::{HeadBuf, SMALL};
 use super::pool::{Origin, Via};
-use super::{parent_fail, requests, Fail, Session};
-
-/// Where every request of an intercepted tunnel goes, and who opened it.
-pub struct Inside {
-    /// The destination as the client named it (the CONNECT's host, the
-    /// SOCKS destination, tcppm's target): the ACL's host, the record's,
-    /// and the name asked and checked in the TLS handshake with it.
-    pub host: String,
-    pub port: u16,
-    /// The address the tunnel reached.
-    pub addr: SocketAddr,
-    /// The credentials the tunnel was authorized with: each inner request
-    /// is asked about with them, unless it brings its own.
-    pub user: Option<String>,
-    pub password: Option<String>,
-}
+use super::session::{parent_fail, Fail, Inside, Session};
 
 /// Who spoke first in an intercepted tunnel.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -147,8 +131,8 @@ pub fn serve_inside(
         First::Http => {}
         First::Other => return Some(srv),
         First::Quiet => {
-            c.res = Res::IDLE;
-            c.text = format!("{} (ssl_mitm: nothing came in the tunnel)", c.text);
+            let why = "ssl_mitm: nothing came in the tunnel".into();
+            c.res = crate::session::with_why(c, Res::IDLE, why);
             c.srv = Some(srv);
             return None;
         }
@@ -176,7 +160,7 @@ pub fn serve_inside(
     // On the heap, as the proxy's own sessions are.
     let mut s = Box::new(Session::new(svc, c));
     s.enter_inside(c, o, inside);
-    requests(c, s, &[], false, true);
+    s.serve_loop(c, &[], false, true);
     None
 }
 
@@ -208,6 +192,9 @@ impl Session {
             // reaches one destination now.
             v.http = false;
         }
+        // The tunnel's destination is every request's (not a NAT
+        // redirection's, which the tunnel went to already).
+        self.redirected_to = None;
         self.host.clone_from(&inside.host);
         self.host_ip = crate::net::parse_ip(&inside.host);
         self.inside = Some(Box::new(inside));
