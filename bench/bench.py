@@ -32,11 +32,14 @@ from bench import netns, procs, report, runner, stats  # noqa: E402
 from bench import configs as C  # noqa: E402
 from bench import scenarios as S  # noqa: E402
 
+# squid-openssl: Debian's squid built with OpenSSL, the one with ssl_bump
+# (the https-mitm cells); it replaces the package squid (GnuTLS, no
+# ssl_bump), and the same binary serves the plain squid cells.
 APT_PACKAGES = ["wrk", "iperf3", "nginx-light", "libnginx-mod-stream", "haproxy",
-                "dante-server", "microsocks", "squid", "tinyproxy", "trafficserver",
+                "dante-server", "microsocks", "squid-openssl", "tinyproxy", "trafficserver",
                 "nghttp2-client", "siege", "openssl", "freeradius"]
 TOOLS = {"openssl": "openssl", "wrk": "wrk", "iperf3": "iperf3", "nginx": "nginx-light", "haproxy": "haproxy",
-         "danted": "dante-server", "microsocks": "microsocks", "squid": "squid",
+         "danted": "dante-server", "microsocks": "microsocks", "squid": "squid-openssl",
          "tinyproxy": "tinyproxy", "traffic_server": "trafficserver",
          "h2load": "nghttp2-client", "siege": "siege",
          "freeradius": "freeradius"}
@@ -68,6 +71,9 @@ def ensure_tools():
                not os.path.exists(os.path.join("/usr/sbin", t))]
     if not os.path.exists("/usr/lib/nginx/modules/ngx_stream_module.so"):
         missing.append("ngx_stream_module")
+    if not os.path.exists(C.SQUID_CERTGEN):
+        # squid without OpenSSL (Debian's package squid) has no ssl_bump.
+        missing.append("squid-openssl")
     if not missing:
         return
     log("installing", " ".join(APT_PACKAGES), "(missing: %s)" % ", ".join(missing))
@@ -94,11 +100,23 @@ def build_ours(force):
     return binary, None
 
 
+def fetcher_stale(fetcher, source):
+    """Whether the compiled load client is older than its source (a client
+    built before bench/loadgen.rs changed lacks its newer modes)."""
+    try:
+        return os.path.getmtime(fetcher) < os.path.getmtime(source)
+    except OSError:
+        return False
+
+
 def build_fetcher(force, no_build):
     """Path of the compiled load client of the fetch scenarios
     (bench/loadgen.rs) and None, or None and why it is unavailable."""
     fetcher = os.path.join(REPO, "target", "release", "examples", "loadgen")
-    if os.path.exists(fetcher) and not force:
+    stale = fetcher_stale(fetcher, os.path.join(HERE, "loadgen.rs"))
+    if os.path.exists(fetcher) and not force and (not stale or no_build):
+        if stale:
+            log("target/release/examples/loadgen is older than bench/loadgen.rs (--no-build)")
         return fetcher, None
     if no_build:
         return None, "no target/release/examples/loadgen (--no-build)"
@@ -106,6 +124,11 @@ def build_fetcher(force, no_build):
         return None, "no cargo to build bench/loadgen.rs"
     log("cargo build --release --example loadgen")
     r = subprocess.run(["cargo", "build", "--release", "--example", "loadgen"], cwd=REPO)
+    if r.returncode != 0 and stale and not force:
+        # The tree may not build (work in progress in src/): the client
+        # built before serves the modes it has.
+        log("cargo build --release --example loadgen failed: using the older client")
+        return fetcher, None
     if r.returncode != 0 or not os.path.exists(fetcher):
         return None, "cargo build --release --example loadgen failed"
     return fetcher, None
@@ -155,8 +178,11 @@ def tool_versions(binary):
         "dante": sh(["/usr/sbin/danted", "-v"]).splitlines()[0]
         if os.path.exists("/usr/sbin/danted") else None,
         "microsocks": _dpkg_version("microsocks"),
-        "squid": sh(["/usr/sbin/squid", "-v"]).splitlines()[0]
-        if os.path.exists("/usr/sbin/squid") else None,
+        "squid": " ".join(x for x in (
+            sh(["/usr/sbin/squid", "-v"]).splitlines()[0],
+            # Which build: squid-openssl has ssl_bump (and its helper).
+            _dpkg_version("squid-openssl" if os.path.exists(C.SQUID_CERTGEN) else "squid"))
+            if x) if os.path.exists("/usr/sbin/squid") else None,
         "tinyproxy": sh(["tinyproxy", "-v"]) if shutil.which("tinyproxy") else None,
         "trafficserver": _dpkg_version("trafficserver"),
         "h2load": _dpkg_version("nghttp2-client"),
@@ -328,7 +354,7 @@ def main(argv=None):
                              retries=mode["retries"], quiet_wait=mode["quiet_wait"], log=log,
                              tls_key=args.tls_key)
     session.ours_error = ours_error
-    if any(S.SCENARIOS[s]["kind"] in ("fetch", "rate") for s in scen):
+    if any(S.SCENARIOS[s]["kind"] in ("fetch", "rate", "mitm") for s in scen):
         fetcher, session.fetcher_error = build_fetcher(args.build, args.no_build)
         if fetcher:
             # A copy, as for the proxy binary.

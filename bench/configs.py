@@ -19,6 +19,8 @@ PROXY_HTTP_PORT = 3128
 PROXY_SOCKS_PORT = 1080
 PROXY_TCPHTTP_PORT = 8081   # TCP mapping to the origin's HTTP (memory scenario)
 PROXY_HTTPS_PORT = 8443     # the HTTP proxy behind TLS (issue 13's https-* cells)
+PROXY_MITM_PORT = 3129      # the intercepting HTTP proxy (issue 31's https-mitm-* cells)
+ORIGIN_HTTPS_PORT = 443     # nginx on the origin, behind TLS
 
 # Sizes of the files the origin serves from tmpfs.
 FILES = {"1k.bin": 1024, "50k.bin": 50 * 1024, "1m.bin": 1024 * 1024,
@@ -32,12 +34,17 @@ FILES = {"1k.bin": 1024, "50k.bin": 50 * 1024, "1m.bin": 1024 * 1024,
 #   socks    a SOCKS5 server on PROXY_IP:1080 (ours only)
 #   https    the http service behind TLS on PROXY_IP:8443: TLS from the
 #            client to the proxy, plain HTTP from the proxy to the origin
+#   mitm     an HTTP proxy on PROXY_IP:3129 that intercepts the TLS of its
+#            CONNECT tunnels to the origin's HTTPS (ORIGIN_IP:443): TLS from
+#            the client to the proxy under a certificate the proxy makes with
+#            the harness's MITM CA, TLS from the proxy to the origin
 SERVICE_PORTS = {
     "tcp": (IPERF_PORT, IPERF_PORT),
     "tcphttp": (PROXY_TCPHTTP_PORT, HTTP_PORT),
     "http": (PROXY_HTTP_PORT, HTTP_PORT),
     "socks": (PROXY_SOCKS_PORT, None),
     "https": (PROXY_HTTPS_PORT, HTTP_PORT),
+    "mitm": (PROXY_MITM_PORT, ORIGIN_HTTPS_PORT),
 }
 
 
@@ -63,19 +70,68 @@ def tls_files(tlsdir):
             "pem": tlsdir + "/cert+key.pem"}
 
 
+def _newkey(key):
+    key = key or TLS_KEY
+    if key == "p256":
+        return ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256"]
+    if key == "rsa2048":
+        return ["-newkey", "rsa:2048"]
+    raise ValueError("unknown TLS key type %r (known: %s)" % (key, ", ".join(TLS_KEYS)))
+
+
 def tls_gen_argv(tls, key=None):
     """openssl req: a self-signed certificate for the proxy's address, with
     the address as subjectAltName, and its unencrypted PKCS#8 key."""
-    key = key or TLS_KEY
-    if key == "p256":
-        newkey = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256"]
-    elif key == "rsa2048":
-        newkey = ["-newkey", "rsa:2048"]
-    else:
-        raise ValueError("unknown TLS key type %r (known: %s)" % (key, ", ".join(TLS_KEYS)))
-    return (["openssl", "req", "-x509"] + newkey
+    return (["openssl", "req", "-x509"] + _newkey(key)
             + ["-nodes", "-sha256", "-days", "30", "-keyout", tls["key"], "-out", tls["cert"],
                "-subj", "/CN=%s" % PROXY_IP, "-addext", "subjectAltName=IP:%s" % PROXY_IP])
+
+
+# --- TLS interception (the mitm service) -------------------------------------
+
+# Two CAs the harness makes in its run directory (runner.Session.make_mitm):
+# the origin's, which signs the origin's certificate and which every proxy
+# is told to check the origin against (as a real interceptor checks real
+# sites against the public roots), and the MITM CA, which signs the
+# certificates the proxies make and which the client trusts, and nothing
+# else: a client that got through a proxy that did not intercept would see
+# the origin's certificate and refuse it.  Keys of --tls-key's type.
+
+
+def mitm_files(mitmdir):
+    return {"dir": mitmdir,
+            "origin_ca": mitmdir + "/origin-ca.pem", "origin_ca_key": mitmdir + "/origin-ca.key",
+            "origin_cert": mitmdir + "/origin.pem", "origin_key": mitmdir + "/origin.key",
+            "ca": mitmdir + "/mitm-ca.pem", "ca_key": mitmdir + "/mitm-ca.key"}
+
+
+_CA_EXT = ["-addext", "basicConstraints=critical,CA:TRUE",
+           "-addext", "keyUsage=critical,keyCertSign,cRLSign"]
+
+
+def mitm_gen_argvs(m, key=None):
+    """The openssl commands that make mitm_files(): the two CAs
+    (self-signed) and the origin's certificate, signed by its CA, for the
+    origin's address as subjectAltName and as common name (3proxy 1.0.0
+    checks an address against the common name when the certificate has no
+    DNS name; rustls, squid and curl check the IP address entry).  All keys
+    unencrypted PKCS#8 (what ours reads for a CA)."""
+    common = ["-nodes", "-sha256", "-days", "30"]
+    return [
+        ["openssl", "req", "-x509"] + _newkey(key) + common
+        + ["-keyout", m["origin_ca_key"], "-out", m["origin_ca"],
+           "-subj", "/CN=threeproxy bench origin CA"] + _CA_EXT,
+        ["openssl", "req", "-x509"] + _newkey(key) + common
+        + ["-keyout", m["ca_key"], "-out", m["ca"],
+           "-subj", "/CN=threeproxy bench MITM CA"] + _CA_EXT,
+        ["openssl", "req"] + _newkey(key) + common
+        + ["-keyout", m["origin_key"], "-out", m["origin_cert"],
+           "-CA", m["origin_ca"], "-CAkey", m["origin_ca_key"],
+           "-subj", "/CN=%s" % ORIGIN_IP,
+           "-addext", "subjectAltName=IP:%s" % ORIGIN_IP,
+           "-addext", "basicConstraints=critical,CA:FALSE",
+           "-addext", "extendedKeyUsage=serverAuth"],
+    ]
 
 
 # --- ours ------------------------------------------------------------------
@@ -86,13 +142,20 @@ RADIUS_SECRET = "testing123"
 RADIUS_PORT = 1812
 
 
-def render_threeproxy(service, splice=False, tls=None, radius=False):
+def render_threeproxy(service, splice=False, tls=None, radius=False, mitm=None, certcache=None):
     """A 3proxy cfg with one service, no log, generous limits.  As in 3proxy,
     tcppm takes its listening port as the first positional argument.  The
     https service is `proxy` under ssl_serv, with TLS's certificate and key
     (tls_files) named before it, as 3proxy.cfg(5) asks.  With radius, the
     same with `radius SECRET ORIGIN_IP:RADIUS_PORT` and `log radius` before
-    the service: each session (each HTTP request) a Start and a Stop."""
+    the service: each session (each HTTP request) a Start and a Stop.
+    The mitm service is `proxy` under ssl_mitm: the MITM CA and its key
+    (mitm_files) sign the certificates made, which are kept in CERTCACHE
+    (a directory, as 3proxy's manual shows: 3proxy 1.0.0 signs a new one
+    for every connection without it), and the origin is checked against
+    its CA (ssl_client_verify).  The same cfg serves 3proxy 1.0.0, whose
+    TLS is built in: no `plugin ... ssl_plugin` line is needed (both
+    accept one and ignore it), and none is written."""
     s = " -s" if splice else ""
     lines = [
         "# threeproxy bench: %s%s" % (service, " (splice)" if splice else ""),
@@ -121,6 +184,14 @@ def render_threeproxy(service, splice=False, tls=None, radius=False):
         lines += ["ssl_server_cert %s" % tls["cert"], "ssl_server_key %s" % tls["key"],
                   "ssl_serv",
                   "proxy%s -i%s -p%d" % (s, PROXY_IP, PROXY_HTTPS_PORT)]
+    elif service == "mitm":
+        if not mitm or not certcache:
+            raise ValueError("the mitm service needs the MITM files and a certificate cache")
+        lines += ["ssl_server_ca_file %s" % mitm["ca"], "ssl_server_ca_key %s" % mitm["ca_key"],
+                  "ssl_client_ca_file %s" % mitm["origin_ca"], "ssl_client_verify",
+                  "ssl_certcache %s/" % certcache.rstrip("/"),
+                  "ssl_mitm",
+                  "proxy%s -i%s -p%d" % (s, PROXY_IP, PROXY_MITM_PORT)]
     else:
         raise ValueError("unknown service %r" % service)
     return "\n".join(lines) + "\n"
@@ -166,8 +237,23 @@ _NGINX_HTTP_COMMON = (
 )
 
 
-def render_nginx_origin(rundir, wwwdir):
-    """The origin: one nginx worker serving WWWDIR (on tmpfs) with sendfile."""
+def render_nginx_origin(rundir, wwwdir, mitm=None):
+    """The origin: one nginx worker serving WWWDIR (on tmpfs) with sendfile;
+    with MITM (mitm_files) the same behind TLS on ORIGIN_HTTPS_PORT, with
+    the origin's certificate (nginx's defaults otherwise: session tickets
+    on, as most sites have them)."""
+    tls_server = ""
+    if mitm:
+        tls_server = (
+            "    server {\n"
+            "        listen %s:%d ssl backlog=4096;\n"
+            "        ssl_certificate %s;\n"
+            "        ssl_certificate_key %s;\n"
+            "        ssl_protocols TLSv1.2 TLSv1.3;\n"
+            "        root %s;\n"
+            "        location / { }\n"
+            "    }\n" % (ORIGIN_IP, ORIGIN_HTTPS_PORT, mitm["origin_cert"], mitm["origin_key"],
+                         wwwdir))
     return (
         _nginx_head(rundir, "origin")
         + "events { worker_connections 16000; }\n"
@@ -180,7 +266,8 @@ def render_nginx_origin(rundir, wwwdir):
         "        root %s;\n"
         "        location / { }\n"
         "    }\n"
-        "}\n" % (ORIGIN_IP, HTTP_PORT, wwwdir)
+        "%s"
+        "}\n" % (ORIGIN_IP, HTTP_PORT, wwwdir, tls_server)
     )
 
 
@@ -333,13 +420,49 @@ def microsocks_argv():
     return ["microsocks", "-i", PROXY_IP, "-p", str(PROXY_SOCKS_PORT), "-b", PROXY_OUT_IP]
 
 
-def render_squid(rundir, nofile=20000):
+SQUID_CERTGEN = "/usr/lib/squid/security_file_certgen"
+
+
+def squid_ssl_db(rundir):
+    """Where squid's certificate helper keeps the certificates it made."""
+    return rundir + "/ssl_db"
+
+
+def squid_ssl_db_argv(rundir):
+    """The helper's `-c`: a new, empty certificate database (squid does
+    not make it; the directory must not exist yet)."""
+    return [SQUID_CERTGEN, "-c", "-s", squid_ssl_db(rundir), "-M", "4MB"]
+
+
+def render_squid(rundir, nofile=20000, mitm=None):
     """squid as a forward proxy: no cache at all (`cache deny all`, no
     memory cache, no cache_dir), one worker, no access or store log,
-    CONNECT to any port, persistent connections both ways."""
+    CONNECT to any port, persistent connections both ways.
+
+    With MITM (mitm_files), the mitm service: Debian's squid-openssl with
+    ssl_bump on PROXY_MITM_PORT: the client's ClientHello is peeked at
+    (step 1), then the tunnel is bumped, the origin's certificate mimicked
+    (its names copied) and signed by the MITM CA, the helper
+    (security_file_certgen, one child) making each once and squid's memory
+    cache keeping it (4 MB); the origin is checked against its CA
+    (tls_outgoing_options cafile=); no pinger."""
+    if mitm:
+        port = ("http_port %s:%d ssl-bump generate-host-certificates=on "
+                "dynamic_cert_mem_cache_size=4MB tls-cert=%s tls-key=%s\n"
+                "sslcrtd_program %s -s %s -M 4MB\n"
+                "sslcrtd_children 1 startup=1 idle=1\n"
+                "acl step1 at_step SslBump1\n"
+                "ssl_bump peek step1\n"
+                "ssl_bump bump all\n"
+                "tls_outgoing_options cafile=%s\n"
+                "pinger_enable off\n"
+                % (PROXY_IP, PROXY_MITM_PORT, mitm["ca"], mitm["ca_key"], SQUID_CERTGEN,
+                   squid_ssl_db(rundir), mitm["origin_ca"]))
+    else:
+        port = "http_port %s:%d\n" % (PROXY_IP, PROXY_HTTP_PORT)
     return (
-        "http_port %s:%d\n"
-        "workers 1\n"
+        port
+        + "workers 1\n"
         "cache deny all\n"
         "cache_mem 0 MB\n"
         "access_log none\n"
@@ -358,7 +481,7 @@ def render_squid(rundir, nofile=20000):
         "via off\n"
         "shutdown_lifetime 0 seconds\n"
         "dns_nameservers 127.0.0.1\n"
-        % (PROXY_IP, PROXY_HTTP_PORT, rundir, rundir, rundir, nofile)
+        % (rundir, rundir, rundir, nofile)
     )
 
 

@@ -29,6 +29,22 @@
 //! p90, p99, p99.9, p99.99, max) and `service_us` (the same from the
 //! connect call, uncorrected).
 //!
+//!   loadgen fetch --tls CAFILE --server H:P --target H:P --path /1k.bin
+//!                 --conns N --seconds S [--connect] [--keepalive]
+//!
+//! HTTPS (the https-mitm cells): each connection (after an HTTP CONNECT
+//! to the target with --connect: through an intercepting proxy) speaks
+//! TLS (rustls, ring) to the target, trusting only the certificates of
+//! CAFILE and checking the target's address as the name, with no session
+//! resumption (every connection a full handshake), and GETs PATH inside
+//! it (origin-form, Host of the target). --keepalive: one GET after
+//! another on each connection; else `Connection: close`, the client's
+//! close_notify, and the next connection once the server has closed. A
+//! warm-up comes first: every connection makes one request (kept-alive
+//! ones stay open; the others close), then `WARM n` is printed and the S
+//! measured seconds begin; the LOADGEN line counts only those, with
+//! `handshakes` (TLS handshakes completed in the measured part).
+//!
 //! Built by bench.py with `cargo build --release --example loadgen`.
 
 use nix::errno::Errno;
@@ -38,6 +54,7 @@ use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, SocketAddrV4};
 use std::os::fd::AsFd;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// A request that takes longer than this counts as an error.
@@ -64,6 +81,8 @@ struct Args {
     /// An absolute-form request target (`GET http://TARGET/PATH`), what a
     /// forward proxy is sent.
     absolute: bool,
+    /// HTTPS to the target (fetch mode), trusting only this CA file.
+    tls: Option<String>,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -72,12 +91,12 @@ fn parse_args() -> Result<Args, String> {
     let open_loop = match mode.as_deref() {
         Some("fetch") => false,
         Some("rate") => true,
-        _ => return Err("usage: loadgen fetch --server H:P --target H:P --path P --conns N --seconds S [--socks] [--keepalive]\n       loadgen rate --server H:P --target H:P --path P --rate R --seconds S [--connect | --socks | --keepalive --conns N] [--absolute]".into()),
+        _ => return Err("usage: loadgen fetch --server H:P --target H:P --path P --conns N --seconds S [--socks] [--keepalive] [--tls CAFILE [--connect]]\n       loadgen rate --server H:P --target H:P --path P --rate R --seconds S [--connect | --socks | --keepalive --conns N] [--absolute]".into()),
     };
     let (mut server, mut target, mut path) = (None, None, None);
     let (mut conns, mut seconds, mut socks) = (8usize, 5f64, false);
     let (mut connect, mut keepalive, mut rate) = (false, false, None);
-    let mut absolute = false;
+    let (mut absolute, mut tls) = (false, None);
     while let Some(a) = it.next() {
         let mut val = || it.next().ok_or(format!("{a} needs a value"));
         match a.as_str() {
@@ -90,6 +109,7 @@ fn parse_args() -> Result<Args, String> {
             "--connect" => connect = true,
             "--keepalive" => keepalive = true,
             "--absolute" => absolute = true,
+            "--tls" => tls = Some(val()?),
             "--rate" => {
                 let r: f64 = val()?.parse().map_err(|e| format!("--rate: {e}"))?;
                 if !(r > 0.0 && r <= 1e6) {
@@ -109,6 +129,9 @@ fn parse_args() -> Result<Args, String> {
     if open_loop && keepalive && (connect || socks) {
         return Err("the kept-alive rate mode speaks plain HTTP only".into());
     }
+    if tls.is_some() && (open_loop || socks || absolute) {
+        return Err("--tls belongs to the fetch mode, directly or after --connect".into());
+    }
     Ok(Args {
         server: server.ok_or("--server is required")?,
         target: target.ok_or("--target is required")?,
@@ -120,6 +143,7 @@ fn parse_args() -> Result<Args, String> {
         keepalive,
         rate,
         absolute,
+        tls,
     })
 }
 
@@ -159,6 +183,10 @@ struct Totals {
     bytes: u64,
     errors: u64,
     first_error: Option<String>,
+    /// TLS handshakes completed (the TLS fetch mode's measured part).
+    handshakes: u64,
+    /// The first error of the TLS fetch mode's warm-up.
+    warm_error: Option<String>,
 }
 
 impl Totals {
@@ -902,6 +930,541 @@ fn run_rate_kept(args: Args) -> (Totals, Latencies) {
     (totals, lat)
 }
 
+// --- the TLS fetch mode (https-mitm-*) ---------------------------------------
+
+/// Where a connection of the TLS fetch mode is.
+#[derive(Clone, Copy, PartialEq, Debug)]
+enum TlsPhase {
+    /// No connection (before the next one, after an error, or done).
+    Pause,
+    Connecting,
+    /// HTTP CONNECT sent: reading the proxy's response head.
+    Tunnel,
+    /// TLS: the handshake and the request, then the response head.
+    Head,
+    /// TLS: the response body, bytes still to come.
+    Body(usize),
+    /// Kept-alive, between the warm-up and the measured part.
+    Idle,
+    /// Our close_notify sent after a `Connection: close` response:
+    /// waiting for the server to close.
+    Closing,
+}
+
+/// What a step of a TLS connection ended with.
+#[derive(Debug, PartialEq)]
+enum TlsWant {
+    /// Nothing more until its socket is ready again.
+    Wait,
+    /// A whole response has come.
+    Done,
+    /// The server closed after our close_notify.
+    Closed,
+}
+
+struct TlsSlot {
+    sock: Option<Socket>,
+    tls: Option<rustls::ClientConnection>,
+    phase: TlsPhase,
+    /// The CONNECT response head, or the response head, read so far.
+    buf: Vec<u8>,
+    started: Instant,
+    resume: Instant,
+    /// Bytes of the current response (head and body).
+    got: usize,
+    /// The handshake of the current connection has been counted.
+    handshaken: bool,
+    /// It completed in the last step (for the caller to count).
+    new_handshake: bool,
+    /// This slot's warm-up is over: its request came, or it failed.
+    warm: bool,
+    /// Its warm-up failed.
+    cold: bool,
+}
+
+/// The fixed parts of the TLS fetch mode.
+struct TlsGen {
+    server: SocketAddr,
+    connect: bool,
+    tunnel: Vec<u8>,
+    request: Vec<u8>,
+    config: Arc<rustls::ClientConfig>,
+    name: rustls::pki_types::ServerName<'static>,
+    scratch: Vec<u8>,
+}
+
+/// A rustls client configuration trusting only the CA certificates of
+/// CAFILE, with session resumption off: every connection makes a full
+/// handshake, what the -close cell measures.
+fn tls_config(cafile: &str) -> Result<Arc<rustls::ClientConfig>, String> {
+    use rustls::pki_types::pem::PemObject;
+    let mut roots = rustls::RootCertStore::empty();
+    let certs = rustls::pki_types::CertificateDer::pem_file_iter(cafile)
+        .map_err(|e| format!("--tls {cafile}: {e}"))?;
+    for c in certs {
+        let c = c.map_err(|e| format!("--tls {cafile}: {e}"))?;
+        roots.add(c).map_err(|e| format!("--tls {cafile}: {e}"))?;
+    }
+    if roots.is_empty() {
+        return Err(format!("--tls {cafile}: no certificate"));
+    }
+    let mut cfg = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .map_err(|e| format!("TLS versions: {e}"))?
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    cfg.resumption = rustls::client::Resumption::disabled();
+    Ok(Arc::new(cfg))
+}
+
+/// The request inside TLS: origin-form, with the target as Host (its port
+/// left out when it is 443, as a browser writes it).
+fn tls_request(target: &SocketAddrV4, path: &str, keepalive: bool) -> Vec<u8> {
+    let host = if target.port() == 443 {
+        target.ip().to_string()
+    } else {
+        target.to_string()
+    };
+    format!(
+        "GET {path} HTTP/1.1\r\nHost: {host}\r\n{}\r\n",
+        if keepalive {
+            ""
+        } else {
+            "Connection: close\r\n"
+        }
+    )
+    .into_bytes()
+}
+
+fn tls_gen_for(args: &Args) -> Result<TlsGen, String> {
+    let cafile = args.tls.as_deref().ok_or("the TLS mode needs --tls")?;
+    Ok(TlsGen {
+        server: args.server,
+        connect: args.connect,
+        tunnel: format!("CONNECT {0} HTTP/1.1\r\nHost: {0}\r\n\r\n", args.target).into_bytes(),
+        request: tls_request(&args.target, &args.path, args.keepalive),
+        config: tls_config(cafile)?,
+        name: rustls::pki_types::ServerName::from(std::net::IpAddr::V4(*args.target.ip())),
+        scratch: vec![0u8; 64 * 1024],
+    })
+}
+
+fn new_tls_slot(t0: Instant) -> TlsSlot {
+    TlsSlot {
+        sock: None,
+        tls: None,
+        phase: TlsPhase::Pause,
+        buf: Vec::with_capacity(HEAD_MAX),
+        started: t0,
+        resume: t0,
+        got: 0,
+        handshaken: false,
+        new_handshake: false,
+        warm: false,
+        cold: false,
+    }
+}
+
+/// Write what rustls has to send, as far as the socket takes it.
+fn tls_flush(tls: &mut rustls::ClientConnection, s: &mut Socket) -> Result<(), String> {
+    while tls.wants_write() {
+        match tls.write_tls(s) {
+            Ok(_) => {}
+            Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(()),
+            Err(e) => return Err(format!("write: {e}")),
+        }
+    }
+    Ok(())
+}
+
+impl TlsGen {
+    fn open(&self, slot: &mut TlsSlot) -> Result<(), String> {
+        let s = Socket::new(
+            Domain::for_address(self.server),
+            Type::STREAM,
+            Some(Protocol::TCP),
+        )
+        .map_err(|e| format!("socket: {e}"))?;
+        s.set_nonblocking(true)
+            .map_err(|e| format!("nonblocking: {e}"))?;
+        s.set_nodelay(true).map_err(|e| format!("nodelay: {e}"))?;
+        match s.connect(&SockAddr::from(self.server)) {
+            Ok(()) => {}
+            Err(e) if e.raw_os_error() == Some(libc::EINPROGRESS) => {}
+            Err(e) => return Err(format!("connect: {e}")),
+        }
+        slot.sock = Some(s);
+        slot.tls = None;
+        slot.phase = TlsPhase::Connecting;
+        slot.buf.clear();
+        slot.got = 0;
+        slot.handshaken = false;
+        slot.started = Instant::now();
+        Ok(())
+    }
+
+    /// The TLS session of a connection, its first request written into it
+    /// (rustls sends it once the handshake is over).
+    fn start_tls(&self, slot: &mut TlsSlot) -> Result<(), String> {
+        let mut tls = rustls::ClientConnection::new(self.config.clone(), self.name.clone())
+            .map_err(|e| format!("TLS: {e}"))?;
+        tls.writer()
+            .write_all(&self.request)
+            .map_err(|e| format!("TLS write: {e}"))?;
+        slot.tls = Some(tls);
+        slot.phase = TlsPhase::Head;
+        Ok(())
+    }
+
+    /// The next request on a kept connection.
+    fn again(&self, slot: &mut TlsSlot) -> Result<(), String> {
+        let (Some(tls), Some(s)) = (slot.tls.as_mut(), slot.sock.as_mut()) else {
+            return Err("no connection to send on".into());
+        };
+        tls.writer()
+            .write_all(&self.request)
+            .map_err(|e| format!("TLS write: {e}"))?;
+        slot.phase = TlsPhase::Head;
+        slot.buf.clear();
+        slot.got = 0;
+        slot.started = Instant::now();
+        tls_flush(tls, s)
+    }
+
+    /// Our close_notify after a `Connection: close` response; the server
+    /// is to close.
+    fn close(&self, slot: &mut TlsSlot) -> Result<(), String> {
+        let (Some(tls), Some(s)) = (slot.tls.as_mut(), slot.sock.as_mut()) else {
+            return Err("no connection to close".into());
+        };
+        tls.send_close_notify();
+        slot.phase = TlsPhase::Closing;
+        slot.started = Instant::now();
+        tls_flush(tls, s)
+    }
+
+    /// Advance a connection after its socket became ready.
+    fn step(&mut self, slot: &mut TlsSlot) -> Result<TlsWant, String> {
+        let Some(s) = slot.sock.as_mut() else {
+            return Ok(TlsWant::Wait);
+        };
+        match slot.phase {
+            TlsPhase::Pause => return Ok(TlsWant::Wait),
+            TlsPhase::Connecting => {
+                if let Some(e) = s.take_error().map_err(|e| format!("SO_ERROR: {e}"))? {
+                    return Err(format!("connect: {e}"));
+                }
+                if self.connect {
+                    send_all(s, &self.tunnel)?;
+                    slot.phase = TlsPhase::Tunnel;
+                    return Ok(TlsWant::Wait);
+                }
+                self.start_tls(slot)?;
+            }
+            TlsPhase::Tunnel => {
+                let mut chunk = [0u8; 4096];
+                let n = match s.read(&mut chunk) {
+                    Ok(0) => return Err("closed before the CONNECT response".into()),
+                    Ok(n) => n,
+                    Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(TlsWant::Wait),
+                    Err(e) => return Err(format!("read: {e}")),
+                };
+                slot.buf.extend_from_slice(&chunk[..n]);
+                let Some(end) = slot.buf.windows(4).position(|w| w == b"\r\n\r\n") else {
+                    if slot.buf.len() > HEAD_MAX {
+                        return Err("CONNECT response head too long".into());
+                    }
+                    return Ok(TlsWant::Wait);
+                };
+                let status = tunnel_status(&slot.buf[..end])?;
+                if status != 200 {
+                    return Err(format!("CONNECT status {status}"));
+                }
+                if slot.buf.len() > end + 4 {
+                    return Err("bytes after the CONNECT response".into());
+                }
+                slot.buf.clear();
+                self.start_tls(slot)?;
+            }
+            _ => {}
+        }
+        let (Some(tls), Some(s)) = (slot.tls.as_mut(), slot.sock.as_mut()) else {
+            return Err("no TLS session".into());
+        };
+        loop {
+            tls_flush(tls, s)?;
+            let eof = match tls.read_tls(s) {
+                Ok(0) => true,
+                Ok(_) => false,
+                Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(TlsWant::Wait),
+                Err(_) if slot.phase == TlsPhase::Closing => return Ok(TlsWant::Closed),
+                Err(e) => return Err(format!("read: {e}")),
+            };
+            if let Err(e) = tls.process_new_packets() {
+                // Our own alert for the server, if any, before the error.
+                let _ = tls_flush(tls, s);
+                return Err(format!("TLS: {e}"));
+            }
+            if !slot.handshaken && !tls.is_handshaking() {
+                slot.handshaken = true;
+                slot.new_handshake = true;
+            }
+            // The plaintext that came.
+            loop {
+                match tls.reader().read(&mut self.scratch) {
+                    Ok(0) => {
+                        // The server's close_notify.
+                        if slot.phase == TlsPhase::Closing {
+                            return Ok(TlsWant::Closed);
+                        }
+                        return Err(format!("TLS closed in phase {:?}", slot.phase));
+                    }
+                    Ok(n) => {
+                        let (phase, buf, got) = (&mut slot.phase, &mut slot.buf, &mut slot.got);
+                        if response_bytes(phase, buf, got, &self.scratch[..n])? {
+                            return Ok(TlsWant::Done);
+                        }
+                    }
+                    Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+                    Err(_) if slot.phase == TlsPhase::Closing => return Ok(TlsWant::Closed),
+                    Err(e) => return Err(format!("TLS read: {e} in phase {:?}", slot.phase)),
+                }
+            }
+            if eof {
+                if slot.phase == TlsPhase::Closing {
+                    return Ok(TlsWant::Closed);
+                }
+                return Err(format!("closed in phase {:?}", slot.phase));
+            }
+        }
+    }
+}
+
+/// Take plaintext bytes of a response (PHASE, the head so far in BUF, the
+/// bytes of the response in GOT): true once it is whole.
+fn response_bytes(
+    phase: &mut TlsPhase,
+    buf: &mut Vec<u8>,
+    got: &mut usize,
+    data: &[u8],
+) -> Result<bool, String> {
+    match *phase {
+        TlsPhase::Head => {
+            buf.extend_from_slice(data);
+            let Some((status, len, hlen)) = split_head(buf)? else {
+                if buf.len() > HEAD_MAX {
+                    return Err("response head too long".into());
+                }
+                return Ok(false);
+            };
+            if status != 200 {
+                return Err(format!("status {status}"));
+            }
+            let have = buf.len() - hlen;
+            if have > len {
+                return Err("more bytes than Content-Length".into());
+            }
+            *got = buf.len();
+            buf.clear();
+            if have == len {
+                return Ok(true);
+            }
+            *phase = TlsPhase::Body(len - have);
+            Ok(false)
+        }
+        TlsPhase::Body(left) => {
+            if data.len() > left {
+                return Err("more bytes than Content-Length".into());
+            }
+            *got += data.len();
+            if data.len() == left {
+                return Ok(true);
+            }
+            *phase = TlsPhase::Body(left - data.len());
+            Ok(false)
+        }
+        // The server's bytes after a response are nothing we asked for.
+        TlsPhase::Closing => Ok(false),
+        p => Err(format!("unexpected bytes in phase {p:?}")),
+    }
+}
+
+/// The TLS fetch mode: the warm-up (one request per connection, then
+/// `WARM n` on stdout), then S measured seconds. Returns the measured
+/// part's totals and when it began.
+fn run_tls(args: Args) -> (Totals, Instant) {
+    let conns = args.conns;
+    let keepalive = args.keepalive;
+    let seconds = args.seconds;
+    let mut totals = Totals::default();
+    let mut gen = match tls_gen_for(&args) {
+        Ok(g) => g,
+        Err(e) => {
+            totals.fail(e);
+            return (totals, Instant::now());
+        }
+    };
+    let start = Instant::now();
+    let mut slots: Vec<TlsSlot> = (0..conns).map(|_| new_tls_slot(start)).collect();
+    let mut warming = true;
+    let mut began = start;
+    let mut deadline = start + WARMUP_MAX;
+    let mut ready: Vec<(usize, bool)> = Vec::with_capacity(conns);
+    loop {
+        let now = Instant::now();
+        if warming && (slots.iter().all(|s| s.warm) || now > deadline) {
+            // The measured part begins. What failed in the warm-up is not
+            // counted in it (the first error is kept); a connection that
+            // did not get through is told on the WARM line.
+            let through = slots.iter().filter(|s| s.warm && !s.cold).count();
+            println!("WARM {through}");
+            let _ = std::io::stdout().flush();
+            warming = false;
+            totals.errors = 0;
+            totals.warm_error = totals.first_error.take();
+            began = Instant::now();
+            deadline = began + Duration::from_secs_f64(seconds);
+            for slot in slots.iter_mut() {
+                if slot.phase == TlsPhase::Idle {
+                    if let Err(e) = gen.again(slot) {
+                        totals.fail(e);
+                        slot.sock = None;
+                        slot.tls = None;
+                        slot.phase = TlsPhase::Pause;
+                    }
+                } else if slot.phase != TlsPhase::Pause {
+                    // Still in its warm-up (timed out), or closing.
+                    slot.sock = None;
+                    slot.tls = None;
+                    slot.phase = TlsPhase::Pause;
+                }
+                slot.resume = began;
+            }
+            continue;
+        }
+        // (Re)open idle slots: in the warm-up each one once, then every
+        // one while the measured part lasts.
+        for slot in slots.iter_mut() {
+            let wanted = if warming { !slot.warm } else { now < deadline };
+            if slot.sock.is_none() && wanted && now >= slot.resume {
+                if let Err(e) = gen.open(slot) {
+                    totals.fail(e);
+                    slot.resume = now + ERROR_PAUSE;
+                    if warming {
+                        slot.warm = true;
+                        slot.cold = true;
+                    }
+                }
+            }
+        }
+        ready.clear();
+        let mut fds = Vec::with_capacity(conns);
+        for (i, slot) in slots.iter().enumerate() {
+            if let Some(s) = &slot.sock {
+                let events = if slot.phase == TlsPhase::Connecting {
+                    PollFlags::POLLOUT
+                } else if slot.tls.as_ref().is_some_and(|t| t.wants_write()) {
+                    PollFlags::POLLIN | PollFlags::POLLOUT
+                } else {
+                    PollFlags::POLLIN
+                };
+                fds.push(PollFd::new(s.as_fd(), events));
+                ready.push((i, false));
+            }
+        }
+        if fds.is_empty() {
+            if !warming && now >= deadline {
+                break;
+            }
+            let next = slots.iter().map(|s| s.resume).min().unwrap_or(now);
+            std::thread::sleep(
+                next.saturating_duration_since(now)
+                    .clamp(Duration::from_millis(1), Duration::from_millis(100)),
+            );
+            continue;
+        }
+        match poll(&mut fds, PollTimeout::from(100u8)) {
+            Ok(_) => {}
+            Err(Errno::EINTR) => continue,
+            Err(e) => {
+                totals.fail(format!("poll: {e}"));
+                break;
+            }
+        }
+        for (r, fd) in ready.iter_mut().zip(&fds) {
+            r.1 = fd.revents().is_some_and(|e| !e.is_empty());
+        }
+        drop(fds);
+        let now = Instant::now();
+        for &(i, is_ready) in &ready {
+            let slot = &mut slots[i];
+            let outcome = if is_ready {
+                gen.step(slot)
+            } else if slot.phase != TlsPhase::Idle
+                && now.duration_since(slot.started) > REQUEST_TIMEOUT
+            {
+                Err(if slot.phase == TlsPhase::Closing {
+                    "the server did not close after Connection: close".into()
+                } else {
+                    format!("timed out in phase {:?}", slot.phase)
+                })
+            } else {
+                continue;
+            };
+            if std::mem::take(&mut slot.new_handshake) && !warming {
+                totals.handshakes += 1;
+            }
+            let next = match outcome {
+                Ok(TlsWant::Wait) => continue,
+                Ok(TlsWant::Done) => {
+                    if warming {
+                        slot.warm = true;
+                    } else {
+                        totals.requests += 1;
+                        totals.bytes += slot.got as u64;
+                    }
+                    if !keepalive {
+                        gen.close(slot)
+                    } else if warming {
+                        slot.phase = TlsPhase::Idle;
+                        Ok(())
+                    } else if now < deadline {
+                        gen.again(slot)
+                    } else {
+                        // Done: the kept connection is dropped.
+                        slot.sock = None;
+                        slot.tls = None;
+                        slot.phase = TlsPhase::Pause;
+                        Ok(())
+                    }
+                }
+                Ok(TlsWant::Closed) => {
+                    slot.sock = None;
+                    slot.tls = None;
+                    slot.phase = TlsPhase::Pause;
+                    slot.resume = now;
+                    Ok(())
+                }
+                Err(e) => Err(e),
+            };
+            if let Err(e) = next {
+                totals.fail(e);
+                if warming {
+                    slot.warm = true;
+                    slot.cold = true;
+                }
+                slot.sock = None;
+                slot.tls = None;
+                slot.phase = TlsPhase::Pause;
+                slot.resume = now + ERROR_PAUSE;
+            }
+        }
+    }
+    (totals, began)
+}
+
 fn main() {
     let args = match parse_args() {
         Ok(a) => a,
@@ -912,7 +1475,19 @@ fn main() {
     };
     let mut t0 = Instant::now();
     let rate = args.rate;
-    let (t, extra) = if rate.is_some() {
+    let (t, extra) = if args.tls.is_some() {
+        let (t, began) = run_tls(args);
+        t0 = began;
+        let extra = format!(
+            ", \"handshakes\": {}, \"warm_error\": {}",
+            t.handshakes,
+            t.warm_error
+                .as_deref()
+                .map(json_str)
+                .unwrap_or_else(|| "null".into())
+        );
+        (t, extra)
+    } else if rate.is_some() {
         // Wake when a connection is due, not up to 50 us later (the
         // default slack), which every latency would carry.
         let _ = nix::sys::prctl::set_timerslack(1_000);
@@ -1052,6 +1627,7 @@ mod tests {
             keepalive: false,
             rate: None,
             absolute: false,
+            tls: None,
         }
     }
 
@@ -1229,6 +1805,183 @@ mod tests {
         assert_eq!(t.requests, 0);
         assert!(t.errors > 0);
         assert!(t.first_error.unwrap().contains("connect"));
+    }
+
+    /// A CA and a certificate it signed for NAME (the CA's PEM file in
+    /// DIR, and the leaf's chain and key for a rustls server).
+    fn tls_pki(
+        dir: &std::path::Path,
+        name: &str,
+    ) -> (
+        String,
+        Vec<rustls::pki_types::CertificateDer<'static>>,
+        rustls::pki_types::PrivateKeyDer<'static>,
+    ) {
+        let ca_key = rcgen::KeyPair::generate().unwrap();
+        let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        let ca = ca_params.self_signed(&ca_key).unwrap();
+        let issuer = rcgen::Issuer::new(ca_params, ca_key);
+        let leaf_key = rcgen::KeyPair::generate().unwrap();
+        let leaf = rcgen::CertificateParams::new(vec![name.to_string()])
+            .unwrap()
+            .signed_by(&leaf_key, &issuer)
+            .unwrap();
+        std::fs::create_dir_all(dir).unwrap();
+        let ca_path = dir.join("ca.pem");
+        std::fs::write(&ca_path, ca.pem()).unwrap();
+        let key = rustls::pki_types::PrivateKeyDer::Pkcs8(leaf_key.serialize_der().into());
+        (
+            ca_path.to_str().unwrap().to_string(),
+            vec![leaf.der().clone()],
+            key,
+        )
+    }
+
+    /// An HTTPS origin on 127.0.0.1 answering each GET with one 1000-byte
+    /// response, several on a connection unless the request says
+    /// `Connection: close` (then it closes, with its close_notify),
+    /// optionally behind a CONNECT front: the front answers a CONNECT
+    /// itself and then speaks TLS as the origin, as an intercepting proxy
+    /// does. Its certificate names NAME. Returns its address and the CA
+    /// file to trust.
+    fn tls_origin(connect: bool, name: &str, dir: &str) -> (SocketAddr, String) {
+        use std::net::TcpListener;
+        let dir = std::env::temp_dir().join(format!("loadgen-{}-{dir}", std::process::id()));
+        let (ca, chain, key) = tls_pki(&dir, name);
+        let cfg = rustls::ServerConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(chain, key)
+        .unwrap();
+        let cfg = Arc::new(cfg);
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        std::thread::spawn(move || {
+            for c in l.incoming() {
+                let mut c = c.unwrap();
+                let cfg = cfg.clone();
+                std::thread::spawn(move || {
+                    let read_head = |r: &mut dyn Read| {
+                        let mut head = Vec::new();
+                        let mut one = [0u8; 1];
+                        while !head.ends_with(b"\r\n\r\n") {
+                            if r.read(&mut one).unwrap_or(0) == 0 {
+                                return None;
+                            }
+                            head.push(one[0]);
+                        }
+                        Some(head)
+                    };
+                    if connect {
+                        let head = read_head(&mut c).expect("a CONNECT request");
+                        assert!(head.starts_with(b"CONNECT 10.0.2.2:443 HTTP/1.1\r\n"));
+                        c.write_all(b"HTTP/1.1 200 Connection established\r\n\r\n")
+                            .unwrap();
+                    }
+                    let conn = rustls::ServerConnection::new(cfg).unwrap();
+                    let mut s = rustls::StreamOwned::new(conn, c);
+                    while let Some(head) = read_head(&mut s) {
+                        assert!(head.starts_with(b"GET /f HTTP/1.1\r\n"), "{head:?}");
+                        let mut resp = b"HTTP/1.1 200 OK\r\nContent-Length: 1000\r\n\r\n".to_vec();
+                        resp.extend_from_slice(&[b'x'; 1000]);
+                        if s.write_all(&resp).is_err() {
+                            return;
+                        }
+                        if head.windows(17).any(|w| w == b"Connection: close") {
+                            s.conn.send_close_notify();
+                            let _ = s.flush();
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        (addr, ca)
+    }
+
+    /// The TLS mode's arguments: through a CONNECT front to 10.0.2.2:443
+    /// (which the front never dials), or directly to SERVER.
+    fn tls_args(server: SocketAddr, ca: String, connect: bool, keepalive: bool) -> Args {
+        let SocketAddr::V4(direct) = server else {
+            unreachable!()
+        };
+        Args {
+            target: if connect {
+                "10.0.2.2:443".parse().unwrap()
+            } else {
+                direct
+            },
+            connect,
+            keepalive,
+            tls: Some(ca),
+            ..args(server, 2, 0.4)
+        }
+    }
+
+    #[test]
+    fn tls_each_request_on_its_own_connection_is_a_handshake() {
+        // Directly and through an intercepting CONNECT front: every
+        // request a new connection with a full handshake, after the
+        // warm-up's (not counted); the name checked is the target's
+        // address.
+        for (connect, name) in [(false, "127.0.0.1"), (true, "10.0.2.2")] {
+            let (server, ca) = tls_origin(connect, name, &format!("close-{connect}"));
+            let (t, began) = run_tls(tls_args(server, ca, connect, false));
+            assert_eq!(t.errors, 0, "{:?}", t.first_error);
+            assert!(t.warm_error.is_none(), "{:?}", t.warm_error);
+            assert!(t.requests > 5, "{} requests", t.requests);
+            assert_eq!(t.handshakes, t.requests);
+            assert_eq!(t.bytes, t.requests * EACH);
+            assert!(began.elapsed() < Duration::from_secs(5));
+        }
+    }
+
+    #[test]
+    fn tls_keepalive_carries_many_requests_per_connection() {
+        for (connect, name) in [(false, "127.0.0.1"), (true, "10.0.2.2")] {
+            let (server, ca) = tls_origin(connect, name, &format!("ka-{connect}"));
+            let t = run_tls(tls_args(server, ca, connect, true)).0;
+            assert_eq!(t.errors, 0, "{:?}", t.first_error);
+            assert!(t.requests > 20, "{} requests", t.requests);
+            // The connections were made in the warm-up.
+            assert_eq!(t.handshakes, 0);
+            assert_eq!(t.bytes, t.requests * EACH);
+        }
+    }
+
+    #[test]
+    fn tls_a_certificate_for_another_name_is_refused() {
+        // The front's certificate names 127.0.0.1, the target is 10.0.2.2.
+        let (server, ca) = tls_origin(true, "127.0.0.1", "other-name");
+        let t = run_tls(tls_args(server, ca, true, true)).0;
+        assert_eq!(t.requests, 0);
+        assert!(
+            t.warm_error
+                .as_deref()
+                .unwrap_or("")
+                .contains("certificate"),
+            "{:?}",
+            t.warm_error
+        );
+    }
+
+    #[test]
+    fn tls_requests_name_the_target() {
+        let t: SocketAddrV4 = "10.0.2.2:443".parse().unwrap();
+        assert_eq!(
+            tls_request(&t, "/1k.bin", true),
+            b"GET /1k.bin HTTP/1.1\r\nHost: 10.0.2.2\r\n\r\n"
+        );
+        let t: SocketAddrV4 = "10.0.2.2:8443".parse().unwrap();
+        assert_eq!(
+            tls_request(&t, "/f", false),
+            b"GET /f HTTP/1.1\r\nHost: 10.0.2.2:8443\r\nConnection: close\r\n\r\n"
+        );
+        assert!(tls_config("/nonexistent/ca.pem").is_err());
     }
 
     #[test]

@@ -132,6 +132,9 @@ def aggregate(doc):
                 a["h2load_mode"] = ok[0]["h2load_mode"]
             if ok[0].get("tls"):
                 a["tls"] = ok[0]["tls"]
+            if all(c.get("cpu_us_per_handshake") for c in ok):
+                # The https-mitm cells: CPU per TLS handshake with the client.
+                a["per_handshake"] = stats.summarize([c["cpu_us_per_handshake"] for c in ok])
         out[key] = a
     return out
 
@@ -244,6 +247,8 @@ def render_tables(doc):
                 out.append("How h2load reached the origin: %s.\n" % "; ".join(modes))
         if sd.get("service") == "https":
             out.append(render_tls(agg, s, prox, doc.get("settings", {}).get("tls_key")))
+        if sd["kind"] == "mitm":
+            out.append(render_mitm(agg, s, prox, doc.get("settings", {}).get("tls_key")))
         if sd["kind"] == "rate":
             out.append(render_latency(agg, s, prox))
             out.append("")
@@ -270,6 +275,24 @@ def render_tls(agg, scenario, prox, key):
     head = "TLS: one self-signed %s certificate for every proxy" % TLS_KEY_NAMES.get(key, key or "?")
     # wrk keeps each connection's session and offers it when it reconnects.
     return head + ("; negotiated with openssl s_client: %s.\n" % "; ".join(seen) if seen else ".\n")
+
+
+def render_mitm(agg, scenario, prox, key):
+    """The https-mitm cells: the certificates, and the proxy CPU per TLS
+    handshake with the client where the measured part had any."""
+    head = ("TLS: %s keys for the origin's certificate and both CAs; each proxy signs the "
+            "certificates it serves with the MITM CA, the only one the client trusts, "
+            "and checks the origin against the origin's CA"
+            % TLS_KEY_NAMES.get(key, key or "?"))
+    per = [(p, agg[(scenario, p)]["per_handshake"]) for p in prox
+           if agg.get((scenario, p), {}).get("status") == "ok"
+           and agg[(scenario, p)].get("per_handshake")]
+    if not per:
+        return head + ".\n"
+    return head + ("; proxy CPU µs per handshake with the client (its CONNECT and its own "
+                   "handshake with the origin included; no proxy: the kernel's forwarding "
+                   "of the client's handshake with the origin): %s.\n"
+                   % "; ".join("%s %s" % (p, _cell(a)) for p, a in per))
 
 
 def render_latency(agg, scenario, prox):

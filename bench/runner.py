@@ -101,6 +101,7 @@ class Session:
         self.configs = {}            # "proxy/service" -> config text, for the JSON
         self.tls_key = tls_key or C.TLS_KEY
         self.tls = C.tls_files(os.path.join(workdir, "tls"))
+        self.mitm = C.mitm_files(os.path.join(workdir, "mitm"))
 
     # --- the fixed parts --------------------------------------------------
 
@@ -112,6 +113,7 @@ class Session:
                 with open(path, "wb") as f:
                     f.write(os.urandom(size))
         self.make_tls()
+        self.make_mitm()
         self.rps = netns.setup(self.proxy_cpu, self.other_cpu)
         self.start_origin()
 
@@ -128,12 +130,25 @@ class Session:
         for n in ("cert", "key", "pem"):
             os.chmod(self.tls[n], 0o644)
 
+    def make_mitm(self):
+        """The mitm cells' CAs and the origin's certificate (configs.mitm_gen_argvs),
+        new for each run, of the same key type as the https cells'; readable by
+        squid, which drops root."""
+        os.makedirs(self.mitm["dir"], exist_ok=True)
+        for argv in C.mitm_gen_argvs(self.mitm, self.tls_key):
+            r = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            if r.returncode != 0:
+                raise RuntimeError("%s failed: %s" % (" ".join(argv[:3]), r.stdout[-300:]))
+        for n, path in self.mitm.items():
+            if n != "dir":
+                os.chmod(path, 0o644)
+
     def start_origin(self):
         d = os.path.join(self.workdir, "origin")
         os.makedirs(os.path.join(d, "tmp"), exist_ok=True)
         conf = os.path.join(d, "nginx.conf")
         with open(conf, "w") as f:
-            f.write(C.render_nginx_origin(d, self.www))
+            f.write(C.render_nginx_origin(d, self.www, mitm=self.mitm))
         self.origin = procs.spawn(netns.NS_ORG, self.other_cpu,
                                   ["nginx", "-e", d + "/origin.err", "-p", d, "-c", conf],
                                   log_path=os.path.join(d, "origin.log"))
@@ -219,10 +234,12 @@ class Session:
         if fam == "ours" and self.ours_error:
             raise NotApplicable(self.ours_error)
         nofile = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
-        cfg = S.proxy_config(proxy, service, celldir, nofile, tls=self.tls)
+        cfg = S.proxy_config(proxy, service, celldir, nofile, tls=self.tls, mitm=self.mitm)
         os.makedirs(os.path.join(celldir, "tmp"), exist_ok=True)
         # squid, tinyproxy, dante and ATS drop root and write their files here.
         os.chmod(celldir, 0o777)
+        if service == "mitm":
+            self.prepare_mitm(fam, celldir)
         cfg_path = os.path.join(celldir, cfg[0])
         if fam == "trafficserver":
             cfg_path = _ats_runroot(celldir)
@@ -250,6 +267,23 @@ class Session:
         tail = tail.replace(celldir + "/", "")
         raise NotApplicable("%s did not serve %s (exit %s): %s"
                             % (proxy, service, rc, tail or "no output"))
+
+    def prepare_mitm(self, fam, celldir):
+        """What an intercepting proxy needs before it starts: ours and 3proxy
+        an empty certificate cache, squid its helper's new database (owned by
+        the user squid runs as, which writes to it)."""
+        if fam == "ours":
+            os.makedirs(S.certcache_dir(celldir), exist_ok=True)
+        elif fam == "squid":
+            r = subprocess.run(C.squid_ssl_db_argv(celldir), stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, text=True)
+            if r.returncode != 0:
+                raise NotApplicable("squid's %s -c failed (squid-openssl installed?): %s"
+                                    % (C.SQUID_CERTGEN, r.stdout[-200:].strip()))
+            for top, dirs, files in os.walk(C.squid_ssl_db(celldir)):
+                for n in dirs + files:
+                    os.chmod(os.path.join(top, n), 0o777)
+            os.chmod(C.squid_ssl_db(celldir), 0o777)
 
     # --- cells ------------------------------------------------------------
 
@@ -455,7 +489,30 @@ class Session:
             # nothing) follows.
             rc, out, err = procs.finish(kid, 60)
             return (rc, first + out, err), None
-        return self._measured(p, lambda: procs.finish(kid, seconds + 60))
+        (rc, out, err), m = self._measured(p, lambda: procs.finish(kid, seconds + 60))
+        # The WARM line too, for what it says (the mitm cells' count).
+        return (rc, first + out, err), m
+
+    def _mitm(self, scenario, proxy, p, celldir):
+        """The https-mitm cells: loadgen fetch --tls through the proxy's
+        CONNECT (scenarios.mitm_argv); its warm-up (a request on each
+        connection, which also has each proxy make its certificate for the
+        origin) is not measured."""
+        s = S.SCENARIOS[scenario]
+        if not self.fetcher:
+            return {"status": "error", "reason": "no load client: %s" % self.fetcher_error}
+        argv = S.mitm_argv(self.fetcher, scenario, proxy, self.seconds, self.mitm)
+        (rc, out, err), m = self._rate_kept(p, argv, self.seconds)
+        if m is None:
+            return {"status": "error",
+                    "reason": ("the load client ended before its warm-up was over: "
+                               + out + " " + err)[:300]}
+        try:
+            r = parse.parse_loadgen(out)
+        except parse.ParseError as e:
+            return dict(m, status="error", reason=(str(e) + " " + err)[:300])
+        res = _finish(dict(m, **r), s["unit"])
+        return mitm_verdict(res, s["conns"], out.split("\n", 1)[0])
 
     def _h2load(self, scenario, proxy, p, celldir):
         argv = S.h2load_argv(scenario, proxy, self.seconds)
@@ -593,6 +650,32 @@ def wrk_errors_ok(res, scenario, proxy):
     res["unannounced_closes"] = n
     res["errors"] -= n
     res["note"] = "%d unannounced closes after a complete response (wrk read errors)" % n
+    return res
+
+
+def mitm_verdict(res, conns, warm_line):
+    """An https-mitm cell: CPU per TLS handshake with the client where
+    there were any (the -close cell: one per request), and an error when
+    no request was made, more than 1% failed, or fewer than all CONNS
+    connections got through their warm-up (WARM_LINE, `WARM n`: a proxy
+    that refuses some would be measured on fewer clients)."""
+    if res.get("handshakes"):
+        res["cpu_us_per_handshake"] = res["proxy_cpu_s"] * 1e6 / res["handshakes"]
+    try:
+        warm = int(warm_line.split()[1])
+    except (IndexError, ValueError):
+        warm = 0
+    res["warm_conns"] = warm
+    if res["status"] != "ok":
+        return res
+    if warm < conns:
+        res["status"] = "error"
+        res["reason"] = "%d of %d connections through the warm-up, first error: %s" % (
+            warm, conns, res.get("warm_error"))
+    elif res["requests"] == 0 or res["errors"] > 0.01 * max(res["requests"], 1):
+        res["status"] = "error"
+        res["reason"] = "%d requests, %d errors, first: %s" % (
+            res["requests"], res["errors"], res.get("first_error"))
     return res
 
 

@@ -6,7 +6,8 @@ into a client command line; runner.py executes them.
 
 from . import configs as C
 
-# kind: iperf | wrk | fetch | mem.   unit: what CPU is divided by ("GB" or "req").
+# kind: iperf | wrk | fetch | mem | rate | h2load | siege | stime | mitm.
+# unit: what CPU is divided by ("GB" or "req").
 SCENARIOS = {
     "stream1":          {"kind": "iperf", "service": "tcp", "streams": 1, "reverse": False, "unit": "GB",
                          "what": "one iperf3 stream, client to origin"},
@@ -71,6 +72,17 @@ SCENARIOS = {
                          "what": "siege -b, 10 kept-alive clients, 20 MB responses"},
     "siege-5b":         {"kind": "siege", "service": "http", "conns": 10, "file": "5b.bin", "unit": "req",
                          "what": "siege -b, 10 kept-alive clients, 5-byte responses"},
+    "https-mitm-ka-1k": {"kind": "mitm", "service": "mitm", "conns": 8, "file": "1k.bin", "unit": "req",
+                         "keepalive": True,
+                         "what": "8 clients, each one CONNECT tunnel whose TLS the proxy intercepts (TLS"
+                                 " with the client under a certificate it made, TLS with the origin),"
+                                 " carrying kept-alive 1 KB GETs: CPU per request"},
+    "https-mitm-close-1k": {"kind": "mitm", "service": "mitm", "conns": 8, "file": "1k.bin",
+                            "unit": "req", "keepalive": False,
+                            "what": "8 clients, a new intercepted CONNECT tunnel per 1 KB GET, each a"
+                                    " full TLS handshake (no resumption) with the client: CPU per"
+                                    " request, that is per handshake (the proxy's own with the"
+                                    " origin included)"},
     "mem-idle-2000":    {"kind": "mem", "service": "http", "conns": 2000, "file": "1k.bin", "unit": None,
                          "what": "RSS at rest, then with 2000 idle kept-alive HTTP clients"},
     "mem-idle-2000-tcp": {"kind": "mem", "service": "tcphttp", "conns": 2000, "file": "1k.bin", "unit": None,
@@ -116,13 +128,13 @@ PROXIES = {
 SOCKS_ONLY = ("dante", "microsocks")
 FORWARD = ("squid", "tinyproxy", "trafficserver")     # HTTP forward proxies (absolute-form)
 SERVES = {
-    "none": ("tcp", "tcphttp", "http", "socks"),
-    "ours": ("tcp", "tcphttp", "http", "socks", "https"),
+    "none": ("tcp", "tcphttp", "http", "socks", "mitm"),
+    "ours": ("tcp", "tcphttp", "http", "socks", "https", "mitm"),
     "nginx": ("tcp", "tcphttp", "http", "https"),
     "haproxy": ("tcp", "tcphttp", "http", "https"),
     "dante": ("socks",),
     "microsocks": ("socks",),
-    "squid": ("http",),
+    "squid": ("http", "mitm"),
     "tinyproxy": ("http",),
     "trafficserver": ("http",),
 }
@@ -145,6 +157,8 @@ CLOSES_AFTER_RESPONSE = ("%s closes the client connection after every response, 
 def keeps_alive(scenario):
     """Whether SCENARIO's HTTP clients reuse their connection."""
     s = SCENARIOS[scenario]
+    if s["kind"] == "mitm":
+        return bool(s.get("keepalive"))
     if s["service"] not in ("http", "https") or s.get("connect"):
         return False
     if s["kind"] == "wrk":
@@ -178,6 +192,19 @@ def applicable(scenario, proxy):
             return "splicing cannot relay TLS (the proxy decrypts in user space)"
         if fam not in ("ours", "nginx", "haproxy"):
             return "%s is not set up for TLS here (issue 13 compares with haproxy and nginx)" % fam
+    if s["service"] == "mitm":
+        # Issue 31 sets TLS interception beside squid's ssl_bump and
+        # 3proxy 1.0.0's ssl_mitm (--alt-binary); no proxy: the client
+        # speaks TLS with the origin itself.
+        if p["splice"]:
+            return "splicing cannot relay TLS (the proxy decrypts in user space)"
+        if fam in ("nginx", "haproxy"):
+            return "%s has no HTTP CONNECT, so nothing to intercept" % fam
+        if fam in SOCKS_ONLY:
+            return "%s is a SOCKS server only" % fam
+        if fam not in SERVES or "mitm" not in SERVES[fam]:
+            return ("%s is not set up to intercept TLS here (issue 31 compares with squid's "
+                    "ssl_bump and 3proxy 1.0.0's ssl_mitm)" % fam)
     if fam in ("nginx", "haproxy") and s["service"] == "socks":
         return "%s has no SOCKS server" % fam
     if s["service"] not in SERVES[fam]:
@@ -249,6 +276,30 @@ def fetch_argv(fetcher, scenario, proxy, seconds):
     # Through a TCP mapping the request goes as is; through SOCKS after
     # the handshake.
     return argv + ["--socks"] if s["service"] == "socks" else argv
+
+
+def mitm_argv(fetcher, scenario, proxy, seconds, mitm):
+    """The client of the https-mitm cells (bench/loadgen.rs fetch --tls):
+    CONNS connections through PROXY's CONNECT to the origin's HTTPS, TLS
+    inside each trusting only the MITM CA (mitm_files), one warm-up request
+    on each, then SECONDS of GETs of FILE, kept-alive or a new tunnel and
+    full handshake per request.  With no proxy the client speaks TLS with
+    the origin itself, trusting the origin's CA."""
+    s, p = SCENARIOS[scenario], PROXIES[proxy]
+    target = "%s:%d" % (C.ORIGIN_IP, C.ORIGIN_HTTPS_PORT)
+    argv = [fetcher, "fetch", "--target", target, "--path", "/" + s["file"],
+            "--conns", str(s["conns"]), "--seconds", "%g" % seconds]
+    if p["family"] == "none":
+        argv += ["--server", target, "--tls", mitm["origin_ca"]]
+    else:
+        argv += ["--server", "%s:%d" % (C.PROXY_IP, C.listen_port(s["service"])),
+                 "--tls", mitm["ca"], "--connect"]
+    return argv + ["--keepalive"] if s.get("keepalive") else argv
+
+
+def certcache_dir(rundir):
+    """Where ours and 3proxy keep the certificates they make (mitm)."""
+    return rundir + "/certcache"
 
 
 def cell_seconds(scenario, seconds):
@@ -374,16 +425,20 @@ def tls_resume_argv(loadgen, scenario, proxy):
     return a[:a.index("--conns")]
 
 
-def proxy_config(proxy, service, rundir, nofile=65536, tls=None):
+def proxy_config(proxy, service, rundir, nofile=65536, tls=None, mitm=None):
     """(file name, text) of PROXY's config for SERVICE, or None (no proxy).
-    TLS: the certificate and key files (configs.tls_files) for https."""
+    TLS: the certificate and key files (configs.tls_files) for https;
+    MITM: the CAs and the origin's files (configs.mitm_files) for mitm."""
     p = PROXIES[proxy]
     fam = p["family"]
     if fam == "none":
         return None
     if fam == "ours":
+        mitm_args = {}
+        if service == "mitm":
+            mitm_args = {"mitm": mitm, "certcache": certcache_dir(rundir)}
         return "3proxy.cfg", C.render_threeproxy(service, splice=p["splice"], tls=tls,
-                                                 radius=p.get("radius", False))
+                                                 radius=p.get("radius", False), **mitm_args)
     if fam == "nginx":
         return "nginx.conf", C.render_nginx_proxy(rundir, service, tls=tls, nofile=nofile)
     if fam == "haproxy":
@@ -395,7 +450,8 @@ def proxy_config(proxy, service, rundir, nofile=65536, tls=None):
     if fam == "microsocks":
         return "microsocks.argv", " ".join(C.microsocks_argv()) + "\n"
     if fam == "squid":
-        return "squid.conf", C.render_squid(rundir, nofile)
+        return "squid.conf", C.render_squid(rundir, nofile,
+                                            mitm=mitm if service == "mitm" else None)
     if fam == "tinyproxy":
         return "tinyproxy.conf", C.render_tinyproxy(rundir)
     if fam == "trafficserver":

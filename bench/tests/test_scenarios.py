@@ -13,7 +13,7 @@ class Applicable(unittest.TestCase):
         self.assertIn("SOCKS", S.applicable("socks-1m", "haproxy-splice"))
         self.assertIsNotNone(S.applicable("mem-idle-2000", "noproxy"))
         for s in S.SCENARIOS:
-            if S.SCENARIOS[s]["service"] != "https":
+            if S.SCENARIOS[s]["service"] not in ("https", "mitm"):
                 self.assertIsNone(S.applicable(s, "3proxy-splice"))
 
     def test_https_is_ours_nginx_and_haproxy(self):
@@ -34,8 +34,9 @@ class Applicable(unittest.TestCase):
     def test_every_scenario_is_complete(self):
         for name, s in S.SCENARIOS.items():
             self.assertIn(s["kind"], ("iperf", "wrk", "fetch", "mem", "rate", "h2load", "siege",
-                                        "stime"), name)
-            self.assertIn(s["service"], ("tcp", "tcphttp", "http", "socks", "https"), name)
+                                        "stime", "mitm"), name)
+            self.assertIn(s["service"], ("tcp", "tcphttp", "http", "socks", "https", "mitm"),
+                          name)
             self.assertTrue(s["what"])
 
 
