@@ -203,6 +203,22 @@ impl Stream {
         Ok(())
     }
 
+    /// [`Stream::accept_tls`] of a client whose ClientHello (`hello`) was
+    /// read off this stream already.
+    pub fn accept_tls_after(
+        &mut self,
+        cfg: std::sync::Arc<rustls::ServerConfig>,
+        hello: &[u8],
+        deadline: std::time::Instant,
+    ) -> Result<(), HandshakeError> {
+        let dup = self
+            .try_clone()
+            .map_err(|e| HandshakeError::Failed(e.to_string()))?;
+        let t = TlsStream::accept_after(dup, cfg, hello, deadline)?;
+        *self = Stream::Tls(Box::new(t));
+        Ok(())
+    }
+
     /// Read and write timeouts for the blocking phases (handshakes).
     pub fn set_timeout(&self, t: Option<Duration>) -> io::Result<()> {
         match self {

@@ -84,6 +84,27 @@ pub fn accept_tls(c: &mut Client) -> bool {
 /// why in the record's text. `early`, what the client sent before its
 /// tunnel was open, must be empty: the handshake reads the socket.
 pub fn intercept(c: &mut Client, srv: &mut Stream, host: &str, early: &[u8]) -> Result<(), Res> {
+    intercept_with(c, srv, host, early, &[])
+}
+
+/// [`intercept`] for `tlspr`, which read the client's ClientHello
+/// (`hello`) to route by its SNI: the client's handshake takes it first.
+pub fn intercept_hello(
+    c: &mut Client,
+    srv: &mut Stream,
+    host: &str,
+    hello: &[u8],
+) -> Result<(), Res> {
+    intercept_with(c, srv, host, &[], hello)
+}
+
+fn intercept_with(
+    c: &mut Client,
+    srv: &mut Stream,
+    host: &str,
+    early: &[u8],
+    hello: &[u8],
+) -> Result<(), Res> {
     let svc = c.svc().clone();
     let Some(m) = svc.mitm.as_deref() else {
         return Ok(());
@@ -128,7 +149,12 @@ pub fn intercept(c: &mut Client, srv: &mut Stream, host: &str, early: &[u8]) -> 
         Err(e) => return Err(fail(c, Res::TLS_MITM, e)),
     };
     let deadline = std::time::Instant::now() + svc.timeouts.get(Timeouts::STRING_SHORT);
-    if let Err(e) = c.cli.accept_tls(cfg, deadline) {
+    let accepted = if hello.is_empty() {
+        c.cli.accept_tls(cfg, deadline)
+    } else {
+        c.cli.accept_tls_after(cfg, hello, deadline)
+    };
+    if let Err(e) = accepted {
         return Err(fail(c, Res::TLS_MITM, format!("ssl_mitm: the client: {e}")));
     }
     crate::sys::mem::release_stack_below_here();

@@ -794,6 +794,32 @@ impl<S: AsFd> TlsStream<S> {
         TlsStream::handshake(sock, Connection::Server(conn), deadline)
     }
 
+    /// [`TlsStream::accept`] of a client whose first records (`hello`,
+    /// its ClientHello) were read off the socket already (`tlspr`, which
+    /// routes by the SNI in them): the session takes them first.
+    pub fn accept_after(
+        sock: S,
+        cfg: Arc<ServerConfig>,
+        hello: &[u8],
+        deadline: Instant,
+    ) -> Result<TlsStream<S>, HandshakeError> {
+        if hello.first() != Some(&0x16) {
+            return Err(HandshakeError::NotTls(hello.first().copied().unwrap_or(0)));
+        }
+        let mut conn =
+            ServerConnection::new(cfg).map_err(|e| HandshakeError::Failed(e.to_string()))?;
+        let mut rest = hello;
+        while !rest.is_empty() {
+            match conn.read_tls(&mut rest) {
+                Ok(0) => break,
+                Ok(_) => {}
+                Err(e) => return Err(HandshakeError::Failed(e.to_string())),
+            }
+            conn.process_new_packets().map_err(classify)?;
+        }
+        TlsStream::handshake(sock, Connection::Server(conn), deadline)
+    }
+
     /// Open a TLS session to a server (a parent whose type ends in `s`)
     /// on `sock` by `deadline`, as `name` (SNI and the certificate check).
     pub fn connect(

@@ -1409,7 +1409,8 @@ fn socks_tunnels_serve_inner_requests() {
 }
 
 /// The tcppm path: the mapped target is the inner requests' destination
-/// (their record, their Host field at nginx), whatever the client named.
+/// (their record names it), whatever the client named; the client's Host
+/// goes to nginx as sent.
 #[test]
 fn tcppm_sessions_serve_inner_requests_for_the_mapped_target() {
     let s = Setup::new("mitm_tcppm");
@@ -1482,6 +1483,63 @@ fn tcppm_sessions_serve_inner_requests_for_the_mapped_target() {
         format!("localhost:{lport}"),
         "the Host field nginx got (the client sent localhost:{lport})"
     );
+    assert!(!nginx.saw("/post"), "{:?}", nginx.hits());
+}
+
+/// The tlspr path: the client's SNI names the destination (tlspr's `-P`
+/// port), its ClientHello is taken by the proxy's own handshake, and the
+/// requests inside are served, refused and logged as the HTTP proxy's.
+#[test]
+fn tlspr_sessions_serve_inner_requests_for_their_sni() {
+    let s = Setup::new("mitm_tlspr");
+    let nginx = Nginx::start(&s.dir, &s.pki, "");
+    let o = nginx.port;
+    let (port, tport) = (free_port(), free_port());
+    let services = format!("{}tlspr -i127.0.0.1 -p{tport} -P{o}\n", proxy_on(port));
+    let (proxy, ca) = s.proxy(
+        FMT,
+        "deny * * * * HTTP_POST\nallow *",
+        &services,
+        &[port, tport],
+    );
+    let resolve = format!("localhost:{tport}:127.0.0.1");
+    let url = |path: &str| format!("https://localhost:{tport}{path}");
+    // Two requests on one connection (curl's -w writes the first one's
+    // status between the bodies).
+    let r = curl(&ca, &["--resolve", &resolve, &url("/sni1"), &url("/sni2")]);
+    assert_served(&r, 200, Some("GET /sni1 probe=\n\n200GET /sni2 probe=\n"));
+    let r = curl(&ca, &["--resolve", &resolve, "-d", "x", &url("/post")]);
+    assert_forbidden(&r);
+    expect_records(
+        &proxy,
+        port,
+        &nginx,
+        |l| l.starts_with("TLSPR ") && l.contains("http://"),
+        &[
+            rec(
+                "TLSPR",
+                "00000",
+                "-",
+                0,
+                &format!("GET {}/sni1 HTTP/1.1", http(o)),
+            ),
+            rec(
+                "TLSPR",
+                "00000",
+                "-",
+                0,
+                &format!("GET {}/sni2 HTTP/1.1", http(o)),
+            ),
+            rec(
+                "TLSPR",
+                "00001",
+                "-",
+                0,
+                &format!("POST {}/post HTTP/1.1", http(o)),
+            ),
+        ],
+    );
+    assert!(nginx.saw("/sni1") && nginx.saw("/sni2"));
     assert!(!nginx.saw("/post"), "{:?}", nginx.hits());
 }
 

@@ -312,8 +312,9 @@ pub fn prepare(state: &State, args: &[String]) -> Result<Prepared, String> {
         )
     };
     // `ssl_mitm`: the services whose clients ask for a tunnel to a named
-    // destination (3proxy's CONNECT operations that carry TLS).
-    let mitm = if matches!(def.name, "proxy" | "socks" | "tcppm") {
+    // destination (3proxy's CONNECT operations that carry TLS), and
+    // tlspr, whose clients name it in their SNI.
+    let mitm = if matches!(def.name, "proxy" | "socks" | "tcppm" | "tlspr") {
         state.tls.mitm()?
     } else {
         None

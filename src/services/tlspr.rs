@@ -420,6 +420,9 @@ fn run(
         // Handed over to a local handler, the hello with it.
         return Ok(());
     };
+    if svc.mitm.is_some() && proto.is_none() {
+        return intercepted(c, srv, st, dst, &grant, &again);
+    }
     // What the server sent that the client has still to get.
     let mut to_client = Vec::new();
     if let Some(p) = proto {
@@ -457,6 +460,42 @@ fn run(
         &to_server,
         Timeouts::CONNECTION_LONG,
     );
+    Ok(())
+}
+
+/// `ssl_mitm`: TLS with the destination (the SNI, or the name or address
+/// it was redirected to, asked and checked), then with the client, whose
+/// ClientHello was read already; HTTP inside is served by the HTTP proxy,
+/// anything else relayed. The `-c` checks of the server's records do not
+/// apply: the proxy is the destination's TLS client itself.
+fn intercepted(
+    c: &mut Client,
+    mut srv: Stream,
+    st: &mut State,
+    dst: SocketAddr,
+    grant: &crate::access::Grant,
+    again: &crate::access::Recheck,
+) -> Result<(), Res> {
+    let host = st
+        .host
+        .clone()
+        .unwrap_or_else(|| crate::addr::ip_text(dst.ip()));
+    let hello = std::mem::take(&mut st.buf);
+    if let Err(res) = crate::session::intercept_hello(c, &mut srv, &host, &hello) {
+        c.srv = Some(srv);
+        return Err(res);
+    }
+    let inside = crate::services::proxy::Inside {
+        host,
+        port: dst.port(),
+        addr: dst,
+        user: None,
+        password: None,
+    };
+    let hops = c.hops.saturating_sub(c.local_hops);
+    if let Some(srv) = crate::services::proxy::serve_inside(c, srv, inside, &grant.parents, hops) {
+        crate::session::relay_to_parking(c, srv, grant, again, &[], Timeouts::CONNECTION_LONG);
+    }
     Ok(())
 }
 
