@@ -39,6 +39,7 @@ mod park;
 mod proto;
 mod proxyproto;
 mod radius;
+mod random;
 mod relay;
 mod res;
 mod resolve;

@@ -417,14 +417,10 @@ impl Period {
 /// finer than the period zeroed (a week: the date of its Sunday).
 type Key = (i32, u32, u32, u32, u32);
 
-/// Days since 1970-01-01 of a civil date (proleptic Gregorian).
-fn days_from_civil(year: i64, mon: u32, mday: u32) -> i64 {
-    let y = if mon <= 2 { year - 1 } else { year };
-    let era = y.div_euclid(400);
-    let yoe = y.rem_euclid(400);
-    let mp = (i64::from(mon) + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + i64::from(mday) - 1;
-    era * 146_097 + yoe * 365 + yoe / 4 - yoe / 100 + doy - 719_468
+/// Days since 1970-01-01 of a date the C library gave (so a real one;
+/// 0 for one the calendar has not, which no clock reads).
+fn days_from_civil(year: i32, mon: u32, mday: u32) -> i64 {
+    time::days_from_civil(year, mon, mday).unwrap_or(0)
 }
 
 /// The period containing `t`, and the time it began.
@@ -441,7 +437,7 @@ fn period_of(p: Period, t: i64) -> (Key, i64) {
         ),
         Period::Day => ((y, mo, d, 0, 0), t - day_secs),
         Period::Week => {
-            let sunday = days_from_civil(i64::from(y), mo, d) - i64::from(tm.wday);
+            let sunday = days_from_civil(y, mo, d) - i64::from(tm.wday);
             let s = time::utc(sunday * 86_400);
             (
                 (s.year, s.mon, s.mday, 0, 0),
@@ -450,7 +446,7 @@ fn period_of(p: Period, t: i64) -> (Key, i64) {
         }
         Period::Month => ((y, mo, 0, 0, 0), t - i64::from(d - 1) * 86_400 - day_secs),
         Period::Year => {
-            let yday = days_from_civil(i64::from(y), mo, d) - days_from_civil(i64::from(y), 1, 1);
+            let yday = days_from_civil(y, mo, d) - days_from_civil(y, 1, 1);
             ((y, 0, 0, 0, 0), t - yday * 86_400 - day_secs)
         }
     }

@@ -29,7 +29,6 @@
 //! nothing in a reply can panic us; every socket call has a timeout.
 
 use std::collections::HashMap;
-use std::hash::{BuildHasher, Hasher};
 use std::io::{self, Write};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpStream, ToSocketAddrs, UdpSocket};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -712,13 +711,10 @@ impl Query {
     }
 }
 
-/// A 16-bit query ID nobody off this host can predict: SipHash, keyed
-/// from the OS's randomness by std's `RandomState`, over a counter.
+/// A 16-bit query ID nobody off this host can predict (RFC 5452): from
+/// the OS's CSPRNG (`random`).
 fn random_id() -> u16 {
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u64(COUNTER.fetch_add(1, Ordering::Relaxed));
-    h.finish() as u16
+    crate::random::u16()
 }
 
 // ---------------------------------------------------------------------------

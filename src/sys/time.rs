@@ -2,8 +2,9 @@
 //! Broken-down calendar time, the way 3proxy gets it from `gmtime()` /
 //! `localtime()` for `logformat` escapes and log-file rotation names.
 //!
-//! * [`utc`] is pure integer arithmetic (proleptic Gregorian calendar, valid
-//!   for negative timestamps too); it never touches the C library.
+//! * [`utc`] is the `time` crate's calendar (proleptic Gregorian, negative
+//!   timestamps too); it never touches the C library. [`days_from_civil`]
+//!   goes back from a date.
 //! * [`local`] asks the C library (`localtime_r`) so the system time zone
 //!   database and `TZ` are honoured exactly as 3proxy honours them. `tzset()`
 //!   runs once, before the first conversion. If the C library cannot convert
@@ -36,36 +37,37 @@ pub struct Tm {
     pub gmtoff: i64,
 }
 
-/// Convert a Unix timestamp to UTC calendar time (like `gmtime_r`).
+/// Convert a Unix timestamp to UTC calendar time (like `gmtime_r`), by
+/// the `time` crate. A timestamp beyond its years (-9999 to 9999) is taken
+/// as the nearest one it has: no clock a log reads is ever there.
 pub fn utc(t: i64) -> Tm {
-    // 1970-01-01 was a Thursday (wday 4).
-    let days = t.div_euclid(86_400);
-    let secs = t.rem_euclid(86_400); // 0..=86399
-    let wday = (days + 4).rem_euclid(7);
-
-    // Civil-from-days over 400-year eras, counted from 0000-03-01.
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097); // 0..=146096
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365; // 0..=399
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100); // 0..=365, from March 1st
-    let mp = (5 * doy + 2) / 153; // 0..=11, March = 0
-    let mday = doy - (153 * mp + 2) / 5 + 1;
-    let mon = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(mon <= 2);
-
+    let lo = ::time::PrimitiveDateTime::MIN.assume_utc().unix_timestamp();
+    let hi = ::time::PrimitiveDateTime::MAX.assume_utc().unix_timestamp();
+    let d = ::time::OffsetDateTime::from_unix_timestamp(t.clamp(lo, hi))
+        .unwrap_or(::time::OffsetDateTime::UNIX_EPOCH);
     Tm {
-        // Truncation only for timestamps hundreds of billions of years away.
-        year: year as i32,
-        mon: mon as u32,
-        mday: mday as u32,
-        hour: (secs / 3600) as u32,
-        min: (secs / 60 % 60) as u32,
-        sec: (secs % 60) as u32,
-        wday: wday as u32,
+        year: d.year(),
+        mon: u32::from(u8::from(d.month())),
+        mday: u32::from(d.day()),
+        hour: u32::from(d.hour()),
+        min: u32::from(d.minute()),
+        sec: u32::from(d.second()),
+        wday: u32::from(d.weekday().number_days_from_sunday()),
         gmtoff: 0,
     }
 }
+
+/// Days since 1970-01-01 of the civil date `year-mon-mday` (proleptic
+/// Gregorian; `mon` 1-12): the inverse of [`utc`]'s date, by the `time`
+/// crate. None for a date that does not exist (or beyond its years).
+pub fn days_from_civil(year: i32, mon: u32, mday: u32) -> Option<i64> {
+    let month = ::time::Month::try_from(u8::try_from(mon).ok()?).ok()?;
+    let date = ::time::Date::from_calendar_date(year, month, u8::try_from(mday).ok()?).ok()?;
+    Some(i64::from(date.to_julian_day()) - i64::from(UNIX_EPOCH_JULIAN_DAY))
+}
+
+/// The Julian day number of 1970-01-01.
+const UNIX_EPOCH_JULIAN_DAY: i32 = 2_440_588;
 
 extern "C" {
     // POSIX; the libc crate does not declare it for Unix targets.
@@ -113,18 +115,9 @@ pub fn local(t: i64) -> Tm {
 mod tests {
     use super::*;
 
-    /// Days since 1970-01-01 of the civil date `year-mon-mday` (proleptic
-    /// Gregorian; `mon` 1-12). Inverse of the conversion inside `utc`.
+    /// [`super::days_from_civil`] of a date the tests know exists.
     fn days_from_civil(year: i64, mon: u32, mday: u32) -> i64 {
-        // Shift the year so it starts in March: the leap day is then the last day.
-        let y = if mon <= 2 { year - 1 } else { year };
-        let era = y.div_euclid(400);
-        let yoe = y.rem_euclid(400); // 0..=399
-        let m = i64::from(mon);
-        let mp = (m + 9) % 12; // March = 0 .. February = 11
-        let doy = (153 * mp + 2) / 5 + i64::from(mday) - 1; // 0..=365
-        let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy; // 0..=146096
-        era * 146_097 + doe - 719_468
+        super::days_from_civil(year as i32, mon, mday).expect("a real date")
     }
 
     fn check(t: i64, ymd: (i32, u32, u32), hms: (u32, u32, u32), wday: u32) {
