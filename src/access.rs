@@ -200,7 +200,6 @@ pub struct Policy {
     pub pam_service: Option<Arc<str>>,
     /// The `radius` servers of `auth radius`.
     pub radius: Arc<crate::radius::Slot>,
-    #[allow(dead_code)]
     pub force: bool,
 }
 

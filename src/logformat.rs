@@ -266,7 +266,6 @@ impl LogFormat {
     /// Compile a `log` file name template (a name containing `%`): 3proxy
     /// expands the whole name, with no clock character and no filter prefix,
     /// always in local time.
-    #[allow(dead_code)] // for log-file naming; the lead may not use it yet
     pub fn template(name: &str) -> LogFormat {
         Self::compile(until_nul(name.as_bytes()), false, None)
     }

@@ -22,8 +22,8 @@ pub struct Res(pub u32);
 /// and [`ALL`] from one list, so the table cannot miss a constant.
 macro_rules! codes {
     ($( $(#[doc = $doc:literal])+ $name:ident = $n:literal; )*) => {
-        // Some codes are 3proxy's but never produced by this release, and
-        // some only by code not built yet: they are named all the same.
+        // Some codes are 3proxy's but never produced here (the table and
+        // the man page list every one): they are named all the same.
         #[allow(dead_code)]
         impl Res {
             $( $(#[doc = $doc])+ pub const $name: Res = Res($n); )*

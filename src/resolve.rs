@@ -556,7 +556,6 @@ impl Resolver {
 /// of `authnserver`, else the `nserver`s), if that name resolves back to
 /// `ip` through the same server(s). None if there is none, or without
 /// `nserver`/`authnserver` (3proxy's `dnsname` needs them too).
-#[allow(dead_code)] // for `auth dnsname` (auth)
 pub fn dnsname(ip: IpAddr) -> Option<String> {
     current()?.dnsname(ip)
 }

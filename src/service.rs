@@ -57,8 +57,8 @@ pub struct Grace {
 }
 
 /// Everything a service line's options say (3proxy.cfg(5) "service
-/// options"). Options meaningful only to services not built yet are parsed
-/// and kept, so one parser serves every service.
+/// options"). Every service's options are parsed here, those another
+/// service ignores too, so one parser serves every service.
 #[derive(Debug, Clone, Default)]
 pub struct ServiceOpts {
     pub port: Option<u16>,

@@ -7,8 +7,6 @@ use std::time::Duration;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Timeouts(pub [u32; 11]);
 
-// All eleven slots are named; the services of later stages read the rest.
-#[allow(dead_code)]
 impl Timeouts {
     pub const BYTE_SHORT: usize = 0;
     pub const BYTE_LONG: usize = 1;

@@ -4,9 +4,10 @@
 //! Counts include the command's own name, as in 3proxy; `max == 0` means
 //! no upper bound. The dispatcher alone checks the count; handlers get the
 //! whole argument vector and return a reason on error, which `conf::run_text`
-//! prefixes with file, line and command. Commands that later stages will
-//! implement are in the table already and fail with "not supported yet", so
-//! a cfg never silently loses a line.
+//! prefixes with file, line and command. Every command of 3proxy 1.0.0 is
+//! in the table; a name of the PCRE plugin's family that is none of its
+//! commands fails with "not supported yet" (not "unknown command"), so a
+//! cfg never silently loses a line.
 
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -193,8 +194,9 @@ pub static COMMANDS: &[Command] = &[
     cmd("ssl_client_alpn", 1, 0, tls_cmds::h_client_alpn),
 ];
 
-/// Prefixes of 3proxy's optional PCRE commands (`pcre*`): known, not
-/// built. (Every `ssl_*` command of 3proxy is in the table.)
+/// The PCRE plugin's family (`pcre*`): a name of it that is none of the
+/// table's commands is refused as not supported yet, since a later 3proxy
+/// may add it. (Every `ssl_*` command of 3proxy is in the table.)
 const OPTIONAL_FAMILIES: &[&str] = &["pcre"];
 
 /// Find a command and run it, checking the argument count first.

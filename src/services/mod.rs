@@ -59,7 +59,7 @@ pub struct Entry {
     pub kind: Kind,
 }
 
-/// The services built so far; the others are refused as "not supported yet".
+/// The services, with 3proxy's names: every service of 3proxy 1.0.0.
 pub static SERVICES: &[Entry] = &[
     Entry {
         def: ServiceDef {
