@@ -14,7 +14,7 @@ BIN         = target/release/3proxy
 # Other names of the one binary: the password tool and the standalone
 # services, as 3proxy installs them.
 LINKS       = 3proxy_crypt 3proxy_proxy 3proxy_socks 3proxy_pop3p 3proxy_smtpp 3proxy_imapp 3proxy_ftppr \
-              3proxy_tcppm 3proxy_udppm
+              3proxy_tcppm 3proxy_udppm 3proxy_tlspr
 
 .PHONY: all test check lint fuzz asan soak install install-bin install-man install-etc install-init uninstall clean bench run
 

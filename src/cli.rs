@@ -237,7 +237,7 @@ fn block_signals() -> Result<SigSet, String> {
 
 /// The services 3proxy also installs as programs of their own.
 const STANDALONE: &[&str] = &[
-    "proxy", "socks", "pop3p", "smtpp", "imapp", "ftppr", "tcppm", "udppm",
+    "proxy", "socks", "pop3p", "smtpp", "imapp", "ftppr", "tcppm", "udppm", "tlspr",
 ];
 
 /// `3proxy_<service>` as the program name: which service.

@@ -57,6 +57,7 @@ fn make_install_lays_out_every_file() {
         "3proxy_smtpp",
         "3proxy_tcppm",
         "3proxy_udppm",
+        "3proxy_tlspr",
     ] {
         let link = fs::read_link(dest.join("usr/local/bin").join(name)).expect(name);
         assert_eq!(link, std::path::Path::new("3proxy"), "{name}");
@@ -211,13 +212,13 @@ fn readme_names_every_installed_link() {
         .map(|e| e.file_name().to_string_lossy().into_owned())
         .collect();
     links.sort();
-    assert_eq!(links.len(), 9, "{links:?}");
+    assert_eq!(links.len(), 10, "{links:?}");
     let readme = fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README")).unwrap();
     let start = readme
         .find("`make install` puts")
         .expect("the install paragraph");
     let para = &readme[start..start + readme[start..].find("\n\n").unwrap()];
-    assert!(para.contains("nine links"), "{para}");
+    assert!(para.contains("ten links"), "{para}");
     for l in &links {
         assert!(
             para.contains(&format!("`{l}`")),

@@ -432,3 +432,55 @@ fn imapp_runs_from_its_command_line() {
          * got t LOGIN a:b:bob pw\r\n"
     );
 }
+
+/// `3proxy_tlspr`, which 3proxy 1.0.0 installs too: the SNI of the
+/// client's ClientHello names the destination, `-P` its port.
+#[test]
+fn tlspr_runs_from_its_command_line() {
+    let dir = Dir::new("standalone_tlspr");
+    let pki = crate::tls::Pki::new(&dir);
+    let (oport, sni) = crate::tls::tls_origin(
+        &pki,
+        b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\nConnection: close\r\n\r\nok\n",
+    );
+    let port = free_port();
+    let prog = link(&dir, "3proxy_tlspr");
+    let mut child = Command::new(&prog)
+        .args(["-i127.0.0.1", &format!("-p{port}"), &format!("-P{oport}")])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let up = wait_for(
+        || std::net::TcpStream::connect(localhost(port)).is_ok(),
+        START_TIMEOUT,
+    );
+    if !up {
+        let _ = child.kill();
+        let out = child.wait_with_output().unwrap();
+        panic!(
+            "3proxy_tlspr did not listen: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let out = Command::new("curl")
+        .args(["-sS", "--max-time", "20", "--noproxy", "*"])
+        .args(["--cacert", p(&pki.ca)])
+        .args(["--resolve", &format!("localhost:{port}:127.0.0.1")])
+        .arg(format!("https://localhost:{port}/"))
+        .output()
+        .expect("run curl");
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "ok\n");
+    let asked = sni
+        .recv_timeout(Duration::from_secs(20))
+        .expect("the origin's handshake");
+    assert_eq!(asked.as_deref(), Some("localhost"), "the SNI passed on");
+}
