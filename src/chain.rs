@@ -19,7 +19,8 @@ use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};
 
 use crate::net::{Dialer, Family, Stream};
-use crate::parent::{extip, pick_avoiding, proxy_v1_line, random, retries, Hop, Kind};
+use crate::parent::{extip, pick_avoiding, random, retries, Hop, Kind};
+use crate::proto::proxy_v1;
 use crate::proto::socks::Dest;
 use crate::proto::{http, socks};
 use crate::res::Res;
@@ -540,7 +541,7 @@ fn send_proxy_header(s: &Stream, chain_to: Duration, want: &Want<'_>) -> Result<
     let (Some(cli), Some(srv)) = (want.client, want.local) else {
         return Err(Res::PARENT_HA_SEND);
     };
-    let line = proxy_v1_line(cli, srv);
+    let line = proxy_v1::encode(cli, srv);
     let _ = s.set_timeout(Some(chain_to));
     let mut w = s;
     w.write_all(line.as_bytes())

@@ -22,9 +22,9 @@ use crate::logformat::{LogFormat, LogRecord, LOOP_CAP};
 use crate::net::Stream;
 use crate::proto::http::{self, ChunkScanner, Rewrite};
 use crate::proto::socks::{self, Dest};
+use crate::proto::{dns, ftp, imap, mail, proxy_v1, smtp, tls};
 use crate::proxyproto;
 use crate::resolve;
-use crate::services::{dnspr, ftppr, imapp, login, smtpp, socks as socks_svc, tlspr};
 
 /// A target's entry point: it takes the input as it comes.
 pub type Target = fn(&[u8]);
@@ -418,16 +418,17 @@ fn text(b: &[u8]) -> String {
 
 // --- SOCKS -----------------------------------------------------------------
 
-/// The SOCKS server's handshake (services::socks, 4, 4a and 5 with RFC
-/// 1929): what a request asks for, encoded again, reads as the same
-/// request; the bytes read and the early data add up to the input.
+/// The SOCKS server's handshake (`proto::socks::read_from`, as
+/// services::socks runs it: 4, 4a and 5 with RFC 1929): what a request
+/// asks for, encoded again, reads as the same request; the bytes read and
+/// the early data add up to the input.
 pub fn socks_server(data: &[u8]) {
     let data = cut(data);
     let Some((&opts, input)) = data.split_first() else {
         return;
     };
     let needuser = u32::from(opts % 3);
-    let (ask, sent) = socks_svc::read_handshake(input, needuser);
+    let (ask, sent) = socks::read_handshake(input, needuser);
     // The server only ever answers the greeting and the RFC 1929
     // exchange here: at most 2 + 2 bytes.
     assert!(sent.len() <= 4, "sent {sent:?}");
@@ -465,7 +466,7 @@ pub fn socks_server(data: &[u8]) {
         }
     };
     let again = again.expect("a parsed request encodes");
-    let (ask2, _) = socks_svc::read_handshake(&again, needuser);
+    let (ask2, _) = socks::read_handshake(&again, needuser);
     let ask2 = ask2.unwrap_or_else(|e| panic!("re-encoded request refused: {e:?} {again:?}"));
     assert!(
         ask2.ver == ask.ver && ask2.cmd == ask.cmd && ask2.dest == ask.dest,
@@ -548,13 +549,13 @@ fn v5_reply_len(r: &[u8], creds: bool, short: bool) -> Option<usize> {
 
 // --- TLS, DNS, PROXY --------------------------------------------------------
 
-/// tlspr's ClientHello reader (`tlspr::parse_hello`): the SNI and ALPN it
-/// finds, put in a hello of our own, read back the same.
+/// tlspr's ClientHello reader (`proto::tls::parse_hello`): the SNI and
+/// ALPN it finds, put in a hello of our own, read back the same.
 pub fn tls_hello(data: &[u8]) {
     let data = cut(data);
     for kind in [1, 2] {
         let mut lv = -1;
-        let Ok(h) = tlspr::parse_hello(kind, data, &mut lv) else {
+        let Ok(h) = tls::parse_hello(kind, data, &mut lv) else {
             continue;
         };
         assert!((0..=255).contains(&lv), "version {lv}");
@@ -571,7 +572,7 @@ pub fn tls_hello(data: &[u8]) {
         let built = client_hello(h.sni.as_deref(), h.alpn.as_deref());
         let mut lv2 = -1;
         if kind == 1 {
-            let h2 = tlspr::parse_hello(1, &built, &mut lv2)
+            let h2 = tls::parse_hello(1, &built, &mut lv2)
                 .unwrap_or_else(|e| panic!("our own hello refused: {e}"));
             assert_eq!(h2, h, "our own hello read back");
         }
@@ -616,12 +617,12 @@ fn client_hello(sni: Option<&[u8]>, alpn: Option<&[u8]>) -> Vec<u8> {
     rec
 }
 
-/// dnspr's query reader (`dnspr::Question`): the question lies inside
-/// the datagram, and the replies built from it are DNS messages that
-/// carry the query's ID and question.
+/// dnspr's query reader (`proto::dns::Question`): the question lies
+/// inside the datagram, and the replies built from it are DNS messages
+/// that carry the query's ID and question.
 pub fn dns_proxy(data: &[u8]) {
     let data = cut(data);
-    let Ok(q) = dnspr::Question::parse(data) else {
+    let Ok(q) = dns::Question::parse(data) else {
         return;
     };
     assert!(q.end <= data.len() && q.end >= 17, "end {}", q.end);
@@ -697,12 +698,12 @@ pub fn dns_reply(data: &[u8]) {
     }
 }
 
-/// The PROXY protocol v1 header (`proxyproto`): a header that parses,
-/// written again, parses to the same addresses; `read` takes the header
-/// line off a socket and not one byte after it.
+/// The PROXY protocol v1 header (`proto::proxy_v1`): a header that
+/// parses, written again, parses to the same addresses; `proxyproto::read`
+/// takes the header line off a socket and not one byte after it.
 pub fn proxy_header(data: &[u8]) {
     let data = cut(data);
-    if let Ok(Some((src, dst))) = proxyproto::parse(data) {
+    if let Ok(Some((src, dst))) = proxy_v1::parse(data) {
         assert_eq!(src.is_ipv6(), dst.is_ipv6());
         let fam = if src.is_ipv6() { "TCP6" } else { "TCP4" };
         let line = format!(
@@ -712,8 +713,8 @@ pub fn proxy_header(data: &[u8]) {
             src.port(),
             dst.port()
         );
-        assert!(line.len() <= proxyproto::MAX_LINE, "{line:?}");
-        assert_eq!(proxyproto::parse(line.as_bytes()), Ok(Some((src, dst))));
+        assert!(line.len() <= proxy_v1::MAX_LINE, "{line:?}");
+        assert_eq!(proxy_v1::parse(line.as_bytes()), Ok(Some((src, dst))));
     }
     let Ok((ours, mut theirs)) = std::os::unix::net::UnixStream::pair() else {
         return;
@@ -730,9 +731,9 @@ pub fn proxy_header(data: &[u8]) {
     let line_end = data.iter().position(|&b| b == b'\n').map(|i| i + 1);
     if let Ok(h) = r {
         let end = line_end.expect("a header without its line end was taken");
-        assert!(end <= proxyproto::MAX_LINE);
+        assert!(end <= proxy_v1::MAX_LINE);
         assert_eq!(left, data[end..], "read took more than the header line");
-        assert_eq!(proxyproto::parse(&data[..end]), Ok(h));
+        assert_eq!(proxy_v1::parse(&data[..end]), Ok(h));
     }
 }
 
@@ -775,13 +776,13 @@ pub fn logformat(data: &[u8]) {
 }
 
 /// The line readers and login parsers of pop3p, imapp, smtpp and ftppr
-/// (`services::login`, the AUTH decoders): lines read from a buffer or a
-/// socket add up to the input; a login that parses, written again,
-/// parses the same.
+/// (`proto::mail`, `proto::ftp`, the AUTH decoders of `proto::imap` and
+/// `proto::smtp`): lines read from a buffer or a socket add up to the
+/// input; a login that parses, written again, parses the same.
 pub fn mail_ftp(data: &[u8]) {
     let data = cut(data);
     // Lines from what an earlier handler read.
-    let mut early = login::Lines::with(data);
+    let mut early = mail::Lines::with(data);
     let mut lines = Vec::new();
     while let Some(l) = early.buffered() {
         assert_eq!(l.last(), Some(&b'\n'));
@@ -794,11 +795,12 @@ pub fn mail_ftp(data: &[u8]) {
     // Lines from a socket, at most 100 bytes each.
     if let Ok((ours, mut theirs)) = std::os::unix::net::UnixStream::pair() {
         if theirs.write_all(data).is_ok() && theirs.shutdown(std::net::Shutdown::Write).is_ok() {
+            let _ = ours.set_read_timeout(Some(Duration::from_secs(5)));
             let s = Stream::Unix(ours);
-            let mut rd = login::Lines::default();
+            let mut rd = mail::Lines::default();
             let mut got = Vec::new();
             loop {
-                let l = rd.line(&s, 100, Duration::from_secs(5));
+                let l = rd.line_from(100, |chunk| (&s).read(chunk));
                 if l.is_empty() {
                     break;
                 }
@@ -815,18 +817,18 @@ pub fn mail_ftp(data: &[u8]) {
         let arg = l.strip_suffix(b"\n").unwrap_or(l);
         let arg = arg.strip_suffix(b"\r").unwrap_or(arg);
         mail_login(arg);
-        if let Some(raw) = smtpp::decode(arg) {
-            if let Some((name, pass)) = smtpp::split_plain(&raw) {
+        if let Some(raw) = smtp::decode(arg) {
+            if let Some((name, pass)) = smtp::split_plain(&raw) {
                 assert!(name.len() + pass.len() < raw.len());
             }
         }
-        if let Some(raw) = imapp::de64(arg, 319) {
+        if let Some(raw) = imap::de64(arg, 319) {
             assert!(raw.len() <= 319);
-            if let Some((u, p)) = imapp::parse_plain(&raw) {
+            if let Some((u, p)) = imap::parse_plain(&raw) {
                 assert!(!u.contains(&0) && !p.contains(&0));
             }
         }
-        if let Some((u, p)) = imapp::parse_login_args(arg) {
+        if let Some((u, p)) = imap::parse_login_args(arg) {
             assert!(u.len() + p.len() < arg.len());
         }
     }
@@ -836,11 +838,11 @@ pub fn mail_ftp(data: &[u8]) {
 fn mail_login(arg: &[u8]) {
     let default = (Some("default.test"), 110);
     for creds in [false, true] {
-        let Some(l) = login::parse_login(arg, b'@', creds, default) else {
+        let Some(l) = mail::parse_login(arg, b'@', creds, default) else {
             continue;
         };
         assert!(!l.host.is_empty() && l.host.len() <= 253 * 3 && l.port > 0);
-        let f = ftppr::parse_login(arg, b'@', creds, Some(("default.test", 110)));
+        let f = ftp::parse_login(arg, b'@', creds, Some(("default.test", 110)));
         let f = f.expect("ftppr refuses what pop3p takes");
         assert!(f.host == l.host && f.port == l.port && f.name == l.name);
         assert!(f.user == l.user && f.password == l.password);
@@ -854,7 +856,7 @@ fn mail_login(arg: &[u8]) {
             l.host.clone()
         };
         let again = format!("{}@{host}:{}", l.name, l.port);
-        let l2 = login::parse_login(again.as_bytes(), b'@', false, default);
+        let l2 = mail::parse_login(again.as_bytes(), b'@', false, default);
         assert_eq!(l2.as_ref(), Some(&l), "{again:?}");
     }
 }

@@ -555,18 +555,6 @@ pub fn random_in_prefix(base: Ipv6Addr, len: u8, r: u128) -> Ipv6Addr {
     Ipv6Addr::from((u128::from(base) & !host_mask) | (r & host_mask))
 }
 
-/// `PROXY TCP4|TCP6 SRC DST SPORT DPORT\r\n`.
-pub fn proxy_v1_line(client: SocketAddr, local: SocketAddr) -> String {
-    let fam = if client.is_ipv4() { "TCP4" } else { "TCP6" };
-    format!(
-        "PROXY {fam} {} {} {} {}\r\n",
-        client.ip(),
-        local.ip(),
-        client.port(),
-        local.port()
-    )
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -792,18 +780,6 @@ mod tests {
         assert_eq!(a, base);
         let a = random_in_prefix(base, 0, 5);
         assert_eq!(a, "::5".parse::<Ipv6Addr>().unwrap());
-    }
-
-    #[test]
-    fn proxy_v1_lines() {
-        assert_eq!(
-            proxy_v1_line("1.2.3.4:5".parse().unwrap(), "6.7.8.9:10".parse().unwrap()),
-            "PROXY TCP4 1.2.3.4 6.7.8.9 5 10\r\n"
-        );
-        assert_eq!(
-            proxy_v1_line("[::1]:5".parse().unwrap(), "[::2]:10".parse().unwrap()),
-            "PROXY TCP6 ::1 ::2 5 10\r\n"
-        );
     }
 
     #[test]

@@ -585,19 +585,6 @@ fn next_lf(buf: &[u8], from: usize) -> Option<usize> {
         .map(|p| i + p)
 }
 
-/// The method's operation name for the ACL (3proxy's HTTP_* ops).
-pub fn op_of(method: &str) -> crate::acl::Op {
-    use crate::acl::Op;
-    match method {
-        "GET" => Op::HttpGet,
-        "POST" | "BITS_POST" => Op::HttpPost,
-        "PUT" => Op::HttpPut,
-        "HEAD" => Op::HttpHead,
-        "CONNECT" => Op::HttpConnect,
-        _ => Op::HttpOther,
-    }
-}
-
 /// Methods safe to send twice (RFC 9110 section 9.2.2).
 pub fn is_idempotent(method: &str) -> bool {
     matches!(

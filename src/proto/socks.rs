@@ -3,12 +3,21 @@
 //! server side, `services::socks`) and the parent chain (the client side,
 //! `parent`), as g3's `g3-socks` keeps both sides in one place.
 //!
-//! Invariant: nothing here does IO; every function takes bytes or values
-//! and returns bytes or values, and none of them panics on any input.
+//! The server side reads a client's handshake through a [`Source`] (the
+//! service's socket) and answers it through a [`Peer`], so the reader
+//! itself is pure; the client side is the handshakes with a SOCKS parent,
+//! on a stream the caller connected.
+//!
+//! Invariant: but for those client handshakes, nothing here does IO;
+//! every function takes bytes or values and returns bytes or values, and
+//! none of them panics on any input.
 
+use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::time::Duration;
 
 use crate::res::Res;
+use crate::timeouts::Timeouts;
 
 /// SOCKS5 methods (RFC 1928 section 3).
 pub const METHOD_NONE: u8 = 0;
@@ -198,6 +207,348 @@ pub fn choose_method(offered: &[u8], needuser: u32) -> u8 {
         2 if has(METHOD_USERPASS) => METHOD_USERPASS,
         _ => METHOD_REFUSED,
     }
+}
+
+// --- The server side: reading a client's handshake --------------------------
+
+/// What the client asked for.
+#[derive(Debug)]
+pub(crate) struct Ask {
+    pub(crate) ver: u8,
+    pub(crate) cmd: u8,
+    pub(crate) dest: Dest,
+    pub(crate) user: Option<String>,
+    pub(crate) password: Option<String>,
+    /// Bytes the client sent after its request without waiting for the
+    /// reply (read with it): the start of the session's data.
+    pub(crate) early: Vec<u8>,
+}
+
+/// The largest handshake message: a SOCKS4a request with a 255-byte user
+/// id and a 255-byte name (an RFC 1929 one is 513 bytes).
+const HANDSHAKE_BUF: usize = 528;
+
+/// Where a client's handshake comes from once the bytes read before are
+/// used up: the client's socket (`services::socks`), or nothing.
+pub(crate) trait Source {
+    /// Read into `room`, waiting at most `wait` (how long the client may
+    /// take); 0 or an error: no more bytes come.
+    fn recv(&mut self, room: &mut [u8], wait: Duration) -> io::Result<usize>;
+}
+
+/// Nothing past the bytes given (the fuzz target's reader).
+struct Nothing;
+
+impl Source for Nothing {
+    fn recv(&mut self, _: &mut [u8], _: Duration) -> io::Result<usize> {
+        Ok(0)
+    }
+}
+
+/// Reads the client's handshake: BYTE_LONG for the first byte of a
+/// message, BYTE_SHORT for the rest, each failure mapped to the code
+/// 3proxy logs. Bytes come through a buffer, so a message that arrived
+/// whole costs one recv() whatever its fields.
+pub(crate) struct Reader<'a, S> {
+    src: S,
+    /// Bytes another handler read before it handed the client over: read
+    /// before the socket.
+    pre: &'a [u8],
+    long: Duration,
+    short: Duration,
+    buf: [u8; HANDSHAKE_BUF],
+    pos: usize,
+    end: usize,
+}
+
+impl<'a, S: Source> Reader<'a, S> {
+    /// `long` and `short`: BYTE_LONG and BYTE_SHORT.
+    pub(crate) fn new(src: S, pre: &'a [u8], long: Duration, short: Duration) -> Reader<'a, S> {
+        Reader {
+            src,
+            pre,
+            long,
+            short,
+            buf: [0; HANDSHAKE_BUF],
+            pos: 0,
+            end: 0,
+        }
+    }
+
+    /// Read more bytes; `wait` is how long the client may take.
+    fn fill(&mut self, wait: Duration, code: Res) -> Result<(), Res> {
+        if self.pos == self.end {
+            (self.pos, self.end) = (0, 0);
+        } else if self.end == self.buf.len() {
+            self.buf.copy_within(self.pos..self.end, 0);
+            (self.end, self.pos) = (self.end - self.pos, 0);
+        }
+        let room = &mut self.buf[self.end..];
+        if !self.pre.is_empty() {
+            let n = room.len().min(self.pre.len());
+            room[..n].copy_from_slice(&self.pre[..n]);
+            self.pre = &self.pre[n..];
+            self.end += n;
+            return Ok(());
+        }
+        match self.src.recv(room, wait) {
+            Ok(0) | Err(_) => Err(code),
+            Ok(n) => {
+                self.end += n;
+                Ok(())
+            }
+        }
+    }
+
+    /// The first byte of a message: the client may think first.
+    fn first(&mut self, code: Res) -> Result<u8, Res> {
+        if self.pos == self.end {
+            self.fill(self.long, code)?;
+        }
+        self.byte(code)
+    }
+
+    fn byte(&mut self, code: Res) -> Result<u8, Res> {
+        let mut b = [0u8; 1];
+        self.exact(&mut b, code)?;
+        Ok(b[0])
+    }
+
+    fn exact(&mut self, b: &mut [u8], code: Res) -> Result<(), Res> {
+        while self.end - self.pos < b.len() {
+            self.fill(self.short, code)?;
+        }
+        b.copy_from_slice(&self.buf[self.pos..self.pos + b.len()]);
+        self.pos += b.len();
+        Ok(())
+    }
+
+    fn port(&mut self) -> Result<u16, Res> {
+        let mut p = [0u8; 2];
+        self.exact(&mut p, Res::SOCKS_SHORT)?;
+        Ok(u16::from_be_bytes(p))
+    }
+
+    /// A NUL-terminated string (SOCKS4 user id, 4a host name) of at most
+    /// 255 bytes; a longer one is refused (441) rather than read forever.
+    fn cstr(&mut self) -> Result<Vec<u8>, Res> {
+        let mut out = Vec::new();
+        loop {
+            let b = self.byte(Res::SOCKS_SHORT)?;
+            if b == 0 {
+                return Ok(out);
+            }
+            if out.len() >= 255 {
+                return Err(Res::SOCKS_SHORT);
+            }
+            out.push(b);
+        }
+    }
+
+    /// A length-prefixed string (RFC 1929 fields, SOCKS5 names).
+    fn pstr(&mut self, len_code: Res) -> Result<Vec<u8>, Res> {
+        let n = self.byte(len_code)? as usize;
+        let mut v = vec![0u8; n];
+        self.exact(&mut v, Res::SOCKS_SHORT)?;
+        Ok(v)
+    }
+
+    /// What was read past the request.
+    fn rest(&self) -> Vec<u8> {
+        [&self.buf[self.pos..self.end], self.pre].concat()
+    }
+}
+
+/// What the handshake needs from the session besides the client's bytes:
+/// a way to answer, and the `auth` chain's early verdict on RFC 1929
+/// credentials.
+pub(crate) trait Peer {
+    fn send(&mut self, bytes: &[u8]) -> io::Result<()>;
+    fn refuses(&self, user: &str, password: &str) -> Option<Res>;
+}
+
+/// The fuzz target's peer: replies are collected, every login passes.
+struct Collect(Vec<u8>);
+
+impl Peer for Collect {
+    fn send(&mut self, bytes: &[u8]) -> io::Result<()> {
+        self.0.extend_from_slice(bytes);
+        Ok(())
+    }
+
+    fn refuses(&self, _: &str, _: &str) -> Option<Res> {
+        None
+    }
+}
+
+/// The handshake read from `input` alone, as a client sending exactly
+/// these bytes and then nothing would get it read (for `crate::fuzzing`):
+/// what was asked or the code, and the bytes the service answered.
+pub(crate) fn read_handshake(input: &[u8], needuser: u32) -> (Result<Ask, Res>, Vec<u8>) {
+    let t = Timeouts::default();
+    let mut r = Reader::new(
+        Nothing,
+        input,
+        t.get(Timeouts::BYTE_LONG),
+        t.get(Timeouts::BYTE_SHORT),
+    );
+    let mut peer = Collect(Vec::new());
+    let (mut ver, mut owed, mut refused) = (None, false, None);
+    let ask = read_from(
+        &mut r,
+        &mut peer,
+        needuser,
+        &mut ver,
+        &mut owed,
+        &mut refused,
+    );
+    (ask, peer.0)
+}
+
+/// The greeting and request from `r`, the answers to the greeting and to
+/// RFC 1929 sent through `peer`; `ver`, `owed` and `refused` as for
+/// `services::socks`'s `read_request`.
+pub(crate) fn read_from<S: Source>(
+    r: &mut Reader<'_, S>,
+    peer: &mut dyn Peer,
+    needuser: u32,
+    ver: &mut Option<u8>,
+    owed: &mut bool,
+    refused: &mut Option<String>,
+) -> Result<Ask, Res> {
+    let v = r.first(Res::SOCKS_VERSION)?;
+    if v != 4 && v != 5 {
+        return Err(Res::SOCKS_VERSION);
+    }
+    *ver = Some(v);
+    let mut ask = if v == 4 {
+        *owed = true;
+        read_v4(r, needuser)
+    } else {
+        read_v5(r, peer, needuser, owed, refused)
+    }?;
+    ask.early = r.rest();
+    Ok(ask)
+}
+
+fn read_v4<S: Source>(r: &mut Reader<'_, S>, needuser: u32) -> Result<Ask, Res> {
+    let cmd = r.byte(Res::SOCKS_SHORT)?;
+    let port = r.port()?;
+    let mut ip = [0u8; 4];
+    r.exact(&mut ip, Res::SOCKS_SHORT)?;
+    let user = r.cstr()?;
+    // SOCKS4a: DSTIP 0.0.0.x with x non-zero, the name after the user id.
+    let dest = if ip[..3] == [0, 0, 0] && ip[3] != 0 {
+        let name = String::from_utf8(r.cstr()?).map_err(|_| Res::SOCKS_SHORT)?;
+        if name.is_empty() {
+            return Err(Res::SOCKS_NULL_ADDR);
+        }
+        Dest::Name(name, port)
+    } else {
+        Dest::Addr(SocketAddr::new(IpAddr::V4(Ipv4Addr::from(ip)), port))
+    };
+    if cmd != CMD_CONNECT && cmd != CMD_BIND {
+        return Err(Res::SOCKS_COMMAND);
+    }
+    // The user id is a user name only where the service asks for one.
+    let user = (needuser > 0 && !user.is_empty()).then(|| String::from_utf8_lossy(&user).into());
+    Ok(Ask {
+        ver: 4,
+        cmd,
+        dest,
+        user,
+        password: None,
+        early: Vec::new(),
+    })
+}
+
+fn read_v5<S: Source>(
+    r: &mut Reader<'_, S>,
+    c: &mut dyn Peer,
+    needuser: u32,
+    owed: &mut bool,
+    refused: &mut Option<String>,
+) -> Result<Ask, Res> {
+    let n = r.byte(Res::SOCKS_SHORT)? as usize;
+    let mut methods = vec![0u8; n];
+    r.exact(&mut methods, Res::SOCKS_SHORT)?;
+    let m = choose_method(&methods, needuser);
+    c.send(&[5, m]).map_err(|_| Res::SOCKS_VERSION)?;
+    if m == METHOD_REFUSED {
+        return Err(if needuser > 1 {
+            Res::AUTH_NO_USER
+        } else {
+            Res::SOCKS_SHORT
+        });
+    }
+    let (mut user, mut password) = (None, None);
+    if m == METHOD_USERPASS {
+        // RFC 1929. Where the `auth` chain is sure to refuse these
+        // credentials whatever the request (`access::refuses_credentials`:
+        // `auth strong` and a wrong password, say) the answer is failure
+        // and the connection closes, as the RFC says. Otherwise it is
+        // success and the credentials are checked with the request, as
+        // 3proxy always does: a refusal then gets REP 2.
+        if r.first(Res::SOCKS_AUTH_VERSION)? != 1 {
+            let _ = c.send(&[1, 1]);
+            return Err(Res::SOCKS_AUTH_VERSION);
+        }
+        let u = r.pstr(Res::SOCKS_SHORT_NAME)?;
+        let p = r.pstr(Res::SOCKS_SHORT_PASSWORD)?;
+        if needuser > 0 {
+            let (u, p) = (
+                String::from_utf8_lossy(&u).into_owned(),
+                String::from_utf8_lossy(&p).into_owned(),
+            );
+            if let Some(res) = c.refuses(&u, &p) {
+                let _ = c.send(&[1, 1]);
+                *refused = Some(u);
+                return Err(res);
+            }
+            (user, password) = (Some(u), Some(p));
+        }
+        c.send(&[1, 0]).map_err(|_| Res::SOCKS_AUTH_REPLY)?;
+    }
+    *owed = true;
+    if r.first(Res::SOCKS_REQUEST_VERSION)? != 5 {
+        return Err(Res::SOCKS_REQUEST_VERSION);
+    }
+    let cmd = r.byte(Res::SOCKS_SHORT)?;
+    r.byte(Res::SOCKS_SHORT_RSV)?;
+    let atyp = r.byte(Res::SOCKS_SHORT)?;
+    if !(CMD_CONNECT..=CMD_UDP).contains(&cmd) {
+        return Err(Res::SOCKS_COMMAND);
+    }
+    let dest = match atyp {
+        ATYP_V4 => {
+            let mut ip = [0u8; 4];
+            r.exact(&mut ip, Res::SOCKS_SHORT)?;
+            Dest::Addr(SocketAddr::new(IpAddr::V4(Ipv4Addr::from(ip)), r.port()?))
+        }
+        ATYP_V6 => {
+            let mut ip = [0u8; 16];
+            r.exact(&mut ip, Res::SOCKS_SHORT)?;
+            Dest::Addr(SocketAddr::new(IpAddr::V6(Ipv6Addr::from(ip)), r.port()?))
+        }
+        ATYP_NAME => {
+            let name = r.pstr(Res::SOCKS_SHORT_NAME)?;
+            let port = r.port()?;
+            let name = String::from_utf8(name).map_err(|_| Res::NOHOST)?;
+            if name.is_empty() {
+                return Err(Res::SOCKS_NULL_ADDR);
+            }
+            Dest::Name(name, port)
+        }
+        _ => return Err(Res::NOTIMPL_ATYP),
+    };
+    Ok(Ask {
+        ver: 5,
+        cmd,
+        dest,
+        user,
+        password,
+        early: Vec::new(),
+    })
 }
 
 // --- The client side (parent chains) ---------------------------------------

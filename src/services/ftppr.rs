@@ -31,34 +31,22 @@ use std::net::{IpAddr, Ipv4Addr, Shutdown, SocketAddr, TcpListener};
 
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 
-use super::login::Lines;
 use crate::access::{self, Op, Request};
 use crate::chain;
 use crate::client::Client;
 use crate::filter::{self, Verdict};
 use crate::net::{resolve, Stream};
 use crate::parent;
+use crate::proto::ftp::{
+    epsv_reply, is_final, parse_login, pasv_port, pasv_reply, port_arg, DEFAULT_PORT,
+};
+use crate::proto::mail::{parse_host, starts_ci, text, Lines, Login};
 use crate::relay::{DataFilter, Hooks, RelayOpts};
 use crate::res::Res;
 use crate::timeouts::Timeouts;
 
-/// The destination port when the login names none.
-pub const DEFAULT_PORT: u16 = 21;
 /// The longest line read (3proxy's buffer less its slack).
 const LINE: usize = 2038;
-
-/// A reply's last line: three digits and no `-` after them.
-fn is_final(l: &[u8]) -> bool {
-    l.len() > 3 && l[0].is_ascii_digit() && l[3] != b'-'
-}
-
-fn starts_ci(line: &[u8], word: &[u8]) -> bool {
-    line.len() >= word.len() && line[..word.len()].eq_ignore_ascii_case(word)
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
 
 /// What a `pcre` filter's ACE is matched against in this session
 /// (`host` is the login's host, normalized).
@@ -106,59 +94,10 @@ fn run_filters(c: &Client, kind: u8, op: Op, buf: &mut Vec<u8>, deny: Res) -> Re
     }
 }
 
-/// What USER (and OPEN) said.
-#[derive(Debug, Default, PartialEq, Eq)]
-pub(crate) struct Login {
-    pub(crate) user: Option<String>,
-    pub(crate) password: Option<String>,
-    pub(crate) name: String,
-    pub(crate) host: String,
-    pub(crate) port: u16,
-}
-
-/// `USER`'s argument: the host after the last `delim` (or `host`, from
-/// OPEN or `-h`), and with `creds`, `proxyuser:proxypass:` before the name.
-pub(crate) fn parse_login(
-    arg: &[u8],
-    delim: u8,
-    creds: bool,
-    host: Option<(&str, u16)>,
-) -> Option<Login> {
-    let dport = host.map_or(DEFAULT_PORT, |h| h.1);
-    let (name, host, port) = match arg.iter().rposition(|&b| b == delim) {
-        Some(i) => {
-            let (h, p) = super::login::parse_host(&arg[i + 1..], dport)?;
-            (&arg[..i], h, p)
-        }
-        None => {
-            let (h, p) = host?;
-            (arg, h.to_string(), p)
-        }
-    };
-    if name.is_empty() {
-        return None;
-    }
-    let mut l = Login {
-        name: text(name),
-        host,
-        port,
-        ..Login::default()
-    };
-    if creds {
-        let mut parts = name.splitn(3, |&b| b == b':');
-        if let (Some(u), Some(p), Some(n)) = (parts.next(), parts.next(), parts.next()) {
-            l.user = (!u.is_empty()).then(|| text(u));
-            l.password = (!p.is_empty()).then(|| text(p));
-            l.name = text(n);
-        }
-    }
-    Some(l)
-}
-
 /// `-hhost[:port]`: the destination of logins without a host.
 fn default_dest(other: &[String]) -> Option<(String, u16)> {
     let h = other.iter().rev().find_map(|a| a.strip_prefix("-h"))?;
-    super::login::parse_host(h.as_bytes(), DEFAULT_PORT)
+    parse_host(h.as_bytes(), DEFAULT_PORT)
 }
 
 /// The client's data connection as PASV/EPSV or PORT prepared it.
@@ -289,8 +228,7 @@ fn command(c: &mut Client, st: &mut State, line: &[u8]) -> Result<(), Res> {
     let svc = c.svc().clone();
     let creds = svc.opts.needuser.unwrap_or(1) > 0;
     if starts_ci(line, b"OPEN ") {
-        let (host, port) =
-            super::login::parse_host(&line[5..], DEFAULT_PORT).ok_or(Res::FTP_BAD_HOST)?;
+        let (host, port) = parse_host(&line[5..], DEFAULT_PORT).ok_or(Res::FTP_BAD_HOST)?;
         st.srv = None;
         let l = Login {
             host,
@@ -517,16 +455,9 @@ fn prepare_data(c: &mut Client, st: &mut State, line: &[u8]) -> Result<String, R
     let local = c.local_addr.ok_or(Res::FTP_DATA_SOCKET)?;
     let bind = SocketAddr::new(local.ip(), 0);
     if starts_ci(line, b"PORT ") {
-        let n: Vec<u32> = text(&line[5..])
-            .trim()
-            .split(',')
-            .map(|x| x.trim().parse().unwrap_or(u32::MAX))
-            .collect();
-        if n.len() != 6 || n.iter().any(|&x| x > 255) {
-            return Err(Res::FTP_BAD_PORT);
-        }
+        let port = port_arg(&line[5..]).ok_or(Res::FTP_BAD_PORT)?;
         let client = c.client_addr.ok_or(Res::FTP_DATA_CONNECT)?;
-        let to = SocketAddr::new(client.ip(), ((n[4] << 8) ^ n[5]) as u16);
+        let to = SocketAddr::new(client.ip(), port);
         let domain = if bind.is_ipv4() {
             Domain::IPV4
         } else {
@@ -545,37 +476,13 @@ fn prepare_data(c: &mut Client, st: &mut State, line: &[u8]) -> Result<String, R
     let port = l.local_addr().map_err(|_| Res::FTP_DATA_NAME)?.port();
     st.data = Data::Listening(l);
     if starts_ci(line, b"EPSV") {
-        return Ok(format!("229 OK (|||{port}|)\r\n"));
+        return Ok(epsv_reply(port));
     }
     let ip = match local.ip() {
         IpAddr::V4(v4) => v4,
         IpAddr::V6(_) => Ipv4Addr::LOCALHOST,
     };
-    let o = ip.octets();
-    Ok(format!(
-        "227 OK ({},{},{},{},{},{})\r\n",
-        o[0],
-        o[1],
-        o[2],
-        o[3],
-        port >> 8,
-        port & 0xff
-    ))
-}
-
-/// The numbers of a 227 reply: the port.
-fn pasv_port(reply: &[u8]) -> Option<u16> {
-    let s = text(reply.get(4..)?);
-    let open = s.find('(')?;
-    let close = open + s[open..].find(')')?;
-    let n: Vec<u16> = s[open + 1..close]
-        .split(',')
-        .map(|x| x.trim().parse().ok())
-        .collect::<Option<_>>()?;
-    if n.len() != 6 {
-        return None;
-    }
-    Some(((n[4] & 0xff) << 8) | (n[5] & 0xff))
+    Ok(pasv_reply(ip, port))
 }
 
 /// Open the server's data connection (3proxy's ftpdata, op FTP_DATA) and
@@ -720,33 +627,4 @@ fn transfer(c: &mut Client, st: &mut State, line: &[u8]) -> Result<(), Res> {
         }
     }
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn logins() {
-        let l = parse_login(b"me@corp@ftp.example:2121", b'@', true, None).unwrap();
-        assert_eq!(
-            (l.name.as_str(), l.host.as_str(), l.port),
-            ("me@corp", "ftp.example", 2121)
-        );
-        let l = parse_login(b"bob@h", b'@', true, None).unwrap();
-        assert_eq!(l.port, 21);
-        let l = parse_login(b"bob", b'@', true, Some(("h", 2100))).unwrap();
-        assert_eq!((l.host.as_str(), l.port), ("h", 2100));
-        assert_eq!(parse_login(b"bob", b'@', true, None), None);
-        assert_eq!(parse_login(b"@h", b'@', true, None), None);
-        let l = parse_login(b"pu:pp:bob@h", b'@', true, None).unwrap();
-        assert_eq!((l.user.as_deref(), l.name.as_str()), (Some("pu"), "bob"));
-    }
-
-    #[test]
-    fn pasv_replies() {
-        assert_eq!(pasv_port(b"227 Entering (127,0,0,1,4,1)\r\n"), Some(1025));
-        assert_eq!(pasv_port(b"227 Entering 127,0,0,1,4,1\r\n"), None);
-        assert_eq!(pasv_port(b"227 (1,2,3)\r\n"), None);
-    }
 }

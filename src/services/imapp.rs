@@ -30,18 +30,13 @@
 
 use std::io::Write;
 
-use base64::alphabet;
-use base64::engine::general_purpose::{GeneralPurpose, GeneralPurposeConfig};
-use base64::engine::DecodePaddingMode;
-use base64::Engine;
-
-use super::login::{
-    connect, parse_host, parse_login, starts_ci, starttls_offered, to_tlspr, Lines,
-};
+use super::login::{connect, starttls_offered, to_tlspr};
 use crate::client::{Client, StartTls};
 use crate::net::Stream;
 use crate::parent;
 use crate::proto::http::base64_encode;
+use crate::proto::imap::{cstr, de64, parse_login_args, parse_plain, CRED_MAX};
+use crate::proto::mail::{chomp, has_cap, parse_host, parse_login, starts_ci, Lines};
 use crate::res::Res;
 use crate::timeouts::Timeouts;
 
@@ -51,9 +46,8 @@ pub const DEFAULT_PORT: u16 = 143;
 const CLIENT_LINE: usize = 2038;
 /// The longest server line read.
 const SERVER_LINE: usize = 1023;
-/// The longest tag, name and password (3proxy's buffers less the NUL).
+/// The longest tag (3proxy's buffer less the NUL).
 const TAG_MAX: usize = 62;
-const CRED_MAX: usize = 319;
 /// The greeting and the CAPABILITY answer, with and without STARTTLS.
 const GREETING: [&[u8]; 2] = [
     b"* OK [CAPABILITY IMAP4rev1 AUTH=PLAIN AUTH=LOGIN] IMAP4rev1 Proxy Ready\r\n",
@@ -112,100 +106,8 @@ fn choose(client: Method, caps: Caps) -> Method {
     }
 }
 
-/// Whether `cap` occurs in `line`, in any case (3proxy's hascap).
-fn has_cap(line: &[u8], cap: &[u8]) -> bool {
-    line.windows(cap.len()).any(|w| w.eq_ignore_ascii_case(cap))
-}
-
 fn caps_of(line: &[u8]) -> Caps {
     (has_cap(line, b"AUTH=PLAIN"), has_cap(line, b"AUTH=LOGIN"))
-}
-
-/// 3proxy's de64 decodes whole groups and checks no padding or leftover
-/// bits: the standard alphabet, canonical padding, any leftover bits.
-const DE64: GeneralPurpose = GeneralPurpose::new(
-    &alphabet::STANDARD,
-    GeneralPurposeConfig::new()
-        .with_decode_padding_mode(DecodePaddingMode::RequireCanonical)
-        .with_decode_allow_trailing_bits(true),
-);
-
-/// 3proxy's de64: an optional `+ ` prefix, then whole groups of four
-/// base64 characters up to the first padded group (what follows it is
-/// ignored); at most `max` bytes out. None on any other character or a
-/// short group, and for nothing. A group whose third character is `=`
-/// gives one byte whatever its fourth, which must still be `=` or a
-/// base64 character.
-pub(crate) fn de64(s: &[u8], max: usize) -> Option<Vec<u8>> {
-    let s = s.strip_prefix(b"+ ").unwrap_or(s);
-    let mut groups = Vec::new();
-    for g in s.chunks(4) {
-        let g: [u8; 4] = g.try_into().ok()?;
-        let b64 = |c: u8| c.is_ascii_alphanumeric() || c == b'+' || c == b'/';
-        if g[2] == b'=' && g[3] != b'=' && !b64(g[3]) {
-            return None;
-        }
-        let padded = g[2] == b'=' || g[3] == b'=';
-        if g[2] == b'=' {
-            groups.extend_from_slice(&[g[0], g[1], b'=', b'=']);
-        } else {
-            groups.extend_from_slice(&g);
-        }
-        if padded {
-            break;
-        }
-    }
-    if groups.is_empty() {
-        return None;
-    }
-    let mut out = DE64.decode(&groups).ok()?;
-    out.truncate(max);
-    Some(out)
-}
-
-/// Up to the first NUL, as C's string functions see a buffer.
-fn cstr(b: &[u8]) -> &[u8] {
-    &b[..b.iter().position(|&c| c == 0).unwrap_or(b.len())]
-}
-
-/// A line without its end: cut at the first CR or LF.
-fn chomp(line: &[u8]) -> &[u8] {
-    &line[..line
-        .iter()
-        .position(|&b| b == b'\r' || b == b'\n')
-        .unwrap_or(line.len())]
-}
-
-/// `LOGIN`'s arguments: a name, bare or in double quotes, and the rest of
-/// the line, sent on as it came, as the password.
-pub(crate) fn parse_login_args(args: &[u8]) -> Option<(Vec<u8>, Vec<u8>)> {
-    let (user, pass) = if let Some(rest) = args.strip_prefix(b"\"") {
-        let q = rest.iter().position(|&b| b == b'"')?;
-        let pass = &rest[q + 1..];
-        (&rest[..q], pass.strip_prefix(b" ").unwrap_or(pass))
-    } else {
-        let sp = args.iter().position(|&b| b == b' ')?;
-        (&args[..sp], &args[sp + 1..])
-    };
-    (user.len() <= CRED_MAX && pass.len() <= CRED_MAX).then(|| (user.to_vec(), pass.to_vec()))
-}
-
-/// `AUTHENTICATE PLAIN`'s decoded response: `[authzid] NUL name NUL
-/// password`, or `name NUL password`.
-pub(crate) fn parse_plain(raw: &[u8]) -> Option<(Vec<u8>, Vec<u8>)> {
-    if raw.len() < 3 {
-        return None;
-    }
-    let p1 = raw.iter().position(|&b| b == 0)?;
-    if p1 == raw.len() - 1 {
-        return None;
-    }
-    let (user, pass) = match raw[p1 + 1..].iter().position(|&b| b == 0) {
-        Some(p2) => (&raw[p1 + 1..p1 + 1 + p2], &raw[p1 + 2 + p2..]),
-        None => (&raw[..p1], &raw[p1 + 1..]),
-    };
-    let (user, pass) = (cstr(user), cstr(pass));
-    (user.len() <= CRED_MAX && pass.len() <= CRED_MAX).then(|| (user.to_vec(), pass.to_vec()))
 }
 
 /// What the client logged in with.
@@ -532,61 +434,6 @@ fn greet_and_login(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn login_arguments() {
-        let (u, p) = parse_login_args(b"bob@h secret").unwrap();
-        assert_eq!((&u[..], &p[..]), (&b"bob@h"[..], &b"secret"[..]));
-        let (u, p) = parse_login_args(b"\"me@corp@h\" \"pw x\"").unwrap();
-        assert_eq!((&u[..], &p[..]), (&b"me@corp@h"[..], &b"\"pw x\""[..]));
-        let (u, p) = parse_login_args(b"\"bob@h\"pw").unwrap();
-        assert_eq!((&u[..], &p[..]), (&b"bob@h"[..], &b"pw"[..]));
-        assert_eq!(parse_login_args(b"bob@h"), None);
-        assert_eq!(parse_login_args(b"\"bob@h pw"), None);
-        let long = format!("{} p", "a".repeat(320));
-        assert_eq!(parse_login_args(long.as_bytes()), None);
-    }
-
-    #[test]
-    fn base64_as_3proxy_reads_it() {
-        assert_eq!(de64(b"Ym9i", 100).unwrap(), b"bob");
-        assert_eq!(de64(b"+ Ym9iMQ==", 100).unwrap(), b"bob1");
-        assert_eq!(de64(b"Ym9iMTI=", 100).unwrap(), b"bob12");
-        assert_eq!(de64(b"Ym9iMQ==junk", 100).unwrap(), b"bob1");
-        assert_eq!(de64(b"Ym9iMTIz", 2).unwrap(), b"bo");
-        assert_eq!(de64(b"", 100), None);
-        assert_eq!(de64(b"Ym9", 100), None);
-        assert_eq!(de64(b"Ym9*", 100), None);
-        // A padded third character ends the group, the fourth is still
-        // checked; leftover bits need not be zero.
-        assert_eq!(de64(b"Ym=x", 100).unwrap(), b"b");
-        assert_eq!(de64(b"Ym=*", 100), None);
-        assert_eq!(de64(b"Ym==", 100).unwrap(), b"b");
-        assert_eq!(de64(b"YR==", 100).unwrap(), b"a");
-        assert_eq!(de64(b"Ym9=", 100).unwrap(), b"bo");
-        assert_eq!(de64(b"+/8=", 100).unwrap(), [0xfb, 0xff]);
-        assert_eq!(de64(b"Y===", 100), None);
-        assert_eq!(de64(b"+ ", 100), None);
-        assert_eq!(de64(b"Ym9iM", 100), None);
-        assert_eq!(de64(b"Ym9iYQ", 100), None);
-        assert_eq!(de64(b"Ym9i\r\n", 100), None);
-        assert_eq!(de64(b" Ym9i", 100), None);
-        assert_eq!(de64(b"YQ-_", 100), None);
-        assert_eq!(de64(b"Ym9iMTIz", 100).unwrap(), b"bob123");
-    }
-
-    #[test]
-    fn plain_responses() {
-        let (u, p) = parse_plain(b"\0bob@h\0pw").unwrap();
-        assert_eq!((&u[..], &p[..]), (&b"bob@h"[..], &b"pw"[..]));
-        let (u, p) = parse_plain(b"admin\0bob@h\0pw").unwrap();
-        assert_eq!((&u[..], &p[..]), (&b"bob@h"[..], &b"pw"[..]));
-        let (u, p) = parse_plain(b"bob@h\0pw").unwrap();
-        assert_eq!((&u[..], &p[..]), (&b"bob@h"[..], &b"pw"[..]));
-        assert_eq!(parse_plain(b"bob@h\0"), None);
-        assert_eq!(parse_plain(b"bob@h"), None);
-        assert_eq!(parse_plain(b"a\0"), None);
-    }
 
     #[test]
     fn method_follows_the_server() {

@@ -1,9 +1,10 @@
 //! What the mail proxies (`pop3p`, `imapp`, `smtpp`) and `ftppr` share:
-//! reading protocol lines, splitting a `name@host[:port]` login as 3proxy
-//! does (its last `delimchar`), and admitting and dialing the login's
-//! destination. Not a service: the services import it.
+//! reading protocol lines off a socket, and admitting and dialing the
+//! destination of a login (`proto::mail` splits the lines and the
+//! `name@host[:port]` login, as 3proxy does). Not a service: the services
+//! import it.
 
-use std::io::Read;
+use std::io::{self, Read};
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
@@ -12,160 +13,23 @@ use crate::chain;
 use crate::client::{Client, StartTls};
 use crate::net::{resolve, Stream};
 use crate::parent;
+use crate::proto::mail::{Lines, Login};
 use crate::res::Res;
 
-/// Lines read from a socket, with what came after them kept for the relay.
-#[derive(Default)]
-pub(crate) struct Lines {
-    pub(crate) buf: Vec<u8>,
-    /// Bytes read from the socket in all.
-    pub(crate) total: u64,
-}
-
+/// Reading [`Lines`] off a socket; the splitting is `proto::mail`'s.
 impl Lines {
-    /// A reader with `early` already read (by the handler that handed the
-    /// client over).
-    pub(crate) fn with(early: &[u8]) -> Lines {
-        Lines {
-            buf: early.to_vec(),
-            total: 0,
-        }
-    }
-
-    /// A whole line already read, if there is one.
-    pub(crate) fn buffered(&mut self) -> Option<Vec<u8>> {
-        let end = self.buf.iter().position(|&b| b == b'\n')?;
-        Some(self.buf.drain(..=end).collect())
-    }
-
     /// One line up to and including `\n`, at most `max` bytes; fewer (maybe
     /// none) when the peer closes or `wait` passes first.
     pub(crate) fn line(&mut self, s: &Stream, max: usize, wait: Duration) -> Vec<u8> {
         let until = Instant::now() + wait;
-        let mut scanned = 0;
-        loop {
-            let end = self.buf[scanned..]
-                .iter()
-                .position(|&b| b == b'\n')
-                .map(|i| scanned + i + 1);
-            if let Some(end) = end.filter(|&e| e <= max) {
-                return self.buf.drain(..end).collect();
-            }
-            if self.buf.len() >= max {
-                return self.buf.drain(..max).collect();
-            }
-            scanned = self.buf.len();
+        self.line_from(max, |chunk| {
             let left = until.saturating_duration_since(Instant::now());
             if left.is_zero() || s.set_read_timeout(Some(left)).is_err() {
-                return self.buf.drain(..).collect();
+                return Err(io::ErrorKind::TimedOut.into());
             }
-            let mut chunk = [0u8; 512];
             let mut r = s;
-            match r.read(&mut chunk) {
-                Ok(n) if n > 0 => {
-                    self.buf.extend_from_slice(&chunk[..n]);
-                    self.total += n as u64;
-                }
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                _ => return self.buf.drain(..).collect(),
-            }
-        }
-    }
-}
-
-/// What `USER` said.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Login {
-    /// The proxy's own credentials (`proxyuser:proxypass:name`).
-    pub(crate) user: Option<String>,
-    pub(crate) password: Option<String>,
-    /// The name for the POP3 server.
-    pub(crate) name: String,
-    pub(crate) host: String,
-    pub(crate) port: u16,
-}
-
-pub(super) fn starts_ci(line: &[u8], word: &[u8]) -> bool {
-    line.len() >= word.len() && line[..word.len()].eq_ignore_ascii_case(word)
-}
-
-pub(super) fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
-
-/// `host`, `host:port`, `[v6]`, `[v6]:port` or a bare IPv6 address;
-/// `port` when none is given.
-pub(crate) fn parse_host(s: &[u8], port: u16) -> Option<(String, u16)> {
-    let (host, p) = if let Some(rest) = s.strip_prefix(b"[") {
-        let close = rest.iter().position(|&b| b == b']')?;
-        let after = &rest[close + 1..];
-        let p = match after {
-            [] => None,
-            [b':', p @ ..] => Some(p),
-            _ => return None,
-        };
-        (&rest[..close], p)
-    } else {
-        let colons = s.iter().filter(|&&b| b == b':').count();
-        match s.iter().position(|&b| b == b':') {
-            Some(i) if colons == 1 => (&s[..i], Some(&s[i + 1..])),
-            _ => (s, None),
-        }
-    };
-    if host.is_empty() || host.len() > 253 {
-        return None;
-    }
-    let port = match p {
-        Some(p) => std::str::from_utf8(p)
-            .ok()?
-            .parse()
-            .ok()
-            .filter(|&p| p > 0)?,
-        None => port,
-    };
-    Some((text(host), port))
-}
-
-/// The argument of `USER`, split as 3proxy splits it: the host after the
-/// last `delim`, and with `creds`, `user:pass:` in front of the name.
-/// `default` is `-h`'s host and the port of a host given without one.
-pub(crate) fn parse_login(
-    arg: &[u8],
-    delim: u8,
-    creds: bool,
-    default: (Option<&str>, u16),
-) -> Option<Login> {
-    let (name, host, port) = match arg.iter().rposition(|&b| b == delim) {
-        Some(i) => {
-            let (h, p) = parse_host(&arg[i + 1..], default.1)?;
-            (&arg[..i], h, p)
-        }
-        None => (arg, default.0?.to_string(), default.1),
-    };
-    if name.is_empty() {
-        return None;
-    }
-    let mut login = Login {
-        user: None,
-        password: None,
-        name: text(name),
-        host,
-        port,
-    };
-    if creds {
-        proxy_credentials(name, &mut login);
-    }
-    Some(login)
-}
-
-/// `proxyuser:proxypass:name`: the proxy's own credentials in front of the
-/// name a login carries (each only when not empty), as 3proxy splits them.
-pub(super) fn proxy_credentials(name: &[u8], l: &mut Login) {
-    let mut parts = name.splitn(3, |&b| b == b':');
-    if let (Some(u), Some(p), Some(n)) = (parts.next(), parts.next(), parts.next()) {
-        l.user = (!u.is_empty()).then(|| text(u));
-        l.password = (!p.is_empty()).then(|| text(p));
-        l.name = text(n);
+            r.read(chunk)
+        })
     }
 }
 

@@ -23,12 +23,10 @@
 
 use std::io::Write;
 
-use super::login::{
-    admit_login, connect, parse_host, parse_login, resolve_login, starts_ci, starttls_offered,
-    to_tlspr, Lines, Login,
-};
+use super::login::{admit_login, connect, resolve_login, starttls_offered, to_tlspr};
 use crate::client::{Client, StartTls};
 use crate::parent;
+use crate::proto::mail::{parse_host, parse_login, starts_ci, Lines, Login};
 use crate::res::Res;
 use crate::timeouts::Timeouts;
 
@@ -179,55 +177,6 @@ fn run(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn login(arg: &str) -> Option<Login> {
-        parse_login(arg.as_bytes(), b'@', true, (None, DEFAULT_PORT))
-    }
-
-    #[test]
-    fn splits_at_the_last_delimiter() {
-        let l = login("me@corp@mail.example:2110").unwrap();
-        assert_eq!(
-            (l.name.as_str(), l.host.as_str(), l.port),
-            ("me@corp", "mail.example", 2110)
-        );
-        let l = login("bob@[::1]").unwrap();
-        assert_eq!((l.host.as_str(), l.port), ("::1", 110));
-        let l = login("bob@::1").unwrap();
-        assert_eq!((l.host.as_str(), l.port), ("::1", 110));
-        let l = parse_login(b"a@b#h:1", b'#', true, (None, 110)).unwrap();
-        assert_eq!((l.name.as_str(), l.host.as_str(), l.port), ("a@b", "h", 1));
-    }
-
-    #[test]
-    fn proxy_credentials_in_front() {
-        let l = login("pu:pp:bob@h").unwrap();
-        assert_eq!(l.user.as_deref(), Some("pu"));
-        assert_eq!(l.password.as_deref(), Some("pp"));
-        assert_eq!(l.name, "bob");
-        let l = parse_login(b"pu:pp:bob@h", b'@', false, (None, 110)).unwrap();
-        assert_eq!((l.user, l.name.as_str()), (None, "pu:pp:bob"));
-        let l = login("a:b@h").unwrap();
-        assert_eq!((l.user, l.name.as_str()), (None, "a:b"));
-    }
-
-    #[test]
-    fn bad_logins() {
-        for bad in [
-            "",
-            "bob",
-            "@h",
-            "bob@",
-            "bob@h:",
-            "bob@h:x",
-            "bob@h:0",
-            "bob@h:70000",
-            "bob@[::1",
-        ] {
-            assert_eq!(login(bad), None, "{bad:?}");
-        }
-        assert_eq!(login(&format!("b@{}", "a".repeat(254))), None);
-    }
 
     #[test]
     fn default_host() {

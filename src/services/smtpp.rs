@@ -29,11 +29,13 @@
 
 use std::io::Write;
 
-use super::login::{self, parse_host, parse_login, starts_ci, Lines, Login};
+use super::login;
 use crate::client::{Client, StartTls};
 use crate::net::Stream;
 use crate::parent;
-use crate::proto::http::{base64_decode, base64_encode};
+use crate::proto::http::base64_encode;
+use crate::proto::mail::{parse_host, parse_login, starts_ci, Lines, Login};
+use crate::proto::smtp::{decode, split_plain, MAX_CRED};
 use crate::res::Res;
 use crate::timeouts::Timeouts;
 
@@ -43,8 +45,6 @@ pub const DEFAULT_PORT: u16 = 587;
 const CLIENT_LINE: usize = 310;
 /// The longest server line read before the relay.
 const SERVER_LINE: usize = 319;
-/// The longest decoded login or password.
-const MAX_CRED: usize = 255;
 
 const GREET_FAILED: Res = Res::SMTP_GREET_FAILED;
 const NO_AUTH: Res = Res::SMTP_NO_AUTH;
@@ -87,33 +87,6 @@ fn default_dest(other: &[String]) -> (Option<String>, u16) {
         Some((host, port)) => (Some(host), port),
         None => (None, DEFAULT_PORT),
     }
-}
-
-/// A line without its line end.
-fn chomp(line: &[u8]) -> &[u8] {
-    let end = line
-        .iter()
-        .position(|&b| b == b'\r' || b == b'\n')
-        .unwrap_or(line.len());
-    &line[..end]
-}
-
-/// A base64 credential of at most [`MAX_CRED`] bytes.
-pub(crate) fn decode(b64: &[u8]) -> Option<Vec<u8>> {
-    base64_decode(chomp(b64)).filter(|v| v.len() <= MAX_CRED)
-}
-
-/// `authzid NUL authcid NUL password` with an empty authzid, as 3proxy
-/// takes it: the name and whatever follows the second NUL.
-pub(crate) fn split_plain(raw: &[u8]) -> Option<(&[u8], &[u8])> {
-    if raw.len() < 3 || raw[0] != 0 {
-        return None;
-    }
-    let rest = &raw[1..];
-    let name_end = rest.iter().position(|&b| b == 0).unwrap_or(rest.len());
-    let pass = rest.get(name_end + 1..).unwrap_or(&[]);
-    let pass_end = pass.iter().position(|&b| b == 0).unwrap_or(pass.len());
-    Some((&rest[..name_end], &pass[..pass_end]))
 }
 
 /// `parent smtp 0.0.0.0 0` in another service's ACL: greet the client as
@@ -367,30 +340,6 @@ fn run(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn plain_credentials_as_3proxy_takes_them() {
-        assert_eq!(
-            split_plain(b"\0bob@h\0pw"),
-            Some((&b"bob@h"[..], &b"pw"[..]))
-        );
-        assert_eq!(split_plain(b"\0bob@h"), Some((&b"bob@h"[..], &b""[..])));
-        assert_eq!(
-            split_plain(b"\0bob\0pw\0x"),
-            Some((&b"bob"[..], &b"pw"[..]))
-        );
-        // An authorization identity, or too short: refused.
-        assert_eq!(split_plain(b"z\0bob\0pw"), None);
-        assert_eq!(split_plain(b"\0b"), None);
-    }
-
-    #[test]
-    fn credentials_decode_within_limits() {
-        assert_eq!(decode(b"Ym9i\r\n"), Some(b"bob".to_vec()));
-        assert_eq!(decode(b"!!\r\n"), None);
-        let long = base64_encode(&[b'a'; MAX_CRED + 1]);
-        assert_eq!(decode(long.as_bytes()), None);
-    }
 
     #[test]
     fn default_host_and_port() {

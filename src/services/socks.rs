@@ -5,8 +5,9 @@
 //! The request is read with short per-byte timeouts (BYTE_LONG for the
 //! first byte of each message, BYTE_SHORT after it), checked with
 //! `access::authorize`, and answered with the reply code 3proxy derives
-//! from its result code (`socks::v5_rep`). The wire format is in
-//! `crate::socks`, shared with the parent chain.
+//! from its result code (`socks::v5_rep`). The wire format, the reader of
+//! the client's handshake included, is in `proto::socks`, shared with the
+//! parent chain.
 //!
 //! Who is owed a reply: nothing before the version byte is known (an
 //! unknown version just closes); a SOCKS5 client whose greeting is cut
@@ -34,8 +35,8 @@ use crate::client::Client;
 use crate::net::{resolve, Stream};
 use crate::parent;
 use crate::proto::socks::{
-    choose_method, parse_udp_header, udp_header, v4_reply, v5_rep, v5_reply, Dest, ATYP_NAME,
-    ATYP_V4, ATYP_V6, CMD_BIND, CMD_CONNECT, CMD_UDP, METHOD_REFUSED, METHOD_USERPASS,
+    parse_udp_header, read_from, udp_header, v4_reply, v5_rep, v5_reply, Ask, Dest, Peer, Reader,
+    Source, CMD_BIND, CMD_CONNECT,
 };
 use crate::res::Res;
 use crate::session::DestAt;
@@ -44,84 +45,17 @@ use crate::udprelay::{self, Step};
 
 // --- Reading the request ---------------------------------------------------
 
-/// What the client asked for.
-#[derive(Debug)]
-pub(crate) struct Ask {
-    pub(crate) ver: u8,
-    pub(crate) cmd: u8,
-    pub(crate) dest: Dest,
-    pub(crate) user: Option<String>,
-    pub(crate) password: Option<String>,
-    /// Bytes the client sent after its request without waiting for the
-    /// reply (read with it): the start of the session's data.
-    pub(crate) early: Vec<u8>,
-}
-
-/// The largest handshake message: a SOCKS4a request with a 255-byte user
-/// id and a 255-byte name (an RFC 1929 one is 513 bytes).
-const HANDSHAKE_BUF: usize = 528;
-
-/// Reads the client's handshake: BYTE_LONG for the first byte of a
-/// message, BYTE_SHORT for the rest, each failure mapped to the code
-/// 3proxy logs. Bytes come through a buffer, so a message that arrived
-/// whole costs one recv() whatever its fields; and a read first tries
+/// The client's socket as the handshake's [`Source`]. A read first tries
 /// without waiting, so the socket's timeout is set only when the reader
 /// really has to wait (a setsockopt() per change otherwise).
-struct Reader<'a> {
-    /// None: nothing past `pre` (the fuzz target's reader).
-    s: Option<&'a Stream>,
-    /// Bytes another handler read before it handed the client over: read
-    /// before the socket.
-    pre: &'a [u8],
-    long: Duration,
-    short: Duration,
+struct Socket<'a> {
+    s: &'a Stream,
     /// The read timeout now set on the socket (None: none yet).
     now: Option<Duration>,
-    buf: [u8; HANDSHAKE_BUF],
-    pos: usize,
-    end: usize,
 }
 
-impl<'a> Reader<'a> {
-    /// `known`: the receive timeout the socket has now, if known (from
-    /// its listener: `Client::cli_read_timeout`).
-    fn new(
-        s: Option<&'a Stream>,
-        pre: &'a [u8],
-        t: &crate::timeouts::Timeouts,
-        known: Option<Duration>,
-    ) -> Reader<'a> {
-        Reader {
-            s,
-            pre,
-            long: t.get(Timeouts::BYTE_LONG),
-            short: t.get(Timeouts::BYTE_SHORT),
-            now: known,
-            buf: [0; HANDSHAKE_BUF],
-            pos: 0,
-            end: 0,
-        }
-    }
-
-    /// Read more bytes; `wait` is how long the client may take.
-    fn fill(&mut self, wait: Duration, code: Res) -> Result<(), Res> {
-        if self.pos == self.end {
-            (self.pos, self.end) = (0, 0);
-        } else if self.end == self.buf.len() {
-            self.buf.copy_within(self.pos..self.end, 0);
-            (self.end, self.pos) = (self.end - self.pos, 0);
-        }
-        let room = &mut self.buf[self.end..];
-        if !self.pre.is_empty() {
-            let n = room.len().min(self.pre.len());
-            room[..n].copy_from_slice(&self.pre[..n]);
-            self.pre = &self.pre[n..];
-            self.end += n;
-            return Ok(());
-        }
-        let Some(s) = self.s else {
-            return Err(code);
-        };
+impl Source for Socket<'_> {
+    fn recv(&mut self, room: &mut [u8], wait: Duration) -> io::Result<usize> {
         // With the right timeout set already, one blocking recv() does
         // it (it returns at once with what is there).
         let first = if self.now == Some(wait) {
@@ -129,81 +63,16 @@ impl<'a> Reader<'a> {
         } else {
             MsgFlags::MSG_DONTWAIT
         };
-        let n = match recv(s, room, first) {
+        match recv(self.s, room, first) {
             Err(e) if e.kind() == io::ErrorKind::WouldBlock && !first.is_empty() => {
                 if self.now != Some(wait) {
-                    let _ = s.set_read_timeout(Some(wait));
+                    let _ = self.s.set_read_timeout(Some(wait));
                     self.now = Some(wait);
                 }
-                recv(s, room, MsgFlags::empty())
+                recv(self.s, room, MsgFlags::empty())
             }
             r => r,
-        };
-        match n {
-            Ok(0) | Err(_) => Err(code),
-            Ok(n) => {
-                self.end += n;
-                Ok(())
-            }
         }
-    }
-
-    /// The first byte of a message: the client may think first.
-    fn first(&mut self, code: Res) -> Result<u8, Res> {
-        if self.pos == self.end {
-            self.fill(self.long, code)?;
-        }
-        self.byte(code)
-    }
-
-    fn byte(&mut self, code: Res) -> Result<u8, Res> {
-        let mut b = [0u8; 1];
-        self.exact(&mut b, code)?;
-        Ok(b[0])
-    }
-
-    fn exact(&mut self, b: &mut [u8], code: Res) -> Result<(), Res> {
-        while self.end - self.pos < b.len() {
-            self.fill(self.short, code)?;
-        }
-        b.copy_from_slice(&self.buf[self.pos..self.pos + b.len()]);
-        self.pos += b.len();
-        Ok(())
-    }
-
-    fn port(&mut self) -> Result<u16, Res> {
-        let mut p = [0u8; 2];
-        self.exact(&mut p, Res::SOCKS_SHORT)?;
-        Ok(u16::from_be_bytes(p))
-    }
-
-    /// A NUL-terminated string (SOCKS4 user id, 4a host name) of at most
-    /// 255 bytes; a longer one is refused (441) rather than read forever.
-    fn cstr(&mut self) -> Result<Vec<u8>, Res> {
-        let mut out = Vec::new();
-        loop {
-            let b = self.byte(Res::SOCKS_SHORT)?;
-            if b == 0 {
-                return Ok(out);
-            }
-            if out.len() >= 255 {
-                return Err(Res::SOCKS_SHORT);
-            }
-            out.push(b);
-        }
-    }
-
-    /// A length-prefixed string (RFC 1929 fields, SOCKS5 names).
-    fn pstr(&mut self, len_code: Res) -> Result<Vec<u8>, Res> {
-        let n = self.byte(len_code)? as usize;
-        let mut v = vec![0u8; n];
-        self.exact(&mut v, Res::SOCKS_SHORT)?;
-        Ok(v)
-    }
-
-    /// What was read past the request.
-    fn rest(&self) -> Vec<u8> {
-        [&self.buf[self.pos..self.end], self.pre].concat()
     }
 }
 
@@ -234,14 +103,6 @@ fn send_small(c: &Client, bytes: &[u8]) -> io::Result<()> {
     w.write_all(&bytes[sent..])
 }
 
-/// What the handshake needs from the session besides the client's bytes:
-/// a way to answer, and the `auth` chain's early verdict on RFC 1929
-/// credentials.
-trait Peer {
-    fn send(&mut self, bytes: &[u8]) -> io::Result<()>;
-    fn refuses(&self, user: &str, password: &str) -> Option<Res>;
-}
-
 impl Peer for &Client {
     fn send(&mut self, bytes: &[u8]) -> io::Result<()> {
         send_small(self, bytes)
@@ -259,39 +120,6 @@ impl Peer for &Client {
     }
 }
 
-/// The fuzz target's peer: replies are collected, every login passes.
-struct Collect(Vec<u8>);
-
-impl Peer for Collect {
-    fn send(&mut self, bytes: &[u8]) -> io::Result<()> {
-        self.0.extend_from_slice(bytes);
-        Ok(())
-    }
-
-    fn refuses(&self, _: &str, _: &str) -> Option<Res> {
-        None
-    }
-}
-
-/// The handshake read from `input` alone, as a client sending exactly
-/// these bytes and then nothing would get it read (for `crate::fuzzing`):
-/// what was asked or the code, and the bytes the service answered.
-pub(crate) fn read_handshake(input: &[u8], needuser: u32) -> (Result<Ask, Res>, Vec<u8>) {
-    let t = Timeouts::default();
-    let mut r = Reader::new(None, input, &t, None);
-    let mut peer = Collect(Vec::new());
-    let (mut ver, mut owed, mut refused) = (None, false, None);
-    let ask = read_from(
-        &mut r,
-        &mut peer,
-        needuser,
-        &mut ver,
-        &mut owed,
-        &mut refused,
-    );
-    (ask, peer.0)
-}
-
 /// Read the greeting and request. `ver` becomes the version once it is
 /// known; `owed` becomes true once the client is owed a reply to its
 /// request in that version; `refused` gets the user name of a SOCKS5
@@ -305,152 +133,17 @@ fn read_request(
     owed: &mut bool,
     refused: &mut Option<String>,
 ) -> Result<Ask, Res> {
+    // `known`: the receive timeout the socket has now, if known (from
+    // its listener: `Client::cli_read_timeout`).
     let known = known.filter(|_| early.is_empty());
-    let mut r = Reader::new(Some(&c.cli), early, &c.svc().timeouts, known);
+    let t = &c.svc().timeouts;
+    let src = Socket {
+        s: &c.cli,
+        now: known,
+    };
+    let (long, short) = (t.get(Timeouts::BYTE_LONG), t.get(Timeouts::BYTE_SHORT));
+    let mut r = Reader::new(src, early, long, short);
     read_from(&mut r, &mut { c }, needuser, ver, owed, refused)
-}
-
-fn read_from(
-    r: &mut Reader<'_>,
-    peer: &mut dyn Peer,
-    needuser: u32,
-    ver: &mut Option<u8>,
-    owed: &mut bool,
-    refused: &mut Option<String>,
-) -> Result<Ask, Res> {
-    let v = r.first(Res::SOCKS_VERSION)?;
-    if v != 4 && v != 5 {
-        return Err(Res::SOCKS_VERSION);
-    }
-    *ver = Some(v);
-    let mut ask = if v == 4 {
-        *owed = true;
-        read_v4(r, needuser)
-    } else {
-        read_v5(r, peer, needuser, owed, refused)
-    }?;
-    ask.early = r.rest();
-    Ok(ask)
-}
-
-fn read_v4(r: &mut Reader<'_>, needuser: u32) -> Result<Ask, Res> {
-    let cmd = r.byte(Res::SOCKS_SHORT)?;
-    let port = r.port()?;
-    let mut ip = [0u8; 4];
-    r.exact(&mut ip, Res::SOCKS_SHORT)?;
-    let user = r.cstr()?;
-    // SOCKS4a: DSTIP 0.0.0.x with x non-zero, the name after the user id.
-    let dest = if ip[..3] == [0, 0, 0] && ip[3] != 0 {
-        let name = String::from_utf8(r.cstr()?).map_err(|_| Res::SOCKS_SHORT)?;
-        if name.is_empty() {
-            return Err(Res::SOCKS_NULL_ADDR);
-        }
-        Dest::Name(name, port)
-    } else {
-        Dest::Addr(SocketAddr::new(IpAddr::V4(Ipv4Addr::from(ip)), port))
-    };
-    if cmd != CMD_CONNECT && cmd != CMD_BIND {
-        return Err(Res::SOCKS_COMMAND);
-    }
-    // The user id is a user name only where the service asks for one.
-    let user = (needuser > 0 && !user.is_empty()).then(|| String::from_utf8_lossy(&user).into());
-    Ok(Ask {
-        ver: 4,
-        cmd,
-        dest,
-        user,
-        password: None,
-        early: Vec::new(),
-    })
-}
-
-fn read_v5(
-    r: &mut Reader<'_>,
-    c: &mut dyn Peer,
-    needuser: u32,
-    owed: &mut bool,
-    refused: &mut Option<String>,
-) -> Result<Ask, Res> {
-    let n = r.byte(Res::SOCKS_SHORT)? as usize;
-    let mut methods = vec![0u8; n];
-    r.exact(&mut methods, Res::SOCKS_SHORT)?;
-    let m = choose_method(&methods, needuser);
-    c.send(&[5, m]).map_err(|_| Res::SOCKS_VERSION)?;
-    if m == METHOD_REFUSED {
-        return Err(if needuser > 1 {
-            Res::AUTH_NO_USER
-        } else {
-            Res::SOCKS_SHORT
-        });
-    }
-    let (mut user, mut password) = (None, None);
-    if m == METHOD_USERPASS {
-        // RFC 1929. Where the `auth` chain is sure to refuse these
-        // credentials whatever the request (`access::refuses_credentials`:
-        // `auth strong` and a wrong password, say) the answer is failure
-        // and the connection closes, as the RFC says. Otherwise it is
-        // success and the credentials are checked with the request, as
-        // 3proxy always does: a refusal then gets REP 2.
-        if r.first(Res::SOCKS_AUTH_VERSION)? != 1 {
-            let _ = c.send(&[1, 1]);
-            return Err(Res::SOCKS_AUTH_VERSION);
-        }
-        let u = r.pstr(Res::SOCKS_SHORT_NAME)?;
-        let p = r.pstr(Res::SOCKS_SHORT_PASSWORD)?;
-        if needuser > 0 {
-            let (u, p) = (
-                String::from_utf8_lossy(&u).into_owned(),
-                String::from_utf8_lossy(&p).into_owned(),
-            );
-            if let Some(res) = c.refuses(&u, &p) {
-                let _ = c.send(&[1, 1]);
-                *refused = Some(u);
-                return Err(res);
-            }
-            (user, password) = (Some(u), Some(p));
-        }
-        c.send(&[1, 0]).map_err(|_| Res::SOCKS_AUTH_REPLY)?;
-    }
-    *owed = true;
-    if r.first(Res::SOCKS_REQUEST_VERSION)? != 5 {
-        return Err(Res::SOCKS_REQUEST_VERSION);
-    }
-    let cmd = r.byte(Res::SOCKS_SHORT)?;
-    r.byte(Res::SOCKS_SHORT_RSV)?;
-    let atyp = r.byte(Res::SOCKS_SHORT)?;
-    if !(CMD_CONNECT..=CMD_UDP).contains(&cmd) {
-        return Err(Res::SOCKS_COMMAND);
-    }
-    let dest = match atyp {
-        ATYP_V4 => {
-            let mut ip = [0u8; 4];
-            r.exact(&mut ip, Res::SOCKS_SHORT)?;
-            Dest::Addr(SocketAddr::new(IpAddr::V4(Ipv4Addr::from(ip)), r.port()?))
-        }
-        ATYP_V6 => {
-            let mut ip = [0u8; 16];
-            r.exact(&mut ip, Res::SOCKS_SHORT)?;
-            Dest::Addr(SocketAddr::new(IpAddr::V6(Ipv6Addr::from(ip)), r.port()?))
-        }
-        ATYP_NAME => {
-            let name = r.pstr(Res::SOCKS_SHORT_NAME)?;
-            let port = r.port()?;
-            let name = String::from_utf8(name).map_err(|_| Res::NOHOST)?;
-            if name.is_empty() {
-                return Err(Res::SOCKS_NULL_ADDR);
-            }
-            Dest::Name(name, port)
-        }
-        _ => return Err(Res::NOTIMPL_ATYP),
-    };
-    Ok(Ask {
-        ver: 5,
-        cmd,
-        dest,
-        user,
-        password,
-        early: Vec::new(),
-    })
 }
 
 // --- Serving ---------------------------------------------------------------

@@ -194,7 +194,7 @@ impl Session {
         let op = match (&ftp, h.method) {
             (Some(_), "GET") => access::Op::FtpGet,
             (Some(_), "PUT") => access::Op::FtpPut,
-            _ => http::op_of(h.method),
+            _ => op_of(h.method),
         };
         Ok(Some(Req {
             port: h.port,
@@ -215,6 +215,19 @@ impl Session {
             ftp,
             ftp_login,
         }))
+    }
+}
+
+/// The method's operation name for the ACL (3proxy's HTTP_* ops).
+fn op_of(method: &str) -> access::Op {
+    use access::Op;
+    match method {
+        "GET" => Op::HttpGet,
+        "POST" | "BITS_POST" => Op::HttpPost,
+        "PUT" => Op::HttpPut,
+        "HEAD" => Op::HttpHead,
+        "CONNECT" => Op::HttpConnect,
+        _ => Op::HttpOther,
     }
 }
 
