@@ -21,6 +21,7 @@ mod cli;
 mod client;
 mod conf;
 mod connectback;
+mod counter_file;
 mod crypt;
 mod dae;
 mod filter;

@@ -10,7 +10,8 @@ use super::token::quote;
 use super::value::number;
 use crate::acl::{Action, Entry, Rule};
 use crate::auth::{AuthType, CacheConf};
-use crate::limit::{CountKind, CounterFile, Period};
+use crate::counter_file::CounterFile;
+use crate::limit::{CountKind, Period};
 
 /// `auth TYPE...`: the types later services try, in order.
 pub fn h_auth(state: &mut State, args: &[String]) -> Result<(), String> {
