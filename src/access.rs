@@ -31,7 +31,7 @@ use std::time::SystemTime;
 
 use crate::acl::{self, Action, Entry, Query, Verdict};
 use crate::auth::{AuthCache, AuthType, CacheConf, CacheQuery, Users, CACHE_IN_USE};
-use crate::limit::{Limits, Session};
+use crate::limit::{Limits, SessionLimits};
 use crate::res::Res;
 
 /// Longest wait for PAM's answer to `auth pam` (a module may ask a
@@ -79,9 +79,9 @@ pub struct Grant {
     /// to the next one ([`authorize_at`]).
     pub weight: u32,
     /// Bandwidth limiters and traffic counters of the session: pass it to
-    /// `relay::relay_hooked` (or `Session::add` what moved otherwise) and keep
+    /// `relay::relay_hooked` (or `SessionLimits::add` what moved otherwise) and keep
     /// it until the session ends; its drop updates the counters.
-    pub limits: Option<Arc<Session>>,
+    pub limits: Option<Arc<SessionLimits>>,
     /// The `parent` chain of the matching entry (empty: connect directly);
     /// pass it to `chain::connect`.
     pub parents: crate::parent::Parents,

@@ -110,7 +110,7 @@ pub struct Accepted {
 pub struct Client {
     /// The session's entry in the live registry. Declared before `cli`:
     /// it is dropped (and forgets the socket) before the socket closes.
-    pub live: crate::live::Session,
+    pub live: crate::live::Registration,
     pub cli: Stream,
     pub srv: Option<Stream>,
     /// %C %c: the client (or what a PROXY header said it is).
@@ -168,7 +168,7 @@ pub struct Client {
     /// its Start (when access was granted) to its Stop (the record).
     /// Boxed, as `handoff`: rare, and a parked client keeps its
     /// `Client` (an idle client's memory, issue 19).
-    pub acct: Option<Box<crate::radius::Session>>,
+    pub acct: Option<Box<crate::radius::Accounting>>,
     /// A hand-off the current handler asked for ([`Client::hand_over`]);
     /// its entry point returns it ([`Client::next`]).
     handoff: Option<Box<Handoff>>,
@@ -453,7 +453,7 @@ impl Client {
         }
         let now = SystemTime::now();
         let r = grant.radius.as_deref();
-        let mut session = crate::radius::Session {
+        let mut session = crate::radius::Accounting {
             id: r.map_or_else(
                 || crate::radius::SessionId::new(now),
                 |r| crate::radius::SessionId::from_text(&r.session_id),
@@ -502,7 +502,7 @@ impl Client {
     /// `inb` are the bytes since the last Interim-Update. Without a
     /// session (a refused request), a Stop gets an id of its own, as
     /// 3proxy sends a Stop for every record.
-    fn account(&self, status: Status, s: Option<&crate::radius::Session>, out: u64, inb: u64) {
+    fn account(&self, status: Status, s: Option<&crate::radius::Accounting>, out: u64, inb: u64) {
         let Some(conf) = self.radius_log() else {
             return;
         };

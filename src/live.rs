@@ -234,7 +234,7 @@ thread_local! {
 }
 
 /// A session's registration; dropping it removes the session.
-pub struct Session {
+pub struct Registration {
     /// Always Some; None only inside `drop`.
     entry: Option<Owned>,
     id: u64,
@@ -242,14 +242,14 @@ pub struct Session {
 
 /// Register a session of service `service` (listening on `port`) from
 /// `client`, whose socket is `cli`, which started at `start`. `cli` must
-/// stay open until the returned [`Session`] is dropped.
+/// stay open until the returned [`Registration`] is dropped.
 pub fn register(
     service: &'static str,
     port: u16,
     client: Option<SocketAddr>,
     cli: &impl AsFd,
     start: SystemTime,
-) -> Session {
+) -> Registration {
     let owned = SPARE
         .try_with(Cell::take)
         .ok()
@@ -269,7 +269,7 @@ pub fn register(
         st.info.client = client;
         st.cli = Some(ForeignFd::new(cli.as_fd()));
     }
-    Session {
+    Registration {
         entry: Some(owned),
         id,
     }
@@ -301,11 +301,11 @@ fn put_str_changed(slot: &mut Option<String>, spare: &mut Option<String>, v: Opt
     }
 }
 
-impl Session {
+impl Registration {
     fn entry(&self) -> &Entry {
         match &self.entry {
             Some(o) => &o.0,
-            None => unreachable!("a live::Session's entry is taken only by its drop"),
+            None => unreachable!("a live::Registration's entry is taken only by its drop"),
         }
     }
 
@@ -370,7 +370,7 @@ impl Session {
     }
 }
 
-impl Drop for Session {
+impl Drop for Registration {
     fn drop(&mut self) {
         let Some(owned) = self.entry.take() else {
             return;

@@ -31,7 +31,7 @@ use nix::sys::socket::{recv, send, MsgFlags};
 
 use crate::access::Recheck;
 use crate::bufpool::{self, Pipe};
-use crate::limit::{Permit, Session};
+use crate::limit::{Permit, SessionLimits};
 use crate::net::Stream;
 use crate::res::Res;
 use crate::service::{Grace, DEFAULT_BUFSIZE};
@@ -121,7 +121,7 @@ pub struct Outcome {
 #[derive(Default)]
 pub struct Hooks<'a> {
     /// Bandwidth limits and traffic quotas of the session.
-    pub limits: Option<&'a Session>,
+    pub limits: Option<&'a SessionLimits>,
     /// Check the session again after a reload (`force`).
     pub recheck: Option<&'a Recheck>,
     /// `logdump`: intermediate log records.
@@ -602,7 +602,7 @@ impl<'a, C: Channel> Dir<'a, C> {
     }
 
     /// Whether the limits let this direction read now, and how much.
-    fn allowance(&mut self, limits: Option<&Session>) -> Option<usize> {
+    fn allowance(&mut self, limits: Option<&SessionLimits>) -> Option<usize> {
         let Some(l) = limits else {
             return Some(usize::MAX);
         };
@@ -633,7 +633,7 @@ impl<'a, C: Channel> Dir<'a, C> {
     fn step(
         &mut self,
         grace: Option<Grace>,
-        limits: Option<&Session>,
+        limits: Option<&SessionLimits>,
         stop_at: u64,
     ) -> Result<bool, (Side, Errno)> {
         let mut progress = false;

@@ -357,7 +357,7 @@ pub fn relay_logged(
     c: &mut Client,
     srv: &crate::net::Stream,
     opts: &RelayOpts,
-    limits: Option<&crate::limit::Session>,
+    limits: Option<&crate::limit::SessionLimits>,
     recheck: &Recheck,
 ) -> Outcome {
     begin(c);
@@ -405,7 +405,7 @@ pub enum Finish {
 }
 
 impl Finish {
-    fn apply(self, c: &mut Client, out: Outcome, limits: Option<&crate::limit::Session>) {
+    fn apply(self, c: &mut Client, out: Outcome, limits: Option<&crate::limit::SessionLimits>) {
         c.res = out.res;
         c.bytes_out += out.out;
         c.bytes_in += out.inb;
@@ -443,7 +443,7 @@ pub fn relay_owned(
     c: &mut Client,
     srv: Stream,
     opts: RelayOpts,
-    limits: Option<std::sync::Arc<crate::limit::Session>>,
+    limits: Option<std::sync::Arc<crate::limit::SessionLimits>>,
     recheck: Option<Recheck>,
     finish: Finish,
 ) {
@@ -475,7 +475,7 @@ fn run_logged(
     c: &mut Client,
     srv: &Stream,
     opts: &RelayOpts,
-    limits: Option<&crate::limit::Session>,
+    limits: Option<&crate::limit::SessionLimits>,
     recheck: Option<&Recheck>,
     from: Option<crate::relay::Paused>,
 ) -> Result<Outcome, crate::relay::Paused> {
@@ -548,7 +548,7 @@ struct ParkedRelay {
     opts: RelayOpts,
     /// Held until the session ends (its drop updates the counters and
     /// frees its `connlim` places).
-    limits: Option<std::sync::Arc<crate::limit::Session>>,
+    limits: Option<std::sync::Arc<crate::limit::SessionLimits>>,
     recheck: Option<Recheck>,
     finish: Finish,
 }

@@ -20,7 +20,7 @@ use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::sys::socket::{recv, MsgFlags};
 
 use crate::access::Recheck;
-use crate::limit::{Permit, Session as Limits};
+use crate::limit::{Permit, SessionLimits};
 use crate::res::Res;
 
 /// Largest datagram relayed.
@@ -78,7 +78,7 @@ pub struct Opts<'a> {
     pub idle_on_out: bool,
     /// End after the first reply (udppm `-s`).
     pub single: bool,
-    pub limits: Option<&'a Limits>,
+    pub limits: Option<&'a SessionLimits>,
     /// Checked again after a reload (`force`).
     pub recheck: Option<&'a Recheck>,
     /// The reload generation the association was last checked against.
@@ -95,7 +95,7 @@ pub struct Counts {
 }
 
 /// What the limits allow in one direction now.
-fn permit(limits: Option<&Limits>, out: bool, now: Instant) -> Permit {
+fn permit(limits: Option<&SessionLimits>, out: bool, now: Instant) -> Permit {
     limits.map_or(Permit::Go(usize::MAX), |l| l.permit(out, now))
 }
 

@@ -18,7 +18,7 @@
 //! counters and their periods; here the lists of the cfg and what a
 //! session takes from them. The `counter` file, its format and the
 //! threads that write it and the reports are `crate::counter_file`, a
-//! layer below: a counter hands it its changed record ([`Session`]'s
+//! layer below: a counter hands it its changed record ([`SessionLimits`]'s
 //! drop, a period's end) and [`Limits`] answers its report ticks.
 
 mod connlim;
@@ -178,13 +178,13 @@ impl Limits {
     /// After a request is authorized (3proxy's `alwaysauth`): take a
     /// connlim slot, refuse with 10 past a limit or quota, and pick the
     /// session's bandwidth limiters and counters. None if no rule applies.
-    pub fn start(&self, q: &Query<'_>) -> Result<Option<Arc<Session>>, Res> {
+    pub fn start(&self, q: &Query<'_>) -> Result<Option<Arc<SessionLimits>>, Res> {
         let r = self.read();
         if r.conn.is_empty() && r.band_in.is_empty() && r.band_out.is_empty() && r.count.is_empty()
         {
             return Ok(None);
         }
-        let mut s = Session::default();
+        let mut s = SessionLimits::default();
         let now = Instant::now();
         for (rule, lim) in &r.conn {
             if !rule.matches(q) {
@@ -256,7 +256,7 @@ fn pick(list: &[(Rule, Option<Arc<Bucket>>)], q: &Query<'_>) -> Vec<Arc<Bucket>>
 /// What one session may do: its limiters, counters and connlim slots.
 /// Dropping it gives back the slots and adds its traffic to the counters.
 #[derive(Debug, Default)]
-pub struct Session {
+pub struct SessionLimits {
     conn: Vec<Arc<ConnLim>>,
     band_in: Vec<Arc<Bucket>>,
     band_out: Vec<Arc<Bucket>>,
@@ -282,7 +282,7 @@ pub enum Permit {
     Stop,
 }
 
-impl Session {
+impl SessionLimits {
     /// Whether the relay has anything to enforce.
     pub fn shapes(&self) -> bool {
         !self.band_in.is_empty()
@@ -345,7 +345,7 @@ impl Session {
     }
 }
 
-impl Drop for Session {
+impl Drop for SessionLimits {
     fn drop(&mut self) {
         for c in &self.conn {
             c.leave();

@@ -55,4 +55,4 @@ pub use acct::{account, flush, next_key, Record};
 pub use auth::{authenticate, Accepted};
 pub use fields::{session_id, Fields, SessionId, View};
 pub use servers::{Conf, Server, Slot, MAX_SECRET, MAX_SERVERS};
-pub use timer::{Session, Track};
+pub use timer::{Accounting, Track};

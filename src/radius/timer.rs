@@ -1,4 +1,4 @@
-//! A `log radius` session's accounting ([`Session`], from its Start to
+//! A `log radius` session's accounting ([`Accounting`], from its Start to
 //! its Stop) and `radiusinterim`: one timer thread for the whole process
 //! sends each live session an Interim-Update every interval, through the
 //! session's [`Track`] on its live-registry entry.
@@ -15,7 +15,7 @@ use crate::res::Res;
 
 /// A session's accounting so far: begun with a Start, ended with a Stop.
 #[derive(Debug)]
-pub struct Session {
+pub struct Accounting {
     pub id: SessionId,
     /// Ties its requests together for the sender ([`super::next_key`]): none of
     /// them is sent before the one queued before it was answered or
@@ -62,7 +62,7 @@ impl Track {
     /// `conf` has an interval (which starts the timer thread).
     pub fn new(
         conf: &Arc<Conf>,
-        s: &Session,
+        s: &Accounting,
         fields: impl FnOnce() -> Fields,
         base: (u64, u64),
     ) -> Track {

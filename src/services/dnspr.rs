@@ -136,7 +136,7 @@ pub fn run(r: Arc<Running>, listen: UdpSocket) {
         }
         // Code 21 stands if no thread could be started: the closure, and
         // the record in it, are then dropped, which frees the slot.
-        let mut rec = Session::new(svc.clone(), from);
+        let mut rec = QueryRecord::new(svc.clone(), from);
         rec.res = Res::NOMEM;
         let msg = buf[..n].to_vec();
         let sock = listen.clone();
@@ -155,7 +155,7 @@ pub fn run(r: Arc<Running>, listen: UdpSocket) {
 }
 
 /// Serve one query; the record is written when `rec` is dropped.
-fn serve(rec: &mut Session, sock: &UdpSocket, msg: &[u8]) {
+fn serve(rec: &mut QueryRecord, sock: &UdpSocket, msg: &[u8]) {
     let svc = rec.svc.clone();
     if msg.len() <= MIN_QUERY || msg.len() > MAX_QUERY {
         rec.res = RES_SIZE;
@@ -306,7 +306,7 @@ fn forward(
     svc: &Service,
     server: NameServer,
     msg: &[u8],
-    rec: &mut Session,
+    rec: &mut QueryRecord,
 ) -> Result<Vec<u8>, Res> {
     let dns_timeout = svc.timeouts.get(Timeouts::DNS);
     let send_timeout = svc.timeouts.get(Timeouts::BYTE_LONG);
@@ -373,7 +373,7 @@ fn forward(
 
 /// One query's log record and its slot in the service's count; written
 /// (unless `nolog`) and released on drop.
-struct Session {
+struct QueryRecord {
     svc: Arc<Service>,
     from: SocketAddr,
     start: SystemTime,
@@ -390,10 +390,10 @@ struct Session {
     inb: u64,
 }
 
-impl Session {
-    fn new(svc: Arc<Service>, from: SocketAddr) -> Session {
+impl QueryRecord {
+    fn new(svc: Arc<Service>, from: SocketAddr) -> QueryRecord {
         svc.metrics.accepted();
-        Session {
+        QueryRecord {
             svc,
             from,
             start: SystemTime::now(),
@@ -421,7 +421,7 @@ impl Session {
     }
 }
 
-impl Drop for Session {
+impl Drop for QueryRecord {
     fn drop(&mut self) {
         let svc = &self.svc;
         svc.metrics.ended();

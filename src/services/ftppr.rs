@@ -113,7 +113,7 @@ struct State {
     rd: Lines,
     login: Option<Login>,
     weight: u32,
-    limits: Option<std::sync::Arc<crate::limit::Session>>,
+    limits: Option<std::sync::Arc<crate::limit::SessionLimits>>,
     data: Data,
     req: Option<String>,
     /// The destination chosen by the handler that handed the client over

@@ -168,7 +168,7 @@ fn open(
 ) {
     let start = SystemTime::now();
     svc.metrics.accepted();
-    let mut rec = Session {
+    let mut rec = Association {
         svc: svc.clone(),
         from,
         start,
@@ -456,7 +456,7 @@ fn connect(svc: &Service, dst: SocketAddr, source: Option<IpAddr>) -> Result<Udp
 
 /// One association's log record and its slot in the service's count;
 /// written (unless `nolog`) and released on drop.
-struct Session {
+struct Association {
     svc: Arc<Service>,
     from: SocketAddr,
     start: SystemTime,
@@ -472,7 +472,7 @@ struct Session {
     hops: u32,
 }
 
-impl Drop for Session {
+impl Drop for Association {
     fn drop(&mut self) {
         let svc = &self.svc;
         svc.metrics.ended();

@@ -248,7 +248,7 @@ pub fn shutdown_both(fd: &ForeignFd) {
     // hazard is the number naming another descriptor than the one it was
     // taken from (closed and reused); `crate::live` rules that out: the
     // session forgets the number under the same lock its caller holds
-    // here, before it closes the socket (`live::Session`'s Drop, and the
+    // here, before it closes the socket (`live::Registration`'s Drop, and the
     // guard of a relay's server socket).
     unsafe {
         libc::shutdown(fd.0, libc::SHUT_RDWR);

@@ -18,7 +18,7 @@ use std::os::fd::AsFd;
 use std::time::{Duration, Instant};
 
 use crate::bufpool::{Buf, Pipe};
-use crate::limit::{Permit, Session as Limits};
+use crate::limit::{Permit, SessionLimits};
 use crate::net::Stream;
 use crate::proto::http::ChunkScanner;
 
@@ -59,7 +59,7 @@ pub(super) fn is_quota(e: &io::Error) -> bool {
 /// How much may be read now in direction `out` (client to server) under
 /// the session's limits: waits while a bandwidth limit says so.
 fn gate(
-    lim: Option<&Limits>,
+    lim: Option<&SessionLimits>,
     out: bool,
     want: usize,
     from: Side,
@@ -80,7 +80,7 @@ pub(super) fn read_some(
     src: &Stream,
     buf: &mut [u8],
     from: Side,
-    lim: Option<&Limits>,
+    lim: Option<&SessionLimits>,
 ) -> Result<usize, (Side, io::Error)> {
     let out = from == Side::Client;
     let want = gate(lim, out, buf.len(), from)?;
@@ -106,7 +106,7 @@ pub(super) fn copy_exact(
     dst: &Stream,
     n: u64,
     from: Side,
-    lim: Option<&Limits>,
+    lim: Option<&SessionLimits>,
     splice: bool,
 ) -> Moved {
     // A TLS client's bytes pass through rustls: no splice.
@@ -129,7 +129,12 @@ pub(super) fn copy_exact(
 }
 
 /// Copy until the origin closes (a response without a length).
-pub(super) fn copy_to_eof(src: &Stream, dst: &Stream, lim: Option<&Limits>, splice: bool) -> Moved {
+pub(super) fn copy_to_eof(
+    src: &Stream,
+    dst: &Stream,
+    lim: Option<&SessionLimits>,
+    splice: bool,
+) -> Moved {
     if splice && !src.is_tls() && !dst.is_tls() {
         return splice_body(src, dst, None, Side::Server, lim);
     }
@@ -159,7 +164,7 @@ fn splice_body(
     dst: &Stream,
     n: Option<u64>,
     from: Side,
-    lim: Option<&Limits>,
+    lim: Option<&SessionLimits>,
 ) -> Moved {
     use nix::fcntl::SpliceFFlags;
     // A pooled pipe (`bufpool`): blocking ends, so the sockets' own
@@ -214,7 +219,7 @@ pub(super) fn copy_chunked(
     dst: &Stream,
     from: Side,
     sc: &mut ChunkScanner,
-    lim: Option<&Limits>,
+    lim: Option<&SessionLimits>,
     mut past: impl FnMut(&[u8]),
 ) -> Moved {
     let mut buf = Buf::get();

@@ -12,7 +12,7 @@ use std::io;
 use crate::acl::Query;
 use crate::client::Client;
 use crate::filter::{Filters, Verdict};
-use crate::limit::Session as Limits;
+use crate::limit::SessionLimits;
 use crate::net::Stream;
 
 use super::body::{read_some, Side};
@@ -118,7 +118,7 @@ pub(super) fn read_rest(
     src: &Stream,
     mut n: u64,
     from: Side,
-    lim: Option<&Limits>,
+    lim: Option<&SessionLimits>,
     buf: &mut Vec<u8>,
 ) -> Result<(), (Side, io::Error)> {
     let mut chunk = [0u8; 16 << 10];
@@ -157,7 +157,7 @@ pub(super) fn stream_to_eof(
     dst: &Stream,
     head: &[u8],
     first: &[u8],
-    lim: Option<&Limits>,
+    lim: Option<&SessionLimits>,
 ) -> Result<u64, StreamErr> {
     use super::sock::write_all_v;
     let mut f = crate::filter::Stream::new(kind, max);
@@ -229,7 +229,7 @@ pub(super) fn stream_chunked(
     dst: &Stream,
     head: &[u8],
     first: &[u8],
-    lim: Option<&Limits>,
+    lim: Option<&SessionLimits>,
     mut past: impl FnMut(&[u8]),
 ) -> Result<u64, StreamErr> {
     let to = match from {

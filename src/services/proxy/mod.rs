@@ -74,7 +74,7 @@ use std::sync::Arc;
 
 use crate::client::Client;
 use crate::filter::Filters;
-use crate::limit::Session as Limits;
+use crate::limit::SessionLimits;
 use crate::parent::{self};
 use crate::res::Res;
 use crate::timeouts::Timeouts;
@@ -192,7 +192,7 @@ impl Session {
     }
 
     /// The limits to shape bodies with, if any.
-    fn shaper(&self) -> Option<&Limits> {
+    fn shaper(&self) -> Option<&SessionLimits> {
         self.grant
             .as_ref()
             .and_then(|g| g.limits.as_deref())
