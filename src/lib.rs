@@ -24,6 +24,7 @@ mod connectback;
 mod counter_file;
 mod crypt;
 mod dae;
+mod escape;
 mod filter;
 pub mod fuzzing;
 mod generation;

@@ -6,21 +6,8 @@ use std::time::Instant;
 
 use crate::limit::{CountKind, Period};
 
-/// Escape text for HTML.
-pub(super) fn escape(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            _ => out.push(c),
-        }
-    }
-    out
-}
+/// Escape text for HTML (`crate::escape`).
+pub(super) use crate::escape::html as escape;
 
 pub(super) fn page(title: &str, content: &str) -> String {
     format!(
@@ -93,18 +80,8 @@ pub(super) fn sessions_json(all: &[crate::live::View]) -> String {
     out
 }
 
-/// Percent-encode a query value.
-fn url_encode(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for b in s.bytes() {
-        if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
-            out.push(b as char);
-        } else {
-            out += &format!("%{b:02X}");
-        }
-    }
-    out
-}
+/// Percent-encode a query value (`crate::escape`).
+use crate::escape::query as url_encode;
 
 /// The parents' health for `/metrics`.
 pub(super) fn parent_health() -> Vec<crate::metrics::ParentHealth> {

@@ -13,6 +13,7 @@ use std::time::Duration;
 use crate::access::{self, Request};
 use crate::chain;
 use crate::client::Client;
+use crate::escape::{decode, path_into as encode};
 use crate::net::Stream;
 use crate::parent;
 use crate::proto::ftp::{ends_reply, pasv_port};
@@ -88,50 +89,11 @@ impl Control {
     }
 }
 
-/// `%XX` decoded, as 3proxy's decodeurl; a bad escape is kept as is.
-fn decode(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        let hex = |c: u8| (c as char).to_digit(16);
-        if b[i] == b'%' && i + 2 < b.len() {
-            if let (Some(h), Some(l)) = (hex(b[i + 1]), hex(b[i + 2])) {
-                out.push((h * 16 + l) as u8);
-                i += 3;
-                continue;
-            }
-        }
-        out.push(b[i]);
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
 
-/// A path or name for an `href`: bytes other than unreserved ones and `/`
-/// %-encoded.
-fn encode(s: &str, out: &mut String) {
-    for &b in s.as_bytes() {
-        if b.is_ascii_alphanumeric() || b"-._~/".contains(&b) {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-}
 
-/// Text for HTML: `<`, `>`, `&` and `"` escaped, CR and LF dropped.
+/// Text for HTML (`crate::escape`), CR and LF dropped.
 fn escape(s: &str, out: &mut String) {
-    for ch in s.chars() {
-        match ch {
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '&' => out.push_str("&amp;"),
-            '"' => out.push_str("&quot;"),
-            '\r' | '\n' => {}
-            c => out.push(c),
-        }
-    }
+    crate::escape::html_into(&s.replace(['\r', '\n'], ""), out);
 }
 
 /// Serve the request; Ok(true) when the client connection may be kept.
