@@ -659,69 +659,27 @@ fn http_origin() -> (Origin, std::sync::Arc<std::sync::Mutex<Vec<SocketAddr>>>) 
     (origin, seen)
 }
 
-/// A client connection to the HTTP proxy from a given local address.
-struct Http {
-    r: std::io::BufReader<TcpStream>,
-    w: TcpStream,
-}
-
-impl Http {
-    fn from(src: &str, port: u16) -> Http {
-        let s = connect_from(src, localhost(port));
-        Http {
-            r: std::io::BufReader::new(s.try_clone().unwrap()),
-            w: s,
-        }
+/// Sends `METHOD url` (with Basic credentials if given) on `c` and reads
+/// the answer; its status, 0 if the proxy closed without one.
+fn ask(c: &mut HttpClient, method: &str, url: &str, auth: Option<&str>) -> u16 {
+    let creds = auth
+        .map(|a| format!("Proxy-Authorization: Basic {a}\r\n"))
+        .unwrap_or_default();
+    let req = format!("{method} {url} HTTP/1.1\r\nHost: x\r\n{creds}\r\n");
+    if c.w.write_all(req.as_bytes()).is_err() {
+        return 0;
     }
-
-    /// Send `METHOD url` (with Basic credentials if given) and read the
-    /// answer's status; 0 if the proxy closed without one.
-    fn ask(&mut self, method: &str, url: &str, auth: Option<&str>) -> u16 {
-        use std::io::BufRead;
-        let creds = auth
-            .map(|a| format!("Proxy-Authorization: Basic {a}\r\n"))
-            .unwrap_or_default();
-        let req = format!("{method} {url} HTTP/1.1\r\nHost: x\r\n{creds}\r\n");
-        if self.w.write_all(req.as_bytes()).is_err() {
-            return 0;
-        }
-        let mut status = 0;
-        let mut len = 0usize;
-        let mut first = true;
-        loop {
-            let mut line = String::new();
-            match self.r.read_line(&mut line) {
-                Ok(0) | Err(_) => return 0,
-                Ok(_) => {}
-            }
-            if first {
-                status = line
-                    .split_whitespace()
-                    .nth(1)
-                    .and_then(|s| s.parse().ok())
-                    .unwrap_or(0);
-                first = false;
-            } else if line == "\r\n" {
-                break;
-            } else if let Some((k, v)) = line.split_once(':') {
-                if k.eq_ignore_ascii_case("content-length") {
-                    len = v.trim().parse().unwrap_or(0);
-                }
-            }
-        }
-        if method != "HEAD" {
-            let mut body = vec![0u8; len];
-            if self.r.read_exact(&mut body).is_err() {
-                return 0;
-            }
-        }
-        status
-    }
+    c.try_read(method == "HEAD").map_or(0, |r| r.status)
 }
 
 /// One request on a connection of its own.
 fn http(src: &str, port: u16, method: &str, url: &str, auth: Option<&str>) -> u16 {
-    Http::from(src, port).ask(method, url, auth)
+    ask(
+        &mut HttpClient::on(connect_from(src, localhost(port))),
+        method,
+        url,
+        auth,
+    )
 }
 
 fn url(port: u16) -> String {
@@ -815,11 +773,7 @@ fn authcache_acl_srvport_and_srvaddr_tell_services_apart() {
     let u = url(o.port());
     let ask = |ip: &str, port, auth| {
         let s = connect_from("127.0.0.2", SocketAddr::new(ip.parse().unwrap(), port));
-        let mut h = Http {
-            r: std::io::BufReader::new(s.try_clone().unwrap()),
-            w: s,
-        };
-        h.ask("GET", &u, auth)
+        ask(&mut HttpClient::on(s), "GET", &u, auth)
     };
 
     // `acl`: each service line has its own ACL, though a and b were
@@ -912,13 +866,13 @@ fn weight_carries_over_keep_alive_requests() {
     let _proxy = Proxy::start(dir, &cfg, &[Listen::Tcp(localhost(port))]);
     let (u1, u2) = (url(o1.port()), url(o2.port()));
 
-    let mut c = Http::from("127.0.0.2", port);
-    assert_eq!(c.ask("GET", &u2, None), 200);
-    assert_eq!(c.ask("GET", &u1, None), 200);
-    assert_eq!(c.ask("GET", &u1, None), 200);
+    let mut c = HttpClient::on(connect_from("127.0.0.2", localhost(port)));
+    assert_eq!(ask(&mut c, "GET", &u2, None), 200);
+    assert_eq!(ask(&mut c, "GET", &u1, None), 200);
+    assert_eq!(ask(&mut c, "GET", &u1, None), 200);
     // Now at weight 500: the entry of weight 100 no longer matches (code
     // 3, which the HTTP proxy answers with 407).
-    assert_eq!(c.ask("GET", &u2, None), 407);
+    assert_eq!(ask(&mut c, "GET", &u2, None), 407);
     // A new connection starts from weight 0.
     assert_eq!(http("127.0.0.2", port, "GET", &u2, None), 200);
 }

@@ -4,7 +4,6 @@
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::util::*;
@@ -12,47 +11,13 @@ use crate::util::*;
 /// Service, code, client port, user, text.
 const FMT: &str = "L%N %E %c %U %T";
 
-/// A proxy whose cfg is `pre` then `admin -i127.0.0.1 -pPORT`.
-fn start(name: &str, pre: &str) -> (Proxy, PathBuf, u16) {
-    let port = free_port();
-    let dir = Dir::new(name);
-    let log = dir.join("access.log");
-    let cfg = format!(
-        "log {}\nlogformat \"{FMT}\"\n{pre}admin -i127.0.0.1 -p{port}\n",
-        p(&log)
-    );
-    let proxy = Proxy::start(dir, &cfg, &[Listen::Tcp(localhost(port))]);
-    (proxy, log, port)
-}
+/// The service of these tests.
+const ADMIN: Service = Service::tcp("admin", FMT);
 
-struct Reply {
-    status: String,
-    head: String,
-    body: String,
-    /// The client's port, to find its log record.
-    cport: u16,
-}
-
-/// Send `raw` and read the whole answer.
-fn send(port: u16, raw: &[u8]) -> Reply {
-    let mut s = connect(localhost(port));
-    set_timeouts(&s, Duration::from_secs(10));
-    let cport = s.local_addr().unwrap().port();
-    s.write_all(raw).unwrap();
-    let mut out = Vec::new();
-    s.read_to_end(&mut out).unwrap();
-    let text = String::from_utf8_lossy(&out).into_owned();
-    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
-    Reply {
-        status: head.lines().next().unwrap_or("").to_string(),
-        head: head.to_string(),
-        body: body.to_string(),
-        cport,
-    }
-}
-
-fn get(port: u16, path: &str, extra: &str) -> Reply {
-    send(
+/// `GET path` with `extra` fields on a connection of its own; the whole
+/// answer.
+fn get(port: u16, path: &str, extra: &str) -> Response {
+    http_once(
         port,
         format!("GET {path} HTTP/1.0\r\nHost: x\r\n{extra}\r\n").as_bytes(),
     )
@@ -60,24 +25,28 @@ fn get(port: u16, path: &str, extra: &str) -> Reply {
 
 #[test]
 fn admin_start_page_404_and_400() {
-    let (_proxy, log, port) = start("admin_pages", "timeouts 1 5 2 60 180 1800 15 60 15 5\n");
+    let (_proxy, port, log) =
+        ADMIN.start("admin_pages", "timeouts 1 5 2 60 180 1800 15 60 15 5\n", "");
     let r = get(port, "/", "");
-    assert_eq!(r.status, "HTTP/1.0 200 OK");
+    assert_eq!(r.status_line(), "HTTP/1.0 200 OK");
     assert!(r.head.contains("Content-Type: text/html"), "{}", r.head);
-    assert!(r.body.contains("<a href=\"/C\">"), "{}", r.body);
-    assert!(r.body.contains("<a href=\"/F\">"), "{}", r.body);
-    expect_log_line(&log, &format!("ADMIN 00000 {} - /", r.cport));
+    assert!(r.text().contains("<a href=\"/C\">"), "{}", r.text());
+    assert!(r.text().contains("<a href=\"/F\">"), "{}", r.text());
+    expect_log_line(&log, &format!("ADMIN 00000 {} - /", r.client_port));
 
     let r = get(port, "/nothing-here", "");
-    assert_eq!(r.status, "HTTP/1.0 404 Not Found");
-    expect_log_line(&log, &format!("ADMIN 00702 {} - /nothing-here", r.cport));
+    assert_eq!(r.status_line(), "HTTP/1.0 404 Not Found");
+    expect_log_line(
+        &log,
+        &format!("ADMIN 00702 {} - /nothing-here", r.client_port),
+    );
 
-    let r = send(port, b"\x01\x02 garbage\r\n\r\n");
-    assert_eq!(r.status, "HTTP/1.0 400 Bad Request");
-    expect_log_line(&log, &format!("ADMIN 00701 {} - -", r.cport));
+    let r = http_once(port, b"\x01\x02 garbage\r\n\r\n");
+    assert_eq!(r.status_line(), "HTTP/1.0 400 Bad Request");
+    expect_log_line(&log, &format!("ADMIN 00701 {} - -", r.client_port));
 
     let r = get(port, "/U", "");
-    assert_eq!(r.status, "HTTP/1.0 403 Forbidden");
+    assert_eq!(r.status_line(), "HTTP/1.0 403 Forbidden");
 
     // A client that never ends its head is answered after the string
     // timeout (2 s here).
@@ -98,7 +67,7 @@ fn admin_counters_show_tcppm_traffic() {
          tcppm -i127.0.0.1 {t} 127.0.0.1 {}\n",
         echo.port()
     );
-    let (_proxy, _log, port) = start("admin_counters", &pre);
+    let (_proxy, port, _log) = ADMIN.start("admin_counters", &pre, "");
     let mut s = connect(localhost(t));
     echo_roundtrip(&mut s, &[b'x'; 1000]);
     drop(s);
@@ -106,8 +75,8 @@ fn admin_counters_show_tcppm_traffic() {
     let counted = wait_for(
         || {
             let r = get(port, "/C", "");
-            assert_eq!(r.status, "HTTP/1.0 200 OK");
-            body = r.body;
+            assert_eq!(r.status_line(), "HTTP/1.0 200 OK");
+            body = r.text();
             body.contains("<td>1000</td>")
         },
         Duration::from_secs(10),
@@ -124,18 +93,18 @@ fn admin_counters_show_tcppm_traffic() {
 
 #[test]
 fn admin_cfg_page_escapes_the_text() {
-    let (_proxy, _log, port) = start("admin_cfg", "# a <b> & c\n");
+    let (_proxy, port, _log) = ADMIN.start("admin_cfg", "# a <b> & c\n", "");
     let r = get(port, "/F", "");
-    assert_eq!(r.status, "HTTP/1.0 200 OK");
-    assert!(r.body.contains("# a &lt;b&gt; &amp; c"), "{}", r.body);
-    assert!(!r.body.contains("<b>"), "{}", r.body);
-    assert!(r.body.contains("admin -i127.0.0.1"), "{}", r.body);
+    assert_eq!(r.status_line(), "HTTP/1.0 200 OK");
+    assert!(r.text().contains("# a &lt;b&gt; &amp; c"), "{}", r.text());
+    assert!(!r.text().contains("<b>"), "{}", r.text());
+    assert!(r.text().contains("admin -i127.0.0.1"), "{}", r.text());
 }
 
 #[test]
 fn admin_reload_applies_a_changed_cfg() {
     let echo = Origin::echo();
-    let (proxy, log, port) = start("admin_reload", "");
+    let (proxy, port, log) = ADMIN.start("admin_reload", "", "");
     let t = free_port();
     let text = format!(
         "log {}\nlogformat \"{FMT}\"\ntcppm -i127.0.0.1 {t} 127.0.0.1 {}\n\
@@ -146,8 +115,8 @@ fn admin_reload_applies_a_changed_cfg() {
     proxy.dir.write("3proxy.cfg", &text);
     assert!(TcpStream::connect(localhost(t)).is_err());
     let r = get(port, "/R", "");
-    assert_eq!(r.status, "HTTP/1.0 200 OK");
-    assert!(r.body.contains("Reload scheduled"), "{}", r.body);
+    assert_eq!(r.status_line(), "HTTP/1.0 200 OK");
+    assert!(r.text().contains("Reload scheduled"), "{}", r.text());
     assert!(
         wait_for(
             || TcpStream::connect(localhost(t)).is_ok(),
@@ -161,36 +130,37 @@ fn admin_reload_applies_a_changed_cfg() {
 
 #[test]
 fn admin_acl_deny_asks_for_credentials() {
-    let (_proxy, log, port) = start("admin_deny", "auth iponly\ndeny *\n");
+    let (_proxy, port, log) = ADMIN.start("admin_deny", "auth iponly\ndeny *\n", "");
     let r = get(port, "/C", "");
-    assert_eq!(r.status, "HTTP/1.0 401 Authentication Required");
+    assert_eq!(r.status_line(), "HTTP/1.0 401 Authentication Required");
     assert!(
         r.head.contains("WWW-Authenticate: Basic realm=\"proxy\""),
         "{}",
         r.head
     );
-    assert!(!r.body.contains("countin"));
-    expect_log_line(&log, &format!("ADMIN 00001 {} - /C", r.cport));
+    assert!(!r.text().contains("countin"));
+    expect_log_line(&log, &format!("ADMIN 00001 {} - /C", r.client_port));
 }
 
 #[test]
 fn admin_strong_auth_takes_basic_credentials() {
-    let (_proxy, log, port) = start(
+    let (_proxy, port, log) = ADMIN.start(
         "admin_strong",
         "users admin:CL:secret\nauth strong\nallow admin\n",
+        "",
     );
     let r = get(port, "/", "");
-    assert_eq!(r.status, "HTTP/1.0 401 Authentication Required");
+    assert_eq!(r.status_line(), "HTTP/1.0 401 Authentication Required");
     assert!(r.head.contains("WWW-Authenticate: Basic"), "{}", r.head);
 
     // admin:wrong
     let r = get(port, "/", "Authorization: Basic YWRtaW46d3Jvbmc=\r\n");
-    assert_eq!(r.status, "HTTP/1.0 401 Authentication Required");
+    assert_eq!(r.status_line(), "HTTP/1.0 401 Authentication Required");
 
     // admin:secret
     let r = get(port, "/", "Authorization: Basic YWRtaW46c2VjcmV0\r\n");
-    assert_eq!(r.status, "HTTP/1.0 200 OK");
-    expect_log_line(&log, &format!("ADMIN 00000 {} admin /", r.cport));
+    assert_eq!(r.status_line(), "HTTP/1.0 200 OK");
+    expect_log_line(&log, &format!("ADMIN 00000 {} admin /", r.client_port));
 }
 
 /// `application/x-www-form-urlencoded` for a form field's value.
@@ -222,15 +192,15 @@ fn textarea(body: &str) -> String {
 #[test]
 fn admin_cfg_round_trip_through_the_form() {
     let echo = Origin::echo();
-    let (proxy, _log, port) = start("admin_edit", "writable\n# a <b> & \"c\"\n");
+    let (proxy, port, _log) = ADMIN.start("admin_edit", "writable\n# a <b> & \"c\"\n", "");
     let r = get(port, "/F", "");
-    assert_eq!(r.status, "HTTP/1.0 200 OK");
+    assert_eq!(r.status_line(), "HTTP/1.0 200 OK");
     assert!(
-        r.body.contains("<form method=\"POST\" action=\"/U\""),
+        r.text().contains("<form method=\"POST\" action=\"/U\""),
         "{}",
-        r.body
+        r.text()
     );
-    let text = textarea(&r.body);
+    let text = textarea(&r.text());
     let on_disk = std::fs::read_to_string(proxy.dir.join("3proxy.cfg")).unwrap();
     assert_eq!(text, on_disk, "the form holds the file as it is");
 
@@ -238,7 +208,7 @@ fn admin_cfg_round_trip_through_the_form() {
     let t = free_port();
     let new = format!("tcppm -i127.0.0.1 {t} 127.0.0.1 {}\n{text}", echo.port());
     let form = format!("conffile={}", form_encode(&new));
-    let r = send(
+    let r = http_once(
         port,
         format!(
             "POST /U HTTP/1.0\r\nContent-Type: application/x-www-form-urlencoded\r\n\
@@ -247,15 +217,15 @@ fn admin_cfg_round_trip_through_the_form() {
         )
         .as_bytes(),
     );
-    assert_eq!(r.status, "HTTP/1.0 200 OK", "{}", r.body);
-    assert!(r.body.contains("Configuration updated"), "{}", r.body);
+    assert_eq!(r.status_line(), "HTTP/1.0 200 OK", "{}", r.text());
+    assert!(r.text().contains("Configuration updated"), "{}", r.text());
     assert_eq!(
         std::fs::read_to_string(proxy.dir.join("3proxy.cfg")).unwrap(),
         new
     );
-    assert_eq!(textarea(&get(port, "/F", "").body), new);
+    assert_eq!(textarea(&get(port, "/F", "").text()), new);
     let r = get(port, "/R", "");
-    assert_eq!(r.status, "HTTP/1.0 200 OK");
+    assert_eq!(r.status_line(), "HTTP/1.0 200 OK");
     assert!(
         wait_for(
             || TcpStream::connect(localhost(t)).is_ok(),
@@ -266,8 +236,8 @@ fn admin_cfg_round_trip_through_the_form() {
     echo_roundtrip(&mut connect(localhost(t)), b"edited");
 
     // A form without the field is refused, the file stays.
-    let r = send(port, b"POST /U HTTP/1.0\r\nContent-Length: 5\r\n\r\nx=abc");
-    assert_eq!(r.status, "HTTP/1.0 400 Bad Request");
+    let r = http_once(port, b"POST /U HTTP/1.0\r\nContent-Length: 5\r\n\r\nx=abc");
+    assert_eq!(r.status_line(), "HTTP/1.0 400 Bad Request");
     assert_eq!(
         std::fs::read_to_string(proxy.dir.join("3proxy.cfg")).unwrap(),
         new
@@ -276,18 +246,18 @@ fn admin_cfg_round_trip_through_the_form() {
 
 #[test]
 fn admin_update_without_writable_is_refused() {
-    let (proxy, log, port) = start("admin_ro", "");
+    let (proxy, port, log) = ADMIN.start("admin_ro", "", "");
     let before = std::fs::read_to_string(proxy.dir.join("3proxy.cfg")).unwrap();
-    let r = send(
+    let r = http_once(
         port,
         b"POST /U HTTP/1.0\r\nContent-Length: 11\r\n\r\nconffile=x\n",
     );
-    assert_eq!(r.status, "HTTP/1.0 403 Forbidden");
-    assert!(r.body.contains("writable"), "{}", r.body);
-    expect_log_line(&log, &format!("ADMIN 00703 {} - /U", r.cport));
+    assert_eq!(r.status_line(), "HTTP/1.0 403 Forbidden");
+    assert!(r.text().contains("writable"), "{}", r.text());
+    expect_log_line(&log, &format!("ADMIN 00703 {} - /U", r.client_port));
     assert_eq!(
         std::fs::read_to_string(proxy.dir.join("3proxy.cfg")).unwrap(),
         before
     );
-    assert!(!get(port, "/F", "").body.contains("<form"));
+    assert!(!get(port, "/F", "").text().contains("<form"));
 }

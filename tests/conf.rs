@@ -619,3 +619,219 @@ fn check_flag_creates_and_touches_no_file() {
         assert!(msg.contains("nonexistent-dir"), "{msg}");
     }
 }
+
+// ---------------------------------------------------------------------------
+// The command table and the man page
+
+/// The `.SH` sections of 3proxy.cfg(5) whose top-level `.TP` entries are
+/// commands.
+const COMMAND_SECTIONS: &[&str] = &[
+    "GLOBAL COMMANDS",
+    "PROCESS COMMANDS",
+    "AUTHENTICATION AND ACCESS CONTROL",
+    "SERVICES",
+    "PCRE FILTERING",
+    "TLS",
+    "PLUGINS",
+];
+
+/// The paragraph that opens the PLUGINS section's list of plugins: its
+/// entries name plugins, not commands.
+const PLUGIN_LIST: &str = "The plugins of 3proxy";
+
+/// Commands the cfg reader runs itself, before the command table.
+const READER_COMMANDS: &[&str] = &["include", "end"];
+
+/// One top-level `.TP` entry of the man page (its `.TQ` tags included).
+struct ManEntry {
+    /// The line of its first tag.
+    line: usize,
+    /// The command names its tags start with: `.BR ssl_serv ", " ssl_server`
+    /// names two.
+    names: Vec<String>,
+    /// Its tags and text, font escapes removed.
+    text: String,
+    /// An entry of the plugin list.
+    plugin: bool,
+}
+
+/// A roff line without font escapes and quotes.
+fn roff_plain(line: &str) -> String {
+    let mut s = line.to_string();
+    for esc in ["\\fB", "\\fI", "\\fR", "\\fP", "\\&", "\""] {
+        s = s.replace(esc, "");
+    }
+    s.replace("\\-", "-")
+}
+
+/// The top-level `.TP` entries of the command sections of `man`.
+fn man_entries(man: &str) -> Vec<ManEntry> {
+    let lines: Vec<&str> = man.lines().collect();
+    let (mut entries, mut section, mut depth) = (Vec::<ManEntry>::new(), "", 0);
+    let (mut para, mut in_entry, mut plugins) = (String::new(), false, false);
+    for (i, l) in lines.iter().enumerate() {
+        if let Some(name) = l.strip_prefix(".SH ") {
+            (section, in_entry, plugins) = (name, false, false);
+        } else if l.starts_with(".SS") {
+            in_entry = false;
+        } else if *l == ".RS" {
+            depth += 1;
+        } else if *l == ".RE" {
+            depth -= 1;
+        }
+        let top = depth == 0 && COMMAND_SECTIONS.contains(&section);
+        if top && l.starts_with(".PP") {
+            (para, in_entry) = (String::new(), false);
+        } else if top && (l.starts_with(".TP") || l.starts_with(".TQ")) {
+            plugins |= para.starts_with(PLUGIN_LIST);
+            para.clear();
+            let tag = lines.get(i + 1).copied().unwrap_or("");
+            let (macro_, args) = tag.split_once(' ').unwrap_or((tag, ""));
+            assert!(
+                [".B", ".BI", ".BR"].contains(&macro_),
+                "man line {}: a command entry's tag is bold: {tag:?}",
+                i + 2
+            );
+            // The names: the first word, and the first after each ", ".
+            let mut names = Vec::new();
+            for alt in roff_plain(args).split(", ") {
+                let name = alt.split_whitespace().next().unwrap_or("");
+                let is_name = name.starts_with(|c: char| c.is_ascii_lowercase())
+                    && name
+                        .chars()
+                        .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
+                if !plugins {
+                    assert!(
+                        is_name,
+                        "man line {}: {name:?} in {tag:?} is no command name",
+                        i + 2
+                    );
+                }
+                names.push(name.to_string());
+            }
+            if l.starts_with(".TQ") && in_entry {
+                entries.last_mut().unwrap().names.extend(names);
+            } else {
+                entries.push(ManEntry {
+                    line: i + 2,
+                    names,
+                    text: String::new(),
+                    plugin: plugins,
+                });
+                in_entry = true;
+            }
+        } else if top && !l.starts_with('.') {
+            para.push_str(l);
+            para.push(' ');
+        }
+        if in_entry {
+            let text = &mut entries.last_mut().unwrap().text;
+            text.push_str(&roff_plain(l));
+            text.push('\n');
+        }
+    }
+    entries
+}
+
+/// The names of the command table (`static COMMANDS`, `cmd("NAME", ...)`
+/// entries), read from the source, wherever under src/ it is.
+fn table_names() -> Vec<String> {
+    fn find(dir: &Path) -> Option<(std::path::PathBuf, String)> {
+        let mut paths: Vec<_> = std::fs::read_dir(dir)
+            .ok()?
+            .flatten()
+            .map(|e| e.path())
+            .collect();
+        paths.sort();
+        paths.into_iter().find_map(|p| {
+            if p.is_dir() {
+                find(&p)
+            } else {
+                let text = std::fs::read_to_string(&p).ok()?;
+                text.contains("static COMMANDS").then_some((p, text))
+            }
+        })
+    }
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let (path, text) = find(&src).expect("no `static COMMANDS` under src/");
+    let start = text.find("static COMMANDS").unwrap();
+    let end = start + text[start..].find("\n];").expect("the end of COMMANDS");
+    let table = &text[start..end];
+    let names: Vec<String> = table
+        .split("cmd(")
+        .skip(1)
+        .map(|rest| {
+            let rest = rest.trim_start();
+            let name = rest
+                .strip_prefix('"')
+                .and_then(|r| r.split_once('"'))
+                .map(|(name, _)| name.to_string());
+            name.unwrap_or_else(|| {
+                panic!(
+                    "{}: a COMMANDS entry whose name is not a string: cmd({}",
+                    path.display(),
+                    &rest[..rest.len().min(40)]
+                )
+            })
+        })
+        .collect();
+    assert!(
+        names.len() > 100,
+        "{}: only {} commands read from COMMANDS",
+        path.display(),
+        names.len()
+    );
+    names
+}
+
+/// Whole words (letters, digits, `_`) of `text`.
+fn words(text: &str) -> std::collections::HashSet<&str> {
+    text.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+        .filter(|w| !w.is_empty())
+        .collect()
+}
+
+#[test]
+fn the_man_page_and_the_command_table_name_the_same_commands() {
+    let man = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/man/3proxy.cfg.5"))
+        .expect("read man/3proxy.cfg.5");
+    let entries = man_entries(&man);
+    let table = table_names();
+    let commands: Vec<&ManEntry> = entries.iter().filter(|e| !e.plugin).collect();
+    assert!(
+        commands.len() > 80,
+        "{} command entries found",
+        commands.len()
+    );
+    assert!(
+        entries.iter().filter(|e| e.plugin).count() > 5,
+        "the plugin list ({PLUGIN_LIST:?}) not found"
+    );
+    // Every command entry of the man page is a command of the table.
+    for e in &commands {
+        for name in &e.names {
+            assert!(
+                table.contains(name) || READER_COMMANDS.contains(&name.as_str()),
+                "man line {}: the entry of {name:?} names no command of the table",
+                e.line
+            );
+        }
+    }
+    // Every command of the table has an entry of its own, or (commands
+    // that go with another, as `transparent` with its plugin) stands as a
+    // whole word in an entry's text.
+    let tagged: Vec<&str> = commands
+        .iter()
+        .flat_map(|e| e.names.iter().map(String::as_str))
+        .collect();
+    let mentioned: std::collections::HashSet<&str> =
+        entries.iter().flat_map(|e| words(&e.text)).collect();
+    let missing: Vec<&String> = table
+        .iter()
+        .filter(|n| !tagged.contains(&n.as_str()) && !mentioned.contains(n.as_str()))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "commands of the table that no entry of man/3proxy.cfg.5 names: {missing:?}"
+    );
+}

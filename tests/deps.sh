@@ -11,7 +11,8 @@
 # machine has), libsqliteodbc and unixodbc (SQLite's ODBC driver for the
 # `log &DSN` tests), freeradius and freeradius-utils (a RADIUS server for
 # auth radius and log radius), nginx (the HTTPS origin of the ssl_mitm
-# tests). Fails loudly (non-zero) rather than letting tests skip.
+# tests), strace (sees that `-s` moved the data with splice(2)). Fails
+# loudly (non-zero) rather than letting tests skip.
 set -e
 need=""
 command -v curl >/dev/null 2>&1 || need="$need curl"
@@ -40,6 +41,8 @@ command -v freeradius >/dev/null 2>&1 || need="$need freeradius"
 command -v radclient >/dev/null 2>&1 || need="$need freeradius-utils"
 # A TLS origin (HTTP over TLS) for the ssl_mitm tests: nginx.
 command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ] || need="$need nginx"
+# The `-s` tests trace the proxy's splice(2) calls: strace.
+command -v strace >/dev/null 2>&1 || need="$need strace"
 if [ -n "$need" ]; then
     if [ "$(id -u)" != 0 ]; then
         echo "tests/deps.sh: missing:$need (run as root to install them)" >&2

@@ -6,7 +6,6 @@
 //! the log records.
 
 use std::net::{IpAddr, UdpSocket};
-use std::path::PathBuf;
 use std::time::Duration;
 
 use simple_dns::rdata::RData;
@@ -18,19 +17,8 @@ use crate::util::*;
 /// Code, client port, server asked and the text (`TYPE/NAME/ADDRESS`).
 const FMT: &str = "L%N %E %c %R %T";
 
-/// A proxy with `pre` then a dnspr service on a fresh UDP port of
-/// 127.0.0.1 with `opts`; returns it, the port and the log's path.
-fn start(name: &str, pre: &str, opts: &str) -> (Proxy, u16, PathBuf) {
-    let dir = Dir::new(name);
-    let log = dir.join("access.log");
-    let port = free_udp_port();
-    let cfg = format!(
-        "log {}\nlogformat \"{FMT}\"\n{pre}dnspr -i127.0.0.1 -p{port} {opts}\n",
-        p(&log)
-    );
-    let proxy = Proxy::start(dir, &cfg, &[Listen::Udp(port)]);
-    (proxy, port, log)
-}
+/// The service of these tests, on a UDP port of 127.0.0.1.
+const DNSPR: Service = Service::udp("dnspr", FMT);
 
 fn query(id: u16, name: &str, t: TYPE) -> Vec<u8> {
     let mut p = Packet::new_query(id);
@@ -98,7 +86,7 @@ fn no_reply(c: &UdpSocket) {
 #[test]
 fn nserver_answers_and_nscache_answers_the_second_query() {
     let dns = TestDns::start(Style::Plain, &[("some.test", "10.1.2.3")]);
-    let (_proxy, port, log) = start(
+    let (_proxy, port, log) = DNSPR.start(
         "dnspr_cache",
         &format!("{}nscache 256\n", dns.nserver()),
         "",
@@ -132,7 +120,7 @@ fn nsrecord_is_answered_without_asking() {
         "{}nsrecord rec.test 10.9.9.9\nnsrecord rec.test ::9\n",
         dns.nserver()
     );
-    let (_proxy, port, log) = start("dnspr_nsrecord", &pre, "");
+    let (_proxy, port, log) = DNSPR.start("dnspr_nsrecord", &pre, "");
     let (reply, cport) = ask(port, &query(1, "rec.test", TYPE::A));
     assert_eq!(
         addresses(&reply, 1).1[0].0,
@@ -151,7 +139,7 @@ fn nsrecord_is_answered_without_asking() {
 fn other_types_are_forwarded_and_empty_replies_become_nxdomain() {
     let dns = TestDns::start(Style::Plain, &[]);
     dns.add_ptr("4.3.2.1.in-addr.arpa", "host.example");
-    let (_proxy, port, log) = start("dnspr_forward", &dns.nserver(), "");
+    let (_proxy, port, log) = DNSPR.start("dnspr_forward", &dns.nserver(), "");
     // Answered by the server: passed on as it is.
     let (reply, cport) = ask(port, &query(3, "4.3.2.1.in-addr.arpa", TYPE::PTR));
     let p = Packet::parse(&reply).unwrap();
@@ -180,7 +168,7 @@ fn other_types_are_forwarded_and_empty_replies_become_nxdomain() {
 
 #[test]
 fn without_nserver_unknown_names_are_nxdomain_and_own_ptr_is_3proxy() {
-    let (_proxy, port, log) = start("dnspr_alone", "", "");
+    let (_proxy, port, log) = DNSPR.start("dnspr_alone", "", "");
     let (reply, cport) = ask(port, &query(9, "nowhere.test", TYPE::A));
     assert_eq!(addresses(&reply, 9), (RCODE::NameError, vec![]));
     assert_eq!(
@@ -199,7 +187,7 @@ fn without_nserver_unknown_names_are_nxdomain_and_own_ptr_is_3proxy() {
 fn fake_address_and_simple_forwarding() {
     let dns = TestDns::start(Style::Plain, &[("s.test", "10.3.3.3")]);
     let pre = format!("{}nscache 256\n", dns.nserver());
-    let (_proxy, port, _log) = start("dnspr_fake", &pre, "-F10.7.7.7 -s");
+    let (_proxy, port, _log) = DNSPR.start("dnspr_fake", &pre, "-F10.7.7.7 -s");
     let (reply, _) = ask(port, &query(11, "any.test", TYPE::A));
     assert_eq!(
         addresses(&reply, 11).1,
@@ -224,7 +212,7 @@ fn acl_refusals_get_no_reply() {
         "{}allow * 10.0.0.1\ndnspr -i127.0.0.1 -p{denied}\nflush\ndeny * * other.test\n",
         dns.nserver()
     );
-    let (_proxy, port, log) = start("dnspr_acl", &pre, "");
+    let (_proxy, port, log) = DNSPR.start("dnspr_acl", &pre, "");
     for (p, code) in [(denied, "00003"), (port, "00001")] {
         let (c, cport) = send(p, &query(20, "a.test", TYPE::A));
         let rec = record(&log, cport);
@@ -236,7 +224,7 @@ fn acl_refusals_get_no_reply() {
 
 #[test]
 fn malformed_datagrams_are_logged_and_dropped() {
-    let (_proxy, port, log) = start("dnspr_garbage", "", "");
+    let (_proxy, port, log) = DNSPR.start("dnspr_garbage", "", "");
     let mut two = query(30, "a.test", TYPE::A);
     two[5] = 2;
     let mut cut = query(31, "a.test", TYPE::A);

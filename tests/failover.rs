@@ -468,31 +468,6 @@ impl Drop for Killed {
     }
 }
 
-/// SOCKS5 with username/password to 127.0.0.1:`to`; Err(REP) if refused.
-fn socks5_login(proxy: u16, user: &str, pass: &str, to: u16) -> Result<TcpStream, u8> {
-    let mut s = connect(localhost(proxy));
-    s.write_all(&[5, 1, 2]).unwrap();
-    let mut r = [0u8; 2];
-    s.read_exact(&mut r).unwrap();
-    assert_eq!(r, [5, 2]);
-    let mut auth = vec![1, user.len() as u8];
-    auth.extend_from_slice(user.as_bytes());
-    auth.push(pass.len() as u8);
-    auth.extend_from_slice(pass.as_bytes());
-    s.write_all(&auth).unwrap();
-    s.read_exact(&mut r).unwrap();
-    assert_eq!(r, [1, 0], "login refused");
-    let mut req = vec![5, 1, 0, 1, 127, 0, 0, 1];
-    req.extend_from_slice(&to.to_be_bytes());
-    s.write_all(&req).unwrap();
-    let mut r = [0u8; 10];
-    match s.read_exact(&mut r) {
-        Ok(()) if r[1] == 0 => Ok(s),
-        Ok(()) => Err(r[1]),
-        Err(_) => Err(0xff),
-    }
-}
-
 /// An origin that sends bytes without end to whoever connects.
 fn endless() -> (u16, Arc<AtomicBool>) {
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
@@ -561,7 +536,12 @@ fn user_limits_apply_through_parents_as_directly() {
         assert!(
             wait_for(
                 || {
-                    first = socks5_login(port, "alice", "pw", echo.port()).ok();
+                    first = socks5_open(
+                        port,
+                        Some(("alice", "pw")),
+                        &socks5_request(1, localhost(echo.port())),
+                    )
+                    .ok();
                     first.is_some()
                 },
                 LOG_TIMEOUT
@@ -571,10 +551,20 @@ fn user_limits_apply_through_parents_as_directly() {
         let mut one = first.unwrap();
         echo_roundtrip(&mut one, b"first");
         assert!(
-            socks5_login(port, "alice", "pw", echo.port()).is_err(),
+            socks5_open(
+                port,
+                Some(("alice", "pw")),
+                &socks5_request(1, localhost(echo.port()))
+            )
+            .is_err(),
             "a second session of alice's got through ({hops} hops)"
         );
-        let mut other = socks5_login(port, "bob", "pw", echo.port()).unwrap();
+        let mut other = socks5_open(
+            port,
+            Some(("bob", "pw")),
+            &socks5_request(1, localhost(echo.port())),
+        )
+        .unwrap();
         echo_roundtrip(&mut other, b"bob");
         assert!(
             wait_for(
@@ -587,7 +577,12 @@ fn user_limits_apply_through_parents_as_directly() {
         drop(one);
         drop(other);
         // bandlimin for bob: the download is held to its rate.
-        let mut down = socks5_login(port, "bob", "pw", src).unwrap();
+        let mut down = socks5_open(
+            port,
+            Some(("bob", "pw")),
+            &socks5_request(1, localhost(src)),
+        )
+        .unwrap();
         let r = rate(&mut down, Duration::from_secs(2));
         assert!(
             r < BPS * 1.25 && r > BPS * 0.5,

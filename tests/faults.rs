@@ -442,15 +442,11 @@ fn an_unreachable_resolver_fails_names_promptly_and_not_addresses() {
         let _ = c.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok");
     });
     let ph = free_port();
-    let dir = Dir::new("fault_resolver");
-    let log = dir.join("access.log");
     // DNS timeout 2 s.
-    let cfg = format!(
-        "log {}\nlogformat \"L%E %n\"\ntimeouts 1 5 30 60 180 1800 2\nnserver 127.0.0.1:{closed}\n\
-         proxy -i127.0.0.1 -p{ph}\n",
-        p(&log)
+    let body = format!(
+        "timeouts 1 5 30 60 180 1800 2\nnserver 127.0.0.1:{closed}\nproxy -i127.0.0.1 -p{ph}\n"
     );
-    let proxy = Proxy::start(dir, &cfg, &[Listen::Tcp(localhost(ph))]);
+    let (proxy, log) = start(Dir::new("fault_resolver"), "L%E %n", &body, &[ph]);
     let named = thread::spawn(move || get_owned(ph, "nowhere.test".into()));
     let (text, took) = get_owned(ph, format!("127.0.0.1:{}", web.port()));
     assert!(text.starts_with("HTTP/1.1 200"), "by address: {text}");
@@ -468,16 +464,13 @@ fn an_unreachable_resolver_fails_names_promptly_and_not_addresses() {
     drop(proxy);
 }
 
+/// A GET of `http://host/` through the proxy on `port`: the whole answer
+/// and how long it took.
 fn get_owned(port: u16, host: String) -> (String, Duration) {
     let t = Instant::now();
-    let mut s = connect(localhost(port));
-    write!(
-        s,
-        "GET http://{host}/ HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"
-    )
-    .unwrap();
-    let got = read_until_closed(&mut s).unwrap_or_default();
-    (String::from_utf8_lossy(&got).into_owned(), t.elapsed())
+    let request =
+        format!("GET http://{host}/ HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n");
+    (http_once(port, request.as_bytes()).to_string(), t.elapsed())
 }
 
 #[test]

@@ -2,7 +2,7 @@
 //! which tests/deps.sh installs): files, directory listings, logins,
 //! refusals, with raw HTTP and with curl.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 
@@ -71,53 +71,15 @@ fn tree(dir: &Dir) -> (std::path::PathBuf, Vec<u8>) {
     (root, big)
 }
 
-fn start_proxy(dir: Dir, extra: &str) -> (Proxy, u16) {
-    let port = free_port();
-    let log = dir.join("proxy.log");
-    let cfg = format!(
-        "log {}\nlogformat \"L%N %E %U %n:%r %T\"\n{extra}\nproxy -p{port} -i127.0.0.1\n",
-        p(&log)
-    );
-    (
-        Proxy::start(dir, &cfg, &[Listen::Tcp(localhost(port))]),
-        port,
-    )
-}
+/// The proxy of these tests; the log's records name the service, code,
+/// user, host and port asked for, and the request.
+const PROXY: Service = Service::tcp("proxy", "L%N %E %U %n:%r %T");
 
-/// Sends `GET url` with `fields` and reads one answer: status, head, body
-/// (by Content-Length, else to the close).
-fn get(s: &mut BufReader<std::net::TcpStream>, url: &str, fields: &str) -> (u16, String, Vec<u8>) {
-    write!(s.get_mut(), "GET {url} HTTP/1.1\r\nHost: x\r\n{fields}\r\n").unwrap();
-    let mut head = String::new();
-    loop {
-        let mut l = String::new();
-        if s.read_line(&mut l).unwrap() == 0 {
-            panic!("closed after {head:?}");
-        }
-        head.push_str(&l);
-        if l == "\r\n" {
-            break;
-        }
-    }
-    let status = head.split(' ').nth(1).unwrap().parse().unwrap();
-    let len = head.lines().find_map(|l| {
-        l.to_ascii_lowercase()
-            .strip_prefix("content-length:")
-            .map(|v| v.trim().parse::<usize>().unwrap())
-    });
-    let body = match len {
-        Some(n) => {
-            let mut b = vec![0; n];
-            s.read_exact(&mut b).unwrap();
-            b
-        }
-        None => read_until_closed(s).unwrap(),
-    };
-    (status, head, body)
-}
-
-fn conn(port: u16) -> BufReader<std::net::TcpStream> {
-    BufReader::new(connect(localhost(port)))
+/// Sends `GET url` with `fields` and reads one answer: status, head, body.
+fn get(c: &mut HttpClient, url: &str, fields: &str) -> (u16, String, Vec<u8>) {
+    c.send(format!("GET {url} HTTP/1.1\r\nHost: x\r\n{fields}\r\n").as_bytes());
+    let r = c.read(false);
+    (r.status, r.head, r.body)
 }
 
 #[test]
@@ -125,12 +87,12 @@ fn ftp_gateway_lists_directories_and_fetches_files() {
     let dir = Dir::new("ftpgw");
     let (root, big) = tree(&dir);
     let ftp = FtpServer::start(&root, true);
-    let (proxy, port) = start_proxy(dir, "");
+    let (proxy, port, _) = PROXY.start_in(dir, "", "", "");
     let base = format!("ftp://127.0.0.1:{}", ftp.port);
 
     // A directory: an HTML page with a link per entry, on a kept
     // connection.
-    let mut c = conn(port);
+    let mut c = HttpClient::connect(port);
     let (status, head, body) = get(&mut c, &format!("{base}/pub/"), "");
     let page = String::from_utf8_lossy(&body);
     assert_eq!(status, 200, "{head}{page}");
@@ -177,9 +139,13 @@ fn ftp_gateway_lists_directories_and_fetches_files() {
     );
 
     // No such file: 404.
-    let (status, _, _) = get(&mut conn(port), &format!("{base}/pub/nothere"), "");
+    let (status, _, _) = get(
+        &mut HttpClient::connect(port),
+        &format!("{base}/pub/nothere"),
+        "",
+    );
     assert_eq!(status, 404);
-    let log = proxy.dir.join("proxy.log");
+    let log = log_of(&proxy);
     read_log_line(&log, "of the file fetched with curl", |l| {
         l == format!(
             "PROXY 00000 - 127.0.0.1:{} GET {base}/pub/hello.txt HTTP/1.1",
@@ -196,25 +162,25 @@ fn ftp_gateway_logs_in_with_the_urls_or_the_fields_credentials() {
     let dir = Dir::new("ftpgw_login");
     let (root, _) = tree(&dir);
     let ftp = FtpServer::start(&root, false);
-    let (proxy, port) = start_proxy(dir, "");
+    let (proxy, port, _) = PROXY.start_in(dir, "", "", "");
     let at = |login: &str| format!("ftp://{login}127.0.0.1:{}/pub/hello.txt", ftp.port);
 
     // No anonymous login on this server: 401, asking for a password.
-    let (status, head, _) = get(&mut conn(port), &at(""), "");
+    let (status, head, _) = get(&mut HttpClient::connect(port), &at(""), "");
     assert_eq!(status, 401, "{head}");
     assert!(head.contains("WWW-Authenticate: Basic"), "{head}");
-    let (status, _, _) = get(&mut conn(port), &at("alice:wrong@"), "");
+    let (status, _, _) = get(&mut HttpClient::connect(port), &at("alice:wrong@"), "");
     assert_eq!(status, 401);
-    let (status, _, body) = get(&mut conn(port), &at("alice:secret@"), "");
+    let (status, _, body) = get(&mut HttpClient::connect(port), &at("alice:secret@"), "");
     assert_eq!((status, body), (200, b"hello ftp\n".to_vec()));
     // The answer to the 401: Authorization with the FTP login.
     let (status, _, body) = get(
-        &mut conn(port),
+        &mut HttpClient::connect(port),
         &at(""),
         "Authorization: Basic YWxpY2U6c2VjcmV0\r\n",
     );
     assert_eq!((status, body), (200, b"hello ftp\n".to_vec()));
-    read_log_line(&proxy.dir.join("proxy.log"), "of a refused login", |l| {
+    read_log_line(&log_of(&proxy), "of a refused login", |l| {
         l.starts_with("PROXY 00700 ")
     });
 }
@@ -225,21 +191,23 @@ fn ftp_gateway_checks_ftp_get_and_ftp_data() {
     let (root, _) = tree(&dir);
     let ftp = FtpServer::start(&root, true);
     // The control connection may go, the data connection may not.
-    let (_proxy, port) = start_proxy(
+    let (_proxy, port, _) = PROXY.start_in(
         dir,
         &format!("allow * * * {} FTP_GET\nallow * * * * HTTP_GET", ftp.port),
+        "",
+        "",
     );
     let (status, _, _) = get(
-        &mut conn(port),
+        &mut HttpClient::connect(port),
         &format!("ftp://127.0.0.1:{}/pub/hello.txt", ftp.port),
         "",
     );
     assert_eq!(status, 404, "FTP_DATA is refused: no data connection");
 
     let dir = Dir::new("ftpgw_acl2");
-    let (_proxy, port) = start_proxy(dir, "deny * * * * FTP_GET\nallow *");
+    let (_proxy, port, _) = PROXY.start_in(dir, "deny * * * * FTP_GET\nallow *", "", "");
     let (status, _, _) = get(
-        &mut conn(port),
+        &mut HttpClient::connect(port),
         &format!("ftp://127.0.0.1:{}/pub/hello.txt", ftp.port),
         "",
     );
@@ -251,8 +219,7 @@ fn ftp_gateway_stores_a_put_and_answers_after_the_server_does() {
     let dir = Dir::new("ftpgw_put");
     let (root, big) = tree(&dir);
     let ftp = FtpServer::start(&root, true);
-    let (_proxy, port) = start_proxy(dir, "");
-    let log = _proxy.dir.join("proxy.log");
+    let (_proxy, port, log) = PROXY.start_in(dir, "", "", "");
     // curl uploads an ftp:// URL through an HTTP proxy with PUT.
     let up = _proxy.dir.join("up.bin");
     std::fs::write(&up, &big).unwrap();
@@ -274,17 +241,17 @@ fn ftp_gateway_stores_a_put_and_answers_after_the_server_does() {
     assert!(!line.contains("secret"), "{line}");
 
     // A body that came with the head and the rest after it, by hand.
-    let mut s = conn(port);
+    let mut s = HttpClient::connect(port);
     let url = format!("ftp://alice:secret@127.0.0.1:{}/pub/small.txt", ftp.port);
     write!(
-        s.get_mut(),
+        s.w,
         "PUT {url} HTTP/1.1\r\nHost: x\r\nContent-Length: 11\r\n\r\nhello"
     )
     .unwrap();
     std::thread::sleep(std::time::Duration::from_millis(200));
-    s.get_mut().write_all(b" world").unwrap();
+    s.w.write_all(b" world").unwrap();
     let mut l = String::new();
-    s.read_line(&mut l).unwrap();
+    s.r.read_line(&mut l).unwrap();
     assert_eq!(l, "HTTP/1.0 201 Created\r\n");
     assert_eq!(
         std::fs::read(root.join("pub/small.txt")).unwrap(),
@@ -300,25 +267,25 @@ fn ftp_gateway_stores_a_put_and_answers_after_the_server_does() {
         ),
         (format!("ftp://127.0.0.1:{}/pub/anon.txt", ftp.port), 404),
     ] {
-        let mut s = conn(port);
+        let mut s = HttpClient::connect(port);
         write!(
-            s.get_mut(),
+            s.w,
             "PUT {url} HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\nhi"
         )
         .unwrap();
         let mut l = String::new();
-        s.read_line(&mut l).unwrap();
+        s.r.read_line(&mut l).unwrap();
         assert!(l.starts_with(&format!("HTTP/1.1 {want} ")), "{url}: {l}");
     }
     assert!(!root.join("pub/anon.txt").exists());
-    let mut s = conn(port);
+    let mut s = HttpClient::connect(port);
     write!(
-        s.get_mut(),
+        s.w,
         "PUT ftp://127.0.0.1:{}/pub/c.txt HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nhi\r\n0\r\n\r\n",
         ftp.port
     )
     .unwrap();
     let mut l = String::new();
-    s.read_line(&mut l).unwrap();
+    s.r.read_line(&mut l).unwrap();
     assert!(l.starts_with("HTTP/1.1 411 "), "{l}");
 }

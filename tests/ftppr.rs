@@ -5,7 +5,6 @@
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
-use std::path::PathBuf;
 use std::sync::mpsc::{channel, Receiver};
 use std::time::Duration;
 
@@ -13,6 +12,8 @@ use crate::util::*;
 
 /// Service, code, client port, text, bytes out and in.
 const FMT: &str = "L%N %E %c %T %O %I";
+/// The service of these tests.
+const FTPPR: Service = Service::tcp("ftppr", FMT);
 const LISTING: &[u8] = b"-rw-r--r-- 1 ftp ftp 5000 Jan 1 00:00 file.bin\r\n";
 
 /// The file RETR sends: 5000 bytes that are not all alike.
@@ -86,56 +87,24 @@ pub fn ftp_server() -> (Origin, Receiver<Seen>) {
     (origin, rx)
 }
 
-fn start(name: &str, pre: &str) -> (Proxy, PathBuf, u16) {
-    let port = free_port();
-    let dir = Dir::new(name);
-    let log = dir.join("access.log");
-    let cfg = format!(
-        "log {}\nlogformat \"{FMT}\"\n{pre}ftppr -i127.0.0.1 -p{port}\n",
-        p(&log)
-    );
-    let proxy = Proxy::start(dir, &cfg, &[Listen::Tcp(localhost(port))]);
-    (proxy, log, port)
-}
+/// The proxy's greeting.
+const READY: &str = "220 Ready\r\n";
 
-struct Ftp {
-    s: TcpStream,
-    r: BufReader<TcpStream>,
-}
-
-impl Ftp {
-    fn connect(port: u16) -> Ftp {
-        let s = connect(localhost(port));
-        set_timeouts(&s, Duration::from_secs(10));
-        let r = BufReader::new(s.try_clone().unwrap());
-        let mut f = Ftp { s, r };
-        assert_eq!(f.line(), "220 Ready\r\n");
-        f
-    }
-
-    fn line(&mut self) -> String {
-        let mut l = String::new();
-        self.r.read_line(&mut l).expect("a line from the proxy");
-        l
-    }
-
-    fn cmd(&mut self, c: &str) -> String {
-        self.s.write_all(format!("{c}\r\n").as_bytes()).unwrap();
-        self.line()
-    }
-
-    fn port(&self) -> u16 {
-        self.s.local_addr().unwrap().port()
-    }
-
+/// What an FTP client says beyond lines.
+trait Ftp {
     /// USER and PASS through to the server at `o`.
+    fn login(&mut self, o: u16);
+    /// PASV: the port of the proxy's data listener, on 127.0.0.1.
+    fn pasv(&mut self) -> u16;
+}
+
+impl Ftp for LineClient {
     fn login(&mut self, o: u16) {
         assert_eq!(self.cmd(&format!("USER bob@127.0.0.1:{o}")), "331 ok\r\n");
         assert_eq!(self.cmd("PASS secret"), "230-welcome\r\n");
         assert_eq!(self.line(), "230 logged in\r\n");
     }
 
-    /// PASV: the port of the proxy's data listener, on 127.0.0.1.
     fn pasv(&mut self) -> u16 {
         let r = self.cmd("PASV");
         let inner = r
@@ -144,12 +113,6 @@ impl Ftp {
             .unwrap_or_else(|| panic!("{r:?}"));
         let n: Vec<u16> = inner.split(',').map(|x| x.parse().unwrap()).collect();
         (n[0] << 8) | n[1]
-    }
-
-    fn assert_closed(mut self) {
-        let mut rest = Vec::new();
-        let _ = self.r.read_to_end(&mut rest);
-        assert_eq!(String::from_utf8_lossy(&rest), "");
     }
 }
 
@@ -181,9 +144,9 @@ fn records_of(log: &std::path::Path, cport: u16, n: usize) -> Vec<String> {
 #[test]
 fn ftppr_login_reaches_the_server_without_the_host() {
     let (origin, rx) = ftp_server();
-    let (_proxy, log, port) = start("ftppr_login", "");
+    let (_proxy, port, log) = FTPPR.start("ftppr_login", "", "");
     let o = origin.port();
-    let mut c = Ftp::connect(port);
+    let mut c = LineClient::connect(port, READY);
     c.login(o);
     assert_eq!(c.cmd("SYST"), "500 what\r\n");
     assert_eq!(c.cmd("QUIT"), "221 bye\r\n");
@@ -215,9 +178,9 @@ fn ftppr_login_reaches_the_server_without_the_host() {
 #[test]
 fn ftppr_pasv_list_and_retr() {
     let (origin, rx) = ftp_server();
-    let (_proxy, log, port) = start("ftppr_retr", "");
+    let (_proxy, port, log) = FTPPR.start("ftppr_retr", "", "");
     let o = origin.port();
-    let mut c = Ftp::connect(port);
+    let mut c = LineClient::connect(port, READY);
     c.login(o);
     let d = c.pasv();
     let mut data = connect(localhost(d));
@@ -280,9 +243,9 @@ fn ftppr_pasv_list_and_retr() {
 #[test]
 fn ftppr_stor_and_port() {
     let (origin, rx) = ftp_server();
-    let (_proxy, log, port) = start("ftppr_stor", "");
+    let (_proxy, port, log) = FTPPR.start("ftppr_stor", "", "");
     let o = origin.port();
-    let mut c = Ftp::connect(port);
+    let mut c = LineClient::connect(port, READY);
     c.login(o);
     // PORT: the proxy connects back to the client's address.
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
@@ -324,9 +287,13 @@ fn ftppr_stor_and_port() {
 #[test]
 fn ftppr_acl_refuses_the_data_connection() {
     let (origin, rx) = ftp_server();
-    let (_proxy, _log, port) = start("ftppr_acl", "auth iponly\ndeny * * * * FTP_DATA\nallow *\n");
+    let (_proxy, port, _log) = FTPPR.start(
+        "ftppr_acl",
+        "auth iponly\ndeny * * * * FTP_DATA\nallow *\n",
+        "",
+    );
     let o = origin.port();
-    let mut c = Ftp::connect(port);
+    let mut c = LineClient::connect(port, READY);
     c.login(o);
     let d = c.pasv();
     let mut data = connect(localhost(d));
@@ -345,11 +312,12 @@ fn ftppr_acl_refuses_the_data_connection() {
 fn ftppr_acl_refuses_the_destination() {
     let (origin, _rx) = ftp_server();
     let o = origin.port();
-    let (_proxy, log, port) = start(
+    let (_proxy, port, log) = FTPPR.start(
         "ftppr_acl_dest",
         &format!("auth iponly\ndeny * * 127.0.0.1 {o}\nallow *\n"),
+        "",
     );
-    let mut c = Ftp::connect(port);
+    let mut c = LineClient::connect(port, READY);
     c.s.write_all(format!("USER bob@127.0.0.1:{o}\r\n").as_bytes())
         .unwrap();
     let cport = c.port();
@@ -360,8 +328,8 @@ fn ftppr_acl_refuses_the_destination() {
 
 #[test]
 fn ftppr_commands_before_login() {
-    let (_proxy, log, port) = start("ftppr_before_login", "");
-    let mut c = Ftp::connect(port);
+    let (_proxy, port, log) = FTPPR.start("ftppr_before_login", "", "");
+    let mut c = LineClient::connect(port, READY);
     assert_eq!(c.cmd("LIST"), "530 login\r\n");
     assert_eq!(c.cmd("PASV"), "530 login\r\n");
     assert_eq!(c.cmd("PASS x"), "530 login\r\n");
@@ -371,7 +339,7 @@ fn ftppr_commands_before_login() {
     c.assert_closed();
     expect_log_line(&log, &format!("FTPPR 00802 {cport}  0 0"));
     // A login without a host.
-    let mut c = Ftp::connect(port);
+    let mut c = LineClient::connect(port, READY);
     c.s.write_all(b"USER bob\r\n").unwrap();
     let cport = c.port();
     c.assert_closed();
@@ -383,8 +351,8 @@ fn ftppr_destination_refusing_the_connection() {
     let closed = TcpListener::bind("127.0.0.1:0").unwrap();
     let o = closed.local_addr().unwrap().port();
     drop(closed);
-    let (_proxy, log, port) = start("ftppr_refused", "");
-    let mut c = Ftp::connect(port);
+    let (_proxy, port, log) = FTPPR.start("ftppr_refused", "", "");
+    let mut c = LineClient::connect(port, READY);
     c.s.write_all(format!("USER bob@127.0.0.1:{o}\r\n").as_bytes())
         .unwrap();
     let cport = c.port();
@@ -395,9 +363,9 @@ fn ftppr_destination_refusing_the_connection() {
 #[test]
 fn ftppr_server_refusing_the_password() {
     let (origin, _rx) = ftp_server();
-    let (_proxy, log, port) = start("ftppr_bad_pass", "");
+    let (_proxy, port, log) = FTPPR.start("ftppr_bad_pass", "", "");
     let o = origin.port();
-    let mut c = Ftp::connect(port);
+    let mut c = LineClient::connect(port, READY);
     assert_eq!(c.cmd(&format!("USER bob@127.0.0.1:{o}")), "331 ok\r\n");
     assert_eq!(c.cmd("PASS bad"), "530 wrong\r\n");
     let cport = c.port();
@@ -428,9 +396,13 @@ fn replaced(data: &[u8], from: &[u8], to: &[u8]) -> Vec<u8> {
 #[test]
 fn ftppr_pcre_denies_a_transfer_command() {
     let (origin, rx) = ftp_server();
-    let (_proxy, log, port) = start("ftppr_pcre_cmd", "pcre cliheader deny \"RETR secret\"\n");
+    let (_proxy, port, log) = FTPPR.start(
+        "ftppr_pcre_cmd",
+        "pcre cliheader deny \"RETR secret\"\n",
+        "",
+    );
     let o = origin.port();
-    let mut c = Ftp::connect(port);
+    let mut c = LineClient::connect(port, READY);
     c.login(o);
     // A command no filter matches goes through as before.
     let d = c.pasv();
@@ -459,9 +431,9 @@ fn ftppr_pcre_denies_a_transfer_command() {
 #[test]
 fn ftppr_pcre_denies_the_login() {
     let (origin, rx) = ftp_server();
-    let (_proxy, log, port) = start("ftppr_pcre_login", "pcre request deny \"^bob@\"\n");
+    let (_proxy, port, log) = FTPPR.start("ftppr_pcre_login", "pcre request deny \"^bob@\"\n", "");
     let o = origin.port();
-    let mut c = Ftp::connect(port);
+    let mut c = LineClient::connect(port, READY);
     // As in 3proxy, the server's answer is passed on before the check.
     c.login(o);
     let cport = c.port();
@@ -484,12 +456,13 @@ fn ftppr_pcre_denies_the_login() {
 fn ftppr_pcre_rewrites_a_retr_file() {
     let (origin, _rx) = ftp_server();
     // The file has the bytes "AHOV" every 251 bytes; the listing has not.
-    let (_proxy, _log, port) = start(
+    let (_proxy, port, _log) = FTPPR.start(
         "ftppr_pcre_rewrite",
         "pcre_rewrite srvdata dunno AHOV XYZW\n",
+        "",
     );
     let o = origin.port();
-    let mut c = Ftp::connect(port);
+    let mut c = LineClient::connect(port, READY);
     c.login(o);
     let d = c.pasv();
     let mut data = connect(localhost(d));
@@ -513,9 +486,9 @@ fn ftppr_pcre_rewrites_a_retr_file() {
 #[test]
 fn ftppr_pcre_denies_a_word_in_a_retr_file() {
     let (origin, _rx) = ftp_server();
-    let (_proxy, log, port) = start("ftppr_pcre_data", "pcre srvdata deny AHOV\n");
+    let (_proxy, port, log) = FTPPR.start("ftppr_pcre_data", "pcre srvdata deny AHOV\n", "");
     let o = origin.port();
-    let mut c = Ftp::connect(port);
+    let mut c = LineClient::connect(port, READY);
     c.login(o);
     let d = c.pasv();
     let mut data = connect(localhost(d));
@@ -539,14 +512,15 @@ fn ftppr_pcre_denies_a_word_in_a_retr_file() {
 #[test]
 fn ftppr_pcre_rewrites_port_stor_and_the_stored_file() {
     let (origin, rx) = ftp_server();
-    let (_proxy, _log, port) = start(
+    let (_proxy, port, _log) = FTPPR.start(
         "ftppr_pcre_stor",
         "pcre_rewrite srvheader dunno \"^200 OK\" \"200 Fine\"\n\
          pcre_rewrite cliheader dunno \"^STOR up\" \"STOR down\"\n\
          pcre_rewrite clidata dunno ABC abc\n",
+        "",
     );
     let o = origin.port();
-    let mut c = Ftp::connect(port);
+    let mut c = LineClient::connect(port, READY);
     c.login(o);
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let lp = l.local_addr().unwrap().port();
@@ -577,9 +551,9 @@ fn ftppr_pcre_rewrites_port_stor_and_the_stored_file() {
 #[test]
 fn ftppr_pcre_denies_epsv() {
     let (origin, _rx) = ftp_server();
-    let (_proxy, log, port) = start("ftppr_pcre_epsv", "pcre cliheader deny ^EPSV\n");
+    let (_proxy, port, log) = FTPPR.start("ftppr_pcre_epsv", "pcre cliheader deny ^EPSV\n", "");
     let o = origin.port();
-    let mut c = Ftp::connect(port);
+    let mut c = LineClient::connect(port, READY);
     c.login(o);
     let _ = c.pasv();
     let cport = c.port();

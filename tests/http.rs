@@ -3,7 +3,6 @@
 //! that stop request smuggling, error answers, access control, and the
 //! per-request log. Origins are small HTTP/1.1 servers in this file.
 
-use std::collections::HashMap;
 use std::io::{self, BufRead, BufReader, Read, Write};
 use std::net::{Shutdown, TcpStream};
 use std::process::Command;
@@ -82,8 +81,7 @@ fn serve_http(conn: TcpStream, seen: &Mutex<Vec<String>>) -> io::Result<()> {
         let mut parts = head.split_whitespace();
         let method = parts.next().unwrap_or("").to_string();
         let path = parts.next().unwrap_or("").to_string();
-        let fields = parse_fields(&head);
-        let field = |n: &str| fields.get(n).cloned().unwrap_or_default();
+        let field = |n: &str| field_values(&head, n).pop().unwrap_or("").to_string();
         if path == "/continue" && field("expect").eq_ignore_ascii_case("100-continue") {
             w.write_all(b"HTTP/1.1 100 Continue\r\n\r\n")?;
         }
@@ -191,162 +189,12 @@ fn serve_http(conn: TcpStream, seen: &Mutex<Vec<String>>) -> io::Result<()> {
     }
 }
 
-/// Header fields of a head, by lower-case name (later fields win).
-fn parse_fields(head: &str) -> HashMap<String, String> {
-    head.split("\r\n")
-        .skip(1)
-        .filter_map(|l| l.split_once(':'))
-        .map(|(n, v)| (n.trim().to_ascii_lowercase(), v.trim().to_string()))
-        .collect()
-}
-
-/// Read a chunked body, handing the data to `sink`; returns its length.
-fn dechunk(r: &mut impl BufRead, mut sink: impl FnMut(&[u8])) -> io::Result<u64> {
-    let mut total = 0;
-    loop {
-        let mut line = String::new();
-        r.read_line(&mut line)?;
-        let size = line.trim().split(';').next().unwrap_or("");
-        let n = u64::from_str_radix(size, 16)
-            .map_err(|_| io::Error::other(format!("bad chunk size {line:?}")))?;
-        if n == 0 {
-            // Trailers up to the empty line.
-            loop {
-                let mut t = String::new();
-                if r.read_line(&mut t)? == 0 || t == "\r\n" {
-                    return Ok(total);
-                }
-            }
-        }
-        let mut data = vec![0u8; n as usize];
-        r.read_exact(&mut data)?;
-        sink(&data);
-        total += n;
-        let mut crlf = [0u8; 2];
-        r.read_exact(&mut crlf)?;
-    }
-}
-
 // ---------------------------------------------------------------------------
 // The proxy and its clients
 
-/// A `proxy` service on a free port, with `extra` cfg lines before it and
-/// `opts` on its line. The log goes to `proxy.log` in the test dir.
-fn start_proxy(name: &str, extra: &str, opts: &str) -> (Proxy, u16) {
-    let dir = Dir::new(name);
-    let port = free_port();
-    let log = dir.join("proxy.log");
-    let cfg = format!(
-        "log {}\nlogformat \"L%N %E %U %C %n %Q:%q %O %I %T\"\n{extra}\nproxy -p{port} -i127.0.0.1 {opts}\n",
-        p(&log)
-    );
-    let proxy = Proxy::start(dir, &cfg, &[Listen::Tcp(localhost(port))]);
-    (proxy, port)
-}
-
-fn log_path(proxy: &Proxy) -> std::path::PathBuf {
-    proxy.dir.join("proxy.log")
-}
-
-/// A response as a client reads it.
-#[derive(Debug)]
-struct Resp {
-    status: u16,
-    head: String,
-    fields: HashMap<String, String>,
-    body: Vec<u8>,
-}
-
-impl Resp {
-    fn field(&self, n: &str) -> Option<&str> {
-        self.fields.get(n).map(String::as_str)
-    }
-}
-
-/// A raw client connection to the proxy.
-struct Conn {
-    r: BufReader<TcpStream>,
-    w: TcpStream,
-}
-
-impl Conn {
-    fn new(port: u16) -> Conn {
-        let s = connect(localhost(port));
-        Conn {
-            r: BufReader::new(s.try_clone().unwrap()),
-            w: s,
-        }
-    }
-
-    fn send(&mut self, bytes: &[u8]) {
-        self.w.write_all(bytes).expect("write to the proxy");
-    }
-
-    /// Read one response (`head_req`: it answers a HEAD).
-    fn read(&mut self, head_req: bool) -> Resp {
-        self.try_read(head_req)
-            .expect("read a response from the proxy")
-    }
-
-    fn try_read(&mut self, head_req: bool) -> io::Result<Resp> {
-        let mut head = String::new();
-        loop {
-            let mut line = String::new();
-            if self.r.read_line(&mut line)? == 0 {
-                return Err(io::Error::new(
-                    io::ErrorKind::UnexpectedEof,
-                    format!("closed after {head:?}"),
-                ));
-            }
-            head.push_str(&line);
-            if line == "\r\n" {
-                break;
-            }
-        }
-        let status = head
-            .split_whitespace()
-            .nth(1)
-            .and_then(|s| s.parse().ok())
-            .unwrap_or(0);
-        let fields = parse_fields(&head);
-        let mut body = Vec::new();
-        let no_body = head_req || status == 204 || status == 304 || (100..200).contains(&status);
-        if no_body {
-        } else if fields
-            .get("transfer-encoding")
-            .is_some_and(|t| t.contains("chunked"))
-        {
-            dechunk(&mut self.r, |b| body.extend_from_slice(b))?;
-        } else if let Some(n) = fields.get("content-length") {
-            body = vec![0u8; n.parse().unwrap()];
-            self.r.read_exact(&mut body)?;
-        } else {
-            body = read_until_closed(&mut self.r)?;
-        }
-        Ok(Resp {
-            status,
-            head,
-            fields,
-            body,
-        })
-    }
-
-    /// GET `url` through the proxy (absolute form) and read the answer.
-    fn get(&mut self, url: &str) -> Resp {
-        self.send(format!("GET {url} HTTP/1.1\r\nHost: ignored\r\n\r\n").as_bytes());
-        self.read(false)
-    }
-
-    /// The proxy closed the connection (EOF or reset, no more bytes).
-    fn assert_closed(&mut self) {
-        let rest = read_until_closed(&mut self.r).expect("the proxy should close the connection");
-        assert!(
-            rest.is_empty(),
-            "bytes after the answer: {:?}",
-            String::from_utf8_lossy(&rest)
-        );
-    }
-}
+/// The service of most tests: the log's records name the service, code,
+/// user, client, host, destination, bytes out and in, and the request.
+const PROXY: Service = Service::tcp("proxy", "L%N %E %U %C %n %Q:%q %O %I %T");
 
 /// Runs curl through the proxy; returns (status code, body).
 fn curl(proxy_port: u16, args: &[&str]) -> (u16, Vec<u8>) {
@@ -388,7 +236,7 @@ fn text(b: &[u8]) -> String {
 #[test]
 fn get_head_post_put_with_curl() {
     let origin = HttpOrigin::start();
-    let (_proxy, port) = start_proxy("curl_methods", "", "");
+    let (_proxy, port, _) = PROXY.start("curl_methods", "", "");
     assert_eq!(
         curl(port, &[&origin.url("/hello")]),
         (200, b"hello".to_vec())
@@ -425,8 +273,8 @@ fn get_head_post_put_with_curl() {
 #[test]
 fn raw_requests_are_rewritten_for_the_origin() {
     let origin = HttpOrigin::start();
-    let (proxy, port) = start_proxy("rewrite", "", "");
-    let mut c = Conn::new(port);
+    let (proxy, port, _) = PROXY.start("rewrite", "", "");
+    let mut c = HttpClient::connect(port);
     c.send(
         format!(
             "GET http://127.0.0.1:{}/head?q=1 HTTP/1.1\r\nHost: wrong\r\nConnection: keep-alive, X-Hop\r\n\
@@ -463,7 +311,7 @@ fn raw_requests_are_rewritten_for_the_origin() {
         origin.port()
     )));
     // One log line per request, %T is the request line.
-    let log = log_path(&proxy);
+    let log = log_of(&proxy);
     let line = read_log_line(&log, "the origin-form request", |l| {
         l.ends_with("GET /head HTTP/1.1")
     });
@@ -481,14 +329,14 @@ fn anonymous_modes() {
     let origin = HttpOrigin::start();
     let url = origin.url("/head");
     let send = |port: u16| {
-        let mut c = Conn::new(port);
+        let mut c = HttpClient::connect(port);
         c.send(format!("GET {url} HTTP/1.1\r\nVia: 1.0 x\r\nX-Forwarded-For: 10.9.9.9\r\nForwarded: for=y\r\n\r\n").as_bytes());
         text(&c.read(false).body)
     };
-    let (_p0, port) = start_proxy("anon", "", "-a");
+    let (_p0, port, _) = PROXY.start("anon", "", "-a");
     let h = send(port);
     assert!(!h.contains("Via") && !h.contains("Forwarded"), "{h}");
-    let (_p1, port) = start_proxy("anon1", "", "-a1");
+    let (_p1, port, _) = PROXY.start("anon1", "", "-a1");
     let h = send(port);
     assert!(
         h.contains("\r\nVia: 1.1 ")
@@ -496,7 +344,7 @@ fn anonymous_modes() {
             && !h.contains("X-Forwarded-For: 127.0.0.1"),
         "{h}"
     );
-    let (_p2, port) = start_proxy("anon2", "", "-a2");
+    let (_p2, port, _) = PROXY.start("anon2", "", "-a2");
     let h = send(port);
     assert!(h.contains("\r\nX-Forwarded-For: 127.0.0.1\r\n"), "{h}");
 }
@@ -504,8 +352,8 @@ fn anonymous_modes() {
 #[test]
 fn head_204_304_have_no_body_and_keep_the_connection() {
     let origin = HttpOrigin::start();
-    let (_proxy, port) = start_proxy("nobody", "", "");
-    let mut c = Conn::new(port);
+    let (_proxy, port, _) = PROXY.start("nobody", "", "");
+    let mut c = HttpClient::connect(port);
     c.send(format!("HEAD {} HTTP/1.1\r\n\r\n", origin.url("/len/100")).as_bytes());
     let r = c.read(true);
     assert_eq!((r.status, r.field("content-length")), (200, Some("100")));
@@ -519,15 +367,12 @@ fn head_204_304_have_no_body_and_keep_the_connection() {
 
 #[test]
 fn ipv6_literal_in_brackets() {
-    let Ok(l) = std::net::TcpListener::bind("[::1]:0") else {
-        return;
-    };
-    drop(l);
+    require_ipv6();
     let origin6 = Origin::start("[::1]:0", |conn| {
         let _ = serve_http(conn, &Mutex::new(Vec::new()));
     });
-    let (_proxy, port) = start_proxy("v6", "", "");
-    let mut c = Conn::new(port);
+    let (_proxy, port, _) = PROXY.start("v6", "", "");
+    let mut c = HttpClient::connect(port);
     let r = c.get(&format!("http://[::1]:{}/hello", origin6.port()));
     assert_eq!((r.status, r.body), (200, b"hello".to_vec()));
 }
@@ -539,18 +384,20 @@ const BIG: u64 = 64 * 1024 * 1024;
 
 #[test]
 fn download_64mb_intact() {
-    download_64mb("download", "");
+    download_64mb("download", false);
 }
 
 #[test]
 fn download_64mb_intact_with_splice() {
-    download_64mb("download_s", "-s");
+    download_64mb("download_s", true);
 }
 
-fn download_64mb(name: &str, opts: &str) {
+/// `splice`: with `-s`, and splice(2) must have moved the body.
+fn download_64mb(name: &str, splice: bool) {
     let origin = HttpOrigin::start();
-    let (_proxy, port) = start_proxy(name, "", opts);
-    let mut c = Conn::new(port);
+    let (proxy, port, _) = PROXY.start(name, "", if splice { "-s" } else { "" });
+    let trace = splice.then(|| Strace::attach(&proxy, "splice"));
+    let mut c = HttpClient::connect(port);
     set_timeouts(&c.w, Duration::from_secs(60));
     c.send(
         format!(
@@ -568,22 +415,27 @@ fn download_64mb(name: &str, opts: &str) {
     assert_eq!(got, pattern_digest(7, BIG));
     // The connection is still good.
     assert_eq!(c.get(&origin.url("/hello")).body, b"hello");
+    if let Some(trace) = trace {
+        trace.assert_moved(BIG);
+    }
 }
 
 #[test]
 fn upload_64mb_intact() {
-    upload_64mb("upload", "");
+    upload_64mb("upload", false);
 }
 
 #[test]
 fn upload_64mb_intact_with_splice() {
-    upload_64mb("upload_s", "-s");
+    upload_64mb("upload_s", true);
 }
 
-fn upload_64mb(name: &str, opts: &str) {
+/// `splice`: with `-s`, and splice(2) must have moved the body.
+fn upload_64mb(name: &str, splice: bool) {
     let origin = HttpOrigin::start();
-    let (_proxy, port) = start_proxy(name, "", opts);
-    let mut c = Conn::new(port);
+    let (proxy, port, _) = PROXY.start(name, "", if splice { "-s" } else { "" });
+    let trace = splice.then(|| Strace::attach(&proxy, "splice"));
+    let mut c = HttpClient::connect(port);
     set_timeouts(&c.w, Duration::from_secs(60));
     c.send(
         format!(
@@ -597,13 +449,16 @@ fn upload_64mb(name: &str, opts: &str) {
     let want = pattern_digest(3, BIG);
     let hex: String = want.sha256.iter().map(|b| format!("{b:02x}")).collect();
     assert_eq!(text(&r.body), format!("{hex} {BIG}"));
+    if let Some(trace) = trace {
+        trace.assert_moved(BIG);
+    }
 }
 
 #[test]
 fn chunked_both_ways() {
     let origin = HttpOrigin::start();
-    let (_proxy, port) = start_proxy("chunked", "", "");
-    let mut c = Conn::new(port);
+    let (_proxy, port, _) = PROXY.start("chunked", "", "");
+    let mut c = HttpClient::connect(port);
     // Download: relayed as it is, trailers included, then reused.
     c.send(format!("GET {} HTTP/1.1\r\n\r\n", origin.url("/chunked/100000")).as_bytes());
     let r = c.read(false);
@@ -651,8 +506,8 @@ fn chunked_both_ways() {
 #[test]
 fn close_delimited_response_closes_the_client() {
     let origin = HttpOrigin::start();
-    let (_proxy, port) = start_proxy("closedelim", "", "");
-    let mut c = Conn::new(port);
+    let (_proxy, port, _) = PROXY.start("closedelim", "", "");
+    let mut c = HttpClient::connect(port);
     c.send(format!("GET {} HTTP/1.1\r\n\r\n", origin.url("/close/5000")).as_bytes());
     let r = c.read(false);
     assert_eq!((r.status, r.field("connection")), (200, Some("close")));
@@ -665,8 +520,9 @@ fn splice_moves_bodies_of_every_framing() {
     // and close-delimited ones; chunked ones are copied, as they must be
     // parsed. The connection goes on after each.
     let origin = HttpOrigin::start();
-    let (_proxy, port) = start_proxy("splice_bodies", "", "-s");
-    let mut c = Conn::new(port);
+    let (proxy, port, _) = PROXY.start("splice_bodies", "", "-s");
+    let trace = Strace::attach(&proxy, "splice");
+    let mut c = HttpClient::connect(port);
     for n in [0, 10, 16383, 16384, 16385, 200_000, 1_000_003] {
         assert_eq!(
             c.get(&origin.url(&format!("/len/{n}"))).body,
@@ -694,18 +550,21 @@ fn splice_moves_bodies_of_every_framing() {
     let r = c.read(false);
     assert_eq!(r.field("connection"), Some("close"));
     assert_eq!(r.body, body_bytes(300_000));
+    // The big bodies went through splice(2): the largest alone is more
+    // than the copies could account for.
+    trace.assert_moved(1_000_003);
 }
 
 #[test]
 fn http10_client() {
     let origin = HttpOrigin::start();
-    let (_proxy, port) = start_proxy("http10", "", "");
-    let mut c = Conn::new(port);
+    let (_proxy, port, _) = PROXY.start("http10", "", "");
+    let mut c = HttpClient::connect(port);
     c.send(format!("GET {} HTTP/1.0\r\n\r\n", origin.url("/hello")).as_bytes());
     let r = c.read(false);
     assert_eq!((r.status, r.field("connection")), (200, Some("close")));
     c.assert_closed();
-    let mut c = Conn::new(port);
+    let mut c = HttpClient::connect(port);
     c.send(
         format!(
             "GET {} HTTP/1.0\r\nProxy-Connection: keep-alive\r\n\r\n",
@@ -726,8 +585,8 @@ fn http10_client() {
 fn keep_alive_reuses_one_origin_connection_per_host() {
     let a = HttpOrigin::start();
     let b = HttpOrigin::start();
-    let (_proxy, port) = start_proxy("reuse", "", "");
-    let mut c = Conn::new(port);
+    let (_proxy, port, _) = PROXY.start("reuse", "", "");
+    let mut c = HttpClient::connect(port);
     for _ in 0..3 {
         assert_eq!(c.get(&a.url("/hello")).body, b"hello");
     }
@@ -757,16 +616,16 @@ fn keep_alive_reuses_one_origin_connection_per_host() {
 fn origin_connections_are_shared_between_clients() {
     let a = HttpOrigin::start();
     let b = HttpOrigin::start();
-    let (_proxy, port) = start_proxy("pool", "", "");
+    let (_proxy, port, _) = PROXY.start("pool", "", "");
     // Client 1 leaves a's connection in the pool when it moves on to b.
-    let mut c1 = Conn::new(port);
+    let mut c1 = HttpClient::connect(port);
     assert_eq!(c1.get(&a.url("/hello")).body, b"hello");
     assert_eq!(c1.get(&b.url("/hello")).body, b"hello");
-    let mut c2 = Conn::new(port);
+    let mut c2 = HttpClient::connect(port);
     assert_eq!(c2.get(&a.url("/hello")).body, b"hello");
     assert_eq!(a.conns(), 1);
     // Two clients at once to one host need two connections.
-    let mut c3 = Conn::new(port);
+    let mut c3 = HttpClient::connect(port);
     c3.send(
         format!(
             "POST {} HTTP/1.1\r\nContent-Length: 2\r\n\r\n",
@@ -779,7 +638,7 @@ fn origin_connections_are_shared_between_clients() {
     assert_eq!(c3.read(false).status, 200);
     assert_eq!(a.conns(), 2);
     // Connection-bound authentication never crosses clients.
-    let mut c4 = Conn::new(port);
+    let mut c4 = HttpClient::connect(port);
     c4.send(
         format!(
             "GET {} HTTP/1.1\r\nAuthorization: NTLM TlRMTVNTUAABAAAA\r\n\r\n",
@@ -791,7 +650,7 @@ fn origin_connections_are_shared_between_clients() {
     assert_eq!(c4.get(&a.url("/hello")).body, b"hello");
     // c4's connection to b (b's second; c1 holds the first) was not
     // parked, so c5 needs a third.
-    let mut c5 = Conn::new(port);
+    let mut c5 = HttpClient::connect(port);
     assert_eq!(c5.get(&b.url("/hello")).body, b"hello");
     assert_eq!(b.conns(), 3);
 }
@@ -808,8 +667,8 @@ fn retries_once_when_the_kept_connection_was_closed() {
         }
         let _ = conn.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok");
     });
-    let (_proxy, port) = start_proxy("retry", "", "");
-    let mut c = Conn::new(port);
+    let (_proxy, port, _) = PROXY.start("retry", "", "");
+    let mut c = HttpClient::connect(port);
     let url = format!("http://127.0.0.1:{}/", origin.port());
     assert_eq!(c.get(&url).body, b"ok");
     thread::sleep(Duration::from_millis(100));
@@ -820,8 +679,8 @@ fn retries_once_when_the_kept_connection_was_closed() {
 #[test]
 fn pipelined_requests_are_answered_in_order() {
     let origin = HttpOrigin::start();
-    let (_proxy, port) = start_proxy("pipeline", "", "");
-    let mut c = Conn::new(port);
+    let (_proxy, port, _) = PROXY.start("pipeline", "", "");
+    let mut c = HttpClient::connect(port);
     let mut all = Vec::new();
     for path in ["/len/3", "/sha", "/len/5", "/hello"] {
         if path == "/sha" {
@@ -849,8 +708,8 @@ fn pipelined_requests_are_answered_in_order() {
 #[test]
 fn expect_100_continue_passes_through() {
     let origin = HttpOrigin::start();
-    let (_proxy, port) = start_proxy("continue", "", "");
-    let mut c = Conn::new(port);
+    let (_proxy, port, _) = PROXY.start("continue", "", "");
+    let mut c = HttpClient::connect(port);
     c.send(
         format!(
             "PUT {} HTTP/1.1\r\nExpect: 100-continue\r\nContent-Length: 4\r\n\r\n",
@@ -905,8 +764,8 @@ fn expect_100_continue_passes_through() {
 #[test]
 fn connect_tunnels_bytes() {
     let echo = Origin::echo();
-    let (proxy, port) = start_proxy("connect", "", "");
-    let mut c = Conn::new(port);
+    let (proxy, port, _) = PROXY.start("connect", "", "");
+    let mut c = HttpClient::connect(port);
     c.send(
         format!(
             "CONNECT 127.0.0.1:{} HTTP/1.1\r\nHost: 127.0.0.1:{}\r\n\r\nearly",
@@ -928,7 +787,7 @@ fn connect_tunnels_bytes() {
     assert_eq!(&back, b"more bytes");
     c.w.shutdown(Shutdown::Write).unwrap();
     c.assert_closed();
-    read_log_line(&log_path(&proxy), "the CONNECT", |l| {
+    read_log_line(&log_of(&proxy), "the CONNECT", |l| {
         l.ends_with(&format!("CONNECT 127.0.0.1:{} HTTP/1.1", echo.port()))
     });
 }
@@ -976,7 +835,7 @@ fn connect_to_a_tls_origin_with_curl() {
         || TcpStream::connect(localhost(tls_port)).is_ok(),
         START_TIMEOUT
     ));
-    let (_proxy, port) = start_proxy("tls", "", "");
+    let (_proxy, port, _) = PROXY.start("tls", "", "");
     let (code, body) = curl(port, &["-k", &format!("https://127.0.0.1:{tls_port}/")]);
     let _ = server.kill();
     let _ = server.wait();
@@ -987,8 +846,8 @@ fn connect_to_a_tls_origin_with_curl() {
 #[test]
 fn websocket_upgrade_passes_through() {
     let origin = HttpOrigin::start();
-    let (_proxy, port) = start_proxy("upgrade", "", "");
-    let mut c = Conn::new(port);
+    let (_proxy, port, _) = PROXY.start("upgrade", "", "");
+    let mut c = HttpClient::connect(port);
     c.send(
         format!(
             "GET {} HTTP/1.1\r\nConnection: keep-alive, Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\n\r\n",
@@ -1019,8 +878,8 @@ fn websocket_upgrade_passes_through() {
 /// origin saw no request.
 fn refused(name: &str, req: impl Fn(u16) -> Vec<u8>, status: u16) {
     let origin = HttpOrigin::start();
-    let (proxy, port) = start_proxy(name, "", "");
-    let mut c = Conn::new(port);
+    let (proxy, port, _) = PROXY.start(name, "", "");
+    let mut c = HttpClient::connect(port);
     c.send(&req(origin.port()));
     let r = c.read(false);
     assert_eq!(r.status, status, "{}", r.head);
@@ -1032,7 +891,7 @@ fn refused(name: &str, req: impl Fn(u16) -> Vec<u8>, status: u16) {
         "the origin got {:?}",
         origin.heads()
     );
-    read_log_line(&log_path(&proxy), "a refusal record", |l| {
+    read_log_line(&log_of(&proxy), "a refusal record", |l| {
         l.starts_with("PROXY 005")
     });
 }
@@ -1107,8 +966,8 @@ fn refuses_garbage_and_https_urls() {
 #[test]
 fn refuses_a_bad_chunk_size_and_closes() {
     let origin = HttpOrigin::start();
-    let (_proxy, port) = start_proxy("badchunk", "", "");
-    let mut c = Conn::new(port);
+    let (_proxy, port, _) = PROXY.start("badchunk", "", "");
+    let mut c = HttpClient::connect(port);
     c.send(&post(
         origin.port(),
         "Transfer-Encoding: chunked\r\n",
@@ -1119,7 +978,7 @@ fn refuses_a_bad_chunk_size_and_closes() {
     c.assert_closed();
     // A bad size after the head went out: the origin sees the connection
     // close; the client gets no answer it could mistake for the origin's.
-    let mut c = Conn::new(port);
+    let mut c = HttpClient::connect(port);
     c.send(&post(
         origin.port(),
         "Transfer-Encoding: chunked\r\n",
@@ -1137,12 +996,12 @@ fn refuses_a_bad_chunk_size_and_closes() {
 #[test]
 fn dead_origin_is_502() {
     let dead = free_port();
-    let (proxy, port) = start_proxy("dead", "", "");
-    let mut c = Conn::new(port);
+    let (proxy, port, _) = PROXY.start("dead", "", "");
+    let mut c = HttpClient::connect(port);
     let r = c.get(&format!("http://127.0.0.1:{dead}/"));
     assert_eq!(r.status, 502);
     c.assert_closed();
-    read_log_line(&log_path(&proxy), "a 13 record", |l| {
+    read_log_line(&log_of(&proxy), "a 13 record", |l| {
         l.starts_with("PROXY 00013")
     });
 }
@@ -1151,14 +1010,14 @@ fn dead_origin_is_502() {
 fn silent_origin_is_504() {
     let origin = HttpOrigin::start();
     // STRING_LONG (the 4th value) is how long the origin may think.
-    let (proxy, port) = start_proxy("silent", "timeouts 1 5 30 1 180 1800 15 60 15 5 1", "");
-    let mut c = Conn::new(port);
+    let (proxy, port, _) = PROXY.start("silent", "timeouts 1 5 30 1 180 1800 15 60 15 5 1", "");
+    let mut c = HttpClient::connect(port);
     let t = Instant::now();
     let r = c.get(&origin.url("/silent"));
     assert_eq!(r.status, 504);
     assert!(t.elapsed() < Duration::from_secs(5));
     c.assert_closed();
-    read_log_line(&log_path(&proxy), "a 92 record", |l| {
+    read_log_line(&log_of(&proxy), "a 92 record", |l| {
         l.starts_with("PROXY 00092")
     });
 }
@@ -1170,16 +1029,16 @@ fn origin_that_breaks_is_502() {
         let _ = conn.read(&mut b);
         let _ = conn.write_all(b"HTTP/1.1 200 OK\r\nContent-Le");
     });
-    let (_proxy, port) = start_proxy("broken", "", "");
-    let mut c = Conn::new(port);
+    let (_proxy, port, _) = PROXY.start("broken", "", "");
+    let mut c = HttpClient::connect(port);
     let r = c.get(&format!("http://127.0.0.1:{}/", origin.port()));
     assert_eq!(r.status, 502);
 }
 
 #[test]
 fn loop_to_itself_is_503() {
-    let (_proxy, port) = start_proxy("loop", "", "");
-    let mut c = Conn::new(port);
+    let (_proxy, port, _) = PROXY.start("loop", "", "");
+    let mut c = HttpClient::connect(port);
     let r = c.get(&format!("http://127.0.0.1:{port}/"));
     assert_eq!(r.status, 503);
 }
@@ -1187,13 +1046,13 @@ fn loop_to_itself_is_503() {
 #[test]
 fn auth_strong_asks_then_accepts_the_password() {
     let origin = HttpOrigin::start();
-    let (_proxy, port) = start_proxy("auth", "auth strong\nusers u:CL:p\nallow u\ndeny *", "");
-    let mut c = Conn::new(port);
+    let (_proxy, port, _) = PROXY.start("auth", "auth strong\nusers u:CL:p\nallow u\ndeny *", "");
+    let mut c = HttpClient::connect(port);
     let r = c.get(&origin.url("/hello"));
     assert_eq!(r.status, 407);
     assert_eq!(r.field("proxy-authenticate"), Some("Basic realm=\"proxy\""));
     c.assert_closed();
-    let mut c = Conn::new(port);
+    let mut c = HttpClient::connect(port);
     // u:wrong
     c.send(
         format!(
@@ -1203,7 +1062,7 @@ fn auth_strong_asks_then_accepts_the_password() {
         .as_bytes(),
     );
     assert_eq!(c.read(false).status, 407);
-    let mut c = Conn::new(port);
+    let mut c = HttpClient::connect(port);
     // u:p
     c.send(
         format!(
@@ -1226,12 +1085,12 @@ fn auth_strong_asks_then_accepts_the_password() {
 #[test]
 fn acl_deny_is_403() {
     let origin = HttpOrigin::start();
-    let (_proxy, port) = start_proxy(
+    let (_proxy, port, _) = PROXY.start(
         "deny",
         &format!("deny * * 127.0.0.1 {}\nallow *", origin.port()),
         "",
     );
-    let mut c = Conn::new(port);
+    let mut c = HttpClient::connect(port);
     let r = c.get(&origin.url("/hello"));
     assert_eq!(r.status, 403);
     c.assert_closed();
@@ -1245,12 +1104,12 @@ fn acl_deny_is_403() {
 #[test]
 fn host_pattern_sees_the_request_text_and_n_logs_it() {
     let origin = HttpOrigin::start();
-    let (proxy, port) = start_proxy("hostpat", "deny * * *calhost\nallow *", "");
-    let log = log_path(&proxy);
-    let mut c = Conn::new(port);
+    let (proxy, port, _) = PROXY.start("hostpat", "deny * * *calhost\nallow *", "");
+    let log = log_of(&proxy);
+    let mut c = HttpClient::connect(port);
     let r = c.get(&format!("http://localhost:{}/hello", origin.port()));
     assert_eq!(r.status, 403, "localhost matches *calhost");
-    let mut c = Conn::new(port);
+    let mut c = HttpClient::connect(port);
     let r = c.get(&origin.url("/hello"));
     assert_eq!(
         (r.status, r.body),
@@ -1270,10 +1129,10 @@ fn host_pattern_sees_the_request_text_and_n_logs_it() {
 #[test]
 fn a_slow_client_does_not_hold_up_others() {
     let origin = HttpOrigin::start();
-    let (_proxy, port) = start_proxy("slow", "", "");
+    let (_proxy, port, _) = PROXY.start("slow", "", "");
     let url = origin.url("/hello");
     let slow = thread::spawn(move || {
-        let mut c = Conn::new(port);
+        let mut c = HttpClient::connect(port);
         for b in format!("GET {url} HTTP/1.1\r\n\r\n").bytes().take(4) {
             c.send(&[b]);
             thread::sleep(Duration::from_secs(1));
@@ -1282,7 +1141,7 @@ fn a_slow_client_does_not_hold_up_others() {
     thread::sleep(Duration::from_millis(200));
     let t = Instant::now();
     for _ in 0..20 {
-        let mut c = Conn::new(port);
+        let mut c = HttpClient::connect(port);
         assert_eq!(c.get(&origin.url("/hello")).body, b"hello");
     }
     assert!(
@@ -1300,8 +1159,8 @@ fn a_slow_client_does_not_hold_up_others() {
 fn bandlimin_slows_a_download() {
     let origin = HttpOrigin::start();
     // 4 Mbit/s: 1 MB takes about 2 s.
-    let (_proxy, port) = start_proxy("bandlim", "bandlimin 4000000 *", "");
-    let mut c = Conn::new(port);
+    let (_proxy, port, _) = PROXY.start("bandlim", "bandlimin 4000000 *", "");
+    let mut c = HttpClient::connect(port);
     let t = Instant::now();
     let r = c.get(&origin.url("/len/1000000"));
     assert_eq!(r.body, body_bytes(1_000_000));
@@ -1313,12 +1172,12 @@ fn bandlimin_slows_a_download() {
 fn nolog_requests_leave_no_record() {
     let origin = HttpOrigin::start();
     let cfg = "allow * * * * HTTP_HEAD\nnolog\nallow *";
-    let (proxy, port) = start_proxy("nolog", cfg, "");
-    let mut c = Conn::new(port);
+    let (proxy, port, _) = PROXY.start("nolog", cfg, "");
+    let mut c = HttpClient::connect(port);
     c.send(format!("HEAD {} HTTP/1.1\r\n\r\n", origin.url("/hello")).as_bytes());
     assert_eq!(c.read(true).status, 200);
     assert_eq!(c.get(&origin.url("/len/7")).body, body_bytes(7));
-    let log = log_path(&proxy);
+    let log = log_of(&proxy);
     read_log_line(&log, "the GET", |l| l.ends_with("/len/7 HTTP/1.1"));
     assert!(
         !log_lines(&log).iter().any(|l| l.contains("HEAD ")),
@@ -1332,16 +1191,6 @@ fn nolog_requests_leave_no_record() {
 
 /// Service, code, hops, user, client address, text.
 const CHAIN_FMT: &str = "L%N %E %h %U %C:%c %T";
-
-/// A 3proxy with `body` (service lines included) logging with
-/// [`CHAIN_FMT`], ready on `port`.
-fn chain_hop(name: &str, body: &str, port: u16) -> (Proxy, std::path::PathBuf) {
-    let dir = Dir::new(name);
-    let log = dir.join("access.log");
-    let cfg = format!("log {}\nlogformat \"{CHAIN_FMT}\"\n{body}", p(&log));
-    let proxy = Proxy::start(dir, &cfg, &[Listen::Tcp(localhost(port))]);
-    (proxy, log)
-}
 
 /// client -> A -http-> B: B is our proxy with `auth strong` for user
 /// carol (password pw1), A has B as its `http` parent and gives it
@@ -1360,12 +1209,12 @@ fn carol_chain(
         "users carol:CL:pw1\nauth strong\nallow carol\n{}",
         proxy_on(pb)
     );
-    let b = chain_hop(&format!("{name}_b"), &b_cfg, pb);
+    let b = start(Dir::new(&format!("{name}_b")), CHAIN_FMT, &b_cfg, &[pb]);
     let a_cfg = format!(
         "allow *\nparent 1000 http 127.0.0.1 {pb} carol {password}\n{}",
         proxy_on(pa)
     );
-    let a = chain_hop(&format!("{name}_a"), &a_cfg, pa);
+    let a = start(Dir::new(&format!("{name}_a")), CHAIN_FMT, &a_cfg, &[pa]);
     (pa, a, b)
 }
 
@@ -1399,7 +1248,7 @@ fn requests_through_an_http_parent_keep_their_chain() {
     let other = HttpOrigin::start();
     let (pa, (_a, log_a), (_b, log_b)) = carol_chain("ph", "pw1");
 
-    let mut c = Conn::new(pa);
+    let mut c = HttpClient::connect(pa);
     let r = c.get(&origin.url("/head"));
     assert_eq!(r.status, 200);
     let head = text(&r.body);
@@ -1463,7 +1312,7 @@ fn an_http_parent_refusing_the_credentials_is_its_answer() {
     // A parent's own answer (here 407) reaches the client as it is.
     let origin = HttpOrigin::start();
     let (pa, _a, _b) = carol_chain("ph407", "wrong");
-    let mut c = Conn::new(pa);
+    let mut c = HttpClient::connect(pa);
     assert_eq!(c.get(&origin.url("/hello")).status, 407);
     assert!(origin.heads().is_empty());
 }
@@ -1476,13 +1325,18 @@ fn requests_through_a_socks5_parent() {
     let origin = HttpOrigin::start();
     let other = HttpOrigin::start();
     let (pa, pb) = (free_port(), free_port());
-    let (_b, log_b) = chain_hop("ps_b", &format!("socks -i127.0.0.1 -p{pb}\n"), pb);
+    let (_b, log_b) = start(
+        Dir::new("ps_b"),
+        CHAIN_FMT,
+        &format!("socks -i127.0.0.1 -p{pb}\n"),
+        &[pb],
+    );
     let a_cfg = format!(
         "allow *\nparent 1000 socks5 127.0.0.1 {pb}\n{}",
         proxy_on(pa)
     );
-    let (_a, log_a) = chain_hop("ps_a", &a_cfg, pa);
-    let mut c = Conn::new(pa);
+    let (_a, log_a) = start(Dir::new("ps_a"), CHAIN_FMT, &a_cfg, &[pa]);
+    let mut c = HttpClient::connect(pa);
     for _ in 0..3 {
         assert_eq!(c.get(&origin.url("/hello")).body, b"hello");
     }
@@ -1505,8 +1359,13 @@ fn requests_through_a_socks5_parent() {
 fn connect_through_parents() {
     let echo = Origin::echo();
     let (pa, pb, pc) = (free_port(), free_port(), free_port());
-    let (_b, log_b) = chain_hop("pc_b", &proxy_on(pb), pb);
-    let (_c, log_c) = chain_hop("pc_c", &format!("socks -i127.0.0.1 -p{pc}\n"), pc);
+    let (_b, log_b) = start(Dir::new("pc_b"), CHAIN_FMT, &proxy_on(pb), &[pb]);
+    let (_c, log_c) = start(
+        Dir::new("pc_c"),
+        CHAIN_FMT,
+        &format!("socks -i127.0.0.1 -p{pc}\n"),
+        &[pc],
+    );
     // A: CONNECT through the http parent B; another entry (by port) sends
     // CONNECTs through the socks5 parent C.
     let a_cfg = format!(
@@ -1514,9 +1373,9 @@ fn connect_through_parents() {
         echo.port(),
         proxy_on(pa)
     );
-    let (_a, log_a) = chain_hop("pc_a", &a_cfg, pa);
+    let (_a, log_a) = start(Dir::new("pc_a"), CHAIN_FMT, &a_cfg, &[pa]);
     for host in ["127.0.0.1", "localhost"] {
-        let mut c = Conn::new(pa);
+        let mut c = HttpClient::connect(pa);
         c.send(format!("CONNECT {host}:{} HTTP/1.1\r\n\r\nearly", echo.port()).as_bytes());
         let mut line = String::new();
         c.r.read_line(&mut line).unwrap();
@@ -1540,7 +1399,7 @@ fn connect_through_parents() {
     );
     // Now through C: a port the first entry does not match.
     let other = Origin::echo();
-    let mut c = Conn::new(pa);
+    let mut c = HttpClient::connect(pa);
     c.send(format!("CONNECT 127.0.0.1:{} HTTP/1.1\r\n\r\n", other.port()).as_bytes());
     let mut line = String::new();
     c.r.read_line(&mut line).unwrap();
@@ -1566,8 +1425,8 @@ fn a_local_http_redirection_serves_the_request_here() {
         "allow *\nparent 1000 http 0.0.0.0 0\nallow *\n{}",
         proxy_on(pa)
     );
-    let (_a, log) = chain_hop("plocal", &cfg, pa);
-    let mut c = Conn::new(pa);
+    let (_a, log) = start(Dir::new("plocal"), CHAIN_FMT, &cfg, &[pa]);
+    let mut c = HttpClient::connect(pa);
     assert_eq!(c.get(&origin.url("/hello")).body, b"hello");
     assert_eq!(c.get(&origin.url("/hello")).body, b"hello");
     let rec = records(&log, "/hello", 2);
@@ -1579,8 +1438,8 @@ fn a_local_http_redirection_serves_the_request_here() {
     // not looped.
     let pb = free_port();
     let cfg = format!("allow *\nparent 1000 http 0.0.0.0 0\n{}", proxy_on(pb));
-    let (_b, _log) = chain_hop("plocal2", &cfg, pb);
-    let mut c = Conn::new(pb);
+    let (_b, _log) = start(Dir::new("plocal2"), CHAIN_FMT, &cfg, &[pb]);
+    let mut c = HttpClient::connect(pb);
     assert_eq!(c.get(&origin.url("/hello")).status, 407);
 }
 
@@ -1593,8 +1452,8 @@ fn a_parent_that_is_down_is_502() {
         "allow *\nparent 1000 http 127.0.0.1 {down}\n{}",
         proxy_on(pa)
     );
-    let (_a, log_a) = chain_hop("pdown_a", &a_cfg, pa);
-    let mut c = Conn::new(pa);
+    let (_a, log_a) = start(Dir::new("pdown_a"), CHAIN_FMT, &a_cfg, &[pa]);
+    let mut c = HttpClient::connect(pa);
     assert_eq!(c.get(&origin.url("/hello")).status, 502);
     c.assert_closed();
     records(&log_a, "/hello", 1)
@@ -1614,8 +1473,8 @@ fn a_parent_that_is_down_is_502() {
         "allow *\nparent 1000 socks5 127.0.0.1 {bad}\n{}",
         proxy_on(pa2)
     );
-    let (_a2, log_a2) = chain_hop("pdown_a2", &a2_cfg, pa2);
-    let mut c = Conn::new(pa2);
+    let (_a2, log_a2) = start(Dir::new("pdown_a2"), CHAIN_FMT, &a2_cfg, &[pa2]);
+    let mut c = HttpClient::connect(pa2);
     let r = c.get(&origin.url("/hello"));
     assert_eq!(r.status, 502);
     assert!(
@@ -1649,12 +1508,12 @@ fn force_cuts_connect_and_upgrade_tunnels() {
     let text = cfg("allow *");
     let proxy = Proxy::start(dir, &text, &[Listen::Tcp(localhost(port))]);
 
-    let mut tunnel = Conn::new(port);
+    let mut tunnel = HttpClient::connect(port);
     tunnel.send(format!("CONNECT 127.0.0.1:{} HTTP/1.1\r\n\r\n", echo.port()).as_bytes());
     let r = tunnel.read(true);
     assert_eq!(r.status, 200);
     echo_roundtrip(&mut tunnel.w, b"before");
-    let mut ws = Conn::new(port);
+    let mut ws = HttpClient::connect(port);
     ws.send(
         format!(
             "GET {} HTTP/1.1\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n",
@@ -1672,7 +1531,7 @@ fn force_cuts_connect_and_upgrade_tunnels() {
         .write("3proxy.cfg", cfg("deny * * 127.0.0.1\nallow *"));
     proxy.signal("USR1");
     let refused = || {
-        let mut c = Conn::new(port);
+        let mut c = HttpClient::connect(port);
         c.send(format!("GET {} HTTP/1.1\r\n\r\n", origin.url("/hello")).as_bytes());
         c.try_read(false).is_ok_and(|r| r.status == 403)
     };
@@ -1701,26 +1560,17 @@ fn force_cuts_connect_and_upgrade_tunnels() {
 
 /// The head the `/head` route echoed, for a raw `GET uri` through `port`.
 fn head_via(port: u16, uri: &str, fields: &str) -> (u16, String) {
-    let mut c = Conn::new(port);
+    let mut c = HttpClient::connect(port);
     c.send(format!("GET {uri} HTTP/1.1\r\nHost: ignored\r\n{fields}\r\n").as_bytes());
     let r = c.read(false);
     (r.status, text(&r.body))
-}
-
-/// The values of the field `name` in a head, in order.
-fn field_values<'h>(head: &'h str, name: &str) -> Vec<&'h str> {
-    head.split("\r\n")
-        .filter_map(|l| l.split_once(':'))
-        .filter(|(n, _)| n.eq_ignore_ascii_case(name))
-        .map(|(_, v)| v.trim())
-        .collect()
 }
 
 #[test]
 fn url_credentials_go_to_the_origin_as_authorization() {
     let origin = HttpOrigin::start();
     let op = origin.port();
-    let (_proxy, port) = start_proxy("url_creds", "", "");
+    let (_proxy, port, _) = PROXY.start("url_creds", "", "");
     // A raw request: the credentials leave the request line and Host.
     let (status, head) = head_via(
         port,
@@ -1763,7 +1613,7 @@ fn url_credentials_go_to_the_origin_as_authorization() {
     assert!(head.starts_with("GET /head HTTP/1.1\r\n"), "{head}");
     // Nothing before the `@`: 3proxy's 100, 502, and nothing sent.
     let before = origin.heads().len();
-    let mut c = Conn::new(port);
+    let mut c = HttpClient::connect(port);
     let r = c.get(&format!("http://@127.0.0.1:{op}/head"));
     assert_eq!(r.status, 502);
     assert_eq!(origin.heads().len(), before);
@@ -1773,7 +1623,7 @@ fn url_credentials_go_to_the_origin_as_authorization() {
 fn url_login_form_authenticates_against_users() {
     let origin = HttpOrigin::start();
     let op = origin.port();
-    let (_proxy, port) = start_proxy(
+    let (_proxy, port, _) = PROXY.start(
         "url_login",
         "auth strong\nusers alice:CL:pw\nallow alice\ndeny *",
         "",
@@ -1804,7 +1654,7 @@ fn url_login_form_authenticates_against_users() {
     assert_eq!(status, 407);
     // CONNECT takes the same form.
     let echo = Origin::echo();
-    let mut c = Conn::new(port);
+    let mut c = HttpClient::connect(port);
     c.send(
         format!(
             "CONNECT alice:pw:eu:ep@127.0.0.1:{} HTTP/1.1\r\n\r\n",
@@ -1814,7 +1664,7 @@ fn url_login_form_authenticates_against_users() {
     );
     assert_eq!(c.read(true).status, 200);
     echo_roundtrip(&mut c.w, b"tunnel");
-    let mut c = Conn::new(port);
+    let mut c = HttpClient::connect(port);
     c.send(
         format!(
             "CONNECT alice:no:eu:ep@127.0.0.1:{} HTTP/1.1\r\n\r\n",
@@ -1831,7 +1681,7 @@ fn url_login_form_is_plain_credentials_with_u() {
     // `pu:pp:eu:ep` is for the destination (user pu, password pp:eu:ep).
     let origin = HttpOrigin::start();
     let op = origin.port();
-    let (_proxy, port) = start_proxy("url_login_u", "", "-u");
+    let (_proxy, port, _) = PROXY.start("url_login_u", "", "-u");
     let (status, head) = head_via(port, &format!("http://pu:pp:eu:ep@127.0.0.1:{op}/head"), "");
     assert_eq!(status, 200);
     assert_eq!(
@@ -1844,7 +1694,7 @@ fn url_login_form_is_plain_credentials_with_u() {
 fn delimchar_splits_url_credentials() {
     let origin = HttpOrigin::start();
     let op = origin.port();
-    let (_proxy, port) = start_proxy("url_delimchar", "delimchar #", "");
+    let (_proxy, port, _) = PROXY.start("url_delimchar", "delimchar #", "");
     let (status, head) = head_via(port, &format!("http://a@b.c:pw#127.0.0.1:{op}/head"), "");
     assert_eq!(status, 200, "{head}");
     assert!(
@@ -1876,7 +1726,7 @@ fn url_credentials_go_to_an_http_parent_as_proxy_authorization() {
         let mut w = conn;
         let _ = w.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok");
     });
-    let (_proxy, port) = start_proxy(
+    let (_proxy, port, _) = PROXY.start(
         "url_creds_parent",
         &format!("allow *\nparent 1000 http 127.0.0.1 {}", parent.port()),
         "",

@@ -5,7 +5,6 @@
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
-use std::path::PathBuf;
 use std::sync::mpsc::{channel, Receiver};
 use std::time::Duration;
 
@@ -13,6 +12,9 @@ use crate::util::*;
 
 /// Service, code, client port, proxy user, text, bytes out and in.
 const FMT: &str = "L%N %E %c %U %T %O %I";
+
+/// The service of these tests.
+const IMAPP: Service = Service::tcp("imapp", FMT);
 /// A greeting without capabilities: the proxy asks for them.
 const PLAIN_GREETING: &str = "* OK test imap ready\r\n";
 
@@ -71,68 +73,9 @@ pub fn imap_server(greeting: &'static str, caps: &'static str) -> (Origin, Recei
     (origin, rx)
 }
 
-/// A proxy with `pre` before `imapp -i127.0.0.1 -pPORT opts` and `post`
-/// after it.
-fn start(name: &str, pre: &str, opts: &str, post: &str) -> (Proxy, PathBuf, u16) {
-    let port = free_port();
-    let dir = Dir::new(name);
-    let log = dir.join("access.log");
-    let cfg = format!(
-        "log {}\nlogformat \"{FMT}\"\n{pre}imapp -i127.0.0.1 -p{port} {opts}\n{post}",
-        p(&log)
-    );
-    let proxy = Proxy::start(dir, &cfg, &[Listen::Tcp(localhost(port))]);
-    (proxy, log, port)
-}
-
 /// The proxy's greeting: STARTTLS is offered unless `-x`.
 const GREETING: &str =
     "* OK [CAPABILITY IMAP4rev1 STARTTLS AUTH=PLAIN AUTH=LOGIN] IMAP4rev1 Proxy Ready\r\n";
-
-struct Imap {
-    s: TcpStream,
-    r: BufReader<TcpStream>,
-}
-
-impl Imap {
-    fn connect(port: u16) -> Imap {
-        let s = connect(localhost(port));
-        set_timeouts(&s, Duration::from_secs(10));
-        let r = BufReader::new(s.try_clone().unwrap());
-        let mut c = Imap { s, r };
-        assert_eq!(c.line(), GREETING);
-        c
-    }
-
-    fn line(&mut self) -> String {
-        let mut l = String::new();
-        self.r.read_line(&mut l).expect("a line from the proxy");
-        l
-    }
-
-    /// Send a command, return the first answer line.
-    fn cmd(&mut self, c: &str) -> String {
-        self.s.write_all(format!("{c}\r\n").as_bytes()).unwrap();
-        self.line()
-    }
-
-    fn port(&self) -> u16 {
-        self.s.local_addr().unwrap().port()
-    }
-
-    /// After the answer: the proxy closes.
-    fn assert_closed(mut self) {
-        let mut rest = Vec::new();
-        let _ = self.r.read_to_end(&mut rest);
-        assert_eq!(String::from_utf8_lossy(&rest), "");
-    }
-}
-
-fn record_of(log: &std::path::Path, cport: u16) -> String {
-    read_log_line(log, &format!("of client port {cport}"), |l| {
-        l.split(' ').nth(2) == Some(&cport.to_string())
-    })
-}
 
 fn next(rx: &Receiver<String>) -> String {
     rx.recv_timeout(Duration::from_secs(10))
@@ -142,8 +85,8 @@ fn next(rx: &Receiver<String>) -> String {
 #[test]
 fn imapp_full_session_reaches_the_server_without_the_host() {
     let (origin, rx) = imap_server(PLAIN_GREETING, "");
-    let (_proxy, log, port) = start("imapp_session", "", "", "");
-    let mut c = Imap::connect(port);
+    let (_proxy, port, log) = IMAPP.start("imapp_session", "", "");
+    let mut c = LineClient::connect(port, GREETING);
     let o = origin.port();
     // Answered by the proxy itself.
     assert_eq!(
@@ -184,8 +127,8 @@ fn imapp_quoted_login_and_delimchar() {
     let (origin, rx) = imap_server("* OK [CAPABILITY IMAP4rev1] hi\r\n", "");
     let o = origin.port();
     // Process-wide, as in 3proxy: a line after the service counts too.
-    let (_proxy, log, port) = start("imapp_quoted", "", "", "delimchar #\n");
-    let mut c = Imap::connect(port);
+    let (_proxy, port, log) = IMAPP.start_then("imapp_quoted", "", "", "delimchar #\n");
+    let mut c = LineClient::connect(port, GREETING);
     // A quoted name, split at the last '#'; the password goes on as it came.
     assert_eq!(
         c.cmd(&format!("t1 login \"me@corp#127.0.0.1:{o}\" \"pw x\"")),
@@ -198,13 +141,13 @@ fn imapp_quoted_login_and_delimchar() {
     assert_eq!(c.line(), "t2 OK LOGOUT done\r\n");
     assert_eq!(next(&rx), "t2 LOGOUT\r\n");
     c.assert_closed();
-    let rec = record_of(&log, cport);
+    let rec = record_of(&log, FMT, cport);
     assert!(
         rec.starts_with(&format!("IMAPP 00000 {cport} - me@corp@127.0.0.1:{o} ")),
         "{rec}"
     );
     // With '#', '@' is part of the name: no server, 694.
-    let mut c = Imap::connect(port);
+    let mut c = LineClient::connect(port, GREETING);
     assert_eq!(
         c.cmd(&format!("t1 LOGIN bob@127.0.0.1:{o} pw")),
         "t1 NO proxy error\r\n"
@@ -224,8 +167,8 @@ fn imapp_logs_in_the_way_the_server_offers() {
         "AUTH=PLAIN",
     );
     let o = origin.port();
-    let (_proxy, _log, port) = start("imapp_methods", "", "", "");
-    let mut c = Imap::connect(port);
+    let (_proxy, port, _log) = IMAPP.start("imapp_methods", "", "");
+    let mut c = LineClient::connect(port, GREETING);
     assert_eq!(
         c.cmd(&format!("p1 LOGIN bob@127.0.0.1:{o} secret")),
         "p1 OK AUTHENTICATE done\r\n"
@@ -238,7 +181,7 @@ fn imapp_logs_in_the_way_the_server_offers() {
     // server, asked, offers only AUTH=LOGIN: the proxy answers its prompts.
     let (origin, rx) = imap_server(PLAIN_GREETING, "AUTH=LOGIN");
     let o = origin.port();
-    let mut c = Imap::connect(port);
+    let mut c = LineClient::connect(port, GREETING);
     assert_eq!(c.cmd("l1 AUTHENTICATE LOGIN"), "+ VXNlcm5hbWU6\r\n");
     let user = base64(format!("bob@127.0.0.1:{o}").as_bytes());
     assert_eq!(c.cmd(&user), "+ UGFzc3dvcmQ6\r\n");
@@ -253,7 +196,7 @@ fn imapp_logs_in_the_way_the_server_offers() {
     // server offering nothing: the LOGIN command.
     let (origin, rx) = imap_server(PLAIN_GREETING, "");
     let o = origin.port();
-    let mut c = Imap::connect(port);
+    let mut c = LineClient::connect(port, GREETING);
     let resp = base64(format!("\0bob@127.0.0.1:{o}\0pw").as_bytes());
     assert_eq!(
         c.cmd(&format!("x AUTHENTICATE PLAIN {resp}")),
@@ -263,36 +206,17 @@ fn imapp_logs_in_the_way_the_server_offers() {
     assert_eq!(next(&rx), "x LOGIN bob pw\r\n");
 }
 
-fn base64(raw: &[u8]) -> String {
-    const ABC: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    let mut out = String::new();
-    for c in raw.chunks(3) {
-        let n = (u32::from(c[0]) << 16)
-            | (u32::from(*c.get(1).unwrap_or(&0)) << 8)
-            | u32::from(*c.get(2).unwrap_or(&0));
-        for i in 0..4 {
-            out.push(if i <= c.len() {
-                ABC[(n >> (18 - 6 * i) & 63) as usize] as char
-            } else {
-                '='
-            });
-        }
-    }
-    out
-}
-
 #[test]
 fn imapp_proxy_credentials_and_acl() {
     let (origin, rx) = imap_server(PLAIN_GREETING, "");
     let o = origin.port();
-    let (_proxy, log, port) = start(
+    let (_proxy, port, log) = IMAPP.start(
         "imapp_acl",
         &format!("users pu:CL:pp\nauth strong\ndeny * * 127.0.0.2\nallow pu * 127.0.0.1 {o}\n"),
         "",
-        "",
     );
     // proxyuser:proxypass: in front of the name.
-    let mut c = Imap::connect(port);
+    let mut c = LineClient::connect(port, GREETING);
     assert_eq!(
         c.cmd(&format!("a LOGIN pu:pp:bob@127.0.0.1:{o} secret")),
         "a OK LOGIN done\r\n"
@@ -301,14 +225,14 @@ fn imapp_proxy_credentials_and_acl() {
     assert_eq!(next(&rx), "a LOGIN bob secret\r\n");
     let cport = c.port();
     drop(c);
-    let rec = record_of(&log, cport);
+    let rec = record_of(&log, FMT, cport);
     assert!(
         rec.starts_with(&format!("IMAPP 00000 {cport} pu bob@127.0.0.1:{o} ")),
         "{rec}"
     );
     // Without proxy credentials the login password is the proxy's: the
     // name carries no user, so strong auth refuses (3proxy's code 4).
-    let mut c = Imap::connect(port);
+    let mut c = LineClient::connect(port, GREETING);
     assert_eq!(
         c.cmd(&format!("b LOGIN bob@127.0.0.1:{o} pp")),
         "b NO proxy error\r\n"
@@ -320,7 +244,7 @@ fn imapp_proxy_credentials_and_acl() {
         &format!("IMAPP 00004 {cport} - bob@127.0.0.1:{o} 0 0"),
     );
     // A destination the ACL denies: 1, before any connection.
-    let mut c = Imap::connect(port);
+    let mut c = LineClient::connect(port, GREETING);
     assert_eq!(
         c.cmd(&format!("c LOGIN pu:pp:bob@127.0.0.2:{o} pw")),
         "c NO proxy error\r\n"
@@ -336,22 +260,22 @@ fn imapp_proxy_credentials_and_acl() {
 
 #[test]
 fn imapp_commands_before_login_and_bad_logins() {
-    let (_proxy, log, port) = start("imapp_bad", "", "", "");
+    let (_proxy, port, log) = IMAPP.start("imapp_bad", "", "");
     // LOGOUT: answered by the proxy, code 0.
-    let mut c = Imap::connect(port);
+    let mut c = LineClient::connect(port, GREETING);
     assert_eq!(c.cmd("z LOGOUT"), "* BYE\r\n");
     assert_eq!(c.line(), "z OK LOGOUT completed\r\n");
     let cport = c.port();
     c.assert_closed();
     expect_log_line(&log, &format!("IMAPP 00000 {cport} -  0 0"));
     // No tag: 692, told with '*'.
-    let mut c = Imap::connect(port);
+    let mut c = LineClient::connect(port, GREETING);
     assert_eq!(c.cmd("NOOPNOOP"), "* NO proxy error\r\n");
     let cport = c.port();
     c.assert_closed();
     expect_log_line(&log, &format!("IMAPP 00692 {cport} -  0 0"));
     // A tag too long: 692, told with the last good tag.
-    let mut c = Imap::connect(port);
+    let mut c = LineClient::connect(port, GREETING);
     assert_eq!(c.cmd("k NOOP"), "k BAD need LOGIN first\r\n");
     assert_eq!(
         c.cmd(&format!("{} NOOP", "t".repeat(70))),
@@ -366,7 +290,7 @@ fn imapp_commands_before_login_and_bad_logins() {
         ("LOGIN bob pw", 694),
         ("LOGIN bob@127.0.0.1:x pw", 694),
     ] {
-        let mut c = Imap::connect(port);
+        let mut c = LineClient::connect(port, GREETING);
         assert_eq!(c.cmd(&format!("q {bad}")), "q NO proxy error\r\n", "{bad}");
         let cport = c.port();
         c.assert_closed();
@@ -379,8 +303,8 @@ fn imapp_destination_refusing_or_not_imap() {
     let closed = TcpListener::bind("127.0.0.1:0").unwrap();
     let o = closed.local_addr().unwrap().port();
     drop(closed);
-    let (_proxy, log, port) = start("imapp_refused", "", "", "");
-    let mut c = Imap::connect(port);
+    let (_proxy, port, log) = IMAPP.start("imapp_refused", "", "");
+    let mut c = LineClient::connect(port, GREETING);
     assert_eq!(
         c.cmd(&format!("r LOGIN bob@127.0.0.1:{o} pw")),
         "r NO proxy error\r\n"
@@ -397,7 +321,7 @@ fn imapp_destination_refusing_or_not_imap() {
         let _ = s.read(&mut [0u8; 64]);
     });
     let o = origin.port();
-    let mut c = Imap::connect(port);
+    let mut c = LineClient::connect(port, GREETING);
     assert_eq!(
         c.cmd(&format!("r LOGIN bob@127.0.0.1:{o} pw")),
         "r NO proxy error\r\n"
@@ -414,14 +338,14 @@ fn imapp_destination_refusing_or_not_imap() {
 fn imapp_default_host_for_a_login_without_one() {
     let (origin, rx) = imap_server(PLAIN_GREETING, "");
     let o = origin.port();
-    let (_proxy, log, port) = start("imapp_default_host", "", &format!("-h127.0.0.1:{o}"), "");
-    let mut c = Imap::connect(port);
+    let (_proxy, port, log) = IMAPP.start("imapp_default_host", "", &format!("-h127.0.0.1:{o}"));
+    let mut c = LineClient::connect(port, GREETING);
     assert_eq!(c.cmd("d LOGIN bob pw"), "d OK LOGIN done\r\n");
     assert_eq!(next(&rx), "zz CAPABILITY\r\n");
     assert_eq!(next(&rx), "d LOGIN bob pw\r\n");
     let cport = c.port();
     drop(c);
-    let rec = record_of(&log, cport);
+    let rec = record_of(&log, FMT, cport);
     assert!(
         rec.starts_with(&format!("IMAPP 00000 {cport} - bob@127.0.0.1:{o} ")),
         "{rec}"

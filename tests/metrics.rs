@@ -15,90 +15,37 @@ use std::time::Duration;
 
 use crate::util::*;
 
-struct Reply {
-    status: String,
-    head: String,
-    body: String,
-}
-
 /// One HTTP/1.0 request to the admin service; the whole answer.
-fn request(port: u16, method: &str, path: &str, extra: &str) -> Reply {
-    let mut s = connect(localhost(port));
-    set_timeouts(&s, Duration::from_secs(10));
+fn request(port: u16, method: &str, path: &str, extra: &str) -> Response {
     let len = if method == "POST" {
         "Content-Length: 0\r\n"
     } else {
         ""
     };
-    write!(s, "{method} {path} HTTP/1.0\r\nHost: x\r\n{len}{extra}\r\n").unwrap();
-    let mut out = Vec::new();
-    s.read_to_end(&mut out).unwrap();
-    let text = String::from_utf8_lossy(&out).into_owned();
-    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
-    Reply {
-        status: head.lines().next().unwrap_or("").to_string(),
-        head: head.to_string(),
-        body: body.to_string(),
-    }
+    let request = format!("{method} {path} HTTP/1.0\r\nHost: x\r\n{len}{extra}\r\n");
+    http_once(port, request.as_bytes())
 }
 
 /// A CONNECT tunnel through the proxy on `port` to `dst`, as `user`
 /// (password `pw`); the proxy's answer is read.
 fn tunnel(port: u16, dst: u16, user: &str) -> TcpStream {
-    let mut s = connect(localhost(port));
-    set_timeouts(&s, Duration::from_secs(10));
-    let cred = base64(&format!("{user}:pw"));
-    write!(
-        s,
-        "CONNECT 127.0.0.1:{dst} HTTP/1.1\r\nHost: 127.0.0.1:{dst}\r\n\
-         Proxy-Authorization: Basic {cred}\r\n\r\n"
-    )
-    .unwrap();
-    let mut head = Vec::new();
-    let mut b = [0u8; 1];
-    while !head.ends_with(b"\r\n\r\n") {
-        assert_eq!(s.read(&mut b).unwrap(), 1, "proxy closed: {head:?}");
-        head.push(b[0]);
-    }
-    assert!(
-        head.starts_with(b"HTTP/1.0 200"),
-        "{}",
-        String::from_utf8_lossy(&head)
-    );
+    let (s, head) = http_connect(port, dst, &proxy_auth(user, "pw"));
+    assert!(head.starts_with("HTTP/1.0 200"), "{head}");
     s
-}
-
-fn base64(s: &str) -> String {
-    const T: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    let b = s.as_bytes();
-    let mut out = String::new();
-    for c in b.chunks(3) {
-        let n = (u32::from(c[0]) << 16)
-            | (u32::from(*c.get(1).unwrap_or(&0)) << 8)
-            | u32::from(*c.get(2).unwrap_or(&0));
-        for i in 0..4 {
-            if i <= c.len() {
-                out.push(T[(n >> (18 - 6 * i) & 63) as usize] as char);
-            } else {
-                out.push('=');
-            }
-        }
-    }
-    out
 }
 
 /// The objects of `/sessions` (one per line, as the admin writes them)
 /// with `"service":"proxy"`, each as its line.
 fn proxy_sessions(admin: u16, auth: &str) -> Vec<String> {
     let r = request(admin, "GET", "/sessions", auth);
-    assert_eq!(r.status, "HTTP/1.0 200 OK", "{}", r.head);
+    assert_eq!(r.status_line(), "HTTP/1.0 200 OK", "{}", r.head);
     assert!(
         r.head.contains("Content-Type: application/json"),
         "{}",
         r.head
     );
-    assert!(r.body.trim_start().starts_with('[') && r.body.trim_end().ends_with(']'));
-    r.body
+    assert!(r.text().trim_start().starts_with('[') && r.text().trim_end().ends_with(']'));
+    r.text()
         .lines()
         .filter(|l| l.contains("\"service\":\"proxy\""))
         .map(str::to_string)
@@ -180,33 +127,49 @@ fn sessions_json_and_s_show_a_tunnel_and_end_closes_it() {
 
     // 3proxy's XML dump has the client under the proxy service.
     let s = request(aport, "GET", "/S", &auth);
-    assert_eq!(s.status, "HTTP/1.0 200 OK");
+    assert_eq!(s.status_line(), "HTTP/1.0 200 OK");
     assert!(s.head.contains("Content-Type: text/xml"), "{}", s.head);
-    assert!(s.body.starts_with("<?xml version=\"1.0\"?>"), "{}", s.body);
     assert!(
-        s.body.contains(
+        s.text().starts_with("<?xml version=\"1.0\"?>"),
+        "{}",
+        s.text()
+    );
+    assert!(
+        s.text().contains(
             "<name>username</name><type>string</type><description>client username\
              </description><value><![CDATA[alice]]></value>"
         ),
         "{}",
-        s.body
+        s.text()
     );
-    assert!(s.body.contains("<![CDATA[proxy]]>"), "{}", s.body);
-    assert!(s.body.trim_end().ends_with("</services>"), "{}", s.body);
+    assert!(s.text().contains("<![CDATA[proxy]]>"), "{}", s.text());
+    assert!(s.text().trim_end().ends_with("</services>"), "{}", s.text());
 
     // Ending needs the admin's ACL, and a POST.
     let r = request(aport, "POST", &format!("/E?id={id}"), "");
-    assert!(r.status.starts_with("HTTP/1.0 401"), "{}", r.status);
+    assert!(
+        r.status_line().starts_with("HTTP/1.0 401"),
+        "{}",
+        r.status_line()
+    );
     let r = request(aport, "GET", &format!("/E?id={id}"), &auth);
-    assert!(r.status.starts_with("HTTP/1.0 400"), "{}", r.status);
+    assert!(
+        r.status_line().starts_with("HTTP/1.0 400"),
+        "{}",
+        r.status_line()
+    );
     // Not from another site's page.
     let evil = format!("{auth}Origin: http://evil.example\r\n");
     let r = request(aport, "POST", &format!("/E?id={id}"), &evil);
-    assert!(r.status.starts_with("HTTP/1.0 403"), "{}", r.status);
+    assert!(
+        r.status_line().starts_with("HTTP/1.0 403"),
+        "{}",
+        r.status_line()
+    );
     echo_roundtrip(&mut a, b"still up");
 
     let r = request(aport, "POST", &format!("/E?id={id}"), &auth);
-    assert_eq!(r.status, "HTTP/1.0 303 See Other", "{}", r.head);
+    assert_eq!(r.status_line(), "HTTP/1.0 303 See Other", "{}", r.head);
     assert!(r.head.contains("Location: /L"), "{}", r.head);
     assert!(r.head.contains("X-Ended: 1"), "{}", r.head);
     assert_closed(&mut a);
@@ -647,7 +610,7 @@ fn udp_sessions_are_counted_too() {
     let mut body = String::new();
     let ok = wait_for(
         || {
-            body = request(aport, "GET", "/metrics", "").body;
+            body = request(aport, "GET", "/metrics", "").text();
             want.iter().all(|w| body.contains(w.as_str()))
         },
         Duration::from_secs(10),
@@ -679,7 +642,7 @@ fn parent_health_in_metrics_and_on_the_parents_page() {
     );
     let proxy = Proxy::start(dir, &cfg, &[Listen::Tcp(localhost(aport))]);
     let name = format!("connect 127.0.0.1:{dead}");
-    let metrics = || request(aport, "GET", "/metrics", "").body;
+    let metrics = || request(aport, "GET", "/metrics", "").text();
     // Up before any attempt.
     let text = metrics();
     assert_eq!(
@@ -718,14 +681,16 @@ fn parent_health_in_metrics_and_on_the_parents_page() {
         "{text}"
     );
     let page = request(aport, "GET", "/P", "");
-    assert!(page.status.contains("200"), "{}", page.head);
+    assert!(page.status_line().contains("200"), "{}", page.head);
     assert!(
-        page.body
+        page.text()
             .contains(&format!("<tr><td>{name}</td><td>down</td>")),
         "{}",
-        page.body
+        page.text()
     );
-    assert!(request(aport, "GET", "/", "").body.contains("href=\"/P\""));
+    assert!(request(aport, "GET", "/", "")
+        .text()
+        .contains("href=\"/P\""));
     // Prometheus's own parser reads the gauges.
     let prom = Prometheus::start(&proxy.dir.join("."), aport);
     prom.expect(&format!("threeproxy_parent_up{{parent=\"{name}\"}}"), 0.0);
@@ -777,7 +742,7 @@ fn parent_health_in_metrics_and_on_the_parents_page() {
         "{text}"
     );
     assert!(request(aport, "GET", "/P", "")
-        .body
+        .text()
         .contains(&format!("<tr><td>{name}</td><td>up</td>")));
     prom.expect(&format!("threeproxy_parent_up{{parent=\"{name}\"}}"), 1.0);
 }

@@ -5,7 +5,7 @@
 //! Rotation tests move the proxy's rotation clock through its test hook
 //! (THREEPROXY_TEST_CLOCK_OFFSET names a file of seconds to add) and run it
 //! with TZ=UTC, so file names are known in advance. Tests that need root
-//! (CI runs as root) say so and pass without checking when not root.
+//! (CI runs as root) fail, saying so, when not root.
 
 use std::fs;
 use std::io::{Read, Write};

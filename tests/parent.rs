@@ -17,16 +17,6 @@ use crate::util::*;
 /// Service, code, hops, user, text.
 const FMT: &str = "L%N %E %h %U %T";
 
-/// One hop: a 3proxy with `body` (service lines included) that logs
-/// with [`FMT`], ready on `port`.
-fn hop(name: &str, body: &str, port: u16) -> (Proxy, PathBuf) {
-    let dir = Dir::new(name);
-    let log = dir.join("access.log");
-    let cfg = format!("log {}\nlogformat \"{FMT}\"\n{body}", p(&log));
-    let proxy = Proxy::start(dir, &cfg, &[Listen::Tcp(localhost(port))]);
-    (proxy, log)
-}
-
 fn socks_on(port: u16) -> String {
     format!("socks -i127.0.0.1 -p{port}\n")
 }
@@ -35,32 +25,16 @@ fn tcppm_on(port: u16, to: u16) -> String {
     format!("tcppm -i127.0.0.1 {port} 127.0.0.1 {to}\n")
 }
 
-/// Connects through a SOCKS5 proxy to 127.0.0.1:`to`, no authentication.
-pub fn socks5_to(proxy: u16, to: u16) -> std::net::TcpStream {
-    let mut s = connect(localhost(proxy));
-    s.write_all(&[5, 1, 0]).unwrap();
-    let mut r = [0u8; 2];
-    s.read_exact(&mut r).unwrap();
-    assert_eq!(r, [5, 0]);
-    let mut req = vec![5, 1, 0, 1, 127, 0, 0, 1];
-    req.extend_from_slice(&to.to_be_bytes());
-    s.write_all(&req).unwrap();
-    let mut r = [0u8; 10];
-    s.read_exact(&mut r).unwrap();
-    assert_eq!(r[..2], [5, 0], "SOCKS5 reply {r:?}");
-    s
-}
-
 #[test]
 fn tcppm_through_a_socks5_parent() {
     let origin = Origin::echo();
     let (pb, pa) = (free_port(), free_port());
-    let (_b, log_b) = hop("p_b", &socks_on(pb), pb);
+    let (_b, log_b) = start(Dir::new("p_b"), FMT, &socks_on(pb), &[pb]);
     let a_cfg = format!(
         "allow *\nparent 1000 socks5 127.0.0.1 {pb}\n{}",
         tcppm_on(pa, origin.port())
     );
-    let (_a, log_a) = hop("p_a", &a_cfg, pa);
+    let (_a, log_a) = start(Dir::new("p_a"), FMT, &a_cfg, &[pa]);
 
     let mut c = connect(localhost(pa));
     echo_roundtrip(&mut c, b"through the chain");
@@ -81,17 +55,17 @@ fn socks_through_socks5_plus_then_socks4_three_processes() {
     // socks4 parent is sent the user id "anonymous", as 3proxy does.
     let origin = http_origin("127.0.0.1:0");
     let (pa, pb, pc) = (free_port(), free_port(), free_port());
-    let (_c, log_c) = hop("p3_c", &socks_on(pc), pc);
+    let (_c, log_c) = start(Dir::new("p3_c"), FMT, &socks_on(pc), &[pc]);
     let b_cfg = format!(
         "allow *\nparent 1000 socks4 127.0.0.1 {pc}\n{}",
         socks_on(pb)
     );
-    let (_b, log_b) = hop("p3_b", &b_cfg, pb);
+    let (_b, log_b) = start(Dir::new("p3_b"), FMT, &b_cfg, &[pb]);
     let a_cfg = format!(
         "allow *\nparent 1000 socks5+ 127.0.0.1 {pb}\n{}",
         socks_on(pa)
     );
-    let (_a, log_a) = hop("p3_a", &a_cfg, pa);
+    let (_a, log_a) = start(Dir::new("p3_a"), FMT, &a_cfg, &[pa]);
 
     let body = curl(
         &format!("socks5h://127.0.0.1:{pa}"),
@@ -114,13 +88,13 @@ fn one_process_two_hops_in_one_chain() {
     // the origin.
     let origin = Origin::echo();
     let (pa, pb, pc) = (free_port(), free_port(), free_port());
-    let (_c, log_c) = hop("p2_c", &socks_on(pc), pc);
-    let (_b, log_b) = hop("p2_b", &socks_on(pb), pb);
+    let (_c, log_c) = start(Dir::new("p2_c"), FMT, &socks_on(pc), &[pc]);
+    let (_b, log_b) = start(Dir::new("p2_b"), FMT, &socks_on(pb), &[pb]);
     let a_cfg = format!(
         "allow *\nparent 1000 socks5 127.0.0.1 {pb}\nparent 1000 socks4 127.0.0.1 {pc}\n{}",
         tcppm_on(pa, origin.port())
     );
-    let (_a, log_a) = hop("p2_a", &a_cfg, pa);
+    let (_a, log_a) = start(Dir::new("p2_a"), FMT, &a_cfg, &[pa]);
     let mut s = connect(localhost(pa));
     echo_roundtrip(&mut s, b"two hops");
     drop(s);
@@ -139,12 +113,17 @@ fn one_process_two_hops_in_one_chain() {
 fn connect_and_connect_plus_parents_through_our_http_proxy() {
     let origin = Origin::echo();
     let (pa, pb, pa2) = (free_port(), free_port(), free_port());
-    let (_b, log_b) = hop("pc_b", &format!("proxy -i127.0.0.1 -p{pb}\n"), pb);
+    let (_b, log_b) = start(
+        Dir::new("pc_b"),
+        FMT,
+        &format!("proxy -i127.0.0.1 -p{pb}\n"),
+        &[pb],
+    );
     let a_cfg = format!(
         "allow * * * * CONNECT\nparent 1000 connect 127.0.0.1 {pb}\n{}",
         socks_on(pa)
     );
-    let (_a, log_a) = hop("pc_a", &a_cfg, pa);
+    let (_a, log_a) = start(Dir::new("pc_a"), FMT, &a_cfg, &[pa]);
     let mut s = socks5_to(pa, origin.port());
     echo_roundtrip(&mut s, b"over CONNECT");
     drop(s);
@@ -161,18 +140,9 @@ fn connect_and_connect_plus_parents_through_our_http_proxy() {
         "allow *\nparent 1000 connect+ 127.0.0.1 {pb}\n{}",
         socks_on(pa2)
     );
-    let (_a2, _log_a2) = hop("pc_a2", &a2_cfg, pa2);
-    let mut s = connect(localhost(pa2));
-    s.write_all(&[5, 1, 0]).unwrap();
-    let mut r = [0u8; 2];
-    s.read_exact(&mut r).unwrap();
-    let mut req = vec![5, 1, 0, 3, 9];
-    req.extend_from_slice(b"localhost");
-    req.extend_from_slice(&origin.port().to_be_bytes());
-    s.write_all(&req).unwrap();
-    let mut r = [0u8; 10];
-    s.read_exact(&mut r).unwrap();
-    assert_eq!(r[..2], [5, 0]);
+    let (_a2, _log_a2) = start(Dir::new("pc_a2"), FMT, &a2_cfg, &[pa2]);
+    let request = socks5_request_name(1, b"localhost", origin.port());
+    let mut s = socks5_open(pa2, None, &request).expect("CONNECT by name granted");
     echo_roundtrip(&mut s, b"by name over CONNECT");
     drop(s);
     read_log_line(&log_b, "the CONNECT by name", |l| {
@@ -188,12 +158,12 @@ fn credentials_go_to_the_parent_and_star_passes_the_clients() {
         "users carol:CL:pw1 dave:CL:pw2\nauth strong\nallow carol,dave\n{}",
         socks_on(pb)
     );
-    let (_b, log_b) = hop("pcred_b", &b_cfg, pb);
+    let (_b, log_b) = start(Dir::new("pcred_b"), FMT, &b_cfg, &[pb]);
     let a_cfg = format!(
         "allow *\nparent 1000 socks5 127.0.0.1 {pb} carol pw1\n{}",
         tcppm_on(pa, origin.port())
     );
-    let (_a, _log_a) = hop("pcred_a", &a_cfg, pa);
+    let (_a, _log_a) = start(Dir::new("pcred_a"), FMT, &a_cfg, &[pa]);
     let mut s = connect(localhost(pa));
     echo_roundtrip(&mut s, b"as carol");
     drop(s);
@@ -207,21 +177,8 @@ fn credentials_go_to_the_parent_and_star_passes_the_clients() {
         "allow *\nparent 1000 socks5 127.0.0.1 {pb} *\n{}",
         socks_on(pa2)
     );
-    let (_a2, log_a2) = hop("pcred_a2", &a2_cfg, pa2);
-    let mut s = connect(localhost(pa2));
-    s.write_all(&[5, 1, 2]).unwrap();
-    let mut r = [0u8; 2];
-    s.read_exact(&mut r).unwrap();
-    assert_eq!(r, [5, 2]);
-    s.write_all(b"\x01\x04dave\x03pw2").unwrap();
-    s.read_exact(&mut r).unwrap();
-    assert_eq!(r, [1, 0]);
-    let mut req = vec![5, 1, 0, 1, 127, 0, 0, 1];
-    req.extend_from_slice(&origin.port().to_be_bytes());
-    s.write_all(&req).unwrap();
-    let mut r = [0u8; 10];
-    s.read_exact(&mut r).unwrap();
-    assert_eq!(r[..2], [5, 0]);
+    let (_a2, log_a2) = start(Dir::new("pcred_a2"), FMT, &a2_cfg, &[pa2]);
+    let mut s = socks5_connect(pa2, Some(("dave", "pw2")), localhost(origin.port()));
     echo_roundtrip(&mut s, b"as dave");
     drop(s);
     expect_log_line(
@@ -229,13 +186,9 @@ fn credentials_go_to_the_parent_and_star_passes_the_clients() {
         &format!("SOCK5 00000 0 dave CONNECT 127.0.0.1:{}", origin.port()),
     );
     // A client with no name cannot lend one: code 4, "not allowed".
-    let mut s = connect(localhost(pa2));
-    s.write_all(&[5, 1, 0]).unwrap();
-    let mut r = [0u8; 2];
-    s.read_exact(&mut r).unwrap();
-    let mut req = vec![5, 1, 0, 1, 127, 0, 0, 1];
-    req.extend_from_slice(&origin.port().to_be_bytes());
-    s.write_all(&req).unwrap();
+    let mut s = socks5_hello(pa2, None);
+    s.write_all(&socks5_request(1, localhost(origin.port())))
+        .unwrap();
     let got = read_until_closed(&mut s).unwrap();
     assert_eq!(got, [5, 2, 0, 1, 0, 0, 0, 0, 0, 0]);
     read_log_line(&log_a2, "code 4", |l| l.starts_with("SOCK5 00004"));
@@ -245,19 +198,20 @@ fn credentials_go_to_the_parent_and_star_passes_the_clients() {
 fn a_parent_that_refuses_gives_60_plus_its_reply() {
     let origin = Origin::echo();
     let (pa, pb) = (free_port(), free_port());
-    let (_b, _log_b) = hop("pref_b", &format!("deny *\n{}", socks_on(pb)), pb);
+    let (_b, _log_b) = start(
+        Dir::new("pref_b"),
+        FMT,
+        &format!("deny *\n{}", socks_on(pb)),
+        &[pb],
+    );
     let a_cfg = format!(
         "allow *\nparent 1000 socks5 127.0.0.1 {pb}\n{}",
         socks_on(pa)
     );
-    let (_a, log_a) = hop("pref_a", &a_cfg, pa);
-    let mut s = connect(localhost(pa));
-    s.write_all(&[5, 1, 0]).unwrap();
-    let mut r = [0u8; 2];
-    s.read_exact(&mut r).unwrap();
-    let mut req = vec![5, 1, 0, 1, 127, 0, 0, 1];
-    req.extend_from_slice(&origin.port().to_be_bytes());
-    s.write_all(&req).unwrap();
+    let (_a, log_a) = start(Dir::new("pref_a"), FMT, &a_cfg, &[pa]);
+    let mut s = socks5_hello(pa, None);
+    s.write_all(&socks5_request(1, localhost(origin.port())))
+        .unwrap();
     // 62 (B said "not allowed") is a parent failure: host unreachable.
     assert_eq!(
         read_until_closed(&mut s).unwrap(),
@@ -290,12 +244,9 @@ fn a_broken_parent_is_tried_parentretries_times() {
         "parentretries 3\nallow *\nparent 1000 socks5 127.0.0.1 {bad}\n{}",
         socks_on(pa)
     );
-    let (_a, log_a) = hop("pdown_a", &a_cfg, pa);
-    let mut s = connect(localhost(pa));
-    s.write_all(&[5, 1, 0]).unwrap();
-    let mut r = [0u8; 2];
-    s.read_exact(&mut r).unwrap();
-    s.write_all(&[5, 1, 0, 1, 127, 0, 0, 1, 0, 80]).unwrap();
+    let (_a, log_a) = start(Dir::new("pdown_a"), FMT, &a_cfg, &[pa]);
+    let mut s = socks5_hello(pa, None);
+    s.write_all(&socks5_request(1, localhost(80))).unwrap();
     assert_eq!(
         read_until_closed(&mut s).unwrap(),
         [5, 4, 0, 1, 0, 0, 0, 0, 0, 0]
@@ -313,7 +264,7 @@ fn a_parent_that_is_down_fails_with_13() {
         "allow *\nparent 1000 connect 127.0.0.1 {down}\n{}",
         tcppm_on(pa, 9)
     );
-    let (_a, log_a) = hop("pdead_a", &a_cfg, pa);
+    let (_a, log_a) = start(Dir::new("pdead_a"), FMT, &a_cfg, &[pa]);
     let mut s = connect(localhost(pa));
     assert_eq!(read_until_closed(&mut s).unwrap(), b"");
     read_log_line(&log_a, "code 13", |l| l.starts_with("TCPPM 00013"));
@@ -325,7 +276,7 @@ fn tcp_parent_ends_the_chain_and_keeps_the_requested_port() {
     let origin = Origin::echo();
     let pa = free_port();
     let a_cfg = format!("allow *\nparent 1000 tcp 127.0.0.1 0\n{}", socks_on(pa));
-    let (_a, log_a) = hop("ptcp_a", &a_cfg, pa);
+    let (_a, log_a) = start(Dir::new("ptcp_a"), FMT, &a_cfg, &[pa]);
     let mut s = socks5_to(pa, origin.port());
     echo_roundtrip(&mut s, b"tcp parent");
     drop(s);
@@ -339,13 +290,13 @@ fn tcp_parent_ends_the_chain_and_keeps_the_requested_port() {
 fn weights_spread_requests_over_a_group() {
     let origin = Origin::echo();
     let (pa, pb, pc) = (free_port(), free_port(), free_port());
-    let (_b, log_b) = hop("pw_b", &socks_on(pb), pb);
-    let (_c, log_c) = hop("pw_c", &socks_on(pc), pc);
+    let (_b, log_b) = start(Dir::new("pw_b"), FMT, &socks_on(pb), &[pb]);
+    let (_c, log_c) = start(Dir::new("pw_c"), FMT, &socks_on(pc), &[pc]);
     let a_cfg = format!(
         "allow *\nparent 500 socks5 127.0.0.1 {pb}\nparent 500 socks5 127.0.0.1 {pc}\n{}",
         tcppm_on(pa, origin.port())
     );
-    let (_a, _log_a) = hop("pw_a", &a_cfg, pa);
+    let (_a, _log_a) = start(Dir::new("pw_a"), FMT, &a_cfg, &[pa]);
     for i in 0..40 {
         let mut s = connect(localhost(pa));
         echo_roundtrip(&mut s, format!("request {i}").as_bytes());
@@ -382,16 +333,17 @@ fn idle_chain_session_still_times_out() {
     // an idle session with 92 on every hop.
     let origin = Origin::echo();
     let (pa, pb) = (free_port(), free_port());
-    let (_b, _log_b) = hop(
-        "pidle_b",
+    let (_b, _log_b) = start(
+        Dir::new("pidle_b"),
+        FMT,
         &format!("timeouts 1 5 30 60 180 2\n{}", socks_on(pb)),
-        pb,
+        &[pb],
     );
     let a_cfg = format!(
         "timeouts 1 5 30 60 180 2\nallow *\nparent 1000 socks5 127.0.0.1 {pb}\n{}",
         tcppm_on(pa, origin.port())
     );
-    let (_a, log_a) = hop("pidle_a", &a_cfg, pa);
+    let (_a, log_a) = start(Dir::new("pidle_a"), FMT, &a_cfg, &[pa]);
     let mut s = connect(localhost(pa));
     echo_roundtrip(&mut s, b"x");
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
@@ -406,15 +358,12 @@ fn ha_sends_a_proxy_header_to_the_next_hop() {
     let origin = Origin::echo();
     let (pa, pb) = (free_port(), free_port());
     let b_cfg = format!("tcppm -H -i127.0.0.1 {pb} 127.0.0.1 {}\n", origin.port());
-    let dir = Dir::new("pha_b");
-    let log_b = dir.join("access.log");
-    let cfg = format!("log {}\nlogformat \"L%N %E %C:%c\"\n{b_cfg}", p(&log_b));
-    let _b = Proxy::start(dir, &cfg, &[Listen::Tcp(localhost(pb))]);
+    let (_b, log_b) = start(Dir::new("pha_b"), "L%N %E %C:%c", &b_cfg, &[pb]);
     let a_cfg = format!(
         "allow *\nparent 1000 ha 0.0.0.0 0\nparent 1000 tcp 127.0.0.1 {pb}\n{}",
         socks_on(pa)
     );
-    let (_a, _log_a) = hop("pha_a", &a_cfg, pa);
+    let (_a, _log_a) = start(Dir::new("pha_a"), FMT, &a_cfg, &[pa]);
     let mut s = socks5_to(pa, 9);
     let me = s.local_addr().unwrap();
     echo_roundtrip(&mut s, b"with a PROXY header");
@@ -430,7 +379,7 @@ fn extip_sets_the_source_address() {
         "allow *\nparent 1000 extip 127.0.0.2 0\n{}",
         tcppm_on(pa, origin.port())
     );
-    let (_a, _log_a) = hop("pext_a", &a_cfg, pa);
+    let (_a, _log_a) = start(Dir::new("pext_a"), FMT, &a_cfg, &[pa]);
     let mut s = connect(localhost(pa));
     echo_roundtrip(&mut s, b"from 127.0.0.2");
     let peers = origin.peers();
@@ -446,7 +395,7 @@ fn redirect_sends_socks_clients_to_the_http_parent_as_tcp() {
     let origin = Origin::echo();
     let pa = free_port();
     let a_cfg = format!("redirect 127.0.0.1 {}\n{}", origin.port(), socks_on(pa));
-    let (_a, log_a) = hop("predir_a", &a_cfg, pa);
+    let (_a, log_a) = start(Dir::new("predir_a"), FMT, &a_cfg, &[pa]);
     let mut s = socks5_to(pa, 9);
     echo_roundtrip(&mut s, b"redirected");
     drop(s);
@@ -462,12 +411,10 @@ fn bind_skips_an_allow_with_parents() {
         "allow *\nparent 1000 socks5 127.0.0.1 9\ndeny *\n{}",
         socks_on(pa)
     );
-    let (_a, log_a) = hop("pbind_a", &a_cfg, pa);
-    let mut s = connect(localhost(pa));
-    s.write_all(&[5, 1, 0]).unwrap();
-    let mut r = [0u8; 2];
-    s.read_exact(&mut r).unwrap();
-    s.write_all(&[5, 2, 0, 1, 0, 0, 0, 0, 0, 0]).unwrap();
+    let (_a, log_a) = start(Dir::new("pbind_a"), FMT, &a_cfg, &[pa]);
+    let mut s = socks5_hello(pa, None);
+    s.write_all(&socks5_request(2, "0.0.0.0:0".parse().unwrap()))
+        .unwrap();
     assert_eq!(
         read_until_closed(&mut s).unwrap(),
         [5, 2, 0, 1, 0, 0, 0, 0, 0, 0]
@@ -481,14 +428,10 @@ fn udp_associate_at(
     proxy: u16,
     client: &std::net::UdpSocket,
 ) -> (std::net::TcpStream, u8, std::net::SocketAddr) {
-    let mut ctl = connect(localhost(proxy));
-    ctl.write_all(&[5, 1, 0]).unwrap();
-    let mut r = [0u8; 2];
-    ctl.read_exact(&mut r).unwrap();
+    let mut ctl = socks5_hello(proxy, None);
     let from = client.local_addr().unwrap();
-    let mut req = vec![5, 3, 0, 1, 127, 0, 0, 1];
-    req.extend_from_slice(&from.port().to_be_bytes());
-    ctl.write_all(&req).unwrap();
+    ctl.write_all(&socks5_request(3, localhost(from.port())))
+        .unwrap();
     let mut r = [0u8; 10];
     ctl.read_exact(&mut r).unwrap();
     let relay =
@@ -510,12 +453,12 @@ fn udp_associate_through_a_socks5_parent() {
     // TCP and passes the datagrams to B's relay with their headers.
     let echo = UdpEcho::start();
     let (pb, pa) = (free_port(), free_port());
-    let (_b, log_b) = hop("pu_b", &socks_on(pb), pb);
+    let (_b, log_b) = start(Dir::new("pu_b"), FMT, &socks_on(pb), &[pb]);
     let a_cfg = format!(
         "allow *\nparent 1000 socks5 127.0.0.1 {pb}\n{}",
         socks_on(pa)
     );
-    let (_a, log_a) = hop("pu_a", &a_cfg, pa);
+    let (_a, log_a) = start(Dir::new("pu_a"), FMT, &a_cfg, &[pa]);
 
     let client = udp_client();
     let (ctl, rep, relay) = udp_associate_at(pa, &client);
@@ -542,15 +485,12 @@ fn udppm_through_a_socks5_parent() {
     // unwrapping the replies; the client sees plain datagrams.
     let echo = UdpEcho::start();
     let (pb, pa) = (free_port(), free_udp_port());
-    let (_b, log_b) = hop("pm_b", &socks_on(pb), pb);
-    let dir = Dir::new("pm_a");
-    let log_a = dir.join("access.log");
+    let (_b, log_b) = start(Dir::new("pm_b"), FMT, &socks_on(pb), &[pb]);
     let a_cfg = format!(
-        "timeouts 1 5 30 2\nlog {}\nlogformat \"{FMT}\"\nallow *\nparent 1000 socks5 127.0.0.1 {pb}\nudppm -i127.0.0.1 {pa} 127.0.0.1 {}\n",
-        p(&log_a),
+        "timeouts 1 5 30 2\nallow *\nparent 1000 socks5 127.0.0.1 {pb}\nudppm -i127.0.0.1 {pa} 127.0.0.1 {}\n",
         echo.port()
     );
-    let _a = Proxy::start(dir, &a_cfg, &[Listen::Udp(pa)]);
+    let (_a, log_a) = start_ready(Dir::new("pm_a"), FMT, &a_cfg, &[Listen::Udp(pa)]);
     let client = udp_client();
     let a = localhost(pa);
     for msg in [&b"one"[..], b"two", &[3u8; 1200]] {
@@ -582,14 +522,11 @@ fn udppm_through_a_socks5_parent_that_is_down_is_logged() {
     let echo = UdpEcho::start();
     let pa = free_udp_port();
     let dead = free_port();
-    let dir = Dir::new("pm_dead");
-    let log_a = dir.join("access.log");
     let a_cfg = format!(
-        "log {}\nlogformat \"{FMT}\"\nallow *\nparent 1000 socks5 127.0.0.1 {dead}\nudppm -i127.0.0.1 {pa} 127.0.0.1 {}\n",
-        p(&log_a),
+        "allow *\nparent 1000 socks5 127.0.0.1 {dead}\nudppm -i127.0.0.1 {pa} 127.0.0.1 {}\n",
         echo.port()
     );
-    let _a = Proxy::start(dir, &a_cfg, &[Listen::Udp(pa)]);
+    let (_a, log_a) = start_ready(Dir::new("pm_dead"), FMT, &a_cfg, &[Listen::Udp(pa)]);
     let client = udp_client();
     client.send_to(b"lost", localhost(pa)).unwrap();
     // Code 13: the parent refused the connection (`parent` chain codes).
@@ -607,14 +544,11 @@ fn udppm_passes_over_parents_that_cannot_carry_udp() {
     let echo = UdpEcho::start();
     let pa = free_udp_port();
     let dead = free_port();
-    let dir = Dir::new("pm_http");
-    let log_a = dir.join("access.log");
     let a_cfg = format!(
-        "timeouts 1 5 30 1\nlog {}\nlogformat \"{FMT}\"\nallow *\nparent 1000 http 127.0.0.1 {dead}\nudppm -i127.0.0.1 {pa} 127.0.0.1 {}\n",
-        p(&log_a),
+        "timeouts 1 5 30 1\nallow *\nparent 1000 http 127.0.0.1 {dead}\nudppm -i127.0.0.1 {pa} 127.0.0.1 {}\n",
         echo.port()
     );
-    let _a = Proxy::start(dir, &a_cfg, &[Listen::Udp(pa)]);
+    let (_a, log_a) = start_ready(Dir::new("pm_http"), FMT, &a_cfg, &[Listen::Udp(pa)]);
     let client = udp_client();
     client.send_to(b"direct", localhost(pa)).unwrap();
     let mut buf = [0u8; 64];
@@ -627,7 +561,7 @@ fn udppm_passes_over_parents_that_cannot_carry_udp() {
 fn udp_associate_through_a_tcp_parent_is_refused_with_70() {
     let pa = free_port();
     let a_cfg = format!("allow *\nparent 1000 tcp 127.0.0.1 9\n{}", socks_on(pa));
-    let (_a, log_a) = hop("pu_tcp", &a_cfg, pa);
+    let (_a, log_a) = start(Dir::new("pu_tcp"), FMT, &a_cfg, &[pa]);
     let client = udp_client();
     let (_ctl, rep, _) = udp_associate_at(pa, &client);
     assert_ne!(rep, 0);
@@ -645,7 +579,7 @@ fn http_local_redirect_hands_socks_clients_to_the_proxy_handler() {
         "allow * * * * CONNECT\nparent 1000 http 0.0.0.0 0\nallow *\n{}",
         socks_on(pa)
     );
-    let (_a, log) = hop("pl_http", &cfg, pa);
+    let (_a, log) = start(Dir::new("pl_http"), FMT, &cfg, &[pa]);
     let body = curl(
         &format!("socks5://127.0.0.1:{pa}"),
         &format!("http://127.0.0.1:{}/redir", origin.port()),
@@ -665,7 +599,7 @@ fn http_local_redirect_alone_does_not_loop() {
     let origin = http_origin("127.0.0.1:0");
     let pa = free_port();
     let cfg = format!("allow *\nparent 1000 http 0.0.0.0 0\n{}", socks_on(pa));
-    let (_a, _log) = hop("pl_http_loop", &cfg, pa);
+    let (_a, _log) = start(Dir::new("pl_http_loop"), FMT, &cfg, &[pa]);
     let body = curl(
         &format!("socks5://127.0.0.1:{pa}"),
         &format!("http://127.0.0.1:{}/loop", origin.port()),
@@ -683,18 +617,15 @@ fn http_local_redirect_behind_a_proxy_header() {
     let cfg = format!(
         "allow * * * * CONNECT\nparent 1000 http 0.0.0.0 0\nallow *\nsocks -H -i127.0.0.1 -p{pa}\n"
     );
-    let (_a, log) = hop("pl_http_h", &cfg, pa);
+    let (_a, log) = start(Dir::new("pl_http_h"), FMT, &cfg, &[pa]);
     let mut s = connect(localhost(pa));
     s.write_all(format!("PROXY TCP4 192.0.2.7 127.0.0.1 4444 {pa}\r\n").as_bytes())
         .unwrap();
     s.write_all(&[5, 1, 0]).unwrap();
-    let mut hello = [0u8; 2];
-    s.read_exact(&mut hello).unwrap();
-    let port = origin.port().to_be_bytes();
-    s.write_all(&[5, 1, 0, 1, 127, 0, 0, 1, port[0], port[1]])
+    expect_bytes(&mut s, &[5, 0]);
+    s.write_all(&socks5_request(1, localhost(origin.port())))
         .unwrap();
-    let mut reply = [0u8; 10];
-    s.read_exact(&mut reply).unwrap();
+    let reply = read_socks5_reply(&mut s).unwrap();
     assert_eq!(reply[1], 0, "CONNECT granted");
     let req = format!(
         "GET /hdr HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nConnection: close\r\n\r\n",
@@ -788,12 +719,12 @@ fn dns_through_socks5_udp_associate_via_a_parent() {
     // and its answer pass both hops with their headers.
     let dns = Dnsmasq::start();
     let (pb, pa) = (free_port(), free_port());
-    let (_b, log_b) = hop("dns_b", &socks_on(pb), pb);
+    let (_b, log_b) = start(Dir::new("dns_b"), FMT, &socks_on(pb), &[pb]);
     let a_cfg = format!(
         "allow *\nparent 1000 socks5 127.0.0.1 {pb}\n{}",
         socks_on(pa)
     );
-    let (_a, log_a) = hop("dns_a", &a_cfg, pa);
+    let (_a, log_a) = start(Dir::new("dns_a"), FMT, &a_cfg, &[pa]);
     let client = udp_client();
     let (ctl, rep, relay) = udp_associate_at(pa, &client);
     assert_eq!(rep, 0);
@@ -818,7 +749,7 @@ fn dns_through_udppm_via_a_socks5_parent() {
     // socks5 parent: plain queries in, plain answers out.
     let dns = Dnsmasq::start();
     let (pb, pa) = (free_port(), free_udp_port());
-    let (_b, log_b) = hop("dnspm_b", &socks_on(pb), pb);
+    let (_b, log_b) = start(Dir::new("dnspm_b"), FMT, &socks_on(pb), &[pb]);
     let dir = Dir::new("dnspm_a");
     let cfg = format!(
         "allow *\nparent 1000 socks5 127.0.0.1 {pb}\nudppm -s -i127.0.0.1 {pa} 127.0.0.1 {}\n",

@@ -251,15 +251,11 @@ impl Drop for Load {
 
 /// One HTTP/1.0 GET to the admin service; the body.
 fn admin_get(port: u16, path: &str) -> String {
-    let mut s = connect(localhost(port));
-    set_timeouts(&s, IO_TIMEOUT);
-    write!(s, "GET {path} HTTP/1.0\r\nHost: x\r\n\r\n").unwrap();
-    let mut out = Vec::new();
-    s.read_to_end(&mut out).unwrap();
-    let text = String::from_utf8_lossy(&out).into_owned();
-    text.split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_string())
-        .unwrap_or_default()
+    http_once(
+        port,
+        format!("GET {path} HTTP/1.0\r\nHost: x\r\n\r\n").as_bytes(),
+    )
+    .text()
 }
 
 /// `threeproxy_parked_sessions` from `/metrics`.
@@ -583,27 +579,17 @@ fn get_path(s: &mut TcpStream, origin: u16, path: &str) -> Vec<u8> {
     // One write: write! would send its pieces one by one, and Nagle holds
     // the second until the first is acknowledged (a delayed ACK, 40 ms).
     let req = format!("GET http://127.0.0.1:{origin}{path} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n");
-    s.write_all(req.as_bytes()).unwrap();
-    let mut got = Vec::new();
-    let mut b = [0u8; 1];
-    while !got.ends_with(b"\r\n\r\n") {
-        assert_eq!(s.read(&mut b).unwrap(), 1, "EOF in the answer: {got:?}");
-        got.push(b[0]);
-    }
-    let head = String::from_utf8_lossy(&got).to_string();
-    assert!(head.starts_with("HTTP/1.1 200 "), "{head}");
-    let len: usize = head
-        .lines()
-        .find_map(|l| {
-            l.to_ascii_lowercase()
-                .strip_prefix("content-length:")
-                .map(|v| v.trim().to_string())
-        })
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| panic!("no Content-Length: {head}"));
-    let mut body = vec![0u8; len];
-    s.read_exact(&mut body).unwrap();
-    body
+    // A client on a copy of the socket: the answer is framed by its
+    // Content-Length, so nothing of a later one is read with it.
+    let mut c = HttpClient::on(s.try_clone().unwrap());
+    c.send(req.as_bytes());
+    let r = c.read(false);
+    assert!(r.head.starts_with("HTTP/1.1 200 "), "{r}");
+    assert!(
+        r.field("content-length").is_some(),
+        "no Content-Length: {r}"
+    );
+    r.body
 }
 
 /// A kept-alive HTTP client parks between its requests, goes on when it

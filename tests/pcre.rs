@@ -130,14 +130,7 @@ struct Setup {
 
 fn setup(name: &str, filters: &str) -> Setup {
     let (origin, heads) = origin();
-    let dir = Dir::new(name);
-    let port = free_port();
-    let log = dir.join("proxy.log");
-    let cfg = format!(
-        "log {}\nlogformat \"L%E %T\"\n{filters}\nproxy -p{port} -i127.0.0.1\n",
-        p(&log)
-    );
-    let proxy = Proxy::start(dir, &cfg, &[Listen::Tcp(localhost(port))]);
+    let (proxy, port, _) = Service::tcp("proxy", "L%E %T").start(name, filters, "");
     Setup {
         proxy,
         port,
@@ -153,8 +146,6 @@ impl Setup {
 
     /// Send a request (`extra` fields, `body`) for `path`; the whole answer.
     fn ask(&self, method: &str, path: &str, extra: &str, body: &str) -> (u16, String, String) {
-        let mut s = connect(localhost(self.port));
-        set_timeouts(&s, Duration::from_secs(10));
         let len = if body.is_empty() && method == "GET" {
             String::new()
         } else {
@@ -164,16 +155,8 @@ impl Setup {
             "{method} {} HTTP/1.1\r\nHost: 127.0.0.1\r\n{extra}{len}Connection: close\r\n\r\n{body}",
             self.url(path)
         );
-        s.write_all(req.as_bytes()).unwrap();
-        let got = read_until_closed(&mut s).unwrap_or_default();
-        let text = String::from_utf8_lossy(&got).into_owned();
-        let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
-        let status = head
-            .split(' ')
-            .nth(1)
-            .and_then(|s| s.parse().ok())
-            .unwrap_or(0);
-        (status, head.to_string(), body.to_string())
+        let r = http_once(self.port, req.as_bytes());
+        (r.status, r.head.clone(), r.text())
     }
 
     fn get(&self, path: &str) -> (u16, String, String) {
@@ -181,7 +164,7 @@ impl Setup {
     }
 
     fn log(&self) -> std::path::PathBuf {
-        self.proxy.dir.join("proxy.log")
+        log_of(&self.proxy)
     }
 
     fn expect_log(&self, code: &str, method: &str, path: &str) {
@@ -413,15 +396,9 @@ fn cfg_errors_name_the_construct_and_the_line() {
 
 /// A tcppm to `origin_port` with `filters` before it.
 fn tcppm(name: &str, filters: &str, origin_port: u16) -> (Proxy, u16) {
-    let dir = Dir::new(name);
     let port = free_port();
-    let log = dir.join("proxy.log");
-    let cfg = format!(
-        "log {}\nlogformat \"L%E %N\"\n{filters}\ntcppm -i127.0.0.1 {port} 127.0.0.1 {origin_port}\n",
-        p(&log)
-    );
-    let proxy = Proxy::start(dir, &cfg, &[Listen::Tcp(localhost(port))]);
-    (proxy, port)
+    let body = format!("{filters}\ntcppm -i127.0.0.1 {port} 127.0.0.1 {origin_port}\n");
+    (start(Dir::new(name), "L%E %N", &body, &[port]).0, port)
 }
 
 /// Read from `s` until `n` bytes came (or the peer closed).
@@ -466,9 +443,7 @@ fn relayed_data_deny_ends_the_session_with_19() {
     set_timeouts(&s, Duration::from_secs(10));
     let got = read_until_closed(&mut s).unwrap_or_default();
     assert_eq!(got, b"");
-    read_log_line(&proxy.dir.join("proxy.log"), "with 00019", |l| {
-        l == "00019 TCPPM"
-    });
+    read_log_line(&log_of(&proxy), "with 00019", |l| l == "00019 TCPPM");
 }
 
 #[test]

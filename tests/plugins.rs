@@ -6,10 +6,8 @@
 
 use std::io::{Read, Write};
 use std::net::Shutdown;
-use std::path::PathBuf;
 use std::process::{Command, Stdio};
 
-use crate::smtpp::b64;
 use crate::socks::http_origin;
 use crate::util::*;
 
@@ -140,13 +138,6 @@ fn says(word: &'static str) -> Origin {
     })
 }
 
-fn start(name: &str, body: &str) -> (Proxy, PathBuf) {
-    let dir = Dir::new(name);
-    let log = dir.join("access.log");
-    let cfg = format!("log {}\nlogformat \"{FMT}\"\n{body}", p(&log));
-    (Proxy::start(dir, &cfg, &[]), log)
-}
-
 const TRANSPARENT: &str = "plugin /nonexistent/TransparentPlugin.ld.so transparent_plugin\n";
 
 #[test]
@@ -161,7 +152,7 @@ fn transparent_tcppm_goes_to_the_original_destination() {
         ns.path(),
         mapped.port()
     );
-    let (_proxy, log) = start("pl_tcppm", &body);
+    let (_proxy, log) = start(Dir::new("pl_tcppm"), FMT, &body, &[]);
     // The client dials the origin; the rule hands it to tcppm, which
     // connects it where it meant to go, not to its mapped destination.
     let got = ns.ask_until_answered(meant.port(), b"to the origin");
@@ -186,7 +177,7 @@ fn transparent_tcppm_over_ipv6() {
         "{TRANSPARENT}tcppm -ni{} -i::1 {port} 127.0.0.1 1\n",
         ns.path()
     );
-    let (_proxy, log) = start("pl_tcppm6", &body);
+    let (_proxy, log) = start(Dir::new("pl_tcppm6"), FMT, &body, &[]);
     let got = ns.ask_until_answered_at("::1", meant.port(), b"over six");
     assert_eq!(got, "over six");
     let m = meant.port();
@@ -256,7 +247,7 @@ fn transparent_tcppm_behind_tproxy() {
         "{TRANSPARENT}tcppm -ni{path} -ne{path} -olIP_TRANSPARENT {port} 127.0.0.1 1\n",
         path = b.path()
     );
-    let (_proxy, log) = start("pl_tproxy", &body);
+    let (_proxy, log) = start(Dir::new("pl_tproxy"), FMT, &body, &[]);
     let got = a.ask_until_answered_at("10.201.0.2", 80, b"hello");
     let _ = origin.kill();
     let _ = origin.wait();
@@ -279,7 +270,7 @@ fn notransparent_keeps_later_services_mapped() {
         ns.path(),
         mapped.port()
     );
-    let (_proxy, _log) = start("pl_notransparent", &body);
+    let (_proxy, _log) = start(Dir::new("pl_notransparent"), FMT, &body, &[]);
     let got = ns.ask_until_answered(meant.port(), b"to the origin");
     assert_eq!(got, "mapped");
 }
@@ -291,7 +282,7 @@ fn transparent_proxy_sends_a_plain_request_to_the_original_destination() {
     let port = free_port();
     ns.redirect(origin.port(), port);
     let body = format!("{TRANSPARENT}proxy -ni{} -i127.0.0.1 -p{port}\n", ns.path());
-    let (_proxy, log) = start("pl_proxy", &body);
+    let (_proxy, log) = start(Dir::new("pl_proxy"), FMT, &body, &[]);
     let o = origin.port();
     // Host names no host that resolves: it only names the destination.
     let req = b"GET /page HTTP/1.1\r\nHost: site.invalid\r\nConnection: close\r\n\r\n";
@@ -320,7 +311,7 @@ fn transparent_auto_hands_a_plain_request_to_the_proxy() {
     let port = free_port();
     ns.redirect(origin.port(), port);
     let body = format!("{TRANSPARENT}auto -ni{} -i127.0.0.1 -p{port}\n", ns.path());
-    let (_proxy, log) = start("pl_auto", &body);
+    let (_proxy, log) = start(Dir::new("pl_auto"), FMT, &body, &[]);
     let o = origin.port();
     let req = b"GET /auto HTTP/1.1\r\nHost: auto.invalid\r\nConnection: close\r\n\r\n";
     let got = ns.ask_until_answered(o, req);
@@ -340,7 +331,7 @@ fn transparent_tlspr_takes_the_sni_as_the_name_of_the_original_destination() {
     let port = free_port();
     ns.redirect(origin.port(), port);
     let body = format!("{TRANSPARENT}tlspr -ni{} -i127.0.0.1 -p{port}\n", ns.path());
-    let (_proxy, log) = start("pl_tlspr", &body);
+    let (_proxy, log) = start(Dir::new("pl_tlspr"), FMT, &body, &[]);
     let hello = crate::redirect_local::client_hello("name.invalid");
     let got = ns.ask_until_answered(origin.port(), &hello);
     assert_eq!(got, "server hello");
@@ -443,17 +434,14 @@ impl Drop for PamUser {
 /// A GET through the proxy at `port` with Basic credentials; the status
 /// line that comes back.
 fn get_as(port: u16, origin: u16, user: &str, password: &str) -> String {
-    let mut s = connect(localhost(port));
-    let cred = b64(format!("{user}:{password}").as_bytes());
-    write!(
-        s,
+    let auth = proxy_auth(user, password);
+    let request = format!(
         "GET http://127.0.0.1:{origin}/x HTTP/1.1\r\nHost: 127.0.0.1:{origin}\r\n\
-         Proxy-Authorization: Basic {cred}\r\nConnection: close\r\n\r\n"
-    )
-    .unwrap();
-    let got = read_until_closed(&mut s).unwrap_or_default();
-    let got = String::from_utf8_lossy(&got);
-    got.lines().next().unwrap_or("").to_string()
+         {auth}Connection: close\r\n\r\n"
+    );
+    http_once(port, request.as_bytes())
+        .status_line()
+        .to_string()
 }
 
 #[test]
@@ -467,14 +455,7 @@ fn pamauth_checks_passwords_with_the_system_pam() {
          authcache user,password 60\nauth cache pam\nproxy -i127.0.0.1 -p{pb}\n",
         pam.service
     );
-    let dir = Dir::new("pl_pam");
-    let log = dir.join("access.log");
-    let cfg = format!("log {}\nlogformat \"L%p %E %U\"\n{body}", p(&log));
-    let _proxy = Proxy::start(
-        dir,
-        &cfg,
-        &[Listen::Tcp(localhost(pa)), Listen::Tcp(localhost(pb))],
-    );
+    let (_proxy, log) = start(Dir::new("pl_pam"), "L%p %E %U", &body, &[pa, pb]);
     let o = origin.port();
     assert_eq!(get_as(pa, o, &pam.user, "right horse"), "HTTP/1.1 200 OK");
     expect_log_line(&log, &format!("{pa} 00000 {}", pam.user));

@@ -5,7 +5,6 @@
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
-use std::path::PathBuf;
 use std::sync::mpsc::{channel, Receiver};
 use std::time::Duration;
 
@@ -14,6 +13,11 @@ use crate::util::*;
 /// Service, code, client port, proxy user, text, bytes out and in.
 const FMT: &str = "L%N %E %c %U %T %O %I";
 const BANNER: &[u8] = b"+OK test pop3 ready\r\n";
+/// The proxy's greeting.
+const READY: &str = "+OK Proxy\r\n";
+
+/// The service of these tests.
+const POP3P: Service = Service::tcp("pop3p", FMT);
 
 /// A tiny POP3 server: greets, answers USER, PASS, STAT and QUIT, and
 /// sends every line it receives down the channel.
@@ -45,69 +49,6 @@ pub fn pop3_server() -> (Origin, Receiver<String>) {
     (origin, rx)
 }
 
-/// A proxy with `pre` before `pop3p -i127.0.0.1 -pPORT opts`.
-fn start(name: &str, pre: &str, opts: &str) -> (Proxy, PathBuf, u16) {
-    start_then(name, pre, opts, "")
-}
-
-/// [`start`] with `post` after the service line.
-fn start_then(name: &str, pre: &str, opts: &str, post: &str) -> (Proxy, PathBuf, u16) {
-    let port = free_port();
-    let dir = Dir::new(name);
-    let log = dir.join("access.log");
-    let cfg = format!(
-        "log {}\nlogformat \"{FMT}\"\n{pre}pop3p -i127.0.0.1 -p{port} {opts}\n{post}",
-        p(&log)
-    );
-    let proxy = Proxy::start(dir, &cfg, &[Listen::Tcp(localhost(port))]);
-    (proxy, log, port)
-}
-
-struct Pop {
-    s: TcpStream,
-    r: BufReader<TcpStream>,
-}
-
-impl Pop {
-    fn connect(port: u16) -> Pop {
-        let s = connect(localhost(port));
-        set_timeouts(&s, Duration::from_secs(10));
-        let r = BufReader::new(s.try_clone().unwrap());
-        let mut p = Pop { s, r };
-        assert_eq!(p.line(), "+OK Proxy\r\n");
-        p
-    }
-
-    fn line(&mut self) -> String {
-        let mut l = String::new();
-        self.r.read_line(&mut l).expect("a line from the proxy");
-        l
-    }
-
-    /// Send a command, return the answer line.
-    fn cmd(&mut self, c: &str) -> String {
-        self.s.write_all(format!("{c}\r\n").as_bytes()).unwrap();
-        self.line()
-    }
-
-    fn port(&self) -> u16 {
-        self.s.local_addr().unwrap().port()
-    }
-
-    /// After the answer: the proxy closes.
-    fn assert_closed(mut self) {
-        let mut rest = Vec::new();
-        let _ = self.r.read_to_end(&mut rest);
-        assert_eq!(String::from_utf8_lossy(&rest), "");
-    }
-}
-
-fn record_of(log: &std::path::Path, cport: u16) -> String {
-    read_log_line(log, &format!("of client port {cport}"), |l| {
-        l.split(' ').nth(2) == Some(&cport.to_string())
-    })
-}
-
 fn next(rx: &Receiver<String>) -> String {
     rx.recv_timeout(Duration::from_secs(10))
         .expect("a line at the POP3 server")
@@ -116,8 +57,8 @@ fn next(rx: &Receiver<String>) -> String {
 #[test]
 fn pop3p_full_session_reaches_the_server_without_the_host() {
     let (origin, rx) = pop3_server();
-    let (_proxy, log, port) = start("pop3p_session", "", "");
-    let mut c = Pop::connect(port);
+    let (_proxy, port, log) = POP3P.start("pop3p_session", "", "");
+    let mut c = LineClient::connect(port, READY);
     let o = origin.port();
     assert_eq!(c.cmd(&format!("USER bob@127.0.0.1:{o}")), "+OK user\r\n");
     assert_eq!(next(&rx), "USER bob\r\n");
@@ -141,8 +82,8 @@ fn pop3p_full_session_reaches_the_server_without_the_host() {
 #[test]
 fn pop3p_login_and_pipelined_commands_in_one_write() {
     let (origin, rx) = pop3_server();
-    let (_proxy, _log, port) = start("pop3p_pipelined", "", "");
-    let mut c = Pop::connect(port);
+    let (_proxy, port, _log) = POP3P.start("pop3p_pipelined", "", "");
+    let mut c = LineClient::connect(port, READY);
     let o = origin.port();
     c.s.write_all(format!("user me@corp@127.0.0.1:{o}\r\nPASS x\r\n").as_bytes())
         .unwrap();
@@ -157,8 +98,8 @@ fn pop3p_login_and_pipelined_commands_in_one_write() {
 fn pop3p_delimchar_changes_the_separator() {
     let (origin, rx) = pop3_server();
     // Process-wide, as in 3proxy: a line after the service counts too.
-    let (_proxy, log, port) = start_then("pop3p_delim", "", "", "delimchar #\n");
-    let mut c = Pop::connect(port);
+    let (_proxy, port, log) = POP3P.start_then("pop3p_delim", "", "", "delimchar #\n");
+    let mut c = LineClient::connect(port, READY);
     let o = origin.port();
     assert_eq!(
         c.cmd(&format!("USER me@corp#127.0.0.1:{o}")),
@@ -168,25 +109,26 @@ fn pop3p_delimchar_changes_the_separator() {
     let cport = c.port();
     assert_eq!(c.cmd("QUIT"), "+OK bye\r\n");
     c.assert_closed();
-    let rec = record_of(&log, cport);
+    let rec = record_of(&log, FMT, cport);
     assert!(
         rec.starts_with(&format!("POP3P 00000 {cport} - me@corp@127.0.0.1:{o} ")),
         "{rec}"
     );
     // With '#' the '@' is part of the name: no host, a bad login.
-    let mut c = Pop::connect(port);
+    let mut c = LineClient::connect(port, READY);
     assert_eq!(c.cmd(&format!("USER bob@127.0.0.1:{o}")), "-ERR\r\n");
     let cport = c.port();
     c.assert_closed();
-    assert!(record_of(&log, cport).starts_with(&format!("POP3P 00615 {cport} ")));
+    assert!(record_of(&log, FMT, cport).starts_with(&format!("POP3P 00615 {cport} ")));
 }
 
 #[test]
 fn pop3p_proxy_credentials_in_the_login() {
     let (origin, rx) = pop3_server();
-    let (_proxy, log, port) = start("pop3p_creds", "users pu:CL:pp\nauth strong\nallow pu\n", "");
+    let (_proxy, port, log) =
+        POP3P.start("pop3p_creds", "users pu:CL:pp\nauth strong\nallow pu\n", "");
     let o = origin.port();
-    let mut c = Pop::connect(port);
+    let mut c = LineClient::connect(port, READY);
     assert_eq!(
         c.cmd(&format!("USER pu:pp:bob@127.0.0.1:{o}")),
         "+OK user\r\n"
@@ -195,17 +137,17 @@ fn pop3p_proxy_credentials_in_the_login() {
     let cport = c.port();
     assert_eq!(c.cmd("QUIT"), "+OK bye\r\n");
     c.assert_closed();
-    let rec = record_of(&log, cport);
+    let rec = record_of(&log, FMT, cport);
     assert!(
         rec.starts_with(&format!("POP3P 00000 {cport} pu bob@127.0.0.1:{o} ")),
         "{rec}"
     );
     // A wrong password: refused before any connection.
-    let mut c = Pop::connect(port);
+    let mut c = LineClient::connect(port, READY);
     assert_eq!(c.cmd(&format!("USER pu:no:bob@127.0.0.1:{o}")), "-ERR\r\n");
     let cport = c.port();
     c.assert_closed();
-    let rec = record_of(&log, cport);
+    let rec = record_of(&log, FMT, cport);
     // 3proxy's code for a wrong password.
     assert_eq!(rec, format!("POP3P 00006 {cport} pu bob@127.0.0.1:{o} 0 0"));
     assert_eq!(next(&rx), "QUIT\r\n");
@@ -217,12 +159,12 @@ fn pop3p_proxy_credentials_in_the_login() {
 fn pop3p_acl_refuses_a_destination() {
     let (origin, rx) = pop3_server();
     let o = origin.port();
-    let (_proxy, log, port) = start(
+    let (_proxy, port, log) = POP3P.start(
         "pop3p_acl",
         &format!("auth iponly\ndeny * * 127.0.0.1 {o}\nallow *\n"),
         "",
     );
-    let mut c = Pop::connect(port);
+    let mut c = LineClient::connect(port, READY);
     assert_eq!(c.cmd(&format!("USER bob@127.0.0.1:{o}")), "-ERR\r\n");
     let cport = c.port();
     c.assert_closed();
@@ -236,9 +178,9 @@ fn pop3p_acl_refuses_a_destination() {
 
 #[test]
 fn pop3p_commands_before_user() {
-    let (_proxy, log, port) = start("pop3p_before_user", "", "");
+    let (_proxy, port, log) = POP3P.start("pop3p_before_user", "", "");
     // Anything but USER and QUIT: asked for USER, as often as it comes.
-    let mut c = Pop::connect(port);
+    let mut c = LineClient::connect(port, READY);
     assert_eq!(c.cmd("CAPA"), "+OK Capability list follows\r\n");
     assert_eq!(c.line(), "STLS\r\n");
     assert_eq!(c.line(), ".\r\n");
@@ -249,20 +191,20 @@ fn pop3p_commands_before_user() {
     c.assert_closed();
     expect_log_line(&log, &format!("POP3P 00612 {cport} -  0 0"));
     // QUIT: a polite goodbye, code 0.
-    let mut c = Pop::connect(port);
+    let mut c = LineClient::connect(port, READY);
     assert_eq!(c.cmd("QUIT"), "+OK\r\n");
     let cport = c.port();
     c.assert_closed();
     expect_log_line(&log, &format!("POP3P 00000 {cport} -  0 0"));
     // USER glued to something else.
-    let mut c = Pop::connect(port);
+    let mut c = LineClient::connect(port, READY);
     assert_eq!(c.cmd("USERX bob@h"), "-ERR\r\n");
     let cport = c.port();
     c.assert_closed();
     expect_log_line(&log, &format!("POP3P 00614 {cport} -  0 0"));
     // No host, a bad port: a bad login.
     for bad in ["USER bob", "USER bob@127.0.0.1:x", "USER @127.0.0.1"] {
-        let mut c = Pop::connect(port);
+        let mut c = LineClient::connect(port, READY);
         assert_eq!(c.cmd(bad), "-ERR\r\n", "{bad}");
         let cport = c.port();
         c.assert_closed();
@@ -275,8 +217,8 @@ fn pop3p_destination_refusing_the_connection() {
     let closed = TcpListener::bind("127.0.0.1:0").unwrap();
     let o = closed.local_addr().unwrap().port();
     drop(closed);
-    let (_proxy, log, port) = start("pop3p_refused", "", "");
-    let mut c = Pop::connect(port);
+    let (_proxy, port, log) = POP3P.start("pop3p_refused", "", "");
+    let mut c = LineClient::connect(port, READY);
     assert_eq!(c.cmd(&format!("USER bob@127.0.0.1:{o}")), "-ERR\r\n");
     let cport = c.port();
     c.assert_closed();
@@ -294,12 +236,12 @@ fn pop3p_server_that_is_not_pop3() {
         let _ = s.read(&mut [0u8; 64]);
     });
     let o = origin.port();
-    let (_proxy, log, port) = start("pop3p_not_pop3", "", "");
-    let mut c = Pop::connect(port);
+    let (_proxy, port, log) = POP3P.start("pop3p_not_pop3", "", "");
+    let mut c = LineClient::connect(port, READY);
     assert_eq!(c.cmd(&format!("USER bob@127.0.0.1:{o}")), "-ERR\r\n");
     let cport = c.port();
     c.assert_closed();
-    let rec = record_of(&log, cport);
+    let rec = record_of(&log, FMT, cport);
     assert_eq!(rec, format!("POP3P 00622 {cport} - bob@127.0.0.1:{o} 0 14"));
 }
 
@@ -307,14 +249,14 @@ fn pop3p_server_that_is_not_pop3() {
 fn pop3p_default_host_for_a_login_without_one() {
     let (origin, rx) = pop3_server();
     let o = origin.port();
-    let (_proxy, log, port) = start("pop3p_default_host", "", &format!("-h127.0.0.1:{o}"));
-    let mut c = Pop::connect(port);
+    let (_proxy, port, log) = POP3P.start("pop3p_default_host", "", &format!("-h127.0.0.1:{o}"));
+    let mut c = LineClient::connect(port, READY);
     assert_eq!(c.cmd("USER bob"), "+OK user\r\n");
     assert_eq!(next(&rx), "USER bob\r\n");
     let cport = c.port();
     assert_eq!(c.cmd("QUIT"), "+OK bye\r\n");
     c.assert_closed();
-    let rec = record_of(&log, cport);
+    let rec = record_of(&log, FMT, cport);
     assert!(
         rec.starts_with(&format!("POP3P 00000 {cport} - bob@127.0.0.1:{o} ")),
         "{rec}"

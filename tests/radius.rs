@@ -7,13 +7,11 @@
 //! flushed on SIGTERM) in FreeRADIUS's detail file.
 
 use std::io::{Read, Write};
-use std::net::{Shutdown, SocketAddr, UdpSocket};
+use std::net::{Shutdown, UdpSocket};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-
-use base64::Engine;
 
 use crate::util::*;
 
@@ -288,34 +286,20 @@ fn http_origin(body: &'static str) -> Origin {
 }
 
 /// A GET through the proxy with Basic credentials; the whole answer.
-fn get(proxy: u16, origin: u16, user: &str, pass: &str) -> String {
-    let mut s = connect(localhost(proxy));
-    let cred = base64::engine::general_purpose::STANDARD.encode(format!("{user}:{pass}"));
-    write!(
-        s,
+fn get(proxy: u16, origin: u16, user: &str, pass: &str) -> Response {
+    let auth = proxy_auth(user, pass);
+    let request = format!(
         "GET http://127.0.0.1:{origin}/x HTTP/1.1\r\nHost: 127.0.0.1:{origin}\r\n\
-         Proxy-Authorization: Basic {cred}\r\nConnection: close\r\n\r\n"
-    )
-    .unwrap();
-    String::from_utf8_lossy(&read_until_closed(&mut s).unwrap()).into_owned()
-}
-
-fn status(answer: &str) -> &str {
-    answer.split(' ').nth(1).unwrap_or("")
+         {auth}Connection: close\r\n\r\n"
+    );
+    http_once(proxy, request.as_bytes())
 }
 
 /// A proxy with `auth radius` on the `radius` line `servers`, logging
 /// `%U %E` to proxy.log; `extra` goes before the service.
 fn start_proxy(dir: Dir, servers: &str, extra: &str) -> (Proxy, u16, PathBuf) {
-    let port = free_port();
-    let log = dir.join("proxy.log");
-    let cfg = format!(
-        "log {}\nlogformat \"L%U %E %n\"\nradius {SECRET} {servers}\nauth radius\n{extra}\n\
-         proxy -p{port} -i127.0.0.1\n",
-        p(&log)
-    );
-    let proxy = Proxy::start(dir, &cfg, &[Listen::Tcp(localhost(port))]);
-    (proxy, port, log)
+    let pre = format!("radius {SECRET} {servers}\nauth radius\n{extra}");
+    Service::tcp("proxy", "L%U %E %n").start_in(dir, &pre, "", "")
 }
 
 #[test]
@@ -326,23 +310,23 @@ fn accept_and_reject() {
     let (_proxy, port, log) = start_proxy(dir, &rad.server(), "");
 
     let ok = get(port, origin.port(), "bob", "pw2");
-    assert_eq!(status(&ok), "200", "{ok}");
-    assert!(ok.ends_with("hello radius"), "{ok}");
+    assert_eq!(ok.status, 200, "{ok}");
+    assert!(ok.text().ends_with("hello radius"), "{ok}");
     read_log_line(&log, "bob's accept with code 0", |l| {
         l.starts_with("bob 00000")
     });
 
     let no = get(port, origin.port(), "bob", "wrong");
-    assert_eq!(status(&no), "407", "{no}");
-    assert!(no.contains("Proxy-Authenticate: Basic"), "{no}");
+    assert_eq!(no.status, 407, "{no}");
+    assert!(no.head.contains("Proxy-Authenticate: Basic"), "{no}");
     read_log_line(&log, "bob's reject with code 25", |l| {
         l.starts_with("bob 00025")
     });
     let unknown = get(port, origin.port(), "carol", "x");
-    assert_eq!(status(&unknown), "407", "{unknown}");
+    assert_eq!(unknown.status, 407, "{unknown}");
     // As in 3proxy, a Reply-Message's number is the result code.
     let erin = get(port, origin.port(), "erin", "x");
-    assert_eq!(status(&erin), "407", "{erin}");
+    assert_eq!(erin.status, 407, "{erin}");
     read_log_line(&log, "erin's reject with code 7", |l| {
         l.starts_with("erin 00007")
     });
@@ -387,8 +371,8 @@ fn the_second_server_answers_when_the_first_is_down() {
     );
     let t = Instant::now();
     let ok = get(port, origin.port(), "bob", "pw2");
-    assert_eq!(status(&ok), "200", "{ok}");
-    assert!(ok.ends_with("second"), "{ok}");
+    assert_eq!(ok.status, 200, "{ok}");
+    assert!(ok.text().ends_with("second"), "{ok}");
     assert!(
         t.elapsed() >= Duration::from_millis(900),
         "{:?}",
@@ -399,7 +383,7 @@ fn the_second_server_answers_when_the_first_is_down() {
     // does not wait for it.
     let t = Instant::now();
     let ok = get(port, origin.port(), "bob", "pw2");
-    assert_eq!(status(&ok), "200", "{ok}");
+    assert_eq!(ok.status, 200, "{ok}");
     assert!(
         t.elapsed() < Duration::from_millis(900),
         "{:?}",
@@ -421,7 +405,7 @@ fn no_server_answering_is_a_refusal_within_the_timeout() {
     let t = Instant::now();
     let no = get(port, origin.port(), "bob", "pw2");
     let took = t.elapsed();
-    assert_eq!(status(&no), "407", "{no}");
+    assert_eq!(no.status, 407, "{no}");
     // Two servers, 1 s each.
     assert!(
         took >= Duration::from_millis(1900) && took < Duration::from_secs(5),
@@ -440,17 +424,13 @@ fn no_server_answering_is_a_refusal_within_the_timeout() {
     let _socks = Proxy::start(dir, &cfg, &[Listen::Tcp(localhost(sport))]);
     let mut s = connect(localhost(sport));
     s.write_all(&[5, 1, 2]).unwrap();
+    expect_bytes(&mut s, &[5, 2]);
+    s.write_all(&socks5_credentials("bob", "pw2")).unwrap();
     let mut b = [0u8; 2];
     s.read_exact(&mut b).unwrap();
-    assert_eq!(b, [5, 2]);
-    s.write_all(&[1, 3, b'b', b'o', b'b', 3, b'p', b'w', b'2'])
+    s.write_all(&socks5_request(1, localhost(origin.port())))
         .unwrap();
-    s.read_exact(&mut b).unwrap();
-    let o = origin.port().to_be_bytes();
-    s.write_all(&[5, 1, 0, 1, 127, 0, 0, 1, o[0], o[1]])
-        .unwrap();
-    let mut rep = [0u8; 10];
-    s.read_exact(&mut rep).unwrap();
+    let rep = read_socks5_reply(&mut s).unwrap();
     assert_eq!(rep[0], 5);
     // Code 26 is 0x01, general failure, as for every code from 20 to 29.
     assert_eq!(rep[1], 1, "SOCKS reply {rep:?}");
@@ -463,39 +443,14 @@ fn framed_ip_address_is_the_source_address() {
     let origin = http_origin("from 127.0.0.2");
     let (_proxy, port, _log) = start_proxy(dir, &rad.server(), "");
     let ok = get(port, origin.port(), "alice", "secret");
-    assert_eq!(status(&ok), "200", "{ok}");
+    assert_eq!(ok.status, 200, "{ok}");
     let peers = origin.peers();
     assert_eq!(peers.len(), 1);
     assert_eq!(peers[0].ip().to_string(), "127.0.0.2", "{peers:?}");
     // bob has none: the default source.
     let ok = get(port, origin.port(), "bob", "pw2");
-    assert_eq!(status(&ok), "200", "{ok}");
+    assert_eq!(ok.status, 200, "{ok}");
     assert_eq!(origin.peers()[1].ip().to_string(), "127.0.0.1");
-}
-
-/// A SOCKS 5 CONNECT as `user` to `to`; the stream after the reply.
-fn socks5(proxy: u16, user: &str, pass: &str, to: SocketAddr) -> std::net::TcpStream {
-    let mut s = connect(localhost(proxy));
-    s.write_all(&[5, 1, 2]).unwrap();
-    let mut b = [0u8; 2];
-    s.read_exact(&mut b).unwrap();
-    assert_eq!(b, [5, 2]);
-    let mut m = vec![1, user.len() as u8];
-    m.extend_from_slice(user.as_bytes());
-    m.push(pass.len() as u8);
-    m.extend_from_slice(pass.as_bytes());
-    s.write_all(&m).unwrap();
-    s.read_exact(&mut b).unwrap();
-    assert_eq!(b, [1, 0]);
-    let SocketAddr::V4(v4) = to else { panic!() };
-    let mut req = vec![5, 1, 0, 1];
-    req.extend_from_slice(&v4.ip().octets());
-    req.extend_from_slice(&v4.port().to_be_bytes());
-    s.write_all(&req).unwrap();
-    let mut rep = [0u8; 10];
-    s.read_exact(&mut rep).unwrap();
-    assert_eq!(rep[1], 0, "SOCKS refused: {rep:?}");
-    s
 }
 
 /// The value of `name = value` in a detail record.
@@ -518,7 +473,7 @@ fn start_and_stop_with_octets_in_the_detail_file() {
         rad.server()
     );
     let _proxy = Proxy::start(dir, &cfg, &[Listen::Tcp(localhost(port))]);
-    let mut s = socks5(port, "alice", "secret", localhost(origin.port()));
+    let mut s = socks5_connect(port, Some(("alice", "secret")), localhost(origin.port()));
     s.write_all(&[7u8; 1000]).unwrap();
     s.shutdown(Shutdown::Write).unwrap();
     let back = read_until_closed(&mut s).unwrap();
@@ -580,7 +535,7 @@ fn sigterm_sends_the_pending_stops_first() {
         rad.server()
     );
     let mut proxy = Proxy::start(dir, &cfg, &[Listen::Tcp(localhost(port))]);
-    let mut s = socks5(port, "bob", "pw2", localhost(origin.port()));
+    let mut s = socks5_connect(port, Some(("bob", "pw2")), localhost(origin.port()));
     s.write_all(b"hi").unwrap();
     s.shutdown(Shutdown::Write).unwrap();
     assert_eq!(read_until_closed(&mut s).unwrap(), b"bye");
@@ -614,11 +569,11 @@ fn authcache_keeps_radius_answers_and_their_source_address() {
         "timeouts 1 1 5 30 60 180 1800 15 60\nauthcache user,pass,ext 60\nauth cache radius",
     );
     let ok = get(port, origin.port(), "alice", "secret");
-    assert_eq!(status(&ok), "200", "{ok}");
+    assert_eq!(ok.status, 200, "{ok}");
     drop(rad);
     // FreeRADIUS is gone: the cache answers, with alice's address.
     let ok = get(port, origin.port(), "alice", "secret");
-    assert_eq!(status(&ok), "200", "{ok}");
+    assert_eq!(ok.status, 200, "{ok}");
     let peers = origin.peers();
     assert_eq!(peers.len(), 2);
     assert!(
@@ -627,7 +582,7 @@ fn authcache_keeps_radius_answers_and_their_source_address() {
     );
     // Another password is not in the cache, and no server answers.
     let no = get(port, origin.port(), "alice", "other");
-    assert_eq!(status(&no), "407", "{no}");
+    assert_eq!(no.status, 407, "{no}");
     read_log_line(&log, "code 26", |l| l.starts_with("alice 00026"));
 }
 
@@ -645,7 +600,7 @@ fn session_timeout_ends_the_session() {
     );
     let _proxy = Proxy::start(dir, &cfg, &[Listen::Tcp(localhost(port))]);
     let t = Instant::now();
-    let mut s = socks5(port, "dave", "pw", localhost(origin.port()));
+    let mut s = socks5_connect(port, Some(("dave", "pw")), localhost(origin.port()));
     echo_roundtrip(&mut s, b"still here");
     // The tunnel is idle and the idle timeout is long: only the
     // Session-Timeout (1 s) ends it.
@@ -658,7 +613,7 @@ fn session_timeout_ends_the_session() {
     );
     read_log_line(&log, "code 27", |l| l == "dave 00027");
     // bob has no Session-Timeout: his tunnel outlives dave's.
-    let mut s = socks5(port, "bob", "pw2", localhost(origin.port()));
+    let mut s = socks5_connect(port, Some(("bob", "pw2")), localhost(origin.port()));
     std::thread::sleep(Duration::from_millis(1500));
     echo_roundtrip(&mut s, b"bob too");
 }
@@ -675,7 +630,7 @@ fn logdump_records_are_interim_updates() {
         rad.server()
     );
     let _proxy = Proxy::start(dir, &cfg, &[Listen::Tcp(localhost(port))]);
-    let mut s = socks5(port, "bob", "pw2", localhost(origin.port()));
+    let mut s = socks5_connect(port, Some(("bob", "pw2")), localhost(origin.port()));
     s.write_all(&[1u8; 1000]).unwrap();
     s.shutdown(Shutdown::Write).unwrap();
     assert_eq!(read_until_closed(&mut s).unwrap(), reply);
@@ -719,7 +674,7 @@ fn a_reload_keeps_the_session_and_its_accounting() {
         rad.server()
     );
     let proxy = Proxy::start(dir, &cfg, &[Listen::Tcp(localhost(port))]);
-    let mut s = socks5(port, "alice", "secret", localhost(origin.port()));
+    let mut s = socks5_connect(port, Some(("alice", "secret")), localhost(origin.port()));
     echo_roundtrip(&mut s, b"abc");
     // A new service shows when the reload has taken effect.
     proxy
@@ -808,7 +763,7 @@ fn each_http_request_is_a_start_and_a_stop() {
     );
     let _proxy = Proxy::start(dir, &cfg, &[Listen::Tcp(localhost(port))]);
     let mut s = connect(localhost(port));
-    let cred = base64::engine::general_purpose::STANDARD.encode("bob:pw2");
+    let cred = base64("bob:pw2");
     let o = origin.port();
     let req = format!(
         "GET http://127.0.0.1:{o}/a HTTP/1.1\r\nHost: 127.0.0.1:{o}\r\n\
@@ -881,7 +836,7 @@ fn each_start_names_its_own_requests_destination() {
     );
     let _proxy = Proxy::start(dir, &cfg, &[Listen::Tcp(localhost(port))]);
     let mut s = connect(localhost(port));
-    let cred = base64::engine::general_purpose::STANDARD.encode("bob:pw2");
+    let cred = base64("bob:pw2");
     let mut got = Vec::new();
     for (n, (ip, o)) in [("127.0.0.1", one.port()), ("127.0.0.2", two.port())]
         .into_iter()
@@ -944,8 +899,8 @@ fn an_ipv6_server() {
     // The last `log` line wins: accounting, to the same server.
     let (_proxy, port, _) = start_proxy(dir, &server, "log radius");
     let ok = get(port, origin.port(), "bob", "pw2");
-    assert_eq!(status(&ok), "200", "{ok}");
-    assert!(ok.ends_with("over v6"), "{ok}");
+    assert_eq!(ok.status, 200, "{ok}");
+    assert!(ok.text().ends_with("over v6"), "{ok}");
     let stop = rad.records(&["Acct-Status-Type = Stop", "\"bob\""], 1, LOG_TIMEOUT);
     assert_eq!(stop.len(), 1, "{}", rad.detail());
 }
@@ -953,22 +908,8 @@ fn an_ipv6_server() {
 /// A CONNECT tunnel through the HTTP proxy on `proxy` to `to`, as `user`,
 /// and the length of the proxy's answer (counted in the session's input).
 fn connect_tunnel(proxy: u16, to: u16, user: &str, pass: &str) -> (std::net::TcpStream, u64) {
-    let mut s = connect(localhost(proxy));
-    let cred = base64::engine::general_purpose::STANDARD.encode(format!("{user}:{pass}"));
-    write!(
-        s,
-        "CONNECT 127.0.0.1:{to} HTTP/1.1\r\nHost: 127.0.0.1:{to}\r\n\
-         Proxy-Authorization: Basic {cred}\r\n\r\n"
-    )
-    .unwrap();
-    let mut head = Vec::new();
-    let mut b = [0u8; 1];
-    while !head.ends_with(b"\r\n\r\n") {
-        assert_eq!(s.read(&mut b).unwrap(), 1, "{head:?}");
-        head.push(b[0]);
-    }
-    let text = String::from_utf8_lossy(&head).into_owned();
-    assert_eq!(status(&text), "200", "{text}");
+    let (s, head) = http_connect(proxy, to, &proxy_auth(user, pass));
+    assert_eq!(head.split(' ').nth(1), Some("200"), "{head}");
     (s, head.len() as u64)
 }
 

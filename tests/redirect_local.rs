@@ -6,32 +6,22 @@
 //! through real sockets to origins the test starts, and checks what the
 //! user sees, what the origin got, and the record (code, hops).
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpStream;
-use std::path::PathBuf;
+use std::io::Write;
 use std::sync::mpsc::Receiver;
 use std::time::Duration;
 
 use crate::ftppr::{ftp_server, Seen};
 use crate::imapp::imap_server;
-use crate::parent::socks5_to;
 use crate::pop3p::pop3_server;
-use crate::smtpp::{b64, smtp_server};
+use crate::smtpp::smtp_server;
 use crate::socks::http_origin;
 use crate::util::*;
 
 /// Service, code, hops, client port, text.
 const FMT: &str = "L%N %E %h %c %T";
 
-/// A proxy with `body` (service lines included) logging with [`FMT`],
-/// ready on `port`.
-fn start(name: &str, body: &str, port: u16) -> (Proxy, PathBuf) {
-    let dir = Dir::new(name);
-    let log = dir.join("access.log");
-    let cfg = format!("log {}\nlogformat \"{FMT}\"\n{body}", p(&log));
-    let proxy = Proxy::start(dir, &cfg, &[Listen::Tcp(localhost(port))]);
-    (proxy, log)
-}
+/// The SOCKS service most tests hand their clients over from.
+const SOCKS: Service = Service::tcp("socks", FMT);
 
 /// CONNECTs go to the handler of `kind`; its own pass takes `allow *`.
 fn redirect(kind: &str) -> String {
@@ -42,74 +32,17 @@ fn socks_on(port: u16) -> String {
     format!("socks -i127.0.0.1 -p{port}\n")
 }
 
-/// The record of the client whose port is `cport`.
-fn record_of(log: &std::path::Path, cport: u16) -> String {
-    read_log_line(log, &format!("of client port {cport}"), |l| {
-        l.split(' ').nth(3) == Some(&cport.to_string())
-    })
-}
-
-/// A line-speaking client on a stream the proxy has handed over.
-struct Lines {
-    s: TcpStream,
-    r: BufReader<TcpStream>,
-}
-
-impl Lines {
-    fn new(s: TcpStream) -> Lines {
-        set_timeouts(&s, Duration::from_secs(10));
-        let r = BufReader::new(s.try_clone().unwrap());
-        Lines { s, r }
-    }
-
-    fn line(&mut self) -> String {
-        let mut l = String::new();
-        self.r.read_line(&mut l).expect("a line from the proxy");
-        l
-    }
-
-    fn send(&mut self, line: &str) {
-        self.s.write_all(format!("{line}\r\n").as_bytes()).unwrap();
-    }
-
-    /// Send a line, return the answer's first line.
-    fn cmd(&mut self, line: &str) -> String {
-        self.send(line);
-        self.line()
-    }
-
-    fn port(&self) -> u16 {
-        self.s.local_addr().unwrap().port()
-    }
-}
-
 fn next(rx: &Receiver<String>) -> String {
     rx.recv_timeout(Duration::from_secs(10))
         .expect("a line at the origin")
 }
 
-/// A SOCKS5 CONNECT to 127.0.0.1:`to`; the reply code.
-fn socks5_reply(proxy: u16, to: u16) -> (TcpStream, u8) {
-    let mut s = connect(localhost(proxy));
-    s.write_all(&[5, 1, 0]).unwrap();
-    let mut r = [0u8; 2];
-    s.read_exact(&mut r).unwrap();
-    assert_eq!(r, [5, 0]);
-    let mut req = vec![5, 1, 0, 1, 127, 0, 0, 1];
-    req.extend_from_slice(&to.to_be_bytes());
-    s.write_all(&req).unwrap();
-    let mut r = [0u8; 10];
-    s.read_exact(&mut r).unwrap();
-    (s, r[1])
-}
-
 #[test]
 fn socks_to_pop3_logs_in_at_the_requested_server() {
     let (origin, rx) = pop3_server();
-    let pa = free_port();
-    let (_p, log) = start("rl_pop3", &(redirect("pop3") + &socks_on(pa)), pa);
+    let (_p, pa, log) = SOCKS.start("rl_pop3", &redirect("pop3"), "");
     // The SOCKS CONNECT names the POP3 server; USER needs no @host.
-    let mut c = Lines::new(socks5_to(pa, origin.port()));
+    let mut c = LineClient::on(socks5_to(pa, origin.port()));
     assert_eq!(c.line(), "+OK Proxy\r\n");
     assert_eq!(c.cmd("USER bob"), "+OK user\r\n");
     assert_eq!(next(&rx), "USER bob\r\n");
@@ -120,7 +53,7 @@ fn socks_to_pop3_logs_in_at_the_requested_server() {
     let cport = c.port();
     drop(c);
     // The POP3 handler's record: one hop (the redirection), its text.
-    let rec = record_of(&log, cport);
+    let rec = record_of(&log, FMT, cport);
     assert_eq!(
         rec,
         format!("SOCK5 00000 1 {cport} bob@127.0.0.1:{}", origin.port())
@@ -132,15 +65,14 @@ fn socks_to_pop3_login_with_a_host_goes_there() {
     // `USER name@host` still picks its own server; the port is the one
     // the SOCKS request asked for.
     let (origin, rx) = pop3_server();
-    let pa = free_port();
-    let (_p, log) = start("rl_pop3_at", &(redirect("pop3") + &socks_on(pa)), pa);
-    let mut c = Lines::new(socks5_to(pa, origin.port()));
+    let (_p, pa, log) = SOCKS.start("rl_pop3_at", &redirect("pop3"), "");
+    let mut c = LineClient::on(socks5_to(pa, origin.port()));
     assert_eq!(c.line(), "+OK Proxy\r\n");
     assert_eq!(c.cmd("USER carol@localhost"), "+OK user\r\n");
     assert_eq!(next(&rx), "USER carol\r\n");
     let cport = c.port();
     drop(c);
-    let rec = record_of(&log, cport);
+    let rec = record_of(&log, FMT, cport);
     assert_eq!(
         rec,
         format!("SOCK5 00000 1 {cport} carol@localhost:{}", origin.port())
@@ -150,9 +82,8 @@ fn socks_to_pop3_login_with_a_host_goes_there() {
 #[test]
 fn socks_to_smtp_auth_login_without_a_host() {
     let (origin, rx) = smtp_server("AUTH LOGIN PLAIN");
-    let pa = free_port();
-    let (_p, log) = start("rl_smtp", &(redirect("smtp") + &socks_on(pa)), pa);
-    let mut c = Lines::new(socks5_to(pa, origin.port()));
+    let (_p, pa, log) = SOCKS.start("rl_smtp", &redirect("smtp"), "");
+    let mut c = LineClient::on(socks5_to(pa, origin.port()));
     assert_eq!(c.line(), "220 Proxy\r\n");
     assert_eq!(c.cmd("EHLO me"), "250-Proxy\r\n");
     // AUTH PLAIN LOGIN, 8BITMIME, STARTTLS, DSN.
@@ -160,18 +91,18 @@ fn socks_to_smtp_auth_login_without_a_host() {
         c.line();
     }
     assert_eq!(c.cmd("AUTH LOGIN"), "334 VXNlcm5hbWU6\r\n");
-    assert_eq!(c.cmd(&b64(b"bob")), "334 UGFzc3dvcmQ6\r\n");
+    assert_eq!(c.cmd(&base64(b"bob")), "334 UGFzc3dvcmQ6\r\n");
     // The proxy logs in at the server with the name and password: its
     // answer is the client's.
-    assert_eq!(c.cmd(&b64(b"pw")), "235 ok\r\n");
+    assert_eq!(c.cmd(&base64(b"pw")), "235 ok\r\n");
     let seen: Vec<String> = (0..4).map(|_| next(&rx)).collect();
     assert!(seen[0].starts_with("EHLO ["), "{seen:?}");
     assert_eq!(
         seen[1..],
         [
             "AUTH LOGIN\r\n".to_string(),
-            format!("{}\r\n", b64(b"bob")),
-            format!("{}\r\n", b64(b"pw"))
+            format!("{}\r\n", base64(b"bob")),
+            format!("{}\r\n", base64(b"pw"))
         ]
     );
     assert_eq!(c.cmd("MAIL FROM:<bob@example.org>"), "250 ok\r\n");
@@ -179,7 +110,7 @@ fn socks_to_smtp_auth_login_without_a_host() {
     let cport = c.port();
     drop(c);
     assert_eq!(
-        record_of(&log, cport),
+        record_of(&log, FMT, cport),
         format!("SOCK5 00000 1 {cport} bob@127.0.0.1:{}", origin.port())
     );
 }
@@ -187,9 +118,8 @@ fn socks_to_smtp_auth_login_without_a_host() {
 #[test]
 fn socks_to_imap_login_without_a_host() {
     let (origin, rx) = imap_server("* OK [CAPABILITY IMAP4rev1] test imap\r\n", "");
-    let pa = free_port();
-    let (_p, log) = start("rl_imap", &(redirect("imap") + &socks_on(pa)), pa);
-    let mut c = Lines::new(socks5_to(pa, origin.port()));
+    let (_p, pa, log) = SOCKS.start("rl_imap", &redirect("imap"), "");
+    let mut c = LineClient::on(socks5_to(pa, origin.port()));
     assert!(c.line().starts_with("* OK [CAPABILITY"));
     assert_eq!(c.cmd("a1 LOGIN bob pw"), "a1 OK LOGIN done\r\n");
     assert_eq!(next(&rx), "a1 LOGIN bob pw\r\n");
@@ -198,7 +128,7 @@ fn socks_to_imap_login_without_a_host() {
     let cport = c.port();
     drop(c);
     assert_eq!(
-        record_of(&log, cport),
+        record_of(&log, FMT, cport),
         format!("SOCK5 00000 1 {cport} bob@127.0.0.1:{}", origin.port())
     );
 }
@@ -206,9 +136,8 @@ fn socks_to_imap_login_without_a_host() {
 #[test]
 fn socks_to_ftp_login_and_a_listing() {
     let (origin, rx) = ftp_server();
-    let pa = free_port();
-    let (_p, log) = start("rl_ftp", &(redirect("ftp") + &socks_on(pa)), pa);
-    let mut c = Lines::new(socks5_to(pa, origin.port()));
+    let (_p, pa, log) = SOCKS.start("rl_ftp", &redirect("ftp"), "");
+    let mut c = LineClient::on(socks5_to(pa, origin.port()));
     assert_eq!(c.line(), "220 Ready\r\n");
     assert_eq!(c.cmd("USER bob"), "331 ok\r\n");
     assert_eq!(c.cmd("PASS pw"), "230-welcome\r\n");
@@ -244,7 +173,7 @@ fn socks_to_ftp_login_and_a_listing() {
     let cport = c.port();
     drop(c);
     assert_eq!(
-        record_of(&log, cport),
+        record_of(&log, FMT, cport),
         format!("SOCK5 00000 1 {cport} bob@127.0.0.1:{}", origin.port())
     );
 }
@@ -256,7 +185,7 @@ fn tcppm_to_http_serves_proxy_requests() {
     // The mapping's own destination does not matter: the HTTP handler
     // takes its requests' destinations.
     let body = redirect("http") + &format!("tcppm -i127.0.0.1 {pa} 127.0.0.1 9\n");
-    let (_p, log) = start("rl_tcppm_http", &body, pa);
+    let (_p, log) = start(Dir::new("rl_tcppm_http"), FMT, &body, &[pa]);
     let mut s = connect(localhost(pa));
     let url = format!("http://127.0.0.1:{}/mapped", origin.port());
     s.write_all(format!("GET {url} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes())
@@ -266,7 +195,7 @@ fn tcppm_to_http_serves_proxy_requests() {
     assert!(got.ends_with("hello /mapped"), "{got}");
     let cport = s.local_addr().unwrap().port();
     assert_eq!(
-        record_of(&log, cport),
+        record_of(&log, FMT, cport),
         format!("TCPPM 00000 1 {cport} GET {url} HTTP/1.1")
     );
 }
@@ -276,14 +205,14 @@ fn tcppm_to_socks5_takes_a_socks_request() {
     let echo = Origin::echo();
     let pa = free_port();
     let body = redirect("socks5") + &format!("tcppm -i127.0.0.1 {pa} 127.0.0.1 9\n");
-    let (_p, log) = start("rl_tcppm_socks", &body, pa);
+    let (_p, log) = start(Dir::new("rl_tcppm_socks"), FMT, &body, &[pa]);
     let mut s = socks5_to(pa, echo.port());
     echo_roundtrip(&mut s, b"through tcppm and socks");
     let cport = s.local_addr().unwrap().port();
     drop(s);
     // The SOCKS handler names the record by the version spoken.
     assert_eq!(
-        record_of(&log, cport),
+        record_of(&log, FMT, cport),
         format!("SOCK5 00000 1 {cport} CONNECT 127.0.0.1:{}", echo.port())
     );
 }
@@ -320,7 +249,7 @@ fn socks_to_tls_checks_the_sni_and_relays_to_the_destination() {
         "allow * * * * CONNECT\nparent 1000 tls 0.0.0.0 0\ndeny * * blocked.test\nallow *\n{}",
         socks_on(pa)
     );
-    let (_p, log) = start("rl_tls", &body, pa);
+    let (_p, log) = start(Dir::new("rl_tls"), FMT, &body, &[pa]);
     // The hello goes to the destination the SOCKS request named; the
     // echo sends it back, then the rest of the session.
     let mut s = socks5_to(pa, echo.port());
@@ -329,7 +258,7 @@ fn socks_to_tls_checks_the_sni_and_relays_to_the_destination() {
     let cport = s.local_addr().unwrap().port();
     drop(s);
     assert_eq!(
-        record_of(&log, cport),
+        record_of(&log, FMT, cport),
         format!("SOCK5 00000 1 {cport} TLSv1.2 localhost -")
     );
     // The SNI is the name the ACL sees: a denied one is not relayed.
@@ -337,7 +266,7 @@ fn socks_to_tls_checks_the_sni_and_relays_to_the_destination() {
     s.write_all(&client_hello("blocked.test")).unwrap();
     assert_eq!(read_until_closed(&mut s).unwrap(), b"");
     let cport = s.local_addr().unwrap().port();
-    let rec = record_of(&log, cport);
+    let rec = record_of(&log, FMT, cport);
     assert!(
         rec.starts_with("SOCK5 00001 1 ") && rec.ends_with(" TLSv1.2 blocked.test -"),
         "{rec}"
@@ -349,7 +278,7 @@ fn tlspr_to_tcp_relays_the_hello_to_the_sni_destination() {
     let echo = Origin::echo();
     let pa = free_port();
     let body = redirect("tcp") + &format!("tlspr -i127.0.0.1 -p{pa} -P{}\n", echo.port());
-    let (_p, log) = start("rl_tlspr_tcp", &body, pa);
+    let (_p, log) = start(Dir::new("rl_tlspr_tcp"), FMT, &body, &[pa]);
     let mut s = connect(localhost(pa));
     echo_roundtrip(&mut s, &client_hello("localhost"));
     echo_roundtrip(&mut s, b"more");
@@ -357,15 +286,14 @@ fn tlspr_to_tcp_relays_the_hello_to_the_sni_destination() {
     drop(s);
     // tcppm's record: the destination as named.
     assert_eq!(
-        record_of(&log, cport),
+        record_of(&log, FMT, cport),
         format!("TLSPR 00000 1 {cport} localhost")
     );
 }
 
 #[test]
 fn socks_to_admin_serves_the_start_page_only() {
-    let pa = free_port();
-    let (_p, log) = start("rl_admin", &(redirect("admin") + &socks_on(pa)), pa);
+    let (_p, pa, log) = SOCKS.start("rl_admin", &redirect("admin"), "");
     let get = |path: &str| {
         let mut s = socks5_to(pa, 80);
         s.write_all(format!("GET {path} HTTP/1.0\r\n\r\n").as_bytes())
@@ -376,11 +304,17 @@ fn socks_to_admin_serves_the_start_page_only() {
     let (page, cport) = get("/");
     assert!(page.starts_with("HTTP/1.0 200 OK\r\n"), "{page}");
     assert!(page.contains("Web admin"), "{page}");
-    assert_eq!(record_of(&log, cport), format!("SOCK5 00000 1 {cport} /"));
+    assert_eq!(
+        record_of(&log, FMT, cport),
+        format!("SOCK5 00000 1 {cport} /")
+    );
     // A redirected client gets what `-s` allows: no cfg file.
     let (page, cport) = get("/F");
     assert!(page.starts_with("HTTP/1.0 404"), "{page}");
-    assert_eq!(record_of(&log, cport), format!("SOCK5 00702 1 {cport} /F"));
+    assert_eq!(
+        record_of(&log, FMT, cport),
+        format!("SOCK5 00702 1 {cport} /F")
+    );
 }
 
 #[test]
@@ -390,8 +324,8 @@ fn proxy_connect_to_pop3_and_a_plain_request_refused() {
     let body = format!(
         "allow * * * * HTTP_CONNECT\nparent 1000 pop3 0.0.0.0 0\nallow * * * * HTTP_GET\nparent 1000 pop3 0.0.0.0 0\nallow *\nproxy -i127.0.0.1 -p{pa}\n"
     );
-    let (_p, log) = start("rl_proxy_pop3", &body, pa);
-    let mut c = Lines::new(connect(localhost(pa)));
+    let (_p, log) = start(Dir::new("rl_proxy_pop3"), FMT, &body, &[pa]);
+    let mut c = LineClient::on(connect(localhost(pa)));
     c.send(&format!(
         "CONNECT 127.0.0.1:{0} HTTP/1.1\r\nHost: 127.0.0.1:{0}\r\n",
         origin.port()
@@ -404,7 +338,7 @@ fn proxy_connect_to_pop3_and_a_plain_request_refused() {
     let cport = c.port();
     drop(c);
     assert_eq!(
-        record_of(&log, cport),
+        record_of(&log, FMT, cport),
         format!("PROXY 00000 1 {cport} bob@127.0.0.1:{}", origin.port())
     );
     // Only a tunnel can be handed over: a GET is refused with 501.
@@ -417,7 +351,7 @@ fn proxy_connect_to_pop3_and_a_plain_request_refused() {
         "{got}"
     );
     let cport = s.local_addr().unwrap().port();
-    let rec = record_of(&log, cport);
+    let rec = record_of(&log, FMT, cport);
     assert!(rec.starts_with("PROXY 00999 "), "{rec}");
 }
 
@@ -426,13 +360,16 @@ fn dns_is_refused_as_a_tcp_local_redirection() {
     let echo = Origin::echo();
     let pa = free_port();
     let body = format!("allow *\nparent 1000 dns 0.0.0.0 0\n{}", socks_on(pa));
-    let (p, log) = start("rl_dns", &body, pa);
-    let (s, rep) = socks5_reply(pa, echo.port());
-    // 999: "general failure" to the SOCKS client.
-    assert_eq!(rep, 1);
+    let (p, log) = start(Dir::new("rl_dns"), FMT, &body, &[pa]);
+    let mut s = socks5_hello(pa, None);
     let cport = s.local_addr().unwrap().port();
+    s.write_all(&socks5_request(1, localhost(echo.port())))
+        .unwrap();
+    let reply = read_socks5_reply(&mut s).unwrap();
+    // 999: "general failure" to the SOCKS client.
+    assert_eq!(reply[1], 1);
     assert_eq!(
-        record_of(&log, cport),
+        record_of(&log, FMT, cport),
         format!("SOCK5 00999 0 {cport} CONNECT 127.0.0.1:{}", echo.port())
     );
     assert!(
@@ -453,12 +390,12 @@ fn a_redirection_to_the_same_handler_does_not_loop() {
         "allow *\nparent 1000 tcp 0.0.0.0 0\ntcppm -i127.0.0.1 {pa} 127.0.0.1 {}\n",
         echo.port()
     );
-    let (_p, log) = start("rl_loop", &body, pa);
+    let (_p, log) = start(Dir::new("rl_loop"), FMT, &body, &[pa]);
     let mut s = connect(localhost(pa));
     assert_eq!(read_until_closed(&mut s).unwrap(), b"");
     let cport = s.local_addr().unwrap().port();
     assert_eq!(
-        record_of(&log, cport),
+        record_of(&log, FMT, cport),
         format!("TCPPM 00003 1 {cport} 127.0.0.1")
     );
     assert!(echo.peers().is_empty());
@@ -474,12 +411,12 @@ fn a_redirection_that_comes_round_again_is_stopped() {
         "allow *\nparent 1000 extip 127.0.0.1 0\nparent 1000 tcp 0.0.0.0 0\ntcppm -i127.0.0.1 {pa} 127.0.0.1 {}\n",
         echo.port()
     );
-    let (mut p, log) = start("rl_loop_guard", &body, pa);
+    let (mut p, log) = start(Dir::new("rl_loop_guard"), FMT, &body, &[pa]);
     let mut s = connect(localhost(pa));
     assert_eq!(read_until_closed(&mut s).unwrap(), b"");
     let cport = s.local_addr().unwrap().port();
     assert_eq!(
-        record_of(&log, cport),
+        record_of(&log, FMT, cport),
         format!("TCPPM 00101 16 {cport} local redirection loop")
     );
     assert!(echo.peers().is_empty());

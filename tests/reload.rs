@@ -339,18 +339,7 @@ fn force_cuts_socks_sessions_too() {
     let svc = format!("socks -i127.0.0.1 -p{p1}\n");
     let text = cfg(&dir, &format!("auth iponly\nallow *\n{svc}"));
     let proxy = Proxy::start(dir, &text, &[Listen::Tcp(localhost(p1))]);
-    let mut s = connect(localhost(p1));
-    // SOCKS5, no authentication, CONNECT 127.0.0.1:origin.
-    s.write_all(&[5, 1, 0]).unwrap();
-    let mut hello = [0u8; 2];
-    s.read_exact(&mut hello).unwrap();
-    assert_eq!(hello, [5, 0]);
-    let port = origin.port().to_be_bytes();
-    s.write_all(&[5, 1, 0, 1, 127, 0, 0, 1, port[0], port[1]])
-        .unwrap();
-    let mut reply = [0u8; 10];
-    s.read_exact(&mut reply).unwrap();
-    assert_eq!(reply[1], 0, "CONNECT granted");
+    let mut s = socks5_to(p1, origin.port());
     echo_roundtrip(&mut s, b"before");
     proxy.dir.write(
         "3proxy.cfg",
@@ -364,7 +353,7 @@ fn force_cuts_socks_sessions_too() {
         set_timeouts(&n, IO_TIMEOUT);
         let _ = n.write_all(&[5, 1, 0]);
         let _ = n.read_exact(&mut [0u8; 2]);
-        let _ = n.write_all(&[5, 1, 0, 1, 127, 0, 0, 1, port[0], port[1]]);
+        let _ = n.write_all(&socks5_request(1, localhost(origin.port())));
         let mut r = [0u8; 10];
         n.read_exact(&mut r).is_err() || r[1] != 0
     };

@@ -218,7 +218,7 @@ fn answer(
 
 /// A log line format that shows the code and where the session went
 /// (the leading L, local time, is not printed).
-const LOGFORMAT: &str = "logformat \"L%E %R:%r %n\"\n";
+const FMT: &str = "L%E %R:%r %n";
 
 /// `tcppm` on a fresh port to `host:to`; returns the cfg line and port.
 fn tcppm(opts: &str, host: &str, to: u16) -> (String, u16) {
@@ -249,18 +249,10 @@ fn refused(port: u16) {
 /// when it is up: probing the services under test would open sessions,
 /// and so send DNS queries, of its own. (Their ports are bound while the
 /// cfg loads, so clients may connect as soon as the extra one answers.)
-fn start(dir: Dir, cfg: &str) -> Proxy {
-    let log = dir.join("access.log");
+fn start_with_ready_service(dir: Dir, cfg: &str) -> Proxy {
     let ready = free_port();
-    let cfg = format!(
-        "log {}\n{LOGFORMAT}{cfg}tcppm -i127.0.0.1 {ready} 127.0.0.1 9\n",
-        p(&log)
-    );
-    Proxy::start(dir, &cfg, &[Listen::Tcp(localhost(ready))])
-}
-
-fn log_of(proxy: &Proxy) -> std::path::PathBuf {
-    proxy.dir.join("access.log")
+    let body = format!("{cfg}tcppm -i127.0.0.1 {ready} 127.0.0.1 9\n");
+    start(dir, FMT, &body, &[ready]).0
 }
 
 #[test]
@@ -268,7 +260,7 @@ fn nserver_answers_and_nscache_keeps_the_answer() {
     let origin = Origin::echo();
     let dns = TestDns::start(Style::Plain, &[("some.test.name", "127.0.0.1")]);
     let (line, port) = tcppm("", "some.test.name", origin.port());
-    let proxy = start(
+    let proxy = start_with_ready_service(
         Dir::new("resolve-cache"),
         &format!("{}nscache 256\n{line}", dns.nserver()),
     );
@@ -289,7 +281,7 @@ fn without_nscache_every_session_asks() {
     let origin = Origin::echo();
     let dns = TestDns::start(Style::Plain, &[("nocache.test", "127.0.0.1")]);
     let (line, port) = tcppm("", "nocache.test", origin.port());
-    let _proxy = start(
+    let _proxy = start_with_ready_service(
         Dir::new("resolve-nocache"),
         &format!("{}{line}", dns.nserver()),
     );
@@ -302,7 +294,7 @@ fn without_nscache_every_session_asks() {
 fn unknown_names_fail_with_100() {
     let dns = TestDns::start(Style::Plain, &[]);
     let (line, port) = tcppm("", "missing.test", 9);
-    let proxy = start(
+    let proxy = start_with_ready_service(
         Dir::new("resolve-nxdomain"),
         &format!("{}{line}", dns.nserver()),
     );
@@ -319,7 +311,7 @@ fn nsrecord_answers_without_asking_and_0000_blackholes() {
     let dns = TestDns::start(Style::Plain, &[("black.test", "127.0.0.1")]);
     let (good, port) = tcppm("", "Static.Test", origin.port());
     let (black, black_port) = tcppm("", "black.test", origin.port());
-    let proxy = start(
+    let proxy = start_with_ready_service(
         Dir::new("resolve-nsrecord"),
         &format!(
             "{}nsrecord static.test 127.0.0.1\nnsrecord black.test 0.0.0.0\n{good}{black}",
@@ -338,7 +330,7 @@ fn nsrecord_answers_without_asking_and_0000_blackholes() {
 fn nsrecord_works_with_the_system_resolver_too() {
     let origin = Origin::echo();
     let (line, port) = tcppm("", "static-only.test", origin.port());
-    let _proxy = start(
+    let _proxy = start_with_ready_service(
         Dir::new("resolve-nsrecord-system"),
         &format!("nsrecord static-only.test 127.0.0.1\n{line}"),
     );
@@ -350,7 +342,7 @@ fn fakeresolve_answers_127_0_0_2() {
     let origin = Origin::echo_on("127.0.0.2:0");
     let dns = TestDns::start(Style::Plain, &[("any.test", "127.0.0.1")]);
     let (line, port) = tcppm("", "any.test", origin.port());
-    let proxy = start(
+    let proxy = start_with_ready_service(
         Dir::new("resolve-fake"),
         &format!("{}fakeresolve\n{line}", dns.nserver()),
     );
@@ -363,10 +355,7 @@ fn fakeresolve_answers_127_0_0_2() {
 
 #[test]
 fn families_choose_the_record_type() {
-    assert!(
-        TcpListener::bind("[::1]:0").is_ok(),
-        "this test needs IPv6 loopback (::1)"
-    );
+    require_ipv6();
     let origin6 = Origin::echo_on("[::1]:0");
     let port6 = origin6.port();
     // The A record points where nothing listens: a session that used it
@@ -383,7 +372,7 @@ fn families_choose_the_record_type() {
     let (l64, p64) = tcppm("-64", "both.test", port6);
     let (l46, p46) = tcppm("-46", "six.test", port6);
     let (l4, p4) = tcppm("", "six.test", port6);
-    let _proxy = start(
+    let _proxy = start_with_ready_service(
         Dir::new("resolve-family"),
         &format!("{}{l6}{l64}{l46}{l4}", dns.nserver()),
     );
@@ -404,13 +393,10 @@ fn families_choose_the_record_type() {
 
 #[test]
 fn ipv6_literals_work_in_brackets() {
-    assert!(
-        TcpListener::bind("[::1]:0").is_ok(),
-        "this test needs IPv6 loopback (::1)"
-    );
+    require_ipv6();
     let origin6 = Origin::echo_on("[::1]:0");
     let (line, port) = tcppm("", "[::1]", origin6.port());
-    let _proxy = start(Dir::new("resolve-v6-literal"), &line);
+    let _proxy = start_with_ready_service(Dir::new("resolve-v6-literal"), &line);
     roundtrip(port);
 }
 
@@ -419,7 +405,7 @@ fn spoofed_replies_are_dropped() {
     let origin = Origin::echo();
     let dns = TestDns::start(Style::SpoofFirst, &[("spoof.test", "127.0.0.1")]);
     let (line, port) = tcppm("", "spoof.test", origin.port());
-    let proxy = start(
+    let proxy = start_with_ready_service(
         Dir::new("resolve-spoof"),
         &format!("{}{line}", dns.nserver()),
     );
@@ -434,7 +420,7 @@ fn tcp_nserver_and_truncated_answers() {
     let origin = Origin::echo();
     let tcp = TestDns::start(Style::Plain, &[("tcp.test", "127.0.0.1")]);
     let (line, port) = tcppm("", "tcp.test", origin.port());
-    let _proxy = start(
+    let _proxy = start_with_ready_service(
         Dir::new("resolve-tcp"),
         &format!("nserver 127.0.0.1:{}/tcp\n{line}", tcp.port),
     );
@@ -443,7 +429,8 @@ fn tcp_nserver_and_truncated_answers() {
 
     let tc = TestDns::start(Style::Truncate, &[("tc.test", "127.0.0.1")]);
     let (line, port) = tcppm("", "tc.test", origin.port());
-    let _proxy = start(Dir::new("resolve-tc"), &format!("{}{line}", tc.nserver()));
+    let _proxy =
+        start_with_ready_service(Dir::new("resolve-tc"), &format!("{}{line}", tc.nserver()));
     roundtrip(port);
     // Once over UDP (truncated), once over TCP.
     assert_eq!(tc.asked(), ["tc.test A", "tc.test A"]);
@@ -455,7 +442,7 @@ fn a_silent_server_is_skipped_after_the_dns_timeout() {
     let silent = UdpSocket::bind("127.0.0.1:0").unwrap();
     let dns = TestDns::start(Style::Plain, &[("second.test", "127.0.0.1")]);
     let (line, port) = tcppm("", "second.test", origin.port());
-    let _proxy = start(
+    let _proxy = start_with_ready_service(
         Dir::new("resolve-failover"),
         &format!(
             "timeouts 1 5 30 60 180 1800 1\nnserver 127.0.0.1:{}\n{}{line}",
@@ -507,7 +494,7 @@ fn dialer_runs_then_the_name_is_tried_again() {
             }
         })
     };
-    let _proxy = start(dir, &cfg);
+    let _proxy = start_with_ready_service(dir, &cfg);
     roundtrip(port);
     stop.store(true, Ordering::SeqCst);
     let _ = watcher.join();
@@ -532,14 +519,11 @@ fn bad_resolver_lines_are_cfg_errors() {
 /// IPv6 ask the server once.
 #[test]
 fn nscache6_keeps_aaaa_answers() {
-    assert!(
-        TcpListener::bind("[::1]:0").is_ok(),
-        "this test needs IPv6 loopback (::1)"
-    );
+    require_ipv6();
     let origin6 = Origin::echo_on("[::1]:0");
     let dns = TestDns::start(Style::Plain, &[("six-cached.test", "::1")]);
     let (cached, p_cached) = tcppm("-6", "six-cached.test", origin6.port());
-    let _proxy = start(
+    let _proxy = start_with_ready_service(
         Dir::new("resolve-nscache6"),
         &format!("{}nscache6 256\n{cached}", dns.nserver()),
     );
@@ -556,14 +540,11 @@ fn nscache6_keeps_aaaa_answers() {
 /// `nscache` alone does not cache AAAA answers (that is `nscache6`).
 #[test]
 fn nscache_alone_does_not_keep_aaaa_answers() {
-    assert!(
-        TcpListener::bind("[::1]:0").is_ok(),
-        "this test needs IPv6 loopback (::1)"
-    );
+    require_ipv6();
     let origin6 = Origin::echo_on("[::1]:0");
     let dns = TestDns::start(Style::Plain, &[("six-nocache.test", "::1")]);
     let (line, port) = tcppm("-6", "six-nocache.test", origin6.port());
-    let _proxy = start(
+    let _proxy = start_with_ready_service(
         Dir::new("resolve-nscache-not6"),
         &format!("{}nscache 256\n{line}", dns.nserver()),
     );
@@ -584,12 +565,10 @@ fn authnserver_answers_dnsname_lookups() {
     let auth = TestDns::start(Style::Plain, &[("client.test", "127.0.0.1")]);
     auth.add_ptr("1.0.0.127.in-addr.arpa", "client.test");
     let (line, port) = tcppm("", "127.0.0.1", origin.port());
-    let dir = Dir::new("resolve-authnserver");
-    let log = dir.join("access.log");
-    // The readiness service that `start` adds comes after `auth iponly`
-    // and `allow *`.
-    let proxy = start(
-        dir,
+    // The readiness service that `start_with_ready_service` adds comes
+    // after `auth iponly` and `allow *`.
+    let proxy = start_with_ready_service(
+        Dir::new("resolve-authnserver"),
         &format!(
             "{}authnserver 127.0.0.1:{}\nlogformat \"L%E %U %p\"\nauth dnsname\n\
              allow client.test\n{line}auth iponly\nallow *\n",
@@ -598,7 +577,7 @@ fn authnserver_answers_dnsname_lookups() {
         ),
     );
     roundtrip(port);
-    read_log_line(&log, "for the session", |l| {
+    read_log_line(&log_of(&proxy), "for the session", |l| {
         l == format!("00000 client.test {port}")
     });
     assert!(

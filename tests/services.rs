@@ -5,7 +5,7 @@
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
@@ -16,21 +16,9 @@ use crate::util::*;
 /// service, code, client port, text.
 const FMT: &str = "L%N %E %c %T";
 
-/// A proxy with one service line `svc` (its port is `port`) after `pre`.
-fn start(name: &str, pre: &str, svc: &str, port: u16) -> (Proxy, PathBuf) {
-    let dir = Dir::new(name);
-    let log = dir.join("access.log");
-    let cfg = format!("log {}\nlogformat \"{FMT}\"\n{pre}{svc}\n", p(&log));
-    let proxy = Proxy::start(dir, &cfg, &[Listen::Tcp(localhost(port))]);
-    (proxy, log)
-}
-
-/// The record of the session from local port `cport`.
-fn record_of(log: &Path, cport: u16) -> String {
-    read_log_line(log, &format!("of client port {cport}"), |l| {
-        l.split(' ').nth(2) == Some(&cport.to_string())
-    })
-}
+/// The services of these tests.
+const AUTO: Service = Service::tcp("auto", FMT);
+const TLSPR: Service = Service::tcp("tlspr", FMT);
 
 // ---------------------------------------------------------------------------
 // auto
@@ -38,8 +26,7 @@ fn record_of(log: &Path, cport: u16) -> String {
 #[test]
 fn auto_serves_socks5_socks4_and_http_on_one_port() {
     let origin = http_origin("127.0.0.1:0");
-    let port = free_port();
-    let (_proxy, log) = start("auto_all", "", &format!("auto -i127.0.0.1 -p{port}"), port);
+    let (_proxy, port, log) = AUTO.start("auto_all", "", "");
     let url = format!("http://127.0.0.1:{}/x", origin.port());
     for scheme in ["socks5", "socks4", "http"] {
         let body = curl(&format!("{scheme}://127.0.0.1:{port}"), &url).unwrap();
@@ -71,12 +58,11 @@ fn auto_keeps_the_first_bytes_of_a_raw_socks5_request() {
     // Greeting, request and data in one write: nothing may be lost to
     // the protocol detection.
     let origin = Origin::echo();
-    let port = free_port();
-    let (_proxy, _log) = start("auto_raw", "", &format!("auto -i127.0.0.1 -p{port}"), port);
+    let (_proxy, port, _log) = AUTO.start("auto_raw", "", "");
     let mut s = connect(localhost(port));
     set_timeouts(&s, Duration::from_secs(10));
-    let mut msg = vec![5, 1, 0, 5, 1, 0, 1, 127, 0, 0, 1];
-    msg.extend_from_slice(&origin.port().to_be_bytes());
+    let mut msg = vec![5, 1, 0];
+    msg.extend(socks5_request(1, localhost(origin.port())));
     msg.extend_from_slice(b"early");
     s.write_all(&msg).unwrap();
     let mut reply = [0u8; 12];
@@ -89,32 +75,21 @@ fn auto_keeps_the_first_bytes_of_a_raw_socks5_request() {
 
 #[test]
 fn auto_closes_a_silent_client_with_801() {
-    let port = free_port();
     // CONNECTION_SHORT (the fifth timeout) is 1 second.
-    let (_proxy, log) = start(
-        "auto_silent",
-        "timeouts 1 5 30 60 1 1800 15 60 15 5\n",
-        &format!("auto -i127.0.0.1 -p{port}"),
-        port,
-    );
+    let (_proxy, port, log) =
+        AUTO.start("auto_silent", "timeouts 1 5 30 60 1 1800 15 60 15 5\n", "");
     let mut s = connect(localhost(port));
     let cport = s.local_addr().unwrap().port();
     set_timeouts(&s, Duration::from_secs(10));
     let mut b = [0u8; 1];
     assert_eq!(s.read(&mut b).unwrap(), 0, "closed without a byte");
-    assert_eq!(record_of(&log, cport), format!("AUTO 00801 {cport} "));
+    assert_eq!(record_of(&log, FMT, cport), format!("AUTO 00801 {cport} "));
 }
 
 #[test]
 fn auto_hands_tls_to_tlspr() {
     let tls = TlsOrigin::start("auto_tls_origin");
-    let port = free_port();
-    let (_proxy, log) = start(
-        "auto_tls",
-        "",
-        &format!("auto -i127.0.0.1 -p{port} -P{}", tls.port),
-        port,
-    );
+    let (_proxy, port, log) = AUTO.start("auto_tls", "", &format!("-P{}", tls.port));
     let body = curl_https(port).unwrap();
     assert!(body.contains("s_server"), "{body}");
     read_log_line(&log, "TLSPR 00000", |l| {
@@ -197,20 +172,10 @@ fn curl_https(port: u16) -> Result<String, String> {
     }
 }
 
-fn tlspr(port: u16, opts: &str) -> String {
-    format!("tlspr -i127.0.0.1 -p{port} {opts}")
-}
-
 #[test]
 fn tlspr_relays_a_handshake_to_the_sni_host() {
     let tls = TlsOrigin::start("tlspr_ok_origin");
-    let port = free_port();
-    let (_proxy, log) = start(
-        "tlspr_ok",
-        "",
-        &tlspr(port, &format!("-P{} -c", tls.port)),
-        port,
-    );
+    let (_proxy, port, log) = TLSPR.start("tlspr_ok", "", &format!("-P{} -c", tls.port));
     let body = curl_https(port).unwrap();
     assert!(body.contains("s_server"), "{body}");
     let rec = read_log_line(&log, "TLSPR 00000", |l| {
@@ -222,13 +187,7 @@ fn tlspr_relays_a_handshake_to_the_sni_host() {
 #[test]
 fn tlspr_check_level_2_accepts_a_server_hello() {
     let tls = TlsOrigin::start("tlspr_c2_origin");
-    let port = free_port();
-    let (_proxy, log) = start(
-        "tlspr_c2",
-        "",
-        &tlspr(port, &format!("-P{} -c2", tls.port)),
-        port,
-    );
+    let (_proxy, port, log) = TLSPR.start("tlspr_c2", "", &format!("-P{} -c2", tls.port));
     let body = curl_https(port).unwrap();
     assert!(body.contains("s_server"), "{body}");
     read_log_line(&log, "TLSPR 00000", |l| {
@@ -239,12 +198,10 @@ fn tlspr_check_level_2_accepts_a_server_hello() {
 #[test]
 fn tlspr_acl_denying_the_sni_host_refuses() {
     let tls = TlsOrigin::start("tlspr_acl_origin");
-    let port = free_port();
-    let (_proxy, log) = start(
+    let (_proxy, port, log) = TLSPR.start(
         "tlspr_acl",
         "deny * * localhost\nallow *\n",
-        &tlspr(port, &format!("-P{}", tls.port)),
-        port,
+        &format!("-P{}", tls.port),
     );
     assert!(curl_https(port).is_err(), "the handshake must fail");
     let rec = read_log_line(&log, "a refusal of localhost", |l| {
@@ -260,13 +217,12 @@ fn garbage(log: &Path, port: u16, bytes: &[u8]) -> String {
     set_timeouts(&s, Duration::from_secs(10));
     s.write_all(bytes).unwrap();
     assert!(read_until_closed(&mut s).unwrap().is_empty());
-    record_of(log, cport)
+    record_of(log, FMT, cport)
 }
 
 #[test]
 fn tlspr_closes_on_garbage() {
-    let port = free_port();
-    let (_proxy, log) = start("tlspr_junk", "", &tlspr(port, "-c"), port);
+    let (_proxy, port, log) = TLSPR.start("tlspr_junk", "", "-c");
     // Not a TLS record: version byte is not 3.
     let rec = garbage(&log, port, b"GET / HTTP/1.0\r\n\r\n");
     assert!(rec.starts_with("TLSPR 00303 "), "{rec}");
@@ -281,8 +237,7 @@ fn tlspr_closes_on_garbage() {
 
 #[test]
 fn tlspr_without_check_has_nowhere_to_send_garbage() {
-    let port = free_port();
-    let (_proxy, log) = start("tlspr_junk0", "", &tlspr(port, ""), port);
+    let (_proxy, port, log) = TLSPR.start("tlspr_junk0", "", "");
     let rec = garbage(&log, port, b"GET / HTTP/1.0\r\n\r\n");
     assert!(rec.starts_with("TLSPR 00100 "), "{rec}");
 }
@@ -290,13 +245,7 @@ fn tlspr_without_check_has_nowhere_to_send_garbage() {
 #[test]
 fn tlspr_hello_without_sni_is_closed_with_100() {
     let tls = TlsOrigin::start("tlspr_nosni_origin");
-    let port = free_port();
-    let (_proxy, log) = start(
-        "tlspr_nosni",
-        "",
-        &tlspr(port, &format!("-P{} -c", tls.port)),
-        port,
-    );
+    let (_proxy, port, log) = TLSPR.start("tlspr_nosni", "", &format!("-P{} -c", tls.port));
     let out = Command::new("openssl")
         .args(["s_client", "-noservername", "-connect"])
         .arg(format!("127.0.0.1:{port}"))
@@ -330,19 +279,12 @@ fn tlspr_options_out_of_range_are_refused_by_the_cfg() {
 fn tlspr_goes_through_a_parent() {
     let tls = TlsOrigin::start("tlspr_parent_origin");
     let (sport, port) = (free_port(), free_port());
-    let dir = Dir::new("tlspr_parent");
-    let log = dir.join("access.log");
-    let cfg = format!(
-        "log {}\nlogformat \"{FMT}\"\nsocks -i127.0.0.1 -p{sport}\n\
-         allow *\nparent 1000 socks5 127.0.0.1 {sport}\n{}\n",
-        p(&log),
-        tlspr(port, &format!("-P{}", tls.port))
+    let body = format!(
+        "socks -i127.0.0.1 -p{sport}\n\
+         allow *\nparent 1000 socks5 127.0.0.1 {sport}\ntlspr -i127.0.0.1 -p{port} -P{}\n",
+        tls.port
     );
-    let _proxy = Proxy::start(
-        dir,
-        &cfg,
-        &[Listen::Tcp(localhost(sport)), Listen::Tcp(localhost(port))],
-    );
+    let (_proxy, log) = start(Dir::new("tlspr_parent"), FMT, &body, &[sport, port]);
     let body = curl_https(port).unwrap();
     assert!(body.contains("s_server"), "{body}");
     // The parent carried the session to the SNI host's address.

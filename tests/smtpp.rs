@@ -5,7 +5,6 @@
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
-use std::path::PathBuf;
 use std::sync::mpsc::{channel, Receiver};
 use std::time::Duration;
 
@@ -14,24 +13,11 @@ use crate::util::*;
 /// Service, code, client port, proxy user, text, bytes out and in.
 const FMT: &str = "L%N %E %c %U %T %O %I";
 const BANNER: &str = "220-test.example ESMTP\r\n220 ready\r\n";
+/// The proxy's greeting.
+const READY: &str = "220 Proxy\r\n";
 
-pub fn b64(s: &[u8]) -> String {
-    const ABC: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    let mut out = String::new();
-    for c in s.chunks(3) {
-        let n = (u32::from(c[0]) << 16)
-            | (u32::from(*c.get(1).unwrap_or(&0)) << 8)
-            | u32::from(*c.get(2).unwrap_or(&0));
-        for i in 0..4 {
-            out.push(if i <= c.len() {
-                ABC[(n >> (18 - 6 * i) & 63) as usize] as char
-            } else {
-                '='
-            });
-        }
-    }
-    out
-}
+/// The service of these tests.
+const SMTPP: Service = Service::tcp("smtpp", FMT);
 
 /// A tiny SMTP server offering `auth` in its EHLO answer: it answers the
 /// commands of a session and sends every line it receives down the
@@ -93,88 +79,18 @@ pub fn smtp_server(auth: &'static str) -> (Origin, Receiver<String>) {
     (origin, rx)
 }
 
-/// A proxy with `pre` before `smtpp -i127.0.0.1 -pPORT opts`, `post` after.
-fn start(name: &str, pre: &str, opts: &str, post: &str) -> (Proxy, PathBuf, u16) {
-    let port = free_port();
-    let dir = Dir::new(name);
-    let log = dir.join("access.log");
-    let cfg = format!(
-        "log {}\nlogformat \"{FMT}\"\n{pre}smtpp -i127.0.0.1 -p{port} {opts}\n{post}",
-        p(&log)
-    );
-    let proxy = Proxy::start(dir, &cfg, &[Listen::Tcp(localhost(port))]);
-    (proxy, log, port)
-}
-
-struct Smtp {
-    s: TcpStream,
-    r: BufReader<TcpStream>,
-}
-
-impl Smtp {
-    fn connect(port: u16) -> Smtp {
-        let s = connect(localhost(port));
-        set_timeouts(&s, Duration::from_secs(10));
-        let r = BufReader::new(s.try_clone().unwrap());
-        let mut c = Smtp { s, r };
-        assert_eq!(c.line(), "220 Proxy\r\n");
-        c
-    }
-
-    fn line(&mut self) -> String {
-        let mut l = String::new();
-        self.r.read_line(&mut l).expect("a line from the proxy");
-        l
-    }
-
-    /// A reply: its lines while the fourth byte is '-'.
-    fn reply(&mut self) -> String {
-        let mut all = String::new();
-        loop {
-            let l = self.line();
-            all.push_str(&l);
-            if l.as_bytes().get(3) != Some(&b'-') {
-                return all;
-            }
-        }
-    }
-
-    /// Send a command, return the reply.
-    fn cmd(&mut self, c: &str) -> String {
-        self.s.write_all(format!("{c}\r\n").as_bytes()).unwrap();
-        self.reply()
-    }
-
-    fn port(&self) -> u16 {
-        self.s.local_addr().unwrap().port()
-    }
-
-    /// After the answer: the proxy closes.
-    fn assert_closed(mut self) {
-        let mut rest = Vec::new();
-        let _ = self.r.read_to_end(&mut rest);
-        assert_eq!(String::from_utf8_lossy(&rest), "");
-    }
-}
-
-fn record_of(log: &std::path::Path, cport: u16) -> String {
-    read_log_line(log, &format!("of client port {cport}"), |l| {
-        l.split(' ').nth(2) == Some(&cport.to_string())
-    })
-}
-
 fn next(rx: &Receiver<String>) -> String {
     rx.recv_timeout(Duration::from_secs(10))
         .expect("a line at the SMTP server")
 }
 
 /// MAIL, RCPT, DATA and QUIT through the proxy; what the server got.
-fn mail(c: &mut Smtp, rx: &Receiver<String>) -> Vec<String> {
-    assert_eq!(c.cmd("MAIL FROM:<a@x>"), "250 ok\r\n");
-    assert_eq!(c.cmd("RCPT TO:<b@y>"), "250 ok\r\n");
-    assert_eq!(c.cmd("DATA"), "354 go\r\n");
-    assert_eq!(c.cmd("Subject: hi\r\n\r\nbody\r\n."), "250 queued\r\n");
-    assert_eq!(c.cmd("QUIT"), "221 bye\r\n");
+fn mail(c: &mut LineClient, rx: &Receiver<String>) -> Vec<String> {
+    assert_eq!(c.reply_to("MAIL FROM:<a@x>"), "250 ok\r\n");
+    assert_eq!(c.reply_to("RCPT TO:<b@y>"), "250 ok\r\n");
+    assert_eq!(c.reply_to("DATA"), "354 go\r\n");
+    assert_eq!(c.reply_to("Subject: hi\r\n\r\nbody\r\n."), "250 queued\r\n");
+    assert_eq!(c.reply_to("QUIT"), "221 bye\r\n");
     (0..7).map(|_| next(rx)).collect()
 }
 
@@ -191,24 +107,24 @@ const MAIL_LINES: [&str; 7] = [
 #[test]
 fn smtpp_full_session_with_auth_login() {
     let (origin, rx) = smtp_server("AUTH LOGIN PLAIN");
-    let (_proxy, log, port) = start("smtpp_session", "", "", "");
+    let (_proxy, port, log) = SMTPP.start("smtpp_session", "", "");
     let o = origin.port();
-    let mut c = Smtp::connect(port);
+    let mut c = LineClient::connect(port, READY);
     assert_eq!(
-        c.cmd("EHLO me"),
+        c.reply_to("EHLO me"),
         "250-Proxy\r\n250-AUTH PLAIN LOGIN\r\n250-8BITMIME\r\n250-STARTTLS\r\n250 DSN\r\n"
     );
-    assert_eq!(c.cmd("AUTH LOGIN"), "334 VXNlcm5hbWU6\r\n");
+    assert_eq!(c.reply_to("AUTH LOGIN"), "334 VXNlcm5hbWU6\r\n");
     assert_eq!(
-        c.cmd(&b64(format!("bob@127.0.0.1:{o}").as_bytes())),
+        c.reply_to(&base64(format!("bob@127.0.0.1:{o}").as_bytes())),
         "334 UGFzc3dvcmQ6\r\n"
     );
     // The server's answer to the proxy's login is the client's.
-    assert_eq!(c.cmd(&b64(b"secret")), "235 ok\r\n");
+    assert_eq!(c.reply_to(&base64(b"secret")), "235 ok\r\n");
     assert_eq!(next(&rx), "EHLO [127.0.0.1]\r\n");
     assert_eq!(next(&rx), "AUTH LOGIN\r\n");
-    assert_eq!(next(&rx), format!("{}\r\n", b64(b"bob")));
-    assert_eq!(next(&rx), format!("{}\r\n", b64(b"secret")));
+    assert_eq!(next(&rx), format!("{}\r\n", base64(b"bob")));
+    assert_eq!(next(&rx), format!("{}\r\n", base64(b"secret")));
     let got = mail(&mut c, &rx);
     let mut want: Vec<String> = MAIL_LINES.iter().map(|s| s.to_string()).collect();
     assert_eq!(got, want);
@@ -236,23 +152,23 @@ fn smtpp_full_session_with_auth_login() {
 fn smtpp_auth_plain_in_one_line_logs_in_with_plain() {
     // The server offers PLAIN only: the proxy logs in with it.
     let (origin, rx) = smtp_server("AUTH PLAIN");
-    let (_proxy, log, port) = start("smtpp_plain", "", "", "");
+    let (_proxy, port, log) = SMTPP.start("smtpp_plain", "", "");
     let o = origin.port();
-    let mut c = Smtp::connect(port);
-    assert_eq!(c.cmd("HELO me"), "250 Proxy\r\n");
+    let mut c = LineClient::connect(port, READY);
+    assert_eq!(c.reply_to("HELO me"), "250 Proxy\r\n");
     let login = format!("\0me@corp@127.0.0.1:{o}\0pw");
     assert_eq!(
-        c.cmd(&format!("AUTH PLAIN {}", b64(login.as_bytes()))),
+        c.reply_to(&format!("AUTH PLAIN {}", base64(login.as_bytes()))),
         "235 ok\r\n"
     );
     assert_eq!(next(&rx), "EHLO [127.0.0.1]\r\n");
     assert_eq!(next(&rx), "AUTH PLAIN\r\n");
     // Split at the last '@'.
-    assert_eq!(next(&rx), format!("{}\r\n", b64(b"\0me@corp\0pw")));
+    assert_eq!(next(&rx), format!("{}\r\n", base64(b"\0me@corp\0pw")));
     assert_eq!(mail(&mut c, &rx), MAIL_LINES);
     let cport = c.port();
     c.assert_closed();
-    let rec = record_of(&log, cport);
+    let rec = record_of(&log, FMT, cport);
     assert!(
         rec.starts_with(&format!("SMTPP 00000 {cport} - me@corp@127.0.0.1:{o} ")),
         "{rec}"
@@ -262,29 +178,29 @@ fn smtpp_auth_plain_in_one_line_logs_in_with_plain() {
 #[test]
 fn smtpp_auth_plain_asked_for_and_delimchar() {
     let (origin, rx) = smtp_server("AUTH LOGIN");
-    let (_proxy, log, port) = start("smtpp_delim", "", "", "delimchar #\n");
+    let (_proxy, port, log) = SMTPP.start_then("smtpp_delim", "", "", "delimchar #\n");
     let o = origin.port();
-    let mut c = Smtp::connect(port);
-    assert_eq!(c.cmd("AUTH PLAIN"), "334\r\n");
+    let mut c = LineClient::connect(port, READY);
+    assert_eq!(c.reply_to("AUTH PLAIN"), "334\r\n");
     let login = format!("\0a@b#127.0.0.1:{o}\0pw");
-    assert_eq!(c.cmd(&b64(login.as_bytes())), "235 ok\r\n");
+    assert_eq!(c.reply_to(&base64(login.as_bytes())), "235 ok\r\n");
     assert_eq!(next(&rx), "EHLO [127.0.0.1]\r\n");
     assert_eq!(next(&rx), "AUTH LOGIN\r\n");
-    assert_eq!(next(&rx), format!("{}\r\n", b64(b"a@b")));
-    assert_eq!(next(&rx), format!("{}\r\n", b64(b"pw")));
+    assert_eq!(next(&rx), format!("{}\r\n", base64(b"a@b")));
+    assert_eq!(next(&rx), format!("{}\r\n", base64(b"pw")));
     let cport = c.port();
-    assert_eq!(c.cmd("QUIT"), "221 bye\r\n");
+    assert_eq!(c.reply_to("QUIT"), "221 bye\r\n");
     c.assert_closed();
-    let rec = record_of(&log, cport);
+    let rec = record_of(&log, FMT, cport);
     assert!(
         rec.starts_with(&format!("SMTPP 00000 {cport} - a@b@127.0.0.1:{o} ")),
         "{rec}"
     );
     // With '#' the '@' is part of the name: no host, a bad login.
-    let mut c = Smtp::connect(port);
-    assert_eq!(c.cmd("AUTH LOGIN"), "334 VXNlcm5hbWU6\r\n");
+    let mut c = LineClient::connect(port, READY);
+    assert_eq!(c.reply_to("AUTH LOGIN"), "334 VXNlcm5hbWU6\r\n");
     assert_eq!(
-        c.cmd(&b64(format!("bob@127.0.0.1:{o}").as_bytes())),
+        c.reply_to(&base64(format!("bob@127.0.0.1:{o}").as_bytes())),
         "571 \r\n"
     );
     let cport = c.port();
@@ -296,16 +212,15 @@ fn smtpp_auth_plain_asked_for_and_delimchar() {
 fn smtpp_acl_refuses_a_destination() {
     let (origin, rx) = smtp_server("AUTH LOGIN");
     let o = origin.port();
-    let (_proxy, log, port) = start(
+    let (_proxy, port, log) = SMTPP.start(
         "smtpp_acl",
         &format!("auth iponly\ndeny * * 127.0.0.1 {o}\nallow *\n"),
         "",
-        "",
     );
-    let mut c = Smtp::connect(port);
+    let mut c = LineClient::connect(port, READY);
     let login = format!("\0bob@127.0.0.1:{o}\0pw");
     assert_eq!(
-        c.cmd(&format!("AUTH PLAIN {}", b64(login.as_bytes()))),
+        c.reply_to(&format!("AUTH PLAIN {}", base64(login.as_bytes()))),
         "571 \r\n"
     );
     let cport = c.port();
@@ -322,40 +237,36 @@ fn smtpp_acl_refuses_a_destination() {
 fn smtpp_proxy_credentials_in_the_login() {
     let (origin, rx) = smtp_server("AUTH LOGIN");
     let o = origin.port();
-    let (_proxy, log, port) = start(
-        "smtpp_creds",
-        "users pu:CL:pp\nauth strong\nallow pu\n",
-        "",
-        "",
-    );
-    let mut c = Smtp::connect(port);
+    let (_proxy, port, log) =
+        SMTPP.start("smtpp_creds", "users pu:CL:pp\nauth strong\nallow pu\n", "");
+    let mut c = LineClient::connect(port, READY);
     let login = format!("\0pu:pp:bob@127.0.0.1:{o}\0pw");
     assert_eq!(
-        c.cmd(&format!("AUTH PLAIN {}", b64(login.as_bytes()))),
+        c.reply_to(&format!("AUTH PLAIN {}", base64(login.as_bytes()))),
         "235 ok\r\n"
     );
     assert_eq!(next(&rx), "EHLO [127.0.0.1]\r\n");
     assert_eq!(next(&rx), "AUTH LOGIN\r\n");
-    assert_eq!(next(&rx), format!("{}\r\n", b64(b"bob")));
+    assert_eq!(next(&rx), format!("{}\r\n", base64(b"bob")));
     let cport = c.port();
-    assert_eq!(c.cmd("QUIT"), "221 bye\r\n");
+    assert_eq!(c.reply_to("QUIT"), "221 bye\r\n");
     c.assert_closed();
-    let rec = record_of(&log, cport);
+    let rec = record_of(&log, FMT, cport);
     assert!(
         rec.starts_with(&format!("SMTPP 00000 {cport} pu bob@127.0.0.1:{o} ")),
         "{rec}"
     );
     // A wrong proxy password: refused before any connection.
-    let mut c = Smtp::connect(port);
+    let mut c = LineClient::connect(port, READY);
     let login = format!("\0pu:no:bob@127.0.0.1:{o}\0pw");
     assert_eq!(
-        c.cmd(&format!("AUTH PLAIN {}", b64(login.as_bytes()))),
+        c.reply_to(&format!("AUTH PLAIN {}", base64(login.as_bytes()))),
         "571 \r\n"
     );
     let cport = c.port();
     c.assert_closed();
     assert_eq!(
-        record_of(&log, cport),
+        record_of(&log, FMT, cport),
         format!("SMTPP 00006 {cport} pu bob@127.0.0.1:{o} 0 0")
     );
     assert_eq!(origin.peers().len(), 1, "the server was reached");
@@ -364,23 +275,23 @@ fn smtpp_proxy_credentials_in_the_login() {
 #[test]
 fn smtpp_commands_before_auth_and_bad_logins() {
     // `-x`: no STARTTLS, which is then refused like any other command.
-    let (_proxy, log, port) = start("smtpp_before_auth", "", "-x", "");
+    let (_proxy, port, log) = SMTPP.start("smtpp_before_auth", "", "-x");
     // Without -h anything but HELO, EHLO, QUIT and AUTH is refused.
-    let mut c = Smtp::connect(port);
+    let mut c = LineClient::connect(port, READY);
     assert_eq!(
-        c.cmd("EHLO me"),
+        c.reply_to("EHLO me"),
         "250-Proxy\r\n250-AUTH PLAIN LOGIN\r\n250-8BITMIME\r\n250 DSN\r\n"
     );
-    assert_eq!(c.cmd("MAIL FROM:<a@x>"), "571 need AUTH first\r\n");
-    assert_eq!(c.cmd("STARTTLS"), "571 need AUTH first\r\n");
+    assert_eq!(c.reply_to("MAIL FROM:<a@x>"), "571 need AUTH first\r\n");
+    assert_eq!(c.reply_to("STARTTLS"), "571 need AUTH first\r\n");
     // Too short to be a command: the session ends.
-    assert_eq!(c.cmd("XY"), "571 \r\n");
+    assert_eq!(c.reply_to("XY"), "571 \r\n");
     let cport = c.port();
     c.assert_closed();
     expect_log_line(&log, &format!("SMTPP 00662 {cport} -  0 0"));
     // QUIT: a polite goodbye, code 0.
-    let mut c = Smtp::connect(port);
-    assert_eq!(c.cmd("QUIT"), "221 Proxy\r\n");
+    let mut c = LineClient::connect(port, READY);
+    assert_eq!(c.reply_to("QUIT"), "221 Proxy\r\n");
     let cport = c.port();
     c.assert_closed();
     expect_log_line(&log, &format!("SMTPP 00000 {cport} -  0 0"));
@@ -388,20 +299,20 @@ fn smtpp_commands_before_auth_and_bad_logins() {
     let cases: [(&[&str], u32); 5] = [
         (&["AUTH LOGIN", "!!!"], 664),
         (&["AUTH LOGIN", "=="], 664),
-        (&["AUTH LOGIN", &b64(b"bob@127.0.0.1"), "%%%"], 666),
-        (&["AUTH PLAIN", &b64(b"z\0bob@127.0.0.1\0pw")], 668),
-        (&[&format!("AUTH PLAIN {}", b64(b"\0bob\0pw"))], 668),
+        (&["AUTH LOGIN", &base64(b"bob@127.0.0.1"), "%%%"], 666),
+        (&["AUTH PLAIN", &base64(b"z\0bob@127.0.0.1\0pw")], 668),
+        (&[&format!("AUTH PLAIN {}", base64(b"\0bob\0pw"))], 668),
     ];
     for (lines, code) in cases {
-        let mut c = Smtp::connect(port);
+        let mut c = LineClient::connect(port, READY);
         let mut last = String::new();
         for l in lines {
-            last = c.cmd(l);
+            last = c.reply_to(l);
         }
         assert_eq!(last, "571 \r\n", "{lines:?}");
         let cport = c.port();
         c.assert_closed();
-        let rec = record_of(&log, cport);
+        let rec = record_of(&log, FMT, cport);
         assert!(
             rec.starts_with(&format!("SMTPP {code:05} {cport} ")),
             "{lines:?}: {rec}"
@@ -414,10 +325,10 @@ fn smtpp_destination_refusing_the_connection() {
     let closed = TcpListener::bind("127.0.0.1:0").unwrap();
     let o = closed.local_addr().unwrap().port();
     drop(closed);
-    let (_proxy, log, port) = start("smtpp_refused", "", "", "");
-    let mut c = Smtp::connect(port);
+    let (_proxy, port, log) = SMTPP.start("smtpp_refused", "", "");
+    let mut c = LineClient::connect(port, READY);
     let login = format!("\0bob@127.0.0.1:{o}\0pw");
-    let reply = c.cmd(&format!("AUTH PLAIN {}", b64(login.as_bytes())));
+    let reply = c.reply_to(&format!("AUTH PLAIN {}", base64(login.as_bytes())));
     assert_eq!(reply, "571 \r\n");
     let cport = c.port();
     c.assert_closed();
@@ -435,15 +346,15 @@ fn smtpp_server_that_is_not_smtp() {
         let _ = s.read(&mut [0u8; 64]);
     });
     let o = origin.port();
-    let (_proxy, log, port) = start("smtpp_not_smtp", "", "", "");
-    let mut c = Smtp::connect(port);
+    let (_proxy, port, log) = SMTPP.start("smtpp_not_smtp", "", "");
+    let mut c = LineClient::connect(port, READY);
     let login = format!("\0bob@127.0.0.1:{o}\0pw");
-    let reply = c.cmd(&format!("AUTH PLAIN {}", b64(login.as_bytes())));
+    let reply = c.reply_to(&format!("AUTH PLAIN {}", base64(login.as_bytes())));
     assert_eq!(reply, "571 \r\n");
     let cport = c.port();
     c.assert_closed();
     assert_eq!(
-        record_of(&log, cport),
+        record_of(&log, FMT, cport),
         format!("SMTPP 00672 {cport} - bob@127.0.0.1:{o} 0 13")
     );
 }
@@ -452,9 +363,9 @@ fn smtpp_server_that_is_not_smtp() {
 fn smtpp_default_host_takes_commands_without_auth() {
     let (origin, rx) = smtp_server("SIZE");
     let o = origin.port();
-    let (_proxy, log, port) = start("smtpp_default_host", "", &format!("-h127.0.0.1:{o}"), "");
-    let mut c = Smtp::connect(port);
-    assert_eq!(c.cmd("EHLO me").lines().count(), 5);
+    let (_proxy, port, log) = SMTPP.start("smtpp_default_host", "", &format!("-h127.0.0.1:{o}"));
+    let mut c = LineClient::connect(port, READY);
+    assert_eq!(c.reply_to("EHLO me").lines().count(), 5);
     // The first other command goes to the server after the proxy's EHLO.
     let got = mail(&mut c, &rx);
     assert_eq!(got[0], "EHLO [127.0.0.1]\r\n");
@@ -463,7 +374,7 @@ fn smtpp_default_host_takes_commands_without_auth() {
     assert_eq!(next(&rx), "QUIT\r\n");
     let cport = c.port();
     c.assert_closed();
-    let rec = record_of(&log, cport);
+    let rec = record_of(&log, FMT, cport);
     assert!(
         rec.starts_with(&format!("SMTPP 00000 {cport} -  ")),
         "{rec}"

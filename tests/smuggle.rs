@@ -45,16 +45,6 @@ fn head_end(b: &[u8]) -> Option<usize> {
     find(b, b"\r\n\r\n").map(|i| i + 4)
 }
 
-/// The values of the fields named `name` (any case) in a head.
-fn field_values(head: &str, name: &str) -> Vec<String> {
-    head.split("\r\n")
-        .skip(1)
-        .filter_map(|l| l.split_once(':'))
-        .filter(|(n, _)| n.trim().eq_ignore_ascii_case(name))
-        .map(|(_, v)| v.trim().to_string())
-        .collect()
-}
-
 /// The number at the start of `v` (a lenient reading of `5, 5`).
 fn leading_number(v: &str) -> Option<usize> {
     let digits: String = v.chars().take_while(char::is_ascii_digit).collect();
@@ -117,7 +107,7 @@ impl std::fmt::Debug for Resp {
 }
 
 impl Resp {
-    fn fields(&self, name: &str) -> Vec<String> {
+    fn fields(&self, name: &str) -> Vec<&str> {
         field_values(&self.head, name)
     }
 }
@@ -500,14 +490,7 @@ impl Px {
     /// A `proxy` service with `pre` (timeouts, maxconn, auth and ACL)
     /// before its line.
     fn start(name: &str, pre: &str) -> Px {
-        let dir = Dir::new(name);
-        let port = free_port();
-        let log = dir.join("proxy.log");
-        let cfg = format!(
-            "log {}\nlogformat \"{FORMAT}\"\n{pre}\nproxy -p{port} -i127.0.0.1\n",
-            p(&log)
-        );
-        let proxy = Proxy::start(dir, &cfg, &[Listen::Tcp(localhost(port))]);
+        let (proxy, port, _) = Service::tcp("proxy", FORMAT).start(name, pre, "");
         Px { proxy, port }
     }
 
@@ -520,7 +503,7 @@ impl Px {
     }
 
     fn log(&self) -> std::path::PathBuf {
-        self.proxy.dir.join("proxy.log")
+        log_of(&self.proxy)
     }
 
     /// The result code of the first record of each client (by its port),

@@ -631,8 +631,8 @@ fn socks5(t: &Targets, rng: &mut Rng, fault: Fault) -> Outcome {
         drop(s);
         return Outcome::Faulted;
     }
-    let mut req = vec![5, 1, 0, 5, 1, 0, 1, 127, 0, 0, 1];
-    req.extend_from_slice(&t.echo.to_be_bytes());
+    let mut req = vec![5, 1, 0];
+    req.extend(socks5_request(1, localhost(t.echo)));
     if let Err(e) = s.write_all(&req) {
         return Outcome::Failed(format!("SOCKS request: {e}"));
     }

@@ -56,19 +56,8 @@ pub fn curl(proxy: &str, url: &str) -> Result<String, String> {
 /// The log format of these tests: service, code, user, text.
 const FMT: &str = "L%N %E %U %T";
 
-/// A socks service with `opts` on a free port, logging with [`FMT`].
-/// `pre` goes before the service line.
-fn start(name: &str, pre: &str, opts: &str) -> (Proxy, u16, std::path::PathBuf) {
-    let dir = Dir::new(name);
-    let log = dir.join("access.log");
-    let port = free_port();
-    let cfg = format!(
-        "log {}\nlogformat \"{FMT}\"\n{pre}socks -i127.0.0.1 -p{port} {opts}\n",
-        p(&log)
-    );
-    let proxy = Proxy::start(dir, &cfg, &[Listen::Tcp(localhost(port))]);
-    (proxy, port, log)
-}
+/// The service of these tests.
+const SOCKS: Service = Service::tcp("socks", FMT);
 
 // ---------------------------------------------------------------------------
 // CONNECT with curl
@@ -76,7 +65,7 @@ fn start(name: &str, pre: &str, opts: &str) -> (Proxy, u16, std::path::PathBuf) 
 #[test]
 fn curl_socks5_connect() {
     let origin = http_origin("127.0.0.1:0");
-    let (_proxy, port, log) = start("s5_curl", "", "");
+    let (_proxy, port, log) = SOCKS.start("s5_curl", "", "");
     let body = curl(
         &format!("socks5://127.0.0.1:{port}"),
         &format!("http://127.0.0.1:{}/five", origin.port()),
@@ -92,7 +81,7 @@ fn curl_socks5_connect() {
 #[test]
 fn curl_socks5h_sends_the_name() {
     let origin = http_origin("127.0.0.1:0");
-    let (_proxy, port, log) = start("s5h_curl", "", "");
+    let (_proxy, port, log) = SOCKS.start("s5h_curl", "", "");
     let body = curl(
         &format!("socks5h://127.0.0.1:{port}"),
         &format!("http://localhost:{}/name", origin.port()),
@@ -108,7 +97,7 @@ fn curl_socks5h_sends_the_name() {
 #[test]
 fn curl_socks4_connect() {
     let origin = http_origin("127.0.0.1:0");
-    let (_proxy, port, log) = start("s4_curl", "", "");
+    let (_proxy, port, log) = SOCKS.start("s4_curl", "", "");
     let body = curl(
         &format!("socks4://127.0.0.1:{port}"),
         &format!("http://127.0.0.1:{}/four", origin.port()),
@@ -124,7 +113,7 @@ fn curl_socks4_connect() {
 #[test]
 fn curl_socks4a_sends_the_name_and_logs_soc45() {
     let origin = http_origin("127.0.0.1:0");
-    let (_proxy, port, log) = start("s4a_curl", "", "");
+    let (_proxy, port, log) = SOCKS.start("s4a_curl", "", "");
     let body = curl(
         &format!("socks4a://127.0.0.1:{port}"),
         &format!("http://localhost:{}/fourA", origin.port()),
@@ -140,7 +129,7 @@ fn curl_socks4a_sends_the_name_and_logs_soc45() {
 #[test]
 fn curl_socks4_user_id_is_the_user_name() {
     let origin = http_origin("127.0.0.1:0");
-    let (_proxy, port, log) = start("s4_user", "", "");
+    let (_proxy, port, log) = SOCKS.start("s4_user", "", "");
     let body = curl(
         &format!("socks4://alice@127.0.0.1:{port}"),
         &format!("http://127.0.0.1:{}/u", origin.port()),
@@ -158,7 +147,7 @@ fn curl_socks5_with_password_under_u2() {
     // -u2 demands username/password; without `auth strong` the name is
     // taken as given (and logged), the password is not checked.
     let origin = http_origin("127.0.0.1:0");
-    let (_proxy, port, log) = start("s5_u2", "", "-u2");
+    let (_proxy, port, log) = SOCKS.start("s5_u2", "", "-u2");
     let body = curl(
         &format!("socks5://bob:secret@127.0.0.1:{port}"),
         &format!("http://127.0.0.1:{}/pw", origin.port()),
@@ -184,7 +173,7 @@ const STRONG: &str = "users alice:CL:wonderland\nauth strong\n";
 #[test]
 fn curl_socks5_strong_auth_accepts_the_right_password() {
     let origin = http_origin("127.0.0.1:0");
-    let (_proxy, port, log) = start("s5_strong_ok", STRONG, "");
+    let (_proxy, port, log) = SOCKS.start("s5_strong_ok", STRONG, "");
     let body = curl(
         &format!("socks5://alice:wonderland@127.0.0.1:{port}"),
         &format!("http://127.0.0.1:{}/in", origin.port()),
@@ -197,16 +186,13 @@ fn curl_socks5_strong_auth_accepts_the_right_password() {
     );
 }
 
-/// Greets with "username/password" only and sends `user`/`pass`.
+/// Greets with "username/password" only and sends `user`/`pass`; the
+/// status is the test's to read.
 fn v5_login(port: u16, user: &str, pass: &str) -> TcpStream {
     let mut s = connect(localhost(port));
     s.write_all(&[5, 1, 2]).unwrap();
     expect_bytes(&mut s, &[5, 2]);
-    let mut b = vec![1, user.len() as u8];
-    b.extend_from_slice(user.as_bytes());
-    b.push(pass.len() as u8);
-    b.extend_from_slice(pass.as_bytes());
-    s.write_all(&b).unwrap();
+    s.write_all(&socks5_credentials(user, pass)).unwrap();
     s
 }
 
@@ -214,7 +200,7 @@ fn v5_login(port: u16, user: &str, pass: &str) -> TcpStream {
 fn v5_login_and_echo(port: u16, user: &str, pass: &str, origin: &Origin) {
     let mut s = v5_login(port, user, pass);
     expect_bytes(&mut s, &[1, 0]);
-    s.write_all(&v5_connect_v4(localhost(origin.port())))
+    s.write_all(&socks5_request(1, localhost(origin.port())))
         .unwrap();
     let mut r = [0u8; 10];
     s.read_exact(&mut r).unwrap();
@@ -229,7 +215,7 @@ fn socks5_strong_auth_refuses_a_wrong_password_in_the_subnegotiation() {
     // status, then the close, before any request; the record has the code
     // the request would have had (6 wrong password, 5 unknown user).
     let origin = Origin::echo();
-    let (_proxy, port, log) = start("s5_strong_bad", STRONG, "");
+    let (_proxy, port, log) = SOCKS.start("s5_strong_bad", STRONG, "");
     let mut s = v5_login(port, "alice", "bad");
     assert_closed_after(&mut s, &[1, 1]);
     expect_log_line(&log, "SOCK5 00006 alice ");
@@ -241,10 +227,8 @@ fn socks5_strong_auth_refuses_a_wrong_password_in_the_subnegotiation() {
     v5_login_and_echo(port, "alice", "wonderland", &origin);
     assert_eq!(origin.peers().len(), 1);
     // No credentials at all: 4, "not allowed", at the request.
-    let mut s = connect(localhost(port));
-    s.write_all(&[5, 1, 0]).unwrap();
-    expect_bytes(&mut s, &[5, 0]);
-    s.write_all(&v5_connect_v4(localhost(origin.port())))
+    let mut s = socks5_hello(port, None);
+    s.write_all(&socks5_request(1, localhost(origin.port())))
         .unwrap();
     assert_closed_after(&mut s, &[5, 2, 0, 1, 0, 0, 0, 0, 0, 0]);
     read_log_line(&log, "with code 4", |l| l.starts_with("SOCK5 00004 -"));
@@ -256,10 +240,10 @@ fn socks5_strong_auth_a_refused_user_with_the_right_password_gets_rep_2() {
     // says success for the right password even though the ACL denies.
     let origin = Origin::echo();
     let pre = format!("{STRONG}deny alice\nallow *\n");
-    let (_proxy, port, log) = start("s5_strong_deny", &pre, "");
+    let (_proxy, port, log) = SOCKS.start("s5_strong_deny", &pre, "");
     let mut s = v5_login(port, "alice", "wonderland");
     expect_bytes(&mut s, &[1, 0]);
-    s.write_all(&v5_connect_v4(localhost(origin.port())))
+    s.write_all(&socks5_request(1, localhost(origin.port())))
         .unwrap();
     assert_closed_after(&mut s, &[5, 2, 0, 1, 0, 0, 0, 0, 0, 0]);
     expect_log_line(
@@ -274,7 +258,7 @@ fn socks5_iponly_strong_checks_a_wrong_password_with_the_request() {
     // whatever its password, so the sub-negotiation always says success.
     let origin = Origin::echo();
     let pre = "users alice:CL:wonderland\nauth iponly strong\nallow * 127.0.0.1\n";
-    let (_proxy, port, log) = start("s5_iponly_strong", pre, "");
+    let (_proxy, port, log) = SOCKS.start("s5_iponly_strong", pre, "");
     v5_login_and_echo(port, "alice", "bad", &origin);
     expect_log_line(
         &log,
@@ -283,10 +267,10 @@ fn socks5_iponly_strong_checks_a_wrong_password_with_the_request() {
     // From an address the ACL does not name, the password decides, at the
     // request: REP 2 and code 6, as before.
     let pre = "users alice:CL:wonderland\nauth iponly strong\nallow * 10.0.0.0/8\nallow alice\n";
-    let (_proxy2, port2, log2) = start("s5_iponly_strong2", pre, "");
+    let (_proxy2, port2, log2) = SOCKS.start("s5_iponly_strong2", pre, "");
     let mut s = v5_login(port2, "alice", "bad");
     expect_bytes(&mut s, &[1, 0]);
-    s.write_all(&v5_connect_v4(localhost(origin.port())))
+    s.write_all(&socks5_request(1, localhost(origin.port())))
         .unwrap();
     assert_closed_after(&mut s, &[5, 2, 0, 1, 0, 0, 0, 0, 0, 0]);
     expect_log_line(
@@ -305,7 +289,7 @@ fn socks5_cache_strong_refuses_early_only_on_a_cache_miss() {
     // request, as before.
     let origin = Origin::echo();
     let pre = "users alice:CL:wonderland\nauthcache ip 60\nauth cache strong\n";
-    let (_proxy, port, log) = start("s5_cache_strong", pre, "");
+    let (_proxy, port, log) = SOCKS.start("s5_cache_strong", pre, "");
     let mut s = v5_login(port, "alice", "bad");
     assert_closed_after(&mut s, &[1, 1]);
     expect_log_line(&log, "SOCK5 00006 alice ");
@@ -316,10 +300,10 @@ fn socks5_cache_strong_refuses_early_only_on_a_cache_miss() {
     // Keyed on the destination port, the cache cannot be asked before the
     // request: the wrong password is refused there (REP 2, code 6).
     let pre = "users alice:CL:wonderland\nauthcache ip,dstport 60\nauth cache strong\n";
-    let (_proxy2, port2, log2) = start("s5_cache_dstport", pre, "");
+    let (_proxy2, port2, log2) = SOCKS.start("s5_cache_dstport", pre, "");
     let mut s = v5_login(port2, "alice", "bad");
     expect_bytes(&mut s, &[1, 0]);
-    s.write_all(&v5_connect_v4(localhost(origin.port())))
+    s.write_all(&socks5_request(1, localhost(origin.port())))
         .unwrap();
     assert_closed_after(&mut s, &[5, 2, 0, 1, 0, 0, 0, 0, 0, 0]);
     expect_log_line(
@@ -338,15 +322,15 @@ fn socks5_without_strong_never_refuses_in_the_subnegotiation() {
         ("s5_u2_none", "auth none\n"),
     ] {
         let pre = format!("users alice:CL:wonderland\n{auth}");
-        let (_proxy, port, _log) = start(name, &pre, "-u2");
+        let (_proxy, port, _log) = SOCKS.start(name, &pre, "-u2");
         v5_login_and_echo(port, "alice", "bad", &origin);
     }
     // `auth strong` with no `users` at all: refused with the request, as
     // before (code 5).
-    let (_proxy, port, log) = start("s5_strong_nousers", "auth strong\n", "");
+    let (_proxy, port, log) = SOCKS.start("s5_strong_nousers", "auth strong\n", "");
     let mut s = v5_login(port, "alice", "bad");
     expect_bytes(&mut s, &[1, 0]);
-    s.write_all(&v5_connect_v4(localhost(origin.port())))
+    s.write_all(&socks5_request(1, localhost(origin.port())))
         .unwrap();
     assert_closed_after(&mut s, &[5, 2, 0, 1, 0, 0, 0, 0, 0, 0]);
     expect_log_line(
@@ -360,13 +344,11 @@ fn curl_socks4_and_5_through_an_acl() {
     // `deny` gives "not allowed" (REP 2, CD 91).
     let origin = http_origin("127.0.0.1:0");
     let pre = format!("deny * * 127.0.0.1 {}\nallow *\n", origin.port());
-    let (_proxy, port, _log) = start("s_acl", &pre, "");
+    let (_proxy, port, _log) = SOCKS.start("s_acl", &pre, "");
     let url = format!("http://127.0.0.1:{}/", origin.port());
     assert!(curl(&format!("socks5://127.0.0.1:{port}"), &url).is_err());
-    let mut s = connect(localhost(port));
-    s.write_all(&[5, 1, 0]).unwrap();
-    expect_bytes(&mut s, &[5, 0]);
-    s.write_all(&v5_connect_v4(localhost(origin.port())))
+    let mut s = socks5_hello(port, None);
+    s.write_all(&socks5_request(1, localhost(origin.port())))
         .unwrap();
     assert_closed_after(&mut s, &[5, 2, 0, 1, 0, 0, 0, 0, 0, 0]);
 }
@@ -377,14 +359,8 @@ fn host_pattern_sees_an_address_as_its_text() {
     // printed form: `*calhost` does not select 127.0.0.1, and `%n` logs
     // it without brackets.
     let origin = http_origin("127.0.0.1:0");
-    let dir = Dir::new("s_hostpat");
-    let log = dir.join("access.log");
-    let port = free_port();
-    let cfg = format!(
-        "log {}\nlogformat \"L%E %n\"\ndeny * * *calhost\nallow *\nsocks -i127.0.0.1 -p{port}\n",
-        p(&log)
-    );
-    let _proxy = Proxy::start(dir, &cfg, &[Listen::Tcp(localhost(port))]);
+    let (_proxy, port, log) =
+        Service::tcp("socks", "L%E %n").start("s_hostpat", "deny * * *calhost\nallow *", "");
     let by_name = curl(
         &format!("socks5h://127.0.0.1:{port}"),
         &format!("http://localhost:{}/n", origin.port()),
@@ -402,43 +378,10 @@ fn host_pattern_sees_an_address_as_its_text() {
 // ---------------------------------------------------------------------------
 // Raw sockets: the exact bytes
 
-/// Reads exactly `want.len()` bytes and compares.
-fn expect_bytes(s: &mut TcpStream, want: &[u8]) {
-    let mut got = vec![0u8; want.len()];
-    s.read_exact(&mut got)
-        .unwrap_or_else(|e| panic!("reading {} bytes {want:?}: {e}", want.len()));
-    assert_eq!(got, want);
-}
-
 /// Everything until the proxy closes must be exactly `want`.
 fn assert_closed_after(s: &mut TcpStream, want: &[u8]) {
     let got = read_until_closed(s).expect("the proxy should close the connection");
     assert_eq!(got, want, "bytes before the close");
-}
-
-fn v5_connect_v4(a: SocketAddr) -> Vec<u8> {
-    let SocketAddr::V4(a) = a else {
-        panic!("v4 only")
-    };
-    let mut b = vec![5, 1, 0, 1];
-    b.extend_from_slice(&a.ip().octets());
-    b.extend_from_slice(&a.port().to_be_bytes());
-    b
-}
-
-fn v5_request_name(cmd: u8, name: &[u8], port: u16) -> Vec<u8> {
-    let mut b = vec![5, cmd, 0, 3, name.len() as u8];
-    b.extend_from_slice(name);
-    b.extend_from_slice(&port.to_be_bytes());
-    b
-}
-
-/// Connects and says the SOCKS5 greeting with "no authentication".
-fn v5_hello(port: u16) -> TcpStream {
-    let mut s = connect(localhost(port));
-    s.write_all(&[5, 1, 0]).unwrap();
-    expect_bytes(&mut s, &[5, 0]);
-    s
 }
 
 const V5_FAIL_1: [u8; 10] = [5, 1, 0, 1, 0, 0, 0, 0, 0, 0];
@@ -453,7 +396,7 @@ fn quick_acks_stay_on_for_both_sockets() {
     // Each is checked before data has moved on it: after an exchange the
     // kernel may delay ACKs by itself.
     let origin = Origin::echo();
-    let (proxy, port, _log) = start("quickack", "", "");
+    let (proxy, port, _log) = SOCKS.start("quickack", "", "");
     let mut s = connect(localhost(port));
     let me = s.local_addr().unwrap().port();
     assert!(
@@ -471,7 +414,7 @@ fn quick_acks_stay_on_for_both_sockets() {
     );
     s.write_all(&[5, 1, 0]).unwrap();
     expect_bytes(&mut s, &[5, 0]);
-    s.write_all(&v5_connect_v4(localhost(origin.port())))
+    s.write_all(&socks5_request(1, localhost(origin.port())))
         .unwrap();
     let mut reply = [0u8; 10];
     s.read_exact(&mut reply).unwrap();
@@ -507,10 +450,10 @@ fn an_origin_that_speaks_first_greets_at_once() {
         let mut rest = Vec::new();
         let _ = s.read_to_end(&mut rest);
     });
-    let (_proxy, port, _log) = start("server_first", "", "");
+    let (_proxy, port, _log) = SOCKS.start("server_first", "", "");
     for _ in 0..3 {
-        let mut s = v5_hello(port);
-        s.write_all(&v5_connect_v4(localhost(origin.port())))
+        let mut s = socks5_hello(port, None);
+        s.write_all(&socks5_request(1, localhost(origin.port())))
             .unwrap();
         let mut reply = [0u8; 10];
         s.read_exact(&mut reply).unwrap();
@@ -527,7 +470,7 @@ fn an_origin_that_speaks_first_greets_at_once() {
 
 #[test]
 fn unknown_version_just_closes() {
-    let (_proxy, port, log) = start("bad_version", "", "");
+    let (_proxy, port, log) = SOCKS.start("bad_version", "", "");
     let mut s = connect(localhost(port));
     s.write_all(b"GET / HTTP/1.0\r\n\r\n").unwrap();
     assert_closed_after(&mut s, b"");
@@ -548,7 +491,7 @@ fn unknown_version_just_closes() {
 
 #[test]
 fn v5_zero_methods_gets_no_acceptable_method() {
-    let (_proxy, port, _log) = start("zero_methods", "", "");
+    let (_proxy, port, _log) = SOCKS.start("zero_methods", "", "");
     let mut s = connect(localhost(port));
     s.write_all(&[5, 0]).unwrap();
     assert_closed_after(&mut s, &[5, 0xFF]);
@@ -556,7 +499,7 @@ fn v5_zero_methods_gets_no_acceptable_method() {
 
 #[test]
 fn v5_unknown_methods_only_gets_no_acceptable_method() {
-    let (_proxy, port, _log) = start("gssapi_only", "", "");
+    let (_proxy, port, _log) = SOCKS.start("gssapi_only", "", "");
     let mut s = connect(localhost(port));
     s.write_all(&[5, 2, 1, 0x80]).unwrap();
     assert_closed_after(&mut s, &[5, 0xFF]);
@@ -564,7 +507,7 @@ fn v5_unknown_methods_only_gets_no_acceptable_method() {
 
 #[test]
 fn v5_truncated_greeting_closes() {
-    let (_proxy, port, log) = start("short_greeting", "", "");
+    let (_proxy, port, log) = SOCKS.start("short_greeting", "", "");
     let mut s = connect(localhost(port));
     s.write_all(&[5, 3, 0]).unwrap();
     s.shutdown(Shutdown::Write).unwrap();
@@ -575,7 +518,7 @@ fn v5_truncated_greeting_closes() {
 #[test]
 fn v5_silent_client_times_out() {
     // Half a greeting, then nothing: BYTE_SHORT (1 s) ends it.
-    let (_proxy, port, _log) = start("silent", "", "");
+    let (_proxy, port, _log) = SOCKS.start("silent", "", "");
     let mut s = connect(localhost(port));
     s.write_all(&[5, 3, 0]).unwrap();
     let t = std::time::Instant::now();
@@ -585,8 +528,8 @@ fn v5_silent_client_times_out() {
 
 #[test]
 fn v5_request_with_bad_version() {
-    let (_proxy, port, log) = start("bad_req_version", "", "");
-    let mut s = v5_hello(port);
+    let (_proxy, port, log) = SOCKS.start("bad_req_version", "", "");
+    let mut s = socks5_hello(port, None);
     s.write_all(&[4, 1, 0, 1, 127, 0, 0, 1, 0, 80]).unwrap();
     assert_closed_after(&mut s, &V5_FAIL_1);
     read_log_line(&log, "with code 421", |l| l.starts_with("SOCK5 00421"));
@@ -594,8 +537,8 @@ fn v5_request_with_bad_version() {
 
 #[test]
 fn v5_unsupported_command_gets_rep_7() {
-    let (_proxy, port, log) = start("bad_cmd", "", "");
-    let mut s = v5_hello(port);
+    let (_proxy, port, log) = SOCKS.start("bad_cmd", "", "");
+    let mut s = socks5_hello(port, None);
     s.write_all(&[5, 9, 0, 1, 127, 0, 0, 1, 0, 80]).unwrap();
     assert_closed_after(&mut s, &[5, 7, 0, 1, 0, 0, 0, 0, 0, 0]);
     read_log_line(&log, "with code 407", |l| l.starts_with("SOCK5 00407"));
@@ -603,8 +546,8 @@ fn v5_unsupported_command_gets_rep_7() {
 
 #[test]
 fn v5_unsupported_address_type_gets_rep_8() {
-    let (_proxy, port, log) = start("bad_atyp", "", "");
-    let mut s = v5_hello(port);
+    let (_proxy, port, log) = SOCKS.start("bad_atyp", "", "");
+    let mut s = socks5_hello(port, None);
     s.write_all(&[5, 1, 0, 2, 127, 0, 0, 1, 0, 80]).unwrap();
     assert_closed_after(&mut s, &[5, 8, 0, 1, 0, 0, 0, 0, 0, 0]);
     read_log_line(&log, "with code 997", |l| l.starts_with("SOCK5 00997"));
@@ -612,8 +555,8 @@ fn v5_unsupported_address_type_gets_rep_8() {
 
 #[test]
 fn v5_truncated_request_gets_general_failure() {
-    let (_proxy, port, _log) = start("short_req", "", "");
-    let mut s = v5_hello(port);
+    let (_proxy, port, _log) = SOCKS.start("short_req", "", "");
+    let mut s = socks5_hello(port, None);
     s.write_all(&[5, 1, 0, 1, 127, 0]).unwrap();
     s.shutdown(Shutdown::Write).unwrap();
     assert_closed_after(&mut s, &V5_FAIL_1);
@@ -623,8 +566,8 @@ fn v5_truncated_request_gets_general_failure() {
 fn v5_request_stalled_mid_message_ends_after_byte_short() {
     // The first byte of a message may take BYTE_LONG (5 s); once it has
     // begun, each further byte must come within BYTE_SHORT (1 s).
-    let (_proxy, port, _log) = start("stalled_req", "", "");
-    let mut s = v5_hello(port);
+    let (_proxy, port, _log) = SOCKS.start("stalled_req", "", "");
+    let mut s = socks5_hello(port, None);
     s.write_all(&[5, 1, 0, 1, 127, 0]).unwrap();
     let t = Instant::now();
     assert_closed_after(&mut s, &V5_FAIL_1);
@@ -640,7 +583,8 @@ fn silent_client_is_closed_after_byte_long() {
     // The socket has BYTE_LONG (2 s here) from the listener before the
     // handler reads it: a client that says nothing is closed after that
     // long, with its record, not kept.
-    let (_proxy, port, log) = start("silent_first", "timeouts 1 2 30 60 180 1800 15 60\n", "");
+    let (_proxy, port, log) =
+        SOCKS.start("silent_first", "timeouts 1 2 30 60 180 1800 15 60\n", "");
     let mut s = connect(localhost(port));
     let t = Instant::now();
     assert_closed_after(&mut s, b"");
@@ -660,14 +604,14 @@ fn clients_are_served_after_the_acceptor_waited_longer_than_byte_long() {
     // acceptor's accept(): after it has run out twice with no client, the
     // next client is still accepted and served.
     let origin = Origin::echo();
-    let (_proxy, port, _log) = start(
+    let (_proxy, port, _log) = SOCKS.start(
         "accept_times_out",
         "timeouts 1 1 30 60 180 1800 15 60\n",
         "",
     );
     thread::sleep(Duration::from_millis(2500));
-    let mut s = v5_hello(port);
-    s.write_all(&v5_connect_v4(localhost(origin.port())))
+    let mut s = socks5_hello(port, None);
+    s.write_all(&socks5_request(1, localhost(origin.port())))
         .unwrap();
     let mut r = [0u8; 10];
     s.read_exact(&mut r).unwrap();
@@ -678,10 +622,10 @@ fn clients_are_served_after_the_acceptor_waited_longer_than_byte_long() {
 #[test]
 fn v5_client_may_think_byte_long_before_its_request() {
     let origin = Origin::echo();
-    let (_proxy, port, _log) = start("think_req", "", "");
-    let mut s = v5_hello(port);
+    let (_proxy, port, _log) = SOCKS.start("think_req", "", "");
+    let mut s = socks5_hello(port, None);
     thread::sleep(Duration::from_millis(2500));
-    s.write_all(&v5_connect_v4(localhost(origin.port())))
+    s.write_all(&socks5_request(1, localhost(origin.port())))
         .unwrap();
     let mut r = [0u8; 10];
     s.read_exact(&mut r).unwrap();
@@ -695,10 +639,10 @@ fn v5_data_sent_with_the_request_is_relayed_first() {
     // its first data in one segment. The data read with the request must
     // reach the origin, before what follows.
     let origin = Origin::echo();
-    let (_proxy, port, _log) = start("early_v5", "", "");
+    let (_proxy, port, _log) = SOCKS.start("early_v5", "", "");
     let mut s = connect(localhost(port));
     let mut all = vec![5, 1, 0];
-    all.extend(v5_connect_v4(localhost(origin.port())));
+    all.extend(socks5_request(1, localhost(origin.port())));
     all.extend_from_slice(b"early bytes;");
     s.write_all(&all).unwrap();
     expect_bytes(&mut s, &[5, 0]);
@@ -712,12 +656,10 @@ fn v5_data_sent_with_the_request_is_relayed_first() {
 #[test]
 fn v4_data_sent_with_the_request_is_relayed_first() {
     let origin = Origin::echo();
-    let (_proxy, port, _log) = start("early_v4", "", "");
+    let (_proxy, port, _log) = SOCKS.start("early_v4", "", "");
     let mut s = connect(localhost(port));
-    let mut all = vec![4, 1];
-    all.extend_from_slice(&origin.port().to_be_bytes());
-    all.extend_from_slice(&[127, 0, 0, 1]);
-    all.extend_from_slice(b"user\0early v4;");
+    let mut all = socks4_request(1, localhost(origin.port()), b"user");
+    all.extend_from_slice(b"early v4;");
     s.write_all(&all).unwrap();
     let mut r = [0u8; 8];
     s.read_exact(&mut r).unwrap();
@@ -731,16 +673,9 @@ fn record_names_the_destination_as_the_peer() {
     // %R:%r is the server side's peer: the destination when dialed
     // directly.
     let origin = Origin::echo();
-    let dir = Dir::new("socks_peer");
-    let log = dir.join("access.log");
-    let port = free_port();
-    let cfg = format!(
-        "log {}\nlogformat \"L%N %E %R:%r\"\nsocks -i127.0.0.1 -p{port}\n",
-        p(&log)
-    );
-    let _proxy = Proxy::start(dir, &cfg, &[Listen::Tcp(localhost(port))]);
-    let mut s = v5_hello(port);
-    s.write_all(&v5_connect_v4(localhost(origin.port())))
+    let (_proxy, port, log) = Service::tcp("socks", "L%N %E %R:%r").start("socks_peer", "", "");
+    let mut s = socks5_hello(port, None);
+    s.write_all(&socks5_request(1, localhost(origin.port())))
         .unwrap();
     let mut r = [0u8; 10];
     s.read_exact(&mut r).unwrap();
@@ -751,8 +686,8 @@ fn record_names_the_destination_as_the_peer() {
 
 #[test]
 fn v5_truncated_name_gets_general_failure() {
-    let (_proxy, port, _log) = start("short_name", "", "");
-    let mut s = v5_hello(port);
+    let (_proxy, port, _log) = SOCKS.start("short_name", "", "");
+    let mut s = socks5_hello(port, None);
     s.write_all(&[5, 1, 0, 3, 200, b'a', b'b']).unwrap();
     s.shutdown(Shutdown::Write).unwrap();
     assert_closed_after(&mut s, &V5_FAIL_1);
@@ -761,32 +696,33 @@ fn v5_truncated_name_gets_general_failure() {
 #[test]
 fn v5_255_byte_name_is_host_unreachable() {
     // The longest name SOCKS5 can carry is no DNS name: REP 4, code 100.
-    let (_proxy, port, log) = start("long_name", "", "");
-    let mut s = v5_hello(port);
-    s.write_all(&v5_request_name(1, &[b'a'; 255], 80)).unwrap();
+    let (_proxy, port, log) = SOCKS.start("long_name", "", "");
+    let mut s = socks5_hello(port, None);
+    s.write_all(&socks5_request_name(1, &[b'a'; 255], 80))
+        .unwrap();
     assert_closed_after(&mut s, &[5, 4, 0, 1, 0, 0, 0, 0, 0, 0]);
     read_log_line(&log, "with code 100", |l| l.starts_with("SOCK5 00100"));
 }
 
 #[test]
 fn v5_empty_name_is_refused() {
-    let (_proxy, port, _log) = start("empty_name", "", "");
-    let mut s = v5_hello(port);
-    s.write_all(&v5_request_name(1, b"", 80)).unwrap();
+    let (_proxy, port, _log) = SOCKS.start("empty_name", "", "");
+    let mut s = socks5_hello(port, None);
+    s.write_all(&socks5_request_name(1, b"", 80)).unwrap();
     assert_closed_after(&mut s, &V5_FAIL_1);
 }
 
 #[test]
 fn v5_port_zero_and_null_address_are_refused() {
-    let (_proxy, port, log) = start("port_zero", "", "");
-    let mut s = v5_hello(port);
-    s.write_all(&v5_connect_v4("127.0.0.1:0".parse().unwrap()))
+    let (_proxy, port, log) = SOCKS.start("port_zero", "", "");
+    let mut s = socks5_hello(port, None);
+    s.write_all(&socks5_request(1, "127.0.0.1:0".parse().unwrap()))
         .unwrap();
     assert_closed_after(&mut s, &V5_FAIL_1);
     read_log_line(&log, "with code 461", |l| l.starts_with("SOCK5 00461"));
     // 0.0.0.0 would reach this host: refused (431), not connected.
-    let mut s = v5_hello(port);
-    s.write_all(&v5_connect_v4("0.0.0.0:80".parse().unwrap()))
+    let mut s = socks5_hello(port, None);
+    s.write_all(&socks5_request(1, "0.0.0.0:80".parse().unwrap()))
         .unwrap();
     assert_closed_after(&mut s, &V5_FAIL_1);
     read_log_line(&log, "with code 431", |l| l.starts_with("SOCK5 00431"));
@@ -794,10 +730,10 @@ fn v5_port_zero_and_null_address_are_refused() {
 
 #[test]
 fn v5_refused_destination_gets_rep_5() {
-    let (_proxy, port, log) = start("refused", "", "");
+    let (_proxy, port, log) = SOCKS.start("refused", "", "");
     let dead = free_port();
-    let mut s = v5_hello(port);
-    s.write_all(&v5_connect_v4(localhost(dead))).unwrap();
+    let mut s = socks5_hello(port, None);
+    s.write_all(&socks5_request(1, localhost(dead))).unwrap();
     assert_closed_after(&mut s, &[5, 5, 0, 1, 0, 0, 0, 0, 0, 0]);
     read_log_line(&log, "with code 13", |l| l.starts_with("SOCK5 00013"));
 }
@@ -805,9 +741,9 @@ fn v5_refused_destination_gets_rep_5() {
 #[test]
 fn v5_connect_reply_carries_the_outgoing_address() {
     let origin = Origin::echo();
-    let (_proxy, port, _log) = start("bnd_addr", "", "");
-    let mut s = v5_hello(port);
-    s.write_all(&v5_connect_v4(localhost(origin.port())))
+    let (_proxy, port, _log) = SOCKS.start("bnd_addr", "", "");
+    let mut s = socks5_hello(port, None);
+    s.write_all(&socks5_request(1, localhost(origin.port())))
         .unwrap();
     let mut r = [0u8; 10];
     s.read_exact(&mut r).unwrap();
@@ -824,9 +760,9 @@ fn v5_connect_reply_carries_the_outgoing_address() {
 #[test]
 fn dash_ne_reports_the_nat_address() {
     let origin = Origin::echo();
-    let (_proxy, port, _log) = start("nat", "", "-Ne192.0.2.7");
-    let mut s = v5_hello(port);
-    s.write_all(&v5_connect_v4(localhost(origin.port())))
+    let (_proxy, port, _log) = SOCKS.start("nat", "", "-Ne192.0.2.7");
+    let mut s = socks5_hello(port, None);
+    s.write_all(&socks5_request(1, localhost(origin.port())))
         .unwrap();
     let mut r = [0u8; 10];
     s.read_exact(&mut r).unwrap();
@@ -837,12 +773,10 @@ fn dash_ne_reports_the_nat_address() {
 #[test]
 fn v5_ipv6_destination() {
     let origin = Origin::echo_on("[::1]:0");
-    let (_proxy, port, log) = start("ipv6", "", "");
-    let mut s = v5_hello(port);
-    let mut req = vec![5, 1, 0, 4];
-    req.extend_from_slice(&std::net::Ipv6Addr::LOCALHOST.octets());
-    req.extend_from_slice(&origin.port().to_be_bytes());
-    s.write_all(&req).unwrap();
+    let (_proxy, port, log) = SOCKS.start("ipv6", "", "");
+    let mut s = socks5_hello(port, None);
+    let to = SocketAddr::from((std::net::Ipv6Addr::LOCALHOST, origin.port()));
+    s.write_all(&socks5_request(1, to)).unwrap();
     let mut r = [0u8; 22];
     s.read_exact(&mut r).unwrap();
     assert_eq!(r[..4], [5, 0, 0, 4], "reply {r:?}");
@@ -858,9 +792,9 @@ fn v5_ipv6_destination() {
 #[test]
 fn v5_name_destination() {
     let origin = Origin::echo();
-    let (_proxy, port, _log) = start("name", "", "");
-    let mut s = v5_hello(port);
-    s.write_all(&v5_request_name(1, b"localhost", origin.port()))
+    let (_proxy, port, _log) = SOCKS.start("name", "", "");
+    let mut s = socks5_hello(port, None);
+    s.write_all(&socks5_request_name(1, b"localhost", origin.port()))
         .unwrap();
     let mut r = [0u8; 10];
     s.read_exact(&mut r).unwrap();
@@ -870,16 +804,16 @@ fn v5_name_destination() {
 
 #[test]
 fn v5_unknown_name_is_host_unreachable() {
-    let (_proxy, port, _log) = start("no_such_name", "", "");
-    let mut s = v5_hello(port);
-    s.write_all(&v5_request_name(1, b"no-such-host.invalid", 80))
+    let (_proxy, port, _log) = SOCKS.start("no_such_name", "", "");
+    let mut s = socks5_hello(port, None);
+    s.write_all(&socks5_request_name(1, b"no-such-host.invalid", 80))
         .unwrap();
     assert_closed_after(&mut s, &[5, 4, 0, 1, 0, 0, 0, 0, 0, 0]);
 }
 
 #[test]
 fn v4_bad_command_is_refused() {
-    let (_proxy, port, log) = start("v4_bad_cmd", "", "");
+    let (_proxy, port, log) = SOCKS.start("v4_bad_cmd", "", "");
     let mut s = connect(localhost(port));
     s.write_all(&[4, 3, 0, 80, 127, 0, 0, 1, 0]).unwrap();
     assert_closed_after(&mut s, &V4_REFUSED);
@@ -888,7 +822,7 @@ fn v4_bad_command_is_refused() {
 
 #[test]
 fn v4_truncated_request_is_refused() {
-    let (_proxy, port, _log) = start("v4_short", "", "");
+    let (_proxy, port, _log) = SOCKS.start("v4_short", "", "");
     let mut s = connect(localhost(port));
     s.write_all(&[4, 1, 0, 80, 127]).unwrap();
     s.shutdown(Shutdown::Write).unwrap();
@@ -897,7 +831,7 @@ fn v4_truncated_request_is_refused() {
 
 #[test]
 fn v4a_name_longer_than_255_is_refused() {
-    let (_proxy, port, _log) = start("v4a_long", "", "");
+    let (_proxy, port, _log) = SOCKS.start("v4a_long", "", "");
     let mut s = connect(localhost(port));
     let mut req = vec![4, 1, 0, 80, 0, 0, 0, 1, 0];
     req.extend_from_slice(&[b'a'; 300]);
@@ -908,7 +842,7 @@ fn v4a_name_longer_than_255_is_refused() {
 
 #[test]
 fn v4_user_id_without_nul_is_refused() {
-    let (_proxy, port, _log) = start("v4_long_user", "", "");
+    let (_proxy, port, _log) = SOCKS.start("v4_long_user", "", "");
     let mut s = connect(localhost(port));
     let mut req = vec![4, 1, 0, 80, 127, 0, 0, 1];
     req.extend_from_slice(&[b'u'; 400]);
@@ -919,12 +853,10 @@ fn v4_user_id_without_nul_is_refused() {
 #[test]
 fn v4_granted_reply() {
     let origin = Origin::echo();
-    let (_proxy, port, _log) = start("v4_ok", "", "");
+    let (_proxy, port, _log) = SOCKS.start("v4_ok", "", "");
     let mut s = connect(localhost(port));
-    let mut req = vec![4, 1];
-    req.extend_from_slice(&origin.port().to_be_bytes());
-    req.extend_from_slice(&[127, 0, 0, 1, 0]);
-    s.write_all(&req).unwrap();
+    s.write_all(&socks4_request(1, localhost(origin.port()), b""))
+        .unwrap();
     let mut r = [0u8; 8];
     s.read_exact(&mut r).unwrap();
     assert_eq!(r[..2], [0, 90]);
@@ -937,18 +869,17 @@ fn v4_granted_reply() {
 
 #[test]
 fn default_prefers_password_when_offered() {
-    let (_proxy, port, _log) = start("m_default", "", "");
+    let (_proxy, port, _log) = SOCKS.start("m_default", "", "");
     let mut s = connect(localhost(port));
     s.write_all(&[5, 2, 0, 2]).unwrap();
     expect_bytes(&mut s, &[5, 2]);
-    let mut s = connect(localhost(port));
-    s.write_all(&[5, 1, 0]).unwrap();
-    expect_bytes(&mut s, &[5, 0]);
+    // Offered "no authentication" alone, it is chosen ([5, 0]).
+    socks5_hello(port, None);
 }
 
 #[test]
 fn dash_u_never_asks() {
-    let (_proxy, port, _log) = start("m_u", "", "-u");
+    let (_proxy, port, _log) = SOCKS.start("m_u", "", "-u");
     let mut s = connect(localhost(port));
     s.write_all(&[5, 2, 0, 2]).unwrap();
     expect_bytes(&mut s, &[5, 0]);
@@ -956,7 +887,7 @@ fn dash_u_never_asks() {
 
 #[test]
 fn dash_u2_refuses_clients_without_a_password() {
-    let (_proxy, port, log) = start("m_u2", "", "-u2");
+    let (_proxy, port, log) = SOCKS.start("m_u2", "", "-u2");
     let mut s = connect(localhost(port));
     s.write_all(&[5, 1, 0]).unwrap();
     assert_closed_after(&mut s, &[5, 0xFF]);
@@ -968,7 +899,7 @@ fn dash_u2_refuses_clients_without_a_password() {
 
 #[test]
 fn rfc1929_bad_subnegotiation_version_is_refused() {
-    let (_proxy, port, log) = start("m_subneg", "", "-u2");
+    let (_proxy, port, log) = SOCKS.start("m_subneg", "", "-u2");
     let mut s = connect(localhost(port));
     s.write_all(&[5, 1, 2]).unwrap();
     expect_bytes(&mut s, &[5, 2]);
@@ -994,11 +925,10 @@ fn udp_datagram(to: SocketAddr, data: &[u8]) -> Vec<u8> {
 
 /// Opens an association; returns the control connection and the relay.
 fn associate(port: u16, client: &UdpSocket) -> (TcpStream, SocketAddr) {
-    let mut ctl = v5_hello(port);
+    let mut ctl = socks5_hello(port, None);
     let from = client.local_addr().unwrap();
-    let mut req = vec![5, 3, 0, 1, 127, 0, 0, 1];
-    req.extend_from_slice(&from.port().to_be_bytes());
-    ctl.write_all(&req).unwrap();
+    ctl.write_all(&socks5_request(3, localhost(from.port())))
+        .unwrap();
     let mut r = [0u8; 10];
     ctl.read_exact(&mut r).unwrap();
     assert_eq!(r[..4], [5, 0, 0, 1], "UDP ASSOCIATE reply {r:?}");
@@ -1009,7 +939,7 @@ fn associate(port: u16, client: &UdpSocket) -> (TcpStream, SocketAddr) {
 #[test]
 fn udp_associate_relays_both_ways() {
     let echo = UdpEcho::start();
-    let (_proxy, port, log) = start("udp", "", "");
+    let (_proxy, port, log) = SOCKS.start("udp", "", "");
     let client = udp_client();
     let (ctl, relay) = associate(port, &client);
     assert_eq!(relay.ip(), localhost(0).ip());
@@ -1059,7 +989,7 @@ fn udp_associate_relays_both_ways() {
 #[test]
 fn udp_fragment_ends_the_association() {
     let echo = UdpEcho::start();
-    let (_proxy, port, log) = start("udp_frag", "", "");
+    let (_proxy, port, log) = SOCKS.start("udp_frag", "", "");
     let client = udp_client();
     let (mut ctl, relay) = associate(port, &client);
     let mut d = udp_datagram(localhost(echo.port()), b"frag");
@@ -1073,7 +1003,7 @@ fn udp_fragment_ends_the_association() {
 fn udp_from_another_port_is_ignored() {
     // The request named the client's port; datagrams from elsewhere drop.
     let echo = UdpEcho::start();
-    let (_proxy, port, _log) = start("udp_port", "", "");
+    let (_proxy, port, _log) = SOCKS.start("udp_port", "", "");
     let client = udp_client();
     let (_ctl, relay) = associate(port, &client);
     let other = udp_client();
@@ -1098,9 +1028,10 @@ fn udp_from_another_port_is_ignored() {
 
 #[test]
 fn v5_bind_accepts_one_peer_and_relays() {
-    let (_proxy, port, log) = start("bind5", "", "");
-    let mut ctl = v5_hello(port);
-    ctl.write_all(&[5, 2, 0, 1, 0, 0, 0, 0, 0, 0]).unwrap();
+    let (_proxy, port, log) = SOCKS.start("bind5", "", "");
+    let mut ctl = socks5_hello(port, None);
+    ctl.write_all(&socks5_request(2, "0.0.0.0:0".parse().unwrap()))
+        .unwrap();
     let mut r = [0u8; 10];
     ctl.read_exact(&mut r).unwrap();
     assert_eq!(r[..4], [5, 0, 0, 1], "first BIND reply {r:?}");
@@ -1126,10 +1057,11 @@ fn v5_bind_accepts_one_peer_and_relays() {
 
 #[test]
 fn v4_bind_accepts_one_peer() {
-    let (_proxy, port, _log) = start("bind4", "", "");
+    let (_proxy, port, _log) = SOCKS.start("bind4", "", "");
     let mut ctl = connect(localhost(port));
     // Expect the peer from 127.0.0.1, any port.
-    ctl.write_all(&[4, 2, 0, 0, 127, 0, 0, 1, 0]).unwrap();
+    ctl.write_all(&socks4_request(2, localhost(0), b""))
+        .unwrap();
     let mut r = [0u8; 8];
     ctl.read_exact(&mut r).unwrap();
     assert_eq!(r[..2], [0, 90]);
@@ -1153,9 +1085,10 @@ fn echo_through(a: &mut TcpStream, b: &mut TcpStream) {
 
 #[test]
 fn bind_control_close_ends_the_wait() {
-    let (_proxy, port, log) = start("bind_gone", "", "");
-    let mut ctl = v5_hello(port);
-    ctl.write_all(&[5, 2, 0, 1, 0, 0, 0, 0, 0, 0]).unwrap();
+    let (_proxy, port, log) = SOCKS.start("bind_gone", "", "");
+    let mut ctl = socks5_hello(port, None);
+    ctl.write_all(&socks5_request(2, "0.0.0.0:0".parse().unwrap()))
+        .unwrap();
     let mut r = [0u8; 10];
     ctl.read_exact(&mut r).unwrap();
     ctl.shutdown(Shutdown::Write).unwrap();
@@ -1171,14 +1104,11 @@ fn udp_association_ends_at_its_traffic_quota() {
     const SIZE: usize = 60_000;
     let echo = UdpEcho::start();
     let dir = Dir::new("udp_quota");
-    let log = dir.join("access.log");
-    let port = free_port();
-    let cfg = format!(
-        "log {}\nlogformat \"{FMT}\"\ncounter {}\ncountout 1 D 1 *\nsocks -i127.0.0.1 -p{port}\n",
-        p(&log),
+    let pre = format!(
+        "counter {}\ncountout 1 D 1 *\n",
         p(&dir.join("3proxy.counters"))
     );
-    let _proxy = Proxy::start(dir, &cfg, &[Listen::Tcp(localhost(port))]);
+    let (_proxy, port, log) = SOCKS.start_in(dir, &pre, "", "");
     let client = udp_client();
     let (mut ctl, relay) = associate(port, &client);
     let to = localhost(echo.port());
@@ -1228,10 +1158,8 @@ fn udp_association_ends_when_a_reload_denies_it() {
     assert!(
         wait_for(
             || {
-                let mut s = v5_hello(port);
-                let mut req = vec![5, 1, 0, 1, 127, 0, 0, 1];
-                req.extend_from_slice(&echo.port().to_be_bytes());
-                let _ = s.write_all(&req);
+                let mut s = socks5_hello(port, None);
+                let _ = s.write_all(&socks5_request(1, localhost(echo.port())));
                 let mut r = [0u8; 10];
                 s.read_exact(&mut r).is_ok() && r[1] != 0
             },
@@ -1264,7 +1192,7 @@ fn udp_association_ends_when_a_reload_denies_it() {
 fn udp_denied_destination_is_dropped_and_the_association_goes_on() {
     let (echo, other) = (UdpEcho::start(), UdpEcho::start());
     let pre = format!("allow * * 127.0.0.1 {}\ndeny *\n", echo.port());
-    let (_proxy, port, log) = start("udp_acl", &pre, "");
+    let (_proxy, port, log) = SOCKS.start("udp_acl", &pre, "");
     let client = udp_client();
     let (ctl, relay) = associate(port, &client);
     let mut buf = [0u8; 256];

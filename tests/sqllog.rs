@@ -9,7 +9,7 @@
 //! bound, and the drop count is logged; a reload during the outage keeps
 //! the queued records; 3proxy's SQL sample lines work unchanged.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufRead, BufReader};
 use std::net::{Shutdown, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
@@ -211,61 +211,17 @@ fn cfg_with(pre: &str, body: &str) -> String {
 /// An HTTP request through the proxy on `port`, with credentials;
 /// the response.
 fn http_get(port: u16, url: &str, auth: Option<&str>) -> String {
-    let mut s = connect(localhost(port));
-    set_timeouts(&s, IO_TIMEOUT);
     let auth = auth
-        .map(|a| format!("Proxy-Authorization: Basic {}\r\n", base64(a.as_bytes())))
+        .map(|a| format!("Proxy-Authorization: Basic {}\r\n", base64(a)))
         .unwrap_or_default();
-    write!(
-        s,
-        "GET {url} HTTP/1.1\r\nHost: x\r\n{auth}Connection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut got = Vec::new();
-    s.read_to_end(&mut got).unwrap();
-    String::from_utf8_lossy(&got).into_owned()
-}
-
-fn base64(b: &[u8]) -> String {
-    const T: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    let mut out = String::new();
-    for c in b.chunks(3) {
-        let n = (u32::from(c[0]) << 16)
-            | (u32::from(*c.get(1).unwrap_or(&0)) << 8)
-            | u32::from(*c.get(2).unwrap_or(&0));
-        for i in 0..4 {
-            if i <= c.len() {
-                out.push(T[(n >> (18 - 6 * i) & 63) as usize] as char);
-            } else {
-                out.push('=');
-            }
-        }
-    }
-    out
+    let request = format!("GET {url} HTTP/1.1\r\nHost: x\r\n{auth}Connection: close\r\n\r\n");
+    http_once(port, request.as_bytes()).to_string()
 }
 
 /// A SOCKS5 CONNECT with user/password to 127.0.0.1:`to`, then `msg`
 /// echoed.
 fn socks5_echo(port: u16, user: &str, pass: &str, to: u16, msg: &[u8]) {
-    let mut s = connect(localhost(port));
-    set_timeouts(&s, IO_TIMEOUT);
-    s.write_all(&[5, 1, 2]).unwrap();
-    let mut r = [0u8; 2];
-    s.read_exact(&mut r).unwrap();
-    assert_eq!(r, [5, 2]);
-    let mut sub = vec![1, user.len() as u8];
-    sub.extend_from_slice(user.as_bytes());
-    sub.push(pass.len() as u8);
-    sub.extend_from_slice(pass.as_bytes());
-    s.write_all(&sub).unwrap();
-    s.read_exact(&mut r).unwrap();
-    assert_eq!(r, [1, 0], "SOCKS5 login refused");
-    let mut req = vec![5, 1, 0, 1, 127, 0, 0, 1];
-    req.extend_from_slice(&to.to_be_bytes());
-    s.write_all(&req).unwrap();
-    let mut rep = [0u8; 10];
-    s.read_exact(&mut rep).unwrap();
-    assert_eq!(rep[1], 0, "SOCKS5 CONNECT refused: {rep:?}");
+    let mut s = socks5_connect(port, Some((user, pass)), localhost(to));
     echo_roundtrip(&mut s, msg);
     s.shutdown(Shutdown::Both).unwrap();
 }

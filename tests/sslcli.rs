@@ -15,7 +15,7 @@ use std::time::Duration;
 use crate::tls::Pki;
 use crate::util::*;
 
-const FMT: &str = "logformat \"L%N %E %C %T\"";
+const FMT: &str = "L%N %E %C %T";
 
 /// What `openssl s_server -www` writes only into a page it served over
 /// TLS (the ciphers of the session's library).
@@ -55,18 +55,6 @@ fn s_server(pki: &Pki) -> (Server, u16) {
     (s, port)
 }
 
-/// Start 3proxy on `cfg` (its service lines), logging to `sslcli.log`.
-fn start(dir: Dir, cfg: &str, ports: &[u16]) -> Proxy {
-    let log = dir.join("sslcli.log");
-    let cfg = format!("log {}\n{FMT}\n{cfg}", p(&log));
-    let ready: Vec<Listen> = ports.iter().map(|&q| Listen::Tcp(localhost(q))).collect();
-    Proxy::start(dir, &cfg, &ready)
-}
-
-fn log_of(proxy: &Proxy) -> std::path::PathBuf {
-    proxy.dir.join("sslcli.log")
-}
-
 /// curl with `args`: (HTTP status, body, stderr).
 fn curl(args: &[&str]) -> (String, String, String) {
     let out = Command::new("curl")
@@ -98,7 +86,7 @@ fn a_plain_http_request_is_fetched_from_its_origin_over_tls() {
         "{}ssl_cli\nallow *\nproxy -p{port} -i127.0.0.1\n",
         verify(&pki)
     );
-    let proxy = start(dir, &cfg, &[port]);
+    let proxy = start(dir, FMT, &cfg, &[port]).0;
     let (code, body, err) = curl(&[
         "-x",
         &format!("http://127.0.0.1:{port}"),
@@ -124,7 +112,7 @@ fn the_origin_hop_begins_with_a_client_hello_in_modes_0_and_1_not_2() {
         let dir = Dir::new(&format!("sslcli_wire{mode}"));
         let port = free_port();
         let cfg = format!("ssl_client_mode {mode}\nssl_cli\nallow *\nproxy -p{port} -i127.0.0.1\n");
-        let _proxy = start(dir, &cfg, &[port]);
+        let _proxy = start(dir, FMT, &cfg, &[port]).0;
         let mut c = connect(localhost(port));
         c.write_all(
             format!("GET http://127.0.0.1:{oport}/ HTTP/1.1\r\nHost: 127.0.0.1:{oport}\r\n\r\n")
@@ -157,7 +145,7 @@ fn an_untrusted_origin_is_refused_with_8011_and_502() {
     let port = free_port();
     // Verification with the built-in roots only: the test CA is not one.
     let cfg = format!("ssl_client_verify\nssl_cli\nallow *\nproxy -p{port} -i127.0.0.1\n");
-    let proxy = start(dir, &cfg, &[port]);
+    let proxy = start(dir, FMT, &cfg, &[port]).0;
     let proxy_url = format!("http://127.0.0.1:{port}");
     let url = format!("http://localhost:{oport}/");
     let (code, body, _) = curl(&["-x", &proxy_url, &url]);
@@ -186,7 +174,7 @@ fn connect_and_socks_tunnels_speak_tls_to_the_target_in_modes_0_and_2() {
              proxy -p{hport} -i127.0.0.1\nsocks -p{sport} -i127.0.0.1\n",
             verify(&pki)
         );
-        let proxy = start(dir, &cfg, &[hport, sport]);
+        let proxy = start(dir, FMT, &cfg, &[hport, sport]).0;
         let url = format!("http://localhost:{oport}/");
         // CONNECT: curl speaks plain HTTP inside the tunnel.
         let (code, body, err) = curl(&["-p", "-x", &format!("http://127.0.0.1:{hport}"), &url]);
@@ -225,20 +213,10 @@ fn in_mode_2_a_failed_handshake_closes_the_open_tunnel_with_8011() {
     let cfg = format!(
         "ssl_client_verify\nssl_client_mode 2\nssl_cli\nallow *\nsocks -p{port} -i127.0.0.1\n"
     );
-    let proxy = start(dir, &cfg, &[port]);
+    let proxy = start(dir, FMT, &cfg, &[port]).0;
     // SOCKS5, no auth, CONNECT localhost:oport: granted, then closed.
-    let mut c = connect(localhost(port));
-    c.write_all(&[5, 1, 0]).unwrap();
-    let mut m = [0u8; 2];
-    c.read_exact(&mut m).unwrap();
-    assert_eq!(m, [5, 0]);
-    let mut req = vec![5, 1, 0, 3, 9];
-    req.extend_from_slice(b"localhost");
-    req.extend_from_slice(&oport.to_be_bytes());
-    c.write_all(&req).unwrap();
-    let mut rep = [0u8; 10];
-    c.read_exact(&mut rep).unwrap();
-    assert_eq!(rep[..2], [5, 0], "granted before the handshake (mode 2)");
+    let request = socks5_request_name(1, b"localhost", oport);
+    let mut c = socks5_open(port, None, &request).expect("granted before the handshake (mode 2)");
     let mut rest = Vec::new();
     let _ = c.read_to_end(&mut rest);
     assert_eq!(rest, b"", "then closed");
@@ -308,7 +286,7 @@ fn the_pool_reuses_a_tls_origin_connection_only_for_the_same_name() {
         "{}ssl_cli\nallow *\nproxy -p{port} -i127.0.0.1\n",
         verify(&pki)
     );
-    let proxy = start(dir, &cfg, &[port]);
+    let proxy = start(dir, FMT, &cfg, &[port]).0;
     // One client, keep-alive: localhost, then the same address by IP (no
     // SNI: another TLS destination), then localhost again.
     let out = Command::new("curl")
@@ -378,7 +356,7 @@ fn pop3p_logs_in_to_a_pop3s_server_for_a_client_in_clear() {
         "{}ssl_cli\nallow *\npop3p -p{port} -i127.0.0.1 -x\n",
         verify(&pki)
     );
-    let proxy = start(dir, &cfg, &[port]);
+    let proxy = start(dir, FMT, &cfg, &[port]).0;
     let s = connect(localhost(port));
     set_timeouts(&s, Duration::from_secs(30));
     let mut r = std::io::BufReader::new(s.try_clone().unwrap());
@@ -418,7 +396,7 @@ fn through_an_http_parent_connect_is_tls_inside_its_tunnel_and_a_plain_request_i
          flush\nallow *\nparent 1000 http 127.0.0.1 {back}\nproxy -p{port} -i127.0.0.1\n",
         verify(&pki)
     );
-    let proxy = start(dir, &cfg, &[back, port]);
+    let proxy = start(dir, FMT, &cfg, &[back, port]).0;
     let proxy_url = format!("http://127.0.0.1:{port}");
     let url = format!("http://localhost:{oport}/");
     let (code, body, err) = curl(&["-p", "-x", &proxy_url, &url]);
@@ -444,7 +422,7 @@ fn imapp_logs_in_to_an_imaps_server_for_a_client_in_clear() {
         "{}ssl_cli\nallow *\nimapp -p{port} -i127.0.0.1 -x\n",
         verify(&pki)
     );
-    let proxy = start(dir, &cfg, &[port]);
+    let proxy = start(dir, FMT, &cfg, &[port]).0;
     let s = connect(localhost(port));
     set_timeouts(&s, Duration::from_secs(30));
     let mut r = std::io::BufReader::new(s.try_clone().unwrap());
@@ -498,7 +476,7 @@ fn smtpp_sends_mail_through_an_smtps_server_for_a_client_in_clear() {
         "{}ssl_cli\nallow *\nsmtpp -p{port} -i127.0.0.1 -x -hlocalhost:{sport}\n",
         verify(&pki)
     );
-    let proxy = start(dir, &cfg, &[port]);
+    let proxy = start(dir, FMT, &cfg, &[port]).0;
     let s = connect(localhost(port));
     set_timeouts(&s, Duration::from_secs(30));
     let mut r = std::io::BufReader::new(s.try_clone().unwrap());

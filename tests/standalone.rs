@@ -185,18 +185,8 @@ fn socks_runs_from_its_command_line() {
     let port = free_port();
     let prog = link(&dir, "3proxy_socks");
     let _child = Reap(serve(&prog, &["-i127.0.0.1", &format!("-p{port}")], port));
-    let mut s = connect(localhost(port));
     // SOCKS5, no authentication, CONNECT 127.0.0.1:origin.
-    s.write_all(&[5, 1, 0]).unwrap();
-    let mut hello = [0u8; 2];
-    s.read_exact(&mut hello).unwrap();
-    assert_eq!(hello, [5, 0], "no authentication asked");
-    let p = origin.port().to_be_bytes();
-    s.write_all(&[5, 1, 0, 1, 127, 0, 0, 1, p[0], p[1]])
-        .unwrap();
-    let mut reply = [0u8; 10];
-    s.read_exact(&mut reply).unwrap();
-    assert_eq!(reply[..2], [5, 0], "CONNECT granted: {reply:?}");
+    let mut s = socks5_to(port, origin.port());
     echo_roundtrip(&mut s, b"through 3proxy_socks");
 }
 

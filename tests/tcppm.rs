@@ -30,15 +30,18 @@ const SEED_UP: u64 = 1;
 const SEED_DOWN: u64 = 2;
 
 /// 64 MiB each way at the same time; both directions must arrive intact.
-fn bulk_both_ways(name: &str, opts: &str) {
+/// `splice`: with `-s`, and splice(2) must have moved the data.
+fn bulk_both_ways(name: &str, splice: bool) {
     let dir = Dir::new(name);
     let (origin, up) = Origin::hash_sink(BULK, SEED_DOWN);
     let port = free_port();
-    let _proxy = Proxy::start(
+    let opts = if splice { "-s" } else { "" };
+    let proxy = Proxy::start(
         dir,
         &tcppm(opts, port, origin.port()),
         &[Listen::Tcp(localhost(port))],
     );
+    let trace = splice.then(|| Strace::attach(&proxy, "splice"));
 
     let mut client = connect(localhost(port));
     set_timeouts(&client, Duration::from_secs(60));
@@ -51,16 +54,20 @@ fn bulk_both_ways(name: &str, opts: &str) {
     let up = recv_nonempty(&up, Duration::from_secs(60));
     assert_eq!(up, pattern_digest(SEED_UP, BULK), "client -> origin");
     assert_eq!(down, pattern_digest(SEED_DOWN, BULK), "origin -> client");
+    if let Some(trace) = trace {
+        // Both directions, each byte at least once.
+        trace.assert_moved(2 * BULK);
+    }
 }
 
 #[test]
 fn relays_64mb_each_way_intact() {
-    bulk_both_ways("bulk", "");
+    bulk_both_ways("bulk", false);
 }
 
 #[test]
 fn relays_64mb_each_way_intact_with_splice() {
-    bulk_both_ways("bulk_splice", "-s");
+    bulk_both_ways("bulk_splice", true);
 }
 
 #[test]
@@ -74,16 +81,19 @@ fn splice_with_a_large_buffer_relays_intact() {
     buffer_size_relays_intact("splice_big_buf", "-s -b1048576");
 }
 
+/// With `-s` in `opts`, splice(2) must have moved the data.
 fn buffer_size_relays_intact(name: &str, opts: &str) {
     let dir = Dir::new(name);
     let len = 16 * BLOCK as u64;
     let (origin, up) = Origin::hash_sink(len, SEED_DOWN);
     let port = free_port();
-    let _proxy = Proxy::start(
+    let proxy = Proxy::start(
         dir,
         &tcppm(opts, port, origin.port()),
         &[Listen::Tcp(localhost(port))],
     );
+    let splice = opts.split_whitespace().any(|o| o == "-s");
+    let trace = splice.then(|| Strace::attach(&proxy, "splice"));
     let mut client = connect(localhost(port));
     let mut down = client.try_clone().unwrap();
     let reader = thread::spawn(move || hash_to_eof(&mut down));
@@ -94,6 +104,9 @@ fn buffer_size_relays_intact(name: &str, opts: &str) {
         pattern_digest(SEED_DOWN, len)
     );
     assert_eq!(recv_nonempty(&up, IO_TIMEOUT), pattern_digest(SEED_UP, len));
+    if let Some(trace) = trace {
+        trace.assert_moved(2 * len);
+    }
 }
 
 /// How long the origin in the close tests waits before it answers.
@@ -471,10 +484,7 @@ fn connects_to_a_unix_socket_destination() {
 
 #[test]
 fn ipv6_loopback_both_sides() {
-    assert!(
-        TcpListener::bind("[::1]:0").is_ok(),
-        "this test needs IPv6 loopback (::1)"
-    );
+    require_ipv6();
     let dir = Dir::new("ipv6");
     let origin = Origin::echo_on("[::1]:0");
     let port = free_port_v6();

@@ -17,7 +17,7 @@ use crate::http::HttpOrigin;
 use crate::util::*;
 
 /// The log format of these tests: service, code, client, text.
-const FMT: &str = "logformat \"L%N %E %C %T\"";
+const FMT: &str = "L%N %E %C %T";
 
 /// Certificates made for one test.
 pub struct Pki {
@@ -132,17 +132,6 @@ impl Pki {
     }
 }
 
-/// Start 3proxy on `cfg` (which has its own service lines on `port`).
-fn start(dir: Dir, cfg: &str, port: u16) -> Proxy {
-    let log = dir.join("tls.log");
-    let cfg = format!("log {}\n{FMT}\n{cfg}", p(&log));
-    Proxy::start(dir, &cfg, &[Listen::Tcp(localhost(port))])
-}
-
-fn log_of(proxy: &Proxy) -> PathBuf {
-    proxy.dir.join("tls.log")
-}
-
 /// curl through the HTTPS proxy on `port`, trusting only `ca`: (exit
 /// status success, stdout, stderr).
 fn curl_https(port: u16, ca: &Path, args: &[&str]) -> (bool, String, String) {
@@ -192,7 +181,7 @@ fn https_proxy_get_post_keepalive_and_connect_with_curl() {
     let origin = HttpOrigin::start();
     let port = free_port();
     let cfg = format!("{}proxy -p{port} -i127.0.0.1\n", pki.serv());
-    let proxy = start(dir, &cfg, port);
+    let proxy = start(dir, FMT, &cfg, &[port]).0;
 
     let (ok, body, err) = curl_https(port, &pki.ca, &[&origin.url("/hello")]);
     assert!(ok, "{err}");
@@ -264,7 +253,7 @@ fn auth_strong_answers_407_over_tls() {
         "users alice:CL:secret\nauth strong\n{}proxy -p{port} -i127.0.0.1\n",
         pki.serv()
     );
-    let _proxy = start(dir, &cfg, port);
+    let _proxy = start(dir, FMT, &cfg, &[port]).0;
     let (ok, out, err) = curl_https(
         port,
         &pki.ca,
@@ -298,7 +287,7 @@ fn tcppm_over_tls_with_openssl_s_client() {
         pki.serv(),
         echo.port()
     );
-    let _proxy = start(dir, &cfg, port);
+    let _proxy = start(dir, FMT, &cfg, &[port]).0;
     let mut child = Command::new("openssl")
         .args([
             "s_client",
@@ -347,7 +336,7 @@ fn tcppm_over_tls_moves_large_transfers_exactly() {
         pki.serv(),
         origin.port()
     );
-    let _proxy = start(dir, &cfg, port);
+    let _proxy = start(dir, FMT, &cfg, &[port]).0;
     let mut s = tls_connect(&pki.ca, port);
     // Both directions at once: the origin sends while it reads.
     send_pattern(&mut s, 3, len).expect("send through TLS");
@@ -365,7 +354,7 @@ fn plain_http_to_a_tls_port_is_closed_and_logged() {
     let pki = Pki::new(&dir);
     let port = free_port();
     let cfg = format!("{}proxy -p{port} -i127.0.0.1\n", pki.serv());
-    let proxy = start(dir, &cfg, port);
+    let proxy = start(dir, FMT, &cfg, &[port]).0;
     let mut s = connect(localhost(port));
     set_timeouts(&s, Duration::from_secs(30));
     s.write_all(b"GET http://127.0.0.1/ HTTP/1.1\r\nHost: x\r\n\r\n")
@@ -385,7 +374,7 @@ fn a_silent_client_times_out_in_the_handshake() {
     let port = free_port();
     // STRING_SHORT (the third timeout) is 1 s.
     let cfg = format!("timeouts 1 5 1\n{}proxy -p{port} -i127.0.0.1\n", pki.serv());
-    let proxy = start(dir, &cfg, port);
+    let proxy = start(dir, FMT, &cfg, &[port]).0;
     let mut s = connect(localhost(port));
     set_timeouts(&s, Duration::from_secs(30));
     let t = Instant::now();
@@ -408,7 +397,7 @@ fn client_certificates_required_by_ssl_server_verify() {
         p(&pki.ca),
         pki.serv()
     );
-    let proxy = start(dir, &cfg, port);
+    let proxy = start(dir, FMT, &cfg, &[port]).0;
     let (ok, body, _) = curl_https(port, &pki.ca, &[&origin.url("/hello")]);
     assert!(!ok, "served without a client certificate: {body}");
     read_log_line(&log_of(&proxy), "with 08016", |l| {
@@ -498,7 +487,7 @@ fn a_3proxy_https_cfg_with_ssl_plugin_starts_and_serves() {
         p(&pki.cert),
         p(&pki.key)
     );
-    let _proxy = start(dir, &cfg, port);
+    let _proxy = start(dir, FMT, &cfg, &[port]).0;
     let (ok, body, err) = curl_https(port, &pki.ca, &[&origin.url("/hello")]);
     assert!(ok, "{err}");
     assert_eq!(body, "hello");
@@ -524,7 +513,7 @@ fn idle_cost_kb(tls: bool, n: usize) -> (u64, u64) {
         "maxconn 1000\n{serv}tcppm -i127.0.0.1 {port} 127.0.0.1 {}\n",
         echo.port()
     );
-    let proxy = start(dir, &cfg, port);
+    let proxy = start(dir, FMT, &cfg, &[port]).0;
     let before = proxy.rss_kb();
     let mut keep: Vec<Box<dyn Send>> = Vec::new();
     for _ in 0..n {
@@ -579,20 +568,24 @@ fn chain_pair_to(
     let back_port = free_port();
     let back = start(
         Dir::new(&format!("{name}_back")),
+        FMT,
         &format!("{}{back_service} -p{back_port} -i127.0.0.1\n", pki.serv()),
-        back_port,
-    );
+        &[back_port],
+    )
+    .0;
     let front_port = front
         .split_whitespace()
         .find_map(|w| w.strip_prefix("-p").and_then(|p| p.parse().ok()))
         .expect("front -pPORT");
     let front = start(
         Dir::new(&format!("{name}_front")),
+        FMT,
         &client
             .replace("BACK", &back_port.to_string())
             .replace("FRONT", front),
-        front_port,
-    );
+        &[front_port],
+    )
+    .0;
     (back, front)
 }
 
@@ -694,7 +687,7 @@ fn a_tls_parent_hop_starts_with_a_client_hello() {
     let dir = Dir::new("tls_parent_wire");
     let port = free_port();
     let cfg = format!("allow *\nparent 1000 https 127.0.0.1 {pport}\nproxy -p{port} -i127.0.0.1\n");
-    let _proxy = start(dir, &cfg, port);
+    let _proxy = start(dir, FMT, &cfg, &[port]).0;
     let mut c = connect(localhost(port));
     set_timeouts(&c, Duration::from_secs(30));
     c.write_all(b"GET http://127.0.0.1:9/ HTTP/1.1\r\nHost: 127.0.0.1:9\r\n\r\n")
@@ -829,7 +822,7 @@ fn ssl_cli_tcppm_speaks_tls_to_the_destination_with_its_name_as_sni() {
          tcppm -i127.0.0.1 {port} localhost {oport}\n",
         p(&pki.ca)
     );
-    let proxy = start(dir, &cfg, port);
+    let proxy = start(dir, FMT, &cfg, &[port]).0;
     let mut s = connect(localhost(port));
     set_timeouts(&s, Duration::from_secs(30));
     let mut got = vec![0u8; 26];
@@ -863,7 +856,7 @@ fn ssl_cli_sends_ssl_client_sni_and_modes_1_and_2_do_the_same() {
             "ssl_client_sni example.test\nssl_client_mode {mode}\nssl_client\n\
              tcppm -i127.0.0.1 {port} 127.0.0.1 {oport}\n"
         );
-        let _proxy = start(dir, &cfg, port);
+        let _proxy = start(dir, FMT, &cfg, &[port]).0;
         let mut s = connect(localhost(port));
         set_timeouts(&s, Duration::from_secs(30));
         let mut got = [0u8; 3];
@@ -887,7 +880,7 @@ fn ssl_cli_with_an_untrusted_destination_is_refused_with_8011() {
     let port = free_port();
     // Verification with the built-in roots only: the test CA is not one.
     let cfg = format!("ssl_client_verify\nssl_cli\ntcppm -i127.0.0.1 {port} localhost {oport}\n");
-    let proxy = start(dir, &cfg, port);
+    let proxy = start(dir, FMT, &cfg, &[port]).0;
     let mut s = connect(localhost(port));
     set_timeouts(&s, Duration::from_secs(30));
     let mut got = Vec::new();
@@ -907,7 +900,7 @@ fn ssl_cli_mode_3_is_tls_to_parents_only_for_any_tcp_service() {
     let cfg = format!(
         "ssl_cli\nssl_client_mode 3\nproxy -p{port} -i127.0.0.1\nftppr -p{fport} -i127.0.0.1\n"
     );
-    let _ = start(Dir::new("tls_cli_mode3"), &cfg, port);
+    let _ = start(Dir::new("tls_cli_mode3"), FMT, &cfg, &[port]).0;
 }
 
 #[test]
@@ -926,13 +919,7 @@ fn ssl_cli_presents_ssl_client_cert_to_a_destination_that_asks() {
         p(&pki.client_cert),
         p(&pki.client_key)
     );
-    let log = dir.join("tls.log");
-    let cfg = format!("log {}\n{FMT}\n{cfg}", p(&log));
-    let proxy = Proxy::start(
-        dir,
-        &cfg,
-        &[Listen::Tcp(localhost(port)), Listen::Tcp(localhost(port2))],
-    );
+    let (proxy, _) = start(dir, FMT, &cfg, &[port, port2]);
     let mut s = connect(localhost(port));
     set_timeouts(&s, Duration::from_secs(30));
     let mut got = [0u8; 13];
@@ -1018,7 +1005,7 @@ fn ssl_mitm_serves_a_leaf_of_its_ca_cached_and_reused_after_a_restart() {
     let (oport, _sni) = tls_origin(&pki, MITM_HELLO);
     let port = free_port_pair();
     let cfg = mitm_cfg(port, &ca, &cache, Some(&pki.ca));
-    let proxy = start(Dir::new("tls_mitm_a"), &cfg, port);
+    let proxy = start(Dir::new("tls_mitm_a"), FMT, &cfg, &[port]).0;
 
     // curl trusts only our MITM CA: the origin's own certificate (of
     // another CA) would fail; the leaf it sees is ours, for the name.
@@ -1069,7 +1056,7 @@ fn ssl_mitm_serves_a_leaf_of_its_ca_cached_and_reused_after_a_restart() {
     // After a restart the cached leaf is served again, unchanged.
     let port = free_port_pair();
     let cfg = mitm_cfg(port, &ca, &cache, Some(&pki.ca));
-    let proxy = start(Dir::new("tls_mitm_b"), &cfg, port);
+    let proxy = start(Dir::new("tls_mitm_b"), FMT, &cfg, &[port]).0;
     let (_, leaf2) = leaf_via_connect(port, &ca.0, "localhost", oport);
     assert_eq!(sha(&leaf2), sha(&leaf1), "the cached leaf after a restart");
     read_log_line(&log_of(&proxy), "the tunnel's record", |l| {
@@ -1082,7 +1069,7 @@ fn ssl_mitm_serves_a_leaf_of_its_ca_cached_and_reused_after_a_restart() {
     let ca2 = mitm_ca(&other);
     let port = free_port_pair();
     let cfg = mitm_cfg(port, &ca2, &cache, Some(&pki.ca));
-    let _proxy = start(Dir::new("tls_mitm_c"), &cfg, port);
+    let _proxy = start(Dir::new("tls_mitm_c"), FMT, &cfg, &[port]).0;
     let (_, leaf3) = leaf_via_connect(port, &ca2.0, "localhost", oport);
     assert_ne!(sha(&leaf3), sha(&leaf1));
     let cached = CertificateDer::from_pem_file(&file).unwrap().to_vec();
@@ -1101,9 +1088,11 @@ fn ssl_mitm_refuses_an_untrusted_origin_with_8011() {
     // The built-in roots only: the origin's CA is not one of them.
     let proxy = start(
         Dir::new("tls_mitm_u"),
+        FMT,
         &mitm_cfg(port, &ca, &cache, None),
-        port,
-    );
+        &[port],
+    )
+    .0;
     let out = Command::new("curl")
         .args(["-sS", "--max-time", "30"])
         .args(["--proxy", &format!("http://127.0.0.1:{port}")])
@@ -1238,7 +1227,7 @@ fn ssl_server_cipher_list_and_ciphersuites_choose_what_is_negotiated() {
         pki.serv(),
         echo.port()
     );
-    let proxy = start(dir, &cfg, port);
+    let proxy = start(dir, FMT, &cfg, &[port]).0;
     for (args, want) in [
         (
             ["-tls1_2", "-cipher", "ECDHE-ECDSA-AES256-GCM-SHA384"],
@@ -1282,7 +1271,7 @@ fn ssl_client_cipher_list_limits_what_the_proxy_offers_the_origin() {
             "ssl_client_max_proto_version TLSv1.2\nssl_client_cipher_list {list}\n\
              ssl_cli\ntcppm -i127.0.0.1 {port} localhost {oport}\n"
         );
-        let proxy = start(dir, &cfg, port);
+        let proxy = start(dir, FMT, &cfg, &[port]).0;
         let mut s = connect(localhost(port));
         set_timeouts(&s, Duration::from_secs(30));
         if works {
@@ -1408,7 +1397,7 @@ fn ssl_client_alpn_is_offered_and_ca_dirs_and_stores_are_trusted() {
             "ssl_client_verify\n{trust}\n{offer}\nssl_cli\n\
              tcppm -i127.0.0.1 {port} localhost {oport}\n"
         );
-        let _proxy = start(Dir::new("tls_alpn_p"), &cfg, port);
+        let _proxy = start(Dir::new("tls_alpn_p"), FMT, &cfg, &[port]).0;
         let mut s = connect(localhost(port));
         set_timeouts(&s, Duration::from_secs(30));
         let mut got = vec![0u8; want.len()];
@@ -1433,7 +1422,7 @@ fn ssl_mitm_in_tcppm_serves_its_leaf_for_the_mapped_name() {
         p(&ca.0),
         p(&ca.1)
     );
-    let _proxy = start(Dir::new("tls_mitm_t"), &cfg, port);
+    let _proxy = start(Dir::new("tls_mitm_t"), FMT, &cfg, &[port]).0;
     let mut roots = rustls::RootCertStore::empty();
     for c in CertificateDer::pem_file_iter(&ca.0).unwrap() {
         roots.add(c.unwrap()).unwrap();
@@ -1481,7 +1470,7 @@ fn a_quiet_tls_session_parks_and_carries_on() {
         pki.serv(),
         origin.port()
     );
-    let _proxy = start(dir, &cfg, port);
+    let _proxy = start(dir, FMT, &cfg, &[port]).0;
     let mut s = tls_connect(&pki.ca, port);
     echo_roundtrip(&mut s, b"before parking");
     wait_parked(aport, 1, Duration::from_secs(5));
@@ -1538,7 +1527,7 @@ fn chromium_loads_pages_through_the_https_proxy() {
     let origin = HttpOrigin::start();
     let port = free_port();
     let cfg = format!("{}proxy -p{port} -i127.0.0.1\n", pki.serv());
-    let proxy = start(dir, &cfg, port);
+    let proxy = start(dir, FMT, &cfg, &[port]).0;
     assert!(
         wait_for(
             || TcpStream::connect(localhost(sport)).is_ok(),

@@ -2,15 +2,20 @@
 //!
 //! A test gets its own temp dir ([`Dir`]), writes a cfg there and runs the
 //! real `3proxy` binary on it ([`Proxy`] for a server that must come up,
-//! [`run`] for a process that must exit by itself). Origins ([`Origin`],
-//! [`UnixEcho`], [`UdpEcho`]) are threads inside the test. Nothing here
+//! [`run`] for a process that must exit by itself; [`start`] and
+//! [`Service`] for the usual cfg: a log, its format, the service lines).
+//! Origins ([`Origin`], [`UnixEcho`], [`UdpEcho`]) are threads inside the
+//! test; the clients are [`HttpClient`] ([`http_once`] for one request),
+//! [`LineClient`] (POP3, IMAP, SMTP, FTP) and the SOCKS functions
+//! ([`socks5_open`], [`socks5_request`], [`socks4_request`]...). [`Strace`]
+//! sees the proxy's system calls. Nothing here
 //! sleeps for a fixed time to let something happen: every wait is a poll
 //! with a deadline ([`wait_for`]), and every socket a test opens has a
 //! read/write timeout, so a broken proxy fails a test instead of hanging it.
 
 use std::collections::HashMap;
 use std::fs;
-use std::io::{self, Read, Write};
+use std::io::{self, BufRead, BufReader, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream, UdpSocket};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
@@ -1322,4 +1327,725 @@ pub fn counter_record(path: &Path, n: u64) -> Option<u64> {
     let off = (16 + (n - 1) * 24) as usize;
     let word: [u8; 8] = b.get(off..off + 8)?.try_into().ok()?;
     Some(u64::from_ne_bytes(word))
+}
+
+// ---------------------------------------------------------------------------
+// A test's proxy: its log and its service line
+
+/// The log file of a proxy from [`start`] or [`Service::start`], in its
+/// test dir.
+pub const ACCESS_LOG: &str = "access.log";
+
+/// Starts the proxy on a cfg of `log ACCESS_LOG`, `logformat "FMT"` and
+/// `body` (its other commands and its service lines), waiting until it
+/// listens on every TCP port of 127.0.0.1 in `ports`. Returns the proxy
+/// and the log's path.
+pub fn start(dir: Dir, fmt: &str, body: &str, ports: &[u16]) -> (Proxy, PathBuf) {
+    let ready: Vec<Listen> = ports.iter().map(|&q| Listen::Tcp(localhost(q))).collect();
+    start_ready(dir, fmt, body, &ready)
+}
+
+/// [`start`], waiting for the endpoints in `ready`.
+pub fn start_ready(dir: Dir, fmt: &str, body: &str, ready: &[Listen]) -> (Proxy, PathBuf) {
+    let log = dir.join(ACCESS_LOG);
+    let cfg = format!("log {}\nlogformat \"{fmt}\"\n{body}", p(&log));
+    (Proxy::start(dir, &cfg, ready), log)
+}
+
+/// The record of the client whose port is `cport`, in a log written with
+/// `logformat "FMT"` whose `%c` is that port (as the client saw it, its
+/// local port); waits for it as [`read_log_line`] does.
+pub fn record_of(log: &Path, fmt: &str, cport: u16) -> String {
+    let field = fmt
+        .trim_start_matches(['L', 'G'])
+        .split(' ')
+        .position(|w| w == "%c")
+        .unwrap_or_else(|| panic!("no %c in the log format {fmt:?}"));
+    read_log_line(log, &format!("of client port {cport}"), |l| {
+        l.split(' ').nth(field) == Some(&cport.to_string())
+    })
+}
+
+/// The log of a proxy from [`start`] or [`Service::start`].
+pub fn log_of(proxy: &Proxy) -> PathBuf {
+    proxy.dir.join(ACCESS_LOG)
+}
+
+/// The service most tests of a file start: `KIND -i127.0.0.1 -pPORT OPTS`
+/// on a fresh port, logging with `logformat "FMT"`.
+pub struct Service {
+    /// The service command: `socks`, `proxy`, `pop3p`...
+    pub kind: &'static str,
+    /// The `logformat` of its log, [`ACCESS_LOG`].
+    pub fmt: &'static str,
+    /// It listens on a UDP port (`dnspr`, `udppm`), not a TCP one.
+    pub udp: bool,
+}
+
+impl Service {
+    pub const fn tcp(kind: &'static str, fmt: &'static str) -> Service {
+        Service {
+            kind,
+            fmt,
+            udp: false,
+        }
+    }
+
+    pub const fn udp(kind: &'static str, fmt: &'static str) -> Service {
+        Service {
+            kind,
+            fmt,
+            udp: true,
+        }
+    }
+
+    /// A proxy with `pre` (cfg lines; a last newline is added if missing),
+    /// then the service line with `opts`. Returns the proxy, the service's
+    /// port and the log's path.
+    pub fn start(&self, name: &str, pre: &str, opts: &str) -> (Proxy, u16, PathBuf) {
+        self.start_in(Dir::new(name), pre, opts, "")
+    }
+
+    /// [`Service::start`] with `post`, cfg lines after the service line.
+    pub fn start_then(
+        &self,
+        name: &str,
+        pre: &str,
+        opts: &str,
+        post: &str,
+    ) -> (Proxy, u16, PathBuf) {
+        self.start_in(Dir::new(name), pre, opts, post)
+    }
+
+    /// [`Service::start_then`] in a test dir made before (one that holds
+    /// files the cfg names).
+    pub fn start_in(&self, dir: Dir, pre: &str, opts: &str, post: &str) -> (Proxy, u16, PathBuf) {
+        let port = if self.udp {
+            free_udp_port()
+        } else {
+            free_port()
+        };
+        let nl = if pre.is_empty() || pre.ends_with('\n') {
+            ""
+        } else {
+            "\n"
+        };
+        let body = format!("{pre}{nl}{} -i127.0.0.1 -p{port} {opts}\n{post}", self.kind);
+        let ready = if self.udp {
+            Listen::Udp(port)
+        } else {
+            Listen::Tcp(localhost(port))
+        };
+        let (proxy, log) = start_ready(dir, self.fmt, &body, &[ready]);
+        (proxy, port, log)
+    }
+}
+
+// ---------------------------------------------------------------------------
+// HTTP clients
+
+/// An HTTP response as a test client read it.
+#[derive(Clone)]
+pub struct Response {
+    /// The status code; 0 if the status line has none.
+    pub status: u16,
+    /// The status line and the header fields, with the empty line that
+    /// ends them.
+    pub head: String,
+    /// The body: decoded if it was chunked, unless read by
+    /// [`HttpClient::read_to_close`], which keeps the bytes as they came.
+    pub body: Vec<u8>,
+    /// The local port of the connection it came on: the `%c` of the
+    /// client's log record.
+    pub client_port: u16,
+}
+
+impl Response {
+    pub fn status_line(&self) -> &str {
+        self.head.split("\r\n").next().unwrap_or("")
+    }
+
+    /// The value of the field `name` (any case); the last one if there
+    /// are several.
+    pub fn field(&self, name: &str) -> Option<&str> {
+        field_values(&self.head, name).pop()
+    }
+
+    /// The body as text (lossy).
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+}
+
+/// The head and the body, as text.
+impl std::fmt::Display for Response {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}{}", self.head, self.text())
+    }
+}
+
+impl std::fmt::Debug for Response {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:?}", self.to_string())
+    }
+}
+
+/// The values of the header fields `name` (any case) in a message head,
+/// in order (the first line, the request or status line, is not a field).
+pub fn field_values<'h>(head: &'h str, name: &str) -> Vec<&'h str> {
+    head.split("\r\n")
+        .skip(1)
+        .filter_map(|l| l.split_once(':'))
+        .filter(|(n, _)| n.trim().eq_ignore_ascii_case(name))
+        .map(|(_, v)| v.trim())
+        .collect()
+}
+
+/// Reads a chunked body, handing the data to `sink`; returns its length.
+/// Chunk extensions and trailers are read and dropped.
+pub fn dechunk(r: &mut impl BufRead, mut sink: impl FnMut(&[u8])) -> io::Result<u64> {
+    let mut total = 0;
+    loop {
+        let mut line = String::new();
+        r.read_line(&mut line)?;
+        let size = line.trim().split(';').next().unwrap_or("");
+        let n = u64::from_str_radix(size, 16)
+            .map_err(|_| io::Error::other(format!("bad chunk size {line:?}")))?;
+        if n == 0 {
+            // Trailers up to the empty line.
+            loop {
+                let mut t = String::new();
+                if r.read_line(&mut t)? == 0 || t == "\r\n" {
+                    return Ok(total);
+                }
+            }
+        }
+        let mut data = vec![0u8; n as usize];
+        r.read_exact(&mut data)?;
+        sink(&data);
+        total += n;
+        let mut crlf = [0u8; 2];
+        r.read_exact(&mut crlf)?;
+    }
+}
+
+/// A client connection to an HTTP proxy or server: requests are written
+/// as given, responses read one at a time by their framing.
+pub struct HttpClient {
+    pub r: BufReader<TcpStream>,
+    pub w: TcpStream,
+}
+
+impl HttpClient {
+    /// Connects to 127.0.0.1:`port` (with the test timeouts).
+    pub fn connect(port: u16) -> HttpClient {
+        HttpClient::on(connect(localhost(port)))
+    }
+
+    /// A client on a connection made elsewhere (from a given source
+    /// address, through a SOCKS proxy...).
+    pub fn on(s: TcpStream) -> HttpClient {
+        HttpClient {
+            r: BufReader::new(s.try_clone().expect("clone the client socket")),
+            w: s,
+        }
+    }
+
+    /// The connection's local port (the `%c` of its log records).
+    pub fn port(&self) -> u16 {
+        self.w.local_addr().unwrap().port()
+    }
+
+    pub fn send(&mut self, bytes: &[u8]) {
+        self.w.write_all(bytes).expect("write to the proxy");
+    }
+
+    /// Reads one response (`head_req`: it answers a HEAD, so has no body).
+    pub fn read(&mut self, head_req: bool) -> Response {
+        self.try_read(head_req)
+            .expect("read a response from the proxy")
+    }
+
+    /// [`HttpClient::read`], Err if the connection ends or breaks first.
+    pub fn try_read(&mut self, head_req: bool) -> io::Result<Response> {
+        let head = self.read_head()?;
+        let status = status_of(&head);
+        let mut body = Vec::new();
+        let no_body = head_req || status == 204 || status == 304 || (100..200).contains(&status);
+        let chunked = field_values(&head, "transfer-encoding")
+            .last()
+            .is_some_and(|t| t.contains("chunked"));
+        let len = field_values(&head, "content-length").pop().map(|n| {
+            n.parse::<usize>()
+                .unwrap_or_else(|_| panic!("Content-Length {n:?}"))
+        });
+        if no_body {
+        } else if chunked {
+            dechunk(&mut self.r, |b| body.extend_from_slice(b))?;
+        } else if let Some(n) = len {
+            body = vec![0u8; n];
+            self.r.read_exact(&mut body)?;
+        } else {
+            body = read_until_closed(&mut self.r)?;
+        }
+        Ok(Response {
+            status,
+            head,
+            body,
+            client_port: self.port(),
+        })
+    }
+
+    /// Reads a head: lines up to and with the empty one.
+    fn read_head(&mut self) -> io::Result<String> {
+        let mut head = String::new();
+        loop {
+            let mut line = String::new();
+            if self.r.read_line(&mut line)? == 0 {
+                return Err(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    format!("closed after {head:?}"),
+                ));
+            }
+            head.push_str(&line);
+            if line == "\r\n" {
+                return Ok(head);
+            }
+        }
+    }
+
+    /// GET `url` (through a proxy: the absolute form) and read the answer.
+    pub fn get(&mut self, url: &str) -> Response {
+        self.send(format!("GET {url} HTTP/1.1\r\nHost: ignored\r\n\r\n").as_bytes());
+        self.read(false)
+    }
+
+    /// Everything until the peer closes, as a response: the head is what
+    /// comes before the first empty line (all of it if there is none), the
+    /// body the bytes after it, as they came.
+    pub fn read_to_close(&mut self) -> Response {
+        let all = read_until_closed(&mut self.r).expect("read the answer to the close");
+        let cut = all
+            .windows(4)
+            .position(|w| w == b"\r\n\r\n")
+            .map_or(all.len(), |i| i + 4);
+        let head = String::from_utf8_lossy(&all[..cut]).into_owned();
+        Response {
+            status: status_of(&head),
+            head,
+            body: all[cut..].to_vec(),
+            client_port: self.port(),
+        }
+    }
+
+    /// The peer closed the connection (EOF or reset, no more bytes).
+    pub fn assert_closed(&mut self) {
+        let rest = read_until_closed(&mut self.r).expect("the proxy should close the connection");
+        assert!(
+            rest.is_empty(),
+            "bytes after the answer: {:?}",
+            String::from_utf8_lossy(&rest)
+        );
+    }
+}
+
+/// The status code of a response head; 0 if it has none.
+fn status_of(head: &str) -> u16 {
+    head.split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0)
+}
+
+/// One request, written as it is, on a connection of its own to
+/// 127.0.0.1:`port`; the answer read to the close
+/// ([`HttpClient::read_to_close`]).
+pub fn http_once(port: u16, request: &[u8]) -> Response {
+    let mut c = HttpClient::connect(port);
+    c.send(request);
+    c.read_to_close()
+}
+
+/// A CONNECT to 127.0.0.1:`to` through the HTTP proxy on
+/// 127.0.0.1:`proxy`, with `fields` (header lines, each CRLF-ended). The
+/// stream and the proxy's answer head, read a byte at a time so that
+/// nothing of the tunnel is taken with it. Panics if the proxy closes
+/// first.
+pub fn http_connect(proxy: u16, to: u16, fields: &str) -> (TcpStream, String) {
+    let mut s = connect(localhost(proxy));
+    let request =
+        format!("CONNECT 127.0.0.1:{to} HTTP/1.1\r\nHost: 127.0.0.1:{to}\r\n{fields}\r\n");
+    s.write_all(request.as_bytes()).unwrap();
+    let mut head = Vec::new();
+    let mut b = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        let n = s.read(&mut b).expect("read the answer to CONNECT");
+        assert_eq!(n, 1, "proxy closed: {:?}", String::from_utf8_lossy(&head));
+        head.push(b[0]);
+    }
+    (s, String::from_utf8_lossy(&head).into_owned())
+}
+
+/// `data` in base64 (credentials of Basic, SMTP and IMAP AUTH).
+pub fn base64(data: impl AsRef<[u8]>) -> String {
+    use base64::Engine;
+    base64::engine::general_purpose::STANDARD.encode(data)
+}
+
+/// A `Proxy-Authorization` field with Basic credentials, CRLF included.
+pub fn proxy_auth(user: &str, pass: &str) -> String {
+    format!(
+        "Proxy-Authorization: Basic {}\r\n",
+        base64(format!("{user}:{pass}"))
+    )
+}
+
+// ---------------------------------------------------------------------------
+// Line clients
+
+/// A client of a line protocol (POP3, IMAP, SMTP, the FTP control
+/// connection): commands written with CRLF, answers read a line at a time.
+pub struct LineClient {
+    pub s: TcpStream,
+    pub r: BufReader<TcpStream>,
+}
+
+impl LineClient {
+    /// A client on a connection made elsewhere (through a SOCKS proxy...);
+    /// the test timeouts are set on it.
+    pub fn on(s: TcpStream) -> LineClient {
+        set_timeouts(&s, IO_TIMEOUT);
+        let r = BufReader::new(s.try_clone().expect("clone the client socket"));
+        LineClient { s, r }
+    }
+
+    /// Connects to 127.0.0.1:`port` and reads the greeting, which must be
+    /// `greeting`.
+    pub fn connect(port: u16, greeting: &str) -> LineClient {
+        let mut c = LineClient::on(connect(localhost(port)));
+        assert_eq!(c.line(), greeting, "the greeting");
+        c
+    }
+
+    /// The next line, with its line end.
+    pub fn line(&mut self) -> String {
+        let mut l = String::new();
+        self.r.read_line(&mut l).expect("a line from the proxy");
+        l
+    }
+
+    /// Writes `line` and CRLF.
+    pub fn send(&mut self, line: &str) {
+        self.s.write_all(format!("{line}\r\n").as_bytes()).unwrap();
+    }
+
+    /// Sends a command; the answer's first line.
+    pub fn cmd(&mut self, line: &str) -> String {
+        self.send(line);
+        self.line()
+    }
+
+    /// An SMTP or FTP reply: its lines while the fourth byte is '-'.
+    pub fn reply(&mut self) -> String {
+        let mut all = String::new();
+        loop {
+            let l = self.line();
+            all.push_str(&l);
+            if l.as_bytes().get(3) != Some(&b'-') {
+                return all;
+            }
+        }
+    }
+
+    /// Sends a command; the whole reply ([`LineClient::reply`]).
+    pub fn reply_to(&mut self, line: &str) -> String {
+        self.send(line);
+        self.reply()
+    }
+
+    /// The connection's local port (the `%c` of its log records).
+    pub fn port(&self) -> u16 {
+        self.s.local_addr().unwrap().port()
+    }
+
+    /// After the answer: the peer closes, with nothing more; then this
+    /// side closes too (which ends the session).
+    pub fn assert_closed(mut self) {
+        let mut rest = Vec::new();
+        let _ = self.r.read_to_end(&mut rest);
+        assert_eq!(String::from_utf8_lossy(&rest), "");
+    }
+}
+
+// ---------------------------------------------------------------------------
+// SOCKS clients
+
+/// A SOCKS5 request (RFC 1928: VER CMD RSV ATYP DST.ADDR DST.PORT) of
+/// command `cmd` (1 CONNECT, 2 BIND, 3 UDP ASSOCIATE) for an IPv4 or
+/// IPv6 address.
+pub fn socks5_request(cmd: u8, to: SocketAddr) -> Vec<u8> {
+    let mut b = vec![5, cmd, 0];
+    match to {
+        SocketAddr::V4(a) => {
+            b.push(1);
+            b.extend_from_slice(&a.ip().octets());
+        }
+        SocketAddr::V6(a) => {
+            b.push(4);
+            b.extend_from_slice(&a.ip().octets());
+        }
+    }
+    b.extend_from_slice(&to.port().to_be_bytes());
+    b
+}
+
+/// A SOCKS5 request for a host name (ATYP 3).
+pub fn socks5_request_name(cmd: u8, name: &[u8], port: u16) -> Vec<u8> {
+    let mut b = vec![5, cmd, 0, 3, name.len() as u8];
+    b.extend_from_slice(name);
+    b.extend_from_slice(&port.to_be_bytes());
+    b
+}
+
+/// The username/password message of RFC 1929 (version 1).
+pub fn socks5_credentials(user: &str, pass: &str) -> Vec<u8> {
+    let mut b = vec![1, user.len() as u8];
+    b.extend_from_slice(user.as_bytes());
+    b.push(pass.len() as u8);
+    b.extend_from_slice(pass.as_bytes());
+    b
+}
+
+/// A SOCKS4 request (CMD 1 CONNECT, 2 BIND) for an IPv4 address, with
+/// `user` as the user id and its terminating NUL.
+pub fn socks4_request(cmd: u8, to: SocketAddr, user: &[u8]) -> Vec<u8> {
+    let SocketAddr::V4(a) = to else {
+        panic!("SOCKS4 has IPv4 addresses only: {to}")
+    };
+    let mut b = vec![4, cmd];
+    b.extend_from_slice(&a.port().to_be_bytes());
+    b.extend_from_slice(&a.ip().octets());
+    b.extend_from_slice(user);
+    b.push(0);
+    b
+}
+
+/// Connects to the SOCKS5 proxy on 127.0.0.1:`proxy` and says its
+/// greeting: "no authentication", or with `login` "username/password"
+/// and the credentials. Panics unless the proxy picks that method and
+/// accepts the credentials.
+pub fn socks5_hello(proxy: u16, login: Option<(&str, &str)>) -> TcpStream {
+    let mut s = connect(localhost(proxy));
+    let method = if login.is_some() { 2 } else { 0 };
+    s.write_all(&[5, 1, method]).unwrap();
+    let mut r = [0u8; 2];
+    s.read_exact(&mut r).expect("the SOCKS5 method choice");
+    assert_eq!(r, [5, method], "SOCKS5 method choice");
+    if let Some((user, pass)) = login {
+        s.write_all(&socks5_credentials(user, pass)).unwrap();
+        s.read_exact(&mut r).expect("the SOCKS5 login status");
+        assert_eq!(r, [1, 0], "SOCKS5 login refused");
+    }
+    s
+}
+
+/// Reads a whole SOCKS5 reply (VER REP RSV ATYP BND.ADDR BND.PORT; its
+/// length follows ATYP).
+pub fn read_socks5_reply(s: &mut impl Read) -> io::Result<Vec<u8>> {
+    let mut r = vec![0u8; 5];
+    s.read_exact(&mut r)?;
+    let rest = match r[3] {
+        1 => 4 - 1 + 2,
+        4 => 16 - 1 + 2,
+        3 => usize::from(r[4]) + 2,
+        t => return Err(io::Error::other(format!("SOCKS5 reply ATYP {t}: {r:?}"))),
+    };
+    let mut more = vec![0u8; rest];
+    s.read_exact(&mut more)?;
+    r.extend_from_slice(&more);
+    Ok(r)
+}
+
+/// A SOCKS5 session through the proxy on 127.0.0.1:`proxy`: the greeting
+/// ([`socks5_hello`]), then `request` ([`socks5_request`]...). The stream
+/// after the reply when it grants the request; Err(REP) when it refuses,
+/// Err(0xff) when the proxy closes before a reply.
+pub fn socks5_open(
+    proxy: u16,
+    login: Option<(&str, &str)>,
+    request: &[u8],
+) -> Result<TcpStream, u8> {
+    let mut s = socks5_hello(proxy, login);
+    s.write_all(request).unwrap();
+    match read_socks5_reply(&mut s) {
+        Ok(r) if r[1] == 0 => Ok(s),
+        Ok(r) => Err(r[1]),
+        Err(_) => Err(0xff),
+    }
+}
+
+/// A SOCKS5 CONNECT through the proxy on `proxy` to `to`, with `login` if
+/// given; panics unless it is granted.
+pub fn socks5_connect(proxy: u16, login: Option<(&str, &str)>, to: SocketAddr) -> TcpStream {
+    socks5_open(proxy, login, &socks5_request(1, to))
+        .unwrap_or_else(|rep| panic!("SOCKS5 CONNECT to {to} refused: REP {rep}"))
+}
+
+/// A SOCKS5 CONNECT to 127.0.0.1:`to`, no authentication; granted.
+pub fn socks5_to(proxy: u16, to: u16) -> TcpStream {
+    socks5_connect(proxy, None, localhost(to))
+}
+
+/// Reads exactly `want.len()` bytes and compares.
+pub fn expect_bytes(s: &mut impl Read, want: &[u8]) {
+    let mut got = vec![0u8; want.len()];
+    s.read_exact(&mut got)
+        .unwrap_or_else(|e| panic!("reading {} bytes {want:?}: {e}", want.len()));
+    assert_eq!(got, want);
+}
+
+// ---------------------------------------------------------------------------
+// What the proxy did: system calls, IPv6
+
+/// strace(1) attached to a running proxy (every thread, and the threads
+/// it starts after), recording the calls of one system call. `-s` tests
+/// use it to see that splice(2) moved their data: a proxy that ignored
+/// `-s` would pass them otherwise.
+pub struct Strace {
+    child: Option<Child>,
+    out: PathBuf,
+    err: Capture,
+}
+
+impl Strace {
+    /// Attaches to `proxy` and waits until every thread it has is traced.
+    /// Panics (the test cannot check what it is about) if strace is
+    /// missing or cannot trace.
+    pub fn attach(proxy: &Proxy, syscall: &str) -> Strace {
+        let out = proxy.dir.join(&format!("strace-{syscall}.txt"));
+        let mut child = Command::new("strace")
+            .args([
+                "-f",
+                "-qq",
+                "-e",
+                &format!("trace={syscall}"),
+                "-e",
+                "signal=none",
+                "-o",
+            ])
+            .arg(&out)
+            .args(["-p", &proxy.pid().to_string()])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| {
+                panic!("run strace: {e} (tests/deps.sh installs it, Debian package strace)")
+            });
+        let err = Capture::new(child.stderr.take().unwrap());
+        let tracer = child.id();
+        let mut trace = Strace {
+            child: Some(child),
+            out,
+            err,
+        };
+        let traced = wait_for(
+            || {
+                let tasks: Vec<_> = fs::read_dir(format!("/proc/{}/task", proxy.pid()))
+                    .map(|d| d.flatten().collect())
+                    .unwrap_or_default();
+                !tasks.is_empty()
+                    && tasks.iter().all(|t| {
+                        fs::read_to_string(t.path().join("status")).is_ok_and(|s| {
+                            s.lines().any(|l| {
+                                l.strip_prefix("TracerPid:")
+                                    .is_some_and(|v| v.trim() == tracer.to_string())
+                            })
+                        })
+                    })
+            },
+            START_TIMEOUT,
+        );
+        if !traced {
+            let exited = trace.child.as_mut().unwrap().try_wait().ok().flatten();
+            panic!(
+                "strace did not attach to every thread of the proxy ({}): {}",
+                exited.map_or("still running".to_string(), |s| s.to_string()),
+                trace.err.text()
+            );
+        }
+        trace
+    }
+
+    /// Detaches and returns what was recorded: one line a call.
+    pub fn finish(mut self) -> String {
+        self.stop();
+        fs::read_to_string(&self.out).unwrap_or_else(|e| {
+            panic!(
+                "read {}: {e}; strace said: {}",
+                self.out.display(),
+                self.err.text()
+            )
+        })
+    }
+
+    /// Asserts that the recorded calls moved at least `bytes` (splice(2)
+    /// counts each byte twice: into its pipe and out of it).
+    pub fn assert_moved(self, bytes: u64) {
+        let text = self.finish();
+        let moved = moved_by(&text);
+        let calls = text.lines().count();
+        assert!(
+            moved >= bytes,
+            "the traced calls moved {moved} bytes in {calls} calls, want at least {bytes} \
+             (is `-s` ignored?); the first calls:\n{}",
+            text.lines().take(20).collect::<Vec<_>>().join("\n")
+        );
+    }
+
+    fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            // SIGINT: strace detaches from the threads and exits.
+            let _ = Command::new("kill")
+                .args(["-s", "INT", &child.id().to_string()])
+                .status();
+            if !wait_for(|| child.try_wait().ok().flatten().is_some(), START_TIMEOUT) {
+                let _ = child.kill();
+            }
+            let _ = child.wait();
+        }
+    }
+}
+
+/// The bytes strace's lines say their calls returned, summed (failed
+/// calls return -1; a call cut by another thread's line ends in a
+/// `<... resumed>` line with the result).
+fn moved_by(trace: &str) -> u64 {
+    trace
+        .lines()
+        .filter_map(|l| {
+            l.rsplit_once(") = ")?
+                .1
+                .split_whitespace()
+                .next()?
+                .parse::<i64>()
+                .ok()
+        })
+        .filter(|&n| n > 0)
+        .map(|n| n as u64)
+        .sum()
+}
+
+impl Drop for Strace {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// Fails the test (it cannot check what it is about) unless this host
+/// has IPv6 on its loopback: a socket can be bound to [::1].
+pub fn require_ipv6() {
+    if let Err(e) = TcpListener::bind("[::1]:0") {
+        panic!("this test needs IPv6 on the loopback (bind [::1]: {e}); CI has it");
+    }
 }

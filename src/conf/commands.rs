@@ -351,18 +351,6 @@ mod tests {
     }
 
     #[test]
-    fn every_command_is_in_the_man_page() {
-        let man = include_str!("../../man/3proxy.cfg.5");
-        for c in COMMANDS {
-            assert!(
-                man.contains(c.name),
-                "man/3proxy.cfg.5 does not mention '{}'",
-                c.name
-            );
-        }
-    }
-
-    #[test]
     fn maxconn() {
         assert_eq!(run("maxconn 7").unwrap().maxconn, 7);
         assert!(run("maxconn 0")
