@@ -16,14 +16,12 @@ use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, ServerName};
+use rustls::pki_types::ServerName;
 
-use crate::tls::{mitm_ca, tls_origin, Pki};
+use crate::tls::{client_config, mitm_ca, tls_origin, Pki};
 use crate::util::*;
 
 /// Service, code, user, hops, text.
@@ -452,19 +450,8 @@ pub(crate) fn tunnel(port: u16, ca: &Path, host: &str, oport: u16) -> Tls {
         "{}",
         String::from_utf8_lossy(&head)
     );
-    let mut roots = rustls::RootCertStore::empty();
-    for c in CertificateDer::pem_file_iter(ca).unwrap() {
-        roots.add(c.unwrap()).unwrap();
-    }
-    let cfg = rustls::ClientConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .unwrap()
-    .with_root_certificates(roots)
-    .with_no_client_auth();
     let name = ServerName::try_from(host.to_string()).unwrap();
-    let conn = rustls::ClientConnection::new(Arc::new(cfg), name).unwrap();
+    let conn = rustls::ClientConnection::new(client_config(ca), name).unwrap();
     rustls::StreamOwned::new(conn, s)
 }
 

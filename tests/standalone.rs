@@ -20,30 +20,9 @@ fn tcppm_runs_from_its_command_line() {
     let origin = Origin::echo();
     let port = free_port();
     let prog = link(&dir, "3proxy_tcppm");
-    let mut child = Command::new(&prog)
-        .args([
-            "-i127.0.0.1",
-            &port.to_string(),
-            "127.0.0.1",
-            &origin.port().to_string(),
-        ])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let up = wait_for(
-        || std::net::TcpStream::connect(localhost(port)).is_ok(),
-        START_TIMEOUT,
-    );
-    if !up {
-        let _ = child.kill();
-        let out = child.wait_with_output().unwrap();
-        panic!(
-            "3proxy_tcppm did not listen: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
+    let oport = origin.port().to_string();
+    let args = ["-i127.0.0.1", &port.to_string(), "127.0.0.1", &oport];
+    let child = serve_with(&prog, &args, port, Stdio::piped());
     let mut s = connect(localhost(port));
     s.write_all(b"ping").unwrap();
     let mut got = [0u8; 4];
@@ -119,10 +98,21 @@ fn a_bad_option_is_a_usage_error() {
 /// Runs `prog ARGS` and waits until it accepts on `port`; kills it and
 /// panics with its stderr if it does not.
 fn serve(prog: &std::path::Path, args: &[&str], port: u16) -> std::process::Child {
+    serve_with(prog, args, port, Stdio::null())
+}
+
+/// [`serve`] with its standard output going to `stdout` (piped, for a
+/// test that reads what it printed).
+fn serve_with(
+    prog: &std::path::Path,
+    args: &[&str],
+    port: u16,
+    stdout: Stdio,
+) -> std::process::Child {
     let mut child = Command::new(prog)
         .args(args)
         .stdin(Stdio::null())
-        .stdout(Stdio::null())
+        .stdout(stdout)
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
@@ -435,25 +425,12 @@ fn tlspr_runs_from_its_command_line() {
     );
     let port = free_port();
     let prog = link(&dir, "3proxy_tlspr");
-    let mut child = Command::new(&prog)
-        .args(["-i127.0.0.1", &format!("-p{port}"), &format!("-P{oport}")])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let up = wait_for(
-        || std::net::TcpStream::connect(localhost(port)).is_ok(),
-        START_TIMEOUT,
-    );
-    if !up {
-        let _ = child.kill();
-        let out = child.wait_with_output().unwrap();
-        panic!(
-            "3proxy_tlspr did not listen: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
+    let args = [
+        "-i127.0.0.1".to_string(),
+        format!("-p{port}"),
+        format!("-P{oport}"),
+    ];
+    let mut child = serve(&prog, &args.each_ref().map(String::as_str), port);
     let out = Command::new("curl")
         .args(["-sS", "--max-time", "20", "--noproxy", "*"])
         .args(["--cacert", p(&pki.ca)])

@@ -149,8 +149,8 @@ fn curl_https(port: u16, ca: &Path, args: &[&str]) -> (bool, String, String) {
     )
 }
 
-/// A rustls client session to `port`, trusting only `ca`.
-fn tls_connect(ca: &Path, port: u16) -> rustls::StreamOwned<rustls::ClientConnection, TcpStream> {
+/// A rustls client's settings trusting only the CAs of `ca` (a PEM file).
+pub(crate) fn client_config(ca: &Path) -> Arc<rustls::ClientConfig> {
     let mut roots = rustls::RootCertStore::empty();
     for c in CertificateDer::pem_file_iter(ca).unwrap() {
         roots.add(c.unwrap()).unwrap();
@@ -162,8 +162,13 @@ fn tls_connect(ca: &Path, port: u16) -> rustls::StreamOwned<rustls::ClientConnec
     .unwrap()
     .with_root_certificates(roots)
     .with_no_client_auth();
+    Arc::new(cfg)
+}
+
+/// A rustls client session to `port`, trusting only `ca`.
+fn tls_connect(ca: &Path, port: u16) -> rustls::StreamOwned<rustls::ClientConnection, TcpStream> {
     let name = ServerName::try_from("localhost").unwrap();
-    let conn = rustls::ClientConnection::new(Arc::new(cfg), name).unwrap();
+    let conn = rustls::ClientConnection::new(client_config(ca), name).unwrap();
     let sock = connect(localhost(port));
     set_timeouts(&sock, Duration::from_secs(30));
     rustls::StreamOwned::new(conn, sock)

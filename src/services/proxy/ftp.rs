@@ -89,8 +89,6 @@ impl Control {
     }
 }
 
-
-
 /// Text for HTML (`crate::escape`), CR and LF dropped.
 fn escape(s: &str, out: &mut String) {
     crate::escape::html_into(&s.replace(['\r', '\n'], ""), out);
