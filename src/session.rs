@@ -120,30 +120,7 @@ fn intercept_with(
             ),
         ));
     }
-    if srv.is_tls() {
-        return Err(fail(
-            c,
-            Res::TLS_PARENT,
-            "ssl_mitm: the origin is behind a parent over TLS (no TLS inside TLS)".into(),
-        ));
-    }
-    let name = crate::tls::mitm::leaf_name(host)
-        .and_then(|n| rustls::pki_types::ServerName::try_from(n).ok());
-    let Some(name) = name else {
-        return Err(fail(
-            c,
-            Res::TLS_MITM,
-            format!("ssl_mitm: '{host}' is not a name to certify"),
-        ));
-    };
-    let deadline = std::time::Instant::now() + svc.timeouts.get(Timeouts::CHAIN);
-    if let Err(e) = srv.connect_tls(m.client.clone(), name, deadline) {
-        return Err(fail(
-            c,
-            Res::TLS_PARENT,
-            format!("ssl_mitm: the origin: {e}"),
-        ));
-    }
+    mitm_origin(c, m, srv, host)?;
     let cfg = match m.server_config(host) {
         Ok(cfg) => cfg,
         Err(e) => return Err(fail(c, Res::TLS_MITM, e)),
@@ -158,6 +135,38 @@ fn intercept_with(
         return Err(fail(c, Res::TLS_MITM, format!("ssl_mitm: the client: {e}")));
     }
     crate::sys::mem::release_stack_below_here();
+    Ok(())
+}
+
+/// `ssl_mitm`'s TLS with the origin over `srv` (the tunnel's connection,
+/// or a new one an inner request made): the `ssl_client_*` settings,
+/// `host` as SNI and the name checked, within the CHAIN timeout. Err 8011
+/// (or 8012 for a name no certificate can be made for), with why in the
+/// record's text.
+pub fn mitm_origin(
+    c: &mut Client,
+    m: &crate::tls::mitm::Mitm,
+    srv: &mut Stream,
+    host: &str,
+) -> Result<(), Res> {
+    if srv.is_tls() {
+        let why = "ssl_mitm: the origin is behind a parent over TLS (no TLS inside TLS)";
+        return Err(with_why(c, Res::TLS_PARENT, why.into()));
+    }
+    let name = crate::tls::mitm::leaf_name(host)
+        .and_then(|n| rustls::pki_types::ServerName::try_from(n).ok());
+    let Some(name) = name else {
+        let why = format!("ssl_mitm: '{host}' is not a name to certify");
+        return Err(with_why(c, Res::TLS_MITM, why));
+    };
+    let limit = c.svc().timeouts.get(Timeouts::CHAIN);
+    if let Err(e) = srv.connect_tls(m.client.clone(), name, std::time::Instant::now() + limit) {
+        return Err(with_why(
+            c,
+            Res::TLS_PARENT,
+            format!("ssl_mitm: the origin: {e}"),
+        ));
+    }
     Ok(())
 }
 

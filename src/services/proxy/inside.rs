@@ -14,7 +14,6 @@
 //! tunnel writes no record when its stream is HTTP: its requests do, as
 //! in 3proxy.
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::client::Client;
@@ -114,6 +113,19 @@ pub(super) fn first_speaker(cli: &Stream, srv: &Stream, within: Duration) -> Fir
     }
 }
 
+/// [`first_speaker`] of an intercepted tunnel's client and `srv`, within
+/// the STRING_LONG timeout; a tunnel nobody spoke in ends with 92 and why
+/// in the record's text.
+pub(super) fn wait_first(c: &mut Client, srv: &Stream) -> First {
+    let within = c.svc().timeouts.get(Timeouts::STRING_LONG);
+    let first = first_speaker(&c.cli, srv, within);
+    if first == First::Quiet {
+        let why = "ssl_mitm: nothing came in the tunnel".into();
+        c.res = crate::session::with_why(c, Res::IDLE, why);
+    }
+    first
+}
+
 /// After a SOCKS or tcppm tunnel was intercepted on `srv`: if its client
 /// speaks HTTP, serve its requests here (they write the records; the
 /// tunnel writes none) and return None; otherwise give `srv` back for the
@@ -126,17 +138,15 @@ pub fn serve_inside(
     parents: &Parents,
     hops: u32,
 ) -> Option<Stream> {
-    let svc = c.svc().clone();
-    match first_speaker(&c.cli, &srv, svc.timeouts.get(Timeouts::STRING_LONG)) {
+    match wait_first(c, &srv) {
         First::Http => {}
         First::Other => return Some(srv),
         First::Quiet => {
-            let why = "ssl_mitm: nothing came in the tunnel".into();
-            c.res = crate::session::with_why(c, Res::IDLE, why);
             c.srv = Some(srv);
             return None;
         }
     }
+    let svc = c.svc().clone();
     let via = (!parents.is_empty()).then(|| {
         Box::new(Via {
             parents: parents.clone(),
@@ -239,25 +249,10 @@ impl Session {
     /// it was asked for first): the `ssl_client_*` settings of
     /// `ssl_mitm`, the destination's name asked and checked.
     fn tls_inside(&self, c: &mut Client, s: &mut Stream) -> Result<(), Res> {
-        let svc = &self.svc;
-        let (Some(m), Some(inside)) = (svc.mitm.as_deref(), self.inside.as_deref()) else {
+        let (Some(m), Some(inside)) = (self.svc.mitm.as_deref(), self.inside.as_deref()) else {
             return Ok(());
         };
-        if s.is_tls() {
-            let why = "ssl_mitm: the origin is behind a parent over TLS (no TLS inside TLS)";
-            return Err(crate::session::with_why(c, Res::TLS_PARENT, why.into()));
-        }
-        let name = crate::tls::mitm::leaf_name(&inside.host)
-            .and_then(|n| rustls::pki_types::ServerName::try_from(n).ok());
-        let Some(name) = name else {
-            let why = format!("ssl_mitm: '{}' is not a name to ask for", inside.host);
-            return Err(crate::session::with_why(c, Res::TLS_PARENT, why));
-        };
-        let deadline = Instant::now() + svc.timeouts.get(Timeouts::CHAIN);
-        if let Err(e) = s.connect_tls(Arc::clone(&m.client), name, deadline) {
-            let why = format!("ssl_mitm: the origin: {e}");
-            return Err(crate::session::with_why(c, Res::TLS_PARENT, why));
-        }
+        crate::session::mitm_origin(c, m, s, &inside.host)?;
         crate::sys::mem::release_stack_below_here();
         Ok(())
     }

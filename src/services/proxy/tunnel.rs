@@ -72,8 +72,7 @@ impl Session {
             return Ok(Next::Close);
         }
         if self.svc.mitm.is_some() {
-            let within = self.svc.timeouts.get(Timeouts::STRING_LONG);
-            match inside::first_speaker(&c.cli, &o.s, within) {
+            match inside::wait_first(c, &o.s) {
                 inside::First::Http => {
                     let inside = Inside {
                         host: self.host.clone(),
@@ -86,8 +85,6 @@ impl Session {
                     return Ok(Next::Inside);
                 }
                 inside::First::Quiet => {
-                    let why = "ssl_mitm: nothing came in the tunnel".into();
-                    c.res = session::with_why(c, Res::IDLE, why);
                     c.srv = Some(o.s);
                     return Ok(Next::Close);
                 }
