@@ -88,6 +88,83 @@ impl Drop for Slot {
     }
 }
 
+/// The access-log record a client is building. A record carries the
+/// session's fields (addresses, user, hops, service, all in [`Client`])
+/// and these of its own, which begin again after each record: so a
+/// second record (the next HTTP request, ftppr's next transfer, SOCKS
+/// UDP's next destination) says only what happened since the first.
+///
+/// When it is written: [`Client::end_record`] writes it now, and the
+/// `Client`'s drop writes it if it is still `open`; a record is never
+/// written twice, and one that a `nolog` grant covers never.
+pub struct Record {
+    /// %T: the service text.
+    pub text: String,
+    pub res: Res,
+    /// %O: bytes client -> server.
+    pub bytes_out: u64,
+    /// %I: bytes server -> client.
+    pub bytes_in: u64,
+    /// When the record began (%t, %D).
+    pub start: SystemTime,
+    /// Something happened since the last record ended: the drop writes
+    /// it. A session begins open; a kept-alive HTTP client between
+    /// requests is not.
+    open: bool,
+    /// The last grant said `nolog`: records stay unwritten until a grant
+    /// says otherwise (each HTTP request has its own).
+    nolog: bool,
+}
+
+impl Record {
+    fn new(start: SystemTime) -> Record {
+        Record {
+            text: String::new(),
+            res: Res::OK,
+            bytes_out: 0,
+            bytes_in: 0,
+            start,
+            open: true,
+            nolog: false,
+        }
+    }
+
+    /// Begin the next record: the fields of its own start again, and it
+    /// is closed until something opens it.
+    fn next(&mut self) {
+        self.bytes_in = 0;
+        self.bytes_out = 0;
+        self.res = Res::OK;
+        self.text.clear();
+        self.start = SystemTime::now();
+        self.open = false;
+    }
+
+    /// Something happened that the record is to say (a request head was
+    /// read, a hand-off began, a SOCKS UDP destination's record was
+    /// written and the association's own is still to come).
+    pub fn open(&mut self) {
+        self.open = true;
+    }
+
+    /// A new HTTP request: the record is open, and until its own grant
+    /// says `nolog`, written.
+    pub fn begin(&mut self) {
+        self.open = true;
+        self.nolog = false;
+    }
+
+    /// Nothing happened since the last record ended.
+    pub fn is_closed(&self) -> bool {
+        !self.open
+    }
+
+    /// What the last grant said of `nolog`.
+    pub fn set_nolog(&mut self, nolog: bool) {
+        self.nolog = nolog;
+    }
+}
+
 /// An accepted client on its way to a client thread.
 pub struct Accepted {
     pub stream: Stream,
@@ -129,23 +206,15 @@ pub struct Client {
     /// %n: the destination host name, when one was given.
     pub req_host: Option<String>,
     pub user: Option<String>,
-    /// %T: the service text.
-    pub text: String,
-    pub res: Res,
-    /// %O: bytes client -> server.
-    pub bytes_out: u64,
-    /// %I: bytes server -> client.
-    pub bytes_in: u64,
+    /// What the record being built carries of its own (text, result,
+    /// bytes, start) and whether it is still to be written.
+    pub record: Record,
     pub hops: u32,
-    pub start: SystemTime,
     /// %N when it is not the service's own name (SOCKS prints the
     /// protocol version the client spoke: SOCK4, SOCK5, SOC45).
     pub service_name: Option<&'static str>,
     /// The PROXY protocol header (`-H`) has been taken off `cli`.
     pub header_read: bool,
-    /// Set when the last request was logged and nothing happened since:
-    /// the drop then writes no second record (HTTP keep-alive).
-    pub logged: bool,
     /// The reload generation `svc` belongs to (see [`Accepted`]).
     pub generation: u64,
     /// The client came through a local redirection (3proxy's
@@ -251,15 +320,10 @@ impl Client {
             req_addr: None,
             req_host: None,
             user: None,
-            text: String::new(),
-            res: Res::OK,
-            bytes_out: 0,
-            bytes_in: 0,
+            record: Record::new(start),
             hops: 0,
-            start,
             service_name: None,
             header_read: false,
-            logged: false,
             generation: a.generation,
             redirected: false,
             local_hops: 0,
@@ -373,28 +437,23 @@ impl Client {
         );
     }
 
-    /// Write the access-log record for what happened so far, then reset the
-    /// per-record fields (bytes, result, text, start), as 3proxy does after
-    /// each record: an HTTP client gets one record per request.
-    pub fn log_record(&mut self) {
-        self.write_record();
-        self.bytes_in = 0;
-        self.bytes_out = 0;
-        self.res = Res::OK;
-        self.text.clear();
-        self.start = SystemTime::now();
-        self.logged = true;
+    /// End the record being built: write it (unless a `nolog` grant
+    /// covers it) and begin the next one. An HTTP client writes one
+    /// record per request this way, ftppr one per data transfer, SOCKS
+    /// UDP one per destination; the drop writes the last if it is open.
+    pub fn end_record(&mut self) {
+        if !self.record.nolog {
+            self.write_record();
+        }
+        self.record.next();
     }
 
-    /// What [`Client::log_record`] does after writing, without writing
-    /// (a request an ACL entry marked `nolog`): the bytes, text and start
-    /// of the next record begin again.
-    pub fn skip_record(&mut self) {
-        self.bytes_in = 0;
-        self.bytes_out = 0;
-        self.text.clear();
-        self.start = SystemTime::now();
-        self.logged = true;
+    /// End the record being built without writing it (an `ssl_mitm`
+    /// tunnel whose requests write their own, an FTP session with
+    /// nothing to say): the next one begins, and the drop writes nothing
+    /// unless something opens it again.
+    pub fn drop_record(&mut self) {
+        self.record.next();
     }
 
     fn write_record(&mut self) {
@@ -402,10 +461,10 @@ impl Client {
             // Ended from outside: the session saw its sockets shut down
             // (an EOF, or an error of either side); the record says who
             // ended it.
-            self.res = Res::ENDED;
+            self.record.res = Res::ENDED;
         }
-        self.recorded.0 += self.bytes_out;
-        self.recorded.1 += self.bytes_in;
+        self.recorded.0 += self.record.bytes_out;
+        self.recorded.1 += self.record.bytes_in;
         self.live.set_bytes(self.recorded.0, self.recorded.1);
         if self.logs_radius() && self.radius_log().is_some() {
             // `log radius`: the record is the session's Stop.
@@ -414,10 +473,16 @@ impl Client {
                 t.stop();
                 self.live.set_tag(None);
             }
-            self.account(Status::Stop, acct.as_deref(), self.bytes_out, self.bytes_in);
+            self.account(
+                Status::Stop,
+                acct.as_deref(),
+                self.record.bytes_out,
+                self.record.bytes_in,
+            );
             return;
         }
-        self.write_record_as(self.res, self.bytes_out, self.bytes_in, self.start);
+        let r = &self.record;
+        self.write_record_as(r.res, r.bytes_out, r.bytes_in, r.start);
     }
 
     /// The servers of `log radius`, when the session logs there.
@@ -484,8 +549,8 @@ impl Client {
     /// deliveries add up to what the record will say.
     pub fn sync_live(&self) {
         self.live.set_bytes(
-            self.recorded.0 + self.bytes_out,
-            self.recorded.1 + self.bytes_in,
+            self.recorded.0 + self.record.bytes_out,
+            self.recorded.1 + self.record.bytes_in,
         );
     }
 
@@ -510,8 +575,11 @@ impl Client {
         let (input, output) = s.map_or((inb, out), |s| {
             (ld(&s.dumped_in) + inb, ld(&s.dumped_out) + out)
         });
-        let since = s.map_or(self.start, |s| s.since);
-        let id = s.map_or_else(|| crate::radius::SessionId::new(self.start), |s| s.id);
+        let since = s.map_or(self.record.start, |s| s.since);
+        let id = s.map_or_else(
+            || crate::radius::SessionId::new(self.record.start),
+            |s| s.id,
+        );
         let r = crate::radius::Record {
             status,
             fields: self.acct_view(&id),
@@ -519,7 +587,7 @@ impl Client {
             output,
             session_time: since.elapsed().map_or(0, |d| d.as_secs()),
             class: s.map_or(&[], |s| &s.class[..]),
-            res: self.res,
+            res: self.record.res,
         };
         crate::radius::account(conf, s.map_or(0, |s| s.key), &r);
     }
@@ -617,7 +685,7 @@ impl Client {
             bytes_in,
             bytes_out,
             hops: self.hops,
-            text: &self.text,
+            text: &self.record.text,
             start,
             now: SystemTime::now(),
         };
@@ -627,7 +695,7 @@ impl Client {
 
 impl Drop for Client {
     fn drop(&mut self) {
-        if !self.logged {
+        if self.record.open && !self.record.nolog {
             self.write_record();
         }
         self.svc.metrics.ended();

@@ -37,8 +37,8 @@ pub fn read_proxy_header(c: &mut Client) -> bool {
         }
         Ok(None) => true,
         Err(why) => {
-            c.res = Res::BAD_REQUEST;
-            c.text = format!("bad PROXY header: {why}");
+            c.record.res = Res::BAD_REQUEST;
+            c.record.text = format!("bad PROXY header: {why}");
             false
         }
     }
@@ -62,13 +62,13 @@ pub fn accept_tls(c: &mut Client) -> bool {
         }
         Err(e) => {
             use crate::net::HandshakeError as H;
-            c.res = match e {
+            c.record.res = match e {
                 H::NotTls(_) => Res::TLS_NOT_TLS,
                 H::Timeout => Res::TLS_TIMEOUT,
                 H::Certificate(_) => Res::TLS_CLIENT_CERT,
                 H::Failed(_) => Res::TLS_HANDSHAKE,
             };
-            c.text = e.to_string();
+            c.record.text = e.to_string();
             false
         }
     }
@@ -233,10 +233,10 @@ pub fn dest_tls_due(svc: &Service, at: DestAt, tunnel: bool) -> Option<&crate::t
 
 /// Add why a session failed to its record's text; `res` back.
 pub fn with_why(c: &mut Client, res: Res, why: String) -> Res {
-    if c.text.is_empty() {
-        c.text = why;
+    if c.record.text.is_empty() {
+        c.record.text = why;
     } else {
-        c.text = format!("{} ({why})", c.text);
+        c.record.text = format!("{} ({why})", c.record.text);
     }
     res
 }
@@ -342,13 +342,13 @@ fn relay_tail(
     if !early.is_empty() {
         let _ = srv.set_timeout(Some(svc.timeouts.get(Timeouts::STRING_SHORT)));
         if (&srv).write_all(early).is_err() {
-            c.res = Res::SERVER_ERR;
+            c.record.res = Res::SERVER_ERR;
             c.srv = Some(srv);
             return;
         }
         let _ = srv.set_timeout(None);
     }
-    c.bytes_out += early.len() as u64;
+    c.record.bytes_out += early.len() as u64;
     let opts = RelayOpts {
         deadline: grant.radius.as_ref().and_then(|r| r.deadline),
         linger: linger(&svc).filter(|_| how.may_park),
@@ -403,25 +403,23 @@ pub enum Finish {
     Plain,
     /// An HTTP proxy's tunnel (CONNECT): the request ends as the proxy's
     /// `end_request` ends it: what the shaper did not count is counted,
-    /// then the record (unless `nolog`).
+    /// then the record (unless its grant said `nolog`).
     Http {
         /// The relay's bytes are shaped (and so counted) as they move.
         shaping: bool,
         /// Bytes of the request counted already (in, out).
         shaped: (u64, u64),
-        nolog: bool,
     },
 }
 
 impl Finish {
     fn apply(self, c: &mut Client, out: Outcome, limits: Option<&crate::limit::SessionLimits>) {
-        c.res = out.res;
-        c.bytes_out += out.out;
-        c.bytes_in += out.inb;
+        c.record.res = out.res;
+        c.record.bytes_out += out.out;
+        c.record.bytes_in += out.inb;
         let Finish::Http {
             shaping,
             mut shaped,
-            nolog,
         } = self
         else {
             return;
@@ -432,15 +430,11 @@ impl Finish {
         }
         if let Some(l) = limits {
             l.add(
-                c.bytes_in.saturating_sub(shaped.0),
-                c.bytes_out.saturating_sub(shaped.1),
+                c.record.bytes_in.saturating_sub(shaped.0),
+                c.record.bytes_out.saturating_sub(shaped.1),
             );
         }
-        if nolog {
-            c.skip_record();
-        } else {
-            c.log_record();
-        }
+        c.end_record();
     }
 }
 
@@ -492,7 +486,7 @@ fn run_logged(
         Some(_) => c.svc().logdump,
         None => (0, 0),
     };
-    let mut since = c.start;
+    let mut since = c.record.start;
     let out = {
         let client: &Client = c;
         let mut write = |o: u64, i: u64| {
@@ -542,7 +536,7 @@ fn run_logged(
         };
         relay_parking(&client.cli, srv, opts, hooks, from)
     };
-    c.start = since;
+    c.record.start = since;
     out
 }
 
@@ -652,7 +646,7 @@ pub fn admit(c: &mut Client, req: &Request<'_>) -> Result<(Grant, Recheck), Res>
 /// Keep what a grant says for the session: `nolog` drops its record, and
 /// a name from `auth dnsname` or the auth cache is the one logged.
 pub fn keep(c: &mut Client, grant: &Grant) {
-    c.logged |= grant.nolog;
+    c.record.set_nolog(grant.nolog);
     if grant.user.is_some() {
         c.user.clone_from(&grant.user);
     }

@@ -309,6 +309,46 @@ fn ftppr_acl_refuses_the_data_connection() {
 }
 
 #[test]
+fn ftppr_nolog_session_writes_no_record_at_all() {
+    // `nolog` covers the session: neither the login's record, nor a
+    // transfer's, nor the end's.
+    let (origin, _rx) = ftp_server();
+    let (_proxy, port, log) = FTPPR.start(
+        "ftppr_nolog",
+        "auth iponly\nallow * * 127.0.0.1\nnolog\n",
+        "",
+    );
+    let o = origin.port();
+    let mut c = LineClient::connect(port, READY);
+    c.login(o);
+    let d = c.pasv();
+    let mut data = connect(localhost(d));
+    assert_eq!(c.cmd("LIST"), "125 data\r\n");
+    let mut got = Vec::new();
+    data.read_to_end(&mut got).unwrap();
+    assert_eq!(got, LISTING);
+    assert_eq!(c.line(), "226 done\r\n");
+    assert_eq!(c.cmd("QUIT"), "221 bye\r\n");
+    c.assert_closed();
+    // A second session, refused (no entry covers 127.0.0.2: 3), is logged:
+    // once its record is there, the first one's would be too.
+    let mut c = LineClient::connect(port, READY);
+    c.s.write_all(format!("USER bob@127.0.0.2:{o}\r\n").as_bytes())
+        .unwrap();
+    let cport = c.port();
+    c.assert_closed();
+    expect_log_line(&log, &format!("FTPPR 00003 {cport}  0 0"));
+    let recs = log_lines(&log);
+    assert_eq!(
+        recs.iter()
+            .filter(|l| l.starts_with("FTPPR ") && !l.contains("Accepting"))
+            .count(),
+        1,
+        "{recs:?}"
+    );
+}
+
+#[test]
 fn ftppr_acl_refuses_the_destination() {
     let (origin, _rx) = ftp_server();
     let o = origin.port();

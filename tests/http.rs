@@ -1186,6 +1186,29 @@ fn nolog_requests_leave_no_record() {
     );
 }
 
+#[test]
+fn a_request_after_a_nolog_one_has_its_own_record() {
+    // `nolog` is the request's, not the connection's: the next request
+    // on the same connection, refused before any ACL entry is reached,
+    // is logged.
+    let origin = HttpOrigin::start();
+    let cfg = "allow * * * * HTTP_HEAD\nnolog\nallow *";
+    let (proxy, port, _) = PROXY.start("nolog_next", cfg, "");
+    let mut c = HttpClient::connect(port);
+    c.send(format!("HEAD {} HTTP/1.1\r\n\r\n", origin.url("/hello")).as_bytes());
+    assert_eq!(c.read(true).status, 200);
+    c.send(b"GET /no-host HTTP/1.1\r\n\r\n");
+    assert_eq!(c.read(false).status, 400);
+    let log = log_of(&proxy);
+    let line = read_log_line(&log, "the bad request", |l| l.contains("/no-host"));
+    assert!(line.starts_with("PROXY 00"), "{line}");
+    assert!(
+        !log_lines(&log).iter().any(|l| l.contains("HEAD ")),
+        "{:?}",
+        log_lines(&log)
+    );
+}
+
 // ---------------------------------------------------------------------------
 // Parent proxies
 

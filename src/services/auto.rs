@@ -23,7 +23,7 @@ pub fn serve(c: &mut Client, _: &[u8], _: Option<&crate::parent::Known>) -> crat
     let svc = c.svc().clone();
     let wait = svc.timeouts.get(Timeouts::CONNECTION_SHORT);
     let Some(first) = peek_first(c, wait) else {
-        c.res = NO_BYTE;
+        c.record.res = NO_BYTE;
         return crate::parent::Next::Done;
     };
     match first {

@@ -140,21 +140,20 @@ pub fn serve(c: &mut Client, early: &[u8], known: Option<&parent::Known>) -> par
         known: known.cloned(),
     };
     let res = run(c, &mut st, early).err().unwrap_or(Res::OK);
-    c.res = res;
-    c.bytes_in += std::mem::take(&mut st.rd.total);
+    c.record.res = res;
+    c.record.bytes_in += std::mem::take(&mut st.rd.total);
     if let Some(s) = st.srv.take() {
         c.srv = Some(s);
     }
-    if c.res != Res::OK || c.bytes_in != 0 || c.bytes_out != 0 {
-        c.text = if c.res > Res::FTP_SHORT_COMMAND {
+    if c.record.res != Res::OK || c.record.bytes_in != 0 || c.record.bytes_out != 0 {
+        c.record.text = if c.record.res > Res::FTP_SHORT_COMMAND {
             st.req.take().unwrap_or_default()
         } else {
             String::new()
         };
-        c.logged = false;
-        c.log_record();
+        c.end_record();
     } else {
-        c.logged = true;
+        c.drop_record();
     }
     c.next()
 }
@@ -171,7 +170,7 @@ fn send(c: &mut Client, st: &State, line: &[u8], err: Res) -> Result<(), Res> {
         .map_err(|_| err)?;
     let mut w = srv;
     w.write_all(line).map_err(|_| err)?;
-    c.bytes_out += line.len() as u64;
+    c.record.bytes_out += line.len() as u64;
     Ok(())
 }
 
@@ -216,10 +215,10 @@ fn run(c: &mut Client, st: &mut State, early: &[u8]) -> Result<(), Res> {
         let line = &line[..end];
         st.req = None;
         command(c, st, line)?;
-        c.bytes_in += std::mem::take(&mut st.rd.total);
-        if st.req.is_some() && (c.bytes_in != 0 || c.bytes_out != 0) {
-            c.text = st.req.clone().unwrap_or_default();
-            c.log_record();
+        c.record.bytes_in += std::mem::take(&mut st.rd.total);
+        if st.req.is_some() && (c.record.bytes_in != 0 || c.record.bytes_out != 0) {
+            c.record.text = st.req.clone().unwrap_or_default();
+            c.end_record();
         }
     }
 }
@@ -259,7 +258,7 @@ fn command(c: &mut Client, st: &mut State, line: &[u8]) -> Result<(), Res> {
         if !reply.is_empty() {
             tell(c, &reply, Res::FTP_LOGIN_TELL)?;
         }
-        c.res = res;
+        c.record.res = res;
         if res == Res::OK {
             st.status = 3;
         }
@@ -601,12 +600,12 @@ fn transfer(c: &mut Client, st: &mut State, line: &[u8]) -> Result<(), Res> {
             live: None,
         },
     );
-    c.bytes_out += out.out;
-    c.bytes_in += out.inb;
+    c.record.bytes_out += out.out;
+    c.record.bytes_in += out.inb;
     if out.res == Res::FILTER {
         // The data connection is closed; the session goes on, as in
         // 3proxy, and the transfer's record says why it was cut.
-        c.res = Res::FILTER;
+        c.record.res = Res::FILTER;
     }
     let _ = srv_data.shutdown(Shutdown::Both);
     let _ = cli_data.shutdown(Shutdown::Both);

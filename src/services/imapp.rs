@@ -128,15 +128,15 @@ pub fn serve(c: &mut Client, early: &[u8], known: Option<&parent::Known>) -> par
     let mut tag = Vec::new();
     let mut login = None;
     if let Err(res) = run(c, &mut tag, &mut login, early, known) {
-        c.res = res;
+        c.record.res = res;
     }
     if let Some((name, host, port)) = &login {
-        c.text = format!("{name}@{host}");
+        c.record.text = format!("{name}@{host}");
         if *port != DEFAULT_PORT {
-            c.text.push_str(&format!(":{port}"));
+            c.record.text.push_str(&format!(":{port}"));
         }
     }
-    if matches!(c.res.0, 1..=99 | 692..=699) {
+    if matches!(c.record.res.0, 1..=99 | 692..=699) {
         let _ = c
             .cli
             .set_timeout(Some(svc.timeouts.get(Timeouts::STRING_SHORT)));
@@ -393,12 +393,12 @@ fn run(
     let _ = srv.set_timeout(Some(short));
     let mut from_srv = Lines::default();
     let result = greet_and_login(&srv, &mut from_srv, long, &creds, l.name.as_bytes());
-    c.bytes_in += from_srv.total;
-    c.bytes_out += result?;
+    c.record.bytes_in += from_srv.total;
+    c.record.bytes_out += result?;
     // What either side sent after its login goes on first.
     if !from_cli.buf.is_empty() {
         say(&srv, &from_cli.buf).map_err(|_| Res::SERVER_ERR)?;
-        c.bytes_out += from_cli.buf.len() as u64;
+        c.record.bytes_out += from_cli.buf.len() as u64;
     }
     if !from_srv.buf.is_empty() {
         say(&c.cli, &from_srv.buf).map_err(|_| Res::CLIENT_ERR)?;

@@ -227,19 +227,19 @@ fn child(c: &mut Client, resume: Option<(Box<dyn crate::client::Tail>, crate::cl
         // What the first handler learned is not the next one's record;
         // `%N` stays (3proxy keeps the service, SOCK5 after a SOCKS5
         // handshake).
-        c.text.clear();
+        c.record.text.clear();
         c.req_host = None;
         c.req_addr = None;
         c.remote_addr = None;
         c.ext_addr = None;
         c.ext_from_srv = false;
         c.cli_read_timeout = None;
-        c.res = Res::OK;
-        c.logged = false;
+        c.record.res = Res::OK;
+        c.record.open();
         c.hops = c.local_hops;
         if taken > MAX_HANDOFFS {
-            c.res = REDIRECTION_LOOP;
-            c.text = "local redirection loop".into();
+            c.record.res = REDIRECTION_LOOP;
+            c.record.text = "local redirection loop".into();
             return;
         }
         let handler = h
@@ -249,7 +249,7 @@ fn child(c: &mut Client, resume: Option<(Box<dyn crate::client::Tail>, crate::cl
             .map(|e| &e.kind);
         let Some(&Kind::Tcp(serve)) = handler else {
             // Refused by `Client::hand_over`; never scheduled.
-            c.res = Res::NOTIMPL;
+            c.record.res = Res::NOTIMPL;
             return;
         };
         next = serve(c, &h.early, h.dest.as_ref());

@@ -65,15 +65,15 @@ pub fn serve(c: &mut Client, early: &[u8], known: Option<&parent::Known>) -> par
     let svc = c.svc().clone();
     let mut login = None;
     if let Err(res) = run(c, &mut login, early, known) {
-        c.res = res;
+        c.record.res = res;
     }
     if let Some(l) = &login {
-        c.text = format!("{}@{}", l.name, l.host);
+        c.record.text = format!("{}@{}", l.name, l.host);
         if l.port != DEFAULT_PORT {
-            c.text.push_str(&format!(":{}", l.port));
+            c.record.text.push_str(&format!(":{}", l.port));
         }
     }
-    let told = matches!(c.res.0, 1..=99 | 612..=699);
+    let told = matches!(c.record.res.0, 1..=99 | 612..=699);
     if told {
         let _ = c
             .cli
@@ -144,7 +144,7 @@ fn run(
     let srv = connect(c, dst, l, &grant.parents)?;
     let mut from_srv = Lines::default();
     let banner = from_srv.line(&srv, SERVER_LINE, svc.timeouts.get(Timeouts::STRING_LONG));
-    c.bytes_in += from_srv.total;
+    c.record.bytes_in += from_srv.total;
     if banner.len() < 3 {
         return Err(NO_BANNER);
     }
@@ -157,13 +157,13 @@ fn run(
     }
     let user = format!("USER {}\r\n", l.name);
     (&srv).write_all(user.as_bytes()).map_err(|_| USER_FAILED)?;
-    c.bytes_out += user.len() as u64;
+    c.record.bytes_out += user.len() as u64;
     // What either side sent after its line goes on first.
     if !from_cli.buf.is_empty() {
         (&srv)
             .write_all(&from_cli.buf)
             .map_err(|_| Res::SERVER_ERR)?;
-        c.bytes_out += from_cli.buf.len() as u64;
+        c.record.bytes_out += from_cli.buf.len() as u64;
     }
     if !from_srv.buf.is_empty() {
         (&c.cli)

@@ -100,15 +100,15 @@ pub fn serve(c: &mut Client, early: &[u8], known: Option<&parent::Known>) -> par
     let svc = c.svc().clone();
     let mut login = None;
     if let Err(res) = run(c, &mut login, early, known) {
-        c.res = res;
+        c.record.res = res;
     }
     if let Some(l) = &login {
-        c.text = format!("{}@{}", l.name, l.host);
+        c.record.text = format!("{}@{}", l.name, l.host);
         if l.port != DEFAULT_PORT {
-            c.text.push_str(&format!(":{}", l.port));
+            c.record.text.push_str(&format!(":{}", l.port));
         }
     }
-    if matches!(c.res.0, 1..=99 | 662..=699) {
+    if matches!(c.record.res.0, 1..=99 | 662..=699) {
         let _ = c
             .cli
             .set_timeout(Some(svc.timeouts.get(Timeouts::STRING_SHORT)));
@@ -223,13 +223,13 @@ fn reply(c: &mut Client, srv: &Stream, from_srv: &mut Lines) -> (Vec<u8>, Vec<u8
             break;
         }
     }
-    c.bytes_in += from_srv.total - before;
+    c.record.bytes_in += from_srv.total - before;
     (line, all)
 }
 
 fn send(c: &mut Client, srv: &Stream, data: &[u8], err: Res) -> Result<(), Res> {
     (&*srv).write_all(data).map_err(|_| err)?;
-    c.bytes_out += data.len() as u64;
+    c.record.bytes_out += data.len() as u64;
     Ok(())
 }
 
@@ -289,7 +289,7 @@ fn run(
         let mut ok_334 = |c: &mut Client, err: Res| {
             let before = from_srv.total;
             let r = from_srv.line(&srv, SERVER_LINE, long);
-            c.bytes_in += from_srv.total - before;
+            c.record.bytes_in += from_srv.total - before;
             if r.len() < 4 || !r.starts_with(b"334") {
                 return Err(err);
             }

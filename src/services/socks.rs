@@ -170,7 +170,7 @@ fn serve_request(c: &mut Client, early: &[u8]) {
     let ask = match ask {
         Ok(a) => a,
         Err(res) => {
-            c.res = res;
+            c.record.res = res;
             if refused.is_some() {
                 c.user = refused;
             }
@@ -189,7 +189,7 @@ fn serve_request(c: &mut Client, early: &[u8]) {
         CMD_BIND => "BIND ",
         _ => "UDPMAP ",
     };
-    c.text = ask.dest.text_after(verb);
+    c.record.text = ask.dest.text_after(verb);
     // An address is logged by `%n` as its printed form, as 3proxy's
     // socks.c keeps it as the request's host text.
     c.req_host = Some(host_text(&ask.dest));
@@ -199,7 +199,7 @@ fn serve_request(c: &mut Client, early: &[u8]) {
         _ => udp_associate(c, &ask),
     };
     if let Err(res) = res {
-        c.res = res;
+        c.record.res = res;
         refuse(c, ask.ver, res);
     }
 }
@@ -347,13 +347,13 @@ fn connect(c: &mut Client, ask: &Ask) -> Result<(), Res> {
     reply(c, ask.ver, Res::OK, bnd);
     if let Err(res) = crate::session::tls_to_dest(c, &mut srv, &host, DestAt::Answered, true) {
         // The reply said "granted": nothing more goes to the client.
-        c.res = res;
+        c.record.res = res;
         c.srv = Some(srv);
         return Ok(());
     }
     if let Err(res) = crate::session::intercept(c, &mut srv, &host_text(&ask.dest), &ask.early) {
         // The reply said "granted": nothing more goes to the client.
-        c.res = res;
+        c.record.res = res;
         c.srv = Some(srv);
         return Ok(());
     }
@@ -434,7 +434,7 @@ fn bind(c: &mut Client, ask: &Ask) -> Result<(), Res> {
             );
         }
         Err(res) => {
-            c.res = res;
+            c.record.res = res;
             // RFC 1928: the second reply also reports a failure. A client
             // that closed or spoke first gets nothing.
             if res != Res::SOCKS_BIND_NO_PEER {
@@ -563,7 +563,6 @@ fn udp_associate(c: &mut Client, ask: &Ask) -> Result<(), Res> {
         client_ip,
         client_port,
         mode: svc.opts.udp_mode.unwrap_or(UDP_LOG | UDP_AUTH),
-        nolog: grant.nolog,
         weight: grant.weight,
         last: None,
         up: up.map(|u| {
@@ -576,7 +575,7 @@ fn udp_associate(c: &mut Client, ask: &Ask) -> Result<(), Res> {
     // The bytes are counted in the record as they pass (a record per
     // destination takes its own), not from the relay's totals.
     let res = udprelay::relay(&mut u, &opts, &mut udprelay::Counts::default());
-    u.c.res = res;
+    u.c.record.res = res;
     Ok(())
 }
 
@@ -589,8 +588,6 @@ struct Udp<'a> {
     /// Fixed by the request or by the first datagram.
     client_port: Option<u16>,
     mode: u32,
-    /// `nolog` on the association's ACL entry: no per-destination records.
-    nolog: bool,
     /// The association's ACL weight, carried from check to check.
     weight: u32,
     /// The current destination, where it resolved to, and whether it was
@@ -652,7 +649,7 @@ impl udprelay::Assoc for Udp<'_> {
             None => self.far.send_to(&buf[off..n], dst),
         };
         if n > off && sent.is_ok() {
-            self.c.bytes_out += (n - off) as u64;
+            self.c.record.bytes_out += (n - off) as u64;
             return Step::Moved(n - off);
         }
         Step::Moved(0)
@@ -678,7 +675,7 @@ impl udprelay::Assoc for Udp<'_> {
                 return Step::Stray;
             };
             if self.near.send_to(&buf[HDR..HDR + n], to).is_ok() {
-                self.c.bytes_in += (n - off) as u64;
+                self.c.record.bytes_in += (n - off) as u64;
                 return Step::Moved(n - off);
             }
             return Step::Moved(0);
@@ -687,7 +684,7 @@ impl udprelay::Assoc for Udp<'_> {
         let start = HDR - h.len();
         buf[start..HDR].copy_from_slice(&h);
         if self.near.send_to(&buf[start..HDR + n], to).is_ok() {
-            self.c.bytes_in += n as u64;
+            self.c.record.bytes_in += n as u64;
             return Step::Moved(n);
         }
         Step::Moved(0)
@@ -698,10 +695,8 @@ impl Udp<'_> {
     /// Write a record for the destination so far; the association's own
     /// record still comes when it ends.
     fn record(&mut self) {
-        if !self.nolog {
-            self.c.log_record();
-            self.c.logged = false;
-        }
+        self.c.end_record();
+        self.c.record.open();
     }
 
     /// Where a datagram for `dest` goes, or None to drop it. A new
@@ -734,7 +729,7 @@ impl Udp<'_> {
             }),
             other => other,
         };
-        self.c.text = format!("UDPMAP {}", dest.text());
+        self.c.record.text = format!("UDPMAP {}", dest.text());
         self.c.req_host = Some(host_text(&dest));
         let addr = addr.ok();
         self.c.req_addr = addr;
@@ -743,7 +738,7 @@ impl Udp<'_> {
             Ok(_) => true,
             Err(res) => {
                 if self.mode & UDP_LOG != 0 || first {
-                    self.c.res = res;
+                    self.c.record.res = res;
                     self.record();
                 }
                 false

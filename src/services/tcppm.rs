@@ -44,8 +44,8 @@ fn serve_mapped(c: &mut Client) {
         match crate::connectback::server_socket(l, wait, tries, &allowed) {
             Ok(s) => back = Some(s),
             Err(why) => {
-                c.text = why.to_string();
-                c.res = Res::CONNECT;
+                c.record.text = why.to_string();
+                c.record.res = Res::CONNECT;
                 return;
             }
         }
@@ -54,12 +54,12 @@ fn serve_mapped(c: &mut Client) {
     // the mapped destination (3proxy's plugin names the host first).
     let original = c.original_dst().map(Target::Fixed);
     let Some(target) = original.as_ref().or(svc.target.as_ref()) else {
-        c.res = Res::NOHOST;
+        c.record.res = Res::NOHOST;
         return;
     };
     // As in 3proxy, the destination as written is both %T and %n.
-    c.text = target.host();
-    c.req_host = Some(c.text.clone());
+    c.record.text = target.host();
+    c.req_host = Some(c.record.text.clone());
     // Resolve first: the ACL may list destination addresses.
     let dst = match target {
         Target::Fixed(a) => Ok(Some(*a)),
@@ -70,7 +70,7 @@ fn serve_mapped(c: &mut Client) {
     let ((dst, grant), recheck) = match allowed {
         Ok(x) => x,
         Err(res) => {
-            c.res = res;
+            c.record.res = res;
             return;
         }
     };
@@ -88,7 +88,7 @@ fn serve_mapped(c: &mut Client) {
         Ok(Some(mut s)) => {
             let host = target.host();
             if let Err(res) = session::intercept(c, &mut s, &host, &[]) {
-                c.res = res;
+                c.record.res = res;
                 c.srv = Some(s);
                 return;
             }
@@ -111,7 +111,7 @@ fn serve_mapped(c: &mut Client) {
         }
         // Handed over to a local handler.
         Ok(None) => {}
-        Err(res) => c.res = res,
+        Err(res) => c.record.res = res,
     }
 }
 
@@ -121,19 +121,19 @@ fn serve_mapped(c: &mut Client) {
 /// redirect locally. `early` goes to the destination first.
 fn serve_redirected(c: &mut Client, early: &[u8], dest: Option<&parent::Known>) {
     let Some(d) = dest else {
-        c.res = Res::NOHOST;
+        c.record.res = Res::NOHOST;
         return;
     };
     let target = match &d.name {
         Some(n) => Target::Name(n.clone(), d.addr.port()),
         None => Target::Fixed(d.addr),
     };
-    c.text = target.host();
-    c.req_host = Some(c.text.clone());
+    c.record.text = target.host();
+    c.req_host = Some(c.record.text.clone());
     let ((_, grant), recheck) = match authorize(c, &target, Some(d.addr)) {
         Ok(x) => x,
         Err(res) => {
-            c.res = res;
+            c.record.res = res;
             return;
         }
     };
@@ -142,7 +142,7 @@ fn serve_redirected(c: &mut Client, early: &[u8], dest: Option<&parent::Known>) 
             session::relay_to_parking(c, s, &grant, &recheck, early, Timeouts::CONNECTION_LONG)
         }
         Ok(None) => {}
-        Err(res) => c.res = res,
+        Err(res) => c.record.res = res,
     }
 }
 

@@ -206,9 +206,9 @@ pub fn serve(c: &mut Client, early: &[u8], known: Option<&parent::Known>) -> par
     };
     let known = known.or(original.as_ref());
     if let Err(res) = run(c, &t, &mut st, known) {
-        c.res = res;
+        c.record.res = res;
     }
-    c.text = text(st.lv, st.host.as_deref(), st.alpn.as_deref());
+    c.record.text = text(st.lv, st.host.as_deref(), st.alpn.as_deref());
     c.next()
 }
 
@@ -264,7 +264,7 @@ fn run(
         // No SNI: a redirected client keeps the name it asked for.
         st.host = known.and_then(|k| k.name.clone());
     }
-    c.text = text(st.lv, st.host.as_deref(), st.alpn.as_deref());
+    c.record.text = text(st.lv, st.host.as_deref(), st.alpn.as_deref());
     c.req_host.clone_from(&st.host);
     let port = t.port_for(proto);
     let (dst, port) = match (known, &st.host) {
@@ -306,7 +306,7 @@ fn run(
         }
     }
     let sent = (&srv).write_all(&st.buf);
-    c.bytes_out += st.buf.len() as u64;
+    c.record.bytes_out += st.buf.len() as u64;
     st.buf.clear();
     if sent.is_err() {
         c.srv = Some(srv);
@@ -394,7 +394,7 @@ fn check_server(
     st.lv = sbuf[2] as i32;
     parse_hello(SERVER_HELLO, &sbuf[..n], &mut st.lv)
         .map_err(|e| Res::tls(Res::TLS_SERVER_HELLO, e))?;
-    c.text = text(st.lv, st.host.as_deref(), st.alpn.as_deref());
+    c.record.text = text(st.lv, st.host.as_deref(), st.alpn.as_deref());
     if t.check < 3 {
         *to_client = sbuf;
         return Ok(());
@@ -461,7 +461,7 @@ fn check_server(
         (&*srv)
             .write_all(&cbuf)
             .map_err(|_| Res::TLS_NO_CLIENT_CERT)?;
-        c.bytes_out += cbuf.len() as u64;
+        c.record.bytes_out += cbuf.len() as u64;
         cbuf.clear();
     }
     *to_server = cbuf;
@@ -475,7 +475,7 @@ fn check_server(
 fn to_cli(c: &mut Client, b: &[u8], wait: Duration) -> Result<(), ()> {
     let _ = c.cli.set_timeout(Some(wait));
     (&c.cli).write_all(b).map_err(|_| ())?;
-    c.bytes_in += b.len() as u64;
+    c.record.bytes_in += b.len() as u64;
     Ok(())
 }
 

@@ -67,7 +67,7 @@ pub(super) fn end_sessions(c: &mut Client, head: &Head) {
         c.client_addr,
         head.path
     );
-    c.res = Res::OK;
+    c.record.res = Res::OK;
     respond(
         c,
         "303 See Other",

@@ -79,14 +79,14 @@ fn serve_request(c: &mut Client, early: &[u8], redirected: bool) {
     let svc = c.svc().clone();
     let wait = Duration::from_secs(u64::from(svc.timeouts.0[Timeouts::STRING_SHORT]).max(1));
     let Some(buf) = read_head(c, early, wait) else {
-        c.text = "-".into();
+        c.record.text = "-".into();
         return error_page(c, BAD_REQUEST, "400 Bad Request", "", "Unreadable request.");
     };
     let Some(head) = parse_head(&buf) else {
-        c.text = "-".into();
+        c.record.text = "-".into();
         return error_page(c, BAD_REQUEST, "400 Bad Request", "", "Malformed request.");
     };
-    c.text = head.path.clone();
+    c.record.text = head.path.clone();
     if head.method != "GET" && head.method != "POST" {
         return error_page(
             c,
@@ -135,7 +135,7 @@ fn route(c: &mut Client, svc: &Service, head: &Head, buf: &[u8], wait: Duration,
             page("Traffic counters", &counters(svc))
         }
         "/metrics" => {
-            c.res = Res::OK;
+            c.record.res = Res::OK;
             let body = crate::metrics::render(
                 crate::live::count(),
                 crate::park::count(),
@@ -150,12 +150,12 @@ fn route(c: &mut Client, svc: &Service, head: &Head, buf: &[u8], wait: Duration,
             );
         }
         "/sessions" => {
-            c.res = Res::OK;
+            c.record.res = Res::OK;
             let body = sessions_json(&crate::live::snapshot());
             return respond_as(c, "200 OK", "application/json", "", &body);
         }
         "/S" => {
-            c.res = Res::OK;
+            c.record.res = Res::OK;
             let body = services_xml(&crate::live::snapshot());
             return respond_as(
                 c,
@@ -166,7 +166,7 @@ fn route(c: &mut Client, svc: &Service, head: &Head, buf: &[u8], wait: Duration,
             );
         }
         "/SX" => {
-            c.res = Res::OK;
+            c.record.res = Res::OK;
             return respond_as(c, "200 OK", "text/css", "", XML_STYLE);
         }
         "/P" => page("Parents", &parents_page()),
@@ -196,6 +196,6 @@ fn route(c: &mut Client, svc: &Service, head: &Head, buf: &[u8], wait: Duration,
             return error_page(c, NOT_FOUND, "404 Not Found", "", "No such page.");
         }
     };
-    c.res = Res::OK;
+    c.record.res = Res::OK;
     respond(c, "200 OK", "", &body);
 }

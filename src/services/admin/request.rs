@@ -134,7 +134,7 @@ pub(super) fn respond_as(c: &Client, status: &str, ctype: &str, extra: &str, bod
 }
 
 pub(super) fn error_page(c: &mut Client, res: Res, status: &str, extra: &str, what: &str) {
-    c.res = res;
+    c.record.res = res;
     respond(
         c,
         status,

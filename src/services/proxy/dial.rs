@@ -85,6 +85,7 @@ impl Session {
                     ));
                 }
                 c.acct_start(&grant);
+                c.record.set_nolog(grant.nolog);
                 self.grant = Some(grant);
                 Ok(())
             }
@@ -108,8 +109,8 @@ impl Session {
         let q = filt::query(&fs, c, user.as_deref(), &host, req.port, req.op.bits());
         let mut text = None;
         if fs.has(filter::REQUEST) {
-            let mut line = Vec::with_capacity(c.text.len() + 2);
-            line.extend_from_slice(c.text.as_bytes());
+            let mut line = Vec::with_capacity(c.record.text.len() + 2);
+            line.extend_from_slice(c.record.text.as_bytes());
             line.extend_from_slice(b"\r\n");
             if fs.check(filter::REQUEST, &q, &mut line) == Verdict::Deny {
                 return Err(deny());
@@ -122,7 +123,7 @@ impl Session {
                 .map_err(|()| deny())?;
         }
         if let Some(t) = text {
-            c.text = t;
+            c.record.text = t;
         }
         Ok(())
     }

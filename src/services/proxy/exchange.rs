@@ -167,7 +167,7 @@ impl Session {
                 Err(e) => return Err(Fail::answer(srv_res(&e), 502)),
             }
         };
-        c.bytes_out += (head_len + now) as u64;
+        c.record.bytes_out += (head_len + now) as u64;
         cb.consume(now);
         if more_body && req.expect_continue && readable_within(&o.s, CONTINUE_WAIT) {
             // The origin answered the Expect: 100 (send the body) or a
@@ -236,7 +236,7 @@ impl Session {
             };
             match sent {
                 Ok(n) => {
-                    c.bytes_out += n;
+                    c.record.bytes_out += n;
                     if lim.is_some() {
                         self.shaped.1 += n;
                     }
@@ -278,7 +278,7 @@ impl Session {
                         o.used = true;
                         let head = self.head_for(&o, req.port);
                         write_all_v(&o.s, head, &[]).map_err(|e| Fail::answer(srv_res(&e), 502))?;
-                        c.bytes_out += head.len() as u64;
+                        c.record.bytes_out += head.len() as u64;
                     }
                     Err(e) => return Err(e.fail()),
                 }
@@ -376,6 +376,6 @@ fn send_interim(
     }
     http::end_response_head(out, version, true, true);
     write_all_v(&c.cli, out, &[]).map_err(|e| Fail::silent(send_res(&e)))?;
-    c.bytes_in += out.len() as u64;
+    c.record.bytes_in += out.len() as u64;
     Ok(())
 }

@@ -108,6 +108,7 @@ fn hostname() -> &'static str {
 /// `-a1`: a made-up client address, different per connection.
 fn random_ipv4(c: &Client) -> std::net::Ipv4Addr {
     let t = c
+        .record
         .start
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_nanos() as u64)

@@ -161,7 +161,7 @@ pub(super) fn serve(c: &mut Client, w: &Want<'_>, timeouts: &Timeouts) -> Result
     (&c.cli)
         .write_all(head)
         .map_err(|_| (Res::FTP_CLIENT_SEND, None))?;
-    c.bytes_in += head.len() as u64;
+    c.record.bytes_in += head.len() as u64;
     let _ = data.set_timeout(Some(timeouts.get(Timeouts::CONNECTION_LONG)));
     let mut b = vec![0u8; 16 * 1024];
     loop {
@@ -171,7 +171,7 @@ pub(super) fn serve(c: &mut Client, w: &Want<'_>, timeouts: &Timeouts) -> Result
                 if (&c.cli).write_all(&b[..n]).is_err() {
                     return Err((Res::FTP_CLIENT_SEND, None));
                 }
-                c.bytes_in += n as u64;
+                c.record.bytes_in += n as u64;
             }
             Err(_) => return Err((Res::SERVER_ERR, None)),
         }
@@ -198,7 +198,7 @@ fn store(
     (&data)
         .write_all(&early[..first])
         .map_err(|_| (Res::SERVER_ERR, Some(502)))?;
-    c.bytes_out += first as u64;
+    c.record.bytes_out += first as u64;
     let mut left = len - first as u64;
     let mut b = vec![0u8; 16 * 1024];
     while left > 0 {
@@ -211,7 +211,7 @@ fn store(
                 (&data)
                     .write_all(&b[..n])
                     .map_err(|_| (Res::SERVER_ERR, Some(502)))?;
-                c.bytes_out += n as u64;
+                c.record.bytes_out += n as u64;
                 left -= n as u64;
             }
         }
@@ -228,7 +228,7 @@ fn store(
     (&c.cli)
         .write_all(head)
         .map_err(|_| (Res::FTP_CLIENT_SEND, None))?;
-    c.bytes_in += head.len() as u64;
+    c.record.bytes_in += head.len() as u64;
     Ok(false)
 }
 
@@ -374,7 +374,7 @@ fn listing(
     if sent.is_err() {
         return Err((Res::FTP_CLIENT_SEND, None));
     }
-    c.bytes_in += (head.len() + page.len()) as u64;
+    c.record.bytes_in += (head.len() + page.len()) as u64;
     match done {
         None => Err((Res::FTP_NO_FINAL_REPLY, None)),
         Some(r) if r[0] != b'2' && r[0] != b'1' => Err((Res::FTP_BAD_FINAL_REPLY, None)),

@@ -121,7 +121,7 @@ pub(super) fn wait_first(c: &mut Client, srv: &Stream) -> First {
     let first = first_speaker(&c.cli, srv, within);
     if first == First::Quiet {
         let why = "ssl_mitm: nothing came in the tunnel".into();
-        c.res = crate::session::with_why(c, Res::IDLE, why);
+        c.record.res = crate::session::with_why(c, Res::IDLE, why);
     }
     first
 }
@@ -209,7 +209,7 @@ impl Session {
         self.host_ip = crate::net::parse_ip(&inside.host);
         self.inside = Some(Box::new(inside));
         self.origin = Some(o);
-        c.skip_record();
+        c.drop_record();
         // The handshakes set the client socket's timeouts their own way.
         self.cli_rto = None;
         self.cli_wto = false;

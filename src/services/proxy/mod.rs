@@ -44,7 +44,7 @@
 //!   buffer: bodies move through 64 KiB buffers borrowed from the shared
 //!   pool (`bufpool`) only while a body moves.
 //!
-//! Invariants: one log record per request (`Client::log_record`); the
+//! Invariants: one log record per request (`Client::end_record`); the
 //! proxy and the origin always agree where a request ends (ambiguous
 //! framing is refused by `http`); an error answer is sent only before any
 //! byte of the response went to the client, and always closes the
@@ -125,10 +125,10 @@ fn requests(c: &mut Client, mut s: Box<Session>, early: &[u8], mut first: bool, 
                     park(&s.svc, k);
                 }
                 let deadline = since + s.cli_want;
-                if c.logged {
+                if c.record.is_closed() {
                     // The last request's line is in its record; the next
                     // request writes its own (an idle client's memory).
-                    c.text = String::new();
+                    c.record.text = String::new();
                 }
                 c.parked = Some(Box::new(ParkedHttp::keep(s, deadline, c)));
             }
@@ -159,7 +159,7 @@ impl Session {
             Ok(None) => {
                 if first {
                     // Closed or timed out before a request: 3proxy's 508/507.
-                    c.res = Res::HTTP_NO_REQUEST;
+                    c.record.res = Res::HTTP_NO_REQUEST;
                 }
                 return false;
             }
@@ -204,15 +204,11 @@ impl Session {
     fn end_request(&mut self, c: &mut Client) {
         if let Some(l) = self.grant.as_ref().and_then(|g| g.limits.as_deref()) {
             l.add(
-                c.bytes_in.saturating_sub(self.shaped.0),
-                c.bytes_out.saturating_sub(self.shaped.1),
+                c.record.bytes_in.saturating_sub(self.shaped.0),
+                c.record.bytes_out.saturating_sub(self.shaped.1),
             );
         }
-        if self.grant.as_ref().is_some_and(|g| g.nolog) {
-            c.skip_record();
-        } else {
-            c.log_record();
-        }
+        c.end_record();
     }
 
     /// The service's filters, when it has some of type `kind`.

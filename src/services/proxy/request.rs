@@ -56,22 +56,22 @@ impl Session {
                 | Err(HeadRead::Timeout { partial: false }) => return Ok(None),
                 Err(HeadRead::Io { partial: false }) => return Ok(None),
                 Err(HeadRead::TooBig) => {
-                    c.logged = false;
+                    c.record.begin();
                     set_text_from_raw(c, cb.data());
                     return Err(Fail::answer(Res::HTTP_HEAD_TOO_LARGE, 431));
                 }
                 Err(HeadRead::Timeout { partial: true }) => {
-                    c.logged = false;
+                    c.record.begin();
                     set_text_from_raw(c, cb.data());
                     return Err(Fail::answer(Res::IDLE, 408));
                 }
                 Err(_) => {
-                    c.logged = false;
+                    c.record.begin();
                     set_text_from_raw(c, cb.data());
                     return Err(Fail::silent(Res::HTTP_NO_REQUEST_ERR));
                 }
             };
-            c.logged = false;
+            c.record.begin();
             match self.parse(c, &cb.data()[..end]) {
                 Ok(Some(req)) => return Ok(Some(req)),
                 // A blank line was seen but the head is not complete (leading
@@ -124,25 +124,25 @@ impl Session {
             .redirected_to
             .filter(|_| !h.is_connect() && h.uri.starts_with('/'))
             .or(self.inside.as_ref().map(|i| i.addr));
-        c.text.clear();
+        c.record.text.clear();
         // One allocation for the line (a new client's text is empty; four
         // pushes would grow it three times).
-        c.text.reserve(h.method.len() + h.uri.len() + 32);
-        c.text.push_str(h.method);
-        c.text.push(' ');
+        c.record.text.reserve(h.method.len() + h.uri.len() + 32);
+        c.record.text.push_str(h.method);
+        c.record.text.push(' ');
         if redirected_to.is_some() && h.uri.starts_with('/') {
             // As 3proxy logs a transparent request (and one inside an
             // intercepted tunnel): in absolute form.
-            c.text.push_str("http://");
+            c.record.text.push_str("http://");
             if h.host.contains(':') {
-                c.text.push('[');
-                c.text.push_str(&h.host);
-                c.text.push(']');
+                c.record.text.push('[');
+                c.record.text.push_str(&h.host);
+                c.record.text.push(']');
             } else {
-                c.text.push_str(&h.host);
+                c.record.text.push_str(&h.host);
             }
             if h.port != 80 {
-                c.text.push_str(&format!(":{}", h.port));
+                c.record.text.push_str(&format!(":{}", h.port));
             }
         }
         if let Some(to) = redirected_to {
@@ -150,8 +150,8 @@ impl Session {
             h.port = to.port();
         }
         // An ftp:// URL's password is not logged (as 3proxy's logurl).
-        c.text.push_str(&ftp::hide_password(h.uri));
-        c.text.push_str(if h.version == 0 {
+        c.record.text.push_str(&ftp::hide_password(h.uri));
+        c.record.text.push_str(if h.version == 0 {
             " HTTP/1.0"
         } else {
             " HTTP/1.1"
@@ -236,8 +236,8 @@ fn set_text_from_raw(c: &mut Client, data: &[u8]) {
     let line = data.split(|&b| b == b'\n').next().unwrap_or(&[]);
     let line = line.strip_suffix(b"\r").unwrap_or(line);
     let line = &line[..line.len().min(256)];
-    c.text.clear();
-    c.text.extend(line.iter().map(|&b| {
+    c.record.text.clear();
+    c.record.text.extend(line.iter().map(|&b| {
         if b.is_ascii_graphic() || b == b' ' {
             b as char
         } else {

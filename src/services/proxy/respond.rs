@@ -54,7 +54,7 @@ impl Session {
                 self.long,
             )
             .map_err(|e| Fail::silent(send_res(&e)))?;
-            c.bytes_in += (self.resp_out.len() + n) as u64;
+            c.record.bytes_in += (self.resp_out.len() + n) as u64;
             sb.consume(n);
             self.relay(c, cb, &o.s)?;
             c.srv = Some(o.s);
@@ -98,7 +98,7 @@ impl Session {
             self.long,
         )
         .map_err(|e| Fail::silent(send_res(&e)))?;
-        c.bytes_in += (self.resp_out.len() + now) as u64;
+        c.record.bytes_in += (self.resp_out.len() + now) as u64;
         sb.consume(now);
         let mut clean = sb.data().is_empty();
         if !done {
@@ -122,7 +122,7 @@ impl Session {
             };
             match moved {
                 Ok(n) => {
-                    c.bytes_in += n;
+                    c.record.bytes_in += n;
                     if lim.is_some() {
                         self.shaped.0 += n;
                     }
@@ -176,7 +176,7 @@ impl Session {
         set_write_timeout(&c.cli, &mut self.cli_wto, self.long)
             .map_err(|e| Fail::silent(send_res(&e)))?;
         write_all_v(&c.cli, &self.resp_out, &body).map_err(|e| Fail::silent(send_res(&e)))?;
-        c.bytes_in += (self.resp_out.len() + body.len()) as u64;
+        c.record.bytes_in += (self.resp_out.len() + body.len()) as u64;
         Ok(self.done_response(c, o, body_done && h.keep_alive && clean, client_keep))
     }
 
@@ -233,7 +233,7 @@ impl Session {
             )
         };
         match r {
-            Ok(n) => c.bytes_in += n,
+            Ok(n) => c.record.bytes_in += n,
             Err(filt::StreamErr::Io(Side::Server, e)) if is_bad_chunk(&e) => {
                 return Err(Fail::silent(Res::HTTP_CHUNK_SERVER))
             }
@@ -259,7 +259,7 @@ impl Session {
         if reuse {
             self.origin = Some(o);
         }
-        c.res = Res::OK;
+        c.record.res = Res::OK;
         if client_keep {
             Next::KeepAlive
         } else {
@@ -270,13 +270,13 @@ impl Session {
     /// Answer an error (when nothing was answered yet), log the request,
     /// and close the connection gracefully.
     pub(super) fn finish_error(&mut self, c: &mut Client, f: Fail) {
-        c.res = f.res;
+        c.record.res = f.res;
         self.origin = None;
         if let Some(status) = f.status {
             let _ = set_write_timeout(&c.cli, &mut self.cli_wto, self.long);
-            c.bytes_in += send_error(&c.cli, status, f.res) as u64;
+            c.record.bytes_in += send_error(&c.cli, status, f.res) as u64;
         }
-        c.log_record();
+        c.end_record();
         if f.status.is_some() {
             linger(&c.cli, self.svc.timeouts.get(Timeouts::LINGER));
         }

@@ -62,12 +62,12 @@ impl Session {
             true,
         ) {
             // The client was told the tunnel is open: it is closed.
-            c.res = res;
+            c.record.res = res;
             c.srv = Some(o.s);
             return Ok(Next::Close);
         }
         if let Err(res) = crate::session::intercept(c, &mut o.s, &self.host, cb.data()) {
-            c.res = res;
+            c.record.res = res;
             c.srv = Some(o.s);
             return Ok(Next::Close);
         }
@@ -112,7 +112,7 @@ impl Session {
         let early = cb.data();
         if !early.is_empty() {
             write_all_v(&srv, early, &[]).map_err(|e| Fail::silent(srv_res(&e)))?;
-            c.bytes_out += early.len() as u64;
+            c.record.bytes_out += early.len() as u64;
             let n = early.len();
             cb.consume(n);
         }
@@ -128,7 +128,6 @@ impl Session {
         let finish = crate::session::Finish::Http {
             shaping: self.shaper().is_some(),
             shaped: self.shaped,
-            nolog: grant.is_some_and(|g| g.nolog),
         };
         let limits = grant.and_then(|g| g.limits.clone());
         // With `force`, a reload whose ACL refuses the tunnel ends it.
@@ -198,7 +197,7 @@ impl Session {
         let early = sb.data();
         send_lazy(&c.cli, ESTABLISHED, early, &mut self.cli_wto, self.long)
             .map_err(|e| Fail::silent(cli_res(&e)))?;
-        c.bytes_in += (ESTABLISHED.len() + early.len()) as u64;
+        c.record.bytes_in += (ESTABLISHED.len() + early.len()) as u64;
         Ok(())
     }
 
@@ -230,7 +229,7 @@ impl Session {
         }
         self.abs_out.extend_from_slice(b"\r\n");
         write_all_v(&o.s, &self.abs_out, &[]).map_err(|_| parent_fail(Res::PARENT_CONNECT_SEND))?;
-        c.bytes_out += self.abs_out.len() as u64;
+        c.record.bytes_out += self.abs_out.len() as u64;
         let h = read_response(&o.s, sb, true, &mut self.resp_out)
             .map_err(|_| parent_fail(Res::PARENT_CONNECT_REPLY))?;
         if !(200..300).contains(&h.status) {
@@ -251,7 +250,7 @@ impl Session {
         let early = cb.data();
         if !early.is_empty() {
             write_all_v(srv, early, &[]).map_err(|e| Fail::silent(srv_res(&e)))?;
-            c.bytes_out += early.len() as u64;
+            c.record.bytes_out += early.len() as u64;
             let n = early.len();
             cb.consume(n);
         }
@@ -282,9 +281,9 @@ impl Session {
             self.shaped.0 += out.inb;
             self.shaped.1 += out.out;
         }
-        c.res = out.res;
-        c.bytes_out += out.out;
-        c.bytes_in += out.inb;
+        c.record.res = out.res;
+        c.record.bytes_out += out.out;
+        c.record.bytes_in += out.inb;
         Ok(())
     }
 }
