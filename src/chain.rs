@@ -225,7 +225,7 @@ fn other_family(want: &Want<'_>, family: Family, dialer: &Dialer) -> Option<Sock
     } else {
         Family::V4
     };
-    crate::net::resolve(host, addr.port(), other)
+    crate::resolve::resolve(host, addr.port(), other)
         .ok()
         .filter(|a| a.is_ipv4() != addr.is_ipv4())
 }

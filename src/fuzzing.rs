@@ -23,8 +23,6 @@ use crate::net::Stream;
 use crate::proto::http::{self, ChunkScanner, Rewrite};
 use crate::proto::socks::{self, Dest};
 use crate::proto::{dns, ftp, imap, mail, proxy_v1, smtp, tls};
-use crate::proxyproto;
-use crate::resolve;
 
 /// A target's entry point: it takes the input as it comes.
 pub type Target = fn(&[u8]);
@@ -660,7 +658,7 @@ fn rdata_len(reply: &[u8], end: usize, answers: u16) -> usize {
     usize::from(u16::from_be_bytes([reply[end + 10], reply[end + 11]]))
 }
 
-/// The resolver's reply check (`resolve::Query::check`): an answer is
+/// The resolver's reply check (`proto::dns::Query::check`): an answer is
 /// taken only from a response to our query (ID, name, type, class), and
 /// is of the type asked.
 pub fn dns_reply(data: &[u8]) {
@@ -669,11 +667,11 @@ pub fn dns_reply(data: &[u8]) {
         return;
     };
     let qt = match opts % 3 {
-        0 => resolve::Qt::A,
-        1 => resolve::Qt::Aaaa,
-        _ => resolve::Qt::Ptr,
+        0 => dns::Qt::A,
+        1 => dns::Qt::Aaaa,
+        _ => dns::Qt::Ptr,
     };
-    let Ok(q) = resolve::Query::new("www.example.test", qt) else {
+    let Ok(q) = dns::Query::new("www.example.test", qt) else {
         panic!("a valid name is refused");
     };
     let mut msg = reply.to_vec();
@@ -691,15 +689,15 @@ pub fn dns_reply(data: &[u8]) {
     let Some(got) = got else { return };
     let p = simple_dns::Packet::parse(&msg).expect("a taken reply parses");
     assert_eq!(p.questions.len(), 1);
-    if let resolve::Reply::Done(resolve::Answer::Addr(ip, _)) = got {
-        let want_v6 = matches!(qt, resolve::Qt::Aaaa);
+    if let dns::Reply::Done(dns::Answer::Addr(ip, _)) = got {
+        let want_v6 = matches!(qt, dns::Qt::Aaaa);
         assert_eq!(ip.is_ipv6(), want_v6, "an answer of the wrong type");
-        assert!(!matches!(qt, resolve::Qt::Ptr));
+        assert!(!matches!(qt, dns::Qt::Ptr));
     }
 }
 
 /// The PROXY protocol v1 header (`proto::proxy_v1`): a header that
-/// parses, written again, parses to the same addresses; `proxyproto::read`
+/// parses, written again, parses to the same addresses; `proxy_v1::read`
 /// takes the header line off a socket and not one byte after it.
 pub fn proxy_header(data: &[u8]) {
     let data = cut(data);
@@ -724,7 +722,7 @@ pub fn proxy_header(data: &[u8]) {
     }
     let _ = ours.set_read_timeout(Some(Duration::from_secs(5)));
     let s = Stream::Unix(ours);
-    let r = proxyproto::read(&s);
+    let r = proxy_v1::read(&s);
     let mut left = Vec::new();
     let mut rd = &s;
     let _ = rd.read_to_end(&mut left);

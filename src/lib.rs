@@ -39,7 +39,6 @@ mod parent;
 mod parentcheck;
 mod park;
 mod proto;
-mod proxyproto;
 mod radius;
 mod random;
 mod relay;

@@ -439,12 +439,6 @@ impl Target {
     }
 }
 
-/// Resolve a name for a connection, honouring the family; see
-/// `crate::resolve` (nserver, nscache, nsrecord, fakeresolve).
-pub fn resolve(host: &str, port: u16, family: Family) -> Result<SocketAddr, Res> {
-    crate::resolve::resolve(host, port, family)
-}
-
 /// `happyeyeballs`' default: RFC 8305's Connection Attempt Delay.
 pub const DEFAULT_EYEBALLS: Duration = Duration::from_millis(250);
 
@@ -1036,18 +1030,6 @@ mod tests {
         assert_eq!(
             Target::parse("unix:/s", 0).unwrap(),
             Target::Unix("/s".into())
-        );
-    }
-
-    #[test]
-    fn resolves_literals_whatever_the_family() {
-        assert_eq!(
-            resolve("::1", 7, Family::V4).unwrap(),
-            "[::1]:7".parse().unwrap()
-        );
-        assert_eq!(
-            resolve("127.0.0.1", 7, Family::V6).unwrap(),
-            "127.0.0.1:7".parse().unwrap()
         );
     }
 }

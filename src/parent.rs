@@ -306,6 +306,26 @@ pub struct Handoff {
     pub dest: Option<Known>,
 }
 
+impl Handoff {
+    /// A hand-off of a client whose destination the first handler chose
+    /// already (`name` when the client gave a name): what every service
+    /// that meets `Route::Local` on its way to a destination hands over.
+    pub fn to(
+        kind: Kind,
+        hops: u32,
+        early: Vec<u8>,
+        name: Option<String>,
+        addr: SocketAddr,
+    ) -> Handoff {
+        Handoff {
+            kind,
+            hops,
+            early,
+            dest: Some(Known { name, addr }),
+        }
+    }
+}
+
 /// Check that the handler of `h.kind` can take a TCP client. Err NOTIMPL
 /// for `dns`: its handler serves UDP datagrams (the caller refuses the
 /// client in its own protocol).

@@ -5,7 +5,7 @@
 //! The resolver is process-wide, as in 3proxy: the cfg handlers record
 //! its settings in a [`Config`], and `conf::State::finalize` installs it
 //! with [`install`]; a reload installs a new one. Every service resolves
-//! through [`resolve`] (reached as `net::resolve`).
+//! through [`resolve`].
 //!
 //! Without `nserver` names go to the system resolver (getaddrinfo). With
 //! it, we ask the listed servers ourselves, in order: a UDP query (TCP
@@ -14,8 +14,9 @@
 //! server. A reply counts only if it comes from the server asked (the
 //! socket is connected), carries our ID, is a response and repeats our
 //! question; anything else is dropped and we keep waiting, so a spoofed
-//! reply must guess the ID and the port. The DNS wire format is the
-//! `simple-dns` crate's.
+//! reply must guess the ID and the port. The query and those checks are
+//! `proto::dns`'s (on the `simple-dns` crate); this module sends, waits
+//! and caches.
 //!
 //! `nscache`/`nscache6` turn on caching of A/AAAA answers (as in 3proxy,
 //! without them every lookup asks the servers), with the answer's TTL
@@ -35,11 +36,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
-use simple_dns::rdata::RData;
-use simple_dns::{Label, Name, Packet, PacketFlag, Question, CLASS, QCLASS, QTYPE, TYPE};
-
 use crate::addr::{parse_ip, read_exact_by, Family};
 use crate::conf::token::quote;
+use crate::proto::dns::{Answer, Qt, Query, Reply};
 use crate::res::Res;
 use crate::timeouts::Timeouts;
 
@@ -53,9 +52,6 @@ pub const MIN_CACHE: usize = 256;
 /// Largest DNS message we read over TCP (UDP answers are at most 64 KiB
 /// by construction).
 const MAX_MESSAGE: usize = 65535;
-/// Longest name (in its dotted form) and label a query may carry.
-const MAX_NAME: usize = 253;
-const MAX_LABEL: usize = 63;
 /// fakeresolve's answers.
 const FAKE4: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 2);
 const FAKE6: Ipv6Addr = Ipv6Addr::new(0, 0, 0, 0, 0, 0, 0, 2);
@@ -236,24 +232,6 @@ fn qtypes(family: Family) -> &'static [Qt] {
         Family::V6 => &[Qt::Aaaa],
         Family::V46 => &[Qt::A, Qt::Aaaa],
         Family::V64 => &[Qt::Aaaa, Qt::A],
-    }
-}
-
-/// The record types we ask for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Qt {
-    A,
-    Aaaa,
-    Ptr,
-}
-
-impl Qt {
-    fn qtype(self) -> QTYPE {
-        QTYPE::TYPE(match self {
-            Qt::A => TYPE::A,
-            Qt::Aaaa => TYPE::AAAA,
-            Qt::Ptr => TYPE::PTR,
-        })
     }
 }
 
@@ -605,118 +583,6 @@ fn reverse_name(ip: IpAddr) -> String {
 }
 
 // ---------------------------------------------------------------------------
-// Queries and replies
-
-/// What a valid reply said.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Answer {
-    /// An address of the type asked for, with its TTL in seconds.
-    Addr(IpAddr, u32),
-    /// A PTR answer's name.
-    Name(String),
-    /// A response with no record of that type (NXDOMAIN, NODATA, ...).
-    None,
-}
-
-/// A reply that passed the checks.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Reply {
-    Done(Answer),
-    /// TC was set: ask again over TCP.
-    Truncated,
-}
-
-/// One query in wire form, and what its reply must repeat.
-pub(crate) struct Query {
-    pub(crate) id: u16,
-    /// The name's labels, lowercased, for comparing with the reply's.
-    labels: Vec<Vec<u8>>,
-    qt: Qt,
-    wire: Vec<u8>,
-}
-
-impl Query {
-    pub(crate) fn new(name: &str, qt: Qt) -> io::Result<Query> {
-        let name = name.strip_suffix('.').unwrap_or(name);
-        let invalid = || io::Error::new(io::ErrorKind::InvalidInput, "not a valid DNS name");
-        // Split on dots ourselves: the name is bytes as the client sent
-        // them, with no escapes, and no empty or over-long label.
-        let parts: Vec<&[u8]> = name.as_bytes().split(|&c| c == b'.').collect();
-        if name.len() > MAX_NAME || parts.iter().any(|l| l.is_empty() || l.len() > MAX_LABEL) {
-            return Err(invalid());
-        }
-        let labels: Vec<Vec<u8>> = parts.iter().map(|l| l.to_ascii_lowercase()).collect();
-        let qname = Name::new_with_labels(
-            &parts
-                .iter()
-                .map(|&l| Label::new_unchecked(l))
-                .collect::<Vec<_>>(),
-        );
-        let id = random_id();
-        let mut p = Packet::new_query(id);
-        p.set_flags(PacketFlag::RECURSION_DESIRED);
-        p.questions.push(Question::new(
-            qname,
-            qt.qtype(),
-            QCLASS::CLASS(CLASS::IN),
-            false,
-        ));
-        let wire = p.build_bytes_vec().map_err(|_| invalid())?;
-        Ok(Query {
-            id,
-            labels,
-            qt,
-            wire,
-        })
-    }
-
-    /// The reply's meaning if it answers this query; None if it must be
-    /// dropped (not a response, another ID or question, or malformed).
-    pub(crate) fn check(&self, msg: &[u8]) -> Option<Reply> {
-        let p = Packet::parse(msg).ok()?;
-        if p.id() != self.id || !p.has_flags(PacketFlag::RESPONSE) {
-            return None;
-        }
-        let [q] = p.questions.as_slice() else {
-            return None;
-        };
-        let same_name = q
-            .qname
-            .as_bytes()
-            .map(|l| l.to_ascii_lowercase())
-            .eq(self.labels.iter().cloned());
-        if !same_name || q.qtype != self.qt.qtype() || q.qclass != QCLASS::CLASS(CLASS::IN) {
-            return None;
-        }
-        if p.has_flags(PacketFlag::TRUNCATION) {
-            return Some(Reply::Truncated);
-        }
-        let found = p.answers.iter().find_map(|rr| {
-            if rr.class != CLASS::IN {
-                return None;
-            }
-            match (&rr.rdata, self.qt) {
-                (RData::A(a), Qt::A) => {
-                    Some(Answer::Addr(Ipv4Addr::from(a.address).into(), rr.ttl))
-                }
-                (RData::AAAA(a), Qt::Aaaa) => {
-                    Some(Answer::Addr(Ipv6Addr::from(a.address).into(), rr.ttl))
-                }
-                (RData::PTR(n), Qt::Ptr) => Some(Answer::Name(n.0.to_string())),
-                _ => None,
-            }
-        });
-        Some(Reply::Done(found.unwrap_or(Answer::None)))
-    }
-}
-
-/// A 16-bit query ID nobody off this host can predict (RFC 5452): from
-/// the OS's CSPRNG (`random`).
-fn random_id() -> u16 {
-    crate::random::u16()
-}
-
-// ---------------------------------------------------------------------------
 // The cache
 
 /// Answers of one family by name, each until its TTL runs out. A size of
@@ -798,6 +664,9 @@ impl Cache {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::proto::dns::tests::a;
+    use simple_dns::rdata::RData;
+    use simple_dns::{Name, Packet, CLASS, QTYPE};
 
     #[test]
     fn parses_nserver_addresses() {
@@ -833,116 +702,16 @@ mod tests {
         assert!(v6.ends_with("8.b.d.0.1.0.0.2.ip6.arpa"), "{v6}");
     }
 
-    /// A reply to `q` built by hand, with these answers.
-    fn reply(q: &Query, answers: &[(&str, RData<'static>, u32)]) -> Vec<u8> {
-        let mut p = Packet::new_reply(q.id);
-        let sent = Packet::parse(&q.wire).unwrap();
-        p.questions.push(sent.questions[0].clone());
-        for (name, rdata, ttl) in answers {
-            p.answers.push(simple_dns::ResourceRecord::new(
-                Name::new_unchecked(name),
-                CLASS::IN,
-                *ttl,
-                rdata.clone(),
-            ));
-        }
-        p.build_bytes_vec_compressed().unwrap()
-    }
-
-    fn a(ip: [u8; 4]) -> RData<'static> {
-        RData::A(simple_dns::rdata::A {
-            address: u32::from(Ipv4Addr::from(ip)),
-        })
-    }
-
     #[test]
-    fn checks_replies() {
-        let q = Query::new("Some.Test.", Qt::A).unwrap();
-        let good = reply(&q, &[("some.test", a([10, 1, 2, 3]), 60)]);
+    fn resolves_literals_whatever_the_family() {
         assert_eq!(
-            q.check(&good),
-            Some(Reply::Done(Answer::Addr("10.1.2.3".parse().unwrap(), 60)))
-        );
-        // The question's case may differ (0x20 randomizing servers).
-        let mut upper = good.clone();
-        for b in &mut upper[12..] {
-            if b.is_ascii_lowercase() {
-                *b = b.to_ascii_uppercase();
-                break;
-            }
-        }
-        assert!(matches!(q.check(&upper), Some(Reply::Done(_))));
-        // Another ID.
-        let mut other = good.clone();
-        other[0] ^= 0xff;
-        assert_eq!(q.check(&other), None);
-        // Not a response (QR clear).
-        let mut query = good.clone();
-        query[2] &= 0x7f;
-        assert_eq!(q.check(&query), None);
-        // Another question.
-        let q2 = Query::new("other.test", Qt::A).unwrap();
-        let mut wrong = reply(&q2, &[("other.test", a([10, 9, 9, 9]), 60)]);
-        wrong[..2].copy_from_slice(&q.id.to_be_bytes());
-        assert_eq!(q.check(&wrong), None);
-        // Another type.
-        let q6 = Query::new("some.test", Qt::Aaaa).unwrap();
-        let mut wrong = reply(&q6, &[]);
-        wrong[..2].copy_from_slice(&q.id.to_be_bytes());
-        assert_eq!(q.check(&wrong), None);
-        // No answer of the type: a valid "nothing".
-        assert_eq!(q.check(&reply(&q, &[])), Some(Reply::Done(Answer::None)));
-        // Truncated.
-        let mut tc = good.clone();
-        tc[2] |= 0x02;
-        assert_eq!(q.check(&tc), Some(Reply::Truncated));
-    }
-
-    #[test]
-    fn skips_records_of_other_types() {
-        let q = Query::new("www.test", Qt::A).unwrap();
-        let cname = RData::CNAME(simple_dns::rdata::CNAME(Name::new_unchecked("real.test")));
-        let msg = reply(
-            &q,
-            &[("www.test", cname, 300), ("real.test", a([10, 0, 0, 7]), 0)],
+            resolve("::1", 7, Family::V4).unwrap(),
+            "[::1]:7".parse().unwrap()
         );
         assert_eq!(
-            q.check(&msg),
-            Some(Reply::Done(Answer::Addr("10.0.0.7".parse().unwrap(), 0)))
+            resolve("127.0.0.1", 7, Family::V6).unwrap(),
+            "127.0.0.1:7".parse().unwrap()
         );
-    }
-
-    /// Cut, flipped and random bytes must never panic the checker.
-    #[test]
-    fn garbage_replies_never_panic() {
-        let q = Query::new("some.test", Qt::A).unwrap();
-        let good = reply(&q, &[("some.test", a([10, 1, 2, 3]), 60)]);
-        for n in 0..good.len() {
-            let _ = q.check(&good[..n]);
-        }
-        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
-        let mut next = || {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x
-        };
-        for _ in 0..20_000 {
-            let mut m = good.clone();
-            for _ in 0..(next() % 4 + 1) {
-                let i = (next() as usize) % m.len();
-                m[i] = next() as u8;
-            }
-            let _ = q.check(&m);
-            let len = (next() % 600) as usize;
-            let junk: Vec<u8> = (0..len).map(|_| next() as u8).collect();
-            let _ = q.check(&junk);
-        }
-        // Compression pointers that loop or point forward.
-        let mut looped = good.clone();
-        looped.truncate(12);
-        looped.extend_from_slice(&[0xc0, 12, 0, 1, 0, 1]);
-        let _ = q.check(&looped);
     }
 
     /// A one-thread DNS server for unit tests: answers PTR and A from
@@ -1005,20 +774,6 @@ mod tests {
         // No authnserver and no nserver: no reverse lookups.
         let r = Resolver::new(Config::default(), &Timeouts::default());
         assert_eq!(r.dnsname("127.0.0.5".parse().unwrap()), None);
-    }
-
-    #[test]
-    fn query_ids_vary() {
-        let ids: std::collections::HashSet<u16> = (0..64).map(|_| random_id()).collect();
-        assert!(ids.len() > 48, "{} distinct of 64", ids.len());
-    }
-
-    #[test]
-    fn bad_names_are_not_queried() {
-        assert!(Query::new("", Qt::A).is_err());
-        assert!(Query::new("a..b", Qt::A).is_err());
-        assert!(Query::new(&"x".repeat(64), Qt::A).is_err());
-        assert!(Query::new(&["abc"; 80].join("."), Qt::A).is_err());
     }
 
     #[test]

@@ -28,7 +28,7 @@ pub fn read_proxy_header(c: &mut Client) -> bool {
     let _ = c
         .cli
         .set_timeout(Some(svc.timeouts.get(Timeouts::STRING_SHORT)));
-    match crate::proxyproto::read(&c.cli) {
+    match crate::proto::proxy_v1::read(&c.cli) {
         Ok(Some((src, dst))) => {
             c.client_addr = Some(src);
             c.local_addr = Some(dst);

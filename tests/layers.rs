@@ -490,6 +490,28 @@ fn imports_go_to_the_same_layer_or_below() {
     );
 }
 
+/// The fuzz targets reach the wire formats, the cfg language's two
+/// parsers and a socket to feed them, nothing else (ARCHITECTURE.md,
+/// "Wire code"): a target that needs a service's code means that code is
+/// a wire format to move into `proto`.
+#[test]
+fn fuzzing_reaches_only_the_parsers() {
+    let (g, _) = graph();
+    let to = g.get("fuzzing").expect("src/fuzzing.rs is a module");
+    let allowed = |m: &str| {
+        m == "proto"
+            || m.starts_with("proto::")
+            || m == "conf"
+            || m == "conf::token"
+            || m == "logformat"
+            || m == "net"
+            || m == "res"
+    };
+    let bad: Vec<&String> = to.iter().filter(|m| !allowed(m)).collect();
+    assert!(to.iter().any(|m| m.starts_with("proto")), "{to:?}");
+    assert!(bad.is_empty(), "src/fuzzing.rs imports {bad:?}");
+}
+
 #[test]
 fn the_module_graph_has_no_cycles() {
     let (g, _) = graph();

@@ -66,7 +66,7 @@ fn settle(state: &mut State, mut hop: Hop, words: &[String]) -> Hop {
         } else {
             crate::net::Family::V4
         };
-        hop.alt = crate::net::resolve(&hop.host, 0, other)
+        hop.alt = crate::resolve::resolve(&hop.host, 0, other)
             .ok()
             .map(|a| a.ip())
             .filter(|ip| ip.is_ipv4() != hop.addr.is_ipv4());

@@ -23,7 +23,7 @@ pub fn resolve_once(s: &str) -> Result<IpAddr, String> {
     if let Some(ip) = crate::net::parse_ip(s) {
         return Ok(ip);
     }
-    crate::net::resolve(s, 0, crate::net::Family::V46)
+    crate::resolve::resolve(s, 0, crate::net::Family::V46)
         .map(|a| a.ip())
         .map_err(|_| format!("cannot resolve '{}'", quote(s)))
 }

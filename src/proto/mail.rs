@@ -81,9 +81,7 @@ pub(crate) struct Login {
     pub(crate) port: u16,
 }
 
-pub(crate) fn starts_ci(line: &[u8], word: &[u8]) -> bool {
-    line.len() >= word.len() && line[..word.len()].eq_ignore_ascii_case(word)
-}
+pub(crate) use super::starts_ci;
 
 pub(crate) fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()

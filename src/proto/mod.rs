@@ -3,7 +3,8 @@
 //! together, one codec per protocol (as g3's `g3-socks` serves both its
 //! SOCKS server and its chaining client).
 //!
-//! - `dns`: a DNS query's question and the answers dnspr builds from it.
+//! - `dns`: a DNS query's question and the answers dnspr builds from it;
+//!   the resolver's query and the checks on its reply.
 //! - `ftp`: FTP replies, PASV/EPSV/PORT, ftppr's login.
 //! - `http`: HTTP/1.x heads, framing and rewriting, and the CONNECT
 //!   handshake with an HTTP parent.
@@ -39,6 +40,12 @@ use std::io::{Read, Write};
 
 use crate::net::Stream;
 use crate::res::Res;
+
+/// `line` begins with `word`, ASCII case aside (HTTP field values, mail
+/// and FTP commands).
+pub(crate) fn starts_ci(line: &[u8], word: &[u8]) -> bool {
+    line.len() >= word.len() && line[..word.len()].eq_ignore_ascii_case(word)
+}
 
 /// Write all of `b`, or fail with `code`.
 fn send(mut s: &Stream, b: &[u8], code: Res) -> Result<(), Res> {

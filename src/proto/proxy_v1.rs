@@ -1,13 +1,16 @@
 //! PROXY protocol version 1 on the wire (HAProxy's proxy-protocol.txt):
 //! `PROXY TCP4 <src> <dst> <sport> <dport>\r\n` before the client's bytes,
 //! so the real client address survives. Both directions: [`parse`] reads
-//! the header a load balancer sends us (`-H`, read off the socket by
-//! `proxyproto`), [`encode`] writes the one a parent gets (`ha`, sent by
+//! the header a load balancer sends us (`-H`; [`read`] takes it off the
+//! socket), [`encode`] writes the one a parent gets (`ha`, sent by
 //! `chain`).
 //!
-//! Invariant: pure; nothing here does IO.
+//! Invariant: but for [`read`], nothing here does IO.
 
+use std::io::Read;
 use std::net::{IpAddr, SocketAddr};
+
+use crate::net::Stream;
 
 /// The longest v1 header the specification allows, CRLF included.
 pub const MAX_LINE: usize = 107;
@@ -70,6 +73,33 @@ pub fn encode(client: SocketAddr, local: SocketAddr) -> String {
         client.port(),
         local.port()
     )
+}
+
+/// Read the header line from `s` (whose read timeout is already set) and
+/// parse it. Consumes the line and nothing after it.
+pub fn read(s: &Stream) -> Result<Header, String> {
+    let mut line = Vec::with_capacity(MAX_LINE);
+    let mut buf = [0u8; MAX_LINE];
+    loop {
+        let room = MAX_LINE - line.len();
+        if room == 0 {
+            return Err("header longer than 107 bytes".into());
+        }
+        let n = s.peek(&mut buf[..room]).map_err(|e| e.to_string())?;
+        if n == 0 {
+            return Err("connection closed before the header ended".into());
+        }
+        let take = buf[..n]
+            .iter()
+            .position(|&b| b == b'\n')
+            .map_or(n, |i| i + 1);
+        let mut r = s;
+        r.read_exact(&mut buf[..take]).map_err(|e| e.to_string())?;
+        line.extend_from_slice(&buf[..take]);
+        if line.last() == Some(&b'\n') {
+            return parse(&line);
+        }
+    }
 }
 
 #[cfg(test)]

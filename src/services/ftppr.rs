@@ -35,7 +35,7 @@ use crate::access::{self, Op, Request};
 use crate::chain;
 use crate::client::Client;
 use crate::filter::{self, Verdict};
-use crate::net::{resolve, Stream};
+use crate::net::Stream;
 use crate::parent;
 use crate::proto::ftp::{
     epsv_reply, is_final, parse_login, pasv_port, pasv_reply, port_arg, DEFAULT_PORT,
@@ -43,6 +43,7 @@ use crate::proto::ftp::{
 use crate::proto::mail::{parse_host, starts_ci, text, Lines, Login};
 use crate::relay::{DataFilter, Hooks, RelayOpts};
 use crate::res::Res;
+use crate::resolve::resolve;
 use crate::timeouts::Timeouts;
 
 /// The longest line read (3proxy's buffer less its slack).

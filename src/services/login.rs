@@ -11,10 +11,11 @@ use std::time::{Duration, Instant};
 use crate::access::{self, Op, Recheck, Request};
 use crate::chain;
 use crate::client::{Client, StartTls};
-use crate::net::{resolve, Stream};
+use crate::net::Stream;
 use crate::parent;
 use crate::proto::mail::{Lines, Login};
 use crate::res::Res;
+use crate::resolve::resolve;
 
 /// Reading [`Lines`] off a socket; the splitting is `proto::mail`'s.
 impl Lines {

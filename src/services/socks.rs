@@ -32,13 +32,14 @@ use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use crate::access::{self, Grant, Op, Recheck, Request};
 use crate::chain;
 use crate::client::Client;
-use crate::net::{resolve, Stream};
+use crate::net::Stream;
 use crate::parent;
 use crate::proto::socks::{
     parse_udp_header, read_from, udp_header, v4_reply, v5_rep, v5_reply, Ask, Dest, Peer, Reader,
     Source, CMD_BIND, CMD_CONNECT,
 };
 use crate::res::Res;
+use crate::resolve::resolve;
 use crate::session::DestAt;
 use crate::timeouts::Timeouts;
 use crate::udprelay::{self, Step};
@@ -316,18 +317,17 @@ fn connect(c: &mut Client, ask: &Ask) -> Result<(), Res> {
             // Say "granted", then the rest of the connection is the next
             // handler's (3proxy's childfunc going on), with what the client
             // sent after its request and the destination it asked for.
-            c.hand_over(parent::Handoff {
+            let name = match &ask.dest {
+                Dest::Name(h, _) => Some(h.clone()),
+                Dest::Addr(_) => None,
+            };
+            c.hand_over(parent::Handoff::to(
                 kind,
                 hops,
-                early: ask.early.clone(),
-                dest: Some(parent::Known {
-                    name: match &ask.dest {
-                        Dest::Name(h, _) => Some(h.clone()),
-                        Dest::Addr(_) => None,
-                    },
-                    addr: dst,
-                }),
-            })?;
+                ask.early.clone(),
+                name,
+                dst,
+            ))?;
             reply(c, ask.ver, Res::OK, None);
             return Ok(());
         }

@@ -14,9 +14,10 @@ use crate::access::{Grant, Op, Recheck, Request};
 use crate::acl::{self, Action, Query, Verdict};
 use crate::chain;
 use crate::client::Client;
-use crate::net::{resolve, Stream, Target};
+use crate::net::{Stream, Target};
 use crate::parent;
 use crate::res::Res;
+use crate::resolve::resolve;
 use crate::service::Service;
 use crate::session;
 use crate::timeouts::Timeouts;
@@ -197,19 +198,11 @@ fn connect(
         chain::Route::Stream(chain) => chain,
         chain::Route::Local { kind, hops } => {
             // tcppm has nothing to say first: the next handler greets.
-            let dest = parent::Known {
-                name: match target {
-                    Target::Name(h, _) => Some(h.clone()),
-                    _ => None,
-                },
-                addr: dst,
+            let name = match target {
+                Target::Name(h, _) => Some(h.clone()),
+                _ => None,
             };
-            c.hand_over(parent::Handoff {
-                kind,
-                hops,
-                early: Vec::new(),
-                dest: Some(dest),
-            })?;
+            c.hand_over(parent::Handoff::to(kind, hops, Vec::new(), name, dst))?;
             return Ok(None);
         }
     };

@@ -30,7 +30,7 @@ use crate::chain;
 use crate::client::{Client, StartTls};
 use crate::conf::token::quote;
 use crate::conf::value::number;
-use crate::net::{resolve, Stream};
+use crate::net::Stream;
 use crate::parent;
 use crate::proto::mail::has_cap;
 use crate::proto::tls::{
@@ -38,6 +38,7 @@ use crate::proto::tls::{
     HANDSHAKE, RECORD_HEAD, SERVER_HELLO, SERVER_HELLO_DONE,
 };
 use crate::res::Res;
+use crate::resolve::resolve;
 use crate::service::ServiceOpts;
 use crate::timeouts::Timeouts;
 
@@ -713,15 +714,8 @@ fn connect(
     let chain = match chain::connect(&svc, parents, &want)? {
         chain::Route::Stream(chain) => chain,
         chain::Route::Local { kind, hops } => {
-            c.hand_over(parent::Handoff {
-                kind,
-                hops,
-                early: std::mem::take(&mut st.buf),
-                dest: Some(parent::Known {
-                    name: st.host.clone(),
-                    addr: dst,
-                }),
-            })?;
+            let early = std::mem::take(&mut st.buf);
+            c.hand_over(parent::Handoff::to(kind, hops, early, st.host.clone(), dst))?;
             return Ok(None);
         }
     };

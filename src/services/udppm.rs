@@ -33,10 +33,11 @@ use nix::sys::socket::{recv, MsgFlags};
 
 use crate::access::{self, Op, Recheck, Request};
 use crate::logformat::LogRecord;
-use crate::net::{resolve, Stream, Target};
+use crate::net::{Stream, Target};
 use crate::parent::{Hop, Kind};
 use crate::proto::socks::{parse_udp_header, udp_header};
 use crate::res::Res;
+use crate::resolve::resolve;
 use crate::service::Service;
 use crate::timeouts::Timeouts;
 use crate::udprelay::{self, Step};

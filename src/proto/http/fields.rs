@@ -7,7 +7,8 @@ use base64::engine::general_purpose::{GeneralPurpose, GeneralPurposeConfig, STAN
 use base64::engine::DecodePaddingMode;
 use base64::Engine;
 
-use super::head::{starts_with_ci, trim};
+use super::head::trim;
+use crate::proto::starts_ci;
 
 /// Finish a head from [`parse_response`]: the `Connection` field the
 /// client needs, then the blank line. For an HTTP/1.1 client that keeps
@@ -28,7 +29,7 @@ pub fn end_response_head(out: &mut Vec<u8>, client_version: u8, keep_alive: bool
 /// `Basic <base64(user:password)>` from a `Proxy-Authorization` value.
 pub fn basic_credentials(value: &[u8]) -> Option<(String, String)> {
     let v = trim(value);
-    if !starts_with_ci(v, b"basic ") {
+    if !starts_ci(v, b"basic ") {
         return None;
     }
     let raw = base64_decode(trim(&v[6..]))?;

@@ -86,10 +86,6 @@ pub(super) fn trim(v: &[u8]) -> &[u8] {
     &v[s..e.max(s)]
 }
 
-pub(super) fn starts_with_ci(v: &[u8], prefix: &[u8]) -> bool {
-    v.len() >= prefix.len() && v[..prefix.len()].eq_ignore_ascii_case(prefix)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

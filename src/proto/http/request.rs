@@ -4,7 +4,8 @@
 
 use super::fields::{base64_encode, put_field, put_host, put_length};
 use super::framing::{ends_in_chunked, hex, is_hop_by_hop, merge_length, ConnTokens, Framing};
-use super::head::{starts_with_ci, trim, HeadError, FEW_HEADERS, MAX_HEADERS};
+use super::head::{trim, HeadError, FEW_HEADERS, MAX_HEADERS};
+use crate::proto::starts_ci;
 
 /// A parsed request head. Strings borrow the caller's buffer.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -228,7 +229,7 @@ fn parse_request_in<'a>(
         } else if n.eq_ignore_ascii_case("authorization") {
             auth = Some(h.value);
             let v = trim(h.value);
-            conn_auth |= starts_with_ci(v, b"ntlm") || starts_with_ci(v, b"negotiate");
+            conn_auth |= starts_ci(v, b"ntlm") || starts_ci(v, b"negotiate");
         }
     }
     let framing = match (te, cl) {

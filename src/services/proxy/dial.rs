@@ -10,10 +10,11 @@ use crate::acl;
 use crate::chain;
 use crate::client::Client;
 use crate::filter::{self, Verdict};
-use crate::net::{resolve, Stream};
+use crate::net::Stream;
 use crate::parent;
 use crate::proto::http::{self, Framing};
 use crate::res::Res;
+use crate::resolve::resolve;
 use crate::session;
 use crate::timeouts::Timeouts;
 

@@ -155,17 +155,9 @@ impl Session {
         let early = cb.data().to_vec();
         let n = early.len();
         cb.consume(n);
-        let dest = parent::Known {
-            name: req.literal.is_none().then(|| self.host.clone()),
-            addr: dst,
-        };
-        c.hand_over(parent::Handoff {
-            kind,
-            hops,
-            early,
-            dest: Some(dest),
-        })
-        .map_err(Fail::silent)?;
+        let name = req.literal.is_none().then(|| self.host.clone());
+        c.hand_over(parent::Handoff::to(kind, hops, early, name, dst))
+            .map_err(Fail::silent)?;
         Ok(Next::HandedOver)
     }
 
