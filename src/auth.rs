@@ -129,12 +129,14 @@ impl Users {
     /// `user:pass`, `user:CL:pass`, `user:CR:$1$...`, `user:NT:HEX`.
     /// As in 3proxy, two characters and a colon after the name are a type:
     /// `CL`, `CR` or `NT`, and an entry with any other type (`u:xy:pw`)
-    /// is skipped, as is one without a colon; we warn about both. A
-    /// malformed `NT` hash is an error.
-    pub fn add_line(&mut self, args: &[String]) -> Result<(), String> {
+    /// is skipped, as is one without a colon. A malformed `NT` hash is
+    /// an error. Ok carries what to warn about, if anything: one text for
+    /// the line, however many entries it skips.
+    pub fn add_line(&mut self, args: &[String]) -> Result<Option<String>, String> {
+        let mut skipped: Vec<String> = Vec::new();
         for a in args {
             let Some((name, rest)) = a.split_once(':') else {
-                log::warn!("users: '{}' has no ':' and is skipped", quote(a));
+                skipped.push(format!("'{}' has no ':' and is skipped", quote(a)));
                 continue;
             };
             let pw = match rest.as_bytes() {
@@ -145,10 +147,10 @@ impl Users {
                         b"CL" => Password::Clear(value.to_string()),
                         b"CR" => {
                             if !value.starts_with("$1$") && !value.starts_with("$3$") {
-                                log::warn!(
-                                    "users: {}: a CR password not in $1$ or $3$ form never matches",
+                                skipped.push(format!(
+                                    "{}: a CR password not in $1$ or $3$ form never matches",
                                     quote(name)
-                                );
+                                ));
                             }
                             Password::Crypt(value.to_string())
                         }
@@ -156,11 +158,11 @@ impl Users {
                             format!("{}: an NT hash is 32 hex digits", quote(name))
                         })?),
                         t => {
-                            log::warn!(
-                                "users: {}: unknown password type '{}', entry skipped",
+                            skipped.push(format!(
+                                "{}: unknown password type '{}', entry skipped",
                                 quote(name),
                                 quote(t)
-                            );
+                            ));
                             continue;
                         }
                     }
@@ -177,7 +179,15 @@ impl Users {
             }
             self.map.insert(name.to_string(), pw);
         }
-        Ok(())
+        Ok(match skipped.len() {
+            0 => None,
+            1 => Some(skipped.remove(0)),
+            n => Some(format!(
+                "{} (and {} more entries skipped)",
+                skipped[0],
+                n - 1
+            )),
+        })
     }
 
     #[cfg(test)]

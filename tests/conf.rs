@@ -458,18 +458,30 @@ fn include_of_an_endless_file_stops_at_the_limit() {
 #[test]
 fn repeated_dollar_files_stop_at_the_limit() {
     let dir = Dir::new("dollar_zero");
-    // 1 MiB per insertion: 300 of them would be 300 MiB.
-    let cfg = format!("maxconn 10\nlogformat {}\n", "$/dev/zero ".repeat(300));
+    // 1 MiB per insertion (the most a $FILE holds): 300 of them would be
+    // 300 MiB.
+    let mib = dir.write("mib", vec![b'a'; 1 << 20]);
+    let mib = mib.display();
+    let cfg = format!("maxconn 10\nlogformat {}\n", format!("${mib} ").repeat(300));
     let out = check_in_little_memory(&dir, &cfg, 128);
     let msg = out.assert_cfg_error(&dir.join("little.cfg"), 2, "logformat");
     assert!(
-        msg.ends_with(&format!("logformat: $/dev/zero: {CAP_MESSAGE}")),
+        msg.ends_with(&format!("logformat: ${mib}: {CAP_MESSAGE}")),
         "{msg:?}"
     );
     // Over many lines, the same: 15 insertions and the file itself fit.
-    let cfg = "logformat $/dev/zero\n".repeat(40);
+    let cfg = format!("logformat ${mib}\n").repeat(40);
     let out = check_in_little_memory(&dir, &cfg, 128);
     out.assert_cfg_error(&dir.join("little.cfg"), 16, "logformat");
+    // An endless one is refused at once: it is larger than 1 MiB.
+    let out = check_in_little_memory(&dir, "logformat $/dev/zero\n", 128);
+    let msg = out.assert_cfg_error(&dir.join("little.cfg"), 1, "logformat");
+    assert!(
+        msg.ends_with(
+            "logformat: $/dev/zero: the file is larger than 1 MiB, the most a $FILE may hold"
+        ),
+        "{msg:?}"
+    );
 }
 
 #[test]

@@ -493,3 +493,70 @@ fn port_mapper_ports_are_read_as_atoi_reads_them() {
     let cfg = format!("tcppm -i127.0.0.1 {port} 127.0.0.1 http\n");
     run_cfg(&dir, &["-t"], &cfg).assert_cfg_error(&dir.cfg_path(), 1, "tcppm");
 }
+
+#[test]
+fn users_words_without_a_colon_warn_once_for_the_line() {
+    // 3proxy skips such a word without a word; a hundred of them are one
+    // warning naming the line, not a hundred without one.
+    let dir = Dir::new("len_users_colon");
+    let origin = Origin::echo();
+    let port = free_port();
+    let junk: Vec<String> = (0..100).map(|i| format!("w{i}")).collect();
+    let cfg = format!(
+        "users {} alice:CL:pw\nauth strong\nallow alice\n{}",
+        junk.join(" "),
+        tcppm(port, origin.port())
+    );
+    let want = warning(
+        &dir.cfg_path(),
+        1,
+        "users",
+        "'w0' has no ':' and is skipped (and 99 more entries skipped)",
+    );
+    check_warns(&dir, &cfg, &want);
+}
+
+#[test]
+fn lines_starting_with_a_vertical_tab_or_form_feed_are_skipped() {
+    // C's isspace(), which 3proxy's reader uses, is true for both.
+    let dir = Dir::new("len_vt_ff");
+    let origin = Origin::echo();
+    let port = free_port();
+    let cfg = format!(
+        "\x0bnot a command\n\x0calso not one\n{}",
+        tcppm(port, origin.port())
+    );
+    check_clean(&dir, &cfg);
+    let _proxy = Proxy::start(dir, &cfg, &[Listen::Tcp(localhost(port))]);
+    echo_roundtrip(&mut connect(localhost(port)), b"after vt and ff");
+}
+
+#[test]
+fn a_dollar_file_over_1_mib_is_an_error_naming_the_line() {
+    let dir = Dir::new("len_dollar_big");
+    let mut big = "alice:CL:pw ".repeat((1 << 20) / 12 + 1).into_bytes();
+    big.truncate((1 << 20) + 1);
+    let list = dir.write("users.txt", &big);
+    let cfg = format!(
+        "# big list\nusers ${}\nproxy -p{}\n",
+        list.display(),
+        free_port()
+    );
+    let r = run_cfg(&dir, &["-t"], &cfg);
+    assert_eq!(r.status.code(), Some(1), "{}", r.stderr);
+    let want = format!(
+        "3proxy: {}:2: users: ${}: the file is larger than 1 MiB, the most a $FILE may hold",
+        dir.cfg_path().display(),
+        list.display()
+    );
+    assert!(
+        r.stderr.lines().any(|l| l == want),
+        "want {want:?} in:\n{}",
+        r.stderr
+    );
+    // One byte less loads.
+    big.truncate(1 << 20);
+    dir.write("users.txt", &big);
+    let r = run_cfg(&dir, &["-t"], &cfg);
+    assert_eq!(r.status.code(), Some(0), "{}", r.stderr);
+}

@@ -48,7 +48,12 @@ pub fn h_users(state: &mut State, args: &[String]) -> Result<(), String> {
         .users
         .write()
         .unwrap_or_else(|e| e.into_inner());
-    users.add_line(&args[1..])
+    let warn = users.add_line(&args[1..])?;
+    drop(users);
+    if let Some(why) = warn {
+        state.lenient(why);
+    }
+    Ok(())
 }
 
 /// `flush`: empty the current ACL (services already started keep theirs).

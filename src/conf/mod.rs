@@ -54,7 +54,8 @@ impl std::fmt::Display for CfgError {
 
 /// Deepest `include` nesting accepted; deeper is taken for a loop.
 const MAX_INCLUDE_DEPTH: usize = 16;
-/// 3proxy reads at most this many bytes from a `$FILE`.
+/// The most a `$FILE` may hold; a longer one is an error (3proxy reads
+/// its first 64 KiB and drops the rest without a word).
 const MAX_DOLLAR_FILE: u64 = 1 << 20;
 /// Longest command line, in bytes, its line end not counted (3proxy reads
 /// 65534 bytes at a time). Comment lines may be longer.
@@ -132,10 +133,11 @@ pub fn run_in(
 ) -> Result<(), CfgError> {
     for (i, raw) in text.split(|&b| b == b'\n').enumerate() {
         let lineno = i + 1;
-        // A line that is empty or starts with a blank or '#' is a comment:
+        // A line that is empty or starts with white space (C's isspace:
+        // blank, tab, CR, vertical tab, form feed) or '#' is a comment:
         // 3proxy ignores every indented line, and so do we.
         match raw.first() {
-            None | Some(b' ' | b'\t' | b'\r' | b'#') => continue,
+            None | Some(b' ' | b'\t' | b'\r' | b'\x0b' | b'\x0c' | b'#') => continue,
             _ => {}
         }
         let err = |command: &[u8], reason: &str| CfgError::new(file, lineno, command, reason);
@@ -245,11 +247,19 @@ fn read_dollar_file(state: &mut State, env: &mut dyn Env, path: &str) -> Result<
     let buf = env
         .open(path)
         .map_err(ReadError::Io)
-        .and_then(|f| state.read_counted(f, MAX_DOLLAR_FILE))
+        .and_then(|f| state.read_counted(f, MAX_DOLLAR_FILE + 1))
         .map_err(|e| match e {
             ReadError::Io(e) => format!("{what}: {e}"),
             ReadError::TooBig(_) => format!("{what}: {}", too_big()),
         })?;
+    if buf.len() as u64 > MAX_DOLLAR_FILE {
+        // 3proxy reads the first 64 KiB and drops the rest without a word;
+        // a list cut short is worse than a cfg that does not load.
+        return Err(format!(
+            "{what}: the file is larger than {} MiB, the most a $FILE may hold",
+            MAX_DOLLAR_FILE >> 20
+        ));
+    }
     String::from_utf8(buf).map_err(|e| {
         let at = e.utf8_error().valid_up_to();
         not_utf8(e.as_bytes(), at, &what)
@@ -436,15 +446,26 @@ mod tests {
         let e = run("maxconn 2\ninclude /dev/zero\n").unwrap_err();
         assert_eq!((e.line, e.command.as_str()), (2, "include"));
         assert_eq!(e.reason, format!("/dev/zero: {}", too_big()));
-        // 1 MiB per $FILE: the 17th insertion passes 16 MiB.
-        let e = run(&"logformat $/dev/zero\n".repeat(20)).unwrap_err();
+        // 1 MiB per $FILE (the most one holds): the 17th insertion
+        // passes 16 MiB.
+        let mib = std::env::temp_dir().join(format!("threeproxy-mib-{}", std::process::id()));
+        std::fs::write(&mib, vec![b'a'; 1 << 20]).unwrap();
+        let m = mib.display();
+        let e = run(&format!("logformat ${m}\n").repeat(20)).unwrap_err();
         assert_eq!((e.line, e.command.as_str()), (17, "logformat"));
-        assert_eq!(e.reason, format!("$/dev/zero: {}", too_big()));
+        assert_eq!(e.reason, format!("${m}: {}", too_big()));
         // A budget already spent by the file itself counts too.
         let mut st = State::new(true);
         st.budget = 10;
-        let e = run_on(&mut st, "users $/dev/zero\n").unwrap_err();
-        assert_eq!(e.reason, format!("$/dev/zero: {}", too_big()));
+        let e = run_on(&mut st, &format!("users ${m}\n")).unwrap_err();
+        assert_eq!(e.reason, format!("${m}: {}", too_big()));
+        let _ = std::fs::remove_file(&mib);
+        // An endless file is larger than 1 MiB: refused at once.
+        let e = run("users $/dev/zero\n").unwrap_err();
+        assert_eq!(
+            e.reason,
+            "$/dev/zero: the file is larger than 1 MiB, the most a $FILE may hold"
+        );
     }
 
     fn run_on(st: &mut State, text: &str) -> Result<(), CfgError> {
