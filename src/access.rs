@@ -486,8 +486,12 @@ fn admit(p: &Policy, req: &Request<'_>, at: &At, with_limits: bool) -> Result<Gr
         weight: at.weight,
         redirected: req.redirected,
     };
-    // 3proxy's `param->weight`: every ACL entry that matches sets it.
-    let mut weight = at.weight;
+    let mut found = Found {
+        weight: at.weight,
+        user: None,
+        route: None,
+        radius: None,
+    };
 
     let secs = at
         .now
@@ -505,126 +509,64 @@ fn admit(p: &Policy, req: &Request<'_>, at: &At, with_limits: bool) -> Result<Gr
         srv: at.srv,
         now: secs,
     };
-    // A user name that `dnsname` or a cache hit supplied.
-    let mut found_user: Option<String> = None;
-    // `authcache ext`: the source a cache hit gave back.
-    let mut route: Option<crate::parent::Parents> = None;
-    // What an `auth radius` Access-Accept gave.
-    let mut radius: Option<Arc<crate::radius::Accepted>> = None;
+    let mut allowed = authenticate(p, req, at, &q, &cq, &mut found)?;
+    if let Some(r) = found.route.filter(|_| q.op != acl::OpBits::BIND) {
+        // The cached source goes first; an `extip` of the entry that
+        // allowed the request overrides it, as in 3proxy.
+        allowed.parents = crate::parent::prepend(&r, &allowed.parents);
+    }
+    q.weight = found.weight;
+    // A name found by `cache` or `dnsname` is the session's user name.
+    if found.user.is_some() {
+        q.user = found.user.as_deref();
+    }
+    let limits = if with_limits {
+        p.limits.start(&q)?
+    } else {
+        None
+    };
+    Ok(Grant {
+        nolog: allowed.nolog,
+        weight: found.weight,
+        limits,
+        parents: allowed.parents,
+        user: found.user,
+        radius: found.radius,
+    })
+}
+
+/// What the walk through the `auth` types learns besides the entry that
+/// allowed the request.
+struct Found {
+    /// 3proxy's `param->weight`: every ACL entry that matches sets it.
+    weight: u32,
+    /// A user name that `dnsname` or a cache hit supplied.
+    user: Option<String>,
+    /// `authcache ext`: the source a cache hit gave back.
+    route: Option<crate::parent::Parents>,
+    /// What an `auth radius` Access-Accept gave.
+    radius: Option<Arc<crate::radius::Accepted>>,
+}
+
+/// Try the service's `auth` types in order (3proxy's `doauth`): the first
+/// that allows the request decides, and its grant is cached when it may
+/// be; a refusal hands over to the next type, but a code of 10 or more
+/// (other than `auth radius`'s) ends the walk. Err: the worst refusal, or
+/// the ACL's answer after a type authenticated.
+fn authenticate(
+    p: &Policy,
+    req: &Request<'_>,
+    at: &At,
+    q: &Query<'_>,
+    cq: &CacheQuery<'_>,
+    found: &mut Found,
+) -> Result<Allowed, Res> {
     let mut worst = Res::OK;
-    let mut allowed = None;
     for t in &p.auth {
-        let step = match t {
-            AuthType::None => Ok(Allowed::default()),
-            AuthType::IpOnly => check_acl(p, &Query { user: None, ..q }, &mut weight),
-            // Once these authenticate, the ACL's answer is final.
-            AuthType::UserOnly => match req.user {
-                Some(_) => Ok(check_acl(p, &q, &mut weight)?),
-                None => Err(Res::AUTH_NO_USER),
-            },
-            // 3proxy's `dnsauth`: no name, an unconfirmed name or no
-            // `nserver`/`authnserver` at all is code 3.
-            AuthType::DnsName => {
-                let name = q
-                    .src
-                    .and_then(|a| crate::resolve::dnsname(a.to_canonical()));
-                match name {
-                    Some(n) => {
-                        let user = Some(n.as_str());
-                        let r = check_acl(p, &Query { user, ..q }, &mut weight);
-                        found_user = Some(n);
-                        Ok(r?)
-                    }
-                    None => Err(Res::ACL_NO_MATCH),
-                }
-            }
-            AuthType::Strong => {
-                let users = p.users.read().unwrap_or_else(|e| e.into_inner());
-                match users.check(req.user, req.password) {
-                    Ok(()) => {
-                        drop(users);
-                        Ok(check_acl(p, &q, &mut weight)?)
-                    }
-                    Err(e) => Err(e),
-                }
-            }
-            // PamAuth's `pamfunc`: 4 without a user name and password,
-            // 5 when PAM says no.
-            AuthType::Pam => match (req.user, req.password, p.pam_service.as_deref()) {
-                (Some(u), Some(pw), Some(service)) => {
-                    use crate::sys::pam::{check, Refused};
-                    match check(service, u, pw, PAM_WAIT) {
-                        Ok(()) => Ok(check_acl(p, &q, &mut weight)?),
-                        Err(Refused::Denied) => Err(Res::AUTH_BAD_USER),
-                        Err(Refused::TimedOut) => {
-                            log::warn!("auth pam: no answer from PAM in {PAM_WAIT:?}");
-                            Err(Res::AUTH_BAD_USER)
-                        }
-                        Err(Refused::Unavailable(why)) => {
-                            log::warn!("auth pam: {why}");
-                            Err(Res::AUTH_BAD_USER)
-                        }
-                    }
-                }
-                _ => Err(Res::AUTH_NO_USER),
-            },
-            AuthType::Radius => match auth_radius(p, req, at, &q) {
-                Ok(acc) => {
-                    let a = check_acl(p, &q, &mut weight)?;
-                    let a = framed(a, &acc);
-                    radius = Some(acc);
-                    Ok(a)
-                }
-                Err(e) => Err(e),
-            },
-            AuthType::Cache | AuthType::CacheAcl => match AuthCache::global().lookup(&p.cache, &cq)
-            {
-                Ok(hit) => {
-                    if hit.user.is_some() {
-                        found_user = hit.user;
-                    }
-                    route = hit.route;
-                    if *t == AuthType::CacheAcl {
-                        // The cached grant stands for the ACL too.
-                        Ok(Allowed::default())
-                    } else {
-                        let user = found_user.as_deref().or(req.user);
-                        Ok(check_acl(p, &Query { user, ..q }, &mut weight)?)
-                    }
-                }
-                Err(e) => Err(e),
-            },
-        };
-        match step {
+        match auth_step(t, p, req, at, q, cq, found)? {
             Ok(mut a) => {
-                // As 3proxy's `doauth`: every type but `none` and the
-                // cache's own makes an entry once it has a user name (the
-                // client's, or the one `dnsname` found) and, if the type
-                // keys on it, a password.
-                let user = match t {
-                    AuthType::DnsName => found_user.as_deref(),
-                    _ => req.user,
-                };
-                let cacheable = !matches!(t, AuthType::None | AuthType::Cache | AuthType::CacheAcl)
-                    && user.is_some()
-                    && (p.cache.kind & CacheConf::PASS == 0 || req.password.is_some());
-                if cacheable && CACHE_IN_USE.load(std::sync::atomic::Ordering::Relaxed) {
-                    let mut source = None;
-                    if p.cache.kind & CacheConf::EXT != 0
-                        && a.parents
-                            .iter()
-                            .any(|h| h.kind == crate::parent::Kind::ExtIp)
-                    {
-                        // Draw the parents now, so the source address
-                        // cached is the one this session uses.
-                        let (src, chain) = crate::parent::settle(&a.parents, req.client);
-                        source = src;
-                        a.parents = chain;
-                    }
-                    AuthCache::global().insert(&p.cache, &CacheQuery { user, ..cq }, source);
-                }
-                allowed = Some(a);
-                break;
+                cache_grant(t, p, req, cq, found.user.as_deref(), &mut a);
+                return Ok(a);
             }
             Err(e) => {
                 worst = worst.max(e);
@@ -636,34 +578,144 @@ fn admit(p: &Policy, req: &Request<'_>, at: &At, with_limits: bool) -> Result<Gr
         }
     }
     // No `auth` types at all allows, as 3proxy's empty list does.
-    let mut allowed = match allowed {
-        Some(a) => a,
-        None if p.auth.is_empty() => Allowed::default(),
-        None => return Err(worst),
-    };
-    if let Some(r) = route.filter(|_| q.op != acl::OpBits::BIND) {
-        // The cached source goes first; an `extip` of the entry that
-        // allowed the request overrides it, as in 3proxy.
-        allowed.parents = crate::parent::prepend(&r, &allowed.parents);
-    }
-    q.weight = weight;
-    // A name found by `cache` or `dnsname` is the session's user name.
-    if found_user.is_some() {
-        q.user = found_user.as_deref();
-    }
-    let limits = if with_limits {
-        p.limits.start(&q)?
+    if p.auth.is_empty() {
+        Ok(Allowed::default())
     } else {
-        None
-    };
-    Ok(Grant {
-        nolog: allowed.nolog,
-        weight,
-        limits,
-        parents: allowed.parents,
-        user: found_user,
-        radius,
+        Err(worst)
+    }
+}
+
+/// One `auth` type's answer: Ok(Ok) allows, Ok(Err) refuses and lets the
+/// next type try; Err is final (the ACL's refusal once the type
+/// authenticated the client).
+#[inline]
+fn auth_step(
+    t: &AuthType,
+    p: &Policy,
+    req: &Request<'_>,
+    at: &At,
+    q: &Query<'_>,
+    cq: &CacheQuery<'_>,
+    found: &mut Found,
+) -> Result<Result<Allowed, Res>, Res> {
+    Ok(match t {
+        AuthType::None => Ok(Allowed::default()),
+        AuthType::IpOnly => check_acl(p, &Query { user: None, ..*q }, &mut found.weight),
+        // Once these authenticate, the ACL's answer is final.
+        AuthType::UserOnly => match req.user {
+            Some(_) => Ok(check_acl(p, q, &mut found.weight)?),
+            None => Err(Res::AUTH_NO_USER),
+        },
+        // 3proxy's `dnsauth`: no name, an unconfirmed name or no
+        // `nserver`/`authnserver` at all is code 3.
+        AuthType::DnsName => {
+            let name = q
+                .src
+                .and_then(|a| crate::resolve::dnsname(a.to_canonical()));
+            match name {
+                Some(n) => {
+                    let user = Some(n.as_str());
+                    let r = check_acl(p, &Query { user, ..*q }, &mut found.weight);
+                    found.user = Some(n);
+                    Ok(r?)
+                }
+                None => Err(Res::ACL_NO_MATCH),
+            }
+        }
+        AuthType::Strong => {
+            let users = p.users.read().unwrap_or_else(|e| e.into_inner());
+            match users.check(req.user, req.password) {
+                Ok(()) => {
+                    drop(users);
+                    Ok(check_acl(p, q, &mut found.weight)?)
+                }
+                Err(e) => Err(e),
+            }
+        }
+        // PamAuth's `pamfunc`: 4 without a user name and password,
+        // 5 when PAM says no.
+        AuthType::Pam => match (req.user, req.password, p.pam_service.as_deref()) {
+            (Some(u), Some(pw), Some(service)) => {
+                use crate::sys::pam::{check, Refused};
+                match check(service, u, pw, PAM_WAIT) {
+                    Ok(()) => Ok(check_acl(p, q, &mut found.weight)?),
+                    Err(Refused::Denied) => Err(Res::AUTH_BAD_USER),
+                    Err(Refused::TimedOut) => {
+                        log::warn!("auth pam: no answer from PAM in {PAM_WAIT:?}");
+                        Err(Res::AUTH_BAD_USER)
+                    }
+                    Err(Refused::Unavailable(why)) => {
+                        log::warn!("auth pam: {why}");
+                        Err(Res::AUTH_BAD_USER)
+                    }
+                }
+            }
+            _ => Err(Res::AUTH_NO_USER),
+        },
+        AuthType::Radius => match auth_radius(p, req, at, q) {
+            Ok(acc) => {
+                let a = check_acl(p, q, &mut found.weight)?;
+                let a = framed(a, &acc);
+                found.radius = Some(acc);
+                Ok(a)
+            }
+            Err(e) => Err(e),
+        },
+        AuthType::Cache | AuthType::CacheAcl => match AuthCache::global().lookup(&p.cache, cq) {
+            Ok(hit) => {
+                if hit.user.is_some() {
+                    found.user = hit.user;
+                }
+                found.route = hit.route;
+                if *t == AuthType::CacheAcl {
+                    // The cached grant stands for the ACL too.
+                    Ok(Allowed::default())
+                } else {
+                    let user = found.user.as_deref().or(req.user);
+                    Ok(check_acl(p, &Query { user, ..*q }, &mut found.weight)?)
+                }
+            }
+            Err(e) => Err(e),
+        },
     })
+}
+
+/// Cache the grant of `auth` type `t`, when it makes an entry: `found_user`
+/// is the name `dnsname` found.
+fn cache_grant(
+    t: &AuthType,
+    p: &Policy,
+    req: &Request<'_>,
+    cq: &CacheQuery<'_>,
+    found_user: Option<&str>,
+    a: &mut Allowed,
+) {
+    // As 3proxy's `doauth`: every type but `none` and the
+    // cache's own makes an entry once it has a user name (the
+    // client's, or the one `dnsname` found) and, if the type
+    // keys on it, a password.
+    let user = match t {
+        AuthType::DnsName => found_user,
+        _ => req.user,
+    };
+    let cacheable = !matches!(t, AuthType::None | AuthType::Cache | AuthType::CacheAcl)
+        && user.is_some()
+        && (p.cache.kind & CacheConf::PASS == 0 || req.password.is_some());
+    if cacheable && CACHE_IN_USE.load(std::sync::atomic::Ordering::Relaxed) {
+        let mut source = None;
+        if p.cache.kind & CacheConf::EXT != 0
+            && a.parents
+                .iter()
+                .any(|h| h.kind == crate::parent::Kind::ExtIp)
+        {
+            // Draw the parents now, so the source address
+            // cached is the one this session uses.
+            let (src, chain) = crate::parent::settle(&a.parents, req.client);
+            source = src;
+            a.parents = chain;
+        }
+        AuthCache::global().insert(&p.cache, &CacheQuery { user, ..*cq }, source);
+    }
 }
 
 /// `auth radius`: ask the `radius` servers. Out of [`admit`]'s body,

@@ -326,7 +326,6 @@ fn attempt<'h>(
     udp: bool,
     seen: &mut Vec<(&'h Hop, bool)>,
 ) -> Result<Reached, Res> {
-    let (dialer, chain_to, tls) = (ctx.dialer, ctx.chain_to, ctx.tls);
     let mut source: Option<IpAddr> = None;
     let mut ha = false;
     let mut count = 0u32;
@@ -364,56 +363,17 @@ fn attempt<'h>(
                 }
                 _ => {}
             }
-            // The first hop: 0.0.0.0 keeps the requested address, port 0
-            // the requested port.
-            let mut addr = h.addr;
-            if addr.ip().is_unspecified() {
-                addr.set_ip(want.addr.ok_or(Res::NOHOST)?.ip());
-            }
-            if addr.port() == 0 {
-                addr.set_port(want.addr.ok_or(Res::NOHOST)?.port());
-            }
-            let alt = if h.addr.ip().is_unspecified() || source.is_some() {
-                None
-            } else {
-                h.alt
-            };
-            let (addr, alt) = parent_addrs(addr, alt, ctx.family);
-            let mut s = dial(dialer, source, addr, || alt).inspect_err(|e| {
-                if *e == Res::CONNECT {
-                    seen.push((h, false));
-                }
-            })?;
-            if ha {
-                send_proxy_header(&s, chain_to, want).inspect_err(|_| seen.push((h, false)))?;
-            }
-            if h.tls {
-                tls_to(&mut s, h, tls, chain_to).inspect_err(|_| seen.push((h, false)))?;
-            }
+            let s = first_hop(ctx, h, want, source, ha, seen)?;
             at = Some((s, h));
         } else if let Some((s, prev)) = &at {
             if matches!(h.kind, Kind::ExtIp | Kind::Ha) {
                 // Only meaningful before the first hop (as in 3proxy).
                 continue;
             }
-            let next = if prev.kind.sends_name() {
-                Dest::Name(h.host.clone(), h.addr.port())
-            } else {
-                Dest::Addr(h.addr)
-            };
-            negotiate(prev, s, chain_to, &next, want).inspect_err(|e| match blame(*e) {
-                Blame::Parent => seen.push((prev, false)),
-                // The parent before could not reach this one.
-                Blame::Unreachable => {
-                    seen.push((prev, true));
-                    seen.push((h, false));
-                }
-                Blame::Nobody => seen.push((prev, true)),
-            })?;
-            seen.push((prev, true));
+            ask_for_next(ctx, s, prev, h, want, seen)?;
             let mut s = at.take().map(|(s, _)| s).ok_or(Res::PARENT_INTERNAL)?;
             if h.tls {
-                tls_to(&mut s, h, tls, chain_to).inspect_err(|_| seen.push((h, false)))?;
+                tls_to(&mut s, h, ctx.tls, ctx.chain_to).inspect_err(|_| seen.push((h, false)))?;
             }
             at = Some((s, h));
         }
@@ -425,59 +385,165 @@ fn attempt<'h>(
         }
     }
     if udp {
-        let Some((control, last)) = at else {
-            // No hop (an `extip` alone does not apply to UDP).
-            return Ok(Reached::Udp(None));
-        };
-        if !matches!(last.kind, Kind::Socks5 | Kind::Socks5Plus) {
-            return Err(Res::PARENT_NO_UDP);
-        }
-        let creds = credentials(last, want)?;
-        let _ = control.set_timeout(Some(chain_to));
-        let mut relay = socks::client_v5_udp(&control, creds.as_ref())
-            .inspect_err(|e| seen.push((last, blame(*e) != Blame::Parent)))?;
-        seen.push((last, true));
-        if relay.ip().is_unspecified() {
-            // "Same address as the control connection" (RFC 1928 leaves
-            // it open; most servers mean their own address).
-            relay.set_ip(last.addr.ip());
-        }
-        let _ = control.set_timeout(None);
-        return Ok(Reached::Udp(Some(UdpChain {
-            control,
-            relay,
-            hops: count,
-            source,
-        })));
+        return associate(ctx, at, want, count, source, seen);
     }
     let Some((stream, last)) = at else {
         // No hop picked: straight to the destination.
-        let addr = want.addr.ok_or(Res::NOHOST)?;
-        let alt = || {
-            if source.is_some() {
-                None
-            } else {
-                other_family(want, ctx.family, dialer)
-            }
-        };
-        let s = dial(dialer, source, addr, alt)?;
-        if ha {
-            send_proxy_header(&s, chain_to, want)?;
-        }
-        return Ok(Reached::Route(Route::Stream(Chain {
-            stream: s,
-            hops: count,
-            http_parent: false,
-            credentials: None,
-        })));
+        return direct(ctx, want, count, source, ha);
     };
+    through_last(ctx, stream, last, want, count, seen)
+}
+
+/// Dial the first hop `h`, from `source`, with the PROXY header first
+/// when `ha` and TLS when its type asks for it.
+fn first_hop<'h>(
+    ctx: &Ctx<'_>,
+    h: &'h Hop,
+    want: &Want<'_>,
+    source: Option<IpAddr>,
+    ha: bool,
+    seen: &mut Vec<(&'h Hop, bool)>,
+) -> Result<Stream, Res> {
+    // The first hop: 0.0.0.0 keeps the requested address, port 0
+    // the requested port.
+    let mut addr = h.addr;
+    if addr.ip().is_unspecified() {
+        addr.set_ip(want.addr.ok_or(Res::NOHOST)?.ip());
+    }
+    if addr.port() == 0 {
+        addr.set_port(want.addr.ok_or(Res::NOHOST)?.port());
+    }
+    let alt = if h.addr.ip().is_unspecified() || source.is_some() {
+        None
+    } else {
+        h.alt
+    };
+    let (addr, alt) = parent_addrs(addr, alt, ctx.family);
+    let mut s = dial(ctx.dialer, source, addr, || alt).inspect_err(|e| {
+        if *e == Res::CONNECT {
+            seen.push((h, false));
+        }
+    })?;
+    if ha {
+        send_proxy_header(&s, ctx.chain_to, want).inspect_err(|_| seen.push((h, false)))?;
+    }
+    if h.tls {
+        tls_to(&mut s, h, ctx.tls, ctx.chain_to).inspect_err(|_| seen.push((h, false)))?;
+    }
+    Ok(s)
+}
+
+/// Ask `prev`, the hop at the end of `s`, to connect to the next hop `h`;
+/// `seen` gets which of them failed, if one did.
+fn ask_for_next<'h>(
+    ctx: &Ctx<'_>,
+    s: &Stream,
+    prev: &'h Hop,
+    h: &'h Hop,
+    want: &Want<'_>,
+    seen: &mut Vec<(&'h Hop, bool)>,
+) -> Result<(), Res> {
+    let next = if prev.kind.sends_name() {
+        Dest::Name(h.host.clone(), h.addr.port())
+    } else {
+        Dest::Addr(h.addr)
+    };
+    negotiate(prev, s, ctx.chain_to, &next, want).inspect_err(|e| match blame(*e) {
+        Blame::Parent => seen.push((prev, false)),
+        // The parent before could not reach this one.
+        Blame::Unreachable => {
+            seen.push((prev, true));
+            seen.push((h, false));
+        }
+        Blame::Nobody => seen.push((prev, true)),
+    })?;
+    seen.push((prev, true));
+    Ok(())
+}
+
+/// UDP mode's end of an attempt: a UDP ASSOCIATE with the last hop of
+/// `at`, which must be a `socks5` or `socks5+` parent; no hop at all
+/// relays directly.
+fn associate<'h>(
+    ctx: &Ctx<'_>,
+    at: Option<(Stream, &'h Hop)>,
+    want: &Want<'_>,
+    count: u32,
+    source: Option<IpAddr>,
+    seen: &mut Vec<(&'h Hop, bool)>,
+) -> Result<Reached, Res> {
+    let Some((control, last)) = at else {
+        // No hop (an `extip` alone does not apply to UDP).
+        return Ok(Reached::Udp(None));
+    };
+    if !matches!(last.kind, Kind::Socks5 | Kind::Socks5Plus) {
+        return Err(Res::PARENT_NO_UDP);
+    }
+    let creds = credentials(last, want)?;
+    let _ = control.set_timeout(Some(ctx.chain_to));
+    let mut relay = socks::client_v5_udp(&control, creds.as_ref())
+        .inspect_err(|e| seen.push((last, blame(*e) != Blame::Parent)))?;
+    seen.push((last, true));
+    if relay.ip().is_unspecified() {
+        // "Same address as the control connection" (RFC 1928 leaves
+        // it open; most servers mean their own address).
+        relay.set_ip(last.addr.ip());
+    }
+    let _ = control.set_timeout(None);
+    Ok(Reached::Udp(Some(UdpChain {
+        control,
+        relay,
+        hops: count,
+        source,
+    })))
+}
+
+/// No hop picked: dial the destination itself, from `source`, with the
+/// PROXY header first when `ha`.
+fn direct(
+    ctx: &Ctx<'_>,
+    want: &Want<'_>,
+    count: u32,
+    source: Option<IpAddr>,
+    ha: bool,
+) -> Result<Reached, Res> {
+    let addr = want.addr.ok_or(Res::NOHOST)?;
+    let alt = || {
+        if source.is_some() {
+            None
+        } else {
+            other_family(want, ctx.family, ctx.dialer)
+        }
+    };
+    let s = dial(ctx.dialer, source, addr, alt)?;
+    if ha {
+        send_proxy_header(&s, ctx.chain_to, want)?;
+    }
+    Ok(Reached::Route(Route::Stream(Chain {
+        stream: s,
+        hops: count,
+        http_parent: false,
+        credentials: None,
+    })))
+}
+
+/// The end of a chain: ask its last hop for the destination (a `tcp` or
+/// `http` parent is not asked; its credentials go with the chain).
+fn through_last<'h>(
+    ctx: &Ctx<'_>,
+    stream: Stream,
+    last: &'h Hop,
+    want: &Want<'_>,
+    count: u32,
+    seen: &mut Vec<(&'h Hop, bool)>,
+) -> Result<Reached, Res> {
     let mut credentials_out = None;
     if matches!(last.kind, Kind::Tcp | Kind::Http) {
         credentials_out = credentials(last, want)?;
     } else {
         let dest = want.dest(last.kind.sends_name())?;
         // A refusal to reach the destination is no fault of the parent.
-        negotiate(last, &stream, chain_to, &dest, want)
+        negotiate(last, &stream, ctx.chain_to, &dest, want)
             .inspect_err(|e| seen.push((last, blame(*e) != Blame::Parent)))?;
     }
     // The last hop connected (and negotiated, if it does): it works.

@@ -270,7 +270,6 @@ pub fn process() -> Process {
     }
 }
 
-/// The whole exposition; `live` is how many sessions are live.
 /// A parent's health as `/metrics` shows it (from `crate::health`,
 /// which the caller asks).
 #[derive(Debug, Clone, PartialEq)]
@@ -284,8 +283,20 @@ pub struct ParentHealth {
     pub fails: u32,
 }
 
+/// The whole exposition; `live` is how many sessions are live.
 pub fn render(live: usize, parked: usize, health: &[ParentHealth]) -> String {
     let mut out = String::new();
+    render_services(&mut out);
+    render_parents(&mut out);
+    render_health(&mut out, health);
+    render_users(&mut out);
+    render_process(&mut out, live, parked);
+    render_cfg(&mut out);
+    out
+}
+
+/// The per-service series: the counters, then the results by class.
+fn render_services(out: &mut String) {
     let services: Vec<(ServiceKey, Totals)> = lock(&SERVICES)
         .iter()
         .map(|(k, v)| (*k, v.totals()))
@@ -326,14 +337,14 @@ pub fn render(live: usize, parked: usize, health: &[ParentHealth]) -> String {
         ),
     ];
     for (name, kind, help, get) in per_service {
-        head(&mut out, name, kind, help);
+        head(out, name, kind, help);
         for (k, c) in &services {
             let _ = writeln!(out, "{name}{{{}}} {}", svc_label(*k), get(c));
         }
     }
     let name = "threeproxy_service_results_total";
     head(
-        &mut out,
+        out,
         name,
         "counter",
         "Records by class of result code (%E), as 3proxy.cfg(5) RESULT CODES groups them.",
@@ -348,7 +359,10 @@ pub fn render(live: usize, parked: usize, health: &[ParentHealth]) -> String {
             );
         }
     }
+}
 
+/// The per-parent attempt and failure counters.
+fn render_parents(out: &mut String) {
     let parents: Vec<(String, Arc<ParentCounters>)> = lock(&PARENTS)
         .iter()
         .map(|(k, v)| (k.clone(), v.clone()))
@@ -365,13 +379,16 @@ pub fn render(live: usize, parked: usize, health: &[ParentHealth]) -> String {
             false,
         ),
     ] {
-        head(&mut out, name, "counter", help);
+        head(out, name, "counter", help);
         for (k, c) in &parents {
             let v = if attempts { &c.attempts } else { &c.failures };
             let _ = writeln!(out, "{name}{{parent=\"{}\"}} {}", label(k), v.load(R));
         }
     }
+}
 
+/// The parents' health gauges, from `health`.
+fn render_health(out: &mut String, health: &[ParentHealth]) {
     type HealthGet = fn(&ParentHealth) -> String;
     for (name, help, get) in [
         (
@@ -393,12 +410,16 @@ pub fn render(live: usize, parked: usize, health: &[ParentHealth]) -> String {
             |h| h.fails.to_string(),
         ),
     ] {
-        head(&mut out, name, "gauge", help);
+        head(out, name, "gauge", help);
         for h in health {
             let _ = writeln!(out, "{name}{{parent=\"{}\"}} {}", label(&h.name), get(h));
         }
     }
+}
 
+/// The per-user counters, users in name order, then `user="other"` if
+/// any record went there.
+fn render_users(out: &mut String) {
     let mut users: Vec<(String, Arc<UserCounters>)> = USERS
         .read()
         .unwrap_or_else(|e| e.into_inner())
@@ -426,7 +447,7 @@ pub fn render(live: usize, parked: usize, health: &[ParentHealth]) -> String {
             |c| c.bytes_out.load(R),
         ),
     ] {
-        head(&mut out, name, "counter", help);
+        head(out, name, "counter", help);
         for (u, c) in &users {
             let _ = writeln!(out, "{name}{{user=\"{}\"}} {}", label(u), get(c));
         }
@@ -435,7 +456,11 @@ pub fn render(live: usize, parked: usize, health: &[ParentHealth]) -> String {
             let _ = writeln!(out, "{name}{{user=\"other\"}} {}", get(&other));
         }
     }
+}
 
+/// The process's own series: threads, descriptors, memory, sessions and
+/// reloads.
+fn render_process(out: &mut String, live: usize, parked: usize) {
     let p = process();
     for (name, kind, help, v) in [
         (
@@ -481,18 +506,21 @@ pub fn render(live: usize, parked: usize, health: &[ParentHealth]) -> String {
             RELOAD_FAILURES.load(R),
         ),
     ] {
-        head(&mut out, name, kind, help);
+        head(out, name, kind, help);
         let _ = writeln!(out, "{name} {v}");
     }
+}
+
+/// The hash of the cfg now serving.
+fn render_cfg(out: &mut String) {
     let name = "threeproxy_cfg_info";
     head(
-        &mut out,
+        out,
         name,
         "gauge",
         "The configuration now serving: its FNV-1a hash in the label.",
     );
     let _ = writeln!(out, "{name}{{hash=\"{:016x}\"}} 1", CFG_HASH.load(R));
-    out
 }
 
 #[cfg(test)]

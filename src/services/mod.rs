@@ -273,12 +273,86 @@ fn mapper_port(opts: &mut ServiceOpts, i: usize, what: &str) -> Result<u16, Stri
 
 /// Build a service from its cfg line and the state so far, and bind it.
 pub fn prepare(state: &State, args: &[String]) -> Result<Prepared, String> {
+    let (def, mut opts) = options(state, args)?;
+    let tls = tls(state, def, &mut opts)?;
+    let (listen, target) = listen_addr(state, def, &mut opts)?;
+    let udp = def.udp;
+    let (log, logformat) = log_of(state, &opts)?;
+    let mut stack = BASE_STACK + state.stacksize + opts.stack_add.unwrap_or(0);
+    if tls.server.is_some() || tls.client.is_some() || tls.mitm.is_some() {
+        stack += crate::service::TLS_STACK;
+    }
+    let dialer = dialer(state, &opts);
+    let backlog = if state.backlog > 0 {
+        state.backlog
+    } else {
+        1 + state.maxconn / 8
+    };
+    let key = socket_key(def, &listen, &opts, backlog)?;
+    let back_listener = match opts.back_listen {
+        Some(_) if def.name != "tcppm" => {
+            return Err("-R (connect-back listener) is for tcppm".into());
+        }
+        Some(_) if state.check_only => None,
+        Some(a) => Some(back_listener(a, &opts.cb_listen, state.maxconn)?),
+        None => None,
+    };
+    let reuse = if state.check_only {
+        None
+    } else {
+        crate::running::all()
+            .into_iter()
+            .find(|r| r.key == key && !state.claimed.contains(&key))
+    };
+    if state.check_only || reuse.is_some() {
+        // `-t` must not disturb a running server: no bind, no listen, no
+        // unlinking of a unix socket file; ports in use are found at start.
+        // A reload keeps the running socket and its real address.
+        let listen = match &reuse {
+            Some(r) => r.current().listen.clone(),
+            None => listen,
+        };
+        let mut svc = build(
+            def, opts, state, listen, target, dialer, log, logformat, stack,
+        );
+        complete(&mut svc, &key, back_listener, tls);
+        return Ok(Prepared {
+            svc: Arc::new(svc),
+            socket: None,
+            reuse,
+            key,
+        });
+    }
+    let socket = bind(&opts, &listen, udp, backlog)?;
+    // Port 0 asks the kernel for one: report the real one in the log.
+    let listen = match (&socket, &listen) {
+        (Bound::Stream(l), Addr::Ip(_)) => l.local_addr().map(Addr::Ip).unwrap_or(listen),
+        (Bound::Datagram(u), _) => u.local_addr().map(Addr::Ip).unwrap_or(listen),
+        _ => listen,
+    };
+
+    let mut svc = build(
+        def, opts, state, listen, target, dialer, log, logformat, stack,
+    );
+    complete(&mut svc, &key, back_listener, tls);
+    Ok(Prepared {
+        svc: Arc::new(svc),
+        socket: Some(socket),
+        reuse: None,
+        key,
+    })
+}
+
+/// The service's table entry and its options from its cfg line: checked
+/// for the service's own options and for its count of positional
+/// arguments.
+fn options(state: &State, args: &[String]) -> Result<(&'static ServiceDef, ServiceOpts), String> {
     let name = args[0].as_str();
     let Some(def) = SERVICES.iter().find(|e| e.def.name == name).map(|e| &e.def) else {
         let _ = name;
         return Err("this service is not supported yet by this version of 3proxy".to_string());
     };
-    let mut opts = ServiceOpts::parse(&args[1..], state.maxseg)?;
+    let opts = ServiceOpts::parse(&args[1..], state.maxseg)?;
     if def.name == "dnspr" {
         dnspr::fake(&opts)?;
     }
@@ -298,7 +372,21 @@ pub fn prepare(state: &State, args: &[String]) -> Result<Prepared, String> {
             )
         });
     }
-    let (tls_server, tls_client) = if def.udp {
+    Ok((def, opts))
+}
+
+/// A service's TLS settings, which [`build`] leaves out.
+struct Tls {
+    server: Option<Arc<rustls::ServerConfig>>,
+    client: Option<Arc<crate::tls::Client>>,
+    mitm: Option<Arc<crate::tls::mitm::Mitm>>,
+}
+
+/// The service's TLS: its server and client sides (none for a UDP
+/// service) and `ssl_mitm`, with a warning in `opts` when the origins'
+/// certificates go unchecked.
+fn tls(state: &State, def: &ServiceDef, opts: &mut ServiceOpts) -> Result<Tls, String> {
+    let (server, client) = if def.udp {
         (None, None)
     } else {
         let tls_hops = state
@@ -326,12 +414,26 @@ pub fn prepare(state: &State, args: &[String]) -> Result<Prepared, String> {
                 .into(),
         );
     }
+    Ok(Tls {
+        server,
+        client,
+        mitm,
+    })
+}
+
+/// Where the service listens (`-p`, `-i` or `internal`; a port mapper's
+/// LPORT), and a port mapper's DSTHOST and DSTPORT.
+fn listen_addr(
+    state: &State,
+    def: &ServiceDef,
+    opts: &mut ServiceOpts,
+) -> Result<(Addr, Option<Target>), String> {
     let mut port = opts.port.unwrap_or(def.default_port);
     let mut target = None;
     if def.positional == 3 {
         // A port mapper's LPORT wins over -p, as in 3proxy.
-        port = mapper_port(&mut opts, 0, "LPORT")?;
-        let rport = mapper_port(&mut opts, 2, "DSTPORT")?;
+        port = mapper_port(opts, 0, "LPORT")?;
+        let rport = mapper_port(opts, 2, "DSTPORT")?;
         target = Some(Target::parse(&opts.positional[1], rport)?);
     }
     let internal = opts
@@ -340,11 +442,17 @@ pub fn prepare(state: &State, args: &[String]) -> Result<Prepared, String> {
         .or(state.internal.as_deref())
         .unwrap_or("0.0.0.0");
     let listen = Addr::parse_listen(internal, port)?;
-    let udp = def.udp;
-    if udp && !matches!(listen, Addr::Ip(_)) {
+    if def.udp && !matches!(listen, Addr::Ip(_)) {
         return Err("a UDP service cannot listen on a unix socket".into());
     }
+    Ok((listen, target))
+}
 
+/// The service's log (`-l`, or the cfg's) and its format.
+fn log_of(
+    state: &State,
+    opts: &ServiceOpts,
+) -> Result<(Option<Arc<Sink>>, Arc<LogFormat>), String> {
     let log = match &opts.log {
         None => state.log.clone(),
         Some(LogOpt::Stdout) => Some(Sink::stdout()),
@@ -363,11 +471,13 @@ pub fn prepare(state: &State, args: &[String]) -> Result<Prepared, String> {
         Some(f) => Arc::new(LogFormat::parse(f)),
         None => state.logformat.clone(),
     };
-    let mut stack = BASE_STACK + state.stacksize + opts.stack_add.unwrap_or(0);
-    if tls_server.is_some() || tls_client.is_some() || mitm.is_some() {
-        stack += crate::service::TLS_STACK;
-    }
-    let dialer = Dialer {
+    Ok((log, logformat))
+}
+
+/// How the service's connections out are made (`-e`, `external`, the
+/// CONNECT timeout, happy eyeballs).
+fn dialer(state: &State, opts: &ServiceOpts) -> Dialer {
+    Dialer {
         ext4: opts.ext4.or(state.ext4),
         ext6: opts.ext6.or(state.ext6),
         device: opts.dev_out.clone(),
@@ -376,13 +486,17 @@ pub fn prepare(state: &State, args: &[String]) -> Result<Prepared, String> {
         timeout: state.timeouts.get(Timeouts::CONNECT),
         freebind: false,
         eyeballs: state.eyeballs,
-    };
-    let backlog = if state.backlog > 0 {
-        state.backlog
-    } else {
-        1 + state.maxconn / 8
-    };
+    }
+}
 
+/// The key of the service's socket; Err for connect-back on a UDP
+/// service.
+fn socket_key(
+    def: &ServiceDef,
+    listen: &Addr,
+    opts: &ServiceOpts,
+    backlog: u32,
+) -> Result<String, String> {
     // What makes a listening socket the same one across a reload: the
     // service, the address as written, and every option that shaped it.
     let mut key = format!(
@@ -391,86 +505,48 @@ pub fn prepare(state: &State, args: &[String]) -> Result<Prepared, String> {
     );
     // Connect-back (`-r`, `-R`): see `crate::connectback`.
     if let Some(to) = opts.connect_to {
-        if udp {
+        if def.udp {
             return Err("-r (connect-back) is for TCP services".into());
         }
         // Nothing listens: the "socket" is the dialing loop.
         key = format!("{}|{}|r={to}|{:?}", def.name, listen, opts.cb_client);
     }
-    let back_listener = match opts.back_listen {
-        Some(_) if def.name != "tcppm" => {
-            return Err("-R (connect-back listener) is for tcppm".into());
-        }
-        Some(_) if state.check_only => None,
-        Some(a) => Some(back_listener(a, &opts.cb_listen, state.maxconn)?),
-        None => None,
-    };
-    let reuse = if state.check_only {
-        None
-    } else {
-        crate::running::all()
-            .into_iter()
-            .find(|r| r.key == key && !state.claimed.contains(&key))
-    };
-    if state.check_only || reuse.is_some() {
-        // `-t` must not disturb a running server: no bind, no listen, no
-        // unlinking of a unix socket file; ports in use are found at start.
-        // A reload keeps the running socket and its real address.
-        let listen = match &reuse {
-            Some(r) => r.current().listen.clone(),
-            None => listen,
-        };
-        let mut svc = build(
-            def, opts, state, listen, target, dialer, log, logformat, stack,
-        );
-        svc.key.clone_from(&key);
-        svc.back_listener = back_listener;
-        svc.tls_server = tls_server;
-        svc.tls_client = tls_client;
-        svc.mitm = mitm;
-        return Ok(Prepared {
-            svc: Arc::new(svc),
-            socket: None,
-            reuse,
-            key,
-        });
-    }
-    let socket = if opts.connect_to.is_some() {
+    Ok(key)
+}
+
+/// Bind the service's socket: connect-back's dialing loop (`-r`), a UDP
+/// socket, or a listener.
+fn bind(opts: &ServiceOpts, listen: &Addr, udp: bool, backlog: u32) -> Result<Bound, String> {
+    Ok(if opts.connect_to.is_some() {
         Bound::Dial(crate::connectback::Wake::new().map_err(|e| format!("-r: {e}"))?)
     } else if udp {
-        let Addr::Ip(a) = listen else { unreachable!() };
+        let &Addr::Ip(a) = listen else { unreachable!() };
         let u = crate::net::in_netns(opts.ns_in.as_deref(), || {
             bind_udp(a, opts.dev_in.as_deref())
         });
         Bound::Datagram(u.map_err(|e| format!("cannot bind UDP {a}: {e}"))?)
     } else {
         let l = crate::net::in_netns(opts.ns_in.as_deref(), || {
-            Listener::bind(&listen, backlog as i32, &opts.ol, opts.dev_in.as_deref())
+            Listener::bind(listen, backlog as i32, &opts.ol, opts.dev_in.as_deref())
         })
         .map_err(|e| format!("cannot listen on {listen}: {e}"))?;
         Bound::Stream(l)
-    };
-    // Port 0 asks the kernel for one: report the real one in the log.
-    let listen = match (&socket, &listen) {
-        (Bound::Stream(l), Addr::Ip(_)) => l.local_addr().map(Addr::Ip).unwrap_or(listen),
-        (Bound::Datagram(u), _) => u.local_addr().map(Addr::Ip).unwrap_or(listen),
-        _ => listen,
-    };
-
-    let mut svc = build(
-        def, opts, state, listen, target, dialer, log, logformat, stack,
-    );
-    svc.key.clone_from(&key);
-    svc.back_listener = back_listener;
-    svc.tls_server = tls_server;
-    svc.tls_client = tls_client;
-    svc.mitm = mitm;
-    Ok(Prepared {
-        svc: Arc::new(svc),
-        socket: Some(socket),
-        reuse: None,
-        key,
     })
+}
+
+/// Set on a service what [`build`] leaves out: its socket's key, its
+/// `-R` listener and its TLS.
+fn complete(
+    svc: &mut Service,
+    key: &str,
+    back_listener: Option<Arc<crate::connectback::BackListener>>,
+    tls: Tls,
+) {
+    key.clone_into(&mut svc.key);
+    svc.back_listener = back_listener;
+    svc.tls_server = tls.server;
+    svc.tls_client = tls.client;
+    svc.mitm = tls.mitm;
 }
 
 /// The `-R` listener on `addr`: the one a running service already has

@@ -141,105 +141,9 @@ fn parse_request_in<'a>(
     }
 
     // Where to: CONNECT authority, absolute URI, or origin-form plus Host.
-    let mut path = uri;
-    let mut ftp = None;
-    let absolute;
-    let mut login = UrlLogin::default();
-    let delim = if rw.delim == 0 { b'@' } else { rw.delim };
-    let (host, port) = if method == "CONNECT" {
-        absolute = false;
-        login_authority(uri, None, delim, rw.login, &mut login)?
-    } else if uri.starts_with('/') {
-        absolute = false;
-        let mut hosts = headers
-            .iter()
-            .filter(|h| h.name.eq_ignore_ascii_case("host"));
-        match (hosts.next(), hosts.next(), rw.redirected_to) {
-            (Some(h), None, _) => {
-                let v = std::str::from_utf8(h.value).map_err(|_| HeadError::Target)?;
-                let (h, p) = split_authority(v, Some(80))?;
-                (std::borrow::Cow::Borrowed(h), p)
-            }
-            (None, _, Some(to)) => (std::borrow::Cow::Owned(to.ip().to_string()), to.port()),
-            _ => return Err(HeadError::Target),
-        }
-    } else {
-        absolute = true;
-        // Byte scans, here and for the authority's end: `str::find` with a
-        // string or a char set builds a searcher per call (~450
-        // instructions per request for these two).
-        let Some(colon) = uri.as_bytes().windows(3).position(|w| w == b"://") else {
-            return Err(HeadError::Syntax);
-        };
-        let is_ftp = uri[..colon].eq_ignore_ascii_case("ftp");
-        if !is_ftp && !uri[..colon].eq_ignore_ascii_case("http") {
-            return Err(HeadError::Scheme);
-        }
-        let rest = &uri[colon + 3..];
-        // With `delimchar #` a `#` separates credentials from the host, so
-        // it cannot end the authority.
-        let end = rest
-            .bytes()
-            .position(|b| b == b'/' || b == b'?' || (b == b'#' && delim != b'#'))
-            .unwrap_or(rest.len());
-        // A fragment stays with the client: an absolute-URI has none
-        // (RFC 9112 section 3.2).
-        // (A byte scan: paths are short, and this runs for every request.)
-        let path_all = &rest[end..];
-        path = match path_all.bytes().position(|b| b == b'#') {
-            Some(i) => &path_all[..i],
-            None => path_all,
-        };
-        if is_ftp {
-            let p = path.split(['?', '#']).next().unwrap_or("");
-            ftp = Some(if p.is_empty() { "/" } else { p });
-        }
-        let default = if is_ftp { 21 } else { 80 };
-        login_authority(&rest[..end], Some(default), delim, rw.login, &mut login)?
-    };
-
-    let mut cl: Option<u64> = None;
-    let mut cl_fields = 0u32;
-    let mut te: Option<&[u8]> = None;
-    let mut expect_continue = false;
-    let mut proxy_auth = None;
-    let mut conn_auth = false;
-    let mut auth = None;
-    for h in headers {
-        let n = h.name;
-        if n.eq_ignore_ascii_case("content-length") {
-            cl = Some(merge_length(cl, h.value)?);
-            cl_fields += 1;
-        } else if n.eq_ignore_ascii_case("transfer-encoding") {
-            if te.is_some() {
-                // Two TE fields: legal as a list, but nothing sends it;
-                // refusing is simpler than merging.
-                return Err(HeadError::Framing);
-            }
-            te = Some(h.value);
-        } else if n.eq_ignore_ascii_case("expect") {
-            expect_continue = trim(h.value).eq_ignore_ascii_case(b"100-continue");
-        } else if n.eq_ignore_ascii_case("proxy-authorization") {
-            if proxy_auth.is_some() {
-                // Two sets of credentials: which one the ACL would see
-                // is a guess, so neither is taken.
-                return Err(HeadError::Syntax);
-            }
-            proxy_auth = Some(h.value);
-        } else if n.eq_ignore_ascii_case("authorization") {
-            auth = Some(h.value);
-            let v = trim(h.value);
-            conn_auth |= starts_ci(v, b"ntlm") || starts_ci(v, b"negotiate");
-        }
-    }
-    let framing = match (te, cl) {
-        (Some(_), Some(_)) => return Err(HeadError::Framing),
-        (Some(_), None) if version == 0 => return Err(HeadError::Framing),
-        (Some(t), None) if ends_in_chunked(t) => Framing::Chunked,
-        (Some(_), None) => return Err(HeadError::Framing),
-        (None, Some(0)) | (None, None) => Framing::None,
-        (None, Some(n)) => Framing::Length(n),
-    };
+    let to = destination(method, uri, headers, rw)?;
+    let f = Fields::of(headers)?;
+    let framing = body_framing(f.te, f.cl, version)?;
     let keep_alive = if version == 0 {
         conn.keep_alive && !conn.close
     } else {
@@ -256,22 +160,226 @@ fn parse_request_in<'a>(
         uri,
         version,
         len,
-        host,
-        port,
+        host: to.host,
+        port: to.port,
         framing,
         keep_alive,
         upgrade,
-        expect_continue,
-        proxy_auth,
-        conn_auth,
-        login,
-        ftp,
-        auth,
+        expect_continue: f.expect_continue,
+        proxy_auth: f.proxy_auth,
+        conn_auth: f.conn_auth,
+        login: to.login,
+        ftp: to.ftp,
+        auth: f.auth,
     };
     out.clear();
     if head.is_connect() {
         return Ok(Some(head));
     }
+    put_request_line(out, method, to.path, version);
+    if to.absolute {
+        // The URI's authority wins over any Host field (RFC 9112 section
+        // 3.2.2).
+        put_host(out, &head.host, head.port);
+    }
+    put_fields(out, headers, &conn, &f, to.absolute, upgrade, rw);
+    if upgrade {
+        out.extend_from_slice(b"Connection: upgrade\r\n");
+    } else if version == 0 {
+        // Ask an HTTP/1.0 origin to keep the connection, so it can serve
+        // the next request.
+        out.extend_from_slice(b"Connection: keep-alive\r\n");
+    }
+    out.extend_from_slice(rw.extra);
+    out.extend_from_slice(b"\r\n");
+    Ok(Some(head))
+}
+
+/// Where a request goes, as its target (and `Host`) names it.
+struct Destination<'a> {
+    host: std::borrow::Cow<'a, str>,
+    port: u16,
+    /// The path and query to send in the origin-form request line.
+    path: &'a str,
+    /// The target is an absolute URI: its authority is the `Host` sent.
+    absolute: bool,
+    /// An `ftp://` URI's path ([`RequestHead::ftp`]).
+    ftp: Option<&'a str>,
+    login: UrlLogin,
+}
+
+/// The destination of a request: a CONNECT's authority, an origin-form
+/// request's `Host` (or, without one, where a redirected client meant to
+/// go), or an absolute URI's authority.
+fn destination<'a>(
+    method: &str,
+    uri: &'a str,
+    headers: &[httparse::Header<'a>],
+    rw: &Rewrite<'_>,
+) -> Result<Destination<'a>, HeadError> {
+    let mut login = UrlLogin::default();
+    let delim = if rw.delim == 0 { b'@' } else { rw.delim };
+    let (host, port) = if method == "CONNECT" {
+        login_authority(uri, None, delim, rw.login, &mut login)?
+    } else if uri.starts_with('/') {
+        let mut hosts = headers
+            .iter()
+            .filter(|h| h.name.eq_ignore_ascii_case("host"));
+        match (hosts.next(), hosts.next(), rw.redirected_to) {
+            (Some(h), None, _) => {
+                let v = std::str::from_utf8(h.value).map_err(|_| HeadError::Target)?;
+                let (h, p) = split_authority(v, Some(80))?;
+                (std::borrow::Cow::Borrowed(h), p)
+            }
+            (None, _, Some(to)) => (std::borrow::Cow::Owned(to.ip().to_string()), to.port()),
+            _ => return Err(HeadError::Target),
+        }
+    } else {
+        return absolute_destination(uri, delim, rw.login);
+    };
+    Ok(Destination {
+        host,
+        port,
+        path: uri,
+        absolute: false,
+        ftp: None,
+        login,
+    })
+}
+
+/// The destination of an absolute-URI request (`http://` or `ftp://`):
+/// its authority, and the path to send on without the fragment.
+fn absolute_destination(
+    uri: &str,
+    delim: u8,
+    want_login: bool,
+) -> Result<Destination<'_>, HeadError> {
+    // Byte scans, here and for the authority's end: `str::find` with a
+    // string or a char set builds a searcher per call (~450
+    // instructions per request for these two).
+    let Some(colon) = uri.as_bytes().windows(3).position(|w| w == b"://") else {
+        return Err(HeadError::Syntax);
+    };
+    let is_ftp = uri[..colon].eq_ignore_ascii_case("ftp");
+    if !is_ftp && !uri[..colon].eq_ignore_ascii_case("http") {
+        return Err(HeadError::Scheme);
+    }
+    let rest = &uri[colon + 3..];
+    // With `delimchar #` a `#` separates credentials from the host, so
+    // it cannot end the authority.
+    let end = rest
+        .bytes()
+        .position(|b| b == b'/' || b == b'?' || (b == b'#' && delim != b'#'))
+        .unwrap_or(rest.len());
+    // A fragment stays with the client: an absolute-URI has none
+    // (RFC 9112 section 3.2).
+    // (A byte scan: paths are short, and this runs for every request.)
+    let path_all = &rest[end..];
+    let path = match path_all.bytes().position(|b| b == b'#') {
+        Some(i) => &path_all[..i],
+        None => path_all,
+    };
+    let mut ftp = None;
+    if is_ftp {
+        let p = path.split(['?', '#']).next().unwrap_or("");
+        ftp = Some(if p.is_empty() { "/" } else { p });
+    }
+    let default = if is_ftp { 21 } else { 80 };
+    let mut login = UrlLogin::default();
+    let (host, port) = login_authority(&rest[..end], Some(default), delim, want_login, &mut login)?;
+    Ok(Destination {
+        host,
+        port,
+        path,
+        absolute: true,
+        ftp,
+        login,
+    })
+}
+
+/// What a request's fields say of its body, its `Expect` and its
+/// credentials.
+struct Fields<'a> {
+    /// `Content-Length`, its repeats merged.
+    cl: Option<u64>,
+    /// How many `Content-Length` fields there were.
+    cl_fields: u32,
+    /// The `Transfer-Encoding` value.
+    te: Option<&'a [u8]>,
+    expect_continue: bool,
+    proxy_auth: Option<&'a [u8]>,
+    conn_auth: bool,
+    auth: Option<&'a [u8]>,
+}
+
+impl<'a> Fields<'a> {
+    /// Read the fields; Err for repeats that cannot be taken (two
+    /// `Transfer-Encoding`, two `Proxy-Authorization`, lengths that
+    /// differ).
+    fn of(headers: &[httparse::Header<'a>]) -> Result<Fields<'a>, HeadError> {
+        let mut cl: Option<u64> = None;
+        let mut cl_fields = 0u32;
+        let mut te: Option<&[u8]> = None;
+        let mut expect_continue = false;
+        let mut proxy_auth = None;
+        let mut conn_auth = false;
+        let mut auth = None;
+        for h in headers {
+            let n = h.name;
+            if n.eq_ignore_ascii_case("content-length") {
+                cl = Some(merge_length(cl, h.value)?);
+                cl_fields += 1;
+            } else if n.eq_ignore_ascii_case("transfer-encoding") {
+                if te.is_some() {
+                    // Two TE fields: legal as a list, but nothing sends it;
+                    // refusing is simpler than merging.
+                    return Err(HeadError::Framing);
+                }
+                te = Some(h.value);
+            } else if n.eq_ignore_ascii_case("expect") {
+                expect_continue = trim(h.value).eq_ignore_ascii_case(b"100-continue");
+            } else if n.eq_ignore_ascii_case("proxy-authorization") {
+                if proxy_auth.is_some() {
+                    // Two sets of credentials: which one the ACL would see
+                    // is a guess, so neither is taken.
+                    return Err(HeadError::Syntax);
+                }
+                proxy_auth = Some(h.value);
+            } else if n.eq_ignore_ascii_case("authorization") {
+                auth = Some(h.value);
+                let v = trim(h.value);
+                conn_auth |= starts_ci(v, b"ntlm") || starts_ci(v, b"negotiate");
+            }
+        }
+        Ok(Fields {
+            cl,
+            cl_fields,
+            te,
+            expect_continue,
+            proxy_auth,
+            conn_auth,
+            auth,
+        })
+    }
+}
+
+/// How the body is framed, from `Transfer-Encoding` and `Content-Length`;
+/// Err for both, for a TE in HTTP/1.0, or for a TE that does not end in
+/// `chunked`.
+fn body_framing(te: Option<&[u8]>, cl: Option<u64>, version: u8) -> Result<Framing, HeadError> {
+    Ok(match (te, cl) {
+        (Some(_), Some(_)) => return Err(HeadError::Framing),
+        (Some(_), None) if version == 0 => return Err(HeadError::Framing),
+        (Some(t), None) if ends_in_chunked(t) => Framing::Chunked,
+        (Some(_), None) => return Err(HeadError::Framing),
+        (None, Some(0)) | (None, None) => Framing::None,
+        (None, Some(n)) => Framing::Length(n),
+    })
+}
+
+/// The origin-form request line: `method`, `path` (`/` when it has none)
+/// and the version.
+fn put_request_line(out: &mut Vec<u8>, method: &str, path: &str, version: u8) {
     out.extend_from_slice(method.as_bytes());
     out.push(b' ');
     if path.is_empty() || path.starts_with('?') {
@@ -283,19 +391,29 @@ fn parse_request_in<'a>(
     } else {
         b" HTTP/1.1\r\n"
     });
-    if absolute {
-        // The URI's authority wins over any Host field (RFC 9112 section
-        // 3.2.2).
-        put_host(out, &head.host, head.port);
-    }
+}
+
+/// The client's fields to send on: one `Content-Length`, without the
+/// hop-by-hop ones, those `Connection` names, `Host` when `absolute`
+/// put one already, `Upgrade` unless `upgrade`, and with `-a` the
+/// forwarding ones.
+fn put_fields(
+    out: &mut Vec<u8>,
+    headers: &[httparse::Header<'_>],
+    conn: &ConnTokens<'_>,
+    f: &Fields<'_>,
+    absolute: bool,
+    upgrade: bool,
+    rw: &Rewrite<'_>,
+) {
     let mut cl_sent = false;
     for h in headers {
         let n = h.name;
         if n.eq_ignore_ascii_case("content-length") {
             // Repeats and lists of one value become one field: the next
             // hop must not have to merge them (RFC 9110 section 8.6).
-            if let (Some(v), false) = (cl, cl_sent) {
-                put_length(out, n, h.value, v, cl_fields);
+            if let (Some(v), false) = (f.cl, cl_sent) {
+                put_length(out, n, h.value, v, f.cl_fields);
                 cl_sent = true;
             }
             continue;
@@ -310,16 +428,6 @@ fn parse_request_in<'a>(
         }
         put_field(out, n.as_bytes(), h.value);
     }
-    if upgrade {
-        out.extend_from_slice(b"Connection: upgrade\r\n");
-    } else if version == 0 {
-        // Ask an HTTP/1.0 origin to keep the connection, so it can serve
-        // the next request.
-        out.extend_from_slice(b"Connection: keep-alive\r\n");
-    }
-    out.extend_from_slice(rw.extra);
-    out.extend_from_slice(b"\r\n");
-    Ok(Some(head))
 }
 
 /// Methods safe to send twice (RFC 9110 section 9.2.2).
