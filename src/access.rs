@@ -661,6 +661,9 @@ fn auth_step(
             }
             Err(e) => Err(e),
         },
+        // utf8tocp1251's `aufunc`: always 4, so the next type is asked
+        // (the recoding is `charset`'s, see `AuthType::Utf8ToCp1251`).
+        AuthType::Utf8ToCp1251 => Err(Res::AUTH_NO_USER),
         AuthType::Cache | AuthType::CacheAcl => match AuthCache::global().lookup(&p.cache, cq) {
             Ok(hit) => {
                 if hit.user.is_some() {

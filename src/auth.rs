@@ -41,6 +41,11 @@ pub enum AuthType {
     /// User name and password checked by the servers of the `radius`
     /// line (an Access-Request), then the ACL.
     Radius,
+    /// utf8tocp1251's step: the login is recoded for the types after it
+    /// and the next type is asked (3proxy's plugin returns 4). Logins are
+    /// text here, so the recoding is [`crate::charset`]'s reading of the
+    /// cfg and of the client's bytes; the step only hands on.
+    Utf8ToCp1251,
 }
 
 impl AuthType {
@@ -57,11 +62,11 @@ impl AuthType {
             "dnsname" => AuthType::DnsName,
             "radius" => AuthType::Radius,
             "pam" => AuthType::Pam,
-            "ldap" | "windows" | "utf8tocp1251" => {
+            "utf8tocp1251" => AuthType::Utf8ToCp1251,
+            "ldap" | "windows" => {
                 let plugin = match s {
                     "ldap" => "LdapPlugin",
-                    "windows" => "WindowsAuthentication",
-                    _ => "utf8tocp1251",
+                    _ => "WindowsAuthentication",
                 };
                 return Err(format!(
                     "auth type '{s}' comes with the {plugin} plugin, which is not built \

@@ -17,6 +17,7 @@ mod addr;
 mod auth;
 mod bufpool;
 mod chain;
+mod charset;
 mod cli;
 mod client;
 mod conf;

@@ -473,3 +473,88 @@ fn pamauth_checks_passwords_with_the_system_pam() {
     let status = get_as(pa, o, &pam.user, "right horse");
     assert!(status.starts_with("HTTP/1.1 407"), "{status}");
 }
+
+/// "пароль" in Windows-1251.
+const PAROL_1251: &[u8] = b"\xef\xe0\xf0\xee\xeb\xfc";
+
+/// A cfg in Windows-1251: the `users` line (above the `plugin` line, as
+/// 3proxy allows) holds ivan's password in that code page.
+fn cp1251_cfg(port: u16, plugin: bool, auth: &str) -> Vec<u8> {
+    let mut cfg = b"users ivan:CL:".to_vec();
+    cfg.extend_from_slice(PAROL_1251);
+    cfg.extend_from_slice(b"\n");
+    if plugin {
+        cfg.extend_from_slice(
+            b"plugin /usr/local/3proxy/libexec/utf8tocp1251.ld.so utf8tocp1251\n",
+        );
+    }
+    cfg.extend_from_slice(
+        format!("auth {auth}\nallow ivan\nproxy -i127.0.0.1 -p{port}\n").as_bytes(),
+    );
+    cfg
+}
+
+/// Status line of a GET through the proxy with these Basic credentials.
+fn get_with_raw_login(port: u16, origin: u16, login: &[u8]) -> String {
+    let request = format!(
+        "GET http://127.0.0.1:{origin}/x HTTP/1.1\r\nHost: 127.0.0.1:{origin}\r\n\
+         Proxy-Authorization: Basic {}\r\nConnection: close\r\n\r\n",
+        base64(login)
+    );
+    http_once(port, request.as_bytes())
+        .status_line()
+        .to_string()
+}
+
+#[test]
+fn utf8tocp1251_lets_a_utf8_client_log_in_with_a_windows_1251_password() {
+    let origin = http_origin("127.0.0.1:0");
+    let o = origin.port();
+    let port = free_port();
+    let dir = Dir::new("pl_cp1251");
+    let cfg = cp1251_cfg(port, true, "utf8tocp1251 strong");
+    let _proxy = Proxy::start_bytes(dir, &cfg, &[Listen::Tcp(localhost(port))]);
+    // curl sends the password as typed: UTF-8.
+    let out = Command::new("curl")
+        .args([
+            "-s",
+            "-o",
+            "/dev/null",
+            "-w",
+            "%{http_code}",
+            "--max-time",
+            "20",
+        ])
+        .args(["-x", &format!("http://127.0.0.1:{port}")])
+        .args(["-U", "ivan:пароль"])
+        .arg(format!("http://127.0.0.1:{o}/x"))
+        .output()
+        .expect("run curl (tests/deps.sh installs it)");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "200", "{out:?}");
+    // A client that sends Windows-1251 bytes is let in too, as 3proxy
+    // lets it (its recoding leaves bytes that are not UTF-8 alone).
+    let mut raw = b"ivan:".to_vec();
+    raw.extend_from_slice(PAROL_1251);
+    assert_eq!(get_with_raw_login(port, o, &raw), "HTTP/1.1 200 OK");
+    // Another password is not.
+    let wrong = get_with_raw_login(port, o, "ivan:парол".as_bytes());
+    assert!(wrong.contains(" 407 "), "{wrong}");
+}
+
+#[test]
+fn without_utf8tocp1251_a_windows_1251_cfg_and_its_auth_type_are_refused() {
+    let dir = Dir::new("pl_cp1251_no");
+    let cfg = dir.cfg_path();
+    let f = run_cfg(&dir, &["-t"], cp1251_cfg(free_port(), false, "strong"));
+    let msg = f.assert_cfg_error(&cfg, 1, "users");
+    assert!(msg.contains("byte 0xef at column 15 is not UTF-8"), "{msg}");
+    let f = run_check(&dir, "auth utf8tocp1251 strong\n");
+    let msg = f.assert_cfg_error(&cfg, 1, "auth");
+    assert!(msg.contains("load it first"), "{msg}");
+    // Loaded first, the auth type is known.
+    let f = run_check(
+        &dir,
+        "plugin utf8tocp1251.ld.so utf8tocp1251\nauth utf8tocp1251 strong\n",
+    );
+    assert_eq!(f.status.code(), Some(0), "{}", f.stderr);
+}

@@ -26,6 +26,13 @@ pub fn h_auth(state: &mut State, args: &[String]) -> Result<(), String> {
                 .into(),
         );
     }
+    if types.contains(&AuthType::Utf8ToCp1251) && !state.utf8tocp1251 {
+        return Err(
+            "auth type 'utf8tocp1251' comes with the utf8tocp1251 plugin: load it \
+             first (plugin utf8tocp1251.ld.so utf8tocp1251)"
+                .into(),
+        );
+    }
     state.access.auth = types;
     Ok(())
 }

@@ -121,7 +121,16 @@ impl Env for Disk {
 /// bytes: comment and indented lines are never decoded; every other line
 /// must be UTF-8.
 pub fn run(state: &mut State, file: &str, text: &[u8]) -> Result<(), CfgError> {
+    state.cp1251_text |= loads_utf8tocp1251(text);
     run_in(state, file, text, &mut Disk)
+}
+
+/// Whether the cfg has a `plugin` line for utf8tocp1251: then its lines
+/// that are not UTF-8 are Windows-1251 text, wherever they stand (3proxy
+/// compares bytes, so a `users` line above the `plugin` line works there).
+fn loads_utf8tocp1251(text: &[u8]) -> bool {
+    text.split(|&b| b == b'\n')
+        .any(|l| l.starts_with(b"plugin") && l.windows(12).any(|w| w == b"utf8tocp1251"))
 }
 
 /// [`run`], with files and commands from `env`.
@@ -153,10 +162,13 @@ pub fn run_in(
                 &format!("the line is longer than {MAX_LINE} bytes"),
             ));
         }
-        let line = std::str::from_utf8(raw)
-            .map_err(|e| err(first, &not_utf8(raw, e.valid_up_to(), "")))?;
+        let line = match std::str::from_utf8(raw) {
+            Ok(l) => std::borrow::Cow::Borrowed(l),
+            Err(_) if state.cp1251_text => crate::charset::cp1251(raw),
+            Err(e) => return Err(err(first, &not_utf8(raw, e.valid_up_to(), ""))),
+        };
         let mut load = |path: &str| read_dollar_file(state, env, path);
-        let args = token::tokenize(line, &mut load).map_err(|e| err(first, &e))?;
+        let args = token::tokenize(&line, &mut load).map_err(|e| err(first, &e))?;
         if args.is_empty() {
             continue;
         }
@@ -260,9 +272,12 @@ fn read_dollar_file(state: &mut State, env: &mut dyn Env, path: &str) -> Result<
             MAX_DOLLAR_FILE >> 20
         ));
     }
-    String::from_utf8(buf).map_err(|e| {
+    String::from_utf8(buf).or_else(|e| {
+        if state.cp1251_text {
+            return Ok(crate::charset::cp1251(e.as_bytes()).into_owned());
+        }
         let at = e.utf8_error().valid_up_to();
-        not_utf8(e.as_bytes(), at, &what)
+        Err(not_utf8(e.as_bytes(), at, &what))
     })
 }
 

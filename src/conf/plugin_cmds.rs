@@ -17,6 +17,8 @@ use super::token::quote;
 enum Plugin {
     Transparent,
     PamAuth,
+    /// utf8tocp1251: its auth type, and Windows-1251 cfg lines.
+    Utf8ToCp1251,
     /// Known, not built; the text says why.
     NotBuilt(&'static str, &'static str),
     /// 3proxy's built-in TLS and PCRE: another branch builds them.
@@ -41,13 +43,7 @@ const BY_EXPORT: &[(&str, Plugin)] = &[
             "it stores traffic in files and is unmaintained",
         ),
     ),
-    (
-        "utf8tocp1251",
-        Plugin::NotBuilt(
-            "utf8tocp1251",
-            "it recodes logins for Windows code page 1251",
-        ),
-    ),
+    ("utf8tocp1251", Plugin::Utf8ToCp1251),
     (
         "WindowsAuthentication",
         Plugin::NotBuilt("WindowsAuthentication", "it exists only on Windows"),
@@ -111,6 +107,11 @@ pub fn h_plugin(state: &mut State, args: &[String]) -> Result<(), String> {
             };
             crate::sys::pam::available().map_err(|e| format!("PamAuth: {e}"))?;
             state.access.pam_service = Some(Arc::from(service.as_str()));
+            Ok(())
+        }
+        Plugin::Utf8ToCp1251 => {
+            state.utf8tocp1251 = true;
+            state.cp1251_text = true;
             Ok(())
         }
         Plugin::NotBuilt(p, why) => Err(format!(

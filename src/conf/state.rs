@@ -77,6 +77,11 @@ pub struct State {
     /// `transparent` (the default once loaded) or `notransparent` holds
     /// for the services that follow.
     pub transparent: Option<bool>,
+    /// A `plugin` line loaded utf8tocp1251 (its auth type may be named).
+    pub utf8tocp1251: bool,
+    /// The cfg loads utf8tocp1251 somewhere: its lines that are not UTF-8
+    /// are read as Windows-1251 (`conf::run` looks before it runs).
+    pub cp1251_text: bool,
     /// `pcre`, `pcre_rewrite`: the filter chain later services take.
     pub filters: crate::filter::Filters,
     /// `pcre_options`: flags of later patterns.
@@ -128,6 +133,8 @@ impl State {
             warnings: Vec::new(),
             pending: Vec::new(),
             transparent: None,
+            utf8tocp1251: false,
+            cp1251_text: false,
             filters: Default::default(),
             pcre_opts: Default::default(),
             filtermaxsize: crate::filter::DEFAULT_MAXSIZE,
@@ -176,6 +183,7 @@ impl State {
     pub fn finalize(&mut self) {
         self.ops.finalize();
         crate::resolve::install(self.resolver.clone(), &self.timeouts);
+        crate::charset::set_cp1251(self.utf8tocp1251);
         crate::parent::set_retries(self.parent_retries);
         crate::metrics::set_user_cap(self.metricsusers);
         if let Some((secret, servers)) = self.radius.take() {

@@ -497,8 +497,8 @@ fn read_v5<S: Source>(
         let p = r.pstr(Res::SOCKS_SHORT_PASSWORD)?;
         if needuser > 0 {
             let (u, p) = (
-                String::from_utf8_lossy(&u).into_owned(),
-                String::from_utf8_lossy(&p).into_owned(),
+                crate::charset::login_text(&u),
+                crate::charset::login_text(&p),
             );
             if let Some(res) = c.refuses(&u, &p) {
                 let _ = c.send(&[1, 1]);

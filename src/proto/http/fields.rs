@@ -34,8 +34,8 @@ pub fn basic_credentials(value: &[u8]) -> Option<(String, String)> {
     }
     let raw = base64_decode(trim(&v[6..]))?;
     let colon = raw.iter().position(|&b| b == b':')?;
-    let user = String::from_utf8_lossy(&raw[..colon]).into_owned();
-    let pass = String::from_utf8_lossy(&raw[colon + 1..]).into_owned();
+    let user = crate::charset::login_text(&raw[..colon]);
+    let pass = crate::charset::login_text(&raw[colon + 1..]);
     Some((user, pass))
 }
 
