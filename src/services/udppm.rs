@@ -135,22 +135,8 @@ pub fn run(r: Arc<crate::running::Running>, listen: UdpSocket) {
         // association be checked again, never missed.
         let generation = crate::running::generation();
         let svc = r.current();
-        {
-            let mut live = svc.live.lock().unwrap_or_else(|e| e.into_inner());
-            if *live >= svc.maxconn {
-                // A datagram cannot wait in a backlog: it is dropped.
-                if last_warn.is_none_or(|t| t.elapsed() >= Duration::from_secs(5)) {
-                    log::warn!(
-                        "udppm on {}: too many associations ({}), datagram dropped",
-                        svc.listen,
-                        *live
-                    );
-                    last_warn = Some(Instant::now());
-                }
-                continue;
-            }
-            *live += 1;
-            crate::shutdown::session_started();
+        if !crate::client::take_datagram_slot(&svc, &mut last_warn, "associations") {
+            continue;
         }
         open(&svc, generation, &listen, &table, from, &buf[..n]);
     }
