@@ -88,6 +88,30 @@ impl Drop for Slot {
     }
 }
 
+/// Count a new session of a datagram service (udppm's associations,
+/// dnspr's queries: `what`) against `maxconn`. False when the service is
+/// full: the datagram is dropped, and a warning says so at most every
+/// `WARN_EVERY`. The session's record gives the slot back when dropped.
+pub fn take_datagram_slot(svc: &Service, last_warn: &mut Option<Instant>, what: &str) -> bool {
+    let mut live = svc.live.lock().unwrap_or_else(|e| e.into_inner());
+    if *live >= svc.maxconn {
+        // A datagram cannot wait in a backlog: it is dropped.
+        if last_warn.is_none_or(|t| t.elapsed() >= WARN_EVERY) {
+            log::warn!(
+                "{} on {}: too many {what} ({}), datagram dropped",
+                svc.def.name,
+                svc.listen,
+                *live
+            );
+            *last_warn = Some(Instant::now());
+        }
+        return false;
+    }
+    *live += 1;
+    crate::shutdown::session_started();
+    true
+}
+
 /// The access-log record a client is building. A record carries the
 /// session's fields (addresses, user, hops, service, all in [`Client`])
 /// and these of its own, which begin again after each record: so a

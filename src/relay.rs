@@ -753,6 +753,24 @@ impl<'a, C: Channel> Dir<'a, C> {
     }
 }
 
+/// Both directions of a running relay, and what its loop keeps between
+/// passes.
+struct Relay<'a, C> {
+    // `down` first: fields are dropped in order, and the server's
+    // direction gives its buffer or pipe back first.
+    down: Dir<'a, C>,
+    up: Dir<'a, C>,
+    /// Bytes each way already reported by `logdump` records.
+    dumped: (u64, u64),
+    /// The reload generation the session was last checked against.
+    generation: u64,
+    /// Since when nothing moved (None: something just did; the quiet time
+    /// starts at the next wait).
+    quiet_since: Option<Instant>,
+}
+
+/// The relay loop over `c2s` and `s2c`: Ok when the session ends, Err
+/// when it stops to park.
 fn run<C: Channel>(
     cli: &Stream,
     srv: &Stream,
@@ -769,177 +787,281 @@ fn run<C: Channel>(
         filter: _,
         live,
     } = hooks;
-    let mut up = Dir::new(c2s, cli, srv, Side::Client);
-    up.live = live.map(|l| &l.out);
-    // Bytes each way already reported by `logdump` records.
-    let mut dumped = (0u64, 0u64);
-    let mut down = Dir::new(s2c, srv, cli, Side::Server);
-    down.live = live.map(|l| &l.inb);
+    let mut r = Relay::new(cli, srv, c2s, s2c, live, recheck);
     let idle_ms = millis(opts.idle);
-    // A reload since the session was admitted (even one during its
-    // handshake) is noticed at the first pass.
-    let mut generation = recheck.map_or_else(crate::running::generation, |c| c.generation());
-    // Since when nothing moved (None: something just did; the quiet time
-    // starts at the next wait).
-    let mut quiet_since = None;
-    if let Some(p) = &from {
-        // Back from the parking lot: where it stopped.
-        for (d, st) in [(&mut up, p.up), (&mut down, p.down)] {
-            d.eof = st.eof;
-            d.shut = st.shut;
-            d.bytes = st.bytes;
-        }
-        dumped = p.dumped;
-        generation = p.generation;
-        quiet_since = Some(p.quiet_since);
-    } else {
-        // A new session: the server has just been connected to (or sent
-        // the handshake's last word) and has not had the client's bytes
-        // yet, so a read of it now would only say EAGAIN; its first read
-        // waits for a poll(), which reports at once if it spoke first.
-        // (Unless a TLS session holds its bytes, which no poll shows.)
-        down.can_read = srv.ready();
-        if opts.client_answered {
-            up.can_read = cli.ready();
-        }
+    match &from {
+        Some(p) => r.resume(p),
+        None => r.begin(opts),
     }
     let res = loop {
         if opts.deadline.is_some_and(|d| Instant::now() >= d) {
             break Res::RADIUS_SESSION_TIMEOUT;
         }
-        if let Some(check) = recheck {
-            // One relaxed load per pass; the check itself runs only after
-            // a reload.
-            let now = crate::running::generation();
-            if now != generation {
-                generation = now;
-                if let Err(res) = crate::running::recheck(check) {
-                    break res;
-                }
-            }
+        if let Err(res) = r.recheck(recheck) {
+            break res;
         }
-        // With `logdump`, each direction stops at its next record's size.
-        let stop = |d: Option<&Dump<'_>>, at: fn(&Dump<'_>) -> u64, done: u64| match d {
-            Some(d) if at(d) > 0 => done + at(d),
-            _ => u64::MAX,
-        };
-        let up_stop = stop(dump.as_ref(), |d| d.out_at, dumped.0);
-        let down_stop = stop(dump.as_ref(), |d| d.in_at, dumped.1);
-        up.other_shut = down.shut;
-        let up_moved = up.step(opts.grace, limits, up_stop);
-        down.other_shut = up.shut;
-        let moved = match (up_moved, down.step(opts.grace, limits, down_stop)) {
-            (Ok(a), Ok(b)) => a || b,
-            (Err((side, e)), _) | (_, Err((side, e))) => break error_res(side, e, &up, &down),
+        let moved = match r.step(opts.grace, limits, dump.as_ref()) {
+            Ok(moved) => moved,
+            Err(res) => break res,
         };
         if let Some(d) = dump.as_mut().filter(|_| moved) {
-            let (o, i) = (up.bytes - dumped.0, down.bytes - dumped.1);
-            if (d.out_at > 0 && o >= d.out_at) || (d.in_at > 0 && i >= d.in_at) {
-                (d.write)(o, i);
-                dumped = (up.bytes, down.bytes);
-            }
+            r.dump(d);
         }
-        if up.ch.denied() || down.ch.denied() {
-            // 3proxy's sockmap code for data a filter refused.
-            break Res::FILTER;
+        if let Some(res) = r.ended() {
+            break res;
         }
-        if (up.quota_hit && !up.ch.pending()) || (down.quota_hit && !down.ch.pending()) {
-            // 3proxy's code for a traffic limit reached mid-session.
-            break Res::QUOTA;
-        }
-        if up.shut && down.shut {
-            break Res::OK;
-        }
-        if opts.session_end && (up.eof || down.eof) && !(up.eof && down.eof) {
+        if opts.session_end && (r.up.eof || r.down.eof) && !(r.up.eof && r.down.eof) {
             // -C: stop reading; what was read is still delivered.
-            up.eof = true;
-            down.eof = true;
+            r.up.eof = true;
+            r.down.eof = true;
             continue;
         }
         if moved {
-            quiet_since = None;
+            r.quiet_since = None;
             continue;
         }
-        if let Some(g) = opts.grace {
-            if up.trickling(g) || down.trickling(g) {
-                std::thread::sleep(Duration::from_millis(u64::from(g.delay_ms)));
+        r.settle(opts.grace);
+        let holding = r.up.ch.holds() || r.down.ch.holds();
+        let quiet = *r.quiet_since.get_or_insert_with(Instant::now);
+        let (ms, ends) = wait_ms(opts, idle_ms, quiet, holding);
+        if let Some(linger) = opts.linger.filter(|_| !holding && parkable(&r.up, &r.down)) {
+            match r.linger(linger, quiet, ms) {
+                None => {}
+                Some(Ok(true)) => continue,
+                Some(Ok(false)) => return Err(r.paused(quiet)),
+                Some(Err(_)) => break Res::POLL,
             }
         }
-        // Nothing can move: give the buffers back before sleeping, so a
-        // quiet session holds none (the pool makes the next borrow cheap).
-        up.ch.release();
-        down.ch.release();
-        let holding = up.ch.holds() || down.ch.holds();
-        let quiet = *quiet_since.get_or_insert_with(Instant::now);
-        // The idle time left: all of it, unless the session was parked.
-        let left = idle_ms.min(millis(opts.idle.saturating_sub(quiet.elapsed())));
-        let ms = if holding {
-            left.min(crate::filter::FLUSH_AFTER.as_millis() as i32)
-        } else {
-            left
-        };
-        let (ms, ends) = match opts.deadline {
-            Some(d) => {
-                let left = d.saturating_duration_since(Instant::now());
-                let left = left.as_millis().min(i32::MAX as u128) as i32 + 1;
-                (ms.min(left), left <= ms)
-            }
-            None => (ms, false),
-        };
-        if let Some(linger) = opts.linger.filter(|_| !holding && parkable(&up, &down)) {
-            // Park after the linger: wait that long first; if nothing
-            // comes, the session leaves this thread.
-            let (lingering, linger) = crate::park::Lingering::start(linger);
-            let lms = millis(linger.saturating_sub(quiet.elapsed()));
-            if lms < ms {
-                let waited = wait(&mut up, &mut down, lms);
-                drop(lingering);
-                match waited {
-                    Ok(true) => continue,
-                    Ok(false) => {
-                        let st = |d: &Dir<'_, C>| DirState {
-                            eof: d.eof,
-                            shut: d.shut,
-                            bytes: d.bytes,
-                        };
-                        return Err(Paused {
-                            up: st(&up),
-                            down: st(&down),
-                            dumped,
-                            generation,
-                            quiet_since: quiet,
-                        });
-                    }
-                    Err(_) => break Res::POLL,
-                }
-            }
-        }
-        let waited = wait(&mut up, &mut down, ms);
+        let waited = wait(&mut r.up, &mut r.down, ms);
         match waited {
             Ok(true) => {}
-            Ok(false) if holding => {
-                // The senders paused: filters let out what they hold.
-                up.ch.flush();
-                down.ch.flush();
-                up.can_write = true;
-                down.can_write = true;
-            }
+            Ok(false) if holding => r.flush(),
             Ok(false) if ends => {}
-            Ok(false) => {
-                break if up.ch.pending() || down.ch.pending() {
-                    Res::UNSENT
-                } else {
-                    Res::IDLE
-                }
-            }
+            Ok(false) => break r.idle_res(),
             Err(_) => break Res::POLL,
         }
     };
     Ok(Outcome {
         res,
-        out: up.bytes - dumped.0,
-        inb: down.bytes - dumped.1,
+        out: r.up.bytes - r.dumped.0,
+        inb: r.down.bytes - r.dumped.1,
     })
+}
+
+impl<'a, C: Channel> Relay<'a, C> {
+    /// The two directions over `c2s` and `s2c`, counting into `live`.
+    fn new(
+        cli: &'a Stream,
+        srv: &'a Stream,
+        c2s: C,
+        s2c: C,
+        live: Option<&'a crate::live::Bytes>,
+        recheck: Option<&Recheck>,
+    ) -> Self {
+        let mut up = Dir::new(c2s, cli, srv, Side::Client);
+        up.live = live.map(|l| &l.out);
+        let mut down = Dir::new(s2c, srv, cli, Side::Server);
+        down.live = live.map(|l| &l.inb);
+        Relay {
+            down,
+            up,
+            dumped: (0, 0),
+            // A reload since the session was admitted (even one during its
+            // handshake) is noticed at the first pass.
+            generation: recheck.map_or_else(crate::running::generation, |c| c.generation()),
+            quiet_since: None,
+        }
+    }
+
+    /// Back from the parking lot: go on where it stopped.
+    fn resume(&mut self, p: &Paused) {
+        for (d, st) in [(&mut self.up, p.up), (&mut self.down, p.down)] {
+            d.eof = st.eof;
+            d.shut = st.shut;
+            d.bytes = st.bytes;
+        }
+        self.dumped = p.dumped;
+        self.generation = p.generation;
+        self.quiet_since = Some(p.quiet_since);
+    }
+
+    /// Before a new session's first pass: which side to read at once.
+    fn begin(&mut self, opts: &RelayOpts) {
+        // A new session: the server has just been connected to (or sent
+        // the handshake's last word) and has not had the client's bytes
+        // yet, so a read of it now would only say EAGAIN; its first read
+        // waits for a poll(), which reports at once if it spoke first.
+        // (Unless a TLS session holds its bytes, which no poll shows.)
+        self.down.can_read = self.down.src.ready();
+        if opts.client_answered {
+            self.up.can_read = self.up.src.ready();
+        }
+    }
+
+    /// `force`: after a reload, check the session again; Err with the
+    /// code it is then refused with.
+    #[inline]
+    fn recheck(&mut self, recheck: Option<&Recheck>) -> Result<(), Res> {
+        if let Some(check) = recheck {
+            // One relaxed load per pass; the check itself runs only after
+            // a reload.
+            let now = crate::running::generation();
+            if now != self.generation {
+                self.generation = now;
+                crate::running::recheck(check)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Move what can move both ways without blocking. Ok(true) if anything
+    /// moved; Err with the code an IO error ends the session with.
+    #[inline]
+    fn step(
+        &mut self,
+        grace: Option<Grace>,
+        limits: Option<&SessionLimits>,
+        dump: Option<&Dump<'_>>,
+    ) -> Result<bool, Res> {
+        // With `logdump`, each direction stops at its next record's size.
+        let stop = |d: Option<&Dump<'_>>, at: fn(&Dump<'_>) -> u64, done: u64| match d {
+            Some(d) if at(d) > 0 => done + at(d),
+            _ => u64::MAX,
+        };
+        let up_stop = stop(dump, |d| d.out_at, self.dumped.0);
+        let down_stop = stop(dump, |d| d.in_at, self.dumped.1);
+        let (up, down) = (&mut self.up, &mut self.down);
+        up.other_shut = down.shut;
+        let up_moved = up.step(grace, limits, up_stop);
+        down.other_shut = up.shut;
+        match (up_moved, down.step(grace, limits, down_stop)) {
+            (Ok(a), Ok(b)) => Ok(a || b),
+            (Err((side, e)), _) | (_, Err((side, e))) => Err(error_res(side, e, up, down)),
+        }
+    }
+
+    /// `logdump`: write a record once a direction has moved its record's
+    /// size since the last one.
+    #[inline]
+    fn dump(&mut self, d: &mut Dump<'_>) {
+        let (o, i) = (
+            self.up.bytes - self.dumped.0,
+            self.down.bytes - self.dumped.1,
+        );
+        if (d.out_at > 0 && o >= d.out_at) || (d.in_at > 0 && i >= d.in_at) {
+            (d.write)(o, i);
+            self.dumped = (self.up.bytes, self.down.bytes);
+        }
+    }
+
+    /// The code the session ends with now, if it does: a filter refused
+    /// data, a quota is reached (and what was read is delivered), or both
+    /// directions are done.
+    #[inline]
+    fn ended(&self) -> Option<Res> {
+        let (up, down) = (&self.up, &self.down);
+        if up.ch.denied() || down.ch.denied() {
+            // 3proxy's sockmap code for data a filter refused.
+            return Some(Res::FILTER);
+        }
+        if (up.quota_hit && !up.ch.pending()) || (down.quota_hit && !down.ch.pending()) {
+            // 3proxy's code for a traffic limit reached mid-session.
+            return Some(Res::QUOTA);
+        }
+        if up.shut && down.shut {
+            return Some(Res::OK);
+        }
+        None
+    }
+
+    /// Nothing moved: `-g`'s pause for a session that trickles, then the
+    /// buffers go back.
+    #[inline]
+    fn settle(&mut self, grace: Option<Grace>) {
+        if let Some(g) = grace {
+            if self.up.trickling(g) || self.down.trickling(g) {
+                std::thread::sleep(Duration::from_millis(u64::from(g.delay_ms)));
+            }
+        }
+        // Nothing can move: give the buffers back before sleeping, so a
+        // quiet session holds none (the pool makes the next borrow cheap).
+        self.up.ch.release();
+        self.down.ch.release();
+    }
+
+    /// `parklinger`: when the linger (from `quiet`) ends within `ms`, wait
+    /// just that long. None: it does not, wait as usual; Some(Ok(true)):
+    /// something came; Some(Ok(false)): nothing did, time to park.
+    #[inline]
+    fn linger(&mut self, linger: Duration, quiet: Instant, ms: i32) -> Option<io::Result<bool>> {
+        // Park after the linger: wait that long first; if nothing
+        // comes, the session leaves this thread.
+        let (lingering, linger) = crate::park::Lingering::start(linger);
+        let lms = millis(linger.saturating_sub(quiet.elapsed()));
+        if lms >= ms {
+            return None;
+        }
+        let waited = wait(&mut self.up, &mut self.down, lms);
+        drop(lingering);
+        Some(waited)
+    }
+
+    /// What the session must remember to go on after the lot (quiet since
+    /// `quiet`).
+    fn paused(&self, quiet: Instant) -> Paused {
+        let st = |d: &Dir<'_, C>| DirState {
+            eof: d.eof,
+            shut: d.shut,
+            bytes: d.bytes,
+        };
+        Paused {
+            up: st(&self.up),
+            down: st(&self.down),
+            dumped: self.dumped,
+            generation: self.generation,
+            quiet_since: quiet,
+        }
+    }
+
+    /// The senders paused: filters let out what they hold.
+    #[inline]
+    fn flush(&mut self) {
+        self.up.ch.flush();
+        self.down.ch.flush();
+        self.up.can_write = true;
+        self.down.can_write = true;
+    }
+
+    /// The code of an idle timeout: 3proxy's for bytes left unsent, if any.
+    fn idle_res(&self) -> Res {
+        if self.up.ch.pending() || self.down.ch.pending() {
+            Res::UNSENT
+        } else {
+            Res::IDLE
+        }
+    }
+}
+
+/// The next wait's timeout for poll(), and whether `opts.deadline` is
+/// what ends it: the idle time left since `quiet` (shorter while a filter
+/// holds bytes), at most until the deadline.
+#[inline]
+fn wait_ms(opts: &RelayOpts, idle_ms: i32, quiet: Instant, holding: bool) -> (i32, bool) {
+    // The idle time left: all of it, unless the session was parked.
+    let left = idle_ms.min(millis(opts.idle.saturating_sub(quiet.elapsed())));
+    let ms = if holding {
+        left.min(crate::filter::FLUSH_AFTER.as_millis() as i32)
+    } else {
+        left
+    };
+    match opts.deadline {
+        Some(d) => {
+            let left = d.saturating_duration_since(Instant::now());
+            let left = left.as_millis().min(i32::MAX as u128) as i32 + 1;
+            (ms.min(left), left <= ms)
+        }
+        None => (ms, false),
+    }
 }
 
 /// Milliseconds for poll(), at most i32::MAX.

@@ -99,60 +99,140 @@ fn permit(limits: Option<&SessionLimits>, out: bool, now: Instant) -> Permit {
     limits.map_or(Permit::Go(usize::MAX), |l| l.permit(out, now))
 }
 
+/// Whether the limits let direction `out` take its next datagram now:
+/// Ok(false) when a limit holds it back (until `wait`, now set), Err when
+/// its quota is used up.
+#[inline]
+fn admit(
+    limits: Option<&SessionLimits>,
+    out: bool,
+    now: Instant,
+    wait: &mut Option<Instant>,
+) -> Result<bool, Res> {
+    match permit(limits, out, now) {
+        Permit::Go(_) => Ok(true),
+        Permit::Wait(t) => {
+            *wait = Some(t);
+            Ok(false)
+        }
+        Permit::Stop => Err(Res::QUOTA),
+    }
+}
+
+/// The payload bytes of a datagram a step moved; None when it took none:
+/// a stray datagram, or nothing waiting (then `ready` is cleared). Err
+/// when the association ends.
+#[inline]
+fn taken(step: Step, ready: &mut bool) -> Result<Option<usize>, Res> {
+    match step {
+        Step::Moved(len) => Ok(Some(len)),
+        Step::Stray => Ok(None),
+        Step::Empty => {
+            *ready = false;
+            Ok(None)
+        }
+        Step::End(res) => Err(res),
+    }
+}
+
+/// What the relay loop keeps between its passes.
+struct State {
+    /// The association is idle from then on, unless something moves.
+    deadline: Instant,
+    /// The reload generation last checked against.
+    generation: u64,
+    /// The limits hold the destination's datagrams back (`bandlimin`, an
+    /// inbound quota).
+    shaped_in: bool,
+    // Until when a limit holds each direction back.
+    out_wait: Option<Instant>,
+    in_wait: Option<Instant>,
+    // Either side may have a datagram (or an error) to read.
+    cli_ready: bool,
+    dst_ready: bool,
+}
+
 /// Relay `a` until it ends; returns its result code. `n` has the bytes.
 pub fn relay(a: &mut dyn Assoc, o: &Opts<'_>, n: &mut Counts) -> Res {
     let shaped_in = o.limits.is_some_and(|l| l.shapes_dir(false));
     let mut buf = vec![0u8; HEADROOM + DGRAM_MAX];
-    let mut deadline = Instant::now() + o.idle;
-    let mut generation = o.since;
-    // Until when a limit holds each direction back.
-    let mut out_wait: Option<Instant> = None;
-    let mut in_wait: Option<Instant> = None;
-    // Either side may have a datagram (or an error) to read.
-    let (mut cli_ready, mut dst_ready) = (true, true);
+    let mut st = State {
+        deadline: Instant::now() + o.idle,
+        generation: o.since,
+        shaped_in,
+        out_wait: None,
+        in_wait: None,
+        cli_ready: true,
+        dst_ready: true,
+    };
     loop {
-        // `force`: after a reload, check the association again.
+        if let Err(res) = st.recheck(a, o) {
+            return res;
+        }
+        let now = Instant::now();
+        // A full batch either way: the other way has had its turn, go on
+        // at once.
+        let busy_out = match st.client_batch(a, o, n, &mut buf, now) {
+            Ok(busy) => busy,
+            Err(res) => return res,
+        };
+        let busy_in = match st.dest_batch(a, o, n, &mut buf, now) {
+            Ok(busy) => busy,
+            Err(res) => return res,
+        };
+        if busy_out || busy_in {
+            continue;
+        }
+        if let Err(res) = st.wait(a) {
+            return res;
+        }
+    }
+}
+
+impl State {
+    /// `force`: after a reload, check the association again; Err with the
+    /// code it is then refused with.
+    #[inline]
+    fn recheck(&mut self, a: &mut dyn Assoc, o: &Opts<'_>) -> Result<(), Res> {
         if let Some(again) = o.recheck {
             let g = crate::running::generation();
-            if g != generation {
-                generation = g;
-                if let Err(res) = crate::running::recheck(again) {
-                    return res;
-                }
+            if g != self.generation {
+                self.generation = g;
+                crate::running::recheck(again)?;
                 a.rechecked(g);
             }
         }
-        let now = Instant::now();
-        let mut busy = false;
+        Ok(())
+    }
 
-        // The client's datagrams.
-        out_wait = out_wait.filter(|t| *t > now);
+    /// The client's datagrams: relay them until none waits or a limit
+    /// holds them back, a batch at most. Ok(true) when the batch is full;
+    /// Err with the code the association ends with.
+    fn client_batch(
+        &mut self,
+        a: &mut dyn Assoc,
+        o: &Opts<'_>,
+        n: &mut Counts,
+        buf: &mut [u8],
+        now: Instant,
+    ) -> Result<bool, Res> {
+        self.out_wait = self.out_wait.filter(|t| *t > now);
         let mut moved = 0;
-        while cli_ready && out_wait.is_none() {
+        while self.cli_ready && self.out_wait.is_none() {
             if moved == BATCH {
-                busy = true;
+                return Ok(true);
+            }
+            if !admit(o.limits, true, now, &mut self.out_wait)? {
                 break;
             }
-            match permit(o.limits, true, now) {
-                Permit::Go(_) => {}
-                Permit::Wait(t) => {
-                    out_wait = Some(t);
-                    break;
-                }
-                Permit::Stop => return Res::QUOTA,
-            }
-            let len = match a.outbound(&mut buf) {
-                Step::Moved(len) => len,
-                Step::Stray => continue,
-                Step::Empty => {
-                    cli_ready = false;
-                    break;
-                }
-                Step::End(res) => return res,
+            // None: a stray datagram (on to the next), or none left (the
+            // loop ends, the client is no longer ready).
+            let Some(len) = taken(a.outbound(buf), &mut self.cli_ready)? else {
+                continue;
             };
             moved += 1;
             if o.idle_on_out {
-                deadline = Instant::now() + o.idle;
+                self.deadline = Instant::now() + o.idle;
             }
             n.out += len as u64;
             if let Some(l) = o.limits {
@@ -160,90 +240,105 @@ pub fn relay(a: &mut dyn Assoc, o: &Opts<'_>, n: &mut Counts) -> Res {
             }
             // The datagram that uses up the quota is the last one.
             if permit(o.limits, true, now) == Permit::Stop {
-                return Res::QUOTA;
+                return Err(Res::QUOTA);
             }
         }
+        Ok(false)
+    }
 
-        // The destination's datagrams.
-        in_wait = in_wait.filter(|t| *t > now);
+    /// The destination's datagrams: relay them until none waits or a
+    /// limit holds them back, a batch at most. Ok(true) when the batch is
+    /// full; Err with the code the association ends with.
+    fn dest_batch(
+        &mut self,
+        a: &mut dyn Assoc,
+        o: &Opts<'_>,
+        n: &mut Counts,
+        buf: &mut [u8],
+        now: Instant,
+    ) -> Result<bool, Res> {
+        self.in_wait = self.in_wait.filter(|t| *t > now);
         let mut moved = 0;
-        while dst_ready && in_wait.is_none() {
+        while self.dst_ready && self.in_wait.is_none() {
             if moved == BATCH {
-                busy = true;
-                break;
+                return Ok(true);
             }
-            if shaped_in {
+            if self.shaped_in {
                 // Ask the limits only for a datagram that is there.
                 let mut probe = [0u8; 1];
                 let fd = a.dest_fd().as_raw_fd();
                 match recv(fd, &mut probe, MsgFlags::MSG_PEEK | MsgFlags::MSG_DONTWAIT) {
                     Ok(_) => {}
                     Err(Errno::EAGAIN) => {
-                        dst_ready = false;
+                        self.dst_ready = false;
                         break;
                     }
                     // ECONNREFUSED: the port is closed (ICMP); the client
                     // may try again, the association stays until idle.
                     Err(Errno::EINTR | Errno::ECONNREFUSED) => continue,
-                    Err(_) => return Res::SERVER_ERR,
+                    Err(_) => return Err(Res::SERVER_ERR),
                 }
-                match permit(o.limits, false, now) {
-                    Permit::Go(_) => {}
-                    Permit::Wait(t) => {
-                        in_wait = Some(t);
-                        break;
-                    }
-                    Permit::Stop => return Res::QUOTA,
-                }
-            }
-            let len = match a.inbound(&mut buf) {
-                Step::Moved(len) => len,
-                Step::Stray => continue,
-                Step::Empty => {
-                    dst_ready = false;
+                if !admit(o.limits, false, now, &mut self.in_wait)? {
                     break;
                 }
-                Step::End(res) => return res,
+            }
+            // None: a stray datagram (on to the next), or none left (the
+            // loop ends, the destination is no longer ready).
+            let Some(len) = taken(a.inbound(buf), &mut self.dst_ready)? else {
+                continue;
             };
             moved += 1;
-            deadline = Instant::now() + o.idle;
+            self.deadline = Instant::now() + o.idle;
             n.inb += len as u64;
             if let Some(l) = o.limits {
                 l.used(false, len, now);
             }
             if o.single {
-                return Res::OK;
+                return Err(Res::OK);
             }
             if permit(o.limits, false, now) == Permit::Stop {
-                return Res::QUOTA;
+                return Err(Res::QUOTA);
             }
         }
-        if busy {
-            continue;
-        }
+        Ok(false)
+    }
 
-        // A reply held back by a limit is waiting: the association is not
-        // idle.
-        let now = Instant::now();
-        if in_wait.is_none() && now >= deadline {
-            return Res::IDLE;
-        }
-        let wake = [in_wait.is_none().then_some(deadline), out_wait, in_wait]
-            .into_iter()
-            .flatten()
-            .min()
-            .unwrap_or(deadline);
+    /// When the next wait ends: at the idle deadline, or sooner when a
+    /// limit's wait is over.
+    fn poll_timeout(&self, now: Instant) -> PollTimeout {
+        let wake = [
+            self.in_wait.is_none().then_some(self.deadline),
+            self.out_wait,
+            self.in_wait,
+        ]
+        .into_iter()
+        .flatten()
+        .min()
+        .unwrap_or(self.deadline);
         // Rounded up: a wait shorter than a millisecond is not a busy loop.
         let ms = wake
             .saturating_duration_since(now)
             .as_nanos()
             .div_ceil(1_000_000);
-        let timeout =
-            PollTimeout::try_from(ms.min(i32::MAX as u128) as i32).unwrap_or(PollTimeout::MAX);
+        PollTimeout::try_from(ms.min(i32::MAX as u128) as i32).unwrap_or(PollTimeout::MAX)
+    }
+
+    /// Nothing can move: wait in one poll() for a datagram, a control
+    /// connection or the end of a limit's wait, until the idle deadline.
+    /// Err with the code the association ends with (idle, a poll() error,
+    /// a control connection's).
+    fn wait(&mut self, a: &mut dyn Assoc) -> Result<(), Res> {
+        // A reply held back by a limit is waiting: the association is not
+        // idle.
+        let now = Instant::now();
+        if self.in_wait.is_none() && now >= self.deadline {
+            return Err(Res::IDLE);
+        }
+        let timeout = self.poll_timeout(now);
         // Only descriptors with something to wait for are polled: POLLERR
         // and POLLHUP come even for no events and would make this spin.
-        let want_cli = out_wait.is_none() && !cli_ready;
-        let want_dst = in_wait.is_none() && !dst_ready;
+        let want_cli = self.out_wait.is_none() && !self.cli_ready;
+        let want_dst = self.in_wait.is_none() && !self.dst_ready;
         let mut fds: [Option<PollFd<'_>>; 4] = [None, None, None, None];
         let (cli_fd, dst_fd) = (a.client_fd(), a.dest_fd());
         if want_cli {
@@ -266,8 +361,8 @@ pub fn relay(a: &mut dyn Assoc, o: &Opts<'_>, n: &mut Counts) -> Res {
         }
         match poll(&mut list, timeout) {
             Ok(_) => {}
-            Err(Errno::EINTR) => continue,
-            Err(_) => return Res::POLL,
+            Err(Errno::EINTR) => return Ok(()),
+            Err(_) => return Err(Res::POLL),
         }
         let mut ended = None;
         for (k, f) in list.iter().enumerate() {
@@ -275,15 +370,16 @@ pub fn relay(a: &mut dyn Assoc, o: &Opts<'_>, n: &mut Counts) -> Res {
                 continue;
             }
             match slots[k] {
-                0 => cli_ready = true,
-                1 => dst_ready = true,
+                0 => self.cli_ready = true,
+                1 => self.dst_ready = true,
                 i => ended = ended.or(Some(i - 2)),
             }
         }
         drop(list);
         if let Some(i) = ended {
-            return a.controlled(i);
+            return Err(a.controlled(i));
         }
+        Ok(())
     }
 }
 

@@ -118,21 +118,8 @@ pub fn run(r: Arc<Running>, listen: UdpSocket) {
             }
         };
         let svc = r.current();
-        {
-            let mut live = svc.live.lock().unwrap_or_else(|e| e.into_inner());
-            if *live >= svc.maxconn {
-                if last_warn.is_none_or(|t| t.elapsed() >= Duration::from_secs(5)) {
-                    log::warn!(
-                        "dnspr on {}: too many queries in progress ({}), datagram dropped",
-                        svc.listen,
-                        *live
-                    );
-                    last_warn = Some(Instant::now());
-                }
-                continue;
-            }
-            *live += 1;
-            crate::shutdown::session_started();
+        if !crate::client::take_datagram_slot(&svc, &mut last_warn, "queries in progress") {
+            continue;
         }
         // Code 21 stands if no thread could be started: the closure, and
         // the record in it, are then dropped, which frees the slot.

@@ -32,6 +32,7 @@ use nix::errno::Errno;
 use nix::sys::socket::{recv, MsgFlags};
 
 use crate::access::{self, Op, Recheck, Request};
+use crate::limit::SessionLimits;
 use crate::logformat::LogRecord;
 use crate::net::{Stream, Target};
 use crate::parent::{Hop, Kind};
@@ -136,22 +137,8 @@ pub fn run(r: Arc<crate::running::Running>, listen: UdpSocket) {
         // association be checked again, never missed.
         let generation = crate::running::generation();
         let svc = r.current();
-        {
-            let mut live = svc.live.lock().unwrap_or_else(|e| e.into_inner());
-            if *live >= svc.maxconn {
-                // A datagram cannot wait in a backlog: it is dropped.
-                if last_warn.is_none_or(|t| t.elapsed() >= Duration::from_secs(5)) {
-                    log::warn!(
-                        "udppm on {}: too many associations ({}), datagram dropped",
-                        svc.listen,
-                        *live
-                    );
-                    last_warn = Some(Instant::now());
-                }
-                continue;
-            }
-            *live += 1;
-            crate::shutdown::session_started();
+        if !crate::client::take_datagram_slot(&svc, &mut last_warn, "associations") {
+            continue;
         }
         open(&svc, generation, &listen, &table, from, &buf[..n]);
     }
@@ -182,44 +169,58 @@ fn open(
         inb: 0,
         hops: 0,
     };
-    let dst = match &svc.target {
-        Some(Target::Fixed(a)) => Ok(*a),
-        Some(Target::Name(h, p)) => resolve(h, *p, svc.family),
-        _ => Err(Res::NOHOST),
-    };
-    let dst = match dst {
-        Ok(d) => d,
+    let opened = match associate(svc, generation, from, first, &mut rec) {
+        Ok(o) => o,
         Err(res) => {
             rec.res = res;
             return;
         }
     };
-    let req = Request {
-        op: Some(Op::UdpAssoc),
-        client: Some(from),
-        local: match svc.listen {
-            crate::net::Addr::Ip(a) => Some(a),
-            _ => None,
-        },
-        host: match &svc.target {
-            Some(Target::Name(h, _)) => Some(h.as_str()),
-            _ => None,
-        },
-        addr: Some(dst.ip()),
-        port: dst.port(),
-        user: None,
-        password: None,
-        service: Some(svc.def.log_name),
-        redirected: false,
-    };
+    // With -s every datagram is a session of its own: it is not entered in
+    // the table, so a datagram arriving as the previous session ends is not
+    // handed to a session that will never answer it.
+    let single = matches!(svc.opts.s_option, Some(n) if n > 0);
+    if !single {
+        table
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(from, opened.assoc.clone());
+    }
+    let (listen, table, svc2) = (listen.clone(), table.clone(), svc.clone());
+    let spawned = std::thread::Builder::new()
+        .name(format!("udppm:{}", svc.port()))
+        .stack_size(svc.stack_size)
+        .spawn(move || serve(opened, rec, &listen, &svc2, single, generation, &table));
+    if let Err(e) = spawned {
+        log::error!("udppm on {}: cannot start a thread: {e}", svc.listen);
+    }
+}
+
+/// An association made and its first datagram sent, before its thread
+/// takes it on.
+struct Opened {
+    assoc: Arc<Assoc>,
+    /// The thread's end of the queue.
+    rx: UnixDatagram,
+    limits: Option<Arc<SessionLimits>>,
+    recheck: Recheck,
+}
+
+/// Make the association for `from`: the destination, the ACL's grant,
+/// the parents' association if they carry it, the socket and the queue;
+/// then send `first`. `rec` takes what is learnt on the way. Err with the
+/// code the association's record then carries.
+fn associate(
+    svc: &Arc<Service>,
+    generation: u64,
+    from: SocketAddr,
+    first: &[u8],
+    rec: &mut Association,
+) -> Result<Opened, Res> {
+    let dst = destination(svc)?;
+    let req = request(svc, from, dst);
     // A refused datagram is dropped; its record carries the code.
-    let grant = match access::authorize(svc, &req) {
-        Ok(g) => g,
-        Err(res) => {
-            rec.res = res;
-            return;
-        }
-    };
+    let grant = access::authorize(svc, &req)?;
     // `nolog`: the association ends without a record.
     rec.nolog = grant.nolog;
     rec.user = grant.user;
@@ -238,24 +239,11 @@ fn open(
     } else {
         &[]
     };
-    let up = match crate::chain::udp_associate(svc, parents, &want) {
-        Ok(u) => u,
-        Err(res) => {
-            rec.res = res;
-            return;
-        }
-    };
+    let up = crate::chain::udp_associate(svc, parents, &want)?;
     let sock = match &up {
         Some(u) => connect(svc, u.relay, u.source),
         None => connect(svc, dst, None),
-    };
-    let sock = match sock {
-        Ok(s) => s,
-        Err(res) => {
-            rec.res = res;
-            return;
-        }
-    };
+    }?;
     rec.remote = Some(dst);
     rec.ext = sock.local_addr().ok();
     let via = up.map(|u| {
@@ -265,15 +253,7 @@ fn open(
             header: udp_header(dst),
         }
     });
-    let pair = UnixDatagram::pair().and_then(|(tx, rx)| {
-        tx.set_nonblocking(true)?;
-        rx.set_nonblocking(true)?;
-        Ok((tx, rx))
-    });
-    let Ok((queue, rx)) = pair else {
-        rec.res = Res::SOCKET;
-        return;
-    };
+    let (queue, rx) = queue_pair().map_err(|_| Res::SOCKET)?;
     let assoc = Arc::new(Assoc {
         sock,
         queue,
@@ -284,59 +264,104 @@ fn open(
         via,
     });
     if assoc.forward(first).is_err() {
-        rec.res = Res::SERVER_ERR;
-        return;
+        return Err(Res::SERVER_ERR);
     }
-    // With -s every datagram is a session of its own: it is not entered in
-    // the table, so a datagram arriving as the previous session ends is not
-    // handed to a session that will never answer it.
-    let single = matches!(svc.opts.s_option, Some(n) if n > 0);
+    Ok(Opened {
+        assoc,
+        rx,
+        limits,
+        recheck,
+    })
+}
+
+/// Where the service's datagrams go: its target, resolved.
+fn destination(svc: &Service) -> Result<SocketAddr, Res> {
+    match &svc.target {
+        Some(Target::Fixed(a)) => Ok(*a),
+        Some(Target::Name(h, p)) => resolve(h, *p, svc.family),
+        _ => Err(Res::NOHOST),
+    }
+}
+
+/// The ACL's question for an association of `from` with `dst`.
+fn request(svc: &Service, from: SocketAddr, dst: SocketAddr) -> Request<'_> {
+    Request {
+        op: Some(Op::UdpAssoc),
+        client: Some(from),
+        local: match svc.listen {
+            crate::net::Addr::Ip(a) => Some(a),
+            _ => None,
+        },
+        host: match &svc.target {
+            Some(Target::Name(h, _)) => Some(h.as_str()),
+            _ => None,
+        },
+        addr: Some(dst.ip()),
+        port: dst.port(),
+        user: None,
+        password: None,
+        service: Some(svc.def.log_name),
+        redirected: false,
+    }
+}
+
+/// The queue from the service thread to an association's thread: both
+/// ends non-blocking.
+fn queue_pair() -> std::io::Result<(UnixDatagram, UnixDatagram)> {
+    let (tx, rx) = UnixDatagram::pair()?;
+    tx.set_nonblocking(true)?;
+    rx.set_nonblocking(true)?;
+    Ok((tx, rx))
+}
+
+/// An association's thread: relay until the association ends, leave the
+/// table, and write the record (dropping `rec`).
+fn serve(
+    opened: Opened,
+    mut rec: Association,
+    listen: &UdpSocket,
+    svc: &Service,
+    single: bool,
+    generation: u64,
+    table: &Table,
+) {
+    let Opened {
+        assoc,
+        rx,
+        limits,
+        recheck,
+    } = opened;
+    let mut ends = Mapped {
+        assoc: &assoc,
+        rx: &rx,
+        listen,
+        to: rec.from,
+    };
+    let opts = udprelay::Opts {
+        idle: svc.timeouts.get(Timeouts::STRING_LONG),
+        idle_on_out: false,
+        single,
+        limits: limits.as_deref(),
+        recheck: Some(&recheck),
+        since: generation,
+    };
+    let mut n = udprelay::Counts::default();
+    rec.res = udprelay::relay(&mut ends, &opts, &mut n);
+    rec.inb = n.inb;
+    rec.out = n.out;
     if !single {
-        table
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(from, assoc.clone());
+        let mut t = table.lock().unwrap_or_else(|e| e.into_inner());
+        // A new association of the same client may have taken the
+        // slot already.
+        if t.get(&rec.from).is_some_and(|a| Arc::ptr_eq(a, &assoc)) {
+            t.remove(&rec.from);
+        }
     }
-    let (listen, table, svc2) = (listen.clone(), table.clone(), svc.clone());
-    let spawned = std::thread::Builder::new()
-        .name(format!("udppm:{}", svc.port()))
-        .stack_size(svc.stack_size)
-        .spawn(move || {
-            let mut ends = Mapped {
-                assoc: &assoc,
-                rx: &rx,
-                listen: &listen,
-                to: rec.from,
-            };
-            let opts = udprelay::Opts {
-                idle: svc2.timeouts.get(Timeouts::STRING_LONG),
-                idle_on_out: false,
-                single,
-                limits: limits.as_deref(),
-                recheck: Some(&recheck),
-                since: generation,
-            };
-            let mut n = udprelay::Counts::default();
-            rec.res = udprelay::relay(&mut ends, &opts, &mut n);
-            rec.inb = n.inb;
-            rec.out = n.out;
-            if !single {
-                let mut t = table.lock().unwrap_or_else(|e| e.into_inner());
-                // A new association of the same client may have taken the
-                // slot already.
-                if t.get(&rec.from).is_some_and(|a| Arc::ptr_eq(a, &assoc)) {
-                    t.remove(&rec.from);
-                }
-            }
-            rec.out += assoc.out.load(Ordering::Relaxed);
-            // The counters take the traffic before the record is written,
-            // so a client that sees the record finds them up to date.
-            drop(limits);
-            drop(rec);
-        });
-    if let Err(e) = spawned {
-        log::error!("udppm on {}: cannot start a thread: {e}", svc.listen);
-    }
+    rec.out += assoc.out.load(Ordering::Relaxed);
+    // The counters take the traffic before the record is written,
+    // so a client that sees the record finds them up to date.
+    drop(limits);
+    drop(rec);
 }
 
 /// An association's thread's half of the relay (`crate::udprelay`).

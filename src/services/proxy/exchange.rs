@@ -152,139 +152,191 @@ impl Session {
         let retryable = req.idempotent && req.framing == Framing::None;
         let mut small = [0u8; SMALL];
         let mut sb = HeadBuf::new(&mut small);
-        let mut early = None;
         let mut interim = 0;
-        let (reused, head_len) = loop {
-            let reused = std::mem::replace(&mut o.used, true);
-            let head = self.head_for(&o, req.port);
-            let head_len = head.len() + filtered.as_ref().map_or(0, Vec::len);
-            let body = filtered.as_deref().unwrap_or(&cb.data()[..now]);
-            match write_all_v(&o.s, head, body) {
-                Ok(()) => break (reused, head_len),
-                // A kept connection the origin closed meanwhile: once more
-                // on a new one.
-                Err(_) if reused && retryable => o = self.dial(c, req, dst)?,
-                Err(e) => return Err(Fail::answer(srv_res(&e), 502)),
-            }
-        };
-        c.record.bytes_out += (head_len + now) as u64;
+        let with_head = filtered.as_deref().unwrap_or(&cb.data()[..now]);
+        let (reused, sent) = self.send_head(c, req, &mut o, dst, with_head, retryable)?;
+        c.record.bytes_out += sent as u64;
         cb.consume(now);
-        if more_body && req.expect_continue && readable_within(&o.s, CONTINUE_WAIT) {
-            // The origin answered the Expect: 100 (send the body) or a
-            // final status (it does not want the body).
-            let h = read_response(&o.s, &mut sb, req.head_method, &mut self.resp_out)
-                .map_err(|e| e.fail())?;
-            if h.is_interim() {
-                set_write_timeout(&c.cli, &mut self.cli_wto, self.long)
-                    .map_err(|e| Fail::silent(send_res(&e)))?;
-                send_interim(
-                    &mut self.resp_out,
-                    c,
-                    &mut sb,
-                    &h,
-                    req.version,
-                    &mut interim,
-                )?;
-            } else {
-                early = Some(h);
-            }
-        }
+        let early = if more_body && req.expect_continue {
+            self.await_continue(c, &o, &mut sb, req, &mut interim)?
+        } else {
+            None
+        };
         let mut body_done = !more_body;
         if early.is_none() && more_body {
-            // The body is read from the client with its timeout, and the
-            // head acknowledged at once (a client may hold the body until
-            // then: `Stream::ack_now`).
-            c.cli.ack_now();
-            if self.cli_rto != Some(self.cli_want) {
-                set_read_timeout(&c.cli, self.cli_want).map_err(|e| Fail::silent(cli_res(&e)))?;
-                self.cli_rto = Some(self.cli_want);
-            }
-            let lim = self.shaper();
-            let splice = self.svc.splice();
-            let sent = match (req.framing, &chunked_first) {
-                (Framing::Length(n), _) => {
-                    copy_exact(&c.cli, &o.s, n - now as u64, Side::Client, lim, splice)
-                }
-                (_, Some(first)) => {
-                    let fs = self.filters(filter::CLIDATA).unwrap_or_default();
-                    let host = acl::normalize_host(&self.host);
-                    let q = filt::query(&fs, c, c.user.as_deref(), &host, req.port, req.op.bits());
-                    let r = filt::stream_chunked(
-                        &fs,
-                        filter::CLIDATA,
-                        &q,
-                        self.svc.filtermaxsize,
-                        &c.cli,
-                        Side::Client,
-                        &o.s,
-                        b"",
-                        first,
-                        lim,
-                        |b| cb.put_back(b),
-                    );
-                    match r {
-                        Ok(n) => Ok(n),
-                        Err(filt::StreamErr::Io(s, e)) => Err((s, e)),
-                        Err(filt::StreamErr::Denied { .. }) => {
-                            return Err(Fail::answer(Res::FILTER_DENY, 503))
-                        }
-                    }
-                }
-                _ => copy_chunked(&c.cli, &o.s, Side::Client, &mut scanner, lim, |b| {
-                    cb.put_back(b)
-                }),
-            };
-            match sent {
-                Ok(n) => {
-                    c.record.bytes_out += n;
-                    if lim.is_some() {
-                        self.shaped.1 += n;
-                    }
-                }
-                // The server has the head already: close, without an
-                // answer the client could take for the server's.
-                Err((Side::Client, e)) if is_bad_chunk(&e) => {
-                    return Err(Fail::silent(Res::HTTP_CHUNK_CLIENT))
-                }
-                Err((Side::Client, e)) => return Err(Fail::silent(cli_res(&e))),
-                Err((Side::Server, e)) => return Err(Fail::answer(srv_res(&e), 502)),
-            }
+            let first = chunked_first.as_deref();
+            self.send_body(c, cb, req, &o, now, first, &mut scanner)?;
             body_done = true;
         }
-        let mut may_retry = reused && retryable;
         let h = match early {
             Some(h) => h,
-            None => loop {
-                match read_response(&o.s, &mut sb, req.head_method, &mut self.resp_out) {
-                    Ok(h) if h.is_interim() => {
-                        set_write_timeout(&c.cli, &mut self.cli_wto, self.long)
-                            .map_err(|e| Fail::silent(send_res(&e)))?;
-                        send_interim(
-                            &mut self.resp_out,
-                            c,
-                            &mut sb,
-                            &h,
-                            req.version,
-                            &mut interim,
-                        )?
-                    }
-                    Ok(h) => break h,
-                    Err(e) if may_retry && e.nothing_read() => {
-                        // The kept connection was closed by the origin
-                        // before it read this request: once more on a new
-                        // one.
-                        may_retry = false;
-                        o = self.dial(c, req, dst)?;
-                        o.used = true;
-                        let head = self.head_for(&o, req.port);
-                        write_all_v(&o.s, head, &[]).map_err(|e| Fail::answer(srv_res(&e), 502))?;
-                        c.record.bytes_out += head.len() as u64;
-                    }
-                    Err(e) => return Err(e.fail()),
-                }
-            },
+            None => {
+                let may_retry = reused && retryable;
+                self.final_response(c, &mut sb, req, &mut o, dst, may_retry, &mut interim)?
+            }
         };
         self.respond(c, cb, &mut sb, req, o, h, body_done)
+    }
+
+    /// Write the head on `o`, and `body` (the body bytes that leave with
+    /// it); a kept connection the origin closed meanwhile is replaced by
+    /// a new one when the request may be sent twice (`retryable`).
+    /// Returns whether `o` had served a request before, and the bytes
+    /// written.
+    fn send_head(
+        &mut self,
+        c: &mut Client,
+        req: &Req,
+        o: &mut Origin,
+        dst: SocketAddr,
+        body: &[u8],
+        retryable: bool,
+    ) -> Result<(bool, usize), Fail> {
+        loop {
+            let reused = std::mem::replace(&mut o.used, true);
+            let head = self.head_for(o, req.port);
+            let sent = head.len() + body.len();
+            match write_all_v(&o.s, head, body) {
+                Ok(()) => return Ok((reused, sent)),
+                // A kept connection the origin closed meanwhile: once more
+                // on a new one.
+                Err(_) if reused && retryable => *o = self.dial(c, req, dst)?,
+                Err(e) => return Err(Fail::answer(srv_res(&e), 502)),
+            }
+        }
+    }
+
+    /// `Expect: 100-continue`: if the origin answers within a while, read
+    /// the answer. A 100 is passed on (None: send the body); a final
+    /// answer is returned (the origin does not want the body). None too
+    /// when the origin says nothing.
+    fn await_continue(
+        &mut self,
+        c: &mut Client,
+        o: &Origin,
+        sb: &mut HeadBuf<'_>,
+        req: &Req,
+        interim: &mut u32,
+    ) -> Result<Option<ResponseHead>, Fail> {
+        if !readable_within(&o.s, CONTINUE_WAIT) {
+            return Ok(None);
+        }
+        // The origin answered the Expect: 100 (send the body) or a
+        // final status (it does not want the body).
+        let h =
+            read_response(&o.s, sb, req.head_method, &mut self.resp_out).map_err(|e| e.fail())?;
+        if h.is_interim() {
+            self.send_interim(c, sb, &h, req.version, interim)?;
+            return Ok(None);
+        }
+        Ok(Some(h))
+    }
+
+    /// Send the rest of the request body, from the client to the origin:
+    /// as it is framed (`now` bytes of a length already went with the
+    /// head), or, when `chunked_first` has a chunked body's first bytes,
+    /// decoded through the `clidata` filters.
+    #[allow(clippy::too_many_arguments)]
+    fn send_body(
+        &mut self,
+        c: &mut Client,
+        cb: &mut HeadBuf<'_>,
+        req: &Req,
+        o: &Origin,
+        now: usize,
+        chunked_first: Option<&[u8]>,
+        scanner: &mut ChunkScanner,
+    ) -> Result<(), Fail> {
+        // The body is read from the client with its timeout, and the
+        // head acknowledged at once (a client may hold the body until
+        // then: `Stream::ack_now`).
+        c.cli.ack_now();
+        if self.cli_rto != Some(self.cli_want) {
+            set_read_timeout(&c.cli, self.cli_want).map_err(|e| Fail::silent(cli_res(&e)))?;
+            self.cli_rto = Some(self.cli_want);
+        }
+        let lim = self.shaper();
+        let splice = self.svc.splice();
+        let sent = match (req.framing, chunked_first) {
+            (Framing::Length(n), _) => {
+                copy_exact(&c.cli, &o.s, n - now as u64, Side::Client, lim, splice)
+            }
+            (_, Some(first)) => {
+                let fs = self.filters(filter::CLIDATA).unwrap_or_default();
+                let host = acl::normalize_host(&self.host);
+                let q = filt::query(&fs, c, c.user.as_deref(), &host, req.port, req.op.bits());
+                let r = filt::stream_chunked(
+                    &fs,
+                    filter::CLIDATA,
+                    &q,
+                    self.svc.filtermaxsize,
+                    &c.cli,
+                    Side::Client,
+                    &o.s,
+                    b"",
+                    first,
+                    lim,
+                    |b| cb.put_back(b),
+                );
+                match r {
+                    Ok(n) => Ok(n),
+                    Err(filt::StreamErr::Io(s, e)) => Err((s, e)),
+                    Err(filt::StreamErr::Denied { .. }) => {
+                        return Err(Fail::answer(Res::FILTER_DENY, 503))
+                    }
+                }
+            }
+            _ => copy_chunked(&c.cli, &o.s, Side::Client, scanner, lim, |b| cb.put_back(b)),
+        };
+        match sent {
+            Ok(n) => {
+                c.record.bytes_out += n;
+                if lim.is_some() {
+                    self.shaped.1 += n;
+                }
+                Ok(())
+            }
+            // The server has the head already: close, without an
+            // answer the client could take for the server's.
+            Err((Side::Client, e)) if is_bad_chunk(&e) => Err(Fail::silent(Res::HTTP_CHUNK_CLIENT)),
+            Err((Side::Client, e)) => Err(Fail::silent(cli_res(&e))),
+            Err((Side::Server, e)) => Err(Fail::answer(srv_res(&e), 502)),
+        }
+    }
+
+    /// Read the origin's final answer, passing interim ones on to the
+    /// client. With `may_retry`, a kept connection the origin closed
+    /// before it read this request is replaced by a new one to `dst`,
+    /// once, and the head sent again on it.
+    #[allow(clippy::too_many_arguments)]
+    fn final_response(
+        &mut self,
+        c: &mut Client,
+        sb: &mut HeadBuf<'_>,
+        req: &Req,
+        o: &mut Origin,
+        dst: SocketAddr,
+        mut may_retry: bool,
+        interim: &mut u32,
+    ) -> Result<ResponseHead, Fail> {
+        loop {
+            match read_response(&o.s, sb, req.head_method, &mut self.resp_out) {
+                Ok(h) if h.is_interim() => self.send_interim(c, sb, &h, req.version, interim)?,
+                Ok(h) => return Ok(h),
+                Err(e) if may_retry && e.nothing_read() => {
+                    // The kept connection was closed by the origin
+                    // before it read this request: once more on a new
+                    // one.
+                    may_retry = false;
+                    *o = self.dial(c, req, dst)?;
+                    o.used = true;
+                    let head = self.head_for(o, req.port);
+                    write_all_v(&o.s, head, &[]).map_err(|e| Fail::answer(srv_res(&e), 502))?;
+                    c.record.bytes_out += head.len() as u64;
+                }
+                Err(e) => return Err(e.fail()),
+            }
+        }
     }
 
     /// The head to send on `o`: the rewritten request, or for an `http`
@@ -352,30 +404,34 @@ impl Session {
         }
         Ok(b)
     }
-}
 
-/// Pass a 1xx (other than 101) on to the client.
-fn send_interim(
-    out: &mut Vec<u8>,
-    c: &mut Client,
-    sb: &mut HeadBuf<'_>,
-    h: &ResponseHead,
-    version: u8,
-    count: &mut u32,
-) -> Result<(), Fail> {
-    *count += 1;
-    if *count > MAX_INTERIM {
-        // An origin that never gets to its final answer would hold the
-        // client (and this thread) for as long as it likes.
-        return Err(Fail::answer(Res::HTTP_BAD_REPLY, 502));
+    /// Pass a 1xx (other than 101) on to the client, with the long write
+    /// timeout.
+    fn send_interim(
+        &mut self,
+        c: &mut Client,
+        sb: &mut HeadBuf<'_>,
+        h: &ResponseHead,
+        version: u8,
+        count: &mut u32,
+    ) -> Result<(), Fail> {
+        set_write_timeout(&c.cli, &mut self.cli_wto, self.long)
+            .map_err(|e| Fail::silent(send_res(&e)))?;
+        *count += 1;
+        if *count > MAX_INTERIM {
+            // An origin that never gets to its final answer would hold the
+            // client (and this thread) for as long as it likes.
+            return Err(Fail::answer(Res::HTTP_BAD_REPLY, 502));
+        }
+        sb.consume(h.len);
+        if version == 0 {
+            // HTTP/1.0 clients do not expect interim answers.
+            return Ok(());
+        }
+        let out = &mut self.resp_out;
+        http::end_response_head(out, version, true, true);
+        write_all_v(&c.cli, out, &[]).map_err(|e| Fail::silent(send_res(&e)))?;
+        c.record.bytes_in += out.len() as u64;
+        Ok(())
     }
-    sb.consume(h.len);
-    if version == 0 {
-        // HTTP/1.0 clients do not expect interim answers.
-        return Ok(());
-    }
-    http::end_response_head(out, version, true, true);
-    write_all_v(&c.cli, out, &[]).map_err(|e| Fail::silent(send_res(&e)))?;
-    c.record.bytes_in += out.len() as u64;
-    Ok(())
 }
