@@ -15,6 +15,7 @@ use crate::net::{resolve, Stream};
 use crate::parent;
 use crate::proto::mail::{parse_host, Lines, Login};
 use crate::res::Res;
+use crate::session::Park;
 use crate::timeouts::Timeouts;
 
 /// Reading [`Lines`] off a socket; the splitting is `proto::mail`'s.
@@ -100,7 +101,15 @@ pub(super) fn relay_rest(
             .write_all(&from_srv.buf)
             .map_err(|_| Res::CLIENT_ERR)?;
     }
-    crate::session::relay_to(c, srv, grant, again, &[], Timeouts::CONNECTION_SHORT);
+    crate::session::relay_to(
+        c,
+        srv,
+        grant,
+        again,
+        &[],
+        Timeouts::CONNECTION_SHORT,
+        Park::Never,
+    );
     Ok(())
 }
 

@@ -18,7 +18,7 @@ use crate::net::{resolve, Stream, Target};
 use crate::parent;
 use crate::res::Res;
 use crate::service::Service;
-use crate::session;
+use crate::session::{self, Park};
 use crate::timeouts::Timeouts;
 
 /// The client thread's work for one tcppm client.
@@ -107,7 +107,15 @@ fn serve_mapped(c: &mut Client) {
                     None => return,
                 }
             }
-            session::relay_to_parking(c, s, &grant, &recheck, &[], Timeouts::CONNECTION_LONG)
+            session::relay_to(
+                c,
+                s,
+                &grant,
+                &recheck,
+                &[],
+                Timeouts::CONNECTION_LONG,
+                Park::WhenQuiet,
+            )
         }
         // Handed over to a local handler.
         Ok(None) => {}
@@ -138,9 +146,15 @@ fn serve_redirected(c: &mut Client, early: &[u8], dest: Option<&parent::Known>) 
         }
     };
     match connect(c, d.addr, &target, &grant) {
-        Ok(Some(s)) => {
-            session::relay_to_parking(c, s, &grant, &recheck, early, Timeouts::CONNECTION_LONG)
-        }
+        Ok(Some(s)) => session::relay_to(
+            c,
+            s,
+            &grant,
+            &recheck,
+            early,
+            Timeouts::CONNECTION_LONG,
+            Park::WhenQuiet,
+        ),
         Ok(None) => {}
         Err(res) => c.record.res = res,
     }

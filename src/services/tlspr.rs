@@ -39,6 +39,7 @@ use crate::proto::tls::{
 };
 use crate::res::Res;
 use crate::service::ServiceOpts;
+use crate::session::Park;
 use crate::timeouts::Timeouts;
 
 /// The destination port when `-P` is not given (or is 0).
@@ -323,13 +324,14 @@ fn run(
     if !to_client.is_empty() {
         to_cli(c, &to_client, wait).map_err(|()| Res::CLIENT_ERR)?;
     }
-    crate::session::relay_to_parking(
+    crate::session::relay_to(
         c,
         srv,
         &grant,
         &again,
         &to_server,
         Timeouts::CONNECTION_LONG,
+        Park::WhenQuiet,
     );
     Ok(())
 }
@@ -365,7 +367,15 @@ fn intercepted(
     };
     let hops = c.hops.saturating_sub(c.local_hops);
     if let Some(srv) = crate::services::proxy::serve_inside(c, srv, inside, &grant.parents, hops) {
-        crate::session::relay_to_parking(c, srv, grant, again, &[], Timeouts::CONNECTION_LONG);
+        crate::session::relay_to(
+            c,
+            srv,
+            grant,
+            again,
+            &[],
+            Timeouts::CONNECTION_LONG,
+            Park::WhenQuiet,
+        );
     }
     Ok(())
 }
