@@ -741,18 +741,9 @@ fn rate(bytes: u64, delay: u32) -> u32 {
     }
 }
 
-fn push_u64(out: &mut Vec<u8>, mut v: u64) {
+fn push_u64(out: &mut Vec<u8>, v: u64) {
     let mut buf = [0u8; 20];
-    let mut i = buf.len();
-    loop {
-        i -= 1;
-        buf[i] = b'0' + (v % 10) as u8;
-        v /= 10;
-        if v == 0 {
-            break;
-        }
-    }
-    out.extend_from_slice(&buf[i..]);
+    out.extend_from_slice(crate::addr::decimal(v, &mut buf));
 }
 
 /// C `printf("%.Nd", v)` followed by 3proxy's `i += N`: at least `width`

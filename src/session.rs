@@ -262,12 +262,30 @@ fn linger(svc: &Service) -> Option<std::time::Duration> {
     Some(svc.park_linger).filter(|d| !d.is_zero())
 }
 
+/// Whether a session relayed by [`relay_to`] may park.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Park {
+    /// Never: the handler does more after the relay (the mail proxies
+    /// answer the client by its result).
+    Never,
+    /// When it goes quiet for the service's `parklinger`, for a handler
+    /// that does nothing after the relay but return: the session is left
+    /// in `c.parked` (the handler returns as if done, and the client
+    /// thread parks it); it ends, and writes its record, after it comes
+    /// back.
+    WhenQuiet,
+    /// [`Park::WhenQuiet`] for a client that was just answered (a SOCKS
+    /// reply): when it sent nothing after its request (`early` empty),
+    /// the relay waits for its first bytes instead of trying to read them
+    /// at once (`RelayOpts::client_answered`).
+    AfterReply,
+}
+
 /// Send `early` (what the client sent before its session began) to
 /// `srv`, then relay the client's session with it, idle for at most the
 /// `idle_slot` timeout (a `Timeouts` slot), with logdump records, limits
-/// and the reload recheck; the tail of every TCP session: tcppm, socks
-/// (CONNECT and BIND), tlspr, the mail proxies. It never parks: the mail
-/// proxies answer the client after it by its result.
+/// and the reload recheck, parking as `park` says; the tail of every TCP
+/// session: tcppm, socks (CONNECT and BIND), tlspr, the mail proxies.
 pub fn relay_to(
     c: &mut Client,
     srv: Stream,
@@ -275,68 +293,7 @@ pub fn relay_to(
     recheck: &Recheck,
     early: &[u8],
     idle_slot: usize,
-) {
-    let how = How {
-        may_park: false,
-        client_answered: false,
-    };
-    relay_tail(c, srv, grant, recheck, early, idle_slot, how);
-}
-
-/// [`relay_to`] for a handler that does nothing after it but return: a
-/// session that goes quiet for the service's `parklinger` is left in
-/// `c.parked` (the handler returns as if done, and the client thread
-/// parks it); it ends, and writes its record, after it comes back.
-pub fn relay_to_parking(
-    c: &mut Client,
-    srv: Stream,
-    grant: &Grant,
-    recheck: &Recheck,
-    early: &[u8],
-    idle_slot: usize,
-) {
-    let how = How {
-        may_park: true,
-        client_answered: false,
-    };
-    relay_tail(c, srv, grant, recheck, early, idle_slot, how);
-}
-
-/// [`relay_to_parking`] for a client that was just answered (a SOCKS
-/// reply) and sent nothing after its request (`early` empty): the
-/// relay waits for its first bytes instead of trying to read them at
-/// once (`RelayOpts::client_answered`).
-pub fn relay_answered_to_parking(
-    c: &mut Client,
-    srv: Stream,
-    grant: &Grant,
-    recheck: &Recheck,
-    early: &[u8],
-    idle_slot: usize,
-) {
-    let how = How {
-        may_park: true,
-        client_answered: early.is_empty(),
-    };
-    relay_tail(c, srv, grant, recheck, early, idle_slot, how);
-}
-
-/// How [`relay_tail`] relays: whether the session may park, and
-/// `RelayOpts::client_answered`.
-#[derive(Clone, Copy)]
-struct How {
-    may_park: bool,
-    client_answered: bool,
-}
-
-fn relay_tail(
-    c: &mut Client,
-    srv: Stream,
-    grant: &Grant,
-    recheck: &Recheck,
-    early: &[u8],
-    idle_slot: usize,
-    how: How,
+    park: Park,
 ) {
     let svc = c.svc().clone();
     if !early.is_empty() {
@@ -351,8 +308,8 @@ fn relay_tail(
     c.record.bytes_out += early.len() as u64;
     let opts = RelayOpts {
         deadline: grant.radius.as_ref().and_then(|r| r.deadline),
-        linger: linger(&svc).filter(|_| how.may_park),
-        client_answered: how.client_answered,
+        linger: linger(&svc).filter(|_| park != Park::Never),
+        client_answered: park == Park::AfterReply && early.is_empty(),
         ..relay_opts(&svc, idle_slot)
     };
     let limits = grant.limits.clone();
@@ -668,9 +625,9 @@ pub fn note_chain(c: &mut Client, chain: &crate::chain::Chain, dst: std::net::So
 }
 
 /// [`note_chain`] for a handler that leaves the stream in `c.srv` (or
-/// relays it with [`relay_to_parking`], which does) until the record is
-/// written: our address on it is asked for then, and only if there is a
-/// log (`Client::ext_from_srv`).
+/// relays it with [`relay_to`], which does) until the record is written:
+/// our address on it is asked for then, and only if there is a log
+/// (`Client::ext_from_srv`).
 pub fn note_chain_ext_later(
     c: &mut Client,
     chain: &crate::chain::Chain,

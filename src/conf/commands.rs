@@ -328,6 +328,19 @@ fn h_system(state: &mut State, args: &[String]) -> Result<(), String> {
     }
 }
 
+/// For the tests of the `*_cmds` files: a new cfg state after
+/// [`dispatch`] of each of `lines` (split at white space), or the first
+/// error.
+#[cfg(test)]
+pub(super) fn run_lines(lines: &[&str]) -> Result<State, String> {
+    let mut st = State::new(true);
+    for line in lines {
+        let args: Vec<String> = line.split_whitespace().map(String::from).collect();
+        dispatch(&mut st, &args)?;
+    }
+    Ok(st)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

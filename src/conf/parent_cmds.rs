@@ -213,12 +213,7 @@ mod tests {
     use super::*;
 
     fn run(text: &str) -> Result<State, String> {
-        let mut st = State::new(true);
-        for line in text.lines() {
-            let args: Vec<String> = line.split_whitespace().map(String::from).collect();
-            super::super::commands::dispatch(&mut st, &args)?;
-        }
-        Ok(st)
+        super::super::commands::run_lines(&text.lines().collect::<Vec<_>>())
     }
 
     #[test]

@@ -139,16 +139,8 @@ pub fn h_transparent(state: &mut State, args: &[String]) -> Result<(), String> {
 
 #[cfg(test)]
 mod tests {
+    use super::super::commands::run_lines as run;
     use super::*;
-
-    fn run(lines: &[&str]) -> Result<State, String> {
-        let mut st = State::new(true);
-        for l in lines {
-            let args: Vec<String> = l.split_whitespace().map(String::from).collect();
-            super::super::commands::dispatch(&mut st, &args)?;
-        }
-        Ok(st)
-    }
 
     #[test]
     fn plugins_by_export_and_by_file() {

@@ -68,17 +68,8 @@ pub fn h_dialer(state: &mut State, args: &[String]) -> Result<(), String> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::commands::dispatch;
+    use super::super::commands::run_lines as run;
     use super::*;
-
-    fn run(lines: &[&str]) -> Result<State, String> {
-        let mut st = State::new(true);
-        for line in lines {
-            let args: Vec<String> = line.split(' ').map(String::from).collect();
-            dispatch(&mut st, &args)?;
-        }
-        Ok(st)
-    }
 
     #[test]
     fn nserver_keeps_five_in_order() {

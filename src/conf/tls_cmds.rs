@@ -233,17 +233,8 @@ pub fn h_client_mode(state: &mut State, args: &[String]) -> Result<(), String> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::commands::dispatch;
+    use super::super::commands::run_lines as run;
     use super::*;
-
-    fn run(lines: &[&str]) -> Result<State, String> {
-        let mut st = State::new(true);
-        for l in lines {
-            let args: Vec<String> = l.split(' ').map(String::from).collect();
-            dispatch(&mut st, &args)?;
-        }
-        Ok(st)
-    }
 
     #[test]
     fn ssl_plugin_is_built_in_whatever_the_file() {

@@ -96,14 +96,18 @@ pub(crate) fn parse_plain(raw: &[u8]) -> Option<(Vec<u8>, Vec<u8>)> {
 mod tests {
     use super::*;
 
+    /// `got` is the name `user` and the password `pass`.
+    fn creds(got: Option<(Vec<u8>, Vec<u8>)>, user: &[u8], pass: &[u8]) {
+        let (u, p) = got.expect("credentials");
+        assert_eq!((&u[..], &p[..]), (user, pass));
+    }
+
     #[test]
     fn login_arguments() {
-        let (u, p) = parse_login_args(b"bob@h secret").unwrap();
-        assert_eq!((&u[..], &p[..]), (&b"bob@h"[..], &b"secret"[..]));
-        let (u, p) = parse_login_args(b"\"me@corp@h\" \"pw x\"").unwrap();
-        assert_eq!((&u[..], &p[..]), (&b"me@corp@h"[..], &b"\"pw x\""[..]));
-        let (u, p) = parse_login_args(b"\"bob@h\"pw").unwrap();
-        assert_eq!((&u[..], &p[..]), (&b"bob@h"[..], &b"pw"[..]));
+        creds(parse_login_args(b"bob@h secret"), b"bob@h", b"secret");
+        let quoted = parse_login_args(b"\"me@corp@h\" \"pw x\"");
+        creds(quoted, b"me@corp@h", b"\"pw x\"");
+        creds(parse_login_args(b"\"bob@h\"pw"), b"bob@h", b"pw");
         assert_eq!(parse_login_args(b"bob@h"), None);
         assert_eq!(parse_login_args(b"\"bob@h pw"), None);
         let long = format!("{} p", "a".repeat(320));
@@ -140,12 +144,9 @@ mod tests {
 
     #[test]
     fn plain_responses() {
-        let (u, p) = parse_plain(b"\0bob@h\0pw").unwrap();
-        assert_eq!((&u[..], &p[..]), (&b"bob@h"[..], &b"pw"[..]));
-        let (u, p) = parse_plain(b"admin\0bob@h\0pw").unwrap();
-        assert_eq!((&u[..], &p[..]), (&b"bob@h"[..], &b"pw"[..]));
-        let (u, p) = parse_plain(b"bob@h\0pw").unwrap();
-        assert_eq!((&u[..], &p[..]), (&b"bob@h"[..], &b"pw"[..]));
+        creds(parse_plain(b"\0bob@h\0pw"), b"bob@h", b"pw");
+        creds(parse_plain(b"admin\0bob@h\0pw"), b"bob@h", b"pw");
+        creds(parse_plain(b"bob@h\0pw"), b"bob@h", b"pw");
         assert_eq!(parse_plain(b"bob@h\0"), None);
         assert_eq!(parse_plain(b"bob@h"), None);
         assert_eq!(parse_plain(b"a\0"), None);

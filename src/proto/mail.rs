@@ -81,8 +81,6 @@ pub(crate) struct Login {
     pub(crate) port: u16,
 }
 
-pub(crate) use super::starts_ci;
-
 pub(crate) fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }

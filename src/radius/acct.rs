@@ -729,12 +729,14 @@ mod tests {
         (a, rx)
     }
 
-    fn record(status: Status, user: &str) -> Vec<u8> {
+    /// `then` with a record of `status` for a session of `user`: no
+    /// bytes, no time, no class.
+    fn with_record<T>(status: Status, user: &str, then: impl FnOnce(Record<'_>) -> T) -> T {
         let f = Fields {
             user: Some(user.to_string()),
             ..Fields::default()
         };
-        Record {
+        then(Record {
             status,
             fields: f.view(),
             input: 0,
@@ -742,8 +744,11 @@ mod tests {
             session_time: 0,
             class: &[],
             res: Res::OK,
-        }
-        .encode(Vec::new())
+        })
+    }
+
+    fn record(status: Status, user: &str) -> Vec<u8> {
+        with_record(status, user, |r| r.encode(Vec::new()))
     }
 
     /// The User-Name and Acct-Status-Type of a request as received.
@@ -811,20 +816,15 @@ mod tests {
         c.wait = Duration::from_secs(5);
         let c = Arc::new(c);
         for i in 0..600 {
-            let f = Fields {
-                user: Some(format!("u{i}")),
-                ..Fields::default()
-            };
-            let r = Record {
-                status: Status::Stop,
-                fields: f.view(),
-                input: 1,
-                output: 2,
-                session_time: 3,
-                class: &[],
-                res: Res::OK,
-            };
-            account(&c, next_key(), &r);
+            with_record(Status::Stop, &format!("u{i}"), |r| {
+                let r = Record {
+                    input: 1,
+                    output: 2,
+                    session_time: 3,
+                    ..r
+                };
+                account(&c, next_key(), &r);
+            });
         }
         flush(Duration::from_secs(15));
         let mut users: Vec<String> = got.try_iter().map(|p| what(&p).0).collect();
@@ -844,20 +844,7 @@ mod tests {
         c.wait = Duration::from_secs(5);
         let c = Arc::new(c);
         let t = Instant::now();
-        let f = Fields {
-            user: Some("icmp".into()),
-            ..Fields::default()
-        };
-        let r = Record {
-            status: Status::Start,
-            fields: f.view(),
-            input: 0,
-            output: 0,
-            session_time: 0,
-            class: &[],
-            res: Res::OK,
-        };
-        account(&c, next_key(), &r);
+        with_record(Status::Start, "icmp", |r| account(&c, next_key(), &r));
         let p = got.recv_timeout(Duration::from_secs(4)).unwrap();
         assert_eq!(what(&p), ("icmp".into(), 1));
         assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());

@@ -62,8 +62,8 @@ const RES_SEND_SERVER: Res = Res::DNS_SEND_SERVER;
 const RES_NO_REPLY: Res = Res::DNS_NO_REPLY;
 const RES_SEND_FORWARDED: Res = Res::DNS_SEND_FORWARDED;
 const RES_CONNECT: Res = Res::DNS_CONNECT;
-const RES_TCP_SHORT: Res = Res::FTP_DATA_START_TELL;
-const RES_TCP_LONG: Res = Res::FTP_TRANSFER_TELL;
+const RES_TCP_SHORT: Res = Res::DNS_TCP_SHORT;
+const RES_TCP_LONG: Res = Res::DNS_TCP_LONG;
 const RES_NXDOMAIN: Res = Res::DNS_NXDOMAIN;
 
 /// `-F`: the addresses every A / AAAA query is answered with.

@@ -40,7 +40,8 @@ use crate::parent;
 use crate::proto::ftp::{
     epsv_reply, is_final, parse_login, pasv_port, pasv_reply, port_arg, DEFAULT_PORT,
 };
-use crate::proto::mail::{parse_host, starts_ci, text, Lines, Login};
+use crate::proto::mail::{parse_host, text, Lines, Login};
+use crate::proto::starts_ci;
 use crate::relay::{DataFilter, Hooks, RelayOpts};
 use crate::res::Res;
 use crate::resolve::resolve;
@@ -93,12 +94,6 @@ fn run_filters(c: &Client, kind: u8, op: Op, buf: &mut Vec<u8>, deny: Res) -> Re
         Verdict::Pass => Ok(()),
         Verdict::Deny => Err(deny),
     }
-}
-
-/// `-hhost[:port]`: the destination of logins without a host.
-fn default_dest(other: &[String]) -> Option<(String, u16)> {
-    let h = other.iter().rev().find_map(|a| a.strip_prefix("-h"))?;
-    parse_host(h.as_bytes(), DEFAULT_PORT)
 }
 
 /// The client's data connection as PASV/EPSV or PORT prepared it.
@@ -242,7 +237,7 @@ fn command(c: &mut Client, st: &mut State, line: &[u8]) -> Result<(), Res> {
         let known = match (&st.login, st.status, &st.known) {
             (Some(l), 1, _) => Some((l.host.clone(), l.port)),
             (_, _, Some(k)) => Some((k.host(), k.addr.port())),
-            _ => default_dest(&svc.opts.other),
+            _ => super::login::h_option(&svc.opts.other, DEFAULT_PORT),
         };
         let host = known.as_ref().map(|(h, p)| (h.as_str(), *p));
         let l = parse_login(&line[5..], svc.delimchar, creds, host).ok_or(Res::FTP_BAD_LOGIN)?;
@@ -264,10 +259,7 @@ fn command(c: &mut Client, st: &mut State, line: &[u8]) -> Result<(), Res> {
             st.status = 3;
         }
         if let Some(l) = &st.login {
-            let mut t = format!("{}@{}", l.name, l.host);
-            if l.port != DEFAULT_PORT {
-                t.push_str(&format!(":{}", l.port));
-            }
+            let t = super::login::login_text(&l.name, &l.host, l.port, DEFAULT_PORT);
             st.req = Some(t.clone());
             // 3proxy runs the `request` filters on this text once the
             // server has answered the login.

@@ -30,13 +30,16 @@
 
 use std::io::Write;
 
-use super::login::{connect, starttls_offered, to_tlspr};
+use super::login::{
+    connect, default_dest, login_text, relay_rest, starttls_offered, tell_failure, to_tlspr,
+};
 use crate::client::{Client, StartTls};
 use crate::net::Stream;
 use crate::parent;
 use crate::proto::http::base64_encode;
 use crate::proto::imap::{cstr, de64, parse_login_args, parse_plain, CRED_MAX};
-use crate::proto::mail::{chomp, has_cap, parse_host, parse_login, starts_ci, Lines};
+use crate::proto::mail::{chomp, has_cap, parse_login, Lines};
+use crate::proto::starts_ci;
 use crate::res::Res;
 use crate::timeouts::Timeouts;
 
@@ -59,16 +62,6 @@ const CAPABILITY: [&[u8]; 2] = [
 ];
 /// What asks a server for its capabilities.
 const ASK_CAPS: &[u8] = b"zz CAPABILITY\r\n";
-
-const GREET_FAILED: Res = Res::IMAP_GREET_FAILED;
-const NO_COMMAND: Res = Res::IMAP_NO_COMMAND;
-const BAD_LOGIN: Res = Res::IMAP_BAD_LOGIN;
-const BAD_DEST: Res = Res::IMAP_BAD_DEST;
-const NO_GREETING: Res = Res::IMAP_NO_GREETING;
-const BAD_GREETING: Res = Res::IMAP_BAD_GREETING;
-const CAPA_FAILED: Res = Res::IMAP_CAPA_FAILED;
-const AUTH_FAILED: Res = Res::IMAP_AUTH_FAILED;
-const LOGIN_FAILED: Res = Res::IMAP_LOGIN_FAILED;
 
 /// How a login is made: the LOGIN command or an AUTHENTICATE mechanism.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -124,26 +117,19 @@ struct Creds {
 /// ACL is checked again with the entries that redirect locally skipped.
 /// [`serve`] runs it too, with nothing read early and no destination.
 pub fn serve(c: &mut Client, early: &[u8], known: Option<&parent::Known>) -> parent::Next {
-    let svc = c.svc().clone();
     let mut tag = Vec::new();
     let mut login = None;
     if let Err(res) = run(c, &mut tag, &mut login, early, known) {
         c.record.res = res;
     }
     if let Some((name, host, port)) = &login {
-        c.record.text = format!("{name}@{host}");
-        if *port != DEFAULT_PORT {
-            c.record.text.push_str(&format!(":{port}"));
-        }
+        c.record.text = login_text(name, host, *port, DEFAULT_PORT);
     }
     if matches!(c.record.res.0, 1..=99 | 692..=699) {
-        let _ = c
-            .cli
-            .set_timeout(Some(svc.timeouts.get(Timeouts::STRING_SHORT)));
         let tag = if tag.is_empty() { &b"*"[..] } else { &tag };
         let mut msg = tag[..tag.len().min(60)].to_vec();
         msg.extend_from_slice(b" NO proxy error\r\n");
-        let _ = (&c.cli).write_all(&msg);
+        tell_failure(c, &msg);
     }
     c.next()
 }
@@ -173,12 +159,12 @@ fn client_login(c: &Client, from_cli: &mut Lines, tag: &mut Vec<u8>) -> Result<S
     loop {
         let line = read_line(from_cli);
         if line.len() < 4 {
-            return Err(NO_COMMAND);
+            return Err(Res::IMAP_NO_COMMAND);
         }
         let line = chomp(&line);
         let sp = line.iter().position(|&b| b == b' ');
         let Some(sp) = sp.filter(|&sp| sp <= TAG_MAX) else {
-            return Err(NO_COMMAND);
+            return Err(Res::IMAP_NO_COMMAND);
         };
         *tag = line[..sp].to_vec();
         let cmd = &line[sp + 1..];
@@ -193,7 +179,7 @@ fn client_login(c: &Client, from_cli: &mut Lines, tag: &mut Vec<u8>) -> Result<S
             return Ok(Start::Logout);
         }
         if tls && starts_ci(cmd, b"STARTTLS") {
-            say(cli, &reply(" OK Begin TLS negotiation\r\n")).map_err(|_| AUTH_FAILED)?;
+            say(cli, &reply(" OK Begin TLS negotiation\r\n")).map_err(|_| Res::IMAP_AUTH_FAILED)?;
             return Ok(Start::Tls);
         }
         if starts_ci(cmd, b"CAPABILITY") {
@@ -203,7 +189,7 @@ fn client_login(c: &Client, from_cli: &mut Lines, tag: &mut Vec<u8>) -> Result<S
             continue;
         }
         if starts_ci(cmd, b"LOGIN ") {
-            let (user, pass) = parse_login_args(&cmd[6..]).ok_or(BAD_LOGIN)?;
+            let (user, pass) = parse_login_args(&cmd[6..]).ok_or(Res::IMAP_BAD_LOGIN)?;
             return Ok(Start::Login(Creds {
                 tag: tag.clone(),
                 user,
@@ -216,16 +202,16 @@ fn client_login(c: &Client, from_cli: &mut Lines, tag: &mut Vec<u8>) -> Result<S
             let resp = match initial {
                 Some(r) => r.to_vec(),
                 None => {
-                    say(cli, b"+ \r\n").map_err(|_| AUTH_FAILED)?;
+                    say(cli, b"+ \r\n").map_err(|_| Res::IMAP_AUTH_FAILED)?;
                     let l = read_line(from_cli);
                     if l.is_empty() {
-                        return Err(AUTH_FAILED);
+                        return Err(Res::IMAP_AUTH_FAILED);
                     }
                     chomp(&l).to_vec()
                 }
             };
-            let raw = de64(&resp, 2047).ok_or(BAD_LOGIN)?;
-            let (user, pass) = parse_plain(&raw).ok_or(BAD_LOGIN)?;
+            let raw = de64(&resp, 2047).ok_or(Res::IMAP_BAD_LOGIN)?;
+            let (user, pass) = parse_plain(&raw).ok_or(Res::IMAP_BAD_LOGIN)?;
             return Ok(Start::Login(Creds {
                 tag: tag.clone(),
                 user,
@@ -236,16 +222,16 @@ fn client_login(c: &Client, from_cli: &mut Lines, tag: &mut Vec<u8>) -> Result<S
         if starts_ci(cmd, b"AUTHENTICATE LOGIN") {
             let initial = cmd[18..].strip_prefix(b" ").filter(|r| !r.is_empty());
             let ask = |prompt: &[u8], from_cli: &mut Lines| -> Result<Vec<u8>, Res> {
-                say(cli, prompt).map_err(|_| AUTH_FAILED)?;
+                say(cli, prompt).map_err(|_| Res::IMAP_AUTH_FAILED)?;
                 let l = read_line(from_cli);
                 if l.is_empty() {
-                    return Err(AUTH_FAILED);
+                    return Err(Res::IMAP_AUTH_FAILED);
                 }
-                let v = de64(chomp(&l), CRED_MAX).ok_or(BAD_LOGIN)?;
+                let v = de64(chomp(&l), CRED_MAX).ok_or(Res::IMAP_BAD_LOGIN)?;
                 Ok(cstr(&v).to_vec())
             };
             let user = match initial {
-                Some(r) => cstr(&de64(r, CRED_MAX).ok_or(BAD_LOGIN)?).to_vec(),
+                Some(r) => cstr(&de64(r, CRED_MAX).ok_or(Res::IMAP_BAD_LOGIN)?).to_vec(),
                 None => ask(b"+ VXNlcm5hbWU6\r\n", from_cli)?,
             };
             let pass = ask(b"+ UGFzc3dvcmQ6\r\n", from_cli)?;
@@ -262,12 +248,12 @@ fn client_login(c: &Client, from_cli: &mut Lines, tag: &mut Vec<u8>) -> Result<S
 
 /// Read the server's capabilities after a greeting without them.
 fn ask_caps(srv: &Stream, from_srv: &mut Lines, long: std::time::Duration) -> Result<Caps, Res> {
-    say(srv, ASK_CAPS).map_err(|_| CAPA_FAILED)?;
+    say(srv, ASK_CAPS).map_err(|_| Res::IMAP_CAPA_FAILED)?;
     let mut caps = (false, false);
     loop {
         let l = from_srv.line(srv, SERVER_LINE, long);
         if l.len() < 3 {
-            return Err(CAPA_FAILED);
+            return Err(Res::IMAP_CAPA_FAILED);
         }
         if starts_ci(&l, b"* CAPABILITY") {
             let (p, g) = caps_of(&l);
@@ -287,12 +273,12 @@ fn server_login(
     name: &[u8],
     how: Method,
 ) -> Result<u64, Res> {
-    let failed = |_| LOGIN_FAILED;
+    let failed = |_| Res::IMAP_LOGIN_FAILED;
     let mut sent = 0u64;
     let mut send = |b: &[u8]| -> Result<(), Res> {
         if b.is_empty() {
             // 3proxy fails on a send of nothing (an empty name or password).
-            return Err(LOGIN_FAILED);
+            return Err(Res::IMAP_LOGIN_FAILED);
         }
         say(srv, b).map_err(failed)?;
         sent += b.len() as u64;
@@ -318,7 +304,7 @@ fn server_login(
             for v in [name, &creds.pass[..]] {
                 let l = from_srv.line(srv, SERVER_LINE, long);
                 if !l.starts_with(b"+") {
-                    return Err(LOGIN_FAILED);
+                    return Err(Res::IMAP_LOGIN_FAILED);
                 }
                 send(base64_encode(v).as_bytes())?;
                 send(b"\r\n")?;
@@ -348,7 +334,7 @@ fn run(
     let short = svc.timeouts.get(Timeouts::STRING_SHORT);
     let long = svc.timeouts.get(Timeouts::STRING_LONG);
     let _ = c.cli.set_timeout(Some(short));
-    say(&c.cli, GREETING[starttls_offered(c) as usize]).map_err(|_| GREET_FAILED)?;
+    say(&c.cli, GREETING[starttls_offered(c) as usize]).map_err(|_| Res::IMAP_GREET_FAILED)?;
     let mut from_cli = Lines::with(early);
     let creds = match client_login(c, &mut from_cli, tag)? {
         Start::Login(creds) => creds,
@@ -357,21 +343,7 @@ fn run(
             return to_tlspr(c, StartTls::Imap, std::mem::take(&mut from_cli.buf));
         }
     };
-    // `-hhost[:port]`: the server of a login without one.
-    let h = svc
-        .opts
-        .other
-        .iter()
-        .rev()
-        .find_map(|a| a.strip_prefix("-h"));
-    let (dhost, dport) = match (
-        known,
-        h.and_then(|h| parse_host(h.as_bytes(), DEFAULT_PORT)),
-    ) {
-        (Some(k), _) => (Some(k.host()), k.addr.port()),
-        (None, Some((host, port))) => (Some(host), port),
-        (None, None) => (None, DEFAULT_PORT),
-    };
+    let (dhost, dport) = default_dest(&svc.opts.other, known, DEFAULT_PORT);
     let with_creds = svc.opts.needuser.unwrap_or(1) > 0;
     let mut l = parse_login(
         &creds.user,
@@ -379,14 +351,14 @@ fn run(
         with_creds,
         (dhost.as_deref(), dport),
     )
-    .ok_or(BAD_DEST)?;
+    .ok_or(Res::IMAP_BAD_DEST)?;
     if l.password.is_none() && !creds.pass.is_empty() {
         l.password = Some(String::from_utf8_lossy(&creds.pass).into_owned());
     }
     *login = Some((l.name.clone(), l.host.clone(), l.port));
     c.req_host = Some(l.host.clone());
     c.user.clone_from(&l.user);
-    let dst = super::login::resolve_login(&l, known, svc.family).map_err(|_| BAD_DEST)?;
+    let dst = super::login::resolve_login(&l, known, svc.family).map_err(|_| Res::IMAP_BAD_DEST)?;
     c.req_addr = Some(dst);
     let (grant, again) = super::login::admit_login(c, &l, dst)?;
     let srv = connect(c, dst, &l, &grant.parents)?;
@@ -395,16 +367,7 @@ fn run(
     let result = greet_and_login(&srv, &mut from_srv, long, &creds, l.name.as_bytes());
     c.record.bytes_in += from_srv.total;
     c.record.bytes_out += result?;
-    // What either side sent after its login goes on first.
-    if !from_cli.buf.is_empty() {
-        say(&srv, &from_cli.buf).map_err(|_| Res::SERVER_ERR)?;
-        c.record.bytes_out += from_cli.buf.len() as u64;
-    }
-    if !from_srv.buf.is_empty() {
-        say(&c.cli, &from_srv.buf).map_err(|_| Res::CLIENT_ERR)?;
-    }
-    crate::session::relay_to(c, srv, &grant, &again, &[], Timeouts::CONNECTION_SHORT);
-    Ok(())
+    relay_rest(c, srv, &from_cli, &from_srv, &grant, &again)
 }
 
 /// The server's greeting, its capabilities, and the login there; the
@@ -418,10 +381,10 @@ fn greet_and_login(
 ) -> Result<u64, Res> {
     let greeting = from_srv.line(srv, SERVER_LINE, long);
     if greeting.len() < 4 {
-        return Err(NO_GREETING);
+        return Err(Res::IMAP_NO_GREETING);
     }
     if !starts_ci(&greeting, b"* OK") {
-        return Err(BAD_GREETING);
+        return Err(Res::IMAP_BAD_GREETING);
     }
     let marker = b"[CAPABILITY ";
     let (caps, asked) = match greeting.windows(marker.len()).position(|w| w == marker) {

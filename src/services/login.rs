@@ -4,7 +4,7 @@
 //! `name@host[:port]` login, as 3proxy does). Not a service: the services
 //! import it.
 
-use std::io::{self, Read};
+use std::io::{self, Read, Write};
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
@@ -13,9 +13,11 @@ use crate::chain;
 use crate::client::{Client, StartTls};
 use crate::net::Stream;
 use crate::parent;
-use crate::proto::mail::{Lines, Login};
+use crate::proto::mail::{parse_host, Lines, Login};
 use crate::res::Res;
 use crate::resolve::resolve;
+use crate::session::Park;
+use crate::timeouts::Timeouts;
 
 /// Reading [`Lines`] off a socket; the splitting is `proto::mail`'s.
 impl Lines {
@@ -32,6 +34,84 @@ impl Lines {
             r.read(chunk)
         })
     }
+}
+
+/// `-hhost[:port]` among a service's options (the last one counts): the
+/// destination of logins without a host; a host without a port takes
+/// `port`.
+pub(super) fn h_option(other: &[String], port: u16) -> Option<(String, u16)> {
+    let h = other.iter().rev().find_map(|a| a.strip_prefix("-h"))?;
+    parse_host(h.as_bytes(), port)
+}
+
+/// The destination of a mail proxy's login without a host: the one the
+/// first handler chose (`known`), else `-h`'s (see [`h_option`]); with
+/// neither, no host and the service's `port`.
+pub(super) fn default_dest(
+    other: &[String],
+    known: Option<&parent::Known>,
+    port: u16,
+) -> (Option<String>, u16) {
+    match known {
+        Some(k) => (Some(k.host()), k.addr.port()),
+        None => match h_option(other, port) {
+            Some((host, port)) => (Some(host), port),
+            None => (None, port),
+        },
+    }
+}
+
+/// A mail or FTP proxy's `%T`: the login's `name@host`, with `:port`
+/// when it is not the service's `default` port.
+pub(super) fn login_text(name: &str, host: &str, port: u16, default: u16) -> String {
+    let mut t = format!("{name}@{host}");
+    if port != default {
+        t.push_str(&format!(":{port}"));
+    }
+    t
+}
+
+/// Tell the client of a failed session `msg` (its protocol's error
+/// line), within the short timeout; whether it arrives does not matter.
+pub(super) fn tell_failure(c: &Client, msg: &[u8]) {
+    let _ = c
+        .cli
+        .set_timeout(Some(c.svc().timeouts.get(Timeouts::STRING_SHORT)));
+    let _ = (&c.cli).write_all(msg);
+}
+
+/// The end of a mail proxy's login: what either side sent after its last
+/// line of the dialogue goes on first (the client's counted as `%O`),
+/// then the session is relayed with the server.
+pub(super) fn relay_rest(
+    c: &mut Client,
+    srv: Stream,
+    from_cli: &Lines,
+    from_srv: &Lines,
+    grant: &access::Grant,
+    again: &Recheck,
+) -> Result<(), Res> {
+    if !from_cli.buf.is_empty() {
+        (&srv)
+            .write_all(&from_cli.buf)
+            .map_err(|_| Res::SERVER_ERR)?;
+        c.record.bytes_out += from_cli.buf.len() as u64;
+    }
+    if !from_srv.buf.is_empty() {
+        (&c.cli)
+            .write_all(&from_srv.buf)
+            .map_err(|_| Res::CLIENT_ERR)?;
+    }
+    crate::session::relay_to(
+        c,
+        srv,
+        grant,
+        again,
+        &[],
+        Timeouts::CONNECTION_SHORT,
+        Park::Never,
+    );
+    Ok(())
 }
 
 /// Where a login's host is: the address the first handler resolved when
@@ -122,4 +202,32 @@ pub(super) fn to_tlspr(c: &mut Client, proto: StartTls, rest: Vec<u8>) -> Result
         early: rest,
         dest: None,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::proto::mail::parse_login;
+
+    #[test]
+    fn h_gives_the_host_and_port_of_logins_without_one() {
+        let d = default_dest(&["-hmail.example".to_string()], None, 587);
+        assert_eq!(d, (Some("mail.example".to_string()), 587));
+        let d = default_dest(&["-hmail.example:995".to_string()], None, 110);
+        assert_eq!(d, (Some("mail.example".to_string()), 995));
+        let l = parse_login(b"bob", b'@', true, (d.0.as_deref(), d.1)).unwrap();
+        assert_eq!((l.host.as_str(), l.port), ("mail.example", 995));
+        let l = parse_login(b"bob@other", b'@', true, (d.0.as_deref(), d.1)).unwrap();
+        assert_eq!((l.host.as_str(), l.port), ("other", 995));
+        assert_eq!(default_dest(&[], None, 110), (None, 110));
+        // The last -h counts.
+        let two = ["-ha:1".to_string(), "-hb:2".to_string()];
+        assert_eq!(h_option(&two, 21), Some(("b".to_string(), 2)));
+    }
+
+    #[test]
+    fn the_port_is_in_the_text_when_it_is_not_the_default() {
+        assert_eq!(login_text("bob", "h", 110, 110), "bob@h");
+        assert_eq!(login_text("bob", "h", 995, 110), "bob@h:995");
+    }
 }

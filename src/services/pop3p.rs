@@ -23,10 +23,14 @@
 
 use std::io::Write;
 
-use super::login::{admit_login, connect, resolve_login, starttls_offered, to_tlspr};
+use super::login::{
+    admit_login, connect, default_dest, login_text, relay_rest, resolve_login, starttls_offered,
+    tell_failure, to_tlspr,
+};
 use crate::client::{Client, StartTls};
 use crate::parent;
-use crate::proto::mail::{parse_host, parse_login, starts_ci, Lines, Login};
+use crate::proto::mail::{parse_login, Lines, Login};
+use crate::proto::starts_ci;
 use crate::res::Res;
 use crate::timeouts::Timeouts;
 
@@ -37,24 +41,6 @@ const CLIENT_LINE: usize = 310;
 /// The longest server banner line read.
 const SERVER_LINE: usize = 319;
 
-const GREET_FAILED: Res = Res::POP3_GREET_FAILED;
-const NO_COMMAND: Res = Res::POP3_NO_COMMAND;
-const NOT_USER: Res = Res::POP3_NOT_USER;
-const BAD_LOGIN: Res = Res::POP3_BAD_LOGIN;
-const NO_BANNER: Res = Res::POP3_NO_BANNER;
-const BAD_BANNER: Res = Res::POP3_BAD_BANNER;
-const USER_FAILED: Res = Res::POP3_USER_FAILED;
-
-/// `-hhost[:port]`: the destination of logins without a host, and the
-/// port of a host without one.
-fn default_dest(other: &[String]) -> (Option<String>, u16) {
-    let h = other.iter().rev().find_map(|a| a.strip_prefix("-h"));
-    match h.and_then(|h| parse_host(h.as_bytes(), DEFAULT_PORT)) {
-        Some((host, port)) => (Some(host), port),
-        None => (None, DEFAULT_PORT),
-    }
-}
-
 /// `parent pop3 0.0.0.0 0` in another service's ACL: greet the client
 /// as pop3p does (`early`, what it sent before, is read first); a `USER`
 /// without a host logs in at the destination the first handler chose
@@ -62,23 +48,15 @@ fn default_dest(other: &[String]) -> (Option<String>, u16) {
 /// again with the entries that redirect locally skipped.
 /// [`serve`] runs it too, with nothing read early and no destination.
 pub fn serve(c: &mut Client, early: &[u8], known: Option<&parent::Known>) -> parent::Next {
-    let svc = c.svc().clone();
     let mut login = None;
     if let Err(res) = run(c, &mut login, early, known) {
         c.record.res = res;
     }
     if let Some(l) = &login {
-        c.record.text = format!("{}@{}", l.name, l.host);
-        if l.port != DEFAULT_PORT {
-            c.record.text.push_str(&format!(":{}", l.port));
-        }
+        c.record.text = login_text(&l.name, &l.host, l.port, DEFAULT_PORT);
     }
-    let told = matches!(c.record.res.0, 1..=99 | 612..=699);
-    if told {
-        let _ = c
-            .cli
-            .set_timeout(Some(svc.timeouts.get(Timeouts::STRING_SHORT)));
-        let _ = (&c.cli).write_all(b"-ERR\r\n");
+    if matches!(c.record.res.0, 1..=99 | 612..=699) {
+        tell_failure(c, b"-ERR\r\n");
     }
     c.next()
 }
@@ -94,7 +72,7 @@ fn run(
     let _ = c.cli.set_timeout(Some(short));
     (&c.cli)
         .write_all(b"+OK Proxy\r\n")
-        .map_err(|_| GREET_FAILED)?;
+        .map_err(|_| Res::POP3_GREET_FAILED)?;
     let mut from_cli = Lines::with(early);
     let mut line = from_cli.line(&c.cli, CLIENT_LINE, short);
     let tls = starttls_offered(c);
@@ -111,14 +89,14 @@ fn run(
         if tls && starts_ci(&line, b"STLS") {
             (&c.cli)
                 .write_all(b"+OK Begin TLS negotiation\r\n")
-                .map_err(|_| USER_FAILED)?;
+                .map_err(|_| Res::POP3_USER_FAILED)?;
             return to_tlspr(c, StartTls::Pop3, std::mem::take(&mut from_cli.buf));
         }
         let _ = (&c.cli).write_all(b"-ERR need USER first\r\n");
         line = from_cli.line(&c.cli, CLIENT_LINE, short);
     }
     if line.len() < 6 {
-        return Err(NO_COMMAND);
+        return Err(Res::POP3_NO_COMMAND);
     }
     let end = line
         .iter()
@@ -126,19 +104,16 @@ fn run(
         .unwrap_or(line.len());
     let line = &line[..end];
     if !starts_ci(line, b"USER ") {
-        return Err(NOT_USER);
+        return Err(Res::POP3_NOT_USER);
     }
-    let (dhost, dport) = match known {
-        Some(k) => (Some(k.host()), k.addr.port()),
-        None => default_dest(&svc.opts.other),
-    };
+    let (dhost, dport) = default_dest(&svc.opts.other, known, DEFAULT_PORT);
     let creds = svc.opts.needuser.unwrap_or(1) > 0;
     let l = parse_login(&line[5..], svc.delimchar, creds, (dhost.as_deref(), dport))
-        .ok_or(BAD_LOGIN)?;
+        .ok_or(Res::POP3_BAD_LOGIN)?;
     c.req_host = Some(l.host.clone());
     c.user.clone_from(&l.user);
     let l = login.insert(l);
-    let dst = resolve_login(l, known, svc.family).map_err(|_| BAD_LOGIN)?;
+    let dst = resolve_login(l, known, svc.family).map_err(|_| Res::POP3_BAD_LOGIN)?;
     c.req_addr = Some(dst);
     let (grant, again) = admit_login(c, l, dst)?;
     let srv = connect(c, dst, l, &grant.parents)?;
@@ -146,46 +121,19 @@ fn run(
     let banner = from_srv.line(&srv, SERVER_LINE, svc.timeouts.get(Timeouts::STRING_LONG));
     c.record.bytes_in += from_srv.total;
     if banner.len() < 3 {
-        return Err(NO_BANNER);
+        return Err(Res::POP3_NO_BANNER);
     }
     if !starts_ci(&banner, b"+OK") || starts_ci(banner.get(4..).unwrap_or(&[]), b"PROXY") {
-        return Err(BAD_BANNER);
+        return Err(Res::POP3_BAD_BANNER);
     }
     let _ = srv.set_timeout(Some(short));
     if l.name.is_empty() {
-        return Err(USER_FAILED);
+        return Err(Res::POP3_USER_FAILED);
     }
     let user = format!("USER {}\r\n", l.name);
-    (&srv).write_all(user.as_bytes()).map_err(|_| USER_FAILED)?;
+    (&srv)
+        .write_all(user.as_bytes())
+        .map_err(|_| Res::POP3_USER_FAILED)?;
     c.record.bytes_out += user.len() as u64;
-    // What either side sent after its line goes on first.
-    if !from_cli.buf.is_empty() {
-        (&srv)
-            .write_all(&from_cli.buf)
-            .map_err(|_| Res::SERVER_ERR)?;
-        c.record.bytes_out += from_cli.buf.len() as u64;
-    }
-    if !from_srv.buf.is_empty() {
-        (&c.cli)
-            .write_all(&from_srv.buf)
-            .map_err(|_| Res::CLIENT_ERR)?;
-    }
-    crate::session::relay_to(c, srv, &grant, &again, &[], Timeouts::CONNECTION_SHORT);
-    Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn default_host() {
-        let d = default_dest(&["-hmail.example:995".to_string()]);
-        assert_eq!(d, (Some("mail.example".to_string()), 995));
-        let l = parse_login(b"bob", b'@', true, (d.0.as_deref(), d.1)).unwrap();
-        assert_eq!((l.host.as_str(), l.port), ("mail.example", 995));
-        let l = parse_login(b"bob@other", b'@', true, (d.0.as_deref(), d.1)).unwrap();
-        assert_eq!((l.host.as_str(), l.port), ("other", 995));
-        assert_eq!(default_dest(&[]), (None, 110));
-    }
+    relay_rest(c, srv, &from_cli, &from_srv, &grant, &again)
 }

@@ -34,8 +34,9 @@ use crate::client::{Client, StartTls};
 use crate::net::Stream;
 use crate::parent;
 use crate::proto::http::base64_encode;
-use crate::proto::mail::{parse_host, parse_login, starts_ci, Lines, Login};
+use crate::proto::mail::{parse_login, Lines, Login};
 use crate::proto::smtp::{decode, split_plain, MAX_CRED};
+use crate::proto::starts_ci;
 use crate::res::Res;
 use crate::timeouts::Timeouts;
 
@@ -45,22 +46,6 @@ pub const DEFAULT_PORT: u16 = 587;
 const CLIENT_LINE: usize = 310;
 /// The longest server line read before the relay.
 const SERVER_LINE: usize = 319;
-
-const GREET_FAILED: Res = Res::SMTP_GREET_FAILED;
-const NO_AUTH: Res = Res::SMTP_NO_AUTH;
-const NO_USERNAME: Res = Res::SMTP_NO_USERNAME;
-const BAD_USERNAME: Res = Res::SMTP_BAD_USERNAME;
-const NO_PASSWORD: Res = Res::SMTP_NO_PASSWORD;
-const BAD_PASSWORD: Res = Res::SMTP_BAD_PASSWORD;
-const NO_PLAIN: Res = Res::SMTP_NO_PLAIN;
-const BAD_PLAIN: Res = Res::SMTP_BAD_PLAIN;
-const NO_BANNER: Res = Res::SMTP_NO_BANNER;
-const BAD_BANNER: Res = Res::SMTP_BAD_BANNER;
-const EHLO_FAILED: Res = Res::SMTP_EHLO_FAILED;
-const LOGIN_USER_REFUSED: Res = Res::SMTP_LOGIN_USER_REFUSED;
-const LOGIN_PASS_REFUSED: Res = Res::SMTP_LOGIN_PASS_REFUSED;
-const PLAIN_REFUSED: Res = Res::SMTP_PLAIN_REFUSED;
-const TOO_LONG: Res = Res::SMTP_TOO_LONG;
 
 /// The answer to EHLO, without and with STARTTLS.
 const EHLO_REPLY: [&[u8]; 2] = [
@@ -79,16 +64,6 @@ enum Start {
     Tls,
 }
 
-/// `-hhost[:port]`: the destination of logins without a host, and the
-/// port of a host without one.
-fn default_dest(other: &[String]) -> (Option<String>, u16) {
-    let h = other.iter().rev().find_map(|a| a.strip_prefix("-h"));
-    match h.and_then(|h| parse_host(h.as_bytes(), DEFAULT_PORT)) {
-        Some((host, port)) => (Some(host), port),
-        None => (None, DEFAULT_PORT),
-    }
-}
-
 /// `parent smtp 0.0.0.0 0` in another service's ACL: greet the client as
 /// smtpp does (`early`, what it sent before, is read first), with the
 /// destination the first handler chose in the place of `-h`: a login
@@ -97,22 +72,15 @@ fn default_dest(other: &[String]) -> (Option<String>, u16) {
 /// redirect locally skipped.
 /// [`serve`] runs it too, with nothing read early and no destination.
 pub fn serve(c: &mut Client, early: &[u8], known: Option<&parent::Known>) -> parent::Next {
-    let svc = c.svc().clone();
     let mut login = None;
     if let Err(res) = run(c, &mut login, early, known) {
         c.record.res = res;
     }
     if let Some(l) = &login {
-        c.record.text = format!("{}@{}", l.name, l.host);
-        if l.port != DEFAULT_PORT {
-            c.record.text.push_str(&format!(":{}", l.port));
-        }
+        c.record.text = login::login_text(&l.name, &l.host, l.port, DEFAULT_PORT);
     }
     if matches!(c.record.res.0, 1..=99 | 662..=699) {
-        let _ = c
-            .cli
-            .set_timeout(Some(svc.timeouts.get(Timeouts::STRING_SHORT)));
-        let _ = (&c.cli).write_all(b"571 \r\n");
+        login::tell_failure(c, b"571 \r\n");
     }
     c.next()
 }
@@ -129,11 +97,8 @@ fn greet(
     let _ = c.cli.set_timeout(Some(short));
     (&c.cli)
         .write_all(b"220 Proxy\r\n")
-        .map_err(|_| GREET_FAILED)?;
-    let (dhost, dport) = match known {
-        Some(k) => (Some(k.host()), k.addr.port()),
-        None => default_dest(&svc.opts.other),
-    };
+        .map_err(|_| Res::SMTP_GREET_FAILED)?;
+    let (dhost, dport) = login::default_dest(&svc.opts.other, known, DEFAULT_PORT);
     let default = (dhost.as_deref(), dport);
     let creds = svc.opts.needuser.unwrap_or(1) > 0;
     let tls = login::starttls_offered(c);
@@ -143,7 +108,7 @@ fn greet(
     let mut line = from_cli.line(&c.cli, CLIENT_LINE, short);
     let plain = loop {
         if line.len() <= 4 {
-            return Err(NO_AUTH);
+            return Err(Res::SMTP_NO_AUTH);
         }
         if starts_ci(&line, b"AUTH PLAIN") {
             break true;
@@ -161,7 +126,7 @@ fn greet(
         } else if tls && starts_ci(&line, b"STARTTLS") {
             (&c.cli)
                 .write_all(b"220 2.0.0 Ready to start TLS\r\n")
-                .map_err(|_| EHLO_FAILED)?;
+                .map_err(|_| Res::SMTP_EHLO_FAILED)?;
             return Ok(Some(Start::Tls));
         } else if let Some(host) = &dhost {
             let l = Login {
@@ -184,29 +149,31 @@ fn greet(
             say(b"334\r\n");
             let l = from_cli.line(&c.cli, CLIENT_LINE, short);
             if l.len() < 3 {
-                return Err(NO_PLAIN);
+                return Err(Res::SMTP_NO_PLAIN);
             }
             decode(&l)
         };
-        let raw = raw.ok_or(BAD_PLAIN)?;
-        let (name, pass) = split_plain(&raw).ok_or(BAD_PLAIN)?;
-        let l = parse_login(name, svc.delimchar, creds, default).ok_or(BAD_PLAIN)?;
-        return Ok(Some(Start::Auth(l, pass.to_vec(), BAD_PLAIN)));
+        let raw = raw.ok_or(Res::SMTP_BAD_PLAIN)?;
+        let (name, pass) = split_plain(&raw).ok_or(Res::SMTP_BAD_PLAIN)?;
+        let l = parse_login(name, svc.delimchar, creds, default).ok_or(Res::SMTP_BAD_PLAIN)?;
+        return Ok(Some(Start::Auth(l, pass.to_vec(), Res::SMTP_BAD_PLAIN)));
     }
     say(b"334 VXNlcm5hbWU6\r\n");
     let l = from_cli.line(&c.cli, CLIENT_LINE, short);
     if l.len() < 3 {
-        return Err(NO_USERNAME);
+        return Err(Res::SMTP_NO_USERNAME);
     }
-    let name = decode(&l).filter(|n| !n.is_empty()).ok_or(BAD_USERNAME)?;
-    let login = parse_login(&name, svc.delimchar, creds, default).ok_or(BAD_USERNAME)?;
+    let name = decode(&l)
+        .filter(|n| !n.is_empty())
+        .ok_or(Res::SMTP_BAD_USERNAME)?;
+    let login = parse_login(&name, svc.delimchar, creds, default).ok_or(Res::SMTP_BAD_USERNAME)?;
     say(b"334 UGFzc3dvcmQ6\r\n");
     let l = from_cli.line(&c.cli, CLIENT_LINE, short);
     if l.len() < 2 {
-        return Err(NO_PASSWORD);
+        return Err(Res::SMTP_NO_PASSWORD);
     }
-    let pass = decode(&l).ok_or(BAD_PASSWORD)?;
-    Ok(Some(Start::Auth(login, pass, BAD_USERNAME)))
+    let pass = decode(&l).ok_or(Res::SMTP_BAD_PASSWORD)?;
+    Ok(Some(Start::Auth(login, pass, Res::SMTP_BAD_USERNAME)))
 }
 
 /// One server reply (its lines while the fourth byte is `-`); the last
@@ -250,7 +217,7 @@ fn run(
             *login = Some(l.clone());
             (l, Some(p), None, bad)
         }
-        Start::Command(l, cmd) => (l, None, Some(cmd), BAD_USERNAME),
+        Start::Command(l, cmd) => (l, None, Some(cmd), Res::SMTP_BAD_USERNAME),
         Start::Tls => {
             return login::to_tlspr(c, StartTls::Smtp, std::mem::take(&mut from_cli.buf));
         }
@@ -264,20 +231,25 @@ fn run(
     let mut from_srv = Lines::default();
     let (_, banner) = reply(c, &srv, &mut from_srv);
     if banner.len() < 3 {
-        return Err(NO_BANNER);
+        return Err(Res::SMTP_NO_BANNER);
     }
     if !banner.starts_with(b"220") || starts_ci(banner.get(4..).unwrap_or(&[]), b"PROXY") {
-        return Err(BAD_BANNER);
+        return Err(Res::SMTP_BAD_BANNER);
     }
     let _ = srv.set_timeout(Some(short));
     let me = srv
         .local_addr()
         .map(|a| a.ip().to_string())
         .unwrap_or_default();
-    send(c, &srv, format!("EHLO [{me}]\r\n").as_bytes(), EHLO_FAILED)?;
+    send(
+        c,
+        &srv,
+        format!("EHLO [{me}]\r\n").as_bytes(),
+        Res::SMTP_EHLO_FAILED,
+    )?;
     let (last, caps) = reply(c, &srv, &mut from_srv);
     if last.len() < 3 {
-        return Err(BAD_BANNER);
+        return Err(Res::SMTP_BAD_BANNER);
     }
     let has = |w: &[u8]| caps.windows(w.len()).any(|x| x == w);
     let (login_ok, plain_ok) = (has(b"LOGIN"), has(b"PLAIN"));
@@ -297,20 +269,20 @@ fn run(
         };
         if login_ok {
             send(c, &srv, b"AUTH LOGIN\r\n", Res::SERVER_ERR)?;
-            ok_334(c, LOGIN_USER_REFUSED)?;
+            ok_334(c, Res::SMTP_LOGIN_USER_REFUSED)?;
             let user = base64_encode(l.name.as_bytes());
             let pass = base64_encode(pass);
             if user.len() > SERVER_LINE || pass.len() > SERVER_LINE {
-                return Err(TOO_LONG);
+                return Err(Res::SMTP_TOO_LONG);
             }
             send(c, &srv, format!("{user}\r\n").as_bytes(), Res::SERVER_ERR)?;
-            ok_334(c, LOGIN_PASS_REFUSED)?;
+            ok_334(c, Res::SMTP_LOGIN_PASS_REFUSED)?;
             send(c, &srv, format!("{pass}\r\n").as_bytes(), Res::SERVER_ERR)?;
         } else if plain_ok {
             send(c, &srv, b"AUTH PLAIN\r\n", Res::SERVER_ERR)?;
-            ok_334(c, PLAIN_REFUSED)?;
+            ok_334(c, Res::SMTP_PLAIN_REFUSED)?;
             if l.name.len() + 2 + pass.len() > MAX_CRED {
-                return Err(TOO_LONG);
+                return Err(Res::SMTP_TOO_LONG);
             }
             let mut raw = vec![0];
             raw.extend_from_slice(l.name.as_bytes());
@@ -323,30 +295,5 @@ fn run(
     if let Some(cmd) = &command {
         send(c, &srv, cmd, Res::SERVER_ERR)?;
     }
-    // What either side sent after its line goes on first.
-    if !from_cli.buf.is_empty() {
-        let rest = std::mem::take(&mut from_cli.buf);
-        send(c, &srv, &rest, Res::SERVER_ERR)?;
-    }
-    if !from_srv.buf.is_empty() {
-        (&c.cli)
-            .write_all(&from_srv.buf)
-            .map_err(|_| Res::CLIENT_ERR)?;
-    }
-    crate::session::relay_to(c, srv, &grant, &again, &[], Timeouts::CONNECTION_SHORT);
-    Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn default_host_and_port() {
-        let d = default_dest(&["-hmail.example".to_string()]);
-        assert_eq!(d, (Some("mail.example".to_string()), 587));
-        let d = default_dest(&["-hmail.example:25".to_string()]);
-        assert_eq!(d, (Some("mail.example".to_string()), 25));
-        assert_eq!(default_dest(&[]), (None, 587));
-    }
+    login::relay_rest(c, srv, &from_cli, &from_srv, &grant, &again)
 }

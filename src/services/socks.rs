@@ -40,7 +40,7 @@ use crate::proto::socks::{
 };
 use crate::res::Res;
 use crate::resolve::resolve;
-use crate::session::DestAt;
+use crate::session::{DestAt, Park};
 use crate::timeouts::Timeouts;
 use crate::udprelay::{self, Step};
 
@@ -374,13 +374,14 @@ fn connect(c: &mut Client, ask: &Ask) -> Result<(), Res> {
     }
     let again = recheck(c, ask, Op::Connect, (&ask.dest, dst)).at_weight(grant.weight);
     // The client has its reply only now: the relay waits for its bytes.
-    crate::session::relay_answered_to_parking(
+    crate::session::relay_to(
         c,
         srv,
         &grant,
         &again,
         &ask.early,
         Timeouts::CONNECTION_LONG,
+        Park::AfterReply,
     );
     Ok(())
 }
@@ -424,13 +425,14 @@ fn bind(c: &mut Client, ask: &Ask) -> Result<(), Res> {
         Ok(srv) => {
             reply(c, ask.ver, Res::OK, srv.peer_addr());
             let again = recheck(c, ask, Op::Bind, (&ask.dest, want)).at_weight(grant.weight);
-            crate::session::relay_to_parking(
+            crate::session::relay_to(
                 c,
                 srv,
                 &grant,
                 &again,
                 &ask.early,
                 Timeouts::CONNECTION_SHORT,
+                Park::WhenQuiet,
             );
         }
         Err(res) => {

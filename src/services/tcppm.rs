@@ -19,7 +19,7 @@ use crate::parent;
 use crate::res::Res;
 use crate::resolve::resolve;
 use crate::service::Service;
-use crate::session;
+use crate::session::{self, Park};
 use crate::timeouts::Timeouts;
 
 /// The client thread's work for one tcppm client.
@@ -108,7 +108,15 @@ fn serve_mapped(c: &mut Client) {
                     None => return,
                 }
             }
-            session::relay_to_parking(c, s, &grant, &recheck, &[], Timeouts::CONNECTION_LONG)
+            session::relay_to(
+                c,
+                s,
+                &grant,
+                &recheck,
+                &[],
+                Timeouts::CONNECTION_LONG,
+                Park::WhenQuiet,
+            )
         }
         // Handed over to a local handler.
         Ok(None) => {}
@@ -139,9 +147,15 @@ fn serve_redirected(c: &mut Client, early: &[u8], dest: Option<&parent::Known>) 
         }
     };
     match connect(c, d.addr, &target, &grant) {
-        Ok(Some(s)) => {
-            session::relay_to_parking(c, s, &grant, &recheck, early, Timeouts::CONNECTION_LONG)
-        }
+        Ok(Some(s)) => session::relay_to(
+            c,
+            s,
+            &grant,
+            &recheck,
+            early,
+            Timeouts::CONNECTION_LONG,
+            Park::WhenQuiet,
+        ),
         Ok(None) => {}
         Err(res) => c.record.res = res,
     }

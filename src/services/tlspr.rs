@@ -33,6 +33,7 @@ use crate::conf::value::number;
 use crate::net::Stream;
 use crate::parent;
 use crate::proto::mail::has_cap;
+use crate::proto::starts_ci;
 use crate::proto::tls::{
     parse_hello, record_len, Flight, CERTIFICATE, CERTIFICATE_REQUEST, CERT_MIN, CLIENT_HELLO,
     HANDSHAKE, RECORD_HEAD, SERVER_HELLO, SERVER_HELLO_DONE,
@@ -40,6 +41,7 @@ use crate::proto::tls::{
 use crate::res::Res;
 use crate::resolve::resolve;
 use crate::service::ServiceOpts;
+use crate::session::Park;
 use crate::timeouts::Timeouts;
 
 /// The destination port when `-P` is not given (or is 0).
@@ -324,13 +326,14 @@ fn run(
     if !to_client.is_empty() {
         to_cli(c, &to_client, wait).map_err(|()| Res::CLIENT_ERR)?;
     }
-    crate::session::relay_to_parking(
+    crate::session::relay_to(
         c,
         srv,
         &grant,
         &again,
         &to_server,
         Timeouts::CONNECTION_LONG,
+        Park::WhenQuiet,
     );
     Ok(())
 }
@@ -366,7 +369,15 @@ fn intercepted(
     };
     let hops = c.hops.saturating_sub(c.local_hops);
     if let Some(srv) = crate::services::proxy::serve_inside(c, srv, inside, &grant.parents, hops) {
-        crate::session::relay_to_parking(c, srv, grant, again, &[], Timeouts::CONNECTION_LONG);
+        crate::session::relay_to(
+            c,
+            srv,
+            grant,
+            again,
+            &[],
+            Timeouts::CONNECTION_LONG,
+            Park::WhenQuiet,
+        );
     }
     Ok(())
 }
@@ -483,12 +494,63 @@ fn to_cli(c: &mut Client, b: &[u8], wait: Duration) -> Result<(), ()> {
 /// The longest line of a STARTTLS dialogue (3proxy's buffer less slack).
 const STARTTLS_LINE: usize = 1014;
 
+/// What a STARTTLS dialogue with the client does after it answered a
+/// command.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Then {
+    /// TLS begins.
+    Tls,
+    /// The next command is read.
+    More,
+    /// The client quit.
+    Quit,
+}
+
+/// An untagged STARTTLS dialogue with the client (POP3's, SMTP's): for
+/// each command, known by its start in any case, the answer and what
+/// comes after it; and the answer to any other command.
+struct Dialogue {
+    commands: &'static [(&'static [u8], &'static [u8], Then)],
+    other: &'static [u8],
+}
+
+impl Dialogue {
+    /// The answer to the command `line` and what comes after it.
+    fn answer(&self, line: &[u8]) -> (&'static [u8], Then) {
+        let known = self.commands.iter().find(|c| starts_ci(line, c.0));
+        known.map_or((self.other, Then::More), |c| (c.1, c.2))
+    }
+}
+
+const POP3: Dialogue = Dialogue {
+    commands: &[
+        (b"STLS", b"+OK Begin TLS negotiation\r\n", Then::Tls),
+        (
+            b"CAPA",
+            b"+OK Capability list follows\r\nSTLS\r\n.\r\n",
+            Then::More,
+        ),
+        (b"QUIT", b"+OK\r\n", Then::Quit),
+    ],
+    other: b"-ERR need STLS first\r\n",
+};
+
+const SMTP: Dialogue = Dialogue {
+    commands: &[
+        (b"STARTTLS", b"220 2.0.0 Ready to start TLS\r\n", Then::Tls),
+        (b"EHLO ", b"250-Proxy\r\n250 STARTTLS\r\n", Then::More),
+        (b"HELO ", b"250 Proxy\r\n", Then::More),
+        (b"QUIT", b"221 Proxy\r\n", Then::Quit),
+    ],
+    other: b"530 5.7.0 Must issue a STARTTLS command first\r\n",
+};
+
 /// STARTTLS with the client, as a server of `proto` that offers nothing
 /// but STARTTLS. Ok(true) when the client asked for TLS (what it sent
 /// after that line is left in `rest`), Ok(false) when it quit; Err 364
 /// when the dialogue failed.
 fn client_starttls(c: &mut Client, proto: StartTls, rest: &mut Vec<u8>) -> Result<bool, Res> {
-    use crate::proto::mail::{starts_ci, Lines};
+    use crate::proto::mail::Lines;
     let wait = c.svc().timeouts.get(Timeouts::STRING_SHORT);
     let _ = c.cli.set_timeout(Some(wait));
     let fail = |_| Res::STARTTLS_CLIENT;
@@ -537,38 +599,19 @@ fn client_starttls(c: &mut Client, proto: StartTls, rest: &mut Vec<u8>) -> Resul
                     false
                 }
             }
-            StartTls::Pop3 => {
-                if starts_ci(&line, b"STLS") {
-                    say(b"+OK Begin TLS negotiation\r\n").map_err(fail)?;
-                    true
-                } else if starts_ci(&line, b"CAPA") {
-                    say(b"+OK Capability list follows\r\nSTLS\r\n.\r\n").map_err(fail)?;
-                    false
-                } else if starts_ci(&line, b"QUIT") {
-                    let _ = say(b"+OK\r\n");
-                    return Ok(false);
+            StartTls::Pop3 | StartTls::Smtp => {
+                let d = if proto == StartTls::Pop3 {
+                    &POP3
                 } else {
-                    say(b"-ERR need STLS first\r\n").map_err(fail)?;
-                    false
-                }
-            }
-            StartTls::Smtp => {
-                if starts_ci(&line, b"STARTTLS") {
-                    say(b"220 2.0.0 Ready to start TLS\r\n").map_err(fail)?;
-                    true
-                } else if starts_ci(&line, b"EHLO ") {
-                    say(b"250-Proxy\r\n250 STARTTLS\r\n").map_err(fail)?;
-                    false
-                } else if starts_ci(&line, b"HELO ") {
-                    say(b"250 Proxy\r\n").map_err(fail)?;
-                    false
-                } else if starts_ci(&line, b"QUIT") {
-                    let _ = say(b"221 Proxy\r\n");
+                    &SMTP
+                };
+                let (answer, then) = d.answer(&line);
+                if then == Then::Quit {
+                    let _ = say(answer);
                     return Ok(false);
-                } else {
-                    say(b"530 5.7.0 Must issue a STARTTLS command first\r\n").map_err(fail)?;
-                    false
                 }
+                say(answer).map_err(fail)?;
+                then == Then::Tls
             }
         };
         if go {
@@ -588,7 +631,7 @@ fn server_starttls(
     proto: StartTls,
     rest: &mut Vec<u8>,
 ) -> Result<(), Res> {
-    use crate::proto::mail::{starts_ci, Lines};
+    use crate::proto::mail::Lines;
     let svc = c.svc();
     let long = svc.timeouts.get(Timeouts::STRING_LONG);
     let _ = srv.set_timeout(Some(svc.timeouts.get(Timeouts::STRING_SHORT)));
@@ -771,6 +814,41 @@ mod tests {
         assert_eq!(o("-P25 -Xsmtp").unwrap().port_for(Some(StartTls::Smtp)), 25);
         assert_eq!(o("").unwrap().port_for(None), 443);
         assert!(o("-Pxyz").is_err());
+    }
+
+    #[test]
+    fn untagged_dialogues_answer_as_3proxy() {
+        assert_eq!(
+            POP3.answer(b"capa\r\n"),
+            (
+                &b"+OK Capability list follows\r\nSTLS\r\n.\r\n"[..],
+                Then::More
+            )
+        );
+        assert_eq!(POP3.answer(b"STLS\r\n").1, Then::Tls);
+        assert_eq!(POP3.answer(b"Quit\r\n"), (&b"+OK\r\n"[..], Then::Quit));
+        assert_eq!(
+            POP3.answer(b"USER bob\r\n"),
+            (&b"-ERR need STLS first\r\n"[..], Then::More)
+        );
+        assert_eq!(SMTP.answer(b"starttls\r\n").1, Then::Tls);
+        assert_eq!(
+            SMTP.answer(b"EHLO me\r\n"),
+            (&b"250-Proxy\r\n250 STARTTLS\r\n"[..], Then::More)
+        );
+        assert_eq!(SMTP.answer(b"helo me\r\n").0, b"250 Proxy\r\n");
+        assert_eq!(
+            SMTP.answer(b"QUIT\r\n"),
+            (&b"221 Proxy\r\n"[..], Then::Quit)
+        );
+        // EHLO without its space is another command.
+        assert_eq!(
+            SMTP.answer(b"EHLO\r\n"),
+            (
+                &b"530 5.7.0 Must issue a STARTTLS command first\r\n"[..],
+                Then::More
+            )
+        );
     }
 
     #[test]

@@ -144,42 +144,42 @@ pub fn remove_pidfile() {
 /// A uid from a number or a user name. 0 (root) is refused, as in 3proxy:
 /// dropping to root is a cfg mistake.
 pub fn uid_from(s: &str) -> Result<Uid, String> {
-    let q = crate::conf::token::quote(s);
-    let uid = if s.starts_with(|c: char| c.is_ascii_digit()) {
-        s.parse::<u32>()
-            .map(Uid::from_raw)
-            .map_err(|_| format!("'{q}' is not a uid"))?
-    } else {
-        match User::from_name(s) {
-            Ok(Some(u)) => u.uid,
-            Ok(None) => return Err(format!("no user named '{q}'")),
-            Err(e) => return Err(format!("cannot look up user '{q}': {e}")),
-        }
-    };
-    if uid.is_root() {
-        return Err(format!("refusing to run as uid 0 ('{q}')"));
-    }
-    Ok(uid)
+    let by_name = |s: &str| User::from_name(s).map(|u| u.map(|u| u.uid));
+    id_from(s, ("uid", "user"), Uid::from_raw, by_name)
 }
 
 /// A gid from a number or a group name; 0 is refused, as in 3proxy.
 pub fn gid_from(s: &str) -> Result<Gid, String> {
+    let by_name = |s: &str| Group::from_name(s).map(|g| g.map(|g| g.gid));
+    id_from(s, ("gid", "group"), Gid::from_raw, by_name)
+}
+
+/// [`uid_from`] and [`gid_from`]: `s` as a number (`from_raw`) or else a
+/// name looked up with `by_name`; 0 is refused. `what` names the id and
+/// what its names are of (`("uid", "user")`) in the errors.
+fn id_from<T: Copy + Into<u32>>(
+    s: &str,
+    what: (&str, &str),
+    from_raw: fn(u32) -> T,
+    by_name: impl FnOnce(&str) -> nix::Result<Option<T>>,
+) -> Result<T, String> {
+    let (id, of) = what;
     let q = crate::conf::token::quote(s);
-    let gid = if s.starts_with(|c: char| c.is_ascii_digit()) {
+    let v = if s.starts_with(|c: char| c.is_ascii_digit()) {
         s.parse::<u32>()
-            .map(Gid::from_raw)
-            .map_err(|_| format!("'{q}' is not a gid"))?
+            .map(from_raw)
+            .map_err(|_| format!("'{q}' is not a {id}"))?
     } else {
-        match Group::from_name(s) {
-            Ok(Some(g)) => g.gid,
-            Ok(None) => return Err(format!("no group named '{q}'")),
-            Err(e) => return Err(format!("cannot look up group '{q}': {e}")),
+        match by_name(s) {
+            Ok(Some(v)) => v,
+            Ok(None) => return Err(format!("no {of} named '{q}'")),
+            Err(e) => return Err(format!("cannot look up {of} '{q}': {e}")),
         }
     };
-    if gid.as_raw() == 0 {
-        return Err(format!("refusing to run as gid 0 ('{q}')"));
+    if v.into() == 0 {
+        return Err(format!("refusing to run as {id} 0 ('{q}')"));
     }
-    Ok(gid)
+    Ok(v)
 }
 
 /// Who is to own the files the cfg creates while we are still root: the
@@ -299,6 +299,14 @@ mod tests {
             .unwrap_err()
             .contains("no group"));
         assert!(uid_from("12x").is_err());
+        // The messages name the id and what was looked up, as written.
+        assert_eq!(uid_from("12x").unwrap_err(), "'12x' is not a uid");
+        assert_eq!(gid_from("7y").unwrap_err(), "'7y' is not a gid");
+        assert_eq!(gid_from("0").unwrap_err(), "refusing to run as gid 0 ('0')");
+        assert_eq!(
+            gid_from("no-such-group-here").unwrap_err(),
+            "no group named 'no-such-group-here'"
+        );
     }
 
     #[test]

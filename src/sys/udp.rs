@@ -9,38 +9,32 @@ use std::os::fd::{AsRawFd, BorrowedFd};
 /// Most datagrams one call sends or receives.
 pub const BATCH: usize = 32;
 
-/// Send each of `pkts` (at most [`BATCH`] are taken) as one datagram on
-/// the connected socket `fd`, without waiting. Ok(how many went out, from
-/// the first): fewer than given when the socket's buffer filled up.
-pub fn send_batch(fd: BorrowedFd<'_>, pkts: &[&[u8]]) -> io::Result<usize> {
-    let n = pkts.len().min(BATCH);
-    if n == 0 {
-        return Ok(0);
-    }
-    // SAFETY: all-zero iovec and mmsghdr are valid values of these plain
-    // C structs (null pointers, zero lengths).
-    let mut iov: [libc::iovec; BATCH] = unsafe { std::mem::zeroed() };
-    // SAFETY: as above.
+/// An iovec a batched call fills in.
+const NO_IOV: libc::iovec = libc::iovec {
+    iov_base: std::ptr::null_mut(),
+    iov_len: 0,
+};
+
+/// The message headers of one batched call: the i-th of the first `n`
+/// (at most [`BATCH`]) points at `iov[i]`, one iovec a datagram; the
+/// rest are empty. The headers hold pointers into `iov`, so they are
+/// good while `iov` stays where it is, unmoved and not written.
+fn headers(iov: &mut [libc::iovec; BATCH], n: usize) -> [libc::mmsghdr; BATCH] {
+    // SAFETY: an all-zero mmsghdr is a valid value of this plain C
+    // struct (null pointers, zero lengths).
     let mut msgs: [libc::mmsghdr; BATCH] = unsafe { std::mem::zeroed() };
-    for i in 0..n {
-        iov[i].iov_base = pkts[i].as_ptr() as *mut libc::c_void;
-        iov[i].iov_len = pkts[i].len();
-        msgs[i].msg_hdr.msg_iov = &mut iov[i];
-        msgs[i].msg_hdr.msg_iovlen = 1;
+    for (m, v) in msgs.iter_mut().zip(iov.iter_mut()).take(n) {
+        m.msg_hdr.msg_iov = v;
+        m.msg_hdr.msg_iovlen = 1;
     }
+    msgs
+}
+
+/// Make a batched system call (`call`, which returns what the C call
+/// does) until it is not interrupted: Ok(its count), or the error.
+fn retry(mut call: impl FnMut() -> libc::c_int) -> io::Result<usize> {
     loop {
-        // SAFETY: `msgs[..n]` each point at one iovec in `iov`, which
-        // points at a live slice of `pkts` of its length; the kernel only
-        // reads them (sendmmsg) during the call, and both arrays outlive
-        // it. No address is given: the socket is connected.
-        let r = unsafe {
-            libc::sendmmsg(
-                fd.as_raw_fd(),
-                msgs.as_mut_ptr(),
-                n as libc::c_uint,
-                libc::MSG_DONTWAIT,
-            )
-        };
+        let r = call();
         if r >= 0 {
             return Ok(r as usize);
         }
@@ -49,6 +43,36 @@ pub fn send_batch(fd: BorrowedFd<'_>, pkts: &[&[u8]]) -> io::Result<usize> {
             return Err(e);
         }
     }
+}
+
+/// Send each of `pkts` (at most [`BATCH`] are taken) as one datagram on
+/// the connected socket `fd`, without waiting. Ok(how many went out, from
+/// the first): fewer than given when the socket's buffer filled up.
+pub fn send_batch(fd: BorrowedFd<'_>, pkts: &[&[u8]]) -> io::Result<usize> {
+    let n = pkts.len().min(BATCH);
+    if n == 0 {
+        return Ok(0);
+    }
+    let mut iov = [NO_IOV; BATCH];
+    for (v, p) in iov.iter_mut().zip(pkts) {
+        v.iov_base = p.as_ptr() as *mut libc::c_void;
+        v.iov_len = p.len();
+    }
+    let mut msgs = headers(&mut iov, n);
+    retry(|| {
+        // SAFETY: `msgs[..n]` each point at one iovec in `iov`, which
+        // points at a live slice of `pkts` of its length; the kernel only
+        // reads them (sendmmsg) during the call, and both arrays outlive
+        // it. No address is given: the socket is connected.
+        unsafe {
+            libc::sendmmsg(
+                fd.as_raw_fd(),
+                msgs.as_mut_ptr(),
+                n as libc::c_uint,
+                libc::MSG_DONTWAIT,
+            )
+        }
+    })
 }
 
 /// Receive waiting datagrams on `fd` into `bufs` (one each, at most
@@ -63,23 +87,19 @@ pub fn recv_batch(
     if n == 0 {
         return Ok(0);
     }
-    // SAFETY: all-zero iovec and mmsghdr are valid values (see above).
-    let mut iov: [libc::iovec; BATCH] = unsafe { std::mem::zeroed() };
-    // SAFETY: as above.
-    let mut msgs: [libc::mmsghdr; BATCH] = unsafe { std::mem::zeroed() };
-    for i in 0..n {
-        iov[i].iov_base = bufs[i].as_mut_ptr() as *mut libc::c_void;
-        iov[i].iov_len = bufs[i].len();
-        msgs[i].msg_hdr.msg_iov = &mut iov[i];
-        msgs[i].msg_hdr.msg_iovlen = 1;
+    let mut iov = [NO_IOV; BATCH];
+    for (v, b) in iov.iter_mut().zip(bufs.iter_mut()) {
+        v.iov_base = b.as_mut_ptr() as *mut libc::c_void;
+        v.iov_len = b.len();
     }
-    loop {
+    let mut msgs = headers(&mut iov, n);
+    let got = retry(|| {
         // SAFETY: each of `msgs[..n]` points at one iovec describing the
         // initialized bytes of a distinct `bufs[i]`, which we borrow
         // mutably for the call, so the kernel's writes (at most iov_len
         // bytes each) land in memory we own; the arrays outlive the call.
         // A null timeout with MSG_DONTWAIT never blocks.
-        let r = unsafe {
+        unsafe {
             libc::recvmmsg(
                 fd.as_raw_fd(),
                 msgs.as_mut_ptr(),
@@ -87,20 +107,17 @@ pub fn recv_batch(
                 libc::MSG_DONTWAIT,
                 std::ptr::null_mut(),
             )
-        };
-        if r >= 0 {
-            let r = r as usize;
-            for i in 0..r {
-                lens[i] = msgs[i].msg_len as usize;
+        }
+    });
+    match got {
+        Ok(r) => {
+            for (len, m) in lens.iter_mut().zip(&msgs[..r]) {
+                *len = m.msg_len as usize;
             }
-            return Ok(r);
+            Ok(r)
         }
-        let e = io::Error::last_os_error();
-        match e.kind() {
-            io::ErrorKind::Interrupted => {}
-            io::ErrorKind::WouldBlock => return Ok(0),
-            _ => return Err(e),
-        }
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(0),
+        Err(e) => Err(e),
     }
 }
 

@@ -138,17 +138,7 @@ pub(super) fn put_length(out: &mut Vec<u8>, name: &str, value: &[u8], n: u64, fi
     }
     out.extend_from_slice(b"Content-Length: ");
     let mut digits = [0u8; 20];
-    let mut at = digits.len();
-    let mut v = n;
-    loop {
-        at -= 1;
-        digits[at] = b'0' + (v % 10) as u8;
-        v /= 10;
-        if v == 0 {
-            break;
-        }
-    }
-    out.extend_from_slice(&digits[at..]);
+    out.extend_from_slice(crate::addr::decimal(n, &mut digits));
     out.extend_from_slice(b"\r\n");
 }
 

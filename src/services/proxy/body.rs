@@ -345,16 +345,17 @@ mod tests {
         }
     }
 
-    #[test]
-    fn exact_copy_moves_n_bytes_and_no_more() {
-        let n = 200_000;
-        let (src_w, src_r) = unix_pair();
-        let (dst_w, dst_r) = unix_pair();
+    /// `copy_exact` of an `n`-byte body followed by a request, on socket
+    /// pairs `pair` makes, spliced or not: the body arrives whole and the
+    /// request stays unread.
+    fn exact_copy(pair: fn() -> (Stream, Stream), n: usize, from: Side, splice: bool) {
+        let (src_w, src_r) = pair();
+        let (dst_w, dst_r) = pair();
         let mut data = pattern(n);
         data.extend_from_slice(NEXT);
         let w = feed(src_w, data.clone());
         let out = drain(dst_r);
-        let got = copy_exact(&src_r, &dst_w, n as u64, Side::Client, None, false);
+        let got = copy_exact(&src_r, &dst_w, n as u64, from, None, splice);
         assert_eq!(got.ok(), Some(n as u64));
         drop(dst_w);
         assert_eq!(out.join().unwrap(), &data[..n]);
@@ -362,6 +363,26 @@ mod tests {
         let mut unread = Vec::new();
         (&src_r).read_to_end(&mut unread).unwrap();
         assert_eq!(unread, NEXT, "bytes after the body stay unread");
+    }
+
+    /// `copy_to_eof` of `n` bytes on socket pairs `pair` makes, spliced
+    /// or not: all of them, until the close.
+    fn copy_all(pair: fn() -> (Stream, Stream), n: usize, splice: bool) {
+        let (src_w, src_r) = pair();
+        let (dst_w, dst_r) = pair();
+        let data = pattern(n);
+        let w = feed(src_w, data.clone());
+        let out = drain(dst_r);
+        let got = copy_to_eof(&src_r, &dst_w, None, splice);
+        w.join().unwrap();
+        assert_eq!(got.ok(), Some(n as u64));
+        drop(dst_w);
+        assert_eq!(out.join().unwrap(), data);
+    }
+
+    #[test]
+    fn exact_copy_moves_n_bytes_and_no_more() {
+        exact_copy(unix_pair, 200_000, Side::Client, false);
     }
 
     #[test]
@@ -388,52 +409,19 @@ mod tests {
 
     #[test]
     fn copy_to_eof_moves_everything_until_the_close() {
-        let n = 150_001;
-        let (src_w, src_r) = unix_pair();
-        let (dst_w, dst_r) = unix_pair();
-        let data = pattern(n);
-        let w = feed(src_w, data.clone());
-        let out = drain(dst_r);
-        let got = copy_to_eof(&src_r, &dst_w, None, false);
-        w.join().unwrap();
-        assert_eq!(got.ok(), Some(n as u64));
-        drop(dst_w);
-        assert_eq!(out.join().unwrap(), data);
+        copy_all(unix_pair, 150_001, false);
     }
 
     #[test]
     fn splice_moves_a_large_body_byte_exact() {
         let n = 3 * PIPE_CAP + 12_345;
         assert!(n as u64 > SPLICE_MIN);
-        let (src_w, src_r) = tcp_pair();
-        let (dst_w, dst_r) = tcp_pair();
-        let mut data = pattern(n);
-        data.extend_from_slice(NEXT);
-        let w = feed(src_w, data.clone());
-        let out = drain(dst_r);
-        let got = copy_exact(&src_r, &dst_w, n as u64, Side::Server, None, true);
-        assert_eq!(got.ok(), Some(n as u64));
-        drop(dst_w);
-        assert_eq!(out.join().unwrap(), &data[..n]);
-        w.join().unwrap();
-        let mut unread = Vec::new();
-        (&src_r).read_to_end(&mut unread).unwrap();
-        assert_eq!(unread, NEXT, "splice stops at the body's end");
+        exact_copy(tcp_pair, n, Side::Server, true);
     }
 
     #[test]
     fn splice_to_eof_and_early_eof() {
-        let n = 5 * PIPE_CAP + 1;
-        let (src_w, src_r) = tcp_pair();
-        let (dst_w, dst_r) = tcp_pair();
-        let data = pattern(n);
-        let w = feed(src_w, data.clone());
-        let out = drain(dst_r);
-        let got = copy_to_eof(&src_r, &dst_w, None, true);
-        w.join().unwrap();
-        assert_eq!(got.ok(), Some(n as u64));
-        drop(dst_w);
-        assert_eq!(out.join().unwrap(), data);
+        copy_all(tcp_pair, 5 * PIPE_CAP + 1, true);
 
         // A length the source does not deliver: its side, unexpected EOF.
         let (src_w, src_r) = tcp_pair();

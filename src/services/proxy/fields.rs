@@ -77,18 +77,8 @@ fn put_forwarded_v4(v: &mut Vec<u8>, a: std::net::SocketAddrV4, host: &str, port
 
 /// `n` in decimal.
 fn put_decimal(v: &mut Vec<u8>, n: u16) {
-    let mut digits = [0u8; 5];
-    let mut i = digits.len();
-    let mut n = n;
-    loop {
-        i -= 1;
-        digits[i] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
-    }
-    v.extend_from_slice(&digits[i..]);
+    let mut digits = [0u8; 20];
+    v.extend_from_slice(crate::addr::decimal(u64::from(n), &mut digits));
 }
 
 fn hostname() -> &'static str {

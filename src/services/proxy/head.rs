@@ -328,10 +328,13 @@ mod tests {
     use std::io::Read;
     use std::thread;
 
-    /// Send `parts` one after another, `gap` apart, then keep the socket
-    /// open until the reader is done (`hold`), and close it.
-    fn send_parts(w: Stream, parts: Vec<Vec<u8>>, gap: Duration) -> thread::JoinHandle<()> {
-        thread::spawn(move || {
+    /// On a new socket pair, send `parts` one after another, `gap` apart,
+    /// from another thread, then keep that end open until the reader
+    /// closes its own: the reader's end and the thread.
+    fn send_parts(parts: &[&[u8]], gap: Duration) -> (Stream, thread::JoinHandle<()>) {
+        let (r, w) = unix_pair();
+        let parts: Vec<Vec<u8>> = parts.iter().map(|p| p.to_vec()).collect();
+        let t = thread::spawn(move || {
             for (i, p) in parts.iter().enumerate() {
                 if i > 0 {
                     thread::sleep(gap);
@@ -343,7 +346,8 @@ mod tests {
             // Wait for the reader to close its end (or the pair's bound).
             let mut b = [0u8; 1];
             let _ = (&w).read(&mut b);
-        })
+        });
+        (r, t)
     }
 
     #[test]
@@ -385,13 +389,12 @@ mod tests {
 
     #[test]
     fn read_head_across_writes_keeps_pipelined_bytes() {
-        let (r, w) = unix_pair();
-        let parts = vec![
-            b"GET / HTTP/1.1\r\n".to_vec(),
-            b"Host: a\r\nX: ".to_vec(),
-            b"y\r\n\r\nGET /2 HTTP/1.1\r\n\r\nGE".to_vec(),
+        let parts: [&[u8]; 3] = [
+            b"GET / HTTP/1.1\r\n",
+            b"Host: a\r\nX: ",
+            b"y\r\n\r\nGET /2 HTTP/1.1\r\n\r\nGE",
         ];
-        let t = send_parts(w, parts, Duration::from_millis(20));
+        let (r, t) = send_parts(&parts, Duration::from_millis(20));
         let mut small = [0u8; SMALL_REQUEST];
         let mut b = HeadBuf::new(&mut small);
         let head = b"GET / HTTP/1.1\r\nHost: a\r\nX: y\r\n\r\n";
@@ -412,10 +415,9 @@ mod tests {
 
     #[test]
     fn read_head_refuses_a_head_over_the_limit() {
-        let (r, w) = unix_pair();
         let mut big = b"GET / HTTP/1.1\r\nX: ".to_vec();
         big.resize(MAX_HEAD + 4096, b'a');
-        let t = send_parts(w, vec![big], Duration::ZERO);
+        let (r, t) = send_parts(&[&big], Duration::ZERO);
         let mut small = [0u8; SMALL_REQUEST];
         let mut b = HeadBuf::new(&mut small);
         assert!(matches!(read_head(&r, &mut b, None), Err(HeadRead::TooBig)));
@@ -472,54 +474,63 @@ mod tests {
         })
     }
 
+    /// Read a head that is `trickle`d after `first`, with the deadlines
+    /// `clock(window, rest)`: it times out with something read, after at
+    /// least `at_least` (and well before the trickle ends); then `check`
+    /// looks at what was read and at the clock.
+    fn trickled_times_out(
+        first: &'static [u8],
+        window: Duration,
+        rest: Duration,
+        at_least: Duration,
+        check: impl FnOnce(&HeadBuf<'_>, &HeadClock),
+    ) {
+        let (r, w) = unix_pair();
+        let t = trickle(w, first);
+        let mut small = [0u8; SMALL_REQUEST];
+        let mut b = HeadBuf::new(&mut small);
+        let mut k = clock(window, rest);
+        let start = Instant::now();
+        let got = read_head(&r, &mut b, Some(&mut k));
+        let took = start.elapsed();
+        assert!(matches!(got, Err(HeadRead::Timeout { partial: true })));
+        assert!(took >= at_least, "{took:?}");
+        assert!(took < Duration::from_secs(3), "{took:?}");
+        check(&b, &k);
+        drop(r);
+        t.join().unwrap();
+    }
+
     #[test]
     fn a_trickled_head_times_out_at_its_deadline() {
         // The request line is in at once; the rest of the head comes a
         // byte at a time, never completing: the rest's deadline (300 ms)
         // ends it, though bytes keep coming well within the window.
-        let (r, w) = unix_pair();
-        let t = trickle(w, b"GET / HTTP/1.1\r\nX: ");
-        let mut small = [0u8; SMALL_REQUEST];
-        let mut b = HeadBuf::new(&mut small);
-        let mut k = clock(Duration::from_secs(5), Duration::from_millis(300));
-        let start = Instant::now();
-        let got = read_head(&r, &mut b, Some(&mut k));
-        let took = start.elapsed();
-        assert!(matches!(got, Err(HeadRead::Timeout { partial: true })));
-        assert!(took >= Duration::from_millis(300), "{took:?}");
-        assert!(took < Duration::from_secs(3), "{took:?}");
-        assert!(b.data().starts_with(b"GET / HTTP/1.1\r\nX: x"));
-        drop(r);
-        t.join().unwrap();
+        let ms300 = Duration::from_millis(300);
+        trickled_times_out(
+            b"GET / HTTP/1.1\r\nX: ",
+            Duration::from_secs(5),
+            ms300,
+            ms300,
+            |b, _| assert!(b.data().starts_with(b"GET / HTTP/1.1\r\nX: x")),
+        );
     }
 
     #[test]
     fn a_trickled_request_line_times_out_at_the_line_deadline() {
-        let (r, w) = unix_pair();
-        let t = trickle(w, b"G");
-        let mut small = [0u8; SMALL_REQUEST];
-        let mut b = HeadBuf::new(&mut small);
-        let mut k = clock(Duration::from_millis(300), Duration::from_secs(5));
-        let start = Instant::now();
-        let got = read_head(&r, &mut b, Some(&mut k));
-        let took = start.elapsed();
-        assert!(matches!(got, Err(HeadRead::Timeout { partial: true })));
-        assert!(took >= Duration::from_millis(250), "{took:?}");
-        assert!(took < Duration::from_secs(3), "{took:?}");
-        assert!(k.rest_by.is_none(), "no line was complete");
-        drop(r);
-        t.join().unwrap();
+        trickled_times_out(
+            b"G",
+            Duration::from_millis(300),
+            Duration::from_secs(5),
+            Duration::from_millis(250),
+            |_, k| assert!(k.rest_by.is_none(), "no line was complete"),
+        );
     }
 
     #[test]
     fn a_head_within_its_deadlines_is_read() {
-        let (r, w) = unix_pair();
-        let parts = vec![
-            b"GET / HT".to_vec(),
-            b"TP/1.1\r\nHost: a\r\n".to_vec(),
-            b"\r\n".to_vec(),
-        ];
-        let t = send_parts(w, parts, Duration::from_millis(30));
+        let parts: [&[u8]; 3] = [b"GET / HT", b"TP/1.1\r\nHost: a\r\n", b"\r\n"];
+        let (r, t) = send_parts(&parts, Duration::from_millis(30));
         let mut small = [0u8; SMALL_REQUEST];
         let mut b = HeadBuf::new(&mut small);
         let mut k = clock(Duration::from_secs(2), Duration::from_secs(2));

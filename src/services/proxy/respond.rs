@@ -5,6 +5,7 @@
 use crate::acl;
 use crate::client::Client;
 use crate::filter::{self, Filters, Verdict};
+use crate::net::Stream;
 use crate::proto::http::{self, ChunkScanner, Framing, ResponseHead};
 use crate::res::Res;
 use crate::timeouts::Timeouts;
@@ -66,10 +67,17 @@ impl Session {
             let max = self.svc.filtermaxsize;
             match h.framing {
                 Framing::Length(n) if n > 0 && n <= max as u64 => {
-                    return self.respond_filtered(c, sb, req, o, &h, &fs, body_done, client_keep);
+                    let clean = self.respond_filtered(c, sb, req, &o.s, n, &fs)?;
+                    let reuse = body_done && h.keep_alive && clean;
+                    return Ok(self.done_response(c, o, reuse, client_keep));
                 }
                 Framing::Close | Framing::Chunked if max > 0 => {
-                    return self.respond_streamed(c, sb, req, o, &h, &fs, body_done, client_keep)
+                    // Only a chunked body ends where the next response
+                    // can begin.
+                    let chunked = h.framing == Framing::Chunked;
+                    let clean = self.respond_streamed(c, sb, req, &o.s, chunked, &fs)?;
+                    let reuse = chunked && body_done && h.keep_alive && clean;
+                    return Ok(self.done_response(c, o, reuse, client_keep && chunked));
                 }
                 _ => {}
             }
@@ -137,32 +145,27 @@ impl Session {
         Ok(self.done_response(c, o, body_done && h.keep_alive && clean, client_keep))
     }
 
-    /// A response body of a length up to `filtermaxsize`: read whole, run
-    /// the `srvdata` filters, send with its new length (as 3proxy does).
+    /// A response body of length `n`, up to `filtermaxsize`, from the
+    /// origin `srv`: read whole, run the `srvdata` filters, send with its
+    /// new length (as 3proxy does). Ok(whether nothing came after it).
     #[inline(never)]
-    #[allow(clippy::too_many_arguments)]
     fn respond_filtered(
         &mut self,
         c: &mut Client,
         sb: &mut HeadBuf<'_>,
         req: &Req,
-        o: Origin,
-        h: &ResponseHead,
+        srv: &Stream,
+        n: u64,
         fs: &Filters,
-        body_done: bool,
-        client_keep: bool,
-    ) -> Result<Next, Fail> {
-        let Framing::Length(n) = h.framing else {
-            return Err(Fail::answer(Res::HTTP_BAD_REPLY, 502));
-        };
+    ) -> Result<bool, Fail> {
         let now = (sb.data().len() as u64).min(n) as usize;
         let mut body = sb.data()[..now].to_vec();
         sb.consume(now);
         let clean = sb.data().is_empty();
         if (now as u64) < n {
-            o.s.ack_now();
+            srv.ack_now();
         }
-        filt::read_rest(&o.s, n - now as u64, Side::Server, self.shaper(), &mut body)
+        filt::read_rest(srv, n - now as u64, Side::Server, self.shaper(), &mut body)
             .map_err(|(_, e)| Fail::answer(srv_res(&e), 502))?;
         let host = acl::normalize_host(&self.host);
         let user = c.user.clone();
@@ -177,41 +180,39 @@ impl Session {
             .map_err(|e| Fail::silent(send_res(&e)))?;
         write_all_v(&c.cli, &self.resp_out, &body).map_err(|e| Fail::silent(send_res(&e)))?;
         c.record.bytes_in += (self.resp_out.len() + body.len()) as u64;
-        Ok(self.done_response(c, o, body_done && h.keep_alive && clean, client_keep))
+        Ok(clean)
     }
 
-    /// A response body that ends when the origin closes, or chunked:
-    /// streamed through the `srvdata` filters, `filtermaxsize` bytes at a
-    /// time (a chunked one decoded, and sent in new chunks).
+    /// A response body from the origin `srv` that ends when it closes, or
+    /// `chunked`: streamed through the `srvdata` filters,
+    /// `filtermaxsize` bytes at a time (a chunked one decoded, and sent
+    /// in new chunks). Ok(whether nothing came after the body).
     #[inline(never)]
-    #[allow(clippy::too_many_arguments)]
     fn respond_streamed(
         &mut self,
         c: &mut Client,
         sb: &mut HeadBuf<'_>,
         req: &Req,
-        o: Origin,
-        h: &ResponseHead,
+        srv: &Stream,
+        chunked: bool,
         fs: &Filters,
-        body_done: bool,
-        client_keep: bool,
-    ) -> Result<Next, Fail> {
+    ) -> Result<bool, Fail> {
         let first = sb.data().to_vec();
         sb.consume(first.len());
-        o.s.ack_now();
+        srv.ack_now();
         set_write_timeout(&c.cli, &mut self.cli_wto, self.long)
             .map_err(|e| Fail::silent(send_res(&e)))?;
         let host = acl::normalize_host(&self.host);
         let user = c.user.clone();
         let q = filt::query(fs, c, user.as_deref(), &host, req.port, req.op.bits());
         let mut clean = true;
-        let r = if h.framing == Framing::Chunked {
+        let r = if chunked {
             filt::stream_chunked(
                 fs,
                 filter::SRVDATA,
                 &q,
                 self.svc.filtermaxsize,
-                &o.s,
+                srv,
                 Side::Server,
                 &c.cli,
                 &self.resp_out,
@@ -225,7 +226,7 @@ impl Session {
                 filter::SRVDATA,
                 &q,
                 self.svc.filtermaxsize,
-                &o.s,
+                srv,
                 &c.cli,
                 &self.resp_out,
                 &first,
@@ -246,10 +247,7 @@ impl Session {
             Err(filt::StreamErr::Io(Side::Client, e)) => return Err(Fail::silent(send_res(&e))),
             Err(filt::StreamErr::Io(Side::Server, e)) => return Err(Fail::silent(srv_res(&e))),
         }
-        // Only a chunked body ends where the next response can begin.
-        let chunked = h.framing == Framing::Chunked;
-        let reuse = chunked && body_done && h.keep_alive && clean;
-        Ok(self.done_response(c, o, reuse, client_keep && chunked))
+        Ok(clean)
     }
 
     /// A response went out whole: keep the origin connection when the
