@@ -77,6 +77,9 @@ pub struct State {
     /// `transparent` (the default once loaded) or `notransparent` holds
     /// for the services that follow.
     pub transparent: Option<bool>,
+    /// StringsPlugin: the texts its file replaces; process-wide, set in
+    /// every service by `finalize` (the last `plugin` line wins).
+    pub strings: Option<Arc<crate::stringtable::Strings>>,
     /// `pcre`, `pcre_rewrite`: the filter chain later services take.
     pub filters: crate::filter::Filters,
     /// `pcre_options`: flags of later patterns.
@@ -128,6 +131,7 @@ impl State {
             warnings: Vec::new(),
             pending: Vec::new(),
             transparent: None,
+            strings: None,
             filters: Default::default(),
             pcre_opts: Default::default(),
             filtermaxsize: crate::filter::DEFAULT_MAXSIZE,
@@ -195,6 +199,7 @@ impl State {
             svc.logdump = (self.ops.logdump.cli, self.ops.logdump.srv);
             svc.delimchar = self.ops.delimchar;
             svc.filtermaxsize = self.filtermaxsize;
+            svc.strings.clone_from(&self.strings);
             if svc.opts.log.is_none() && svc.log.is_some() {
                 svc.log = self.log.clone();
             }
