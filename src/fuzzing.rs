@@ -23,6 +23,7 @@ use crate::net::Stream;
 use crate::proto::http::{self, ChunkScanner, Rewrite};
 use crate::proto::socks::{self, Dest};
 use crate::proto::{dns, ftp, imap, mail, proxy_v1, smtp, tls};
+use crate::stringtable::{self, ADMIN_COUNT, PROXY_COUNT};
 
 /// A target's entry point: it takes the input as it comes.
 pub type Target = fn(&[u8]);
@@ -41,6 +42,7 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("radius", radius),
     ("socks_client", socks_client),
     ("socks_server", socks_server),
+    ("strings_file", strings_file),
     ("tls_hello", tls_hello),
 ];
 
@@ -771,6 +773,30 @@ pub fn logformat(data: &[u8]) {
         out.len(),
         data.len()
     );
+}
+
+/// StringsPlugin's file (`stringtable::parse`): a string it keeps is not
+/// empty and holds no NUL, and CR and LF only as the CR LF a `\n` made
+/// (each line lost its own end); the same file reads the same twice.
+pub fn strings_file(data: &[u8]) {
+    let data = cut(data);
+    let p = stringtable::parse(data);
+    let kept = (0..PROXY_COUNT)
+        .filter_map(|i| p.strings.proxy(i))
+        .chain((0..ADMIN_COUNT).filter_map(|i| p.strings.admin(i)));
+    for s in kept {
+        assert!(!s.is_empty(), "an empty string replaces an entry");
+        assert!(!s.contains(&0), "a NUL in {s:?}");
+        for (i, &b) in s.iter().enumerate() {
+            match b {
+                b'\r' => assert_eq!(s.get(i + 1), Some(&b'\n'), "a CR alone in {s:?}"),
+                b'\n' => assert_eq!(s[..i].last(), Some(&b'\r'), "an LF alone in {s:?}"),
+                _ => {}
+            }
+        }
+    }
+    assert!(p.problems.len() <= 8, "{:?}", p.problems);
+    assert_eq!(stringtable::parse(data).strings, p.strings);
 }
 
 /// The line readers and login parsers of pop3p, imapp, smtpp and ftppr

@@ -51,6 +51,7 @@ mod services;
 mod session;
 mod shutdown;
 mod sqllog;
+mod stringtable;
 mod sys;
 mod timeouts;
 mod tls;

@@ -313,6 +313,9 @@ pub struct Service {
     pub filters: Option<Arc<crate::filter::Filters>>,
     /// `filtermaxsize`: process-wide, set after the whole cfg has run.
     pub filtermaxsize: usize,
+    /// StringsPlugin's texts (None: all built in); process-wide, set
+    /// after the whole cfg has run.
+    pub strings: Option<Arc<crate::stringtable::Strings>>,
     /// `ssl_serv` at the service's line: clients speak TLS (the
     /// certificate, key and client verification as they stood there).
     pub tls_server: Option<Arc<rustls::ServerConfig>>,

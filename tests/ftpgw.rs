@@ -289,3 +289,54 @@ fn ftp_gateway_stores_a_put_and_answers_after_the_server_does() {
     s.r.read_line(&mut l).unwrap();
     assert!(l.starts_with("HTTP/1.1 411 "), "{l}");
 }
+
+/// StringsPlugin: its proxy entry 8 heads an ftp:// file and its entry 9
+/// a listing 3proxy would stream (over 32 KiB), as 3proxy sends them;
+/// a short listing keeps its own head, with its length.
+#[test]
+fn ftp_gateway_heads_files_and_long_listings_with_strings_plugin_texts() {
+    let dir = Dir::new("ftpgw_strings");
+    let (root, _) = tree(&dir);
+    std::fs::create_dir_all(root.join("long")).unwrap();
+    let name = |i: usize| format!("{i:03}-{}", "x".repeat(60));
+    for i in 0..250 {
+        std::fs::write(root.join("long").join(name(i)), "x").unwrap();
+    }
+    let file_head = "HTTP/1.0 200 Datei folgt\r\n\r\n";
+    let list_head = "HTTP/1.0 200 Liste folgt\r\nContent-Type: text/html\r\n\r\n";
+    let strings = dir.write(
+        "strings",
+        crate::strings::strings_file(&[(8, file_head), (9, list_head)], &[]),
+    );
+    let ftp = FtpServer::start(&root, true);
+    let pre = format!("plugin StringsPlugin.ld.so start {}\n", p(&strings));
+    let (_proxy, port, _) = PROXY.start_in(dir, &pre, "", "");
+    let base = format!("ftp://127.0.0.1:{}", ftp.port);
+    let ask = |path: &str| {
+        let r = http_once(
+            port,
+            format!("GET {base}{path} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes(),
+        );
+        format!("{}{}", r.head, r.text())
+    };
+
+    assert_eq!(ask("/pub/hello.txt"), format!("{file_head}hello ftp\n"));
+
+    let mut c = HttpClient::connect(port);
+    let (status, head, _) = get(&mut c, &format!("{base}/pub/"), "");
+    assert_eq!(status, 200);
+    assert!(head.starts_with("HTTP/1.0 200 OK\r\n"), "{head}");
+    assert!(head.contains("\r\nContent-Length: "), "{head}");
+
+    let long = ask("/long/");
+    assert!(
+        long.starts_with(&format!("{list_head}<pre><hr>\n")),
+        "{long}"
+    );
+    assert!(long.len() > 32 * 1024, "{} bytes", long.len());
+    let last = name(249);
+    assert!(
+        long.contains(&format!("<A HREF=\"/long/{last}\">{last}</A>")),
+        "{long}"
+    );
+}

@@ -48,6 +48,7 @@ mod sqllog;
 mod sslcli;
 mod standalone;
 mod starttls;
+mod strings;
 mod tcppm;
 mod tls;
 mod udppm;

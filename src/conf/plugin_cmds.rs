@@ -19,9 +19,10 @@ enum Plugin {
     PamAuth,
     /// utf8tocp1251: its auth type, and Windows-1251 cfg lines.
     Utf8ToCp1251,
+    /// StringsPlugin: its file's texts replace the built-in ones.
+    Strings,
     /// Known, not built; the text says why.
     NotBuilt(&'static str, &'static str),
-    /// 3proxy's built-in TLS and PCRE: another branch builds them.
     /// PCREPlugin: its commands (`pcre`, `pcre_rewrite`, ...) are built
     /// in and always there; loading it changes nothing.
     Pcre,
@@ -61,10 +62,8 @@ fn by_file(file: &str) -> Option<Plugin> {
             "byte counts are what the sessions carried; its `trafcorrect` \
              estimates of packet headers are not made",
         ),
-        "stringsplugin" => Plugin::NotBuilt(
-            "StringsPlugin",
-            "the messages and pages sent to clients are built in",
-        ),
+        // Its ReadMe's example loads it as "string.dll".
+        "stringsplugin" | "string" => Plugin::Strings,
         "ldapauth" | "ldapplugin" => Plugin::NotBuilt(
             "LdapPlugin",
             "3proxy itself no longer builds it (unsupported upstream)",
@@ -114,6 +113,14 @@ pub fn h_plugin(state: &mut State, args: &[String]) -> Result<(), String> {
             state.cp1251_text = true;
             Ok(())
         }
+        Plugin::Strings => {
+            let Some(path) = args.get(3) else {
+                return Err(
+                    "StringsPlugin needs its strings file: plugin FILE start STRINGSFILE".into(),
+                );
+            };
+            load_strings(state, path)
+        }
         Plugin::NotBuilt(p, why) => Err(format!(
             "plugin {p} ('{}' from '{}') is not built: {why}",
             quote(name),
@@ -121,6 +128,35 @@ pub fn h_plugin(state: &mut State, args: &[String]) -> Result<(), String> {
         )),
         Plugin::Pcre | Plugin::Ssl => Ok(()),
     }
+}
+
+/// StringsPlugin's file: read now (3proxy's plugin reads it when its
+/// line runs, at every load), its texts for every service. A file that
+/// cannot be read fails the line, as 3proxy's plugin does; what looks
+/// wrong inside is one warning, and the rest is used.
+fn load_strings(state: &mut State, path: &str) -> Result<(), String> {
+    let text = std::fs::File::open(path)
+        .map_err(super::state::ReadError::Io)
+        .and_then(|f| state.read_counted(f, u64::MAX))
+        .map_err(|e| match e {
+            super::state::ReadError::Io(e) => {
+                format!(
+                    "StringsPlugin cannot read its strings file '{}': {e}",
+                    quote(path)
+                )
+            }
+            super::state::ReadError::TooBig(_) => super::state::too_big(),
+        })?;
+    let parsed = crate::stringtable::parse(&text);
+    if !parsed.problems.is_empty() {
+        state.lenient(format!(
+            "StringsPlugin: '{}': {}",
+            quote(path),
+            parsed.problems.join("; ")
+        ));
+    }
+    state.strings = Some(Arc::new(parsed.strings));
+    Ok(())
 }
 
 /// `transparent` / `notransparent` (TransparentPlugin's commands): later
@@ -157,7 +193,8 @@ mod tests {
                 "start",
                 by_file("trafficplugin"),
             ),
-            ("/x/StringsPlugin.ld.so", "start", by_file("stringsplugin")),
+            ("/x/StringsPlugin.ld.so", "start", Some(Plugin::Strings)),
+            ("c:\\3proxy\\string.dll", "start", Some(Plugin::Strings)),
             ("/x/whatever.so", "start", None),
             ("/x/whatever.so", "my_plugin", None),
             ("/nowhere/ssl.so", "ssl_plugin", Some(Plugin::Ssl)),
@@ -188,6 +225,32 @@ mod tests {
         ])
         .unwrap();
         assert_eq!(st.transparent, Some(true));
+    }
+
+    #[test]
+    fn strings_plugin_reads_its_file_at_its_line() {
+        let e = run(&["plugin /x/StringsPlugin.ld.so start"]).unwrap_err();
+        assert!(e.contains("needs its strings file"), "{e}");
+        let e = run(&["plugin /x/StringsPlugin.ld.so start /nonexistent/strings"]).unwrap_err();
+        assert!(
+            e.contains("cannot read its strings file '/nonexistent/strings'"),
+            "{e}"
+        );
+        let path = std::env::temp_dir().join(format!("tp-strings-unit-{}", std::process::id()));
+        std::fs::write(&path, "[--proxy--]\nx\n[end]\n[/--proxy--]\n").unwrap();
+        let line = format!("plugin StringsPlugin.ld.so start {}", path.display());
+        let got = run(&[&line]);
+        let _ = std::fs::remove_file(&path);
+        let mut st = got.unwrap();
+        let s = st.strings.clone().unwrap();
+        assert_eq!(s.proxy(0), Some(&b"x"[..]));
+        assert_eq!(s.proxy(1), None);
+        let warned = st.take_pending();
+        assert_eq!(warned.len(), 1, "{warned:?}");
+        assert!(
+            warned[0].starts_with(&format!("StringsPlugin: '{}': ", path.display())),
+            "{warned:?}"
+        );
     }
 
     #[test]

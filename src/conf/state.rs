@@ -82,6 +82,9 @@ pub struct State {
     /// The cfg loads utf8tocp1251 somewhere: its lines that are not UTF-8
     /// are read as Windows-1251 (`conf::run` looks before it runs).
     pub cp1251_text: bool,
+    /// StringsPlugin: the texts its file replaces; process-wide, set in
+    /// every service by `finalize` (the last `plugin` line wins).
+    pub strings: Option<Arc<crate::stringtable::Strings>>,
     /// `pcre`, `pcre_rewrite`: the filter chain later services take.
     pub filters: crate::filter::Filters,
     /// `pcre_options`: flags of later patterns.
@@ -135,6 +138,7 @@ impl State {
             transparent: None,
             utf8tocp1251: false,
             cp1251_text: false,
+            strings: None,
             filters: Default::default(),
             pcre_opts: Default::default(),
             filtermaxsize: crate::filter::DEFAULT_MAXSIZE,
@@ -203,6 +207,7 @@ impl State {
             svc.logdump = (self.ops.logdump.cli, self.ops.logdump.srv);
             svc.delimchar = self.ops.delimchar;
             svc.filtermaxsize = self.filtermaxsize;
+            svc.strings.clone_from(&self.strings);
             if svc.opts.log.is_none() && svc.log.is_some() {
                 svc.log = self.log.clone();
             }

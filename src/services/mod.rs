@@ -608,6 +608,7 @@ fn build(
         back_listener: None,
         filters: (!state.filters.is_empty()).then(|| Arc::new(state.filters.clone())),
         filtermaxsize: state.filtermaxsize,
+        strings: state.strings.clone(),
         tls_server: None,
         tls_client: None,
         mitm: None,

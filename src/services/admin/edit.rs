@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use super::pages::{escape, page};
+use super::pages::escape;
 use super::request::{form_field, Head, BAD_REQUEST, FORBIDDEN};
 use crate::client::Client;
 use crate::res::Res;
@@ -36,29 +36,20 @@ fn cfg_path() -> Option<PathBuf> {
     CFG.lock().unwrap_or_else(|e| e.into_inner()).clone()
 }
 
-/// `/F`: the cfg file's text, HTML-escaped; with `writable`, inside the
-/// form that posts it to `/U`.
+/// `/F`'s content: the cfg file's text, HTML-escaped; with `writable`,
+/// inside the form that posts it to `/U`.
 pub(super) fn cfg_page() -> String {
     match cfg_path().map(std::fs::read) {
-        Some(Ok(text)) if WRITABLE.load(Ordering::Relaxed) => page(
-            "Configuration file",
-            &format!(
-                "<p>Careful: the text below replaces the file, and takes effect at the \
-                 next reload.</p>\n<form method=\"POST\" action=\"/U\" \
-                 enctype=\"application/x-www-form-urlencoded\">\
-                 <textarea cols=\"80\" rows=\"30\" name=\"conffile\">{}</textarea><br>\
-                 <input type=\"submit\"></form>\n",
-                escape(&String::from_utf8_lossy(&text))
-            ),
+        Some(Ok(text)) if WRITABLE.load(Ordering::Relaxed) => format!(
+            "<p>Careful: the text below replaces the file, and takes effect at the \
+             next reload.</p>\n<form method=\"POST\" action=\"/U\" \
+             enctype=\"application/x-www-form-urlencoded\">\
+             <textarea cols=\"80\" rows=\"30\" name=\"conffile\">{}</textarea><br>\
+             <input type=\"submit\"></form>\n",
+            escape(&String::from_utf8_lossy(&text))
         ),
-        Some(Ok(text)) => page(
-            "Configuration file",
-            &format!("<pre>{}</pre>\n", escape(&String::from_utf8_lossy(&text))),
-        ),
-        _ => page(
-            "Configuration file",
-            "<p>The configuration file cannot be read.</p>\n",
-        ),
+        Some(Ok(text)) => format!("<pre>{}</pre>\n", escape(&String::from_utf8_lossy(&text))),
+        _ => "<p>The configuration file cannot be read.</p>\n".into(),
     }
 }
 

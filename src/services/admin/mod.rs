@@ -54,13 +54,15 @@ use crate::access::{Op, Request};
 use crate::client::Client;
 use crate::res::Res;
 use crate::service::Service;
+use crate::stringtable;
 use crate::timeouts::Timeouts;
 use pages::{
-    counters, page, parent_health, parents_page, services_xml, sessions_json, sessions_page,
-    XML_STYLE,
+    counters, parent_health, parents_page, services_items, sessions_json, sessions_page, XML_END,
+    XML_START, XML_STYLE,
 };
 use request::{
-    error_page, parse_head, read_head, respond, respond_as, Head, BAD_REQUEST, NOT_FOUND,
+    error_page, parse_head, read_head, respond_as, respond_bytes, send_page, send_raw, Head,
+    BAD_REQUEST, NOT_FOUND,
 };
 
 pub use edit::{set_cfg, set_writable};
@@ -104,6 +106,11 @@ fn serve_request(c: &mut Client, early: &[u8], redirected: bool) {
     };
     if let Err(res) = crate::access::authorize(&svc, &req) {
         if res != Res::QUOTA {
+            let replaced = svc.strings.as_deref();
+            if let Some(page) = replaced.and_then(|t| t.admin(stringtable::ADMIN_AUTH)) {
+                c.record.res = res;
+                return send_raw(c, &[page]);
+            }
             return error_page(
                 c,
                 res,
@@ -120,8 +127,9 @@ fn serve_request(c: &mut Client, early: &[u8], redirected: bool) {
 /// Answer the page `head` asks for (`limited`: only the read-only ones).
 fn route(c: &mut Client, svc: &Service, head: &Head, buf: &[u8], wait: Duration, limited: bool) {
     let path = head.path.split('?').next().unwrap_or("");
-    let body = match path {
-        "/" => page(
+    let strings = svc.strings.as_deref();
+    let (title, content): (&str, String) = match path {
+        "/" => (
             "Web admin",
             "<ul>\n<li><a href=\"/C\">Traffic counters</a></li>\n\
              <li><a href=\"/L\">Live sessions</a></li>\n\
@@ -129,10 +137,11 @@ fn route(c: &mut Client, svc: &Service, head: &Head, buf: &[u8], wait: Duration,
              <li><a href=\"/S\">Running services (XML)</a></li>\n\
              <li><a href=\"/metrics\">Metrics (Prometheus)</a></li>\n\
              <li><a href=\"/F\">Configuration file</a></li>\n\
-             <li><a href=\"/R\">Reload the configuration</a></li>\n</ul>\n",
+             <li><a href=\"/R\">Reload the configuration</a></li>\n</ul>\n"
+                .into(),
         ),
         p if p.starts_with("/C") && (p.len() == 2 || p[2..].starts_with(['D', 'S'])) => {
-            page("Traffic counters", &counters(svc))
+            ("Traffic counters", counters(svc))
         }
         "/metrics" => {
             c.record.res = Res::OK;
@@ -156,23 +165,34 @@ fn route(c: &mut Client, svc: &Service, head: &Head, buf: &[u8], wait: Duration,
         }
         "/S" => {
             c.record.res = Res::OK;
-            let body = services_xml(&crate::live::snapshot());
-            return respond_as(
-                c,
-                "200 OK",
-                "text/xml; charset=utf-8",
-                "Content-Disposition: inline; filename=running.xml\r\n",
-                &body,
-            );
+            // StringsPlugin's start (HTTP head included) and end, if any.
+            let items = services_items(&crate::live::snapshot());
+            let start = strings.and_then(|t| t.admin(stringtable::ADMIN_XML_HEAD));
+            let end = strings
+                .and_then(|t| t.admin(stringtable::ADMIN_XML_TAIL))
+                .unwrap_or(XML_END.as_bytes());
+            return match start {
+                Some(start) => send_raw(c, &[start, items.as_bytes(), end]),
+                None => respond_bytes(
+                    c,
+                    "200 OK",
+                    "text/xml; charset=utf-8",
+                    "Content-Disposition: inline; filename=running.xml\r\n",
+                    &[XML_START.as_bytes(), items.as_bytes(), end],
+                ),
+            };
         }
         "/SX" => {
             c.record.res = Res::OK;
-            return respond_as(c, "200 OK", "text/css", "", XML_STYLE);
+            return match strings.and_then(|t| t.admin(stringtable::ADMIN_STYLE)) {
+                Some(style) => send_raw(c, &[style]),
+                None => respond_as(c, "200 OK", "text/css", "", XML_STYLE),
+            };
         }
-        "/P" => page("Parents", &parents_page()),
-        "/L" => page(
+        "/P" => ("Parents", parents_page()),
+        "/L" => (
             "Live sessions",
-            &sessions_page(&crate::live::snapshot(), c.live.id()),
+            sessions_page(&crate::live::snapshot(), c.live.id()),
         ),
         _ if limited => {
             return error_page(c, NOT_FOUND, "404 Not Found", "", "No such page.");
@@ -181,14 +201,14 @@ fn route(c: &mut Client, svc: &Service, head: &Head, buf: &[u8], wait: Duration,
             ::log::warn!("admin: reload asked for by {:?}", c.client_addr);
             let _ =
                 nix::sys::signal::kill(nix::unistd::Pid::this(), nix::sys::signal::Signal::SIGUSR1);
-            page("Reload", "<p>Reload scheduled.</p>\n")
+            ("Reload", "<p>Reload scheduled.</p>\n".into())
         }
-        "/F" => edit::cfg_page(),
+        "/F" => ("Configuration file", edit::cfg_page()),
         "/E" => return end::end_sessions(c, head),
         "/U" => match edit::update(c, head, buf, wait) {
-            Ok(()) => page(
+            Ok(()) => (
                 "Configuration updated",
-                "<p>The file is written; <a href=\"/R\">reload</a> to apply it.</p>\n",
+                "<p>The file is written; <a href=\"/R\">reload</a> to apply it.</p>\n".into(),
             ),
             Err((res, status, why)) => return error_page(c, res, status, "", why),
         },
@@ -197,5 +217,5 @@ fn route(c: &mut Client, svc: &Service, head: &Head, buf: &[u8], wait: Duration,
         }
     };
     c.record.res = Res::OK;
-    respond(c, "200 OK", "", &body);
+    send_page(c, strings, title, &content);
 }

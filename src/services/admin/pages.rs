@@ -9,16 +9,30 @@ use crate::limit::{CountKind, Period};
 /// Escape text for HTML (`crate::escape`).
 pub(super) use crate::escape::html as escape;
 
+/// A whole page: [`page_top`], [`heading`], `content`, [`PAGE_END`].
 pub(super) fn page(title: &str, content: &str) -> String {
+    format!("{}{}{content}{PAGE_END}", page_top(title), heading(title))
+}
+
+/// A page's start: the document's head and the links to the others
+/// (what StringsPlugin's admin entry 1 replaces).
+pub(super) fn page_top(title: &str) -> String {
     format!(
         "<!DOCTYPE html>\n<html><head><title>threeproxy: {t}</title></head>\n<body>\n\
          <p><a href=\"/\">Home</a> | <a href=\"/C\">Counters</a> | \
          <a href=\"/L\">Sessions</a> | <a href=\"/S\">Running services</a> | \
-         <a href=\"/F\">Configuration</a> | <a href=\"/R\">Reload</a></p>\n\
-         <h1>{t}</h1>\n{content}</body></html>\n",
+         <a href=\"/F\">Configuration</a> | <a href=\"/R\">Reload</a></p>\n",
         t = escape(title)
     )
 }
+
+/// A page's heading, after its start.
+pub(super) fn heading(title: &str) -> String {
+    format!("<h1>{}</h1>\n", escape(title))
+}
+
+/// A page's end (what StringsPlugin's admin entry 5 replaces).
+pub(super) const PAGE_END: &str = "</body></html>\n";
 
 /// A string as a JSON string literal.
 fn json_str(s: &str) -> String {
@@ -217,15 +231,20 @@ fn xml_param(out: &mut String, level: usize, name: &str, ty: &str, what: &str, v
     ));
 }
 
-/// `/S`: the running services, each with its connected clients, in the
-/// XML 3proxy's webadmin.c writes (items of parameters with name, type,
-/// description and value), for the properties threeproxy has.
-pub(super) fn services_xml(all: &[crate::live::View]) -> String {
-    let mut out = String::from(
-        "<?xml version=\"1.0\"?>\r\n<?xml-stylesheet href=\"/SX\" type=\"text/css\"?>\r\n\
-         <services>\r\n<description>Services currently running and connected clients\
-         </description>\r\n<item>",
-    );
+/// `/S`'s start: the XML prolog, up to the services' description
+/// (StringsPlugin's admin entry 2 replaces it, with the HTTP head).
+pub(super) const XML_START: &str = "<?xml version=\"1.0\"?>\r\n\
+    <?xml-stylesheet href=\"/SX\" type=\"text/css\"?>\r\n<services>\r\n\
+    <description>Services currently running and connected clients</description>\r\n";
+
+/// `/S`'s end (StringsPlugin's admin entry 3).
+pub(super) const XML_END: &str = "</services>\r\n";
+
+/// `/S`'s body: the running services, each with its connected clients,
+/// in the XML 3proxy's webadmin.c writes (items of parameters with name,
+/// type, description and value), for the properties threeproxy has.
+pub(super) fn services_items(all: &[crate::live::View]) -> String {
+    let mut out = String::from("<item>");
     let services: Vec<_> = crate::running::all()
         .iter()
         .filter(|r| !r.stopped())
@@ -340,7 +359,7 @@ pub(super) fn services_xml(all: &[crate::live::View]) -> String {
         }
         out.push_str("</item></parameter>");
     }
-    out.push_str("</item></services>\r\n");
+    out.push_str("</item>");
     out
 }
 

@@ -6,10 +6,11 @@ use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::time::{Duration, Instant};
 
-use super::pages::{escape, page};
+use super::pages::{escape, heading, page, page_top, PAGE_END};
 use crate::client::Client;
 use crate::proto::http::{basic_credentials, parse_request, Framing, Rewrite};
 use crate::res::Res;
+use crate::stringtable::{self, Strings};
 
 /// The longest request head read.
 const MAX_HEAD: usize = 16 * 1024;
@@ -124,13 +125,58 @@ pub(super) fn respond(c: &Client, status: &str, extra: &str, body: &str) {
 }
 
 pub(super) fn respond_as(c: &Client, status: &str, ctype: &str, extra: &str, body: &str) {
-    let out = format!(
+    respond_bytes(c, status, ctype, extra, &[body.as_bytes()]);
+}
+
+/// [`respond_as`] with a body of byte strings, in order.
+pub(super) fn respond_bytes(c: &Client, status: &str, ctype: &str, extra: &str, body: &[&[u8]]) {
+    let len: usize = body.iter().map(|b| b.len()).sum();
+    let head = format!(
         "HTTP/1.0 {status}\r\nConnection: close\r\nCache-Control: no-cache\r\n\
-         Content-Type: {ctype}\r\n{extra}Content-Length: {}\r\n\r\n{body}",
-        body.len()
+         Content-Type: {ctype}\r\n{extra}Content-Length: {len}\r\n\r\n"
     );
+    let mut out = Vec::with_capacity(head.len() + len);
+    out.extend_from_slice(head.as_bytes());
+    body.iter().for_each(|b| out.extend_from_slice(b));
     let mut w = &c.cli;
-    let _ = w.write_all(out.as_bytes());
+    let _ = w.write_all(&out);
+}
+
+/// Bytes as they are: StringsPlugin's texts, which carry their own HTTP
+/// head and no length (the connection's close ends the answer).
+pub(super) fn send_raw(c: &Client, parts: &[&[u8]]) {
+    let _ = (&c.cli).write_all(&parts.concat());
+}
+
+/// A page answered 200: in the built-in frame, or with StringsPlugin's
+/// start (admin entry 1, a printf format given the program's name twice
+/// and its version, HTTP head included) and end (entry 5) where its file
+/// has them. The heading and the content are this service's.
+pub(super) fn send_page(c: &Client, strings: Option<&Strings>, title: &str, content: &str) {
+    let start = strings.and_then(|t| t.admin(stringtable::ADMIN_HEAD));
+    let end = strings
+        .and_then(|t| t.admin(stringtable::ADMIN_TAIL))
+        .unwrap_or(PAGE_END.as_bytes());
+    let heading = heading(title);
+    match start {
+        Some(f) => {
+            const NAME: &str = "threeproxy";
+            let start = stringtable::printf_s(f, &[NAME, NAME, env!("CARGO_PKG_VERSION")]);
+            send_raw(c, &[&start, heading.as_bytes(), content.as_bytes(), end]);
+        }
+        None => respond_bytes(
+            c,
+            "200 OK",
+            "text/html; charset=utf-8",
+            "",
+            &[
+                page_top(title).as_bytes(),
+                heading.as_bytes(),
+                content.as_bytes(),
+                end,
+            ],
+        ),
+    }
 }
 
 pub(super) fn error_page(c: &mut Client, res: Res, status: &str, extra: &str, what: &str) {

@@ -84,6 +84,14 @@ pub(super) fn send_error(cli: &Stream, status: u16, res: Res) -> usize {
     }
 }
 
+/// Write a page as it is (StringsPlugin's); the byte count sent.
+pub(super) fn send_page(cli: &Stream, page: &[u8]) -> usize {
+    match write_all_v(cli, page, &[]) {
+        Ok(()) => page.len(),
+        Err(_) => 0,
+    }
+}
+
 /// After an error answer: stop sending, then read and drop what the client
 /// still sends for a moment, so closing does not reset the connection and
 /// destroy the answer before the client read it.

@@ -18,6 +18,7 @@ use crate::net::Stream;
 use crate::parent;
 use crate::proto::ftp::{ends_reply, pasv_port};
 use crate::res::Res;
+use crate::stringtable;
 use crate::timeouts::Timeouts;
 
 /// The longest control line kept; longer ones are cut.
@@ -157,7 +158,13 @@ pub(super) fn serve(c: &mut Client, w: &Want<'_>, timeouts: &Timeouts) -> Result
         return store(c, &mut ctl, data, len, early, timeouts);
     }
     let data = command(c, &mut ctl, w, &format!("RETR {file}\r\n"))?;
-    let head = b"HTTP/1.0 200 OK\r\nConnection: close\r\n\r\n";
+    // StringsPlugin's text for it, if any: 3proxy heads a file with the
+    // line that opens a tunnel.
+    let head = svc
+        .strings
+        .as_deref()
+        .and_then(|t| t.proxy(stringtable::ESTABLISHED))
+        .unwrap_or(b"HTTP/1.0 200 OK\r\nConnection: close\r\n\r\n");
     (&c.cli)
         .write_all(head)
         .map_err(|_| (Res::FTP_CLIENT_SEND, None))?;
@@ -364,12 +371,22 @@ fn listing(
     let done = ctl.reply(Some(&mut end));
     escape(&String::from_utf8_lossy(&end), &mut page);
     page.push('\n');
-    let head = format!(
-        "HTTP/1.0 200 OK\r\nContent-Type: text/html\r\nConnection: keep-alive\r\nContent-Length: {}\r\n\r\n",
-        page.len()
-    );
+    // A listing 3proxy would stream goes out under StringsPlugin's head
+    // for it, if any, without a length: the close ends it.
+    let svc = c.svc().clone();
+    let streamed = (page.len() > stringtable::LONG_LISTING)
+        .then(|| svc.strings.as_deref()?.proxy(stringtable::LISTING_HEAD))
+        .flatten();
+    let head = match streamed {
+        Some(h) => h.to_vec(),
+        None => format!(
+            "HTTP/1.0 200 OK\r\nContent-Type: text/html\r\nConnection: keep-alive\r\nContent-Length: {}\r\n\r\n",
+            page.len()
+        )
+        .into_bytes(),
+    };
     let sent = (&c.cli)
-        .write_all(head.as_bytes())
+        .write_all(&head)
         .and_then(|()| (&c.cli).write_all(page.as_bytes()));
     if sent.is_err() {
         return Err((Res::FTP_CLIENT_SEND, None));
@@ -378,7 +395,7 @@ fn listing(
     match done {
         None => Err((Res::FTP_NO_FINAL_REPLY, None)),
         Some(r) if r[0] != b'2' && r[0] != b'1' => Err((Res::FTP_BAD_FINAL_REPLY, None)),
-        Some(_) => Ok(true),
+        Some(_) => Ok(streamed.is_none()),
     }
 }
 

@@ -10,7 +10,7 @@ use crate::proto::http::{self, ChunkScanner, Framing, ResponseHead};
 use crate::res::Res;
 use crate::timeouts::Timeouts;
 
-use super::answer::{linger, send_error, send_res, srv_res};
+use super::answer::{linger, send_error, send_page, send_res, srv_res};
 use super::body::{copy_chunked, copy_exact, copy_to_eof, is_bad_chunk, Side};
 use super::filt;
 use super::head::HeadBuf;
@@ -266,13 +266,20 @@ impl Session {
     }
 
     /// Answer an error (when nothing was answered yet), log the request,
-    /// and close the connection gracefully.
+    /// and close the connection gracefully. The answer is StringsPlugin's
+    /// page for the code when its file has one (sent as it is: it has no
+    /// length, the close ends it), else the built-in page.
     pub(super) fn finish_error(&mut self, c: &mut Client, f: Fail) {
         c.record.res = f.res;
         self.origin = None;
         if let Some(status) = f.status {
             let _ = set_write_timeout(&c.cli, &mut self.cli_wto, self.long);
-            c.record.bytes_in += send_error(&c.cli, status, f.res) as u64;
+            let needuser = self.svc.opts.needuser.unwrap_or(1) > 0;
+            let replaced = self.svc.strings.as_deref();
+            c.record.bytes_in += match replaced.and_then(|t| t.proxy_error(f.res, needuser)) {
+                Some(page) => send_page(&c.cli, page),
+                None => send_error(&c.cli, status, f.res),
+            } as u64;
         }
         c.end_record();
         if f.status.is_some() {

@@ -10,7 +10,9 @@ use crate::net::Stream;
 use crate::parent;
 use crate::proto::http;
 use crate::res::Res;
+use crate::service::Service;
 use crate::session;
+use crate::stringtable;
 use crate::timeouts::Timeouts;
 
 use super::answer::{cli_res, srv_res};
@@ -149,8 +151,8 @@ impl Session {
         kind: parent::Kind,
         hops: u32,
     ) -> Result<Next, Fail> {
-        const ESTABLISHED: &[u8] = b"HTTP/1.0 200 Connection established\r\n\r\n";
-        send_lazy(&c.cli, ESTABLISHED, &[], &mut self.cli_wto, self.long)
+        let line = established_line(&self.svc);
+        send_lazy(&c.cli, line, &[], &mut self.cli_wto, self.long)
             .map_err(|e| Fail::silent(cli_res(&e)))?;
         let early = cb.data().to_vec();
         let n = early.len();
@@ -184,12 +186,11 @@ impl Session {
             let host = self.host_or_ip(req);
             session::tls_to_dest(c, &mut o.s, &host, at, true).map_err(parent_fail)?;
         }
-        // 3proxy's exact answer: some clients match on it.
-        const ESTABLISHED: &[u8] = b"HTTP/1.0 200 Connection established\r\n\r\n";
         let early = sb.data();
-        send_lazy(&c.cli, ESTABLISHED, early, &mut self.cli_wto, self.long)
+        let line = established_line(&self.svc);
+        send_lazy(&c.cli, line, early, &mut self.cli_wto, self.long)
             .map_err(|e| Fail::silent(cli_res(&e)))?;
-        c.record.bytes_in += (ESTABLISHED.len() + early.len()) as u64;
+        c.record.bytes_in += (line.len() + early.len()) as u64;
         Ok(())
     }
 
@@ -278,4 +279,14 @@ impl Session {
         c.record.bytes_in += out.inb;
         Ok(())
     }
+}
+
+/// The answer that opens a tunnel: 3proxy's exact line (some clients
+/// match on it), or StringsPlugin's text for it.
+fn established_line(svc: &Service) -> &[u8] {
+    const ESTABLISHED: &[u8] = b"HTTP/1.0 200 Connection established\r\n\r\n";
+    svc.strings
+        .as_deref()
+        .and_then(|t| t.proxy(stringtable::ESTABLISHED))
+        .unwrap_or(ESTABLISHED)
 }
