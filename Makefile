@@ -47,8 +47,8 @@ lint:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --locked --all-targets -- -D warnings
 
-# Fuzz every parser for FUZZ_TIME seconds each (default 15: three minutes
-# for the twelve targets; FUZZ_TIME=600 before a release). Needs nightly
+# Fuzz every parser for FUZZ_TIME seconds each (default 15: under four
+# minutes for the fourteen targets; FUZZ_TIME=600 before a release). Needs nightly
 # and cargo-fuzz (README, "Fuzzing"); FUZZ_TARGETS picks some.
 FUZZ_TIME ?= 15
 fuzz:
