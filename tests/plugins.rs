@@ -358,10 +358,13 @@ fn a_plugin_that_is_not_built_is_refused_by_name() {
         "{msg}"
     );
     assert!(!msg.contains("unknown command"), "{msg}");
-    let f = run_check(&dir, "auth iponly\nplugin TrafficPlugin.ld.so start\n");
+    let f = run_check(
+        &dir,
+        "auth iponly\nplugin WindowsAuthentication.dll WindowsAuthentication\n",
+    );
     let msg = f.assert_cfg_error(&cfg, 2, "plugin");
     assert!(
-        msg.contains("TrafficPlugin") && msg.contains("not built"),
+        msg.contains("WindowsAuthentication") && msg.contains("not built"),
         "{msg}"
     );
     // SSLPlugin and PCREPlugin are built in, whatever FILE says.
@@ -557,4 +560,41 @@ fn without_utf8tocp1251_a_windows_1251_cfg_and_its_auth_type_are_refused() {
         "plugin utf8tocp1251.ld.so utf8tocp1251\nauth utf8tocp1251 strong\n",
     );
     assert_eq!(f.status.code(), Some(0), "{}", f.stderr);
+}
+
+#[test]
+fn fileplugin_loads_checks_its_commands_and_stores_nothing() {
+    let origin = http_origin("127.0.0.1:0");
+    let o = origin.port();
+    let port = free_port();
+    let dir = Dir::new("pl_file");
+    let cache = dir.join("cache");
+    std::fs::create_dir(&cache).unwrap();
+    let cfg = format!(
+        "plugin /usr/local/3proxy/libexec/FilePlugin.ld.so file_plugin\n\
+         file_cachedir {}\nfile_preview 4096\nauth iponly\nallow *\nproxy -i127.0.0.1 -p{port}\n",
+        cache.display()
+    );
+    let _proxy = Proxy::start(dir, &cfg, &[Listen::Tcp(localhost(port))]);
+    let r = http_once(
+        port,
+        format!("GET http://127.0.0.1:{o}/f HTTP/1.1\r\nHost: 127.0.0.1:{o}\r\nConnection: close\r\n\r\n")
+            .as_bytes(),
+    );
+    assert_eq!(r.status, 200);
+    assert_eq!(r.body, b"hello /f");
+    // No plugin registers with FilePlugin: nothing is kept.
+    assert_eq!(std::fs::read_dir(&cache).unwrap().count(), 0);
+
+    let dir = Dir::new("pl_file_bad");
+    let cfg = dir.cfg_path();
+    let f = run_check(&dir, "file_cachedir /tmp\n");
+    let msg = f.assert_cfg_error(&cfg, 1, "file_cachedir");
+    assert!(msg.contains("load it first"), "{msg}");
+    let f = run_check(
+        &dir,
+        "plugin FilePlugin.ld.so file_plugin\nfile_cachedir /tmp/%d\n",
+    );
+    let msg = f.assert_cfg_error(&cfg, 2, "file_cachedir");
+    assert!(msg.contains("no '%'"), "{msg}");
 }

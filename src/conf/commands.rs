@@ -89,6 +89,8 @@ pub static COMMANDS: &[Command] = &[
     cmd("plugin", 3, 0, plugin_cmds::h_plugin),
     cmd("transparent", 1, 1, plugin_cmds::h_transparent),
     cmd("notransparent", 1, 1, plugin_cmds::h_transparent),
+    cmd("file_cachedir", 2, 2, plugin_cmds::h_file),
+    cmd("file_preview", 2, 2, plugin_cmds::h_file),
     // Resolver.
     cmd("nserver", 2, 2, resolve_cmds::h_nserver),
     cmd("authnserver", 2, 2, resolve_cmds::h_authnserver),

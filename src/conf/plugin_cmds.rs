@@ -19,6 +19,9 @@ enum Plugin {
     PamAuth,
     /// utf8tocp1251: its auth type, and Windows-1251 cfg lines.
     Utf8ToCp1251,
+    /// FilePlugin: a service for other plugins (which we never load);
+    /// alone it stores nothing. Its two commands are checked.
+    File,
     /// StringsPlugin: its file's texts replace the built-in ones.
     Strings,
     /// Known, not built; the text says why.
@@ -37,13 +40,7 @@ const BY_EXPORT: &[(&str, Plugin)] = &[
     ("transparent_plugin", Plugin::Transparent),
     ("ssl_plugin", Plugin::Ssl),
     ("pcre_plugin", Plugin::Pcre),
-    (
-        "file_plugin",
-        Plugin::NotBuilt(
-            "FilePlugin",
-            "it stores traffic in files and is unmaintained",
-        ),
-    ),
+    ("file_plugin", Plugin::File),
     ("utf8tocp1251", Plugin::Utf8ToCp1251),
     (
         "WindowsAuthentication",
@@ -113,6 +110,10 @@ pub fn h_plugin(state: &mut State, args: &[String]) -> Result<(), String> {
             state.cp1251_text = true;
             Ok(())
         }
+        Plugin::File => {
+            state.file_plugin = true;
+            Ok(())
+        }
         Plugin::Strings => {
             let Some(path) = args.get(3) else {
                 return Err(
@@ -156,6 +157,35 @@ fn load_strings(state: &mut State, path: &str) -> Result<(), String> {
         ));
     }
     state.strings = Some(Arc::new(parsed.strings));
+    Ok(())
+}
+
+/// `file_cachedir DIR` and `file_preview BYTES` (FilePlugin's commands).
+/// FilePlugin keeps a copy of the data it passes in DIR for the plugins
+/// that register with it to look at (an antivirus, say), and hands them
+/// the first BYTES first. No plugin code is ever loaded here, so no
+/// plugin registers and, as with 3proxy's FilePlugin loaded alone,
+/// nothing is stored: the commands are checked as 3proxy checks them.
+pub fn h_file(state: &mut State, args: &[String]) -> Result<(), String> {
+    if !state.file_plugin {
+        return Err(format!(
+            "{} comes with FilePlugin: load it first \
+             (plugin FilePlugin.ld.so file_plugin)",
+            args[0]
+        ));
+    }
+    if args[0] == "file_preview" {
+        // 3proxy reads it with atoi.
+        state.atoi(&args[1], 0u64, u64::from(u32::MAX))?;
+        return Ok(());
+    }
+    let dir = &args[1];
+    if dir.is_empty() || dir.len() > 200 || dir.contains('%') {
+        return Err(format!(
+            "'{}' is not a directory FilePlugin takes: 1 to 200 bytes, no '%'",
+            quote(dir)
+        ));
+    }
     Ok(())
 }
 

@@ -79,6 +79,8 @@ pub struct State {
     pub transparent: Option<bool>,
     /// A `plugin` line loaded utf8tocp1251 (its auth type may be named).
     pub utf8tocp1251: bool,
+    /// A `plugin` line loaded FilePlugin (its commands may be used).
+    pub file_plugin: bool,
     /// The cfg loads utf8tocp1251 somewhere: its lines that are not UTF-8
     /// are read as Windows-1251 (`conf::run` looks before it runs).
     pub cp1251_text: bool,
@@ -137,6 +139,7 @@ impl State {
             pending: Vec::new(),
             transparent: None,
             utf8tocp1251: false,
+            file_plugin: false,
             cp1251_text: false,
             strings: None,
             filters: Default::default(),
