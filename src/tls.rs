@@ -462,9 +462,6 @@ impl Client {
 /// applies it to every service that connects; some make no sense).
 fn to_server_refused(service: &str, mode: u8) -> Option<String> {
     let why = match service {
-        "tlspr" => "tlspr relays its client's own TLS session, which would end up inside \
-                    another one the server does not expect"
-            .to_string(),
         "ftppr" => "ftppr's data connections would stay in clear (as in 3proxy) while its \
                     control connection is TLS, which FTPS servers refuse; not built"
             .to_string(),

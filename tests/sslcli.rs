@@ -333,7 +333,6 @@ fn services_where_ssl_cli_makes_no_sense_are_refused_by_name() {
     let cfg_path = dir.cfg_path();
     let port = free_port();
     for (svc, mode, why) in [
-        ("tlspr", "0", "own TLS session"),
         ("ftppr", "1", "data connections"),
         ("pop3p", "2", "use ssl_client_mode 0 or 1"),
         ("smtpp", "2", "use ssl_client_mode 0 or 1"),
@@ -342,6 +341,52 @@ fn services_where_ssl_cli_makes_no_sense_are_refused_by_name() {
         let msg = run_cfg(&dir, &[], &cfg).assert_cfg_error(&cfg_path, 3, svc);
         assert!(msg.contains(why), "{msg}");
     }
+}
+
+#[test]
+fn tlspr_puts_the_clients_tls_inside_its_own_to_the_server() {
+    // client --TLS(inner)--> tlspr --TLS(outer, ours)--> tcppm ssl_serv,
+    // which takes the outer session off --inner--> openssl s_server. The
+    // page comes back only if the inner session went through whole, and
+    // the log of the terminating tcppm shows the outer one arrived.
+    let dir = Dir::new("sslcli_tlspr");
+    let pki = Pki::new(&dir);
+    let (_origin, oport) = s_server(&pki);
+    let (outer, tlspr) = (free_port(), free_port());
+    let log = dir.join("access.log");
+    let cfg = format!(
+        "log {}\nlogformat \"{FMT}\"\nnsrecord localhost 127.0.0.1\n\
+         ssl_server_cert {}\nssl_server_key {}\nssl_serv\n\
+         tcppm -i127.0.0.1 {outer} 127.0.0.1 {oport}\nssl_noserv\n\
+         {}ssl_cli\ntlspr -i127.0.0.1 -p{tlspr} -P{outer}\n",
+        p(&log),
+        p(&pki.cert),
+        p(&pki.key),
+        verify(&pki)
+    );
+    let _proxy = Proxy::start(
+        dir,
+        &cfg,
+        &[Listen::Tcp(localhost(outer)), Listen::Tcp(localhost(tlspr))],
+    );
+    let (code, body, err) = curl(&[
+        "--cacert",
+        p(&pki.ca),
+        "--resolve",
+        &format!("localhost:{tlspr}:127.0.0.1"),
+        &format!("https://localhost:{tlspr}/"),
+    ]);
+    assert_eq!(code, "200", "{err}");
+    assert!(body.contains(S_SERVER_PAGE), "{body}");
+    // (The harness's readiness probes leave records of their own: 100
+    // for tlspr, 8013 for the TLS service; the client's are the 0s.)
+    let session = |svc: &'static str| {
+        move |l: &str| l.starts_with(svc) && l.contains(" 00000 ") && !l.contains("Accepting")
+    };
+    let tcppm = read_log_line(&log, "the terminating tcppm", session("TCPPM "));
+    assert!(tcppm.starts_with("TCPPM 00000 127.0.0.1"), "{tcppm}");
+    let rec = read_log_line(&log, "tlspr", session("TLSPR "));
+    assert_eq!(rec, "TLSPR 00000 127.0.0.1 TLSv1.3 localhost h2");
 }
 
 #[test]

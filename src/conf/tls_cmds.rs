@@ -302,8 +302,8 @@ mod tests {
         assert!(e.contains("cannot read directory"), "{e}");
         assert_eq!(run(&["ssl_client_mode 3"]).unwrap().tls.client.mode, 3);
         // ssl_cli modes 0-2: TLS to the server, for the services that
-        // connect to one, but tlspr and ftppr; the mail proxies not in
-        // mode 2.
+        // connect to one (tlspr's TLS goes inside ours), but ftppr; the
+        // mail proxies not in mode 2.
         let modes: [&[&str]; 3] = [
             &["ssl_cli"],
             &["ssl_client_mode 1", "ssl_cli"],
@@ -311,11 +311,11 @@ mod tests {
         ];
         for (mode, lines) in modes.into_iter().enumerate() {
             let st = run(lines).unwrap();
-            for svc in ["tcppm", "proxy", "socks", "auto"] {
+            for svc in ["tcppm", "proxy", "socks", "auto", "tlspr"] {
                 let c = st.tls.client(false, svc).unwrap().unwrap();
                 assert!(c.to_server && c.mode() == mode as u8, "{svc}");
             }
-            for svc in ["tlspr", "ftppr"] {
+            for svc in ["ftppr"] {
                 let e = st.tls.client(false, svc).unwrap_err();
                 assert!(e.contains(&format!("cannot serve {svc}:")), "{e}");
             }

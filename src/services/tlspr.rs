@@ -41,7 +41,7 @@ use crate::proto::tls::{
 use crate::res::Res;
 use crate::resolve::resolve;
 use crate::service::ServiceOpts;
-use crate::session::Park;
+use crate::session::{DestAt, Park};
 use crate::timeouts::Timeouts;
 
 /// The destination port when `-P` is not given (or is 0).
@@ -763,7 +763,19 @@ fn connect(
         }
     };
     crate::session::note_chain(c, &chain, dst);
-    Ok(Some(chain.stream))
+    let mut srv = chain.stream;
+    // `ssl_cli`: the client's own TLS goes inside a TLS session of ours
+    // with the server, as in 3proxy (which applies it to every service
+    // that connects); the outer session names the same host. tlspr
+    // answers nothing first, so every mode handshakes here.
+    let host = st
+        .host
+        .clone()
+        .unwrap_or_else(|| crate::addr::ip_text(dst.ip()));
+    for at in [DestAt::Reached, DestAt::Answered] {
+        crate::session::tls_to_dest(c, &mut srv, &host, at, true)?;
+    }
+    Ok(Some(srv))
 }
 
 #[cfg(test)]
