@@ -315,10 +315,8 @@ mod tests {
                 let c = st.tls.client(false, svc).unwrap().unwrap();
                 assert!(c.to_server && c.mode() == mode as u8, "{svc}");
             }
-            for svc in ["ftppr"] {
-                let e = st.tls.client(false, svc).unwrap_err();
-                assert!(e.contains(&format!("cannot serve {svc}:")), "{e}");
-            }
+            let e = st.tls.client(false, "ftppr").unwrap_err();
+            assert!(e.contains("cannot serve ftppr:"), "{e}");
             for svc in ["pop3p", "imapp", "smtpp"] {
                 let c = st.tls.client(false, svc);
                 match mode {
