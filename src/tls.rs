@@ -462,10 +462,7 @@ impl Client {
 /// applies it to every service that connects; some make no sense).
 fn to_server_refused(service: &str, mode: u8) -> Option<String> {
     let why = match service {
-        "ftppr" => "ftppr's data connections would stay in clear (as in 3proxy) while its \
-                    control connection is TLS, which FTPS servers refuse; not built"
-            .to_string(),
-        "pop3p" | "imapp" | "smtpp" if mode == 2 => format!(
+        "pop3p" | "imapp" | "smtpp" | "ftppr" if mode == 2 => format!(
             "ssl_client_mode 2 handshakes just before the data, which for {service} is after \
              the login it has relayed in clear (as in 3proxy), so no server follows it; use \
              ssl_client_mode 0 or 1 (TLS as soon as the server is reached)"

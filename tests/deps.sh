@@ -11,7 +11,8 @@
 # machine has), libsqliteodbc and unixodbc (SQLite's ODBC driver for the
 # `log &DSN` tests), freeradius and freeradius-utils (a RADIUS server for
 # auth radius and log radius), nginx (the HTTPS origin of the ssl_mitm
-# tests), strace (sees that `-s` moved the data with splice(2)). Fails
+# tests), strace (sees that `-s` moved the data with splice(2)), vsftpd (an
+# implicit FTPS server for ftppr's ssl_cli). Fails
 # loudly (non-zero) rather than letting tests skip.
 set -e
 need=""
@@ -28,6 +29,8 @@ command -v chromium >/dev/null 2>&1 || need="$need chromium"
 # Mail servers for the STARTTLS tests: Dovecot (IMAP, POP3), aiosmtpd.
 [ -x /usr/sbin/dovecot ] || need="$need dovecot-imapd dovecot-pop3d"
 /usr/bin/python3 -c 'import aiosmtpd' >/dev/null 2>&1 || need="$need python3-aiosmtpd"
+# An implicit FTPS server (TLS from the first byte) for ftppr with ssl_cli.
+[ -x /usr/sbin/vsftpd ] || need="$need vsftpd"
 # A DNS server for the DNS-through-a-SOCKS-parent tests.
 command -v dnsmasq >/dev/null 2>&1 || [ -x /usr/sbin/dnsmasq ] || need="$need dnsmasq-base"
 # The ODBC log tests: unixODBC's tools and SQLite's ODBC driver (the

@@ -607,3 +607,112 @@ fn ftppr_pcre_denies_epsv() {
         "{recs:?}"
     );
 }
+
+/// vsftpd serving `root` anonymously over implicit FTPS (TLS from the
+/// first byte, as on port 990) with `pki`'s certificate, data connections
+/// allowed in clear; killed when dropped.
+struct Ftps(std::process::Child, u16);
+
+impl Drop for Ftps {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn ftps_server(dir: &Dir, pki: &crate::tls::Pki) -> Ftps {
+    let root = dir.join("ftproot");
+    let empty = dir.join("empty");
+    std::fs::create_dir_all(&root).unwrap();
+    std::fs::create_dir_all(&empty).unwrap();
+    std::fs::write(root.join("file.bin"), file()).unwrap();
+    let port = free_port();
+    let conf = dir.write(
+        "vsftpd.conf",
+        format!(
+            "listen=YES\nlisten_address=127.0.0.1\nlisten_port={port}\nbackground=NO\n\
+             anonymous_enable=YES\nanon_root={}\nno_anon_password=YES\nlocal_enable=NO\n\
+             write_enable=NO\nsecure_chroot_dir={}\nftp_username=daemon\n\
+             ssl_enable=YES\nimplicit_ssl=YES\nallow_anon_ssl=YES\n\
+             force_anon_logins_ssl=YES\nforce_anon_data_ssl=NO\nrequire_ssl_reuse=NO\n\
+             rsa_cert_file={}\nrsa_private_key_file={}\npasv_enable=YES\n\
+             seccomp_sandbox=NO\n",
+            root.display(),
+            empty.display(),
+            pki.cert.display(),
+            pki.key.display()
+        ),
+    );
+    let child = std::process::Command::new("/usr/sbin/vsftpd")
+        .arg(&conf)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("vsftpd (tests/deps.sh installs it)");
+    let s = Ftps(child, port);
+    assert!(
+        wait_for(
+            || std::net::TcpStream::connect(localhost(port)).is_ok(),
+            START_TIMEOUT
+        ),
+        "vsftpd did not listen on {port}"
+    );
+    s
+}
+
+#[test]
+fn ftppr_with_ssl_cli_logs_in_to_an_implicit_ftps_server_and_fetches_in_clear() {
+    // The client speaks plain FTP to ftppr; ftppr's control connection to
+    // vsftpd is TLS from its first byte (checked against the test CA),
+    // the data connection in clear, as 3proxy's.
+    let dir = Dir::new("ftppr_ftps");
+    let pki = crate::tls::Pki::new(&dir);
+    let ftps = ftps_server(&dir, &pki);
+    let port = free_port();
+    let log = dir.join("access.log");
+    let cfg = format!(
+        "log {}\nlogformat \"L%N %E %T\"\nssl_client_verify\nssl_client_ca_file {}\n\
+         ssl_cli\nftppr -i127.0.0.1 -p{port}\n",
+        log.display(),
+        pki.ca.display()
+    );
+    let _proxy = Proxy::start(dir, &cfg, &[Listen::Tcp(localhost(port))]);
+    let mut c = LineClient::connect(port, READY);
+    let r = c.cmd(&format!("USER anonymous@localhost:{}", ftps.1));
+    assert!(r.starts_with("331 "), "{r:?}");
+    let r = c.cmd("PASS x");
+    assert!(r.starts_with("230 "), "{r:?}");
+    let r = c.cmd("TYPE I");
+    assert!(r.starts_with("200 "), "{r:?}");
+    let d = c.pasv();
+    let mut data = connect(localhost(d));
+    // ftppr's own words for the transfer, as in the tests above.
+    assert_eq!(c.cmd("RETR file.bin"), "125 data\r\n");
+    let mut got = Vec::new();
+    data.read_to_end(&mut got).unwrap();
+    assert_eq!(got, file());
+    let r = c.line();
+    assert!(r.starts_with("226 "), "{r:?}");
+    assert!(c.cmd("QUIT").starts_with("221 "));
+    c.assert_closed();
+    // Without ssl_cli the same server answers nothing ftppr can read (it
+    // waits for a TLS ClientHello): no login.
+    let dir = Dir::new("ftppr_ftps_plain");
+    let port = free_port();
+    let _plain = Proxy::start(
+        dir,
+        &format!("ftppr -i127.0.0.1 -p{port}\n"),
+        &[Listen::Tcp(localhost(port))],
+    );
+    let mut c = LineClient::connect(port, READY);
+    assert_eq!(
+        c.cmd(&format!("USER anonymous@localhost:{}", ftps.1)),
+        "331 ok\r\n"
+    );
+    let r = c.s.write_all(b"PASS x\r\n");
+    assert!(r.is_ok());
+    let mut rest = Vec::new();
+    let _ = c.s.read_to_end(&mut rest);
+    assert!(!String::from_utf8_lossy(&rest).contains("230"), "{rest:?}");
+}

@@ -333,7 +333,7 @@ fn services_where_ssl_cli_makes_no_sense_are_refused_by_name() {
     let cfg_path = dir.cfg_path();
     let port = free_port();
     for (svc, mode, why) in [
-        ("ftppr", "1", "data connections"),
+        ("ftppr", "2", "use ssl_client_mode 0 or 1"),
         ("pop3p", "2", "use ssl_client_mode 0 or 1"),
         ("smtpp", "2", "use ssl_client_mode 0 or 1"),
     ] {

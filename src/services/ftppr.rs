@@ -364,10 +364,15 @@ fn open(c: &mut Client, st: &mut State, l: Login) -> Result<(), Res> {
         return Err(Res::LOOP);
     }
     st.weight = grant.weight;
-    let (s, hops) = connect(c, dst, Some(&l.host), l, &grant.parents)?;
+    let (mut s, hops) = connect(c, dst, Some(&l.host), l, &grant.parents)?;
     c.hops = c.local_hops + hops;
     c.remote_addr = if hops == 0 { Some(dst) } else { s.peer_addr() };
     c.ext_addr = s.local_addr();
+    // `ssl_cli` (modes 0 and 1): the control connection is TLS from its
+    // first byte (implicit FTPS, port 990); the data connections stay in
+    // clear, as 3proxy leaves them, for servers that allow that.
+    let host = l.host.clone();
+    crate::session::tls_to_dest(c, &mut s, &host, crate::session::DestAt::Reached, false)?;
     st.limits = grant.limits;
     st.rd = Lines::default();
     st.srv = Some(s);
