@@ -716,3 +716,31 @@ fn ftppr_with_ssl_cli_logs_in_to_an_implicit_ftps_server_and_fetches_in_clear() 
     let _ = c.s.read_to_end(&mut rest);
     assert!(!String::from_utf8_lossy(&rest).contains("230"), "{rest:?}");
 }
+
+#[test]
+fn the_ftp_gateway_with_ssl_cli_fetches_from_an_implicit_ftps_server() {
+    // proxy's ftp:// gateway takes ssl_cli as ftppr does: the control
+    // connection TLS from its first byte, the data in clear.
+    let dir = Dir::new("ftpgw_ftps");
+    let pki = crate::tls::Pki::new(&dir);
+    let ftps = ftps_server(&dir, &pki);
+    let port = free_port();
+    let cfg = format!(
+        "ssl_client_verify\nssl_client_ca_file {}\nssl_cli\nproxy -i127.0.0.1 -p{port}\n",
+        pki.ca.display()
+    );
+    let _proxy = Proxy::start(dir, &cfg, &[Listen::Tcp(localhost(port))]);
+    let out = std::process::Command::new("curl")
+        .args([
+            "-s",
+            "--max-time",
+            "20",
+            "-x",
+            &format!("http://127.0.0.1:{port}"),
+        ])
+        .arg(format!("ftp://anonymous:x@localhost:{}/file.bin", ftps.1))
+        .output()
+        .expect("run curl (tests/deps.sh installs it)");
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(out.stdout, file());
+}

@@ -111,7 +111,7 @@ pub(super) fn serve(c: &mut Client, w: &Want<'_>, timeouts: &Timeouts) -> Result
         local: c.local_addr,
         ..chain::Want::default()
     };
-    let s = match chain::connect(&svc, w.parents, &want) {
+    let mut s = match chain::connect(&svc, w.parents, &want) {
         Ok(chain::Route::Stream(ch)) => {
             c.hops += ch.hops;
             ch.stream
@@ -119,6 +119,10 @@ pub(super) fn serve(c: &mut Client, w: &Want<'_>, timeouts: &Timeouts) -> Result
         Ok(chain::Route::Local { .. }) => return Err((Res::NOTIMPL, Some(501))),
         Err(res) => return Err((res, Some(502))),
     };
+    // `ssl_cli` (modes 0 and 1, as for ftppr): the control connection is
+    // implicit FTPS; the data connections stay in clear, as 3proxy's.
+    crate::session::tls_to_dest(c, &mut s, w.host, crate::session::DestAt::Reached, false)
+        .map_err(|res| (res, Some(502)))?;
     c.remote_addr = s.peer_addr();
     c.ext_addr = s.local_addr();
     let _ = s.set_timeout(Some(long));
