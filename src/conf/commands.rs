@@ -88,6 +88,13 @@ pub static COMMANDS: &[Command] = &[
     cmd("delimchar", 2, 2, ops_cmds::h_delimchar),
     cmd("plugin", 3, 0, plugin_cmds::h_plugin),
     cmd("transparent", 1, 1, plugin_cmds::h_transparent),
+    cmd("ldapconnect", 3, 4, plugin_cmds::h_ldapconnect),
+    cmd("ldapaccess", 2, 2, plugin_cmds::h_ldap_value),
+    cmd("ldapsbase", 2, 2, plugin_cmds::h_ldap_value),
+    cmd("ldapuserenv", 2, 2, plugin_cmds::h_ldap_value),
+    cmd("ldapdircount", 2, 2, plugin_cmds::h_ldap_value),
+    cmd("ldapattr", 3, 4, plugin_cmds::h_ldapattr),
+    cmd("ldaptrafgroup", 5, 5, plugin_cmds::h_ldaptrafgroup),
     cmd("notransparent", 1, 1, plugin_cmds::h_transparent),
     // Resolver.
     cmd("nserver", 2, 2, resolve_cmds::h_nserver),
