@@ -19,7 +19,8 @@
 //!
 //! Invariant: nothing here does IO, but `auth dnsname`, which looks the
 //! client's address up in the resolver (`resolve::dnsname`, with its
-//! DNS timeout), `auth pam` (`sys::pam`) and `auth radius`, which asks
+//! DNS timeout), `auth pam` (`sys::pam`), `auth ldap` (`sys::ldap`, each
+//! step within BYTE_LONG) and `auth radius`, which asks
 //! the `radius` servers (`radius::authenticate`, each within the
 //! BYTE_LONG timeout); a request costs a hash lookup per `users`/cache access
 //! and O(log n) per big ACL list.
@@ -111,6 +112,9 @@ pub struct Setup {
     pub cache: CacheConf,
     /// The PAM service `auth pam` asks (PamAuth's `plugin` line).
     pub pam_service: Option<Arc<str>>,
+    /// LdapPlugin's settings, shared by every service (set when the cfg
+    /// has loaded).
+    pub ldap: Arc<crate::sys::ldap::Slot>,
     /// The `radius` servers, shared by every service of the cfg (the last
     /// `radius` line; set when the cfg has loaded).
     pub radius: Arc<crate::radius::Slot>,
@@ -135,6 +139,7 @@ impl Default for Setup {
             force: true,
             cache: CacheConf::default(),
             pam_service: None,
+            ldap: Arc::default(),
             radius: Arc::default(),
             seen: HashMap::new(),
             index: std::sync::Mutex::default(),
@@ -177,6 +182,7 @@ impl Setup {
             limits: self.limits.clone(),
             force: self.force,
             pam_service: self.pam_service.clone(),
+            ldap: self.ldap.clone(),
             radius: self.radius.clone(),
         }
     }
@@ -198,6 +204,8 @@ pub struct Policy {
     pub cache: CacheConf,
     /// The PAM service of `auth pam`.
     pub pam_service: Option<Arc<str>>,
+    /// LdapPlugin's settings, for `auth ldap`.
+    pub ldap: Arc<crate::sys::ldap::Slot>,
     /// The `radius` servers of `auth radius`.
     pub radius: Arc<crate::radius::Slot>,
     pub force: bool,
@@ -652,6 +660,24 @@ fn auth_step(
             }
             _ => Err(Res::AUTH_NO_USER),
         },
+        AuthType::Ldap => match auth_ldap(p, req) {
+            Ok(None) => Ok(check_acl(p, q, &mut found.weight)?),
+            Ok(Some(lower)) => {
+                // `ldapattr`'s lowercasing: the name the ACL, the log and
+                // the authcache see, as the plugin changes 3proxy's.
+                let r = check_acl(
+                    p,
+                    &Query {
+                        user: Some(&lower),
+                        ..*q
+                    },
+                    &mut found.weight,
+                );
+                found.user = Some(lower);
+                Ok(r?)
+            }
+            Err(e) => Err(e),
+        },
         AuthType::Radius => match auth_radius(p, req, at, q) {
             Ok(acc) => {
                 let a = check_acl(p, q, &mut found.weight)?;
@@ -683,6 +709,43 @@ fn auth_step(
     })
 }
 
+/// LdapPlugin's `ldapfunc`: 4 without a user name or with an empty
+/// password; 5 for a name too long or a user outside the `ldapaccess`
+/// group; 7 when a bind or the search fails, no server answers in time,
+/// or libldap cannot be used. Ok carries the lowercased name when
+/// `ldapattr` asks for it and it differs.
+fn auth_ldap(p: &Policy, req: &Request<'_>) -> Result<Option<String>, Res> {
+    let (Some(user), Some(pw)) = (req.user, req.password) else {
+        return Err(Res::AUTH_NO_USER);
+    };
+    if pw.is_empty() {
+        return Err(Res::AUTH_NO_USER);
+    }
+    let Some(s) = p.ldap.get() else {
+        log::warn!("auth ldap: LdapPlugin's settings are missing");
+        return Err(Res::AUTH_BAD_CR);
+    };
+    let lower = (s.lowercase && user.bytes().any(|b| b.is_ascii_uppercase()))
+        .then(|| user.to_ascii_lowercase());
+    match crate::sys::ldap::check(s, lower.as_deref().unwrap_or(user), pw) {
+        Ok(()) => Ok(lower),
+        Err(e) => {
+            use crate::sys::ldap::Refused;
+            match &e {
+                Refused::NotMember | Refused::NameTooLong | Refused::UserBind(_) => {
+                    log::debug!("auth ldap: {e:?}")
+                }
+                _ => log::warn!("auth ldap: {e:?}"),
+            }
+            Err(if e.code() == 5 {
+                Res::AUTH_BAD_USER
+            } else {
+                Res::AUTH_BAD_CR
+            })
+        }
+    }
+}
+
 /// Cache the grant of `auth` type `t`, when it makes an entry: `found_user`
 /// is the name `dnsname` found.
 fn cache_grant(
@@ -699,6 +762,7 @@ fn cache_grant(
     // keys on it, a password.
     let user = match t {
         AuthType::DnsName => found_user,
+        AuthType::Ldap => found_user.or(req.user),
         _ => req.user,
     };
     let cacheable = !matches!(t, AuthType::None | AuthType::Cache | AuthType::CacheAcl)

@@ -41,6 +41,11 @@ pub enum AuthType {
     /// User name and password checked by the servers of the `radius`
     /// line (an Access-Request), then the ACL.
     Radius,
+    /// User name and password checked against an LDAP directory
+    /// (LdapPlugin's `ldap`, with its `ldap*` commands' settings): a bind
+    /// as the user, then a search for the user in the `ldapaccess`
+    /// group; then the ACL.
+    Ldap,
     /// utf8tocp1251's step: the login is recoded for the types after it
     /// and the next type is asked (3proxy's plugin returns 4). Logins are
     /// text here, so the recoding is [`crate::charset`]'s reading of the
@@ -63,15 +68,13 @@ impl AuthType {
             "radius" => AuthType::Radius,
             "pam" => AuthType::Pam,
             "utf8tocp1251" => AuthType::Utf8ToCp1251,
-            "ldap" | "windows" => {
-                let plugin = match s {
-                    "ldap" => "LdapPlugin",
-                    _ => "WindowsAuthentication",
-                };
-                return Err(format!(
-                    "auth type '{s}' comes with the {plugin} plugin, which is not built \
-                     (see PLUGINS in 3proxy.cfg(5))"
-                ));
+            "ldap" => AuthType::Ldap,
+            "windows" => {
+                return Err(
+                    "auth type 'windows' comes with the WindowsAuthentication plugin, \
+                     which is not built (see PLUGINS in 3proxy.cfg(5))"
+                        .into(),
+                );
             }
             _ => return Err(format!("unknown auth type '{}'", quote(s))),
         })

@@ -51,11 +51,13 @@ codes! {
     ACL_NO_MATCH = 3;
     /// Refused: the auth type needs a user name and the request has none.
     AUTH_NO_USER = 4;
-    /// Refused by `strong`: unknown user, or no password given.
+    /// Refused by `strong`: unknown user, or no password given; by `ldap`:
+    /// the user is not in the `ldapaccess` group.
     AUTH_BAD_USER = 5;
     /// Refused by `strong`: wrong password for a clear-text (CL) user.
     AUTH_BAD_CL = 6;
-    /// Refused by `strong`: wrong password for a crypt (CR) user.
+    /// Refused by `strong`: wrong password for a crypt (CR) user; by
+    /// `ldap`: a bind failed, or no LDAP server answered in time.
     AUTH_BAD_CR = 7;
     /// Refused by `strong`: wrong password for an NT-hash (NT) user.
     AUTH_BAD_NT = 8;

@@ -12,7 +12,8 @@
 # `log &DSN` tests), freeradius and freeradius-utils (a RADIUS server for
 # auth radius and log radius), nginx (the HTTPS origin of the ssl_mitm
 # tests), strace (sees that `-s` moved the data with splice(2)), vsftpd (an
-# implicit FTPS server for ftppr's ssl_cli). Fails
+# implicit FTPS server for ftppr's ssl_cli), slapd and ldap-utils (an LDAP
+# server and ldapadd for auth ldap). Fails
 # loudly (non-zero) rather than letting tests skip.
 set -e
 need=""
@@ -42,6 +43,10 @@ command -v odbcinst >/dev/null 2>&1 || need="$need unixodbc"
 # A RADIUS server for `auth radius` and `log radius`, with radclient.
 command -v freeradius >/dev/null 2>&1 || need="$need freeradius"
 command -v radclient >/dev/null 2>&1 || need="$need freeradius-utils"
+# An LDAP server for LdapPlugin's `auth ldap` (slapd, run in the
+# foreground with a slapd.conf of the test's own) and ldapadd to load it.
+[ -x /usr/sbin/slapd ] || need="$need slapd"
+command -v ldapadd >/dev/null 2>&1 || need="$need ldap-utils"
 # A TLS origin (HTTP over TLS) for the ssl_mitm tests: nginx.
 command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ] || need="$need nginx"
 # The `-s` tests trace the proxy's splice(2) calls: strace.

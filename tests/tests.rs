@@ -22,6 +22,7 @@ mod http;
 mod imapp;
 mod install;
 mod layers;
+mod ldap;
 mod lenient;
 mod log;
 mod metrics;

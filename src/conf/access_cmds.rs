@@ -26,6 +26,16 @@ pub fn h_auth(state: &mut State, args: &[String]) -> Result<(), String> {
                 .into(),
         );
     }
+    if types.contains(&AuthType::Ldap) {
+        let Some(l) = state.ldap.as_mut() else {
+            return Err(
+                "auth type 'ldap' comes with the LdapPlugin plugin: load it first \
+                 (plugin LdapPlugin.ld.so start)"
+                    .into(),
+            );
+        };
+        l.used = true;
+    }
     if types.contains(&AuthType::Utf8ToCp1251) && !state.utf8tocp1251 {
         return Err(
             "auth type 'utf8tocp1251' comes with the utf8tocp1251 plugin: load it \

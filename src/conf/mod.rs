@@ -122,7 +122,24 @@ impl Env for Disk {
 /// must be UTF-8.
 pub fn run(state: &mut State, file: &str, text: &[u8]) -> Result<(), CfgError> {
     state.cp1251_text |= loads_utf8tocp1251(text);
-    run_in(state, file, text, &mut Disk)
+    run_in(state, file, text, &mut Disk)?;
+    // LdapPlugin's commands may follow `auth ldap` (3proxy reads them at
+    // each login); once the whole cfg has run they must all be there.
+    if let Some(l) = state.ldap.as_ref().filter(|l| l.used) {
+        let missing = l.missing();
+        if !missing.is_empty() {
+            return Err(CfgError {
+                file: file.to_string(),
+                line: text.split(|&b| b == b'\n').count() - usize::from(text.ends_with(b"\n")),
+                command: "auth".into(),
+                reason: format!(
+                    "auth ldap needs LdapPlugin's {}, which the cfg does not give",
+                    missing.join(", ")
+                ),
+            });
+        }
+    }
+    Ok(())
 }
 
 /// Whether the cfg has a `plugin` line for utf8tocp1251: then its lines

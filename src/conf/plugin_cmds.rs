@@ -17,6 +17,8 @@ use super::token::quote;
 enum Plugin {
     Transparent,
     PamAuth,
+    /// LdapPlugin: its `ldap*` commands and its auth type.
+    Ldap,
     /// utf8tocp1251: its auth type, and Windows-1251 cfg lines.
     Utf8ToCp1251,
     /// FilePlugin: a service for other plugins (which we never load);
@@ -61,10 +63,7 @@ fn by_file(file: &str) -> Option<Plugin> {
         ),
         // Its ReadMe's example loads it as "string.dll".
         "stringsplugin" | "string" => Plugin::Strings,
-        "ldapauth" | "ldapplugin" => Plugin::NotBuilt(
-            "LdapPlugin",
-            "3proxy itself no longer builds it (unsupported upstream)",
-        ),
+        "ldapauth" | "ldapplugin" => Plugin::Ldap,
         _ => return None,
     })
 }
@@ -105,6 +104,13 @@ pub fn h_plugin(state: &mut State, args: &[String]) -> Result<(), String> {
             state.access.pam_service = Some(Arc::from(service.as_str()));
             Ok(())
         }
+        Plugin::Ldap => {
+            crate::sys::ldap::available().map_err(|e| format!("LdapPlugin: {e}"))?;
+            // Loading it again keeps what its commands set, as 3proxy's
+            // plugin keeps its settings.
+            state.ldap.get_or_insert_with(Default::default);
+            Ok(())
+        }
         Plugin::Utf8ToCp1251 => {
             state.utf8tocp1251 = true;
             state.cp1251_text = true;
@@ -129,6 +135,86 @@ pub fn h_plugin(state: &mut State, args: &[String]) -> Result<(), String> {
         )),
         Plugin::Pcre | Plugin::Ssl => Ok(()),
     }
+}
+
+/// LdapPlugin's settings, or the error of a command used before the
+/// plugin's line (3proxy knows the commands only once it has loaded).
+fn ldap<'a>(state: &'a mut State, command: &str) -> Result<&'a mut super::state::LdapCmds, String> {
+    state.ldap.as_mut().ok_or_else(|| {
+        format!("{command} comes with the LdapPlugin plugin: load it first (plugin LdapPlugin.ld.so start)")
+    })
+}
+
+/// `ldapconnect SERVERS BINDDN [PASSWORD]`: the servers (host[:port],
+/// space-separated, as libldap's `ldap_init` takes them), and the DN the
+/// search binds as.
+pub fn h_ldapconnect(state: &mut State, args: &[String]) -> Result<(), String> {
+    ldap(state, "ldapconnect")?;
+    let uris = crate::sys::ldap::server_uris(&args[1])?;
+    ldap(state, "ldapconnect")?.connect = Some((uris, args[2].clone(), args.get(3).cloned()));
+    Ok(())
+}
+
+/// `ldapattr USERATTR GROUPATTR [LOWERCASE]`: LOWERCASE is read as C's
+/// atoi reads it; above 0, user names are lowercased.
+pub fn h_ldapattr(state: &mut State, args: &[String]) -> Result<(), String> {
+    ldap(state, "ldapattr")?;
+    let lowercase = match args.get(3) {
+        None => false,
+        Some(v) => {
+            let (n, whole) = atoi(v);
+            if !whole {
+                state.lenient(format!(
+                    "'{}' is not a number: {n} used, as 3proxy's atoi reads it",
+                    quote(v)
+                ));
+            }
+            n > 0
+        }
+    };
+    ldap(state, "ldapattr")?.attr = Some((args[1].clone(), args[2].clone(), lowercase));
+    Ok(())
+}
+
+/// C's atoi: leading blanks, a sign, digits; and whether that was all.
+fn atoi(s: &str) -> (i64, bool) {
+    let t = s.trim_start();
+    let (neg, digits) = match t.as_bytes().first() {
+        Some(b'-') => (true, &t[1..]),
+        Some(b'+') => (false, &t[1..]),
+        _ => (false, t),
+    };
+    let end = digits.bytes().take_while(u8::is_ascii_digit).count();
+    let n = digits[..end].bytes().fold(0i64, |n, d| {
+        n.saturating_mul(10).saturating_add(i64::from(d - b'0'))
+    });
+    (if neg { -n } else { n }, end > 0 && end == digits.len())
+}
+
+/// `ldapaccess VALUE`, `ldapsbase DN`, `ldapuserenv DN`, `ldapdircount DIR`.
+pub fn h_ldap_value(state: &mut State, args: &[String]) -> Result<(), String> {
+    let l = ldap(state, &args[0])?;
+    let v = Some(args[1].clone());
+    match args[0].as_str() {
+        "ldapaccess" => l.access = v,
+        "ldapsbase" => l.sbase = v,
+        "ldapuserenv" => l.userenv = v,
+        _ => l.dircount = v,
+    }
+    Ok(())
+}
+
+/// `ldaptrafgroup GROUP TYPE LIMIT RATE`: refused.
+pub fn h_ldaptrafgroup(state: &mut State, _args: &[String]) -> Result<(), String> {
+    ldap(state, "ldaptrafgroup")?;
+    Err(
+        "ldaptrafgroup is not built: 3proxy's plugin asks the directory for the \
+         group's members while the cfg loads and gives each a bandwidth limit and a \
+         traffic counter kept in ldapdircount's files (a limit it takes in bytes \
+         where its documentation says megabytes); write bandlimin and countin \
+         lines for those users instead"
+            .into(),
+    )
 }
 
 /// StringsPlugin's file: read now (3proxy's plugin reads it when its
@@ -255,6 +341,59 @@ mod tests {
         ])
         .unwrap();
         assert_eq!(st.transparent, Some(true));
+    }
+
+    #[test]
+    fn ldap_plugin_commands() {
+        assert_eq!(identify("/x/LdapPlugin.ld.so", "start"), Some(Plugin::Ldap));
+        assert_eq!(identify("ldapauth.dll", "start"), Some(Plugin::Ldap));
+        let e = run(&["ldapconnect 127.0.0.1 cn=a"]).unwrap_err();
+        assert!(e.contains("comes with the LdapPlugin plugin"), "{e}");
+        let e = run(&["auth ldap"]).unwrap_err();
+        assert!(e.contains("comes with the LdapPlugin plugin"), "{e}");
+        let st = run(&[
+            "plugin LdapPlugin.ld.so start",
+            "auth ldap",
+            "ldapconnect 127.0.0.1:3890 cn=admin,dc=x pw",
+            "ldapattr uid memberOf 1",
+            "ldapuserenv ou=people,dc=x",
+            "ldapsbase dc=x",
+            "ldapaccess cn=internet,dc=x",
+            "ldapdircount /tmp/",
+        ])
+        .unwrap();
+        let l = st.ldap.clone().unwrap();
+        assert!(l.used && l.missing().is_empty());
+        let s = l.settings().unwrap();
+        assert_eq!(s.uris, "ldap://127.0.0.1:3890");
+        assert_eq!(s.bind_pw.as_deref(), Some("pw"));
+        assert!(s.lowercase);
+        let st = run(&[
+            "plugin LdapPlugin.ld.so start",
+            "ldapconnect h1 cn=a",
+            "ldapattr uid ou 0",
+        ])
+        .unwrap();
+        let l = st.ldap.unwrap();
+        assert_eq!(
+            l.connect.clone().unwrap(),
+            ("ldap://h1".into(), "cn=a".into(), None)
+        );
+        assert!(!l.attr.as_ref().unwrap().2);
+        assert_eq!(l.missing(), ["ldapuserenv", "ldapsbase", "ldapaccess"]);
+        let mut st = run(&["plugin LdapPlugin.ld.so start", "ldapattr uid ou yes"]).unwrap();
+        assert_eq!(st.take_pending().len(), 1);
+        let e = run(&[
+            "plugin LdapPlugin.ld.so start",
+            "ldaptrafgroup cn=g,dc=x MONTHLY 200 60000",
+        ])
+        .unwrap_err();
+        assert!(e.starts_with("ldaptrafgroup is not built"), "{e}");
+        let e = run(&["plugin LdapPlugin.ld.so start", "ldapconnect ldap://h cn=a"]).unwrap_err();
+        assert!(e.contains("not a host[:port]"), "{e}");
+        assert_eq!(atoi(" 12x"), (12, false));
+        assert_eq!(atoi("-3"), (-3, true));
+        assert_eq!(atoi("yes"), (0, false));
     }
 
     #[test]

@@ -84,6 +84,9 @@ pub struct State {
     /// The cfg loads utf8tocp1251 somewhere: its lines that are not UTF-8
     /// are read as Windows-1251 (`conf::run` looks before it runs).
     pub cp1251_text: bool,
+    /// LdapPlugin: None until its `plugin` line, then what its commands
+    /// have set (process-wide: the last line wins, wherever it stands).
+    pub ldap: Option<LdapCmds>,
     /// StringsPlugin: the texts its file replaces; process-wide, set in
     /// every service by `finalize` (the last `plugin` line wins).
     pub strings: Option<Arc<crate::stringtable::Strings>>,
@@ -107,6 +110,63 @@ pub struct State {
     pub dae: Option<crate::dae::Pending>,
 }
 
+/// What LdapPlugin's commands have set so far.
+#[derive(Debug, Clone, Default)]
+pub struct LdapCmds {
+    /// `ldapconnect`: the servers as URIs, the DN and the password.
+    pub connect: Option<(String, String, Option<String>)>,
+    /// `ldapattr`: user attribute, group attribute, lowercase.
+    pub attr: Option<(String, String, bool)>,
+    pub userenv: Option<String>,
+    pub sbase: Option<String>,
+    pub access: Option<String>,
+    /// `ldapdircount`: only `ldaptrafgroup`'s counter files use it.
+    pub dircount: Option<String>,
+    /// Some `auth` line names `ldap`.
+    pub used: bool,
+}
+
+impl LdapCmds {
+    /// The commands `auth ldap` needs and the cfg has not given.
+    pub fn missing(&self) -> Vec<&'static str> {
+        let mut m = Vec::new();
+        if self.connect.is_none() {
+            m.push("ldapconnect");
+        }
+        if self.attr.is_none() {
+            m.push("ldapattr");
+        }
+        if self.userenv.is_none() {
+            m.push("ldapuserenv");
+        }
+        if self.sbase.is_none() {
+            m.push("ldapsbase");
+        }
+        if self.access.is_none() {
+            m.push("ldapaccess");
+        }
+        m
+    }
+
+    /// The settings, when complete (the timeout is `finalize`'s).
+    pub fn settings(&self) -> Option<crate::sys::ldap::Settings> {
+        let (uris, bind_dn, bind_pw) = self.connect.clone()?;
+        let (user_attr, group_attr, lowercase) = self.attr.clone()?;
+        Some(crate::sys::ldap::Settings {
+            uris,
+            bind_dn,
+            bind_pw,
+            user_attr,
+            group_attr,
+            lowercase,
+            userenv: self.userenv.clone()?,
+            sbase: self.sbase.clone()?,
+            access: self.access.clone()?,
+            timeout: std::time::Duration::from_secs(5),
+        })
+    }
+}
+
 impl State {
     pub fn new(check_only: bool) -> State {
         State {
@@ -126,6 +186,7 @@ impl State {
             resolver: crate::resolve::Config::default(),
             claimed: Vec::new(),
             access: crate::access::Setup::default(),
+            ldap: None,
             depth: 0,
             budget: MAX_LOAD_BYTES,
             ops: Ops::default(),
@@ -199,6 +260,13 @@ impl State {
                 crate::radius::Conf::new(secret, servers, self.timeouts.get(Timeouts::BYTE_LONG));
             c.interim = self.radius_interim;
             self.access.radius.set(c);
+        }
+        if let Some(s) = self.ldap.as_ref().and_then(|l| l.settings()) {
+            // Each connect and each operation is waited for BYTE_LONG.
+            self.access.ldap.set(crate::sys::ldap::Settings {
+                timeout: self.timeouts.get(Timeouts::BYTE_LONG),
+                ..s
+            });
         }
         for p in &mut self.services {
             let Some(svc) = Arc::get_mut(&mut p.svc) else {
