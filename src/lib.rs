@@ -54,6 +54,7 @@ mod sqllog;
 mod sys;
 mod timeouts;
 mod tls;
+mod traffic;
 mod udprelay;
 
 pub use cli::main;

@@ -358,10 +358,10 @@ fn a_plugin_that_is_not_built_is_refused_by_name() {
         "{msg}"
     );
     assert!(!msg.contains("unknown command"), "{msg}");
-    let f = run_check(&dir, "auth iponly\nplugin TrafficPlugin.ld.so start\n");
+    let f = run_check(&dir, "auth iponly\nplugin LdapPlugin.ld.so start\n");
     let msg = f.assert_cfg_error(&cfg, 2, "plugin");
     assert!(
-        msg.contains("TrafficPlugin") && msg.contains("not built"),
+        msg.contains("LdapPlugin") && msg.contains("not built"),
         "{msg}"
     );
     // SSLPlugin and PCREPlugin are built in, whatever FILE says.

@@ -50,4 +50,5 @@ mod standalone;
 mod starttls;
 mod tcppm;
 mod tls;
+mod traffic;
 mod udppm;

@@ -89,6 +89,7 @@ pub static COMMANDS: &[Command] = &[
     cmd("plugin", 3, 0, plugin_cmds::h_plugin),
     cmd("transparent", 1, 1, plugin_cmds::h_transparent),
     cmd("notransparent", 1, 1, plugin_cmds::h_transparent),
+    cmd("trafcorrect", 1, 10, plugin_cmds::h_trafcorrect),
     // Resolver.
     cmd("nserver", 2, 2, resolve_cmds::h_nserver),
     cmd("authnserver", 2, 2, resolve_cmds::h_authnserver),

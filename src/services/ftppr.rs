@@ -376,6 +376,7 @@ fn open(c: &mut Client, st: &mut State, l: Login) -> Result<(), Res> {
     c.hops = c.local_hops + hops;
     c.remote_addr = if hops == 0 { Some(dst) } else { s.peer_addr() };
     c.ext_addr = s.local_addr();
+    c.record.ops.connects += 1;
     st.limits = grant.limits;
     st.rd = Lines::default();
     st.srv = Some(s);
@@ -603,6 +604,7 @@ fn transfer(c: &mut Client, st: &mut State, line: &[u8]) -> Result<(), Res> {
     );
     c.record.bytes_out += out.out;
     c.record.bytes_in += out.inb;
+    c.record.ops.add(out.ops);
     if out.res == Res::FILTER {
         // The data connection is closed; the session goes on, as in
         // 3proxy, and the transfer's record says why it was cut.

@@ -145,6 +145,7 @@ fn run(
     let mut from_srv = Lines::default();
     let banner = from_srv.line(&srv, SERVER_LINE, svc.timeouts.get(Timeouts::STRING_LONG));
     c.record.bytes_in += from_srv.total;
+    c.record.ops.reads += from_srv.reads;
     if banner.len() < 3 {
         return Err(NO_BANNER);
     }
@@ -158,12 +159,14 @@ fn run(
     let user = format!("USER {}\r\n", l.name);
     (&srv).write_all(user.as_bytes()).map_err(|_| USER_FAILED)?;
     c.record.bytes_out += user.len() as u64;
+    c.record.ops.writes += 1;
     // What either side sent after its line goes on first.
     if !from_cli.buf.is_empty() {
         (&srv)
             .write_all(&from_cli.buf)
             .map_err(|_| Res::SERVER_ERR)?;
         c.record.bytes_out += from_cli.buf.len() as u64;
+        c.record.ops.writes += 1;
     }
     if !from_srv.buf.is_empty() {
         (&c.cli)
