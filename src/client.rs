@@ -131,6 +131,16 @@ pub struct Record {
     pub bytes_in: u64,
     /// When the record began (%t, %D).
     pub start: SystemTime,
+    /// The server's reads, writes and connects for this record
+    /// (TrafficPlugin's `p` form counts packets by them).
+    pub ops: crate::traffic::Ops,
+    /// A datagram record (a SOCKS UDP association's): TrafficPlugin's
+    /// `udp` rules are for it. Kept from record to record.
+    pub datagram: bool,
+    /// With TrafficPlugin rules: the limits of the grant this record is
+    /// under, held until it is written, so that their counters take the
+    /// bytes the record says (3proxy counts after its plugin corrected).
+    limits: Option<Arc<crate::limit::SessionLimits>>,
     /// Something happened since the last record ended: the drop writes
     /// it. A session begins open; a kept-alive HTTP client between
     /// requests is not.
@@ -148,6 +158,9 @@ impl Record {
             bytes_out: 0,
             bytes_in: 0,
             start,
+            ops: crate::traffic::Ops::default(),
+            datagram: false,
+            limits: None,
             open: true,
             nolog: false,
         }
@@ -158,6 +171,8 @@ impl Record {
     fn next(&mut self) {
         self.bytes_in = 0;
         self.bytes_out = 0;
+        self.ops = crate::traffic::Ops::default();
+        self.limits = None;
         self.res = Res::OK;
         self.text.clear();
         self.start = SystemTime::now();
@@ -490,6 +505,11 @@ impl Client {
         self.recorded.0 += self.record.bytes_out;
         self.recorded.1 += self.record.bytes_in;
         self.live.set_bytes(self.recorded.0, self.recorded.1);
+        let (out, inb) =
+            self.corrected(self.record.bytes_out, self.record.bytes_in, self.record.ops);
+        // The counters take the record's bytes now (unless the session
+        // still holds its limits).
+        self.record.limits = None;
         if self.logs_radius() && self.radius_log().is_some() {
             // `log radius`: the record is the session's Stop.
             let acct = self.acct.take();
@@ -497,16 +517,51 @@ impl Client {
                 t.stop();
                 self.live.set_tag(None);
             }
-            self.account(
-                Status::Stop,
-                acct.as_deref(),
-                self.record.bytes_out,
-                self.record.bytes_in,
-            );
+            self.account(Status::Stop, acct.as_deref(), out, inb);
             return;
         }
         let r = &self.record;
-        self.write_record_as(r.res, r.bytes_out, r.bytes_in, r.start);
+        self.write_record_as(r.res, out, inb, r.start);
+    }
+
+    /// The bytes (out, in) a record of `out` and `in` bytes, with the
+    /// server's reads, writes and connects `ops`, says: as the service's
+    /// TrafficPlugin rules correct them (the counters of the record's
+    /// grant take the difference), or as they are.
+    #[inline]
+    fn corrected(&self, out: u64, inb: u64, ops: crate::traffic::Ops) -> (u64, u64) {
+        match &self.svc.traffic {
+            None => (out, inb),
+            Some(rules) => self.correct_by(rules, out, inb, ops),
+        }
+    }
+
+    #[inline(never)]
+    fn correct_by(
+        &self,
+        rules: &crate::traffic::Rules,
+        out: u64,
+        inb: u64,
+        ops: crate::traffic::Ops,
+    ) -> (u64, u64) {
+        let seen = crate::traffic::Seen {
+            service: self.service_name.unwrap_or(self.svc.def.log_name),
+            port: self.remote_addr.map(|a| a.port()),
+            datagram: self.record.datagram,
+            ops,
+        };
+        let now = rules.apply(&seen, out, inb);
+        if let Some(l) = &self.record.limits {
+            l.recount((inb, out), (now.1, now.0));
+        }
+        now
+    }
+
+    /// A `logdump` record of the bytes and the server's reads and writes
+    /// since the last one, while the relay runs.
+    pub fn write_dump(&self, out: u64, inb: u64, ops: crate::traffic::Ops, start: SystemTime) {
+        let (out, inb) = self.corrected(out, inb, ops);
+        self.write_record_as(Res::OK, out, inb, start);
     }
 
     /// The servers of `log radius`, when the session logs there.
@@ -523,6 +578,17 @@ impl Client {
     #[inline]
     fn logs_radius(&self) -> bool {
         matches!(self.svc.log.as_deref(), Some(crate::log::Sink::Radius))
+    }
+
+    /// Access was granted for the record being built: `log radius` sends
+    /// its Start ([`Client::acct_start`]); with TrafficPlugin rules the
+    /// record keeps the grant's limits, whose counters take its corrected
+    /// bytes.
+    pub fn granted(&mut self, grant: &crate::access::Grant) {
+        if self.svc.traffic.is_some() && !grant.nolog {
+            self.record.limits.clone_from(&grant.limits);
+        }
+        self.acct_start(grant);
     }
 
     /// `log radius`: access was granted; send the Start of the session's

@@ -55,6 +55,7 @@ mod stringtable;
 mod sys;
 mod timeouts;
 mod tls;
+mod traffic;
 mod udprelay;
 
 pub use cli::main;

@@ -20,6 +20,12 @@
 //!   nothing until its bucket's debt is paid; the wait is part of the
 //!   poll() timeout, so a limited session sleeps and never spins. A
 //!   direction past its traffic quota ends the session with code 10.
+//! - Each direction counts its reads and writes that moved bytes (two
+//!   plain adds per move, where the bytes are counted anyway): the
+//!   outcome says how often the server was read from and written to
+//!   (`Outcome::ops`, for TrafficPlugin's `p` form). With splice() a read
+//!   is one splice() from the server's socket into the pipe, a write one
+//!   from the pipe into the server's socket, as in 3proxy's sockmap.
 
 use std::io;
 use std::os::fd::{AsFd, AsRawFd};
@@ -35,6 +41,7 @@ use crate::limit::{Permit, SessionLimits};
 use crate::net::Stream;
 use crate::res::Res;
 use crate::service::{Grace, DEFAULT_BUFSIZE};
+use crate::traffic::Ops;
 
 /// How a relay runs.
 #[derive(Debug, Clone, Copy)]
@@ -70,6 +77,7 @@ pub struct Paused {
     up: DirState,
     down: DirState,
     dumped: (u64, u64),
+    dumped_ops: (u64, u64),
     generation: u64,
     /// Since when no byte moved: the idle timeout counts from here, also
     /// while parked.
@@ -81,6 +89,8 @@ struct DirState {
     eof: bool,
     shut: bool,
     bytes: u64,
+    fills: u64,
+    drains: u64,
 }
 
 impl Paused {
@@ -115,6 +125,9 @@ pub struct Outcome {
     pub out: u64,
     /// Server to client.
     pub inb: u64,
+    /// Reads of the server and writes to it that moved bytes (no
+    /// connects: the relay makes none).
+    pub ops: Ops,
 }
 
 /// What a relay does besides moving bytes. All optional.
@@ -145,14 +158,15 @@ pub struct DataFilter<'a> {
 }
 
 /// `logdump`: when a direction has moved this many bytes since the last
-/// record (0: never), `write(out, in)` writes a record of the bytes since
-/// then; the outcome then counts only what came after the last record.
+/// record (0: never), `write(out, in, ops)` writes a record of the bytes
+/// (and the server's reads and writes) since then; the outcome then
+/// counts only what came after the last record.
 pub struct Dump<'a> {
     /// Bytes client to server.
     pub out_at: u64,
     /// Bytes server to client.
     pub in_at: u64,
-    pub write: &'a mut dyn FnMut(u64, u64),
+    pub write: &'a mut dyn FnMut(u64, u64, Ops),
 }
 
 /// The relay with every hook; it never parks.
@@ -168,6 +182,7 @@ pub fn relay_hooked(cli: &Stream, srv: &Stream, opts: &RelayOpts, hooks: Hooks<'
             res: Res::POLL,
             out: 0,
             inb: 0,
+            ops: Ops::default(),
         },
     }
 }
@@ -200,6 +215,7 @@ pub fn relay_parking(
             res: Res::POLL,
             out: 0,
             inb: 0,
+            ops: Ops::default(),
         });
     }
     if let Some(f) = hooks.filter {
@@ -560,6 +576,9 @@ struct Dir<'a, C> {
     /// the FIN, so no shutdown() is needed.
     other_shut: bool,
     bytes: u64,
+    /// Fills and drains that moved bytes: reads of `src`, writes to `dst`.
+    fills: u64,
+    drains: u64,
     /// Where `bytes` is also added (the live registry), if anywhere.
     live: Option<&'a std::sync::atomic::AtomicU64>,
     /// Limits: set while the direction must not read (bandwidth), and
@@ -585,6 +604,8 @@ impl<'a, C: Channel> Dir<'a, C> {
             shut: false,
             other_shut: false,
             bytes: 0,
+            fills: 0,
+            drains: 0,
             live: None,
             throttled: None,
             quota_hit: false,
@@ -654,6 +675,7 @@ impl<'a, C: Channel> Dir<'a, C> {
                     }
                     Ok(n) => {
                         moved = true;
+                        self.fills += 1;
                         // A short read emptied the socket: the next read
                         // would only say EAGAIN, so wait for readiness
                         // instead of paying for that call. (Unless a TLS
@@ -686,6 +708,7 @@ impl<'a, C: Channel> Dir<'a, C> {
                 match self.ch.drain(self.dst) {
                     Ok(n) => {
                         self.bytes += n as u64;
+                        self.drains += 1;
                         if let Some(l) = self.live {
                             // The session's own thread is the only writer
                             // (`live::Bytes`): a plain load and store, no
@@ -762,6 +785,8 @@ struct Relay<'a, C> {
     up: Dir<'a, C>,
     /// Bytes each way already reported by `logdump` records.
     dumped: (u64, u64),
+    /// The server's reads and writes those records reported.
+    dumped_ops: (u64, u64),
     /// The reload generation the session was last checked against.
     generation: u64,
     /// Since when nothing moved (None: something just did; the quiet time
@@ -845,6 +870,7 @@ fn run<C: Channel>(
         res,
         out: r.up.bytes - r.dumped.0,
         inb: r.down.bytes - r.dumped.1,
+        ops: r.ops_since_dump(),
     })
 }
 
@@ -866,6 +892,7 @@ impl<'a, C: Channel> Relay<'a, C> {
             down,
             up,
             dumped: (0, 0),
+            dumped_ops: (0, 0),
             // A reload since the session was admitted (even one during its
             // handshake) is noticed at the first pass.
             generation: recheck.map_or_else(crate::running::generation, |c| c.generation()),
@@ -879,8 +906,11 @@ impl<'a, C: Channel> Relay<'a, C> {
             d.eof = st.eof;
             d.shut = st.shut;
             d.bytes = st.bytes;
+            d.fills = st.fills;
+            d.drains = st.drains;
         }
         self.dumped = p.dumped;
+        self.dumped_ops = p.dumped_ops;
         self.generation = p.generation;
         self.quiet_since = Some(p.quiet_since);
     }
@@ -949,8 +979,19 @@ impl<'a, C: Channel> Relay<'a, C> {
             self.down.bytes - self.dumped.1,
         );
         if (d.out_at > 0 && o >= d.out_at) || (d.in_at > 0 && i >= d.in_at) {
-            (d.write)(o, i);
+            (d.write)(o, i, self.ops_since_dump());
             self.dumped = (self.up.bytes, self.down.bytes);
+            self.dumped_ops = (self.down.fills, self.up.drains);
+        }
+    }
+
+    /// The server's reads (the down direction's fills) and writes (the
+    /// up direction's drains) since the last `logdump` record.
+    fn ops_since_dump(&self) -> Ops {
+        Ops {
+            reads: self.down.fills - self.dumped_ops.0,
+            writes: self.up.drains - self.dumped_ops.1,
+            connects: 0,
         }
     }
 
@@ -1013,11 +1054,14 @@ impl<'a, C: Channel> Relay<'a, C> {
             eof: d.eof,
             shut: d.shut,
             bytes: d.bytes,
+            fills: d.fills,
+            drains: d.drains,
         };
         Paused {
             up: st(&self.up),
             down: st(&self.down),
             dumped: self.dumped,
+            dumped_ops: self.dumped_ops,
             generation: self.generation,
             quiet_since: quiet,
         }

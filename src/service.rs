@@ -307,6 +307,10 @@ pub struct Service {
     /// `transparent` (TransparentPlugin) was on at the service's line:
     /// a client netfilter redirected goes where it meant to go.
     pub transparent: bool,
+    /// TrafficPlugin's `trafcorrect` rules, for a service after its
+    /// `plugin` line (set after the whole cfg has run); None: records
+    /// say the bytes as they are.
+    pub traffic: Option<Arc<crate::traffic::Rules>>,
     /// `-R`: where server sockets come from (connect-back listener).
     pub back_listener: Option<Arc<crate::connectback::BackListener>>,
     /// `pcre` filters as they stood at the service's line; None if none.

@@ -340,6 +340,7 @@ pub fn relay_logged(
             res: Res::POLL,
             out: 0,
             inb: 0,
+            ops: Default::default(),
         },
     }
 }
@@ -374,6 +375,7 @@ impl Finish {
         c.record.res = out.res;
         c.record.bytes_out += out.out;
         c.record.bytes_in += out.inb;
+        c.record.ops.add(out.ops);
         let Finish::Http {
             shaping,
             mut shaped,
@@ -444,10 +446,14 @@ fn run_logged(
         None => (0, 0),
     };
     let mut since = c.record.start;
+    // The record's own reads, writes and connects so far go into the
+    // first `logdump` record, if one is written.
+    let mut before = std::mem::take(&mut c.record.ops);
     let out = {
         let client: &Client = c;
-        let mut write = |o: u64, i: u64| {
-            client.write_record_as(Res::OK, o, i, since);
+        let mut write = |o: u64, i: u64, mut ops: crate::traffic::Ops| {
+            ops.add(std::mem::take(&mut before));
+            client.write_dump(o, i, ops, since);
             since = std::time::SystemTime::now();
         };
         let dump = (out_at > 0 || in_at > 0).then_some(Dump {
@@ -494,6 +500,7 @@ fn run_logged(
         relay_parking(&client.cli, srv, opts, hooks, from)
     };
     c.record.start = since;
+    c.record.ops.add(before);
     out
 }
 
@@ -608,12 +615,14 @@ pub fn keep(c: &mut Client, grant: &Grant) {
         c.user.clone_from(&grant.user);
     }
     c.publish();
-    c.acct_start(grant);
+    c.granted(grant);
 }
 
 /// A connection reached `dst` through `chain`: the hops and addresses its
-/// record shows. Straight to `dst`, that is the peer (no getpeername()).
+/// record shows, and one connect more (TrafficPlugin's `p` form). Straight
+/// to `dst`, that is the peer (no getpeername()).
 pub fn note_chain(c: &mut Client, chain: &crate::chain::Chain, dst: std::net::SocketAddr) {
+    c.record.ops.connects += 1;
     c.hops = c.local_hops + chain.hops;
     c.remote_addr = if chain.hops == 0 {
         Some(dst)
@@ -633,6 +642,7 @@ pub fn note_chain_ext_later(
     chain: &crate::chain::Chain,
     dst: std::net::SocketAddr,
 ) {
+    c.record.ops.connects += 1;
     c.hops = c.local_hops + chain.hops;
     c.remote_addr = if chain.hops == 0 {
         Some(dst)

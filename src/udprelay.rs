@@ -85,13 +85,17 @@ pub struct Opts<'a> {
     pub since: u64,
 }
 
-/// Payload bytes relayed each way.
+/// Payload bytes relayed each way, and the datagrams that carried them.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct Counts {
     /// Client to destination (%O).
     pub out: u64,
     /// Destination to client (%I).
     pub inb: u64,
+    /// Datagrams with a payload relayed to the destination (TrafficPlugin's
+    /// writes) and from it (its reads).
+    pub writes: u64,
+    pub reads: u64,
 }
 
 /// What the limits allow in one direction now.
@@ -235,6 +239,7 @@ impl State {
                 self.deadline = Instant::now() + o.idle;
             }
             n.out += len as u64;
+            n.writes += u64::from(len > 0);
             if let Some(l) = o.limits {
                 l.used(true, len, now);
             }
@@ -290,6 +295,7 @@ impl State {
             moved += 1;
             self.deadline = Instant::now() + o.idle;
             n.inb += len as u64;
+            n.reads += u64::from(len > 0);
             if let Some(l) = o.limits {
                 l.used(false, len, now);
             }

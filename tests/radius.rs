@@ -518,6 +518,45 @@ fn start_and_stop_with_octets_in_the_detail_file() {
     assert!(attr(start, "Acct-Input-Octets").is_none(), "{start}");
 }
 
+/// TrafficPlugin corrects before 3proxy's `log radius` sends the Stop:
+/// the Stop says the corrected octets.
+#[test]
+fn trafcorrect_corrects_the_octets_of_the_stop() {
+    let dir = Dir::new("radius_trafcorrect");
+    let rad = Radiusd::start(&dir);
+    let reply = [5u8; 3000];
+    let (origin, got) = Origin::reply_after_eof(&reply, Duration::ZERO);
+    let port = free_port();
+    let cfg = format!(
+        "radius {SECRET} {}\nlog radius\nauth radius\n\
+         plugin TrafficPlugin.ld.so start\ntrafcorrect m socks5 {} 2\n\
+         socks -p{port} -i127.0.0.1\n",
+        rad.server(),
+        origin.port()
+    );
+    let _proxy = Proxy::start(dir, &cfg, &[Listen::Tcp(localhost(port))]);
+    let mut s = socks5_connect(port, Some(("alice", "secret")), localhost(origin.port()));
+    s.write_all(&[7u8; 1000]).unwrap();
+    s.shutdown(Shutdown::Write).unwrap();
+    assert_eq!(read_until_closed(&mut s).unwrap().len(), 3000);
+    assert_eq!(got.recv_timeout(IO_TIMEOUT).unwrap().len(), 1000);
+    let alice = "User-Name = \"alice\"";
+    let stop = rad.records(&["Acct-Status-Type = Stop", alice], 1, LOG_TIMEOUT);
+    assert_eq!(stop.len(), 1, "{}", rad.detail());
+    assert_eq!(
+        attr(&stop[0], "Acct-Input-Octets"),
+        Some("6000"),
+        "{}",
+        stop[0]
+    );
+    assert_eq!(
+        attr(&stop[0], "Acct-Output-Octets"),
+        Some("2000"),
+        "{}",
+        stop[0]
+    );
+}
+
 #[test]
 fn sigterm_sends_the_pending_stops_first() {
     let dir = Dir::new("radius_sigterm");

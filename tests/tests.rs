@@ -52,4 +52,5 @@ mod starttls;
 mod strings;
 mod tcppm;
 mod tls;
+mod traffic;
 mod udppm;

@@ -98,6 +98,7 @@ pub static COMMANDS: &[Command] = &[
     cmd("notransparent", 1, 1, plugin_cmds::h_transparent),
     cmd("file_cachedir", 2, 2, plugin_cmds::h_file),
     cmd("file_preview", 2, 2, plugin_cmds::h_file),
+    cmd("trafcorrect", 1, 10, plugin_cmds::h_trafcorrect),
     // Resolver.
     cmd("nserver", 2, 2, resolve_cmds::h_nserver),
     cmd("authnserver", 2, 2, resolve_cmds::h_authnserver),

@@ -9,8 +9,9 @@
 
 use std::sync::Arc;
 
-use super::state::State;
+use super::state::{State, TrafficPlugin};
 use super::token::quote;
+use crate::traffic::{Form, Rule};
 
 /// What a `plugin` line asks for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -19,6 +20,8 @@ enum Plugin {
     PamAuth,
     /// LdapPlugin: its `ldap*` commands and its auth type.
     Ldap,
+    /// TrafficPlugin: its `trafcorrect` rules.
+    Traffic,
     /// utf8tocp1251: its auth type, and Windows-1251 cfg lines.
     Utf8ToCp1251,
     /// FilePlugin: a service for other plugins (which we never load);
@@ -56,11 +59,7 @@ fn by_file(file: &str) -> Option<Plugin> {
     let stem = base.split('.').next().unwrap_or(base).to_ascii_lowercase();
     Some(match stem.as_str() {
         "pamauth" | "pamplugin" => Plugin::PamAuth,
-        "trafficplugin" => Plugin::NotBuilt(
-            "TrafficPlugin",
-            "byte counts are what the sessions carried; its `trafcorrect` \
-             estimates of packet headers are not made",
-        ),
+        "trafficplugin" => Plugin::Traffic,
         // Its ReadMe's example loads it as "string.dll".
         "stringsplugin" | "string" => Plugin::Strings,
         "ldapauth" | "ldapplugin" => Plugin::Ldap,
@@ -109,6 +108,10 @@ pub fn h_plugin(state: &mut State, args: &[String]) -> Result<(), String> {
             // Loading it again keeps what its commands set, as 3proxy's
             // plugin keeps its settings.
             state.ldap.get_or_insert_with(Default::default);
+            Ok(())
+        }
+        Plugin::Traffic => {
+            traffic_plugin(state, &args[3..]);
             Ok(())
         }
         Plugin::Utf8ToCp1251 => {
@@ -289,6 +292,188 @@ pub fn h_transparent(state: &mut State, args: &[String]) -> Result<(), String> {
     Ok(())
 }
 
+/// TrafficPlugin's `plugin` line (`plugin FILE start [debug]`): the
+/// services that follow take the `trafcorrect` rules, and the command is
+/// there from now on. Loaded again, the plugin starts its list afresh, as
+/// 3proxy's does; `debug` prints each record's correction to stdout.
+fn traffic_plugin(state: &mut State, args: &[String]) {
+    let mut debug = false;
+    for (i, a) in args.iter().enumerate() {
+        if i == 0 && a == "debug" {
+            debug = true;
+        } else {
+            state.lenient(format!(
+                "TrafficPlugin takes only 'debug'; '{}' ignored, as 3proxy ignores it",
+                quote(a)
+            ));
+        }
+    }
+    let first_service = state.services.len();
+    let t = state.traffic.get_or_insert(TrafficPlugin {
+        first_service,
+        rules: Default::default(),
+    });
+    t.rules.rules.clear();
+    if debug && !t.rules.debug {
+        // Not println!, which panics when stdout is closed (a daemon).
+        use std::io::Write;
+        let _ = writeln!(
+            std::io::stdout().lock(),
+            "TrafficPlugin: debug: each record's correction is printed here"
+        );
+    }
+    t.rules.debug |= debug;
+}
+
+const TRAFCORRECT_M: &str = "trafcorrect m SERVICE PORT COEFFICIENT";
+const TRAFCORRECT_P: &str = "trafcorrect p SERVICE tcp|udp PORT [PACKETSIZE]";
+
+/// `trafcorrect m SERVICE PORT COEFFICIENT` and `trafcorrect p SERVICE
+/// tcp|udp PORT [PACKETSIZE]` (TrafficPlugin's command): a rule at the
+/// end of the list. What 3proxy's plugin refuses (its return 1 and 2) is
+/// an error.
+pub fn h_trafcorrect(state: &mut State, args: &[String]) -> Result<(), String> {
+    if state.traffic.is_none() {
+        return Err("trafcorrect comes with TrafficPlugin: load it first \
+             (plugin TrafficPlugin.ld.so start)"
+            .into());
+    }
+    let usage = |what: &str| format!("{what}: {TRAFCORRECT_M}, or {TRAFCORRECT_P}");
+    let (form, most) = match args.get(1).map(String::as_str) {
+        Some(f @ ("m" | "p")) if args.len() < 5 => {
+            let u = if f == "m" {
+                TRAFCORRECT_M
+            } else {
+                TRAFCORRECT_P
+            };
+            return Err(format!("too few arguments: {u}"));
+        }
+        Some("m") => ("m", 5),
+        Some("p") => ("p", 6),
+        Some(other) => {
+            return Err(usage(&format!(
+                "'{}' is no form of trafcorrect",
+                quote(other)
+            )))
+        }
+        None => return Err(usage("the form is missing")),
+    };
+    if args.len() > most {
+        state.lenient(format!(
+            "{} arguments after the rule ignored, as 3proxy ignores them",
+            args.len() - most
+        ));
+    }
+    let service = rule_service(state, &args[2]);
+    let rule = if form == "m" {
+        let port = rule_port(state, &args[3])?;
+        let k = coefficient(state, &args[4])?;
+        Rule {
+            service,
+            port,
+            form: Form::Scale(k),
+        }
+    } else {
+        let udp = match args[3].as_str() {
+            "udp" if service.is_some_and(crate::traffic::tcp_only) => {
+                state.lenient(format!(
+                    "{} is TCP only: a tcp rule, as 3proxy's plugin makes it",
+                    args[2]
+                ));
+                false
+            }
+            "udp" => true,
+            "tcp" => false,
+            other => {
+                state.lenient(format!(
+                    "'{}' is neither tcp nor udp: a tcp rule, as 3proxy takes it",
+                    quote(other)
+                ));
+                false
+            }
+        };
+        let port = rule_port(state, &args[4])?;
+        let size = match args.get(5) {
+            Some(s) => u64::from(state.atoi::<u32>(s, 1, i32::MAX as u32)?),
+            None if udp => crate::traffic::UDP_PACKET,
+            None => crate::traffic::TCP_PACKET,
+        };
+        Rule {
+            service,
+            port,
+            form: Form::Packets { udp, size },
+        }
+    };
+    if let Some(t) = state.traffic.as_mut() {
+        t.rules.rules.push(rule);
+    }
+    Ok(())
+}
+
+/// A rule's service: one of 3proxy's names, or any (`*`, and with a
+/// warning a name the plugin does not know, which 3proxy takes as any).
+fn rule_service(state: &mut State, name: &str) -> Option<&'static str> {
+    let s = crate::traffic::service(name);
+    if s.is_none() && name != "*" {
+        let known: Vec<&str> = crate::traffic::service_names().collect();
+        state.lenient(format!(
+            "'{}' is none of {}: the rule is for any service, as 3proxy takes it",
+            quote(name),
+            known.join(", ")
+        ));
+    }
+    s
+}
+
+/// A rule's port, read as 3proxy's `atoi`: `*`, 0 and below are any
+/// port; above 65535 is an error.
+fn rule_port(state: &mut State, s: &str) -> Result<u16, String> {
+    if s == "*" {
+        return Ok(0);
+    }
+    let v = super::value::atoi(s);
+    if v > 65535 {
+        return Err(format!("port '{}' is above 65535", quote(s)));
+    }
+    if s.parse::<i64>().is_err() {
+        state.lenient(super::value::not_a_number(s, &v.max(0).to_string()));
+    } else if v < 0 {
+        state.lenient(format!("port {v} is below 0: any port, as 3proxy takes it"));
+    }
+    Ok(u16::try_from(v).unwrap_or(0))
+}
+
+/// The `m` form's coefficient, read as C's `atof`: above 0, at most 100.
+fn coefficient(state: &mut State, s: &str) -> Result<f64, String> {
+    let (k, plain) = match s.parse::<f64>() {
+        Ok(k) => (k, true),
+        Err(_) => (atof(s), false),
+    };
+    if !(k > 0.0 && k <= 100.0) {
+        return Err(format!(
+            "coefficient '{}' is not above 0 and at most 100",
+            quote(s)
+        ));
+    }
+    if !plain {
+        state.lenient(super::value::not_a_number(s, &k.to_string()));
+    }
+    Ok(k)
+}
+
+/// What C's `atof` makes of `s`: the longest number at its start (after
+/// blanks), 0 if there is none.
+fn atof(s: &str) -> f64 {
+    let t = s.trim_start();
+    let end = t
+        .find(|c: char| !(c.is_ascii_digit() || matches!(c, '.' | '+' | '-' | 'e' | 'E')))
+        .unwrap_or(t.len());
+    (1..=end)
+        .rev()
+        .find_map(|n| t[..n].parse::<f64>().ok())
+        .unwrap_or(0.0)
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::commands::run_lines as run;
@@ -307,10 +492,11 @@ mod tests {
             (
                 "C:\\3proxy\\TrafficPlugin.dll",
                 "start",
-                by_file("trafficplugin"),
+                Some(Plugin::Traffic),
             ),
             ("/x/StringsPlugin.ld.so", "start", Some(Plugin::Strings)),
             ("c:\\3proxy\\string.dll", "start", Some(Plugin::Strings)),
+            ("TrafficPlugin.ld.so", "start", Some(Plugin::Traffic)),
             ("/x/whatever.so", "start", None),
             ("/x/whatever.so", "my_plugin", None),
             ("/nowhere/ssl.so", "ssl_plugin", Some(Plugin::Ssl)),
@@ -426,16 +612,174 @@ mod tests {
     fn refusals_name_the_plugin() {
         let e = run(&["plugin /x/my.so my_plugin"]).unwrap_err();
         assert!(e.contains("'my_plugin'") && e.contains("not built"), "{e}");
-        let e = run(&["plugin /x/TrafficPlugin.ld.so start"]).unwrap_err();
-        assert!(
-            e.contains("TrafficPlugin") && e.contains("not built"),
-            "{e}"
-        );
+        let e = run(&["plugin /x/wa.dll WindowsAuthentication"]).unwrap_err();
+        assert!(e.contains("WindowsAuthentication") && e.contains("not built"), "{e}");
         assert!(run(&["plugin /x/ssl.so ssl_plugin"]).is_ok());
         assert!(run(&["plugin /x/pcre.so pcre_plugin"]).is_ok());
         let e = run(&["plugin /x/PamAuth.ld.so start"]).unwrap_err();
         assert!(e.contains("PAM service"), "{e}");
         let e = run(&["auth pam"]).unwrap_err();
         assert!(e.contains("PamAuth"), "{e}");
+    }
+
+    fn rules(st: &State) -> Vec<Rule> {
+        st.traffic.as_ref().unwrap().rules.rules.clone()
+    }
+
+    #[test]
+    fn trafcorrect_comes_with_its_plugin() {
+        let e = run(&["trafcorrect m tcppm 0 2"]).unwrap_err();
+        assert!(e.contains("TrafficPlugin"), "{e}");
+        let st = run(&["plugin /nowhere/TrafficPlugin.ld.so start"]).unwrap();
+        assert!(rules(&st).is_empty());
+        assert!(!st.traffic.as_ref().unwrap().rules.debug);
+        let st = run(&["plugin TrafficPlugin.so start debug"]).unwrap();
+        assert!(st.traffic.as_ref().unwrap().rules.debug);
+    }
+
+    #[test]
+    fn trafcorrect_forms() {
+        let st = run(&[
+            "plugin TrafficPlugin.ld.so start",
+            "trafcorrect m socks5 6112 4.5",
+            "trafcorrect m * * 1.1",
+            "trafcorrect p proxy tcp 80",
+            "trafcorrect p udppm udp 53",
+            "trafcorrect p socks5 udp 0 30",
+            "trafcorrect p tcppm tcp 0 60",
+        ])
+        .unwrap();
+        let r = rules(&st);
+        assert_eq!(
+            r,
+            vec![
+                Rule {
+                    service: Some("SOCK5"),
+                    port: 6112,
+                    form: Form::Scale(4.5)
+                },
+                Rule {
+                    service: None,
+                    port: 0,
+                    form: Form::Scale(1.1)
+                },
+                Rule {
+                    service: Some("PROXY"),
+                    port: 80,
+                    form: Form::Packets {
+                        udp: false,
+                        size: 52
+                    }
+                },
+                Rule {
+                    service: Some("UDPPM"),
+                    port: 53,
+                    form: Form::Packets {
+                        udp: true,
+                        size: 48
+                    }
+                },
+                Rule {
+                    service: Some("SOCK5"),
+                    port: 0,
+                    form: Form::Packets {
+                        udp: true,
+                        size: 30
+                    }
+                },
+                Rule {
+                    service: Some("TCPPM"),
+                    port: 0,
+                    form: Form::Packets {
+                        udp: false,
+                        size: 60
+                    }
+                },
+            ]
+        );
+        assert!(st.warnings.is_empty() && st.pending.is_empty());
+    }
+
+    #[test]
+    fn trafcorrect_refuses_what_3proxy_refuses() {
+        let load = "plugin TrafficPlugin.ld.so start";
+        for (line, says) in [
+            ("trafcorrect", "form is missing"),
+            ("trafcorrect x tcppm 0 1", "no form"),
+            ("trafcorrect m tcppm 0", "too few"),
+            ("trafcorrect p tcppm tcp", "too few"),
+            ("trafcorrect m tcppm 0 0", "coefficient"),
+            ("trafcorrect m tcppm 0 -1", "coefficient"),
+            ("trafcorrect m tcppm 0 100.5", "coefficient"),
+            ("trafcorrect m tcppm 0 nan", "coefficient"),
+            ("trafcorrect m tcppm 0 x", "coefficient"),
+            ("trafcorrect m tcppm 65536 2", "above 65535"),
+            ("trafcorrect p tcppm tcp 70000", "above 65535"),
+            ("trafcorrect p tcppm tcp 0 0", "not a number from 1"),
+            ("trafcorrect p tcppm tcp 0 -52", "not a number from 1"),
+        ] {
+            let e = run(&[load, line]).unwrap_err();
+            assert!(e.contains(says), "{line}: {e}");
+        }
+        // The boundaries are taken.
+        assert!(run(&[load, "trafcorrect m tcppm 65535 100"]).is_ok());
+        assert!(run(&[load, "trafcorrect m tcppm 0 0.001"]).is_ok());
+    }
+
+    #[test]
+    fn trafcorrect_takes_leniently_what_3proxy_takes() {
+        let mut st = State::new(true);
+        let lines = [
+            "plugin TrafficPlugin.ld.so start",
+            "trafcorrect m socks 0 2",
+            "trafcorrect m tcppm -3 2",
+            "trafcorrect m tcppm 80x 1.5x",
+            "trafcorrect p tcppm udp 0",
+            "trafcorrect p udppm UDP 0",
+            "trafcorrect m tcppm 0 2 extra",
+        ];
+        let mut warned = 0;
+        for l in lines {
+            let args: Vec<String> = l.split_whitespace().map(String::from).collect();
+            super::super::commands::dispatch(&mut st, &args).unwrap();
+            warned += usize::from(!st.take_pending().is_empty());
+        }
+        assert_eq!(warned, lines.len() - 1);
+        let r = rules(&st);
+        assert_eq!((r[0].service, r[0].port), (None, 0));
+        assert_eq!(r[1].port, 0);
+        assert_eq!((r[2].port, r[2].form), (80, Form::Scale(1.5)));
+        // tcppm is TCP only; "UDP" is not "udp": both tcp, 52 bytes.
+        for r in &r[3..5] {
+            assert_eq!(
+                r.form,
+                Form::Packets {
+                    udp: false,
+                    size: 52
+                }
+            );
+        }
+    }
+
+    #[test]
+    fn loading_the_plugin_again_starts_the_rules_afresh() {
+        let st = run(&[
+            "plugin TrafficPlugin.ld.so start",
+            "trafcorrect m tcppm 0 2",
+            "plugin TrafficPlugin.ld.so start",
+            "trafcorrect m tcppm 0 3",
+        ])
+        .unwrap();
+        assert_eq!(rules(&st).len(), 1);
+        assert_eq!(rules(&st)[0].form, Form::Scale(3.0));
+    }
+
+    #[test]
+    fn atof_reads_a_number_at_the_start() {
+        assert_eq!(atof("1.5x"), 1.5);
+        assert_eq!(atof("  2e1,"), 20.0);
+        assert_eq!(atof("1,5"), 1.0);
+        assert_eq!(atof("x"), 0.0);
+        assert_eq!(atof("-"), 0.0);
     }
 }

@@ -77,6 +77,8 @@ pub struct State {
     /// `transparent` (the default once loaded) or `notransparent` holds
     /// for the services that follow.
     pub transparent: Option<bool>,
+    /// TrafficPlugin: None until its `plugin` line.
+    pub traffic: Option<TrafficPlugin>,
     /// A `plugin` line loaded utf8tocp1251 (its auth type may be named).
     pub utf8tocp1251: bool,
     /// A `plugin` line loaded FilePlugin (its commands may be used).
@@ -199,6 +201,7 @@ impl State {
             warnings: Vec::new(),
             pending: Vec::new(),
             transparent: None,
+            traffic: None,
             utf8tocp1251: false,
             file_plugin: false,
             cp1251_text: false,
@@ -268,10 +271,22 @@ impl State {
                 ..s
             });
         }
-        for p in &mut self.services {
+        // TrafficPlugin's rules, wherever they stand in the file, for the
+        // services from its `plugin` line on: 3proxy's plugin wraps the
+        // log function of the services that follow it, and looks at its
+        // one list of rules at each record.
+        let traffic = self
+            .traffic
+            .as_ref()
+            .filter(|t| !t.rules.rules.is_empty() || t.rules.debug)
+            .map(|t| (t.first_service, Arc::new(t.rules.clone())));
+        for (i, p) in self.services.iter_mut().enumerate() {
             let Some(svc) = Arc::get_mut(&mut p.svc) else {
                 continue;
             };
+            if let Some((first, rules)) = &traffic {
+                svc.traffic = (i >= *first).then(|| rules.clone());
+            }
             svc.timeouts = self.timeouts;
             svc.dialer.timeout = self.timeouts.get(Timeouts::CONNECT);
             svc.dialer.eyeballs = self.eyeballs;
@@ -284,6 +299,17 @@ impl State {
             }
         }
     }
+}
+
+/// What TrafficPlugin's `plugin` line and its `trafcorrect` lines set up.
+#[derive(Debug)]
+pub struct TrafficPlugin {
+    /// The services from this one on (in `State::services`) came after
+    /// the plugin's first `plugin` line: they take the rules.
+    pub first_service: usize,
+    /// The rules in their order (a later `plugin` line starts the list
+    /// afresh, as 3proxy's plugin does), and `debug`.
+    pub rules: crate::traffic::Rules,
 }
 
 /// Why reading a file for the cfg failed.

@@ -336,6 +336,23 @@ impl SessionLimits {
         self.moved_out.fetch_add(out, Ordering::Relaxed);
     }
 
+    /// A record's bytes (in, out) were `was` and it says `now` (corrected
+    /// by TrafficPlugin's rules): the counters take the difference.
+    pub fn recount(&self, was: (u64, u64), now: (u64, u64)) {
+        for (moved, was, now) in [
+            (&self.moved_in, was.0, now.0),
+            (&self.moved_out, was.1, now.1),
+        ] {
+            if now > was {
+                moved.fetch_add(now - was, Ordering::Relaxed);
+            } else if now < was {
+                let _ = moved.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |m| {
+                    Some(m.saturating_sub(was - now))
+                });
+            }
+        }
+    }
+
     fn dir(&self, out: bool) -> (&[Arc<Bucket>], Option<u64>, &AtomicU64) {
         if out {
             (&self.band_out, self.budget_out, &self.moved_out)

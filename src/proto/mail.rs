@@ -16,6 +16,8 @@ pub(crate) struct Lines {
     pub(crate) buf: Vec<u8>,
     /// Bytes read from the socket in all.
     pub(crate) total: u64,
+    /// Reads from the socket that took bytes.
+    pub(crate) reads: u64,
 }
 
 impl Lines {
@@ -25,6 +27,7 @@ impl Lines {
         Lines {
             buf: early.to_vec(),
             total: 0,
+            reads: 0,
         }
     }
 
@@ -61,6 +64,7 @@ impl Lines {
                 Ok(n) if n > 0 => {
                     self.buf.extend_from_slice(&chunk[..n]);
                     self.total += n as u64;
+                    self.reads += 1;
                 }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 _ => return self.buf.drain(..).collect(),

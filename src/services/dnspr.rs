@@ -300,6 +300,7 @@ fn forward(
     let reply = if server.tcp {
         let mut s = TcpStream::connect_timeout(&server.addr, svc.timeouts.get(Timeouts::CONNECT))
             .map_err(|_| RES_CONNECT)?;
+        rec.ops.connects += 1;
         let _ = s.set_nodelay(true);
         s.set_write_timeout(Some(send_timeout))
             .map_err(|_| RES_SOCKET)?;
@@ -307,9 +308,12 @@ fn forward(
         framed.extend_from_slice(msg);
         s.write_all(&framed).map_err(|_| RES_SEND_SERVER)?;
         rec.out += framed.len() as u64;
+        rec.ops.writes += 1;
         let deadline = Instant::now() + dns_timeout;
         let mut len = [0u8; 2];
         read_exact_by(&mut s, &mut len, deadline).map_err(|_| RES_NO_REPLY)?;
+        // The length and the message: two reads.
+        rec.ops.reads += 2;
         let len = usize::from(u16::from_be_bytes(len));
         if len > MAX_TCP_REPLY {
             return Err(RES_TCP_LONG);
@@ -334,6 +338,7 @@ fn forward(
             .map_err(|_| RES_SOCKET)?;
         s.send(msg).map_err(|_| RES_SEND_SERVER)?;
         rec.out += msg.len() as u64;
+        rec.ops.writes += 1;
         let deadline = Instant::now() + dns_timeout;
         let mut buf = vec![0u8; BUF];
         loop {
@@ -348,6 +353,7 @@ fn forward(
                 Err(_) => return Err(RES_NO_REPLY),
             };
             rec.inb += n as u64;
+            rec.ops.reads += 1;
             // Another query's late reply is not this one's.
             if n > MIN_QUERY && buf[..2] == msg[..2] {
                 buf.truncate(n);
@@ -375,6 +381,8 @@ struct QueryRecord {
     remote: Option<SocketAddr>,
     out: u64,
     inb: u64,
+    /// The server's datagrams each way (TrafficPlugin's `p` form).
+    ops: crate::traffic::Ops,
 }
 
 impl QueryRecord {
@@ -393,6 +401,7 @@ impl QueryRecord {
             remote: None,
             out: 0,
             inb: 0,
+            ops: Default::default(),
         }
     }
 
@@ -410,6 +419,16 @@ impl QueryRecord {
 
 impl Drop for QueryRecord {
     fn drop(&mut self) {
+        if let Some(rules) = self.svc.traffic.as_deref().filter(|_| !self.nolog) {
+            // TrafficPlugin: a query is a datagram record.
+            let seen = crate::traffic::Seen {
+                service: self.svc.def.log_name,
+                port: self.remote.map(|a| a.port()),
+                datagram: true,
+                ops: self.ops,
+            };
+            (self.out, self.inb) = rules.apply(&seen, self.out, self.inb);
+        }
         let svc = &self.svc;
         svc.metrics.ended();
         if !self.nolog {

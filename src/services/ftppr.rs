@@ -368,6 +368,7 @@ fn open(c: &mut Client, st: &mut State, l: Login) -> Result<(), Res> {
     c.hops = c.local_hops + hops;
     c.remote_addr = if hops == 0 { Some(dst) } else { s.peer_addr() };
     c.ext_addr = s.local_addr();
+    c.record.ops.connects += 1;
     // `ssl_cli` (modes 0 and 1): the control connection is TLS from its
     // first byte (implicit FTPS, port 990); the data connections stay in
     // clear, as 3proxy leaves them, for servers that allow that.
@@ -600,6 +601,7 @@ fn transfer(c: &mut Client, st: &mut State, line: &[u8]) -> Result<(), Res> {
     );
     c.record.bytes_out += out.out;
     c.record.bytes_in += out.inb;
+    c.record.ops.add(out.ops);
     if out.res == Res::FILTER {
         // The data connection is closed; the session goes on, as in
         // 3proxy, and the transfer's record says why it was cut.

@@ -264,7 +264,8 @@ fn ask_caps(srv: &Stream, from_srv: &mut Lines, long: std::time::Duration) -> Re
     }
 }
 
-/// Log in at the server as `name` with `how`; what was sent, in bytes.
+/// Log in at the server as `name` with `how`; what was sent: bytes, and
+/// writes.
 fn server_login(
     srv: &Stream,
     from_srv: &mut Lines,
@@ -272,9 +273,9 @@ fn server_login(
     creds: &Creds,
     name: &[u8],
     how: Method,
-) -> Result<u64, Res> {
+) -> Result<(u64, u64), Res> {
     let failed = |_| Res::IMAP_LOGIN_FAILED;
-    let mut sent = 0u64;
+    let (mut sent, mut writes) = (0u64, 0u64);
     let mut send = |b: &[u8]| -> Result<(), Res> {
         if b.is_empty() {
             // 3proxy fails on a send of nothing (an empty name or password).
@@ -282,6 +283,7 @@ fn server_login(
         }
         say(srv, b).map_err(failed)?;
         sent += b.len() as u64;
+        writes += 1;
         Ok(())
     };
     let tag = &creds.tag;
@@ -320,7 +322,7 @@ fn server_login(
             send(b"\r\n")?;
         }
     }
-    Ok(sent)
+    Ok((sent, writes))
 }
 
 fn run(
@@ -366,19 +368,22 @@ fn run(
     let mut from_srv = Lines::default();
     let result = greet_and_login(&srv, &mut from_srv, long, &creds, l.name.as_bytes());
     c.record.bytes_in += from_srv.total;
-    c.record.bytes_out += result?;
+    c.record.ops.reads += from_srv.reads;
+    let (sent, writes) = result?;
+    c.record.bytes_out += sent;
+    c.record.ops.writes += writes;
     relay_rest(c, srv, &from_cli, &from_srv, &grant, &again)
 }
 
 /// The server's greeting, its capabilities, and the login there; the
-/// bytes sent.
+/// bytes sent and the writes.
 fn greet_and_login(
     srv: &Stream,
     from_srv: &mut Lines,
     long: std::time::Duration,
     creds: &Creds,
     name: &[u8],
-) -> Result<u64, Res> {
+) -> Result<(u64, u64), Res> {
     let greeting = from_srv.line(srv, SERVER_LINE, long);
     if greeting.len() < 4 {
         return Err(Res::IMAP_NO_GREETING);
@@ -388,10 +393,12 @@ fn greet_and_login(
     }
     let marker = b"[CAPABILITY ";
     let (caps, asked) = match greeting.windows(marker.len()).position(|w| w == marker) {
-        Some(at) => (caps_of(&greeting[at..]), 0),
-        None => (ask_caps(srv, from_srv, long)?, ASK_CAPS.len() as u64),
+        Some(at) => (caps_of(&greeting[at..]), (0, 0)),
+        None => (ask_caps(srv, from_srv, long)?, (ASK_CAPS.len() as u64, 1)),
     };
-    Ok(asked + server_login(srv, from_srv, long, creds, name, choose(creds.method, caps))?)
+    let (sent, writes) =
+        server_login(srv, from_srv, long, creds, name, choose(creds.method, caps))?;
+    Ok((asked.0 + sent, asked.1 + writes))
 }
 
 #[cfg(test)]

@@ -96,6 +96,7 @@ pub(super) fn relay_rest(
             .write_all(&from_cli.buf)
             .map_err(|_| Res::SERVER_ERR)?;
         c.record.bytes_out += from_cli.buf.len() as u64;
+        c.record.ops.writes += 1;
     }
     if !from_srv.buf.is_empty() {
         (&c.cli)

@@ -605,6 +605,7 @@ fn build(
         slot_waiters: std::sync::atomic::AtomicU32::new(0),
         access: state.access.snapshot(),
         transparent: state.transparent == Some(true),
+        traffic: None,
         back_listener: None,
         filters: (!state.filters.is_empty()).then(|| Arc::new(state.filters.clone())),
         filtermaxsize: state.filtermaxsize,

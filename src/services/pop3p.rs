@@ -120,6 +120,7 @@ fn run(
     let mut from_srv = Lines::default();
     let banner = from_srv.line(&srv, SERVER_LINE, svc.timeouts.get(Timeouts::STRING_LONG));
     c.record.bytes_in += from_srv.total;
+    c.record.ops.reads += from_srv.reads;
     if banner.len() < 3 {
         return Err(Res::POP3_NO_BANNER);
     }
@@ -135,5 +136,6 @@ fn run(
         .write_all(user.as_bytes())
         .map_err(|_| Res::POP3_USER_FAILED)?;
     c.record.bytes_out += user.len() as u64;
+    c.record.ops.writes += 1;
     relay_rest(c, srv, &from_cli, &from_srv, &grant, &again)
 }

@@ -180,7 +180,7 @@ fn greet(
 /// line read and all the lines (short or empty when the server is silent).
 fn reply(c: &mut Client, srv: &Stream, from_srv: &mut Lines) -> (Vec<u8>, Vec<u8>) {
     let long = c.svc().timeouts.get(Timeouts::STRING_LONG);
-    let before = from_srv.total;
+    let before = (from_srv.total, from_srv.reads);
     let mut all = Vec::new();
     let mut line;
     loop {
@@ -190,13 +190,15 @@ fn reply(c: &mut Client, srv: &Stream, from_srv: &mut Lines) -> (Vec<u8>, Vec<u8
             break;
         }
     }
-    c.record.bytes_in += from_srv.total - before;
+    c.record.bytes_in += from_srv.total - before.0;
+    c.record.ops.reads += from_srv.reads - before.1;
     (line, all)
 }
 
 fn send(c: &mut Client, srv: &Stream, data: &[u8], err: Res) -> Result<(), Res> {
     (&*srv).write_all(data).map_err(|_| err)?;
     c.record.bytes_out += data.len() as u64;
+    c.record.ops.writes += 1;
     Ok(())
 }
 
@@ -259,9 +261,10 @@ fn run(
         }
         let long = svc.timeouts.get(Timeouts::STRING_LONG);
         let mut ok_334 = |c: &mut Client, err: Res| {
-            let before = from_srv.total;
+            let before = (from_srv.total, from_srv.reads);
             let r = from_srv.line(&srv, SERVER_LINE, long);
-            c.record.bytes_in += from_srv.total - before;
+            c.record.bytes_in += from_srv.total - before.0;
+            c.record.ops.reads += from_srv.reads - before.1;
             if r.len() < 4 || !r.starts_with(b"334") {
                 return Err(err);
             }

@@ -334,6 +334,7 @@ fn connect(c: &mut Client, ask: &Ask) -> Result<(), Res> {
     };
     // Straight to `dst`: that is the peer, no getpeername() needed.
     c.remote_addr = if direct { Some(dst) } else { srv.peer_addr() };
+    c.record.ops.connects += 1;
     c.ext_addr = srv.local_addr();
     // `ssl_cli`: TLS with the destination before the reply (modes 0, 1;
     // a failure is refused as any other) or after it (mode 2).
@@ -501,6 +502,8 @@ const UDP_AUTH: u32 = 2;
 /// idle for CONNECTION_LONG.
 fn udp_associate(c: &mut Client, ask: &Ask) -> Result<(), Res> {
     let svc = c.svc().clone();
+    // Its records are datagram ones (TrafficPlugin's `udp` rules).
+    c.record.datagram = true;
     // Authorize the association itself (no destination yet): 3proxy's
     // preauth; the destinations are checked as the datagrams name them.
     let grant = authorize(c, ask, Op::UdpAssoc, None, 0)?;
@@ -652,6 +655,7 @@ impl udprelay::Assoc for Udp<'_> {
         };
         if n > off && sent.is_ok() {
             self.c.record.bytes_out += (n - off) as u64;
+            self.c.record.ops.writes += 1;
             return Step::Moved(n - off);
         }
         Step::Moved(0)
@@ -678,6 +682,7 @@ impl udprelay::Assoc for Udp<'_> {
             };
             if self.near.send_to(&buf[HDR..HDR + n], to).is_ok() {
                 self.c.record.bytes_in += (n - off) as u64;
+                self.c.record.ops.reads += 1;
                 return Step::Moved(n - off);
             }
             return Step::Moved(0);
@@ -687,6 +692,7 @@ impl udprelay::Assoc for Udp<'_> {
         buf[start..HDR].copy_from_slice(&h);
         if self.near.send_to(&buf[start..HDR + n], to).is_ok() {
             self.c.record.bytes_in += n as u64;
+            self.c.record.ops.reads += 1;
             return Step::Moved(n);
         }
         Step::Moved(0)

@@ -310,6 +310,7 @@ fn run(
     }
     let sent = (&srv).write_all(&st.buf);
     c.record.bytes_out += st.buf.len() as u64;
+    c.record.ops.writes += 1;
     st.buf.clear();
     if sent.is_err() {
         c.srv = Some(srv);

@@ -59,8 +59,10 @@ struct Assoc {
     shaped: bool,
     /// The reload generation the association was last checked against.
     checked: AtomicU64,
-    /// Client to server bytes sent by the service thread (%O).
+    /// Client to server bytes sent by the service thread (%O), and the
+    /// datagrams that carried them.
     out: AtomicU64,
+    sent: AtomicU64,
     /// Through a socks5 parent: the association made there.
     via: Option<Via>,
 }
@@ -85,6 +87,9 @@ impl Assoc {
         {
             self.sock.send(d).map_err(|_| ())?;
             self.out.fetch_add(d.len() as u64, Ordering::Relaxed);
+            if !d.is_empty() {
+                self.sent.fetch_add(1, Ordering::Relaxed);
+            }
             return Ok(());
         }
         // Counted before it is sent, so the count is never short of what
@@ -167,6 +172,7 @@ fn open(
         ext: None,
         out: 0,
         inb: 0,
+        ops: Default::default(),
         hops: 0,
     };
     let opened = match associate(svc, generation, from, first, &mut rec) {
@@ -261,6 +267,7 @@ fn associate(
         shaped: limits.as_ref().is_some_and(|l| l.shapes_dir(true)),
         checked: AtomicU64::new(generation),
         out: AtomicU64::new(0),
+        sent: AtomicU64::new(0),
         via,
     });
     if assoc.forward(first).is_err() {
@@ -358,6 +365,12 @@ fn serve(
         }
     }
     rec.out += assoc.out.load(Ordering::Relaxed);
+    rec.ops = crate::traffic::Ops {
+        reads: n.reads,
+        writes: n.writes + assoc.sent.load(Ordering::Relaxed),
+        connects: 0,
+    };
+    rec.correct(limits.as_deref());
     // The counters take the traffic before the record is written,
     // so a client that sees the record finds them up to date.
     drop(limits);
@@ -494,8 +507,31 @@ struct Association {
     ext: Option<SocketAddr>,
     out: u64,
     inb: u64,
+    /// Datagrams each way (TrafficPlugin's `p` form).
+    ops: crate::traffic::Ops,
     /// Parents taken (`%h`).
     hops: u32,
+}
+
+impl Association {
+    /// TrafficPlugin: the bytes the record says, as the service's rules
+    /// correct them; the counters of `limits` take the difference.
+    fn correct(&mut self, limits: Option<&SessionLimits>) {
+        let Some(rules) = self.svc.traffic.as_deref().filter(|_| !self.nolog) else {
+            return;
+        };
+        let seen = crate::traffic::Seen {
+            service: self.svc.def.log_name,
+            port: self.remote.map(|a| a.port()),
+            datagram: true,
+            ops: self.ops,
+        };
+        let (out, inb) = rules.apply(&seen, self.out, self.inb);
+        if let Some(l) = limits {
+            l.recount((self.inb, self.out), (inb, out));
+        }
+        (self.out, self.inb) = (out, inb);
+    }
 }
 
 impl Drop for Association {

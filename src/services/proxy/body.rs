@@ -11,7 +11,9 @@
 //! Invariants: a copy stops exactly at the body's end (bytes read past it
 //! go to the caller); every error says which socket it came from (`Side`);
 //! each read is counted by the limiter, and waits while a bandwidth limit
-//! says so.
+//! says so; each read of the server and write to it that moved bytes is
+//! counted in the request's `Ops` (TrafficPlugin's `p` form: a write is
+//! one buffer sent whole, with splice() one splice() call).
 
 use std::io::{self, Read};
 use std::os::fd::AsFd;
@@ -21,6 +23,7 @@ use crate::bufpool::{Buf, Pipe};
 use crate::limit::{Permit, SessionLimits};
 use crate::net::Stream;
 use crate::proto::http::ChunkScanner;
+use crate::traffic::Ops;
 
 use super::sock::write_all_v;
 
@@ -75,12 +78,26 @@ fn gate(
     }
 }
 
-/// One read of at most `want` bytes, counted by the limiter.
+/// A read of `from` moved bytes: one read of the server, if it is.
+#[inline]
+pub(super) fn count_read(ops: &mut Ops, from: Side) {
+    ops.reads += u64::from(from == Side::Server);
+}
+
+/// A write to `to` moved bytes: one write to the server, if it is.
+#[inline]
+pub(super) fn count_write(ops: &mut Ops, to: Side) {
+    ops.writes += u64::from(to == Side::Server);
+}
+
+/// One read of at most `want` bytes, counted by the limiter (and in
+/// `ops`).
 pub(super) fn read_some(
     src: &Stream,
     buf: &mut [u8],
     from: Side,
     lim: Option<&SessionLimits>,
+    ops: &mut Ops,
 ) -> Result<usize, (Side, io::Error)> {
     let out = from == Side::Client;
     let want = gate(lim, out, buf.len(), from)?;
@@ -90,6 +107,9 @@ pub(super) fn read_some(
             Ok(n) => {
                 if let Some(l) = lim {
                     l.used(out, n, Instant::now());
+                }
+                if n > 0 {
+                    count_read(ops, from);
                 }
                 return Ok(n);
             }
@@ -108,21 +128,23 @@ pub(super) fn copy_exact(
     from: Side,
     lim: Option<&SessionLimits>,
     splice: bool,
+    ops: &mut Ops,
 ) -> Moved {
     // A TLS client's bytes pass through rustls: no splice.
     if splice && n >= SPLICE_MIN && !src.is_tls() && !dst.is_tls() {
-        return splice_body(src, dst, Some(n), from, lim);
+        return splice_body(src, dst, Some(n), from, lim, ops);
     }
     let mut buf = Buf::get();
     let b = buf.bytes();
     let mut left = n;
     while left > 0 {
         let want = b.len().min(usize::try_from(left).unwrap_or(usize::MAX));
-        let got = read_some(src, &mut b[..want], from, lim)?;
+        let got = read_some(src, &mut b[..want], from, lim, ops)?;
         if got == 0 {
             return Err((from, io::ErrorKind::UnexpectedEof.into()));
         }
         write_all_v(dst, &b[..got], &[]).map_err(|e| (other(from), e))?;
+        count_write(ops, other(from));
         left -= got as u64;
     }
     Ok(n)
@@ -134,15 +156,16 @@ pub(super) fn copy_to_eof(
     dst: &Stream,
     lim: Option<&SessionLimits>,
     splice: bool,
+    ops: &mut Ops,
 ) -> Moved {
     if splice && !src.is_tls() && !dst.is_tls() {
-        return splice_body(src, dst, None, Side::Server, lim);
+        return splice_body(src, dst, None, Side::Server, lim, ops);
     }
     let mut buf = Buf::get();
     let b = buf.bytes();
     let mut total = 0;
     loop {
-        let got = read_some(src, b, Side::Server, lim)?;
+        let got = read_some(src, b, Side::Server, lim, ops)?;
         if got == 0 {
             return Ok(total);
         }
@@ -165,6 +188,7 @@ fn splice_body(
     n: Option<u64>,
     from: Side,
     lim: Option<&SessionLimits>,
+    ops: &mut Ops,
 ) -> Moved {
     use nix::fcntl::SpliceFFlags;
     // A pooled pipe (`bufpool`): blocking ends, so the sockets' own
@@ -196,10 +220,11 @@ fn splice_body(
         if let Some(l) = lim {
             l.used(out, got, Instant::now());
         }
+        count_read(ops, from);
         while pipe.inflight() > 0 {
             match pipe.drain(dst.as_fd(), SpliceFFlags::SPLICE_F_MOVE) {
                 Ok(0) => return Err((other(from), io::ErrorKind::WriteZero.into())),
-                Ok(_) => {}
+                Ok(_) => count_write(ops, other(from)),
                 Err(nix::errno::Errno::EINTR) => {}
                 Err(e) => return Err((other(from), e.into())),
             }
@@ -220,18 +245,20 @@ pub(super) fn copy_chunked(
     from: Side,
     sc: &mut ChunkScanner,
     lim: Option<&SessionLimits>,
+    ops: &mut Ops,
     mut past: impl FnMut(&[u8]),
 ) -> Moved {
     let mut buf = Buf::get();
     let b = buf.bytes();
     let mut total = 0;
     while !sc.done() {
-        let got = read_some(src, b, from, lim)?;
+        let got = read_some(src, b, from, lim, ops)?;
         if got == 0 {
             return Err((from, io::ErrorKind::UnexpectedEof.into()));
         }
         let k = sc.feed(&b[..got]).map_err(|()| (from, bad_chunk()))?;
         write_all_v(dst, &b[..k], &[]).map_err(|e| (other(from), e))?;
+        count_write(ops, other(from));
         total += k as u64;
         if k < got {
             past(&b[k..got]);
@@ -283,9 +310,15 @@ mod tests {
             let copier = thread::spawn(move || {
                 let mut sc = ChunkScanner::new();
                 let mut past = Vec::new();
-                let got = copy_chunked(&src_r, &dst_w, Side::Client, &mut sc, None, |b| {
-                    past.extend_from_slice(b)
-                });
+                let got = copy_chunked(
+                    &src_r,
+                    &dst_w,
+                    Side::Client,
+                    &mut sc,
+                    None,
+                    &mut Ops::default(),
+                    |b| past.extend_from_slice(b),
+                );
                 (got.ok(), past, src_r)
             });
             write_all_v(&src_w, &CHUNKED[..at], &[]).unwrap();
@@ -322,7 +355,15 @@ mod tests {
             let (dst_w, _dst_r) = unix_pair();
             write_all_v(&src_w, body, &[]).unwrap();
             let mut sc = ChunkScanner::new();
-            match copy_chunked(&src_r, &dst_w, side, &mut sc, None, |_| {}) {
+            match copy_chunked(
+                &src_r,
+                &dst_w,
+                side,
+                &mut sc,
+                None,
+                &mut Ops::default(),
+                |_| {},
+            ) {
                 Err((s, e)) => {
                     assert_eq!(s, side);
                     assert!(is_bad_chunk(&e), "{e}");
@@ -339,7 +380,15 @@ mod tests {
         write_all_v(&src_w, b"5\r\nhel", &[]).unwrap();
         drop(src_w);
         let mut sc = ChunkScanner::new();
-        match copy_chunked(&src_r, &dst_w, Side::Server, &mut sc, None, |_| {}) {
+        match copy_chunked(
+            &src_r,
+            &dst_w,
+            Side::Server,
+            &mut sc,
+            None,
+            &mut Ops::default(),
+            |_| {},
+        ) {
             Err((Side::Server, e)) => assert_eq!(e.kind(), io::ErrorKind::UnexpectedEof),
             other => panic!("{:?}", other.map_err(|(s, e)| (s, e.kind()))),
         }
@@ -355,7 +404,15 @@ mod tests {
         data.extend_from_slice(NEXT);
         let w = feed(src_w, data.clone());
         let out = drain(dst_r);
-        let got = copy_exact(&src_r, &dst_w, n as u64, from, None, splice);
+        let got = copy_exact(
+            &src_r,
+            &dst_w,
+            n as u64,
+            from,
+            None,
+            splice,
+            &mut Ops::default(),
+        );
         assert_eq!(got.ok(), Some(n as u64));
         drop(dst_w);
         assert_eq!(out.join().unwrap(), &data[..n]);
@@ -373,7 +430,7 @@ mod tests {
         let data = pattern(n);
         let w = feed(src_w, data.clone());
         let out = drain(dst_r);
-        let got = copy_to_eof(&src_r, &dst_w, None, splice);
+        let got = copy_to_eof(&src_r, &dst_w, None, splice, &mut Ops::default());
         w.join().unwrap();
         assert_eq!(got.ok(), Some(n as u64));
         drop(dst_w);
@@ -386,13 +443,55 @@ mod tests {
     }
 
     #[test]
+    fn copies_count_the_servers_reads_and_writes() {
+        // A body the client sent in one piece: one write to the server.
+        for (from, want) in [
+            (
+                Side::Client,
+                Ops {
+                    writes: 1,
+                    ..Ops::default()
+                },
+            ),
+            (
+                Side::Server,
+                Ops {
+                    reads: 1,
+                    ..Ops::default()
+                },
+            ),
+        ] {
+            let (src_w, src_r) = unix_pair();
+            let (dst_w, dst_r) = unix_pair();
+            write_all_v(&src_w, b"0123456789", &[]).unwrap();
+            let out = drain(dst_r);
+            let mut ops = Ops::default();
+            assert_eq!(
+                copy_exact(&src_r, &dst_w, 10, from, None, false, &mut ops).ok(),
+                Some(10)
+            );
+            drop(dst_w);
+            assert_eq!(out.join().unwrap(), b"0123456789");
+            assert_eq!(ops, want, "{from:?}");
+        }
+    }
+
+    #[test]
     fn exact_copy_blames_the_side_that_failed() {
         // The source closes early: the source's side, unexpected EOF.
         let (src_w, src_r) = unix_pair();
         let (dst_w, _dst_r) = unix_pair();
         write_all_v(&src_w, b"0123456789", &[]).unwrap();
         drop(src_w);
-        match copy_exact(&src_r, &dst_w, 20, Side::Server, None, false) {
+        match copy_exact(
+            &src_r,
+            &dst_w,
+            20,
+            Side::Server,
+            None,
+            false,
+            &mut Ops::default(),
+        ) {
             Err((Side::Server, e)) => assert_eq!(e.kind(), io::ErrorKind::UnexpectedEof),
             other => panic!("{:?}", other.map_err(|(s, e)| (s, e.kind()))),
         }
@@ -401,7 +500,15 @@ mod tests {
         let (dst_w, dst_r) = unix_pair();
         drop(dst_r);
         write_all_v(&src_w, b"0123456789", &[]).unwrap();
-        match copy_exact(&src_r, &dst_w, 10, Side::Client, None, false) {
+        match copy_exact(
+            &src_r,
+            &dst_w,
+            10,
+            Side::Client,
+            None,
+            false,
+            &mut Ops::default(),
+        ) {
             Err((Side::Server, e)) => assert_eq!(e.kind(), io::ErrorKind::BrokenPipe),
             other => panic!("{:?}", other.map_err(|(s, e)| (s, e.kind()))),
         }
@@ -428,7 +535,15 @@ mod tests {
         let (dst_w, dst_r) = tcp_pair();
         let w = feed(src_w, pattern(40_000));
         let out = drain(dst_r);
-        match copy_exact(&src_r, &dst_w, 50_000, Side::Client, None, true) {
+        match copy_exact(
+            &src_r,
+            &dst_w,
+            50_000,
+            Side::Client,
+            None,
+            true,
+            &mut Ops::default(),
+        ) {
             Err((Side::Client, e)) => assert_eq!(e.kind(), io::ErrorKind::UnexpectedEof),
             other => panic!("{:?}", other.map_err(|(s, e)| (s, e.kind()))),
         }

@@ -85,7 +85,7 @@ impl Session {
                             .at_weight(grant.weight),
                     ));
                 }
-                c.acct_start(&grant);
+                c.granted(&grant);
                 c.record.set_nolog(grant.nolog);
                 self.grant = Some(grant);
                 Ok(())
@@ -234,6 +234,8 @@ impl Session {
         } else {
             s.peer_addr()
         };
+        // A new connection (a pooled one is not connected again).
+        c.record.ops.connects += 1;
         let ext = s.local_addr();
         c.ext_addr = ext;
         c.hops = self.base_hops + chain.hops;

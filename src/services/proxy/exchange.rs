@@ -123,6 +123,27 @@ impl Session {
         c: &mut Client,
         cb: &mut HeadBuf<'_>,
         req: &Req,
+        o: Origin,
+        dst: SocketAddr,
+        body: (usize, bool),
+        scanner: ChunkScanner,
+    ) -> Result<Next, Fail> {
+        let mut small = [0u8; SMALL];
+        let mut sb = HeadBuf::new(&mut small);
+        let r = self.exchange_on(c, cb, &mut sb, req, o, dst, body, scanner);
+        // The reads of the origin's heads (and what came with them).
+        c.record.ops.reads += sb.reads;
+        r
+    }
+
+    /// [`Session::exchange`], the origin's heads read into `sb`.
+    #[allow(clippy::too_many_arguments)]
+    fn exchange_on(
+        &mut self,
+        c: &mut Client,
+        cb: &mut HeadBuf<'_>,
+        sb: &mut HeadBuf<'_>,
+        req: &Req,
         mut o: Origin,
         dst: SocketAddr,
         body: (usize, bool),
@@ -150,15 +171,13 @@ impl Session {
             (now, more_body) = (0, true);
         }
         let retryable = req.idempotent && req.framing == Framing::None;
-        let mut small = [0u8; SMALL];
-        let mut sb = HeadBuf::new(&mut small);
         let mut interim = 0;
         let with_head = filtered.as_deref().unwrap_or(&cb.data()[..now]);
         let (reused, sent) = self.send_head(c, req, &mut o, dst, with_head, retryable)?;
         c.record.bytes_out += sent as u64;
         cb.consume(now);
         let early = if more_body && req.expect_continue {
-            self.await_continue(c, &o, &mut sb, req, &mut interim)?
+            self.await_continue(c, &o, sb, req, &mut interim)?
         } else {
             None
         };
@@ -172,10 +191,10 @@ impl Session {
             Some(h) => h,
             None => {
                 let may_retry = reused && retryable;
-                self.final_response(c, &mut sb, req, &mut o, dst, may_retry, &mut interim)?
+                self.final_response(c, sb, req, &mut o, dst, may_retry, &mut interim)?
             }
         };
-        self.respond(c, cb, &mut sb, req, o, h, body_done)
+        self.respond(c, cb, sb, req, o, h, body_done)
     }
 
     /// Write the head on `o`, and `body` (the body bytes that leave with
@@ -197,7 +216,10 @@ impl Session {
             let head = self.head_for(o, req.port);
             let sent = head.len() + body.len();
             match write_all_v(&o.s, head, body) {
-                Ok(()) => return Ok((reused, sent)),
+                Ok(()) => {
+                    c.record.ops.writes += 1;
+                    return Ok((reused, sent));
+                }
                 // A kept connection the origin closed meanwhile: once more
                 // on a new one.
                 Err(_) if reused && retryable => *o = self.dial(c, req, dst)?,
@@ -258,13 +280,21 @@ impl Session {
         let lim = self.shaper();
         let splice = self.svc.splice();
         let sent = match (req.framing, chunked_first) {
-            (Framing::Length(n), _) => {
-                copy_exact(&c.cli, &o.s, n - now as u64, Side::Client, lim, splice)
-            }
+            (Framing::Length(n), _) => copy_exact(
+                &c.cli,
+                &o.s,
+                n - now as u64,
+                Side::Client,
+                lim,
+                splice,
+                &mut c.record.ops,
+            ),
             (_, Some(first)) => {
                 let fs = self.filters(filter::CLIDATA).unwrap_or_default();
                 let host = acl::normalize_host(&self.host);
                 let q = filt::query(&fs, c, c.user.as_deref(), &host, req.port, req.op.bits());
+                // Counted here: `q` borrows the client.
+                let mut ops = crate::traffic::Ops::default();
                 let r = filt::stream_chunked(
                     &fs,
                     filter::CLIDATA,
@@ -276,8 +306,10 @@ impl Session {
                     b"",
                     first,
                     lim,
+                    &mut ops,
                     |b| cb.put_back(b),
                 );
+                c.record.ops.add(ops);
                 match r {
                     Ok(n) => Ok(n),
                     Err(filt::StreamErr::Io(s, e)) => Err((s, e)),
@@ -286,7 +318,15 @@ impl Session {
                     }
                 }
             }
-            _ => copy_chunked(&c.cli, &o.s, Side::Client, scanner, lim, |b| cb.put_back(b)),
+            _ => copy_chunked(
+                &c.cli,
+                &o.s,
+                Side::Client,
+                scanner,
+                lim,
+                &mut c.record.ops,
+                |b| cb.put_back(b),
+            ),
         };
         match sent {
             Ok(n) => {
@@ -333,6 +373,7 @@ impl Session {
                     let head = self.head_for(o, req.port);
                     write_all_v(&o.s, head, &[]).map_err(|e| Fail::answer(srv_res(&e), 502))?;
                     c.record.bytes_out += head.len() as u64;
+                    c.record.ops.writes += 1;
                 }
                 Err(e) => return Err(e.fail()),
             }
@@ -391,8 +432,16 @@ impl Session {
             set_read_timeout(&c.cli, self.cli_want).map_err(|e| Fail::silent(cli_res(&e)))?;
             self.cli_rto = Some(self.cli_want);
         }
-        filt::read_rest(&c.cli, n - now as u64, Side::Client, self.shaper(), &mut b)
-            .map_err(|(_, e)| Fail::silent(cli_res(&e)))?;
+        let ops = &mut c.record.ops;
+        filt::read_rest(
+            &c.cli,
+            n - now as u64,
+            Side::Client,
+            self.shaper(),
+            &mut b,
+            ops,
+        )
+        .map_err(|(_, e)| Fail::silent(cli_res(&e)))?;
         let host = acl::normalize_host(&self.host);
         let user = c.user.clone();
         let q = filt::query(fs, c, user.as_deref(), &host, req.port, req.op.bits());

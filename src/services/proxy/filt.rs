@@ -14,8 +14,9 @@ use crate::client::Client;
 use crate::filter::{Filters, Verdict};
 use crate::limit::SessionLimits;
 use crate::net::Stream;
+use crate::traffic::Ops;
 
-use super::body::{read_some, Side};
+use super::body::{count_write, read_some, Side};
 
 /// What a filter's ACE is matched against for this request (the clock
 /// only if some ACE has weekdays or periods).
@@ -120,11 +121,12 @@ pub(super) fn read_rest(
     from: Side,
     lim: Option<&SessionLimits>,
     buf: &mut Vec<u8>,
+    ops: &mut Ops,
 ) -> Result<(), (Side, io::Error)> {
     let mut chunk = [0u8; 16 << 10];
     while n > 0 {
         let want = chunk.len().min(usize::try_from(n).unwrap_or(usize::MAX));
-        let got = read_some(src, &mut chunk[..want], from, lim)?;
+        let got = read_some(src, &mut chunk[..want], from, lim, ops)?;
         if got == 0 {
             return Err((from, io::ErrorKind::UnexpectedEof.into()));
         }
@@ -158,6 +160,7 @@ pub(super) fn stream_to_eof(
     head: &[u8],
     first: &[u8],
     lim: Option<&SessionLimits>,
+    ops: &mut Ops,
 ) -> Result<u64, StreamErr> {
     use super::sock::write_all_v;
     let mut f = crate::filter::Stream::new(kind, max);
@@ -192,8 +195,8 @@ pub(super) fn stream_to_eof(
             sent += (h.len() + out.len()) as u64;
             head_sent = true;
         }
-        let got =
-            read_some(src, &mut chunk, Side::Server, lim).map_err(|(s, e)| StreamErr::Io(s, e))?;
+        let got = read_some(src, &mut chunk, Side::Server, lim, ops)
+            .map_err(|(s, e)| StreamErr::Io(s, e))?;
         end = got == 0;
         data = &chunk[..got];
     }
@@ -230,6 +233,7 @@ pub(super) fn stream_chunked(
     head: &[u8],
     first: &[u8],
     lim: Option<&SessionLimits>,
+    ops: &mut Ops,
     mut past: impl FnMut(&[u8]),
 ) -> Result<u64, StreamErr> {
     let to = match from {
@@ -258,10 +262,12 @@ pub(super) fn stream_chunked(
         if !out.is_empty() || (end && !head_sent) {
             let h: &[u8] = if head_sent { b"" } else { head };
             sent += send_chunk(dst, h, &out).map_err(|e| StreamErr::Io(to, e))?;
+            count_write(ops, to);
             head_sent = true;
         }
         if end {
             sent += send_chunk(dst, b"0\r\n\r\n", b"").map_err(|e| StreamErr::Io(to, e))?;
+            count_write(ops, to);
             return Ok(sent);
         }
         if f.held() > 0 && !super::sock::readable_within(src, crate::filter::FLUSH_AFTER) {
@@ -271,9 +277,11 @@ pub(super) fn stream_chunked(
             }
             let h: &[u8] = if head_sent { b"" } else { head };
             sent += send_chunk(dst, h, &out).map_err(|e| StreamErr::Io(to, e))?;
+            count_write(ops, to);
             head_sent = true;
         }
-        let got = read_some(src, &mut chunk, from, lim).map_err(|(s, e)| StreamErr::Io(s, e))?;
+        let got =
+            read_some(src, &mut chunk, from, lim, ops).map_err(|(s, e)| StreamErr::Io(s, e))?;
         if got == 0 {
             return Err(StreamErr::Io(from, io::ErrorKind::UnexpectedEof.into()));
         }

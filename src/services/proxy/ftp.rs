@@ -125,6 +125,7 @@ pub(super) fn serve(c: &mut Client, w: &Want<'_>, timeouts: &Timeouts) -> Result
         .map_err(|res| (res, Some(502)))?;
     c.remote_addr = s.peer_addr();
     c.ext_addr = s.local_addr();
+    c.record.ops.connects += 1;
     let _ = s.set_timeout(Some(long));
     let mut ctl = Control { s, buf: Vec::new() };
     login(&mut ctl, w)?;

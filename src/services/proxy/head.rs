@@ -46,6 +46,8 @@ pub(super) struct HeadBuf<'a> {
     pub(super) scanned: usize,
     /// The length of the head just read.
     pub(super) head_len: usize,
+    /// Reads that took bytes (TrafficPlugin counts the server's).
+    pub(super) reads: u64,
 }
 
 impl<'a> HeadBuf<'a> {
@@ -57,6 +59,7 @@ impl<'a> HeadBuf<'a> {
             end: 0,
             scanned: 0,
             head_len: 0,
+            reads: 0,
         }
     }
 
@@ -122,6 +125,7 @@ impl<'a> HeadBuf<'a> {
         };
         let n = recv(s, room, flags)?;
         self.end += n;
+        self.reads += u64::from(n > 0);
         Ok(n)
     }
 

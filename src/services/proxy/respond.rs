@@ -118,15 +118,25 @@ impl Session {
             let lim = self.shaper();
             let splice = self.svc.splice();
             let moved = match h.framing {
-                Framing::Length(n) => {
-                    copy_exact(&o.s, &c.cli, n - now as u64, Side::Server, lim, splice)
-                }
-                Framing::Chunked => {
-                    copy_chunked(&o.s, &c.cli, Side::Server, &mut scanner, lim, |_| {
-                        clean = false
-                    })
-                }
-                _ => copy_to_eof(&o.s, &c.cli, lim, splice),
+                Framing::Length(n) => copy_exact(
+                    &o.s,
+                    &c.cli,
+                    n - now as u64,
+                    Side::Server,
+                    lim,
+                    splice,
+                    &mut c.record.ops,
+                ),
+                Framing::Chunked => copy_chunked(
+                    &o.s,
+                    &c.cli,
+                    Side::Server,
+                    &mut scanner,
+                    lim,
+                    &mut c.record.ops,
+                    |_| clean = false,
+                ),
+                _ => copy_to_eof(&o.s, &c.cli, lim, splice, &mut c.record.ops),
             };
             match moved {
                 Ok(n) => {
@@ -165,8 +175,16 @@ impl Session {
         if (now as u64) < n {
             srv.ack_now();
         }
-        filt::read_rest(srv, n - now as u64, Side::Server, self.shaper(), &mut body)
-            .map_err(|(_, e)| Fail::answer(srv_res(&e), 502))?;
+        let ops = &mut c.record.ops;
+        filt::read_rest(
+            srv,
+            n - now as u64,
+            Side::Server,
+            self.shaper(),
+            &mut body,
+            ops,
+        )
+        .map_err(|(_, e)| Fail::answer(srv_res(&e), 502))?;
         let host = acl::normalize_host(&self.host);
         let user = c.user.clone();
         let q = filt::query(fs, c, user.as_deref(), &host, req.port, req.op.bits());
@@ -206,6 +224,8 @@ impl Session {
         let user = c.user.clone();
         let q = filt::query(fs, c, user.as_deref(), &host, req.port, req.op.bits());
         let mut clean = true;
+        // Counted here: `q` borrows the client.
+        let mut ops = crate::traffic::Ops::default();
         let r = if chunked {
             filt::stream_chunked(
                 fs,
@@ -218,6 +238,7 @@ impl Session {
                 &self.resp_out,
                 &first,
                 self.shaper(),
+                &mut ops,
                 |_| clean = false,
             )
         } else {
@@ -231,8 +252,10 @@ impl Session {
                 &self.resp_out,
                 &first,
                 self.shaper(),
+                &mut ops,
             )
         };
+        c.record.ops.add(ops);
         match r {
             Ok(n) => c.record.bytes_in += n,
             Err(filt::StreamErr::Io(Side::Server, e)) if is_bad_chunk(&e) => {

@@ -223,8 +223,10 @@ impl Session {
         self.abs_out.extend_from_slice(b"\r\n");
         write_all_v(&o.s, &self.abs_out, &[]).map_err(|_| parent_fail(Res::PARENT_CONNECT_SEND))?;
         c.record.bytes_out += self.abs_out.len() as u64;
-        let h = read_response(&o.s, sb, true, &mut self.resp_out)
-            .map_err(|_| parent_fail(Res::PARENT_CONNECT_REPLY))?;
+        c.record.ops.writes += 1;
+        let h = read_response(&o.s, sb, true, &mut self.resp_out);
+        c.record.ops.reads += std::mem::take(&mut sb.reads);
+        let h = h.map_err(|_| parent_fail(Res::PARENT_CONNECT_REPLY))?;
         if !(200..300).contains(&h.status) {
             return Err(parent_fail(Res::PARENT_CONNECT_REFUSED));
         }
@@ -277,6 +279,7 @@ impl Session {
         c.record.res = out.res;
         c.record.bytes_out += out.out;
         c.record.bytes_in += out.inb;
+        c.record.ops.add(out.ops);
         Ok(())
     }
 }
