@@ -32,12 +32,25 @@ figures and the change against the first.
       cfg, one phase "new" of --close requests, each on a new connection,
       through the mapping or a SOCKS5 session sent as loadgen sends it)
 
-Needs valgrind (Debian `valgrind`), and for --radius FreeRADIUS (Debian
-`freeradius`, run in the foreground as whoever runs this).  Takes about a
+  python3 bench/callgrind.py --auth strong --auth ldap
+      (the http service behind a login, each request with a
+      Proxy-Authorization header: `authcache user,password 3600` and
+      `auth cache strong` with a `users` line, or `auth cache ldap` with
+      LdapPlugin's lines pointing at a slapd this starts on loopback, as
+      tests/ldap.rs does; warmed up with other users, then a phase "miss"
+      of --misses logins of users not yet cached (each an LDAP bind and
+      search, or a `users` lookup), then ka and close as one user the
+      cache holds; prints Ir per request per phase, a miss's cost over a
+      cached request, and each binary's ldap / strong ratio)
+
+Needs valgrind (Debian `valgrind`), for --radius FreeRADIUS (Debian
+`freeradius`, run in the foreground as whoever runs this), and for
+--auth ldap slapd and ldapadd (Debian `slapd`, `ldap-utils`).  Takes about a
 minute per binary with the defaults.
 """
 
 import argparse
+import base64
 import glob
 import re
 import os
@@ -147,8 +160,8 @@ def connect(port):
             time.sleep(0.2)
 
 
-def kept_alive(port, target, n):
-    req = ("GET %s HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n" % target).encode()
+def kept_alive(port, target, n, header=""):
+    req = ("GET %s HTTP/1.1\r\nHost: 127.0.0.1\r\n%s\r\n" % (target, header)).encode()
     s = connect(port)
     buf = b""
     for _ in range(n):
@@ -157,8 +170,8 @@ def kept_alive(port, target, n):
     s.close()
 
 
-def new_connections(port, target, n):
-    through(lambda: connect(port), n, target)
+def new_connections(port, target, n, header=""):
+    through(lambda: connect(port), n, target, header)
 
 
 def socks5_open(port, origin_port):
@@ -190,13 +203,14 @@ def recv_exactly(s, n):
     return buf
 
 
-def through(opener, n, target="/1k.bin"):
+def through(opener, n, target="/1k.bin", header=""):
     """n requests, each on a connection opener() returns (the proxy, a
     tcppm mapping or a SOCKS5 session to the origin): GET TARGET with
     `Connection: close`, the response, then the close (http-close-1k's,
-    tcp-1k's and socks-1k's path)."""
-    req = ("GET %s HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
-           % target).encode()
+    tcp-1k's and socks-1k's path); header (whole lines, each ending in
+    CRLF) goes into each request."""
+    req = ("GET %s HTTP/1.1\r\nHost: 127.0.0.1\r\n%sConnection: close\r\n\r\n"
+           % (target, header)).encode()
     for _ in range(n):
         s = opener()
         s.sendall(req)
@@ -278,14 +292,169 @@ def dump(pid, outdir, name):
 SECRET = "testing123"
 
 
-def proxy_cfg(port, radius=None, service="http", origin_port=0):
+def proxy_cfg(port, radius=None, service="http", origin_port=0, auth=""):
     """The bench's cfg for service (no log) on 127.0.0.1:port; with radius
     (the `radius` line's server, "127.0.0.1:AUTHPORT"), accounting to it by
-    `log radius` (to AUTHPORT + 1, 3proxy's rule)."""
+    `log radius` (to AUTHPORT + 1, 3proxy's rule); auth (auth_lines())
+    goes before the service line."""
     cfg = "timeouts 1 5 30 60 180 1800 15 60\nmaxconn 25000\n"
     if radius:
         cfg += "radius %s %s\nlog radius\n" % (SECRET, radius)
-    return cfg + service_line(service, port, origin_port)
+    return cfg + auth + service_line(service, port, origin_port)
+
+
+# --auth: the directory's names, and the users each run logs in as.
+SUFFIX = "dc=test"
+PEOPLE = "ou=people," + SUFFIX
+ADMIN = "cn=admin," + SUFFIX
+ADMIN_PW = "adminpw"
+GROUP = "internet"
+CACHE_TIME = 3600  # longer than any run: a cached login stays cached
+
+
+def users(misses):
+    """(name, password) of the users a run logs in as: three warm-up users
+    (warm1 does the warm-up's requests), then `misses` users, each logged
+    in once, not yet cached; the first of them (u001) then does the
+    measured ka and close requests from the cache."""
+    warm = [("warm%d" % i, "warmpw%d" % i) for i in (1, 2, 3)]
+    return warm + [("u%03d" % i, "pw%03d" % i) for i in range(1, misses + 1)]
+
+
+def login_header(name, password):
+    """The Proxy-Authorization line (with its CRLF) for a Basic login."""
+    token = base64.b64encode(("%s:%s" % (name, password)).encode()).decode()
+    return "Proxy-Authorization: Basic %s\r\n" % token
+
+
+def auth_lines(auth, logins, ldap_server=None):
+    """The cfg's lines for --auth: `authcache user,password`, then `auth
+    cache strong` with a `users` line per login (CL: cleartext), or
+    LdapPlugin's plugin line, its settings pointing at ldap_server
+    ("127.0.0.1:PORT", the directory of ldif()) and `auth cache ldap`;
+    then `allow *` (the same ACL for both)."""
+    lines = ["authcache user,password %d" % CACHE_TIME]
+    if auth == "strong":
+        lines += ["users %s:CL:%s" % u for u in logins]
+        lines.append("auth cache strong")
+    elif auth == "ldap":
+        if not ldap_server:
+            raise ValueError("auth ldap needs a server")
+        lines += ["plugin LdapPlugin.ld.so start",
+                  "ldapconnect %s %s %s" % (ldap_server, ADMIN, ADMIN_PW),
+                  "ldapattr uid ou 0",
+                  "ldapuserenv " + PEOPLE,
+                  "ldapsbase " + SUFFIX,
+                  "ldapaccess " + GROUP,
+                  "auth cache ldap"]
+    else:
+        raise ValueError("unknown auth %r" % auth)
+    lines.append("allow *")
+    return "".join(l + "\n" for l in lines)
+
+
+def ldif(logins):
+    """The directory's entries: the suffix, ou=people, and each login as
+    an inetOrgPerson in the ldapaccess group (`ou: internet`)."""
+    out = ["dn: %s\nobjectClass: dcObject\nobjectClass: organization\n"
+           "o: test\ndc: test\n" % SUFFIX,
+           "dn: %s\nobjectClass: organizationalUnit\nou: people\n" % PEOPLE]
+    for name, password in logins:
+        out.append("dn: uid=%s,%s\nobjectClass: inetOrgPerson\nuid: %s\ncn: %s\n"
+                   "sn: %s\nou: %s\nuserPassword: %s\n"
+                   % (name, PEOPLE, name, name, name, GROUP, password))
+    return "\n".join(out)
+
+
+def slapd_conf(d):
+    """A slapd.conf with its pid file and mdb database in d (tests/ldap.rs's)."""
+    return """include /etc/ldap/schema/core.schema
+include /etc/ldap/schema/cosine.schema
+include /etc/ldap/schema/inetorgperson.schema
+modulepath /usr/lib/ldap
+moduleload back_mdb
+pidfile {d}/slapd.pid
+database mdb
+suffix "{suffix}"
+rootdn "{admin}"
+rootpw {pw}
+directory {d}/db
+maxsize 10485760
+""".format(d=d, suffix=SUFFIX, admin=ADMIN, pw=ADMIN_PW)
+
+
+def count_binds(log):
+    """Simple binds in slapd's stats log (`-d 256`), by who: {"user": n
+    (DNs under ou=people), "admin": m (the ldapconnect DN)}."""
+    counts = {"user": 0, "admin": 0}
+    for dn in re.findall(r' BIND dn="([^"]*)" method=128', log):
+        if dn == ADMIN:
+            counts["admin"] += 1
+        elif dn.endswith("," + PEOPLE):
+            counts["user"] += 1
+    return counts
+
+
+def sbin(name):
+    return shutil.which(name) or shutil.which(name, path="/usr/sbin:/sbin") or name
+
+
+class Slapd:
+    """OpenLDAP's slapd in the foreground (`-d 256`, its stats log into
+    slapd.log) on a loopback port, with slapd_conf in d and ldif(logins)
+    loaded by ldapadd.  stop() ends it."""
+
+    def __init__(self, d, logins):
+        os.makedirs(os.path.join(d, "db"), exist_ok=True)
+        with open(os.path.join(d, "slapd.conf"), "w") as f:
+            f.write(slapd_conf(d))
+        with open(os.path.join(d, "users.ldif"), "w") as f:
+            f.write(ldif(logins))
+        self.port = free_port()
+        self.log = os.path.join(d, "slapd.log")
+        self.proc = subprocess.Popen(
+            [sbin("slapd"), "-f", os.path.join(d, "slapd.conf"),
+             "-h", "ldap://127.0.0.1:%d/" % self.port, "-d", "256"],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+            stderr=open(self.log, "w"))
+        try:
+            deadline = time.monotonic() + 30
+            while True:
+                try:
+                    socket.create_connection(("127.0.0.1", self.port), timeout=5).close()
+                    break
+                except OSError:
+                    if self.proc.poll() is not None or time.monotonic() > deadline:
+                        raise RuntimeError("slapd did not listen:\n" + self.output())
+                    time.sleep(0.1)
+            out = subprocess.run(
+                ["ldapadd", "-x", "-H", "ldap://127.0.0.1:%d" % self.port,
+                 "-D", ADMIN, "-w", ADMIN_PW, "-f", os.path.join(d, "users.ldif")],
+                stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+            if out.returncode != 0:
+                raise RuntimeError("ldapadd: " + out.stdout.decode(errors="replace"))
+        except BaseException:
+            self.stop()
+            raise
+
+    def server(self):
+        return "127.0.0.1:%d" % self.port
+
+    def output(self):
+        with open(self.log, errors="replace") as f:
+            return f.read()
+
+    def binds(self):
+        return count_binds(self.output())
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
 
 
 def raddb_conf(d, acct_port, listen="127.0.0.1", clients="127.0.0.0/8", detail=True):
@@ -451,20 +620,44 @@ class Radiusd:
                 self.proc.wait()
 
 
-def measure(binary, ka, close, keep=None, radius=False, service="http"):
+def measure(binary, ka, close, keep=None, radius=False, service="http",
+            auth=None, misses=20):
     """Ir of each phase of service: {"ka": (Ir, requests), "close": (Ir,
     requests)} for http, {"new": (Ir, requests)} for tcppm and socks; with
     radius, also "records": the accounting records FreeRADIUS got per
-    phase ({"ka": {"Start": n, "Stop": m}, ...})."""
+    phase ({"ka": {"Start": n, "Stop": m}, ...}).  With auth ("strong" or
+    "ldap", http only), every request logs in (users()): first a phase
+    "miss" of `misses` new connections, each a user the cache does not
+    hold yet, then ka and close as u001, whom the cache holds; also
+    "binds": the binds slapd got per phase ({"miss": {"user": n, "admin":
+    m}, ...}, empty for strong)."""
+    if auth and service != "http":
+        raise ValueError("--auth measures the http service only")
     origin = Origin()
     port = free_port()
     steps = phases(service)
     outdir = keep or tempfile.mkdtemp(prefix="tp-callgrind-")
     os.makedirs(outdir, exist_ok=True)
+    logins = users(misses) if auth else []
     rad = Radiusd(os.path.join(outdir, "raddb")) if radius else None
+    try:
+        ldap = Slapd(os.path.join(outdir, "slapd"), logins) if auth == "ldap" else None
+    except BaseException:
+        if rad:
+            rad.stop()
+        raise
     cfg = os.path.join(outdir, "3proxy.cfg")
     with open(cfg, "w") as f:
-        f.write(proxy_cfg(port, rad.server() if rad else None, service, origin.port))
+        f.write(proxy_cfg(port, rad.server() if rad else None, service, origin.port,
+                          auth_lines(auth, logins, ldap and ldap.server())
+                          if auth else ""))
+    target = "http://127.0.0.1:%d/1k.bin" % origin.port
+
+    def stop_servers():
+        if rad:
+            rad.stop()
+        if ldap:
+            ldap.stop()
     try:
         proc = subprocess.Popen(
             ["valgrind", "--tool=callgrind", "--vgdb=yes",
@@ -475,29 +668,54 @@ def measure(binary, ka, close, keep=None, radius=False, service="http"):
              binary, cfg],
             stdout=subprocess.DEVNULL, stderr=open(os.path.join(outdir, "valgrind.log"), "w"))
     except OSError:
-        if rad:
-            rad.stop()
+        stop_servers()
         raise
     try:
-        for _, run, count in steps:
-            run(port, origin.port, 100 if count == "ka" else 50)
+        if auth:
+            # Three users' first logins (the miss path), then warm1's
+            # requests from the cache.
+            for u in logins[:3]:
+                new_connections(port, target, 1, login_header(*u))
+            kept_alive(port, target, 100, login_header(*logins[0]))
+            new_connections(port, target, 50, login_header(*logins[0]))
+        else:
+            for _, run, count in steps:
+                run(port, origin.port, 100 if count == "ka" else 50)
         time.sleep(1)
         seen = rad.settle() if rad else {}
+        binds_seen = ldap.binds() if ldap else {}
         control(proc.pid, "--zero")
         figures = {}
         records = {}
-        for name, run, count in steps:
-            n = ka if count == "ka" else close
-            run(port, origin.port, n)
+        binds = {}
+        if auth:
+            cached = login_header(*logins[3])
+            steps = (
+                ("miss", misses, lambda n: [new_connections(port, target, 1, login_header(*u))
+                                            for u in logins[3:3 + n]]),
+                ("ka", ka, lambda n: kept_alive(port, target, n, cached)),
+                ("close", close, lambda n: new_connections(port, target, n, cached)))
+        else:
+            steps = tuple((name, ka if count == "ka" else close,
+                           (lambda run: lambda n: run(port, origin.port, n))(run))
+                          for name, run, count in steps)
+        for name, n, run in steps:
+            run(n)
             time.sleep(1)  # the last session's thread finishes
             if rad:
                 # and the senders have sent its Stop
                 now = rad.settle()
                 records[name] = {k: now.get(k, 0) - seen.get(k, 0) for k in now}
                 seen = now
+            if ldap:
+                now = ldap.binds()
+                binds[name] = {k: now[k] - binds_seen.get(k, 0) for k in now}
+                binds_seen = now
             figures[name] = (totals(dump(proc.pid, outdir, name)), n)
         if rad:
             figures["records"] = records
+        if auth:
+            figures["binds"] = binds
         return figures
     finally:
         proc.send_signal(signal.SIGTERM)
@@ -507,21 +725,40 @@ def measure(binary, ka, close, keep=None, radius=False, service="http"):
             proc.kill()
             proc.wait()
         origin.sock.close()
-        if rad:
-            rad.stop()
+        stop_servers()
         if not keep:
             shutil.rmtree(outdir, ignore_errors=True)
 
 
 def per_request(f):
     """Ir per request of measure()'s figures: (ka, close, both) for http,
-    (new,) for tcppm and socks."""
+    (new,) for tcppm and socks; with --auth's "miss" phase, also the Ir of
+    one uncached login's request (miss) and what it costs over a cached
+    one on a new connection (miss - close)."""
     if "new" in f:
         return (f["new"][0] / f["new"][1],)
     ka = f["ka"][0] / f["ka"][1]
     cl = f["close"][0] / f["close"][1]
     both = (f["ka"][0] + f["close"][0]) / (f["ka"][1] + f["close"][1])
+    if "miss" in f:
+        miss = f["miss"][0] / f["miss"][1]
+        return ka, cl, both, miss, miss - cl
     return ka, cl, both
+
+
+AUTH_TARGET = 1.5  # issue 33: ldap+cache <= 1.5x strong+cache, per request
+
+
+def ratio_line(label, ldap, strong, target=AUTH_TARGET):
+    """The ldap / strong line of a binary's two per_request() rows (ka,
+    close, both, miss, miss - close): the ratio per cached phase and both,
+    against the target on both, and the two uncached logins' costs."""
+    r = [x / y for x, y in zip(ldap[:3], strong[:3])]
+    return ("%s: ldap+cache / strong+cache per request: ka %.2fx, close %.2fx, "
+            "both %.2fx (target <= %.1fx: %s); an uncached login costs "
+            "%.0f Ir more than a cached request with ldap, %.0f with strong"
+            % (label, r[0], r[1], r[2], target, "met" if r[2] <= target else "missed",
+               ldap[4], strong[4]))
 
 
 def change(row, base):
@@ -549,14 +786,63 @@ def main():
                     "SOCKS5 CONNECT (greeting, then the request) to it, each a new "
                     "connection per 1 KB request (tcp-1k's and socks-1k's path; "
                     "--close of them)")
+    ap.add_argument("--auth", action="append", choices=("strong", "ldap"),
+                    help="measure the http service behind a login instead: "
+                    "`authcache user,password` with `auth cache strong` (a users "
+                    "line) or `auth cache ldap` (LdapPlugin against a slapd started "
+                    "on loopback); repeatable, --auth strong --auth ldap prints "
+                    "their ratio (issue 33's target)")
+    ap.add_argument("--misses", type=int, default=20,
+                    help="with --auth, logins of users not yet cached, each on a "
+                    "new connection, before the ka and close phases (20)")
     a = ap.parse_args()
     binaries = a.binary or ["target/release/3proxy"]
     if not shutil.which("valgrind"):
         sys.exit("callgrind.py: valgrind is not installed (apt-get install valgrind)")
     if a.radius and not shutil.which("freeradius"):
         sys.exit("callgrind.py: freeradius is not installed (apt-get install freeradius)")
+    if a.auth:
+        if a.radius or a.service != "http":
+            sys.exit("callgrind.py: --auth measures the http service alone "
+                     "(no --radius, no --service)")
+        if "ldap" in a.auth and not (shutil.which(sbin("slapd")) and shutil.which("ldapadd")):
+            sys.exit("callgrind.py: slapd or ldapadd is not installed "
+                     "(apt-get install slapd ldap-utils)")
+        if a.misses < 1:
+            sys.exit("callgrind.py: --misses must be at least 1")
     rows = []  # (label, (ka, close, both), the row it is compared with)
     notes = []
+    if a.auth:
+        ratios = []
+        modes = list(dict.fromkeys(a.auth))
+        first = {}  # auth -> its row of the first binary
+        for i, b in enumerate(binaries):
+            mine = {}
+            for auth in modes:
+                keep = os.path.join(a.keep, "%d-%s" % (i, auth)) if a.keep else None
+                f = measure(os.path.abspath(b), a.ka, a.close, keep, auth=auth,
+                            misses=a.misses)
+                mine[auth] = per_request(f)
+                rows.append((b + " +auth cache " + auth, mine[auth], first.get(auth)))
+                first.setdefault(auth, len(rows) - 1)
+                for phase, got in f["binds"].items():
+                    notes.append("%s, %s, %s: slapd got %d user binds and %d %s binds "
+                                 "for %d requests"
+                                 % (b, auth, phase, got["user"], got["admin"], ADMIN,
+                                    f[phase][1]))
+            if "strong" in mine and "ldap" in mine:
+                ratios.append(ratio_line(b, mine["ldap"], mine["strong"]))
+        names = ("ka Ir/req", "close Ir/req", "both Ir/req", "miss Ir/req",
+                 "miss-close")
+        print("%-50s" % "binary" + "".join(" %12s" % n for n in names))
+        for label, row, base in rows:
+            line = "%-50s" % label + "".join(" %12.0f" % x for x in row)
+            if base is not None:
+                line += "   " + change(row, rows[base][1])
+            print(line)
+        for n in ratios + notes:
+            print(n)
+        return
     for i, b in enumerate(binaries):
         keep = os.path.join(a.keep, str(i)) if a.keep else None
         f = measure(os.path.abspath(b), a.ka, a.close, keep, service=a.service)

@@ -205,6 +205,103 @@ class Services(unittest.TestCase):
                          (10.0, 30.0, 20.0))
 
 
+class Auth(unittest.TestCase):
+    """--auth's cfg lines, directory, logins, slapd log counts and the
+    ratio line."""
+
+    def test_users_warm_then_misses(self):
+        u = callgrind.users(2)
+        self.assertEqual([n for n, _ in u], ["warm1", "warm2", "warm3", "u001", "u002"])
+        self.assertEqual(len({p for _, p in u}), 5)
+
+    def test_login_header_is_basic(self):
+        self.assertEqual(callgrind.login_header("alice", "alicepw"),
+                         "Proxy-Authorization: Basic YWxpY2U6YWxpY2Vwdw==\r\n")
+
+    def test_header_goes_into_the_requests(self):
+        import socket
+        for send in (lambda p: callgrind.kept_alive(p, "/x", 1, "X-A: 1\r\n"),
+                     lambda p: callgrind.new_connections(p, "/x", 1, "X-A: 1\r\n")):
+            l = socket.socket()
+            l.bind(("127.0.0.1", 0))
+            l.listen(1)
+            got = []
+
+            def serve():
+                c, _ = l.accept()
+                buf = b""
+                while b"\r\n\r\n" not in buf:
+                    buf += c.recv(4096)
+                got.append(buf)
+                c.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 1024\r\n"
+                          b"Connection: close\r\n\r\n" + callgrind.BODY)
+                c.close()
+            import threading
+            t = threading.Thread(target=serve)
+            t.start()
+            send(l.getsockname()[1])
+            t.join()
+            l.close()
+            head = got[0].decode().split("\r\n")
+            self.assertEqual(head[0], "GET /x HTTP/1.1")
+            self.assertIn("X-A: 1", head)
+
+    def test_strong_lines(self):
+        cfg = callgrind.auth_lines("strong", [("a", "pa"), ("b", "pb")]).splitlines()
+        self.assertEqual(cfg[0], "authcache user,password %d" % callgrind.CACHE_TIME)
+        self.assertEqual(cfg[1:3], ["users a:CL:pa", "users b:CL:pb"])
+        self.assertEqual(cfg[-2:], ["auth cache strong", "allow *"])
+
+    def test_ldap_lines_plugin_first(self):
+        cfg = callgrind.auth_lines("ldap", [("a", "pa")], "127.0.0.1:389").splitlines()
+        self.assertEqual(cfg[0].split()[:2], ["authcache", "user,password"])
+        self.assertEqual(cfg[1], "plugin LdapPlugin.ld.so start")
+        self.assertIn("ldapconnect 127.0.0.1:389 %s %s"
+                      % (callgrind.ADMIN, callgrind.ADMIN_PW), cfg)
+        self.assertIn("ldapaccess " + callgrind.GROUP, cfg)
+        self.assertNotIn("users", " ".join(cfg))
+        self.assertLess(cfg.index("plugin LdapPlugin.ld.so start"),
+                        cfg.index("auth cache ldap"))
+        self.assertEqual(cfg[-1], "allow *")
+        with self.assertRaises(ValueError):
+            callgrind.auth_lines("ldap", [])
+        with self.assertRaises(ValueError):
+            callgrind.auth_lines("radius", [])
+
+    def test_auth_before_the_service(self):
+        cfg = callgrind.proxy_cfg(3128, auth="auth cache strong\n").splitlines()
+        self.assertEqual(cfg[-2:], ["auth cache strong", "proxy -i127.0.0.1 -p3128"])
+
+    def test_ldif_puts_every_login_in_the_group(self):
+        text = callgrind.ldif([("a", "pa"), ("b", "pb")])
+        entries = text.split("\n\n")
+        self.assertEqual(len(entries), 4)
+        self.assertTrue(entries[0].startswith("dn: dc=test\n"))
+        self.assertIn("dn: uid=b,ou=people,dc=test\n", entries[3])
+        self.assertIn("userPassword: pb\n", entries[3])
+        self.assertIn("ou: internet\n", entries[3])
+
+    def test_count_binds(self):
+        log = ('conn=1000 op=0 BIND dn="cn=admin,dc=test" method=128\n'
+               'conn=1000 op=0 BIND dn="cn=admin,dc=test" mech=SIMPLE ssf=0\n'
+               'conn=1001 op=0 BIND dn="uid=u001,ou=people,dc=test" method=128\n'
+               'conn=1002 op=0 BIND dn="uid=u002,ou=people,dc=test" method=128\n'
+               'conn=1003 op=0 BIND dn="" method=128\n')
+        self.assertEqual(callgrind.count_binds(log), {"user": 2, "admin": 1})
+        self.assertEqual(callgrind.count_binds(""), {"user": 0, "admin": 0})
+
+    def test_per_request_with_misses(self):
+        f = {"miss": (5000, 10), "ka": (100, 10), "close": (300, 10)}
+        self.assertEqual(callgrind.per_request(f), (10.0, 30.0, 20.0, 500.0, 470.0))
+
+    def test_ratio_line(self):
+        line = callgrind.ratio_line("b", (12, 40, 20, 900, 860), (10, 30, 20, 100, 70))
+        self.assertIn("ka 1.20x, close 1.33x, both 1.00x (target <= 1.5x: met)", line)
+        self.assertIn("860 Ir more than a cached request with ldap, 70 with strong", line)
+        self.assertIn("missed", callgrind.ratio_line("b", (40, 40, 40, 0, 0),
+                                                     (10, 10, 10, 0, 0)))
+
+
 class Percon(unittest.TestCase):
     def test_perf_csv(self):
         from bench import percon
