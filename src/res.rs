@@ -372,8 +372,9 @@ codes! {
     ADMIN_BAD_REQUEST = 701;
     /// admin: no such page.
     ADMIN_NOT_FOUND = 702;
-    /// admin: rewriting the cfg (`/U`) is refused, or ending sessions
-    /// (`/E`) from another site's page.
+    /// admin: rewriting the cfg (`/U`) is refused, showing it (`/F`) too
+    /// (a file over 16 MiB), or ending sessions (`/E`) from another
+    /// site's page.
     ADMIN_FORBIDDEN = 703;
 
     // 800-899: ftppr's session, auto, and dnspr.

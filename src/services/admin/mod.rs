@@ -183,7 +183,10 @@ fn route(c: &mut Client, svc: &Service, head: &Head, buf: &[u8], wait: Duration,
                 nix::sys::signal::kill(nix::unistd::Pid::this(), nix::sys::signal::Signal::SIGUSR1);
             page("Reload", "<p>Reload scheduled.</p>\n")
         }
-        "/F" => edit::cfg_page(),
+        "/F" => match edit::cfg_page() {
+            Ok(body) => body,
+            Err((res, status, why)) => return error_page(c, res, status, "", why),
+        },
         "/E" => return end::end_sessions(c, head),
         "/U" => match edit::update(c, head, buf, wait) {
             Ok(()) => page(
