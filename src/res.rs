@@ -153,9 +153,10 @@ codes! {
     NO_PROGRESS = 93;
     /// The session closed with data that could not be delivered.
     UNSENT = 94;
-    /// Read or write error on the client socket.
+    /// Read or write error on the client socket (in the relay, a write
+    /// error: a reset while reading ends that side as its close does).
     CLIENT_ERR = 95;
-    /// Read or write error on the server socket.
+    /// Read or write error on the server socket (in the relay, as for 95).
     SERVER_ERR = 96;
     /// Errors on both sockets.
     BOTH_ERR = 97;
