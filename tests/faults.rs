@@ -679,3 +679,88 @@ fn out_of_descriptors_for_the_origin_answers_the_http_client_503() {
         proxy.stderr()
     );
 }
+
+/// A record the full disk cut short keeps its partial text, on a line of
+/// its own: the records written once there is room again start on the
+/// next line, never glued to it. For a `log FILE` and for `log` to a
+/// standard output that is a file on that disk.
+#[test]
+fn a_record_cut_short_by_a_full_disk_is_not_glued_to_the_next() {
+    for to_stdout in [false, true] {
+        let dir = Dir::new("fault_logtorn");
+        let mnt = dir.join("small");
+        let log = mnt.join("access.log");
+        let origin = Origin::echo();
+        let pt = free_port();
+        let target = if to_stdout {
+            String::new()
+        } else {
+            format!(" {}", p(&log))
+        };
+        let cfg = format!(
+            "log{target}\nlogformat \"L%N %E %C:%c %I %O a record of about a hundred bytes ends here\"\n\
+             tcppm -i127.0.0.1 {pt} 127.0.0.1 {}\n",
+            origin.port()
+        );
+        let mut wrapper = with_tmpfs(&mnt, 32, false);
+        if to_stdout {
+            // The proxy's standard output is the file.
+            let run = wrapper.iter_mut().find(|w| w.contains("exec")).unwrap();
+            *run = format!("{run} > {}", p(&log));
+        }
+        let proxy = start_via(dir, &wrapper, &cfg, &[Listen::Tcp(localhost(pt))]);
+        torn_record_stays_alone(&proxy, &mnt, &log, pt);
+    }
+}
+
+fn torn_record_stays_alone(proxy: &Proxy, mnt: &Path, log: &Path, pt: u16) {
+    let log_in = inside(proxy, log);
+    // Half the disk taken by a file that goes away later.
+    let filler = inside(proxy, &mnt.join("filler"));
+    std::fs::write(&filler, vec![0u8; 16 << 10]).unwrap();
+    // 16 KiB of log holds about 160 records: 400 fill it, the last one
+    // written cut where the disk ended.
+    for i in 0..400 {
+        assert!(served(pt, format!("session {i}").as_bytes()).is_some());
+    }
+    let size = || std::fs::metadata(&log_in).map_or(0, |m| m.len());
+    assert!(
+        wait_for(|| size() >= 16 << 10, LOG_TIMEOUT),
+        "the disk never filled: {} bytes\n{}",
+        size(),
+        proxy.stderr()
+    );
+    thread::sleep(Duration::from_millis(500));
+    let full = std::fs::read(&log_in).unwrap();
+    assert!(
+        !full.ends_with(b"\n"),
+        "no record was cut short ({} bytes)",
+        full.len()
+    );
+    // Room again, the log as it was.
+    std::fs::remove_file(&filler).unwrap();
+    for i in 0..5 {
+        drop(served(pt, format!("after {i}").as_bytes()).expect("served"));
+    }
+    let text = || String::from_utf8(std::fs::read(&log_in).unwrap()).unwrap();
+    assert!(
+        wait_for(
+            || text().matches("\n").count() > full.split(|&b| b == b'\n').count() + 3,
+            LOG_TIMEOUT
+        ),
+        "nothing written after room came back:\n{}\n{}",
+        text(),
+        proxy.stderr()
+    );
+    let text = text();
+    let lines: Vec<&str> = text.lines().collect();
+    let whole = |l: &str| {
+        l.starts_with("TCPPM ") && l.ends_with("ends here") && l.matches("TCPPM").count() == 1
+    };
+    for (i, l) in lines.iter().enumerate() {
+        assert!(
+            whole(l) || (l.len() < 100 && !l.contains("ends here")),
+            "line {i}, two records glued together: {l:?}\n{text}"
+        );
+    }
+}
