@@ -127,7 +127,7 @@ pub fn check(p: &Probe) -> bool {
         Some(a) if h.addr.is_ipv6() => (a, Some(h.addr)),
         a => (h.addr, a),
     };
-    let Ok(s) = dialer.connect_either(first, || second) else {
+    let Ok((s, _)) = dialer.connect_either(first, || second) else {
         log::debug!("parentcheck: {}: connect failed", h.name());
         return false;
     };

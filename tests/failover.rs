@@ -458,6 +458,65 @@ fn happy_eyeballs_reaches_ipv4_when_ipv6_drops_syns() {
     }
 }
 
+/// `%R` is the address really connected to: a name with both families,
+/// its preferred (IPv6, `-64`) address refused, is reached over IPv4 by
+/// happy eyeballs, and that is what the record says, for the HTTP proxy,
+/// SOCKS and tcppm alike.
+#[test]
+fn remote_address_is_the_family_happy_eyeballs_connected() {
+    let origin = crate::http::HttpOrigin::start();
+    let o = origin.port();
+    // Nothing listens on [::1] at that port: refused at once.
+    assert!(
+        TcpStream::connect(("::1", o)).is_err(),
+        "[::1]:{o} is taken"
+    );
+    let (ph, ps, pt) = (free_port(), free_port(), free_port());
+    let body = format!(
+        "nsrecord dual.test 127.0.0.1\nnsrecord dual.test ::1\n\
+         proxy -64 -i127.0.0.1 -p{ph}\nsocks -64 -i127.0.0.1 -p{ps}\n\
+         tcppm -64 -i127.0.0.1 {pt} dual.test {o}\n"
+    );
+    let (_proxy, log) = start(Dir::new("fo_he_r"), "L%N %E %n %R:%r", &body, &[ph, ps, pt]);
+    // Twice: the second request may take the first's origin connection
+    // from the pool, which keeps where it went.
+    for _ in 0..2 {
+        let r = http_once(
+            ph,
+            format!("GET http://dual.test:{o}/hello HTTP/1.0\r\n\r\n").as_bytes(),
+        );
+        assert_eq!(r.status, 200, "{r}");
+    }
+    let want = format!("PROXY 00000 dual.test 127.0.0.1:{o}");
+    assert!(
+        wait_for(
+            || log_lines(&log).iter().filter(|l| **l == want).count() == 2,
+            LOG_TIMEOUT
+        ),
+        "want two {want:?}: {:?}",
+        log_lines(&log)
+    );
+    let mut s = socks5_hello(ps, None);
+    s.write_all(&socks5_request_name(1, b"dual.test", o))
+        .unwrap();
+    let reply = read_socks5_reply(&mut s).unwrap();
+    assert_eq!(reply[1], 0, "{reply:?}");
+    drop(s);
+    expect_log_line(&log, &format!("SOCK5 00000 dual.test 127.0.0.1:{o}"));
+    let mut s = connect(localhost(pt));
+    s.write_all(b"GET /hello HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    set_timeouts(&s, IO_TIMEOUT);
+    let got = read_until_closed(&mut s).unwrap();
+    assert!(
+        got.ends_with(b"hello"),
+        "{:?}",
+        String::from_utf8_lossy(&got)
+    );
+    drop(s);
+    expect_log_line(&log, &format!("TCPPM 00000 dual.test 127.0.0.1:{o}"));
+}
+
 /// A child process killed when the test ends, however it ends.
 struct Killed(std::process::Child);
 

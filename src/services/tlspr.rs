@@ -719,7 +719,7 @@ fn connect(
             return Ok(None);
         }
     };
-    crate::session::note_chain(c, &chain, dst);
+    crate::session::note_chain(c, &chain);
     Ok(Some(chain.stream))
 }
 
