@@ -339,6 +339,81 @@ fn parentcheck_marks_parents_down_and_up_without_requests() {
     assert!(hole.accepted() <= holed + 2);
 }
 
+/// `parentcheck` checks a parent from the source address the sessions of
+/// the service that uses it leave from (`-e`): the parent sees the checks
+/// come from 127.0.0.2, as the sessions do (loopback takes any 127/8
+/// source), and a parent no service names from the default source.
+#[test]
+fn parentcheck_leaves_from_the_services_external_address() {
+    /// A listener that notes the source address of every connection.
+    fn noting() -> (u16, Arc<std::sync::Mutex<Vec<SocketAddr>>>) {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = l.local_addr().unwrap().port();
+        let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let s = seen.clone();
+        thread::spawn(move || {
+            for c in l.incoming().flatten() {
+                if let Ok(peer) = c.peer_addr() {
+                    s.lock().unwrap().push(peer);
+                }
+            }
+        });
+        (port, seen)
+    }
+    let (used, seen_used) = noting();
+    let (unused, seen_unused) = noting();
+    let pt = free_port();
+    // The second parent belongs to an entry no service has (flush drops
+    // it before the service line).
+    let cfg = format!(
+        "parentcheck 1 1\nallow *\nparent 1000 tcp 127.0.0.1 {unused}\nflush\n\
+         allow *\nparent 1000 tcp 127.0.0.1 {used}\n\
+         tcppm -e127.0.0.2 -i127.0.0.1 {pt} 127.0.0.1 9\n"
+    );
+    let _proxy = Proxy::start(Dir::new("fo_chk_src"), &cfg, &[]);
+    let checked = |seen: &Arc<std::sync::Mutex<Vec<SocketAddr>>>| seen.lock().unwrap().len() >= 2;
+    assert!(
+        wait_for(
+            || checked(&seen_used) && checked(&seen_unused),
+            Duration::from_secs(10)
+        ),
+        "checks: {:?} {:?}",
+        seen_used.lock().unwrap(),
+        seen_unused.lock().unwrap()
+    );
+    // No client came: every connection is a check.
+    let ips = |seen: &Arc<std::sync::Mutex<Vec<SocketAddr>>>| {
+        seen.lock()
+            .unwrap()
+            .iter()
+            .map(|a| a.ip().to_string())
+            .collect::<Vec<_>>()
+    };
+    assert!(
+        ips(&seen_used).iter().all(|ip| ip == "127.0.0.2"),
+        "{:?}",
+        ips(&seen_used)
+    );
+    assert!(
+        ips(&seen_unused).iter().all(|ip| ip == "127.0.0.1"),
+        "{:?}",
+        ips(&seen_unused)
+    );
+    // A session through the parent leaves from there too.
+    let n = seen_used.lock().unwrap().len();
+    let mut c = connect(localhost(pt));
+    c.write_all(b"x").unwrap();
+    assert!(wait_for(
+        || seen_used.lock().unwrap().len() > n,
+        LOG_TIMEOUT
+    ));
+    assert!(
+        ips(&seen_used).iter().all(|ip| ip == "127.0.0.2"),
+        "{:?}",
+        ips(&seen_used)
+    );
+}
+
 /// A network namespace made for one test, removed on drop.
 struct Netns(String);
 

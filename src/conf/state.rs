@@ -185,6 +185,14 @@ impl State {
             c.interim = self.radius_interim;
             self.access.radius.set(c);
         }
+        // `parentcheck` checks a parent from where the sessions of the
+        // services that use it leave (`-e`, `-De`, `-ne`).
+        self.probes = crate::parentcheck::for_services(
+            std::mem::take(&mut self.probes),
+            self.services
+                .iter()
+                .map(|p| (&p.svc.access.acl[..], &p.svc.dialer)),
+        );
         for p in &mut self.services {
             let Some(svc) = Arc::get_mut(&mut p.svc) else {
                 continue;
