@@ -78,6 +78,19 @@ pub struct Chain {
     pub http_parent: bool,
     /// The credentials for the last `tcp`/`http` parent, if it has any.
     pub credentials: Option<(String, String)>,
+    /// Straight to the destination (no parent between): the address
+    /// connected to, the destination's or, when happy eyeballs took it,
+    /// its other family's (`%R`). None through parents: the stream's
+    /// peer is the last parent.
+    pub peer: Option<SocketAddr>,
+}
+
+impl Chain {
+    /// Who is at the far end of the stream (`%R`): the address connected
+    /// to, or the last parent's, asked of the socket.
+    pub fn peer_addr(&self) -> Option<SocketAddr> {
+        self.peer.or_else(|| self.stream.peer_addr())
+    }
 }
 
 /// Reach `want` through `parents` for a client of `svc`: directly when
@@ -87,12 +100,13 @@ pub fn connect(svc: &Service, parents: &[Hop], want: &Want<'_>) -> Result<Route,
     if parents.is_empty() {
         let addr = want.addr.ok_or(Res::NOHOST)?;
         let alt = || other_family(want, svc.family, &svc.dialer);
-        let stream = svc.dialer.connect_either(addr, alt)?;
+        let (stream, peer) = svc.dialer.connect_either(addr, alt)?;
         return Ok(Route::Stream(Chain {
             stream,
             hops: 0,
             http_parent: false,
             credentials: None,
+            peer: Some(peer),
         }));
     }
     match attempts(svc, parents, want, false, Res::PARENT_SOCKS5_REP)? {
@@ -419,7 +433,7 @@ fn first_hop<'h>(
         h.alt
     };
     let (addr, alt) = parent_addrs(addr, alt, ctx.family);
-    let mut s = dial(ctx.dialer, source, addr, || alt).inspect_err(|e| {
+    let (mut s, _) = dial(ctx.dialer, source, addr, || alt).inspect_err(|e| {
         if *e == Res::CONNECT {
             seen.push((h, false));
         }
@@ -515,7 +529,7 @@ fn direct(
             other_family(want, ctx.family, ctx.dialer)
         }
     };
-    let s = dial(ctx.dialer, source, addr, alt)?;
+    let (s, peer) = dial(ctx.dialer, source, addr, alt)?;
     if ha {
         send_proxy_header(&s, ctx.chain_to, want)?;
     }
@@ -524,6 +538,7 @@ fn direct(
         hops: count,
         http_parent: false,
         credentials: None,
+        peer: Some(peer),
     })))
 }
 
@@ -553,17 +568,19 @@ fn through_last<'h>(
         hops: count,
         http_parent: last.kind == Kind::Http,
         credentials: credentials_out,
+        peer: None,
     })))
 }
 
 /// Dial `addr`, from `source` if an `extip` set one, racing the address
-/// `alt` gives (the other family's) after the happy eyeballs delay.
+/// `alt` gives (the other family's) after the happy eyeballs delay; the
+/// stream and the address it reached.
 fn dial(
     dialer: &Dialer,
     source: Option<IpAddr>,
     addr: SocketAddr,
     alt: impl FnOnce() -> Option<SocketAddr>,
-) -> Result<Stream, Res> {
+) -> Result<(Stream, SocketAddr), Res> {
     let open = |d: &Dialer| d.connect_either(addr, alt);
     match source {
         None => open(dialer),

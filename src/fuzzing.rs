@@ -248,7 +248,8 @@ pub fn http_request(data: &[u8]) {
         "sent head {:?}",
         text(&out)
     );
-    // A transparent client's request without Host goes on without one:
+    // A transparent client's HTTP/1.0 request without Host goes on
+    // without one (an HTTP/1.1 one gets the destination as its Host):
     // the second reading knows where it was going too.
     let plain = Rewrite {
         delim: rw.delim,

@@ -10,7 +10,10 @@
 //! (the writer warns how many were dropped).
 //!
 //! Invariants: a record is formatted once and written with one write() (a
-//! file is opened with O_APPEND), so lines never interleave; only the
+//! file is opened with O_APPEND; standard output is written to its
+//! descriptor, not through Rust's buffer), so lines never interleave; a
+//! record a failed write cut short is followed by a newline before the
+//! next (`Loss`); only the
 //! writer thread writes, rotates and runs the archiver, never a client
 //! thread; the writer starts with the first record, after the cfg has
 //! loaded and after `daemon`'s fork; at a normal exit [`flush`] waits for
@@ -151,8 +154,17 @@ impl Sink {
     fn write_line(&self, line: &[u8]) {
         let res = match self {
             Sink::Stdout => {
-                let mut out = io::stdout().lock();
-                out.write_all(line).and_then(|_| out.flush())
+                // Straight to the descriptor, not through Rust's line
+                // buffer: a record a full disk cut short must be known,
+                // so that the next starts on a line of its own (the
+                // buffer kept the cut tail and glued the next record to
+                // what it then wrote).
+                use std::os::fd::AsFd;
+                let mut loss = STDOUT_LOSS.lock().unwrap_or_else(|e| e.into_inner());
+                loss.write(&"stdout", line, |b| {
+                    nix::unistd::write(io::stdout().as_fd(), b).map_err(io::Error::from)
+                });
+                Ok(())
             }
             Sink::File(f) => f.write(line),
             Sink::Syslog { ident } => syslog_send(ident, line),
@@ -514,13 +526,71 @@ struct Current {
     key: Key,
     /// The clock second of the last rotation check.
     checked: i64,
-    /// Records lost since writing began to fail (a full disk): the
-    /// failure is reported once when it starts, and the count once when a
-    /// record is written again.
+    loss: Loss,
+}
+
+/// What a target's failed writes (a full disk) left: records lost, and
+/// whether the last one was cut short.
+#[derive(Debug, Default)]
+struct Loss {
+    /// Records lost since writing began to fail: the failure is reported
+    /// once when it starts, and the count once when a record is written
+    /// again.
     lost: u64,
-    /// The last failed write left part of a record: the next record
-    /// starts on a line of its own.
+    /// The last failed write left part of a record (its text stays): the
+    /// next record starts on a line of its own.
     torn: bool,
+}
+
+/// Standard output's [`Loss`]: one descriptor, however many `log` lines
+/// name it.
+static STDOUT_LOSS: Mutex<Loss> = Mutex::new(Loss {
+    lost: 0,
+    torn: false,
+});
+
+impl Loss {
+    /// Write one record with `write` (one call, unless it writes less),
+    /// after a newline if the last one was cut short. A record that
+    /// cannot be written is lost: the first loss is reported, then
+    /// nothing until a record is written again, which reports how many
+    /// were lost.
+    fn write(
+        &mut self,
+        name: &dyn std::fmt::Display,
+        line: &[u8],
+        write: impl FnMut(&[u8]) -> io::Result<usize>,
+    ) {
+        let res = if self.torn {
+            let mut whole = Vec::with_capacity(line.len() + 1);
+            whole.push(b'\n');
+            whole.extend_from_slice(line);
+            write_record(write, &whole)
+        } else {
+            write_record(write, line)
+        };
+        match res {
+            Ok(()) => {
+                self.torn = false;
+                if self.lost > 0 {
+                    log::warn!(
+                        "access log {name}: writing again; {} records were lost",
+                        self.lost
+                    );
+                    self.lost = 0;
+                }
+            }
+            Err((e, written)) => {
+                self.torn |= written > 0;
+                self.lost += 1;
+                if self.lost == 1 {
+                    log::warn!(
+                        "access log {name}: {e}; records are lost until it can be written again"
+                    );
+                }
+            }
+        }
+    }
 }
 
 /// Open a log file for appending; a new one is made with 3proxy's mode
@@ -531,11 +601,15 @@ fn append(path: &Path, owner: Owner) -> io::Result<File> {
     crate::sys::process::open_or_create(&opts, path, 0o666, owner)
 }
 
-/// Write all of `buf`; on an error, also say how much was written.
-fn write_record(mut f: &File, buf: &[u8]) -> Result<(), (io::Error, usize)> {
+/// Write all of `buf` with `write`; on an error, also say how much was
+/// written.
+fn write_record(
+    mut write: impl FnMut(&[u8]) -> io::Result<usize>,
+    buf: &[u8],
+) -> Result<(), (io::Error, usize)> {
     let mut done = 0;
     while done < buf.len() {
-        match f.write(&buf[done..]) {
+        match write(&buf[done..]) {
             Ok(0) => return Err((io::ErrorKind::WriteZero.into(), done)),
             Ok(n) => done += n,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
@@ -567,8 +641,7 @@ impl FileLog {
                 path,
                 key,
                 checked: now,
-                lost: 0,
-                torn: false,
+                loss: Loss::default(),
             }),
         })
     }
@@ -581,42 +654,14 @@ impl FileLog {
         self.lock().path.clone()
     }
 
-    /// Append one record. A record that cannot be written (the disk is
-    /// full) is lost: the first loss is reported, then nothing until a
-    /// record is written again, which reports how many were lost.
+    /// Append one record (see [`Loss::write`]).
     fn write(&self, line: &[u8]) -> io::Result<()> {
         let mut cur = self.lock();
-        let res = if cur.torn {
-            let mut whole = Vec::with_capacity(line.len() + 1);
-            whole.push(b'\n');
-            whole.extend_from_slice(line);
-            write_record(&cur.file, &whole)
-        } else {
-            write_record(&cur.file, line)
-        };
-        match res {
-            Ok(()) => {
-                cur.torn = false;
-                if cur.lost > 0 {
-                    log::warn!(
-                        "access log {}: writing again; {} records were lost",
-                        cur.path.display(),
-                        cur.lost
-                    );
-                    cur.lost = 0;
-                }
-            }
-            Err((e, written)) => {
-                cur.torn |= written > 0;
-                cur.lost += 1;
-                if cur.lost == 1 {
-                    log::warn!(
-                        "access log {}: {e}; records are lost until it can be written again",
-                        cur.path.display()
-                    );
-                }
-            }
-        }
+        let Current {
+            file, path, loss, ..
+        } = &mut *cur;
+        let mut f: &File = file;
+        loss.write(&path.display(), line, |b| f.write(b));
         Ok(())
     }
 
@@ -643,7 +688,7 @@ impl FileLog {
         match append(&path, self.user) {
             Ok(f) => {
                 cur.file = f;
-                cur.torn = false;
+                cur.loss.torn = false;
             }
             Err(e) => {
                 // Keep writing to the old file; try again next period.

@@ -486,21 +486,23 @@ impl Dialer {
     /// other family), and both race; the first to connect is kept and the
     /// other closed. Each has the CONNECT timeout from its own start.
     /// Blocking: non-blocking sockets polled in the calling thread.
+    /// Ok: the stream and the address it reached (`%R`), which is
+    /// `second`'s when that one won.
     pub fn connect_either(
         &self,
         first: SocketAddr,
         second: impl FnOnce() -> Option<SocketAddr>,
-    ) -> Result<Stream, Res> {
+    ) -> Result<(Stream, SocketAddr), Res> {
         if self.eyeballs.is_zero() {
-            return self.connect_ip(first);
+            return self.connect_ip(first).map(|s| (s, first));
         }
         let start = std::time::Instant::now();
-        // Racers: the socket and when it gives up.
-        let mut racing: Vec<(Socket, std::time::Instant)> = Vec::with_capacity(2);
+        // Racers: the socket, when it gives up, and where it goes.
+        let mut racing: Vec<(Socket, std::time::Instant, SocketAddr)> = Vec::with_capacity(2);
         let mut err = Res::CONNECT;
         match self.begin(first) {
-            Ok((s, true)) => return connected(s),
-            Ok((s, false)) => racing.push((s, start + self.timeout)),
+            Ok((s, true)) => return connected(s).map(|s| (s, first)),
+            Ok((s, false)) => racing.push((s, start + self.timeout, first)),
             Err(e) => err = e,
         }
         let mut second = Some(second);
@@ -511,14 +513,14 @@ impl Dialer {
                 if let Some(addr) = second.take().and_then(|f| f()) {
                     now = std::time::Instant::now();
                     match self.begin(addr) {
-                        Ok((s, true)) => return connected(s),
-                        Ok((s, false)) => racing.push((s, now + self.timeout)),
+                        Ok((s, true)) => return connected(s).map(|s| (s, addr)),
+                        Ok((s, false)) => racing.push((s, now + self.timeout, addr)),
                         Err(e) => err = e,
                     }
                 }
             }
             let second_at = second.as_ref().map(|_| second_at);
-            racing.retain(|(_, until)| *until > now);
+            racing.retain(|(_, until, _)| *until > now);
             if racing.is_empty() && second_at.is_none() {
                 return Err(err);
             }
@@ -527,7 +529,7 @@ impl Dialer {
             }
             // Wait until a socket is done, its time runs out, or the
             // second one is due.
-            let mut until = racing.iter().map(|(_, u)| *u).min().unwrap_or(now);
+            let mut until = racing.iter().map(|(_, u, _)| *u).min().unwrap_or(now);
             if let Some(at) = second_at {
                 until = until.min(at);
             }
@@ -546,11 +548,11 @@ impl Dialer {
                         }
                     }
                     if let Some(w) = won {
-                        let (s, _) = racing.swap_remove(w);
+                        let (s, _, to) = racing.swap_remove(w);
                         // The loser is closed as `racing` drops.
-                        return connected(s);
+                        return connected(s).map(|s| (s, to));
                     }
-                    racing.retain(|(_, until)| *until > now);
+                    racing.retain(|(_, until, _)| *until > now);
                 }
                 Err(_) => return Err(Res::CONNECT),
             }
@@ -712,7 +714,7 @@ fn connected(sock: Socket) -> Result<Stream, Res> {
 /// Wait until one of the connecting sockets is done or `until`: for each,
 /// Some(true) connected, Some(false) failed, None still connecting.
 fn poll_connecting(
-    socks: &[(Socket, std::time::Instant)],
+    socks: &[(Socket, std::time::Instant, SocketAddr)],
     until: std::time::Instant,
 ) -> io::Result<Vec<Option<bool>>> {
     use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
@@ -720,7 +722,7 @@ fn poll_connecting(
     let ms = left.as_millis().clamp(0, i32::MAX as u128) as i32;
     let mut fds: Vec<PollFd<'_>> = socks
         .iter()
-        .map(|(s, _)| PollFd::new(s.as_fd(), PollFlags::POLLOUT))
+        .map(|(s, _, _)| PollFd::new(s.as_fd(), PollFlags::POLLOUT))
         .collect();
     match poll(
         &mut fds,
@@ -928,9 +930,10 @@ mod tests {
             ..Dialer::default()
         };
         let t = Instant::now();
-        let s = d.connect_either(first, || Some(second)).unwrap();
+        let (s, to) = d.connect_either(first, || Some(second)).unwrap();
         let took = t.elapsed();
         assert_eq!(s.peer_addr(), Some(second));
+        assert_eq!(to, second);
         assert!(
             took >= Duration::from_millis(240) && took < Duration::from_secs(3),
             "{took:?}"
@@ -955,13 +958,14 @@ mod tests {
             ..Dialer::default()
         };
         let asked = std::cell::Cell::new(false);
-        let s = d
+        let (s, to) = d
             .connect_either(v4.local_addr().unwrap(), || {
                 asked.set(true);
                 Some(second)
             })
             .unwrap();
         assert_eq!(s.peer_addr(), Some(v4.local_addr().unwrap()));
+        assert_eq!(to, v4.local_addr().unwrap());
         // Nor looked up: a name's other family costs nothing then.
         assert!(!asked.get());
         let refused = {
@@ -969,8 +973,9 @@ mod tests {
             l.local_addr().unwrap()
         };
         let t = Instant::now();
-        let s = d.connect_either(refused, || Some(second)).unwrap();
+        let (s, to) = d.connect_either(refused, || Some(second)).unwrap();
         assert_eq!(s.peer_addr(), Some(second));
+        assert_eq!(to, second);
         assert!(
             t.elapsed() < Duration::from_millis(200),
             "{:?}",

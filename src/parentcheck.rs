@@ -8,7 +8,8 @@
 //!
 //! The list of parents to check is the running cfg's: [`install`] (at
 //! load and at every reload) replaces it. Checks run one after the other
-//! on the one thread, each within its own timeout.
+//! on the one thread, each within its own timeout, from the outgoing side
+//! of the services that use the parent ([`for_services`]).
 
 use std::io::{Read, Write};
 use std::net::SocketAddr;
@@ -32,11 +33,53 @@ pub struct Check {
 
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// One parent to check.
+/// One parent to check, from one outgoing side.
 #[derive(Debug, Clone)]
 pub struct Probe {
     pub hop: Hop,
     pub check: Check,
+    /// Where the check leaves from: the outgoing side (`-e`, `-De`,
+    /// `-ne`, `-os`) of a service whose ACL names the parent, as that
+    /// service's sessions reach it ([`for_services`]); the default
+    /// source for a parent no service names. Its timeout and happy
+    /// eyeballs are the check's own.
+    pub from: Dialer,
+}
+
+/// The probes of `probes` for the services whose ACLs and outgoing sides
+/// `services` gives: each parent once from every distinct outgoing side
+/// (source addresses, device, namespace) of the services that name it,
+/// or once from the default source if none does.
+pub fn for_services<'a>(
+    probes: Vec<Probe>,
+    services: impl Iterator<Item = (&'a [crate::acl::Entry], &'a Dialer)> + Clone,
+) -> Vec<Probe> {
+    let same = |a: &Dialer, b: &Dialer| {
+        (&a.ext4, &a.ext6, &a.device, &a.netns) == (&b.ext4, &b.ext6, &b.device, &b.netns)
+    };
+    let mut out = Vec::with_capacity(probes.len());
+    for p in probes {
+        let names = |acl: &[crate::acl::Entry]| {
+            acl.iter().any(|e| {
+                e.parents
+                    .iter()
+                    .any(|h| std::sync::Arc::ptr_eq(&h.health.0, &p.hop.health.0))
+            })
+        };
+        let mut froms: Vec<Dialer> = Vec::new();
+        for (_, d) in services.clone().filter(|(acl, _)| names(acl)) {
+            if !froms.iter().any(|f| same(f, d)) {
+                froms.push(d.clone());
+            }
+        }
+        if froms.is_empty() {
+            froms.push(Dialer::default());
+        }
+        for from in froms {
+            out.push(Probe { from, ..p.clone() });
+        }
+    }
+    out
 }
 
 struct List {
@@ -120,14 +163,14 @@ pub fn check(p: &Probe) -> bool {
     let dialer = Dialer {
         timeout: p.check.timeout,
         eyeballs: crate::net::DEFAULT_EYEBALLS,
-        ..Dialer::default()
+        ..p.from.clone()
     };
     let alt = h.alt.map(|ip| SocketAddr::new(ip, h.addr.port()));
     let (first, second) = match alt {
         Some(a) if h.addr.is_ipv6() => (a, Some(h.addr)),
         a => (h.addr, a),
     };
-    let Ok(s) = dialer.connect_either(first, || second) else {
+    let Ok((s, _)) = dialer.connect_either(first, || second) else {
         log::debug!("parentcheck: {}: connect failed", h.name());
         return false;
     };

@@ -693,6 +693,21 @@ impl<'a, C: Channel> Dir<'a, C> {
                     }
                     Err(Errno::EAGAIN) => self.can_read = false,
                     Err(Errno::EINTR) => moved = true,
+                    // A reset while reading is the source's end, as its
+                    // FIN is (3proxy's sockmap ends a side on a failed
+                    // read and counts only failed writes as errors):
+                    // everything it sent before has been read, and the
+                    // kernel gives queued bytes before the error. A peer
+                    // resets when it closes with our last bytes unread:
+                    // a TLS server that sends its close_notify and
+                    // closes as the client's reply comes in, which
+                    // happened or not by a few microseconds. What was
+                    // lost, if anything, shows on the write side: bytes
+                    // still to be sent to it fail there (95, 96).
+                    Err(Errno::ECONNRESET | Errno::EPIPE) => {
+                        self.eof = true;
+                        moved = true;
+                    }
                     Err(e) => return Err((self.src_side, e)),
                 }
             }
@@ -1201,7 +1216,8 @@ fn wait<C: Channel>(up: &mut Dir<'_, C>, down: &mut Dir<'_, C>, idle_ms: i32) ->
 }
 
 /// Map an IO error to 3proxy's codes: 95 client side, 96 server side, 90
-/// for a pipe error in splice mode.
+/// for a pipe error in splice mode. (A reset while reading is no error:
+/// it ends that side, see `Dir::step`.)
 fn error_res<C: Channel>(side: Side, e: Errno, _up: &Dir<'_, C>, _down: &Dir<'_, C>) -> Res {
     match (side, e) {
         (_, Errno::EMFILE | Errno::ENFILE | Errno::ENOMEM | Errno::EINVAL) => Res::SPLICE,

@@ -155,9 +155,10 @@ codes! {
     NO_PROGRESS = 93;
     /// The session closed with data that could not be delivered.
     UNSENT = 94;
-    /// Read or write error on the client socket.
+    /// Read or write error on the client socket (in the relay, a write
+    /// error: a reset while reading ends that side as its close does).
     CLIENT_ERR = 95;
-    /// Read or write error on the server socket.
+    /// Read or write error on the server socket (in the relay, as for 95).
     SERVER_ERR = 96;
     /// Errors on both sockets.
     BOTH_ERR = 97;
@@ -374,8 +375,9 @@ codes! {
     ADMIN_BAD_REQUEST = 701;
     /// admin: no such page.
     ADMIN_NOT_FOUND = 702;
-    /// admin: rewriting the cfg (`/U`) is refused, or ending sessions
-    /// (`/E`) from another site's page.
+    /// admin: rewriting the cfg (`/U`) is refused, showing it (`/F`) too
+    /// (a file over 16 MiB), or ending sessions (`/E`) from another
+    /// site's page.
     ADMIN_FORBIDDEN = 703;
 
     // 800-899: ftppr's session, auto, and dnspr.

@@ -618,17 +618,15 @@ pub fn keep(c: &mut Client, grant: &Grant) {
     c.granted(grant);
 }
 
-/// A connection reached `dst` through `chain`: the hops and addresses its
-/// record shows, and one connect more (TrafficPlugin's `p` form). Straight
-/// to `dst`, that is the peer (no getpeername()).
-pub fn note_chain(c: &mut Client, chain: &crate::chain::Chain, dst: std::net::SocketAddr) {
+/// A connection reached its destination through `chain`: the hops and
+/// addresses its record shows, and one connect more (TrafficPlugin's `p`
+/// form). Straight to the destination, the peer is the address connected
+/// to (no getpeername()): the one asked for, or its other family's after
+/// happy eyeballs.
+pub fn note_chain(c: &mut Client, chain: &crate::chain::Chain) {
     c.record.ops.connects += 1;
     c.hops = c.local_hops + chain.hops;
-    c.remote_addr = if chain.hops == 0 {
-        Some(dst)
-    } else {
-        chain.stream.peer_addr()
-    };
+    c.remote_addr = chain.peer_addr();
     c.ext_addr = chain.stream.local_addr();
     c.publish();
 }
@@ -637,18 +635,10 @@ pub fn note_chain(c: &mut Client, chain: &crate::chain::Chain, dst: std::net::So
 /// relays it with [`relay_to`], which does) until the record is written:
 /// our address on it is asked for then, and only if there is a log
 /// (`Client::ext_from_srv`).
-pub fn note_chain_ext_later(
-    c: &mut Client,
-    chain: &crate::chain::Chain,
-    dst: std::net::SocketAddr,
-) {
+pub fn note_chain_ext_later(c: &mut Client, chain: &crate::chain::Chain) {
     c.record.ops.connects += 1;
     c.hops = c.local_hops + chain.hops;
-    c.remote_addr = if chain.hops == 0 {
-        Some(dst)
-    } else {
-        chain.stream.peer_addr()
-    };
+    c.remote_addr = chain.peer_addr();
     c.ext_addr = None;
     c.ext_from_srv = true;
     c.publish();

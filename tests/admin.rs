@@ -101,6 +101,41 @@ fn admin_cfg_page_escapes_the_text() {
     assert!(r.text().contains("admin -i127.0.0.1"), "{}", r.text());
 }
 
+/// `/F` reads at most what one load may read, 16 MiB: a cfg file grown
+/// past it is answered with an error page, not read whole into memory.
+#[test]
+fn admin_cfg_page_refuses_a_file_over_16_mib() {
+    const MAX: u64 = 16 << 20;
+    let (proxy, port, log) = ADMIN.start("admin_cfg_big", "writable\n", "");
+    let cfg = proxy.dir.cfg_path();
+    let grow_to = |len: u64| {
+        let have = std::fs::metadata(&cfg).unwrap().len();
+        let mut f = std::fs::OpenOptions::new().append(true).open(&cfg).unwrap();
+        // Comment lines of 64 bytes, the last one cut to fit.
+        let mut left = (len - have) as usize;
+        let line = [&[b'#'; 63][..], b"\n"].concat();
+        while left > 0 {
+            let n = left.min(line.len());
+            f.write_all(&line[..n]).unwrap();
+            left -= n;
+        }
+    };
+    // At the limit the file is still shown, in the form.
+    grow_to(MAX);
+    let r = get(port, "/F", "");
+    assert_eq!(r.status_line(), "HTTP/1.0 200 OK");
+    assert!(r.text().contains("<textarea"), "no form");
+    assert!(r.body.len() as u64 > MAX, "{} bytes of page", r.body.len());
+    expect_log_line(&log, &format!("ADMIN 00000 {} - /F", r.client_port));
+    // One byte more and it is not.
+    grow_to(MAX + 1);
+    let r = get(port, "/F", "");
+    assert_eq!(r.status_line(), "HTTP/1.0 500 Internal Server Error");
+    assert!(r.text().contains("larger than 16 MiB"), "{}", r.text());
+    assert!(r.body.len() < 4096, "{} bytes of page", r.body.len());
+    expect_log_line(&log, &format!("ADMIN 00703 {} - /F", r.client_port));
+}
+
 #[test]
 fn admin_reload_applies_a_changed_cfg() {
     let echo = Origin::echo();

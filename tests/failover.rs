@@ -339,6 +339,81 @@ fn parentcheck_marks_parents_down_and_up_without_requests() {
     assert!(hole.accepted() <= holed + 2);
 }
 
+/// `parentcheck` checks a parent from the source address the sessions of
+/// the service that uses it leave from (`-e`): the parent sees the checks
+/// come from 127.0.0.2, as the sessions do (loopback takes any 127/8
+/// source), and a parent no service names from the default source.
+#[test]
+fn parentcheck_leaves_from_the_services_external_address() {
+    /// A listener that notes the source address of every connection.
+    fn noting() -> (u16, Arc<std::sync::Mutex<Vec<SocketAddr>>>) {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = l.local_addr().unwrap().port();
+        let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let s = seen.clone();
+        thread::spawn(move || {
+            for c in l.incoming().flatten() {
+                if let Ok(peer) = c.peer_addr() {
+                    s.lock().unwrap().push(peer);
+                }
+            }
+        });
+        (port, seen)
+    }
+    let (used, seen_used) = noting();
+    let (unused, seen_unused) = noting();
+    let pt = free_port();
+    // The second parent belongs to an entry no service has (flush drops
+    // it before the service line).
+    let cfg = format!(
+        "parentcheck 1 1\nallow *\nparent 1000 tcp 127.0.0.1 {unused}\nflush\n\
+         allow *\nparent 1000 tcp 127.0.0.1 {used}\n\
+         tcppm -e127.0.0.2 -i127.0.0.1 {pt} 127.0.0.1 9\n"
+    );
+    let _proxy = Proxy::start(Dir::new("fo_chk_src"), &cfg, &[]);
+    let checked = |seen: &Arc<std::sync::Mutex<Vec<SocketAddr>>>| seen.lock().unwrap().len() >= 2;
+    assert!(
+        wait_for(
+            || checked(&seen_used) && checked(&seen_unused),
+            Duration::from_secs(10)
+        ),
+        "checks: {:?} {:?}",
+        seen_used.lock().unwrap(),
+        seen_unused.lock().unwrap()
+    );
+    // No client came: every connection is a check.
+    let ips = |seen: &Arc<std::sync::Mutex<Vec<SocketAddr>>>| {
+        seen.lock()
+            .unwrap()
+            .iter()
+            .map(|a| a.ip().to_string())
+            .collect::<Vec<_>>()
+    };
+    assert!(
+        ips(&seen_used).iter().all(|ip| ip == "127.0.0.2"),
+        "{:?}",
+        ips(&seen_used)
+    );
+    assert!(
+        ips(&seen_unused).iter().all(|ip| ip == "127.0.0.1"),
+        "{:?}",
+        ips(&seen_unused)
+    );
+    // A session through the parent leaves from there too.
+    let n = seen_used.lock().unwrap().len();
+    let mut c = connect(localhost(pt));
+    c.write_all(b"x").unwrap();
+    assert!(wait_for(
+        || seen_used.lock().unwrap().len() > n,
+        LOG_TIMEOUT
+    ));
+    assert!(
+        ips(&seen_used).iter().all(|ip| ip == "127.0.0.2"),
+        "{:?}",
+        ips(&seen_used)
+    );
+}
+
 /// A network namespace made for one test, removed on drop.
 struct Netns(String);
 
@@ -456,6 +531,65 @@ fn happy_eyeballs_reaches_ipv4_when_ipv6_drops_syns() {
             "requests took {times:?}: want about 250 ms, not the 15 s connect timeout"
         );
     }
+}
+
+/// `%R` is the address really connected to: a name with both families,
+/// its preferred (IPv6, `-64`) address refused, is reached over IPv4 by
+/// happy eyeballs, and that is what the record says, for the HTTP proxy,
+/// SOCKS and tcppm alike.
+#[test]
+fn remote_address_is_the_family_happy_eyeballs_connected() {
+    let origin = crate::http::HttpOrigin::start();
+    let o = origin.port();
+    // Nothing listens on [::1] at that port: refused at once.
+    assert!(
+        TcpStream::connect(("::1", o)).is_err(),
+        "[::1]:{o} is taken"
+    );
+    let (ph, ps, pt) = (free_port(), free_port(), free_port());
+    let body = format!(
+        "nsrecord dual.test 127.0.0.1\nnsrecord dual.test ::1\n\
+         proxy -64 -i127.0.0.1 -p{ph}\nsocks -64 -i127.0.0.1 -p{ps}\n\
+         tcppm -64 -i127.0.0.1 {pt} dual.test {o}\n"
+    );
+    let (_proxy, log) = start(Dir::new("fo_he_r"), "L%N %E %n %R:%r", &body, &[ph, ps, pt]);
+    // Twice: the second request may take the first's origin connection
+    // from the pool, which keeps where it went.
+    for _ in 0..2 {
+        let r = http_once(
+            ph,
+            format!("GET http://dual.test:{o}/hello HTTP/1.0\r\n\r\n").as_bytes(),
+        );
+        assert_eq!(r.status, 200, "{r}");
+    }
+    let want = format!("PROXY 00000 dual.test 127.0.0.1:{o}");
+    assert!(
+        wait_for(
+            || log_lines(&log).iter().filter(|l| **l == want).count() == 2,
+            LOG_TIMEOUT
+        ),
+        "want two {want:?}: {:?}",
+        log_lines(&log)
+    );
+    let mut s = socks5_hello(ps, None);
+    s.write_all(&socks5_request_name(1, b"dual.test", o))
+        .unwrap();
+    let reply = read_socks5_reply(&mut s).unwrap();
+    assert_eq!(reply[1], 0, "{reply:?}");
+    drop(s);
+    expect_log_line(&log, &format!("SOCK5 00000 dual.test 127.0.0.1:{o}"));
+    let mut s = connect(localhost(pt));
+    s.write_all(b"GET /hello HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    set_timeouts(&s, IO_TIMEOUT);
+    let got = read_until_closed(&mut s).unwrap();
+    assert!(
+        got.ends_with(b"hello"),
+        "{:?}",
+        String::from_utf8_lossy(&got)
+    );
+    drop(s);
+    expect_log_line(&log, &format!("TCPPM 00000 dual.test 127.0.0.1:{o}"));
 }
 
 /// A child process killed when the test ends, however it ends.

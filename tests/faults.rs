@@ -595,3 +595,172 @@ fn sigkill_loses_at_most_one_counter_interval() {
     );
     drop(proxy);
 }
+
+/// Descriptors below `limit` the proxy `pid` has open (one inherited
+/// above the limit takes no slot), once the number has held still for
+/// 200 ms (clients accepted or closed just before settle).
+fn open_fds(pid: u32, limit: usize) -> usize {
+    let now = || {
+        std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |d| {
+            d.flatten()
+                .filter(|e| {
+                    e.file_name()
+                        .to_str()
+                        .and_then(|n| n.parse::<usize>().ok())
+                        .is_some_and(|n| n < limit)
+                })
+                .count()
+        })
+    };
+    let mut last = now();
+    loop {
+        thread::sleep(Duration::from_millis(200));
+        let n = now();
+        if n == last {
+            return n;
+        }
+        last = n;
+    }
+}
+
+/// The HTTP proxy's client is accepted but the socket to its origin
+/// cannot be made (EMFILE): it is answered 503 with a page that says why
+/// (3proxy: 502, as for a server that cannot be reached), the request is
+/// logged with 11, and the proxy serves again once descriptors free.
+#[test]
+fn out_of_descriptors_for_the_origin_answers_the_http_client_503() {
+    const NOFILE: usize = 32;
+    let web = Origin::start("127.0.0.1:0", |mut c| {
+        let mut b = [0u8; 1024];
+        let _ = c.read(&mut b);
+        let _ = c.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok");
+    });
+    let (ph, ps) = (free_port(), free_port());
+    let dir = Dir::new("fault_nofile_http");
+    let log = dir.join("access.log");
+    // BYTE_SHORT and BYTE_LONG 60 s: idle SOCKS clients stay.
+    let cfg = format!(
+        "log {}\nlogformat \"L%N %E %T\"\ntimeouts 60 60\nproxy -i127.0.0.1 -p{ph}\n\
+         socks -i127.0.0.1 -p{ps}\n",
+        p(&log)
+    );
+    let proxy = start_via(
+        dir,
+        &with_nofile(NOFILE as u32),
+        &cfg,
+        &[Listen::Tcp(localhost(ph)), Listen::Tcp(localhost(ps))],
+    );
+    let pid = proxy.pid();
+    // Idle SOCKS clients (one descriptor each) until one descriptor is
+    // left: the HTTP client takes it, and its origin's socket fails.
+    let mut idle = Vec::new();
+    while open_fds(pid, NOFILE) < NOFILE - 1 {
+        idle.push(TcpStream::connect(localhost(ps)).unwrap());
+        assert!(idle.len() < 64, "64 idle clients and descriptors to spare?");
+    }
+    assert_eq!(open_fds(pid, NOFILE), NOFILE - 1, "{}", proxy.stderr());
+    let url = format!("http://127.0.0.1:{}/", web.port());
+    let mut c = HttpClient::connect(ph);
+    c.send(format!("GET {url} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n").as_bytes());
+    let r = c.try_read(false);
+    let r = r.unwrap_or_else(|e| panic!("no answer: {e}\n{}", proxy.stderr()));
+    assert_eq!(r.status, 503, "{r}");
+    assert!(r.text().contains("descriptors"), "{}", r.text());
+    // 11: socket() failed.
+    expect_log_line(&log, &format!("PROXY 00011 GET {url} HTTP/1.1"));
+    // Descriptors free: served again.
+    drop(idle);
+    assert!(
+        wait_for(
+            || http_once(ph, format!("GET {url} HTTP/1.0\r\n\r\n").as_bytes()).status == 200,
+            Duration::from_secs(5)
+        ),
+        "not served after descriptors freed\n{}",
+        proxy.stderr()
+    );
+}
+
+/// A record the full disk cut short keeps its partial text, on a line of
+/// its own: the records written once there is room again start on the
+/// next line, never glued to it. For a `log FILE` and for `log` to a
+/// standard output that is a file on that disk.
+#[test]
+fn a_record_cut_short_by_a_full_disk_is_not_glued_to_the_next() {
+    for to_stdout in [false, true] {
+        let dir = Dir::new("fault_logtorn");
+        let mnt = dir.join("small");
+        let log = mnt.join("access.log");
+        let origin = Origin::echo();
+        let pt = free_port();
+        let target = if to_stdout {
+            String::new()
+        } else {
+            format!(" {}", p(&log))
+        };
+        let cfg = format!(
+            "log{target}\nlogformat \"L%N %E %C:%c %I %O a record of about a hundred bytes ends here\"\n\
+             tcppm -i127.0.0.1 {pt} 127.0.0.1 {}\n",
+            origin.port()
+        );
+        let mut wrapper = with_tmpfs(&mnt, 32, false);
+        if to_stdout {
+            // The proxy's standard output is the file.
+            let run = wrapper.iter_mut().find(|w| w.contains("exec")).unwrap();
+            *run = format!("{run} > {}", p(&log));
+        }
+        let proxy = start_via(dir, &wrapper, &cfg, &[Listen::Tcp(localhost(pt))]);
+        torn_record_stays_alone(&proxy, &mnt, &log, pt);
+    }
+}
+
+fn torn_record_stays_alone(proxy: &Proxy, mnt: &Path, log: &Path, pt: u16) {
+    let log_in = inside(proxy, log);
+    // Half the disk taken by a file that goes away later.
+    let filler = inside(proxy, &mnt.join("filler"));
+    std::fs::write(&filler, vec![0u8; 16 << 10]).unwrap();
+    // 16 KiB of log holds about 160 records: 400 fill it, the last one
+    // written cut where the disk ended.
+    for i in 0..400 {
+        assert!(served(pt, format!("session {i}").as_bytes()).is_some());
+    }
+    let size = || std::fs::metadata(&log_in).map_or(0, |m| m.len());
+    assert!(
+        wait_for(|| size() >= 16 << 10, LOG_TIMEOUT),
+        "the disk never filled: {} bytes\n{}",
+        size(),
+        proxy.stderr()
+    );
+    thread::sleep(Duration::from_millis(500));
+    let full = std::fs::read(&log_in).unwrap();
+    assert!(
+        !full.ends_with(b"\n"),
+        "no record was cut short ({} bytes)",
+        full.len()
+    );
+    // Room again, the log as it was.
+    std::fs::remove_file(&filler).unwrap();
+    for i in 0..5 {
+        drop(served(pt, format!("after {i}").as_bytes()).expect("served"));
+    }
+    let text = || String::from_utf8(std::fs::read(&log_in).unwrap()).unwrap();
+    assert!(
+        wait_for(
+            || text().matches("\n").count() > full.split(|&b| b == b'\n').count() + 3,
+            LOG_TIMEOUT
+        ),
+        "nothing written after room came back:\n{}\n{}",
+        text(),
+        proxy.stderr()
+    );
+    let text = text();
+    let lines: Vec<&str> = text.lines().collect();
+    let whole = |l: &str| {
+        l.starts_with("TCPPM ") && l.ends_with("ends here") && l.matches("TCPPM").count() == 1
+    };
+    for (i, l) in lines.iter().enumerate() {
+        assert!(
+            whole(l) || (l.len() < 100 && !l.contains("ends here")),
+            "line {i}, two records glued together: {l:?}\n{text}"
+        );
+    }
+}

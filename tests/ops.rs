@@ -183,6 +183,67 @@ fn setuid_to_nobody_after_binding_port_1() {
     echo_roundtrip(&mut c, b"as nobody");
 }
 
+/// 3proxy writes the pid file at its line, as whoever it is by then: it
+/// changes ids at `setuid`/`setgid`, so a `pidfile` after `setuid` is the
+/// user's file and one before it root's (given the group of a `setgid`
+/// before it).
+#[test]
+fn pidfile_is_written_as_the_user_of_the_lines_before_it() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    assert!(
+        is_root(),
+        "setuid needs root: run the tests as root (CI does)"
+    );
+    let nobody = 65534;
+    for (pre, post, owner) in [
+        ("setuid 65534\nsetgid 65534\n", "", (nobody, nobody)),
+        ("setgid 65534\n", "setuid 65534\n", (0, nobody)),
+        ("", "setuid 65534\nsetgid 65534\n", (0, 0)),
+    ] {
+        let dir = Dir::new("pidfile_owner");
+        // A directory the user may write in (and reach: the test dirs
+        // are 0755).
+        let run = dir.join("run");
+        fs::create_dir(&run).unwrap();
+        fs::set_permissions(&run, fs::Permissions::from_mode(0o777)).unwrap();
+        let pidfile = run.join("3proxy.pid");
+        let origin = Origin::echo();
+        let port = free_port();
+        let cfg = format!(
+            "{pre}pidfile {}\n{post}{}",
+            p(&pidfile),
+            tcppm(port, origin.port())
+        );
+        let proxy = Proxy::start(dir, &cfg, &[Listen::Tcp(localhost(port))]);
+        let written = wait_for(
+            || fs::read_to_string(&pidfile).is_ok_and(|s| !s.is_empty()),
+            START_TIMEOUT,
+        );
+        assert!(written, "{cfg}: no pid file; stderr:\n{}", proxy.stderr());
+        let meta = fs::metadata(&pidfile).unwrap();
+        assert_eq!(
+            (meta.uid(), meta.gid()),
+            owner,
+            "owner of the pid file of:\n{cfg}"
+        );
+        assert_eq!(
+            fs::read_to_string(&pidfile).unwrap(),
+            proxy.pid().to_string(),
+            "{cfg}"
+        );
+    }
+    // After `setuid`, a directory only root may write is an error of the
+    // line, as 3proxy's fopen fails there.
+    let dir = Dir::new("pidfile_owner_denied");
+    let cfg = format!(
+        "setuid 65534\npidfile {}\n{}",
+        p(&dir.join("3proxy.pid")),
+        tcppm(free_port(), 9)
+    );
+    fs::set_permissions(dir.join(""), fs::Permissions::from_mode(0o755)).unwrap();
+    start_expect_fail(&dir, &cfg).assert_cfg_error(&dir.cfg_path(), 2, "pidfile");
+}
+
 #[test]
 fn uid_and_gid_0_are_refused() {
     for (line, cmd) in [
@@ -207,9 +268,14 @@ fn chroot_makes_later_paths_relative_to_the_new_root() {
     let origin = Origin::echo();
     let port = free_port();
     let root = dir.join("");
-    // The log path is inside the new root; so is the pid file.
+    // The log path is inside the new root; so is the pid file, which is
+    // written as the user (as 3proxy, which changes ids at the line, does),
+    // so in a directory the user may write.
+    let run = dir.join("run");
+    fs::create_dir(&run).unwrap();
+    std::os::unix::fs::chown(&run, Some(65534), Some(65534)).unwrap();
     let cfg = format!(
-        "chroot {} 65534 65534\nlog /inside.log\nlogformat \"L%N %E\"\npidfile /p.pid\n{}",
+        "chroot {} 65534 65534\nlog /inside.log\nlogformat \"L%N %E\"\npidfile /run/p.pid\n{}",
         p(&root),
         tcppm(port, origin.port())
     );
@@ -217,7 +283,7 @@ fn chroot_makes_later_paths_relative_to_the_new_root() {
     let link = fs::read_link(format!("/proc/{}/root", proxy.pid())).unwrap();
     assert_eq!(link, proxy.dir.join("").canonicalize().unwrap());
     assert_eq!(proc_ids(proxy.pid(), "Uid:"), Some(vec![65534; 4]));
-    let pid = fs::read_to_string(proxy.dir.join("p.pid")).unwrap();
+    let pid = fs::read_to_string(proxy.dir.join("run/p.pid")).unwrap();
     assert_eq!(pid, proxy.pid().to_string());
     let mut c = connect(localhost(port));
     echo_roundtrip(&mut c, b"jailed");

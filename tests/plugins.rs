@@ -304,6 +304,36 @@ fn transparent_proxy_sends_a_plain_request_to_the_original_destination() {
     );
 }
 
+/// An HTTP/1.1 request must carry Host (RFC 9112 section 3.2): one from a
+/// redirected client without it reaches the origin with a Host naming
+/// where the client meant to go, and otherwise as the client sent it.
+#[test]
+fn transparent_http11_request_without_host_gets_the_destination_as_host() {
+    let ns = Redirecting::new("h");
+    let origin = crate::http::HttpOrigin::start();
+    let port = free_port();
+    ns.redirect(origin.port(), port);
+    // -a: no forwarding field of the proxy's own.
+    let body = format!(
+        "{TRANSPARENT}proxy -a -ni{} -i127.0.0.1 -p{port}\n",
+        ns.path()
+    );
+    let (_proxy, log) = start(Dir::new("pl_nohost"), FMT, &body, &[]);
+    let o = origin.port();
+    // The origin's /head answers with the head it received.
+    let got = ns.ask_until_answered(o, b"GET /head HTTP/1.1\r\nAccept: */*\r\n\r\n");
+    let (head, received) = got.split_once("\r\n\r\n").unwrap_or((&got, ""));
+    assert!(head.starts_with("HTTP/1.1 200 "), "{got}");
+    assert_eq!(
+        received,
+        format!("GET /head HTTP/1.1\r\nHost: 127.0.0.1:{o}\r\nAccept: */*\r\n\r\n")
+    );
+    expect_log_line(
+        &log,
+        &format!("PROXY 00000 127.0.0.1 127.0.0.1:{o} 127.0.0.1:{o} GET http://127.0.0.1:{o}/head HTTP/1.1"),
+    );
+}
+
 #[test]
 fn transparent_auto_hands_a_plain_request_to_the_proxy() {
     let ns = Redirecting::new("u");

@@ -621,3 +621,46 @@ fn a_burst_leaves_at_most_32_idle_threads_after_a_quarter_second() {
         echo_roundtrip(c, format!("again {i}").as_bytes());
     }
 }
+
+/// The end of a TLS session relayed as bytes (tlspr, or tcppm in front of
+/// a TLS server): the server sends its close_notify and closes while the
+/// client's close_notify, sent in reply, is already in its socket unread,
+/// so its kernel resets the connection instead of closing it. Everything
+/// the server sent was relayed, and all the client sent reached the
+/// server's socket: the session ends with 0, not with a server error,
+/// whichever came first (here the server always waits for the reply, the
+/// case that raced). A reset while reading ends that side, as 3proxy's
+/// sockmap takes it.
+#[test]
+fn a_server_that_resets_after_its_last_bytes_ends_the_session_with_0() {
+    for opts in ["", "-s"] {
+        let dir = Dir::new("reset_end");
+        let log = dir.join("access.log");
+        let origin = Origin::start("127.0.0.1:0", |mut conn| {
+            // Its close_notify, then the client's reply comes in, unread.
+            let _ = conn.write_all(b"server close_notify");
+            let mut b = [0u8; 1];
+            set_timeouts(&conn, IO_TIMEOUT);
+            let _ = conn.peek(&mut b);
+            // Closed with unread bytes: a reset, not a FIN.
+        });
+        let port = free_port();
+        let cfg = format!(
+            "log {}\nlogformat \"L%N %E %O %I\"\n{}",
+            p(&log),
+            tcppm(opts, port, origin.port())
+        );
+        let _proxy = Proxy::start(dir, &cfg, &[Listen::Tcp(localhost(port))]);
+        let mut c = connect(localhost(port));
+        set_timeouts(&c, IO_TIMEOUT);
+        let mut got = [0u8; 19];
+        c.read_exact(&mut got).unwrap();
+        assert_eq!(&got, b"server close_notify");
+        c.write_all(b"client close_notify").unwrap();
+        // The server's end reaches the client as an end, not a reset.
+        let rest = read_until_closed(&mut c).expect("the server's end passed on");
+        assert!(rest.is_empty(), "{rest:?}");
+        drop(c);
+        expect_log_line(&log, "TCPPM 00000 19 19");
+    }
+}

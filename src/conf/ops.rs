@@ -16,7 +16,7 @@ pub struct Ops {
     pub daemon: bool,
     /// `pidfile`: checked at its line; created and written only when the
     /// cfg is committed (after the fork), so a cfg that fails to load
-    /// leaves every pid file as it was.
+    /// leaves every pid file as it was; as the user of the lines before it.
     pub pidfile: Option<PidFile>,
     /// `setuid`, or `chroot`'s uid: applied after every listener is bound.
     pub uid: Option<Uid>,
@@ -111,19 +111,31 @@ impl Ops {
 
     /// Once the cfg has loaded and every listener is bound, before any
     /// service starts (the main thread is the only thread): go to the
-    /// background, write the pid file, give up root. Safe to call again
-    /// after a reload: what is done already is not done twice.
+    /// background, write the pid file, give up root; a pid file whose
+    /// line follows a `setuid` (or `chroot`'s user) is written after
+    /// giving up root, as that user, as 3proxy writes it. Safe to call
+    /// again after a reload: what is done already is not done twice.
     pub fn after_load(&mut self) -> Result<(), String> {
         if self.daemon {
             process::daemonize().map_err(|e| format!("daemon: cannot fork: {e}"))?;
         }
-        if let Some(p) = self.pidfile.take() {
-            let path = p.path.display().to_string();
-            p.write_pid()
-                .map_err(|e| format!("pidfile {}: {e}", quote(&path)))?;
-        }
-        process::drop_privileges(self.uid, self.gid)
+        let (as_root, as_user) = match self.pidfile.take() {
+            Some(p) if p.after_setuid() => (None, Some(p)),
+            p => (p, None),
+        };
+        write_pid(as_root)?;
+        process::drop_privileges(self.uid, self.gid)?;
+        write_pid(as_user)
     }
+}
+
+fn write_pid(pidfile: Option<PidFile>) -> Result<(), String> {
+    let Some(p) = pidfile else {
+        return Ok(());
+    };
+    let path = p.path.display().to_string();
+    p.write_pid()
+        .map_err(|e| format!("pidfile {}: {e}", quote(&path)))
 }
 
 /// `logdump` thresholds, in bytes; 0 turns a direction off.

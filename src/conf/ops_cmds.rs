@@ -32,7 +32,9 @@ pub fn h_pidfile(state: &mut State, args: &[String]) -> Result<(), String> {
     }
     // Only checked here (an unwritable path is an error naming this line;
     // `-t` checks too): nothing is written before the cfg is committed.
-    let f = PidFile::check(&args[1]).map_err(|e| format!("{}: {e}", quote(&args[1])))?;
+    // Written as the user the lines before this one name, as 3proxy does.
+    let f = PidFile::check(&args[1], state.ops.owner())
+        .map_err(|e| format!("{}: {e}", quote(&args[1])))?;
     if !state.check_only {
         state.ops.pidfile = Some(f);
     }

@@ -72,9 +72,11 @@ fn settle(state: &mut State, mut hop: Hop, words: &[String]) -> Hop {
             .filter(|ip| ip.is_ipv4() != hop.addr.is_ipv4());
     }
     if let Some(check) = &state.parent_check {
+        // From where is known once the services are (`State::finalize`).
         state.probes.push(crate::parentcheck::Probe {
             hop: hop.clone(),
             check: check.clone(),
+            from: crate::net::Dialer::default(),
         });
     }
     hop

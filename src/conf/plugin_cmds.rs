@@ -613,7 +613,10 @@ mod tests {
         let e = run(&["plugin /x/my.so my_plugin"]).unwrap_err();
         assert!(e.contains("'my_plugin'") && e.contains("not built"), "{e}");
         let e = run(&["plugin /x/wa.dll WindowsAuthentication"]).unwrap_err();
-        assert!(e.contains("WindowsAuthentication") && e.contains("not built"), "{e}");
+        assert!(
+            e.contains("WindowsAuthentication") && e.contains("not built"),
+            "{e}"
+        );
         assert!(run(&["plugin /x/ssl.so ssl_plugin"]).is_ok());
         assert!(run(&["plugin /x/pcre.so pcre_plugin"]).is_ok());
         let e = run(&["plugin /x/PamAuth.ld.so start"]).unwrap_err();

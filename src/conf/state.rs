@@ -271,6 +271,14 @@ impl State {
                 ..s
             });
         }
+        // `parentcheck` checks a parent from where the sessions of the
+        // services that use it leave (`-e`, `-De`, `-ne`).
+        self.probes = crate::parentcheck::for_services(
+            std::mem::take(&mut self.probes),
+            self.services
+                .iter()
+                .map(|p| (&p.svc.access.acl[..], &p.svc.dialer)),
+        );
         // TrafficPlugin's rules, wherever they stand in the file, for the
         // services from its `plugin` line on: 3proxy's plugin wraps the
         // log function of the services that follow it, and looks at its

@@ -364,9 +364,11 @@ fn open(c: &mut Client, st: &mut State, l: Login) -> Result<(), Res> {
         return Err(Res::LOOP);
     }
     st.weight = grant.weight;
-    let (mut s, hops) = connect(c, dst, Some(&l.host), l, &grant.parents)?;
+    let (mut s, hops, peer) = connect(c, dst, Some(&l.host), l, &grant.parents)?;
     c.hops = c.local_hops + hops;
-    c.remote_addr = if hops == 0 { Some(dst) } else { s.peer_addr() };
+    // Straight to the server: the address connected to (the other
+    // family's after happy eyeballs).
+    c.remote_addr = peer.or_else(|| s.peer_addr());
     c.ext_addr = s.local_addr();
     c.record.ops.connects += 1;
     // `ssl_cli` (modes 0 and 1): the control connection is TLS from its
@@ -386,7 +388,7 @@ fn connect(
     host: Option<&str>,
     l: &Login,
     parents: &[parent::Hop],
-) -> Result<(Stream, u32), Res> {
+) -> Result<(Stream, u32, Option<SocketAddr>), Res> {
     let svc = c.svc().clone();
     let want = chain::Want {
         addr: Some(dst),
@@ -397,7 +399,7 @@ fn connect(
         local: c.local_addr,
     };
     match chain::connect(&svc, parents, &want)? {
-        chain::Route::Stream(chain) => Ok((chain.stream, chain.hops)),
+        chain::Route::Stream(chain) => Ok((chain.stream, chain.hops, chain.peer)),
         // ftppr does not hand clients on (nor does 3proxy's).
         chain::Route::Local { .. } => Err(Res::NOTIMPL),
     }
@@ -505,7 +507,7 @@ fn server_data(c: &mut Client, st: &mut State, line: &[u8]) -> Option<Stream> {
         ..c.request(Op::FtpData)
     };
     let grant = access::authorize_at(&svc, &req, st.weight).ok()?;
-    let (data, _) = connect(c, dst, None, l, &grant.parents).ok()?;
+    let (data, _, _) = connect(c, dst, None, l, &grant.parents).ok()?;
     let cmd = &line[..4];
     let arg = line.get(5..).filter(|a| !a.is_empty() && line[4] != 0);
     let mut out = cmd.to_vec();

@@ -176,7 +176,7 @@ pub(super) fn connect(
         // The mail proxies do not hand clients on (nor does 3proxy's).
         chain::Route::Local { .. } => return Err(Res::NOTIMPL),
     };
-    crate::session::note_chain(c, &chain, dst);
+    crate::session::note_chain(c, &chain);
     // `ssl_cli`: the server speaks TLS from its first byte (POP3S, IMAPS,
     // SMTPS), the client in clear.
     let mut s = chain.stream;

@@ -308,10 +308,10 @@ fn connect(c: &mut Client, ask: &Ask) -> Result<(), Res> {
         client: c.client_addr,
         local: c.local_addr,
     };
-    let (srv, direct) = match chain::connect(&svc, &grant.parents, &want)? {
+    let (srv, peer) = match chain::connect(&svc, &grant.parents, &want)? {
         chain::Route::Stream(chain) => {
             c.hops = c.local_hops + chain.hops;
-            (chain.stream, chain.hops == 0)
+            (chain.stream, chain.peer)
         }
         chain::Route::Local { kind, hops } => {
             // Say "granted", then the rest of the connection is the next
@@ -332,8 +332,9 @@ fn connect(c: &mut Client, ask: &Ask) -> Result<(), Res> {
             return Ok(());
         }
     };
-    // Straight to `dst`: that is the peer, no getpeername() needed.
-    c.remote_addr = if direct { Some(dst) } else { srv.peer_addr() };
+    // Straight to the destination: the address connected to (the other
+    // family's after happy eyeballs), no getpeername() needed.
+    c.remote_addr = peer.or_else(|| srv.peer_addr());
     c.record.ops.connects += 1;
     c.ext_addr = srv.local_addr();
     // `ssl_cli`: TLS with the destination before the reply (modes 0, 1;

@@ -229,7 +229,7 @@ fn connect(
         session::tls_to_dest(c, &mut chain.stream, &host, at, true)?;
     }
     // The stream goes to the relay, which leaves it in `c.srv`.
-    crate::session::note_chain_ext_later(c, &chain, dst);
+    crate::session::note_chain_ext_later(c, &chain);
     Ok(Some(chain.stream))
 }
 

@@ -763,7 +763,7 @@ fn connect(
             return Ok(None);
         }
     };
-    crate::session::note_chain(c, &chain, dst);
+    crate::session::note_chain(c, &chain);
     let mut srv = chain.stream;
     // `ssl_cli`: the client's own TLS goes inside a TLS session of ours
     // with the server, as in 3proxy (which applies it to every service

@@ -89,27 +89,86 @@ pub fn check_writable(path: &Path) -> io::Result<()> {
 /// to load (a bad reload) has changed no file. The file is created and the
 /// pid written once the cfg is committed and the process that will serve
 /// exists (after `daemon`'s fork).
+///
+/// It is written as the user 3proxy is when it runs the line: 3proxy
+/// changes ids at the `setuid`, `setgid` and `chroot` lines and writes the
+/// file at the `pidfile` line, so after a `setuid` it writes it as that
+/// user, before one as root. `owner` holds the ids of the lines read
+/// before this one; with a user among them the file is written once root
+/// is given up (`Ops::after_load`), with only a group, as root and given
+/// to that group.
 #[derive(Debug)]
 pub struct PidFile {
     pub path: PathBuf,
+    pub owner: Owner,
 }
 
 impl PidFile {
-    pub fn check(path: &str) -> io::Result<PidFile> {
-        check_writable(Path::new(path))?;
+    pub fn check(path: &str, owner: Owner) -> io::Result<PidFile> {
+        let p = Path::new(path);
+        match owner.uid {
+            Some(uid) if unistd::geteuid().is_root() => {
+                check_writable_as(p, uid, owner.gid.unwrap_or_else(unistd::getegid))?
+            }
+            _ => check_writable(p)?,
+        }
         Ok(PidFile {
             path: PathBuf::from(path),
+            owner,
         })
     }
 
+    /// Whether the file is to be written after giving up root: a user was
+    /// named before the `pidfile` line.
+    pub fn after_setuid(&self) -> bool {
+        self.owner.uid.is_some()
+    }
+
     /// Create (or empty) the file and write our pid, in decimal without a
-    /// newline, as 3proxy does.
+    /// newline, as 3proxy does. A file created while root gets the group
+    /// named before the line (3proxy's effective group then).
     pub fn write_pid(self) -> io::Result<()> {
-        let mut file = File::create(&self.path)?;
+        let mut opts = OpenOptions::new();
+        opts.write(true).truncate(true);
+        let mut file = open_or_create(&opts, &self.path, 0o666, self.owner)?;
         write!(file, "{}", std::process::id())?;
         file.flush()?;
         *WRITTEN.lock().unwrap_or_else(|e| e.into_inner()) = Some(self.path);
         Ok(())
+    }
+}
+
+/// [`check_writable`] for the user `uid` with the one group `gid` (what
+/// `drop_privileges` leaves), while we are still root: by the mode bits of
+/// the file, or of its directory if it does not exist (ACLs are not read).
+fn check_writable_as(path: &Path, uid: Uid, gid: Gid) -> io::Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    let may = |m: &std::fs::Metadata, bits: u32| {
+        let shift = if m.uid() == uid.as_raw() {
+            6
+        } else if m.gid() == gid.as_raw() {
+            3
+        } else {
+            0
+        };
+        (m.mode() >> shift) & bits == bits
+    };
+    let denied = || io::Error::from(io::ErrorKind::PermissionDenied);
+    match std::fs::metadata(path) {
+        Ok(m) if may(&m, 0o2) => Ok(()),
+        Ok(_) => Err(denied()),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            let dir = match path.parent() {
+                Some(d) if !d.as_os_str().is_empty() => d,
+                _ => Path::new("."),
+            };
+            if may(&std::fs::metadata(dir)?, 0o3) {
+                Ok(())
+            } else {
+                Err(denied())
+            }
+        }
+        Err(e) => Err(e),
     }
 }
 
@@ -128,8 +187,8 @@ pub fn pidfile_written(path: &str) -> bool {
 }
 
 /// At a normal exit: remove the pid file if it still holds our pid. After
-/// giving up root it may not be removable; it then stays, as 3proxy (which
-/// never removes it) leaves it.
+/// giving up root it may not be removable (one written as root); it then
+/// stays, as 3proxy (which never removes it) leaves it.
 pub fn remove_pidfile() {
     let Some(path) = WRITTEN.lock().unwrap_or_else(|e| e.into_inner()).take() else {
         return;

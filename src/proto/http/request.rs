@@ -177,9 +177,11 @@ fn parse_request_in<'a>(
         return Ok(Some(head));
     }
     put_request_line(out, method, to.path, version);
-    if to.absolute {
+    if to.absolute || (to.no_host && version == 1) {
         // The URI's authority wins over any Host field (RFC 9112 section
-        // 3.2.2).
+        // 3.2.2). An HTTP/1.1 request must have a Host (section 3.2): a
+        // redirected client's without one names where it meant to go.
+        // (3proxy forwards it without; an HTTP/1.0 head is left as sent.)
         put_host(out, &head.host, head.port);
     }
     put_fields(out, headers, &conn, &f, to.absolute, upgrade, rw);
@@ -203,6 +205,9 @@ struct Destination<'a> {
     path: &'a str,
     /// The target is an absolute URI: its authority is the `Host` sent.
     absolute: bool,
+    /// An origin-form request without `Host` from a redirected client:
+    /// the host is where the client meant to go.
+    no_host: bool,
     /// An `ftp://` URI's path ([`RequestHead::ftp`]).
     ftp: Option<&'a str>,
     login: UrlLogin,
@@ -219,6 +224,7 @@ fn destination<'a>(
 ) -> Result<Destination<'a>, HeadError> {
     let mut login = UrlLogin::default();
     let delim = if rw.delim == 0 { b'@' } else { rw.delim };
+    let mut no_host = false;
     let (host, port) = if method == "CONNECT" {
         login_authority(uri, None, delim, rw.login, &mut login)?
     } else if uri.starts_with('/') {
@@ -231,7 +237,10 @@ fn destination<'a>(
                 let (h, p) = split_authority(v, Some(80))?;
                 (std::borrow::Cow::Borrowed(h), p)
             }
-            (None, _, Some(to)) => (std::borrow::Cow::Owned(to.ip().to_string()), to.port()),
+            (None, _, Some(to)) => {
+                no_host = true;
+                (std::borrow::Cow::Owned(to.ip().to_string()), to.port())
+            }
             _ => return Err(HeadError::Target),
         }
     } else {
@@ -242,6 +251,7 @@ fn destination<'a>(
         port,
         path: uri,
         absolute: false,
+        no_host,
         ftp: None,
         login,
     })
@@ -292,6 +302,7 @@ fn absolute_destination(
         port,
         path,
         absolute: true,
+        no_host: false,
         ftp,
         login,
     })
@@ -617,6 +628,24 @@ pub(super) mod tests {
         rw.redirected_to = Some("10.1.2.3:8080".parse().unwrap());
         let h = parse_request(head, &rw, &mut out).unwrap().unwrap();
         assert_eq!((&*h.host, h.port), ("10.1.2.3", 8080));
+        assert_eq!(out, b"GET /x HTTP/1.0\r\nConnection: keep-alive\r\n\r\n");
+        // HTTP/1.1 needs a Host (RFC 9112 section 3.2): the destination's.
+        let h = parse_request(b"GET /x HTTP/1.1\r\nA: b\r\n\r\n", &rw, &mut out)
+            .unwrap()
+            .unwrap();
+        assert_eq!((&*h.host, h.port), ("10.1.2.3", 8080));
+        assert_eq!(
+            String::from_utf8_lossy(&out),
+            "GET /x HTTP/1.1\r\nHost: 10.1.2.3:8080\r\nA: b\r\n\r\n"
+        );
+        rw.redirected_to = Some("[2001:db8::1]:80".parse().unwrap());
+        parse_request(b"GET / HTTP/1.1\r\n\r\n", &rw, &mut out)
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            String::from_utf8_lossy(&out),
+            "GET / HTTP/1.1\r\nHost: [2001:db8::1]\r\n\r\n"
+        );
         // A Host the client sent names the destination for the ACL.
         let h = parse_request(b"GET /x HTTP/1.1\r\nHost: a.test\r\n\r\n", &rw, &mut out)
             .unwrap()

@@ -36,21 +36,45 @@ fn cfg_path() -> Option<PathBuf> {
     CFG.lock().unwrap_or_else(|e| e.into_inner()).clone()
 }
 
-/// `/F`'s content: the cfg file's text, HTML-escaped; with `writable`,
-/// inside the form that posts it to `/U`.
-pub(super) fn cfg_page() -> String {
-    match cfg_path().map(std::fs::read) {
-        Some(Ok(text)) if WRITABLE.load(Ordering::Relaxed) => format!(
+/// The largest cfg file `/F` shows: what one load reads at most (its
+/// includes and `$FILE`s counted in), so a file it refuses could not
+/// load anyway. 3proxy copies the file to the page in 256-byte pieces,
+/// without a bound; the page here is built whole before it is sent.
+const MAX_SHOWN: u64 = crate::conf::state::MAX_LOAD_BYTES;
+
+/// The answer when the cfg file is over [`MAX_SHOWN`].
+const TOO_BIG: &str = "The configuration file is larger than 16 MiB, more than a \
+                       configuration may load: it is not shown.";
+
+/// Read the cfg file, at most [`MAX_SHOWN`] bytes: None if it is longer.
+fn read_bounded(path: &std::path::Path) -> std::io::Result<Option<Vec<u8>>> {
+    let mut text = Vec::new();
+    std::fs::File::open(path)?
+        .take(MAX_SHOWN + 1)
+        .read_to_end(&mut text)?;
+    Ok((text.len() as u64 <= MAX_SHOWN).then_some(text))
+}
+
+/// `/F`'s content: the cfg file's text, HTML-escaped; with `writable`, inside the
+/// form that posts it to `/U`. A file over [`MAX_SHOWN`] is an error page.
+pub(super) fn cfg_page() -> Result<String, (Res, &'static str, &'static str)> {
+    let text = match cfg_path().map(|p| read_bounded(&p)) {
+        Some(Ok(Some(text))) => text,
+        Some(Ok(None)) => return Err((FORBIDDEN, "500 Internal Server Error", TOO_BIG)),
+        _ => return Ok("<p>The configuration file cannot be read.</p>\n".into()),
+    };
+    let text = escape(&String::from_utf8_lossy(&text));
+    Ok(if WRITABLE.load(Ordering::Relaxed) {
+        format!(
             "<p>Careful: the text below replaces the file, and takes effect at the \
-             next reload.</p>\n<form method=\"POST\" action=\"/U\" \
-             enctype=\"application/x-www-form-urlencoded\">\
-             <textarea cols=\"80\" rows=\"30\" name=\"conffile\">{}</textarea><br>\
-             <input type=\"submit\"></form>\n",
-            escape(&String::from_utf8_lossy(&text))
-        ),
-        Some(Ok(text)) => format!("<pre>{}</pre>\n", escape(&String::from_utf8_lossy(&text))),
-        _ => "<p>The configuration file cannot be read.</p>\n".into(),
-    }
+                 next reload.</p>\n<form method=\"POST\" action=\"/U\" \
+                 enctype=\"application/x-www-form-urlencoded\">\
+                 <textarea cols=\"80\" rows=\"30\" name=\"conffile\">{text}</textarea><br>\
+                 <input type=\"submit\"></form>\n"
+        )
+    } else {
+        format!("<pre>{text}</pre>\n")
+    })
 }
 
 /// `/U`: read the posted form and rewrite the cfg file with its

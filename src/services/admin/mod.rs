@@ -203,7 +203,10 @@ fn route(c: &mut Client, svc: &Service, head: &Head, buf: &[u8], wait: Duration,
                 nix::sys::signal::kill(nix::unistd::Pid::this(), nix::sys::signal::Signal::SIGUSR1);
             ("Reload", "<p>Reload scheduled.</p>\n".into())
         }
-        "/F" => ("Configuration file", edit::cfg_page()),
+        "/F" => match edit::cfg_page() {
+            Ok(body) => ("Configuration file", body),
+            Err((res, status, why)) => return error_page(c, res, status, "", why),
+        },
         "/E" => return end::end_sessions(c, head),
         "/U" => match edit::update(c, head, buf, wait) {
             Ok(()) => (

@@ -48,6 +48,11 @@ pub(super) fn send_error(cli: &Stream, status: u16, res: Res) -> usize {
             "Not Implemented",
             "The proxy does not support this request.",
         ),
+        503 if res == Res::SOCKET => (
+            "Service Unavailable",
+            "The proxy cannot open a connection now (out of file descriptors or memory): \
+             try again later.",
+        ),
         503 if res == Res::FILTER_DENY => (
             "Service Unavailable",
             "This request violates the proxy's filtering policy.",

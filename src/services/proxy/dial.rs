@@ -229,11 +229,9 @@ impl Session {
         }
         let t = self.svc.timeouts.get(Timeouts::STRING_LONG);
         set_timeouts(&s, t, t).map_err(|_| Fail::answer(Res::SOCKET, 502))?;
-        c.remote_addr = if parents.is_empty() {
-            Some(dst)
-        } else {
-            s.peer_addr()
-        };
+        // Straight to the origin: the address connected to, which happy
+        // eyeballs may have taken from the other family (no getpeername()).
+        c.remote_addr = chain.peer.or_else(|| s.peer_addr());
         // A new connection (a pooled one is not connected again).
         c.record.ops.connects += 1;
         let ext = s.local_addr();
@@ -257,6 +255,7 @@ impl Session {
             host: self.host.clone(),
             port: dst.port(),
             addr: dst,
+            peer: c.remote_addr,
             ext,
             used: false,
             bound: false,
@@ -321,7 +320,7 @@ impl Session {
             .flatten()
         {
             Some(o) => {
-                c.remote_addr = Some(dst);
+                c.remote_addr = o.peer.or(Some(dst));
                 c.ext_addr = o.ext;
                 c.hops = self.base_hops;
                 Ok(o)

@@ -162,6 +162,7 @@ pub fn serve_inside(
         host: inside.host.clone(),
         port: inside.port,
         addr: inside.addr,
+        peer: c.remote_addr,
         used: false,
         bound: false,
         via,

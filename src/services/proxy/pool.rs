@@ -44,6 +44,9 @@ pub(super) struct Origin {
     pub(super) host: String,
     pub(super) port: u16,
     pub(super) addr: SocketAddr,
+    /// Who the connection reached (`%R`): `addr`, or its other family's
+    /// address after happy eyeballs, or the last parent.
+    pub(super) peer: Option<SocketAddr>,
     /// Our side's address (`%e`).
     pub(super) ext: Option<SocketAddr>,
     /// It has served a request already (so it may have been closed by the

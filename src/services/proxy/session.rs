@@ -242,6 +242,9 @@ pub(super) fn parent_fail(res: Res) -> Fail {
         // A `*` parent needs the client's credentials.
         r if r.is_auth() => 407,
         Res::NOTIMPL => 501,
+        // socket() failed: the proxy is out of descriptors (or memory)
+        // for now, which says nothing of the server (3proxy: 502).
+        Res::SOCKET => 503,
         _ => 502,
     };
     Fail::answer(res, status)
