@@ -84,49 +84,11 @@ struct Lib {
 
 static LIB: OnceLock<Result<Lib, String>> = OnceLock::new();
 
-fn dlerror() -> String {
-    // SAFETY: dlerror returns NULL or a NUL-terminated string owned by
-    // libc, valid until the next dl* call on this thread; we copy it now.
-    let e = unsafe { libc::dlerror() };
-    if e.is_null() {
-        "unknown error".to_string()
-    } else {
-        // SAFETY: non-NULL, NUL-terminated (see above).
-        unsafe { CStr::from_ptr(e) }.to_string_lossy().into_owned()
-    }
-}
-
 fn load() -> Result<Lib, String> {
-    let mut h = std::ptr::null_mut();
-    let mut why = String::new();
-    for name in LIBLDAP {
-        // SAFETY: dlopen with a valid C string; the handle is never
-        // closed, so the functions taken from it stay valid for the
-        // process's life.
-        h = unsafe { libc::dlopen(name.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
-        if !h.is_null() {
-            break;
-        }
-        why = dlerror();
-    }
-    if h.is_null() {
-        return Err(format!(
-            "cannot load the OpenLDAP client library (libldap-2.5.so.0): {why}"
-        ));
-    }
-    let sym = |name: &CStr| -> Result<*mut c_void, String> {
-        // SAFETY: `h` is a live handle and `name` a valid C string.
-        let p = unsafe { libc::dlsym(h, name.as_ptr()) };
-        if p.is_null() {
-            Err(format!(
-                "{} in libldap: {}",
-                name.to_string_lossy(),
-                dlerror()
-            ))
-        } else {
-            Ok(p)
-        }
-    };
+    let lib = super::dl::Library::open(LIBLDAP, "libldap").map_err(|why| {
+        format!("cannot load the OpenLDAP client library (libldap-2.5.so.0): {why}")
+    })?;
+    let sym = |name: &CStr| lib.sym(name);
     let syms = [
         sym(c"ldap_initialize")?,
         sym(c"ldap_set_option")?,

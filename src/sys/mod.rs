@@ -2,6 +2,7 @@
 //! and the calls std and nix do not wrap safely. Everything here exposes a
 //! safe API; each unsafe block says why it is sound.
 
+mod dl;
 pub mod ldap;
 pub mod mem;
 pub mod pam;

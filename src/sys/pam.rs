@@ -58,42 +58,10 @@ struct Lib {
 
 static LIB: OnceLock<Result<Lib, String>> = OnceLock::new();
 
-fn dlerror() -> String {
-    // SAFETY: dlerror returns NULL or a NUL-terminated string owned by
-    // libc, valid until the next dl* call on this thread; we copy it now.
-    let e = unsafe { libc::dlerror() };
-    if e.is_null() {
-        "unknown error".to_string()
-    } else {
-        // SAFETY: non-NULL, NUL-terminated (see above).
-        unsafe { CStr::from_ptr(e) }.to_string_lossy().into_owned()
-    }
-}
-
 fn load() -> Result<Lib, String> {
-    // SAFETY: dlopen with a valid C string; the handle is never closed,
-    // so the functions taken from it stay valid for the process's life.
-    let h = unsafe { libc::dlopen(LIBPAM.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
-    if h.is_null() {
-        return Err(format!(
-            "cannot load {}: {}",
-            LIBPAM.to_string_lossy(),
-            dlerror()
-        ));
-    }
-    let sym = |name: &CStr| -> Result<*mut c_void, String> {
-        // SAFETY: `h` is a live handle and `name` a valid C string.
-        let p = unsafe { libc::dlsym(h, name.as_ptr()) };
-        if p.is_null() {
-            Err(format!(
-                "{} in libpam: {}",
-                name.to_string_lossy(),
-                dlerror()
-            ))
-        } else {
-            Ok(p)
-        }
-    };
+    let lib = super::dl::Library::open(&[LIBPAM], "libpam")
+        .map_err(|why| format!("cannot load {}: {why}", LIBPAM.to_string_lossy()))?;
+    let sym = |name: &CStr| lib.sym(name);
     let (s, a, m, e) = (
         sym(c"pam_start")?,
         sym(c"pam_authenticate")?,
