@@ -374,8 +374,7 @@ fn open(c: &mut Client, st: &mut State, l: Login) -> Result<(), Res> {
     // `ssl_cli` (modes 0 and 1): the control connection is TLS from its
     // first byte (implicit FTPS, port 990); the data connections stay in
     // clear, as 3proxy leaves them, for servers that allow that.
-    let host = l.host.clone();
-    crate::session::tls_to_dest(c, &mut s, &host, crate::session::DestAt::Reached, false)?;
+    crate::session::tls_to_dest(c, &mut s, &l.host, crate::session::DestAt::Reached, false)?;
     st.limits = grant.limits;
     st.rd = Lines::default();
     st.srv = Some(s);

@@ -769,12 +769,17 @@ fn connect(
     // with the server, as in 3proxy (which applies it to every service
     // that connects); the outer session names the same host. tlspr
     // answers nothing first, so every mode handshakes here.
-    let host = st
-        .host
-        .clone()
-        .unwrap_or_else(|| crate::addr::ip_text(dst.ip()));
-    for at in [DestAt::Reached, DestAt::Answered] {
-        crate::session::tls_to_dest(c, &mut srv, &host, at, true)?;
+    // (The host's text only when there is a handshake to make: this runs
+    // for every session.)
+    let due = |at| crate::session::dest_tls_due(&svc, at, true).is_some();
+    if due(DestAt::Reached) || due(DestAt::Answered) {
+        let host = st
+            .host
+            .clone()
+            .unwrap_or_else(|| crate::addr::ip_text(dst.ip()));
+        for at in [DestAt::Reached, DestAt::Answered] {
+            crate::session::tls_to_dest(c, &mut srv, &host, at, true)?;
+        }
     }
     Ok(Some(srv))
 }
