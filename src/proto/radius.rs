@@ -509,7 +509,7 @@ pub fn add_octets(b: &mut Builder, input: u64, output: u64) {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     #[test]
@@ -657,7 +657,13 @@ mod tests {
 
     /// A server's reply to `req`: attributes, then the Response
     /// Authenticator, with a Message-Authenticator when `ma`.
-    fn reply(code: u8, req: &[u8], attrs: &[(u8, &[u8])], secret: &[u8], ma: bool) -> Vec<u8> {
+    pub(crate) fn reply(
+        code: u8,
+        req: &[u8],
+        attrs: &[(u8, &[u8])],
+        secret: &[u8],
+        ma: bool,
+    ) -> Vec<u8> {
         let mut b = Builder::new(code, req[1], req[4..20].try_into().unwrap());
         for (t, v) in attrs {
             b.add(*t, v);

@@ -150,18 +150,8 @@ mod tests {
             let mut buf = [0u8; 4096];
             while let Ok((n, from)) = s.recv_from(&mut buf) {
                 let req = &buf[..n];
-                let mut b = Builder::new(code, req[1], req[4..20].try_into().unwrap());
-                b.add(attr::FRAMED_IP_ADDRESS, &[127, 0, 0, 2]);
-                let mut p = b.finish_accounting(b"");
-                // Response Authenticator over the request's authenticator.
-                use md5::{Digest, Md5};
-                let mut h = Md5::new();
-                h.update(&p[..4]);
-                h.update(&req[4..20]);
-                h.update(&p[20..]);
-                h.update(secret);
-                let d = h.finalize();
-                p[4..20].copy_from_slice(&d);
+                let attrs: &[(u8, &[u8])] = &[(attr::FRAMED_IP_ADDRESS, &[127, 0, 0, 2])];
+                let p = crate::proto::radius::tests::reply(code, req, attrs, secret, false);
                 let _ = s.send_to(&p, from);
             }
         });
