@@ -6,7 +6,6 @@
 //! lowercasing, a server that is down or does not answer, and
 //! `authcache`.
 
-use std::io::{Read, Write};
 use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -145,18 +144,7 @@ impl Drop for Slapd {
 
 /// An HTTP origin that answers every request with `ldap ok`.
 fn origin() -> Origin {
-    Origin::start("127.0.0.1:0", |mut conn| {
-        let mut head = Vec::new();
-        let mut b = [0u8; 1];
-        while !head.ends_with(b"\r\n\r\n") {
-            match conn.read(&mut b) {
-                Ok(1) => head.push(b[0]),
-                _ => return,
-            }
-        }
-        let _ = conn
-            .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 7\r\nConnection: close\r\n\r\nldap ok");
-    })
+    crate::radius::http_origin("ldap ok")
 }
 
 /// A GET through the proxy, with Basic credentials when `login` is set.

@@ -267,7 +267,7 @@ fn silent_server() -> (UdpSocket, UdpSocket, String) {
 
 /// An HTTP origin that answers every request with `body`; records the
 /// peer address of each connection.
-fn http_origin(body: &'static str) -> Origin {
+pub fn http_origin(body: &'static str) -> Origin {
     Origin::start("127.0.0.1:0", move |mut conn| {
         let mut head = Vec::new();
         let mut b = [0u8; 1];
