@@ -399,7 +399,19 @@ def sbin(name):
     return shutil.which(name) or shutil.which(name, path="/usr/sbin:/sbin") or name
 
 
-class Slapd:
+class _LoopbackServer:
+    """A server process of the measurement on 127.0.0.1 (`port`), writing
+    its log to `log`."""
+
+    def server(self):
+        return "127.0.0.1:%d" % self.port
+
+    def output(self):
+        with open(self.log, errors="replace") as f:
+            return f.read()
+
+
+class Slapd(_LoopbackServer):
     """OpenLDAP's slapd in the foreground (`-d 256`, its stats log into
     slapd.log) on a loopback port, with slapd_conf in d and ldif(logins)
     loaded by ldapadd.  stop() ends it."""
@@ -436,13 +448,6 @@ class Slapd:
         except BaseException:
             self.stop()
             raise
-
-    def server(self):
-        return "127.0.0.1:%d" % self.port
-
-    def output(self):
-        with open(self.log, errors="replace") as f:
-            return f.read()
 
     def binds(self):
         return count_binds(self.output())
@@ -557,7 +562,7 @@ def free_udp_pair():
     raise RuntimeError("no two free UDP ports in a row")
 
 
-class Radiusd:
+class Radiusd(_LoopbackServer):
     """FreeRADIUS in the foreground (`-f -l stdout`) with raddb_conf in
     its own directory: answers accounting on `port + 1`.  stop() ends it."""
 
@@ -581,13 +586,6 @@ class Radiusd:
                 self.stop()
                 raise RuntimeError("freeradius did not start:\n" + self.output())
             time.sleep(0.1)
-
-    def server(self):
-        return "127.0.0.1:%d" % self.port
-
-    def output(self):
-        with open(self.log, errors="replace") as f:
-            return f.read()
 
     def records(self):
         try:
