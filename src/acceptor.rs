@@ -122,6 +122,8 @@ pub fn run(r: Arc<Running>, listener: Listener, serve: Serve) {
     let mut last_warn = None;
     let mut last_err: Option<Instant> = None;
     let mut spare = Spare::take(&listener);
+    let mut reclaim = Reclaim::default();
+    crate::live::pressure::start_sweeper();
     // The receive timeout set on the listener, which each accepted socket
     // inherits (see `first_read_timeout`).
     let mut rcvtimeo = None;
@@ -138,7 +140,12 @@ pub fn run(r: Arc<Running>, listener: Listener, serve: Serve) {
         let (stream, peer, slot) = match ahead.take() {
             Some(x) => x,
             None => {
-                let Some(slot) = Slot::take(&svc, &mut last_warn) else {
+                let slot = match Slot::try_take(&svc) {
+                    Some(s) => Some(s),
+                    None if svc.reclaim => reclaim.for_one(&svc, &listener, &mut last_warn),
+                    None => Slot::take(&svc, &mut last_warn),
+                };
+                let Some(slot) = slot else {
                     continue;
                 };
                 match listener.accept() {
@@ -207,6 +214,83 @@ pub fn run(r: Arc<Running>, listener: Listener, serve: Serve) {
     if !svc.opts.silent {
         svc_record(&svc, "Exiting thread");
     }
+}
+
+/// How long the acceptor of a full service waits for a slot before it
+/// looks again for a session to reclaim (a waiting head becomes one as
+/// it ages: `live::pressure::RECLAIM_AGE`).
+const RECLAIM_WAIT: Duration = Duration::from_millis(100);
+
+/// `reclaim`: a full service with a client in its backlog closes an idle
+/// or slow session for it (`live::pressure::reclaim`), and says how many
+/// it closed at most every 5 s.
+#[derive(Default)]
+struct Reclaim {
+    /// Idle sessions and slow heads closed since the last warning.
+    idle: u64,
+    slow: u64,
+    since: Option<Instant>,
+}
+
+impl Reclaim {
+    /// A slot for the next client of a full service: one whose session
+    /// was reclaimed for a client waiting in the backlog, or one freed
+    /// while waiting for it (None when neither came within RECLAIM_WAIT).
+    fn for_one(
+        &mut self,
+        svc: &Arc<Service>,
+        listener: &Listener,
+        last_warn: &mut Option<Instant>,
+    ) -> Option<Slot> {
+        if client_waiting(listener) {
+            let key = Arc::as_ptr(svc) as usize;
+            match crate::live::pressure::reclaim(key, Instant::now()) {
+                Some(crate::live::Phase::Idle) => self.idle += 1,
+                Some(_) => self.slow += 1,
+                None => {}
+            }
+        }
+        self.report(svc);
+        Slot::take_within(svc, last_warn, RECLAIM_WAIT)
+    }
+
+    fn report(&mut self, svc: &Service) {
+        let due = self
+            .since
+            .is_none_or(|t| t.elapsed() >= Duration::from_secs(5));
+        if !due {
+            return;
+        }
+        if self.idle + self.slow > 0 {
+            log::warn!(
+                "{} on {}: at maxconn ({}): closed {} idle and {} slow clients for new ones",
+                svc.def.name,
+                svc.listen,
+                svc.maxconn,
+                self.idle,
+                self.slow
+            );
+        } else {
+            log::warn!(
+                "{} on {}: at maxconn ({}): no idle or slow client to close, new ones wait",
+                svc.def.name,
+                svc.listen,
+                svc.maxconn
+            );
+        }
+        *self = Reclaim {
+            since: Some(Instant::now()),
+            ..Reclaim::default()
+        };
+    }
+}
+
+/// A client waits in the listener's backlog.
+fn client_waiting(listener: &Listener) -> bool {
+    use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+    use std::os::fd::AsFd;
+    let mut fds = [PollFd::new(listener.as_fd(), PollFlags::POLLIN)];
+    poll(&mut fds, PollTimeout::ZERO).is_ok_and(|n| n > 0)
 }
 
 /// The receive timeout a service's accepted sockets should have from the

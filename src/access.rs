@@ -65,6 +65,9 @@ pub struct Request<'a> {
     /// The service's log name (`%N`): `auth radius` sends it as
     /// NAS-Identifier.
     pub service: Option<&'static str>,
+    /// The `connlim` rules the connection took when it was accepted
+    /// (`limit::ConnHold::mark`), which its requests do not take again.
+    pub connlim_early: Option<(usize, usize)>,
 }
 
 /// What an allowed request may use. Keep it for the whole session: it
@@ -454,6 +457,7 @@ impl Recheck {
             password: self.password.as_deref(),
             redirected: self.redirected,
             service: self.service,
+            connlim_early: None,
         };
         let at = At {
             now: SystemTime::now(),
@@ -464,6 +468,31 @@ impl Recheck {
         self.weight.set(g.weight);
         Ok(())
     }
+}
+
+/// The `connlim` rules a new connection from `client` takes before its
+/// head is read (`limit::Limits::start_connection`); Err 10 when one is
+/// over its limit.
+pub fn hold_connlim(
+    svc: &impl Scope,
+    client: Option<SocketAddr>,
+) -> Result<Option<crate::limit::ConnHold>, Res> {
+    let p = svc.policy();
+    if !p.limits.has_connlim() {
+        return Ok(None);
+    }
+    let (wday, daysec) = if p.limits.timed() {
+        local_clock(SystemTime::now())
+    } else {
+        (0, 0)
+    };
+    let q = Query {
+        src: client.map(|a| a.ip()),
+        wday,
+        daysec,
+        ..Query::default()
+    };
+    p.limits.start_connection(&q).map(Some)
 }
 
 /// Authenticate and walk the ACL; then, with `with_limits`, take the
@@ -529,7 +558,7 @@ fn admit(p: &Policy, req: &Request<'_>, at: &At, with_limits: bool) -> Result<Gr
         q.user = found.user.as_deref();
     }
     let limits = if with_limits {
-        p.limits.start(&q)?
+        p.limits.start(&q, req.connlim_early)?
     } else {
         None
     };

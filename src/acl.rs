@@ -132,6 +132,17 @@ pub struct Query<'a> {
 }
 
 impl Rule {
+    /// Whether a request matches the rule by its client's address (and
+    /// the time) alone: every other field is `*`. Such `connlim` rules
+    /// are decided when a connection is accepted (`limit::ConnHold`).
+    pub fn by_source_only(&self) -> bool {
+        self.users.is_none()
+            && self.dst.is_none()
+            && self.names.is_none()
+            && self.ports.is_none()
+            && self.ops.is_none()
+    }
+
     /// Parse the seven rule fields (and an optional 8th, the weight) of
     /// `allow`, `deny` and the limit commands. Missing trailing fields are
     /// `*`.

@@ -28,8 +28,6 @@ const WARN_EVERY: Duration = Duration::from_secs(5);
 pub struct Slot(Arc<Service>);
 
 impl Slot {
-    /// Take a slot, waiting while the service is full. Gives up (None)
-    /// after a second so the acceptor can notice a reload or a stop.
     /// Take a slot if the service is below `maxconn`, without waiting
     /// (a client thread helping the acceptor, see `acceptor`).
     pub fn try_take(svc: &Arc<Service>) -> Option<Slot> {
@@ -42,10 +40,21 @@ impl Slot {
         Some(Slot(svc.clone()))
     }
 
+    /// Take a slot, waiting while the service is full. Gives up (None)
+    /// after a second so the acceptor can notice a reload or a stop.
     pub fn take(svc: &Arc<Service>, last_warn: &mut Option<Instant>) -> Option<Slot> {
+        Slot::take_within(svc, last_warn, Duration::from_secs(1))
+    }
+
+    /// [`Slot::take`], giving up after `wait`.
+    pub fn take_within(
+        svc: &Arc<Service>,
+        last_warn: &mut Option<Instant>,
+        wait: Duration,
+    ) -> Option<Slot> {
         let mut live = svc.live.lock().unwrap_or_else(|e| e.into_inner());
         if *live >= svc.maxconn {
-            if last_warn.is_none_or(|t| t.elapsed() >= WARN_EVERY) {
+            if !svc.reclaim && last_warn.is_none_or(|t| t.elapsed() >= WARN_EVERY) {
                 log::warn!(
                     "{} on {}: too many connected clients ({}/{}), new ones wait",
                     svc.def.name,
@@ -59,7 +68,7 @@ impl Slot {
             svc.slot_waiters.fetch_add(1, Ordering::Relaxed);
             let (l, _) = svc
                 .left
-                .wait_timeout_while(live, Duration::from_secs(1), |n| *n >= svc.maxconn)
+                .wait_timeout_while(live, wait, |n| *n >= svc.maxconn)
                 .unwrap_or_else(|e| e.into_inner());
             live = l;
             svc.slot_waiters.fetch_sub(1, Ordering::Relaxed);
@@ -272,6 +281,11 @@ pub struct Client {
     /// Bytes of the records written so far (the live entry's counters
     /// are set to them plus the current record's at each record).
     recorded: (u64, u64),
+    /// A record with the code of an end from outside was written.
+    end_recorded: bool,
+    /// The `connlim` slots the connection took when it was accepted
+    /// (`access::hold_connlim`); boxed: most cfgs have none.
+    pub conn_hold: Option<Box<crate::limit::ConnHold>>,
     /// `log radius`: the accounting session of the current record, from
     /// its Start (when access was granted) to its Stop (the record).
     /// Boxed, as `handoff`: rare, and a parked client keeps its
@@ -346,7 +360,20 @@ impl Client {
         let local_addr = a.local.or_else(|| a.stream.local_addr());
         a.svc.metrics.accepted();
         let start = SystemTime::now();
-        let live = crate::live::register(a.svc.def.name, a.svc.port(), a.peer, &a.stream, start);
+        // Counted against its slot's service: that is whose slot a
+        // reclaim frees.
+        let guard = crate::live::Guard {
+            key: Arc::as_ptr(&a.slot.0) as usize,
+            ..a.svc.guard
+        };
+        let live = crate::live::register(
+            a.svc.def.name,
+            a.svc.port(),
+            a.peer,
+            &a.stream,
+            start,
+            guard,
+        );
         Client {
             live,
             cli: a.stream,
@@ -369,6 +396,8 @@ impl Client {
             orig_dst: None,
             starttls: None,
             recorded: (0, 0),
+            end_recorded: false,
+            conn_hold: None,
             acct: None,
             handoff: None,
             parked: None,
@@ -452,6 +481,7 @@ impl Client {
             local: self.local_addr,
             redirected: self.redirected,
             service: Some(self.service_name.unwrap_or(self.svc.def.log_name)),
+            connlim_early: self.conn_hold.as_ref().map(|h| h.mark()),
             ..Request::default()
         }
     }
@@ -496,11 +526,12 @@ impl Client {
     }
 
     fn write_record(&mut self) {
-        if self.live.ended() {
+        if let Some(by) = self.live.ended_by() {
             // Ended from outside: the session saw its sockets shut down
             // (an EOF, or an error of either side); the record says who
             // ended it.
-            self.record.res = Res::ENDED;
+            self.record.res = ended_res(by);
+            self.end_recorded = true;
         }
         self.recorded.0 += self.record.bytes_out;
         self.recorded.1 += self.record.bytes_in;
@@ -783,8 +814,30 @@ impl Client {
     }
 }
 
+/// The code of a session ended from outside, by why.
+fn ended_res(by: crate::live::EndedBy) -> Res {
+    use crate::live::EndedBy;
+    match by {
+        EndedBy::Admin => Res::ENDED,
+        EndedBy::Reclaim => Res::RECLAIMED,
+        EndedBy::Slow => Res::TOO_SLOW,
+    }
+}
+
 impl Drop for Client {
     fn drop(&mut self) {
+        if !self.record.open
+            && !self.end_recorded
+            && matches!(
+                self.live.ended_by(),
+                Some(crate::live::EndedBy::Reclaim | crate::live::EndedBy::Slow)
+            )
+        {
+            // Closed between two requests for its slot (or its next head
+            // was too slow) after its last record: the close has a record
+            // of its own, with its code.
+            self.record.begin();
+        }
         if self.record.open && !self.record.nolog {
             self.write_record();
         }

@@ -143,6 +143,14 @@ codes! {
     /// The session was ended from outside: the admin page's "end" (or
     /// `live::end`), not by either peer.
     ENDED = 80;
+    /// The service was at `maxconn` with a client waiting: this session,
+    /// idle between two requests or slow to send its request head or
+    /// handshake, was closed so that the new client got its slot
+    /// (`reclaim`).
+    RECLAIMED = 81;
+    /// The request head or handshake came slower than `minrate` after
+    /// its grace: the session was closed (an HTTP client gets a 408).
+    TOO_SLOW = 82;
 
     // 90-99: the end of an established session (the relay).
     /// pipe() or splice() failed in the relay.

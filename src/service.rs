@@ -283,6 +283,12 @@ pub struct Service {
     pub opts: ServiceOpts,
     pub timeouts: Timeouts,
     pub maxconn: u32,
+    /// `reclaim`: at `maxconn`, a client waiting in the backlog takes the
+    /// slot of an idle or slow one (`live::pressure::reclaim`).
+    pub reclaim: bool,
+    /// What the live registry needs for `reclaim` and `minrate` (its
+    /// `key` is set per client, from the slot's service).
+    pub guard: crate::live::Guard,
     pub listen: Addr,
     /// The destination of a port mapper.
     pub target: Option<Target>,

@@ -44,6 +44,23 @@ pub fn read_proxy_header(c: &mut Client) -> bool {
     }
 }
 
+/// The `connlim` rules the client's address alone decides, taken before
+/// anything of a head is read (`access::hold_connlim`). False if one is
+/// over its limit: the session then ends with code 10, closed unanswered.
+pub fn hold_connlim(c: &mut Client) -> bool {
+    match access::hold_connlim(c.svc(), c.client_addr) {
+        Ok(h) => {
+            c.conn_hold = h.map(Box::new);
+            true
+        }
+        Err(res) => {
+            c.record.res = res;
+            c.record.text = "connlim".into();
+            false
+        }
+    }
+}
+
 /// `ssl_serv`: the TLS handshake with the client, within the STRING_SHORT
 /// timeout, before the service's handler reads anything. False if it
 /// failed: the session then ends with its one log record and a code.
@@ -598,6 +615,9 @@ impl crate::client::Tail for ParkedRelay {
 /// says for the session ([`keep`]) and what to check again after a
 /// reload (`force`), from the settings the client was accepted with.
 pub fn admit(c: &mut Client, req: &Request<'_>) -> Result<(Grant, Recheck), Res> {
+    // The head or login is in: what follows is not the client's to be
+    // quick with (an auth server's answer, the connection).
+    c.live.busy();
     let svc = c.svc().clone();
     let grant = access::authorize(&svc, req)?;
     keep(c, &grant);

@@ -368,6 +368,7 @@ mod tests {
             (Res::PARENT_CONNECT_REFUSED, Some(PARENT_FAILED)),
             (Res::PARENT_SOCKS5_REP, Some(PARENT_FAILED)),
             (Res::ENDED, None),
+            (Res::RECLAIMED, None),
             (Res::IDLE, None),
             (Res::SERVER_ERR, None),
             (Res::REDIRECTION_LOOP, None),

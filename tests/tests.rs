@@ -34,6 +34,7 @@ mod park;
 mod pcre;
 mod plugins;
 mod pop3p;
+mod pressure;
 mod process;
 mod radius;
 mod redirect_local;

@@ -60,6 +60,8 @@ pub static COMMANDS: &[Command] = &[
     cmd("internal", 2, 2, h_internal),
     cmd("external", 2, 2, h_external),
     cmd("maxconn", 2, 2, h_maxconn),
+    cmd("reclaim", 2, 2, h_reclaim),
+    cmd("minrate", 2, 3, h_minrate),
     cmd("backlog", 2, 2, h_backlog),
     cmd("timeouts", 2, 0, h_timeouts),
     cmd("stacksize", 2, 2, h_stacksize),
@@ -283,6 +285,23 @@ fn h_maxconn(state: &mut State, args: &[String]) -> Result<(), String> {
     Ok(())
 }
 
+/// `reclaim 1|0`.
+fn h_reclaim(state: &mut State, args: &[String]) -> Result<(), String> {
+    state.reclaim = number(&args[1], 0u32, 1)? == 1;
+    Ok(())
+}
+
+/// `minrate RATE [GRACE]`: bytes a second, seconds (3 when left out).
+fn h_minrate(state: &mut State, args: &[String]) -> Result<(), String> {
+    let rate = number(&args[1], 0u32, 1 << 30)?;
+    let grace = match args.get(2) {
+        Some(g) => number(g, 1u32, 86_400)?,
+        None => crate::conf::state::MINRATE.1,
+    };
+    state.minrate = (rate, grace);
+    Ok(())
+}
+
 fn h_backlog(state: &mut State, args: &[String]) -> Result<(), String> {
     state.backlog = state.atoi(&args[1], 0u32, 1 << 20)?;
     Ok(())
@@ -371,6 +390,20 @@ mod tests {
         let n = names.len();
         names.dedup();
         assert_eq!(n, names.len());
+    }
+
+    #[test]
+    fn reclaim_and_minrate() {
+        let st = State::new(true);
+        assert!(st.reclaim);
+        assert_eq!(st.minrate, (100, 3));
+        let st = run_lines(&["reclaim 0", "minrate 500 10"]).unwrap();
+        assert!(!st.reclaim);
+        assert_eq!(st.minrate, (500, 10));
+        assert_eq!(run("minrate 0").unwrap().minrate, (0, 3));
+        assert!(run("reclaim 2").is_err());
+        assert!(run("minrate 10 0").is_err());
+        assert!(run("minrate x").is_err());
     }
 
     #[test]

@@ -15,6 +15,12 @@ use crate::timeouts::Timeouts;
 /// insertions together. Reading stops there and the load fails.
 pub const MAX_LOAD_BYTES: u64 = 16 << 20;
 
+/// `minrate`'s default: 100 bytes a second after 3 s. Every honest head
+/// or handshake measured takes well under the grace (bench/RESULTS.md,
+/// "Under pressure"); a head of one byte every 5 s (slowloris) is closed
+/// at 3-4 s instead of holding its slot to STRING_LONG.
+pub const MINRATE: (u32, u32) = (100, 3);
+
 /// `parklinger`'s default, in milliseconds: long enough that a session
 /// with traffic every few tens of ms never parks, short enough that an
 /// idle one gives its thread back soon.
@@ -30,6 +36,12 @@ pub struct State {
     pub ext4: Option<IpAddr>,
     pub ext6: Option<IpAddr>,
     pub maxconn: u32,
+    /// `reclaim`: a service at `maxconn` closes an idle or slow client
+    /// for a new one (`live::pressure`); off queues as 3proxy does.
+    pub reclaim: bool,
+    /// `minrate RATE GRACE`: bytes a second a request head or handshake
+    /// must keep after GRACE seconds (RATE 0: no least).
+    pub minrate: (u32, u32),
     /// `backlog`; 0 means 1 + maxconn/8, as 3proxy computes it.
     pub backlog: u32,
     pub stacksize: i64,
@@ -177,6 +189,8 @@ impl State {
             ext4: None,
             ext6: None,
             maxconn: 500,
+            reclaim: true,
+            minrate: MINRATE,
             backlog: 0,
             stacksize: 0,
             maxseg: 0,

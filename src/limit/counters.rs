@@ -378,7 +378,7 @@ mod tests {
         let tm = crate::sys::time::local(1_700_000_000);
         let noon = 1_700_000_000 - i64::from(tm.hour) * 3600 + 12 * 3600;
         for (src, n) in [("10.0.0.1", 111), ("10.0.0.2", 222), ("10.0.0.3", 333)] {
-            let s = l.start(&q(src)).unwrap().unwrap();
+            let s = l.start(&q(src), None).unwrap().unwrap();
             for c in s.count_in.iter() {
                 c.state.lock().unwrap().cleared = noon;
                 c.add(n, noon);

@@ -101,6 +101,11 @@ impl Limits {
         self.rules.write().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// Whether there is a `connlim` or `noconnlim` rule.
+    pub fn has_connlim(&self) -> bool {
+        !self.read().conn.is_empty()
+    }
+
     /// `connlim N PERIOD rule...` (None: `noconnlim rule...`).
     pub fn add_connlim(&self, key: &str, lim: Option<(u32, u32)>, rule: Rule) {
         let state = lim.map(|(rate, period)| shared(key, || ConnLim::new(rate, period)));
@@ -175,10 +180,52 @@ impl Limits {
             .collect()
     }
 
+    /// When a connection is accepted, before its head is read: take the
+    /// `connlim` rules that its client's address alone decides (every
+    /// field but the source `*`), in the order of the file, so that one
+    /// host's connections cannot take every slot of a service while they
+    /// send nothing. The walk stops at a matching `noconnlim` of that
+    /// kind, or at a `noconnlim` it cannot decide yet (its other rules
+    /// are then taken per request, as 3proxy takes them all). Err 10 when
+    /// one is over its limit. None when no rule was taken.
+    pub fn start_connection(&self, q: &Query<'_>) -> Result<ConnHold, Res> {
+        let r = self.read();
+        let mut hold = ConnHold {
+            limits: self as *const Limits as usize,
+            upto: 0,
+            held: Vec::new(),
+        };
+        let now = Instant::now();
+        for (rule, lim) in &r.conn {
+            let decided = rule.by_source_only();
+            match lim {
+                None if !decided || rule.matches(q) => break,
+                Some(lim) if decided && rule.matches(q) => {
+                    // On refusal `hold` drops, giving back what it took.
+                    if !lim.enter(now) {
+                        return Err(Res::QUOTA);
+                    }
+                    if lim.period == 0 {
+                        hold.held.push(lim.clone());
+                    }
+                }
+                _ => {}
+            }
+            hold.upto += 1;
+        }
+        Ok(hold)
+    }
+
     /// After a request is authorized (3proxy's `alwaysauth`): take a
     /// connlim slot, refuse with 10 past a limit or quota, and pick the
     /// session's bandwidth limiters and counters. None if no rule applies.
-    pub fn start(&self, q: &Query<'_>) -> Result<Option<Arc<SessionLimits>>, Res> {
+    /// `early`: what [`Limits::start_connection`] decided for the
+    /// connection ([`ConnHold::mark`]); those rules are not taken again.
+    pub fn start(
+        &self,
+        q: &Query<'_>,
+        early: Option<(usize, usize)>,
+    ) -> Result<Option<Arc<SessionLimits>>, Res> {
         let r = self.read();
         if r.conn.is_empty() && r.band_in.is_empty() && r.band_out.is_empty() && r.count.is_empty()
         {
@@ -186,7 +233,14 @@ impl Limits {
         }
         let mut s = SessionLimits::default();
         let now = Instant::now();
-        for (rule, lim) in &r.conn {
+        let skip = early
+            .filter(|e| e.0 == self as *const Limits as usize)
+            .map_or(0, |e| e.1);
+        for (i, (rule, lim)) in r.conn.iter().enumerate() {
+            if i < skip && lim.is_some() && rule.by_source_only() {
+                // Taken (or not) when the connection was accepted.
+                continue;
+            }
             if !rule.matches(q) {
                 continue;
             }
@@ -251,6 +305,32 @@ fn pick(list: &[(Rule, Option<Arc<Bucket>>)], q: &Query<'_>) -> Vec<Arc<Bucket>>
         }
     }
     v
+}
+
+/// The `connlim` slots a connection took when it was accepted
+/// ([`Limits::start_connection`]); dropping it gives them back.
+#[derive(Debug)]
+pub struct ConnHold {
+    /// The lists it was walked in (a reload makes others).
+    limits: usize,
+    /// How many `connlim` rules of the list the walk decided.
+    upto: usize,
+    held: Vec<Arc<ConnLim>>,
+}
+
+impl ConnHold {
+    /// What a request's [`Limits::start`] needs to know of it.
+    pub fn mark(&self) -> (usize, usize) {
+        (self.limits, self.upto)
+    }
+}
+
+impl Drop for ConnHold {
+    fn drop(&mut self) {
+        for c in &self.held {
+            c.leave();
+        }
+    }
 }
 
 /// What one session may do: its limiters, counters and connlim slots.
@@ -442,16 +522,55 @@ mod tests {
             Some((2, 0)),
             rule("* 10.0.0.1"),
         );
-        let a = l.start(&q("10.0.0.1")).unwrap();
-        let b = l.start(&q("10.0.0.1")).unwrap();
-        assert_eq!(l.start(&q("10.0.0.1")).unwrap_err(), Res(10));
+        let a = l.start(&q("10.0.0.1"), None).unwrap();
+        let b = l.start(&q("10.0.0.1"), None).unwrap();
+        assert_eq!(l.start(&q("10.0.0.1"), None).unwrap_err(), Res(10));
         assert!(
-            l.start(&q("10.0.0.2")).is_ok(),
+            l.start(&q("10.0.0.2"), None).is_ok(),
             "another source is not limited"
         );
         drop(a);
-        let c = l.start(&q("10.0.0.1")).unwrap();
+        let c = l.start(&q("10.0.0.1"), None).unwrap();
         drop((b, c));
+    }
+
+    /// A source-only rule is taken once per connection, when it is
+    /// accepted, and not again by its requests; a rule that needs the
+    /// request is taken per request; a `noconnlim` the source cannot
+    /// decide ends the early walk.
+    #[test]
+    fn source_rules_are_taken_per_connection_before_the_head() {
+        let l = Limits::default();
+        l.add_connlim("test-early a", Some((2, 0)), rule("* 10.0.0.1"));
+        l.add_connlim("test-early b", Some((1, 0)), rule("* * 192.0.2.1"));
+        let c1 = l.start_connection(&q("10.0.0.1")).unwrap();
+        let c2 = l.start_connection(&q("10.0.0.1")).unwrap();
+        assert_eq!(l.start_connection(&q("10.0.0.1")).unwrap_err(), Res(10));
+        // Its requests do not count against rule a again.
+        let to = |ip: &str| Query {
+            dst: Some(ip.parse().unwrap()),
+            ..q("10.0.0.1")
+        };
+        let r1 = l.start(&to("192.0.2.9"), Some(c1.mark())).unwrap();
+        let r2 = l.start(&to("192.0.2.9"), Some(c2.mark())).unwrap();
+        // Rule b is the request's: one at a time.
+        let r3 = l.start(&to("192.0.2.1"), Some(c1.mark())).unwrap();
+        assert!(l.start(&to("192.0.2.1"), Some(c2.mark())).is_err());
+        drop((r1, r2, r3, c2));
+        let c3 = l.start_connection(&q("10.0.0.1")).unwrap();
+        drop((c1, c3));
+
+        let l = Limits::default();
+        l.add_connlim("test-early c", None, rule("alice"));
+        l.add_connlim("test-early d", Some((0, 0)), rule("* 10.0.0.1"));
+        let c = l.start_connection(&q("10.0.0.1")).unwrap();
+        assert_eq!(c.mark().1, 0, "the walk stopped at the user's exception");
+        let alice = Query {
+            user: Some("alice"),
+            ..q("10.0.0.1")
+        };
+        assert!(l.start(&alice, Some(c.mark())).is_ok());
+        assert!(l.start(&q("10.0.0.1"), Some(c.mark())).is_err());
     }
 
     #[test]
@@ -459,8 +578,8 @@ mod tests {
         let l = Limits::default();
         l.add_connlim("test-noconnlim", None, rule("* 10.0.0.1"));
         l.add_connlim("test-noconnlim connlim 0 0", Some((0, 0)), rule("*"));
-        assert!(l.start(&q("10.0.0.1")).is_ok());
-        assert_eq!(l.start(&q("10.0.0.2")).unwrap_err(), Res(10));
+        assert!(l.start(&q("10.0.0.1"), None).is_ok());
+        assert_eq!(l.start(&q("10.0.0.2"), None).unwrap_err(), Res(10));
     }
 
     #[test]
@@ -469,10 +588,12 @@ mod tests {
         l.add_connlim("test-giveback a", Some((5, 0)), rule("*"));
         l.add_connlim("test-giveback b", Some((0, 0)), rule("* 10.0.0.9"));
         for _ in 0..10 {
-            assert!(l.start(&q("10.0.0.9")).is_err());
+            assert!(l.start(&q("10.0.0.9"), None).is_err());
         }
-        let held: Vec<_> = (0..5).map(|_| l.start(&q("10.0.0.1")).unwrap()).collect();
-        assert!(l.start(&q("10.0.0.1")).is_err());
+        let held: Vec<_> = (0..5)
+            .map(|_| l.start(&q("10.0.0.1"), None).unwrap())
+            .collect();
+        assert!(l.start(&q("10.0.0.1"), None).is_err());
         drop(held);
     }
 
@@ -480,8 +601,8 @@ mod tests {
     fn sessions_share_a_rules_bucket() {
         let l = Limits::default();
         l.add_bandlim("test-share bandlimout 8000", true, Some(8000), rule("*"));
-        let a = l.start(&q("10.0.0.1")).unwrap().unwrap();
-        let b = l.start(&q("10.0.0.2")).unwrap().unwrap();
+        let a = l.start(&q("10.0.0.1"), None).unwrap().unwrap();
+        let b = l.start(&q("10.0.0.2"), None).unwrap().unwrap();
         let now = Instant::now();
         assert!(matches!(a.permit(true, now), Permit::Go(_)));
         a.used(true, 1000, now);
@@ -504,12 +625,12 @@ mod tests {
             port: 110,
             ..q("10.0.0.1")
         };
-        assert!(l.start(&pop).unwrap().unwrap().band_in.is_empty());
+        assert!(l.start(&pop, None).unwrap().unwrap().band_in.is_empty());
         let web = Query {
             port: 80,
             ..q("10.0.0.1")
         };
-        assert_eq!(l.start(&web).unwrap().unwrap().band_in.len(), 1);
+        assert_eq!(l.start(&web, None).unwrap().unwrap().band_in.len(), 1);
     }
 
     #[test]
@@ -518,7 +639,7 @@ mod tests {
         let spec = Some((0, String::new(), Period::Never, 1000));
         l.add_counter("test-count out", CountKind::Out, spec, rule("*"))
             .unwrap();
-        let s = l.start(&q("10.0.0.1")).unwrap().unwrap();
+        let s = l.start(&q("10.0.0.1"), None).unwrap().unwrap();
         assert_eq!(s.budget_out, Some(1000));
         assert_eq!(s.budget_in, None);
         s.used(true, 600, Instant::now());
@@ -528,7 +649,7 @@ mod tests {
         let c = s.count_out[0].clone();
         drop(s);
         assert_eq!(c.traffic(), 1000);
-        assert_eq!(l.start(&q("10.0.0.1")).unwrap_err(), Res(10));
+        assert_eq!(l.start(&q("10.0.0.1"), None).unwrap_err(), Res(10));
     }
 
     #[test]
@@ -540,12 +661,12 @@ mod tests {
         l.add_counter("test-all all", CountKind::All, spec, rule("*"))
             .unwrap();
         assert!(l
-            .start(&q("10.0.0.2"))
+            .start(&q("10.0.0.2"), None)
             .unwrap()
             .unwrap()
             .count_in
             .is_empty());
-        let s = l.start(&q("10.0.0.1")).unwrap().unwrap();
+        let s = l.start(&q("10.0.0.1"), None).unwrap().unwrap();
         s.add(100, 20);
         let c = s.count_in[0].clone();
         drop(s);

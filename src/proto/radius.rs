@@ -410,6 +410,7 @@ pub mod cause {
     pub const ADMIN_RESET: u32 = 6;
     pub const NAS_ERROR: u32 = 9;
     pub const NAS_REQUEST: u32 = 10;
+    pub const PORT_PREEMPTED: u32 = 13;
     pub const SERVICE_UNAVAILABLE: u32 = 15;
     pub const USER_ERROR: u32 = 17;
 }

@@ -24,7 +24,9 @@ pub fn terminate_cause(res: Res) -> u32 {
     use wire::cause::*;
     match res {
         Res::OK => USER_REQUEST,
-        Res::IDLE => IDLE_TIMEOUT,
+        Res::IDLE | Res::TOO_SLOW => IDLE_TIMEOUT,
+        // Its slot went to a new client at `maxconn`.
+        Res::RECLAIMED => PORT_PREEMPTED,
         Res::RADIUS_SESSION_TIMEOUT => SESSION_TIMEOUT,
         // Ended from outside: the admin page or a Disconnect-Request.
         Res::ENDED => ADMIN_RESET,

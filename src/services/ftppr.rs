@@ -358,6 +358,8 @@ fn open(c: &mut Client, st: &mut State, l: Login) -> Result<(), Res> {
         password: l.password.as_deref(),
         ..c.request(Op::Connect)
     };
+    // The login is in: busy from here.
+    c.live.busy();
     let grant = access::authorize(&svc, &req)?;
     crate::session::keep(c, &grant);
     if crate::net::Addr::Ip(dst) == svc.listen || Some(dst) == c.local_addr {

@@ -206,12 +206,19 @@ fn child(c: &mut Client, resume: Option<(Box<dyn crate::client::Tail>, crate::cl
             if c.svc().opts.proxy_header && !crate::session::read_proxy_header(c) {
                 return;
             }
+            if !crate::session::hold_connlim(c) {
+                return;
+            }
             if c.svc().tls_server.is_some() && !crate::session::accept_tls(c) {
                 return;
             }
             let Kind::Tcp(serve) = entry_of(c.svc().def).kind else {
                 return;
             };
+            if c.svc().def.name == "tcppm" {
+                // No head to wait for: busy from here.
+                c.live.busy();
+            }
             serve(c, &[], None)
         }
     };
@@ -593,6 +600,15 @@ fn build(
         opts,
         timeouts: state.timeouts,
         maxconn: state.maxconn,
+        reclaim: state.reclaim,
+        guard: crate::live::Guard {
+            key: 0,
+            // A port mapper reads no head, but its PROXY header or TLS
+            // handshake is one (its handler says when it is busy).
+            head: !def.udp,
+            rate: state.minrate.0,
+            grace_ms: state.minrate.1.saturating_mul(1000),
+        },
         listen,
         target,
         dialer,

@@ -169,7 +169,12 @@ fn serve_request(c: &mut Client, early: &[u8]) {
         None => None,
     };
     let ask = match ask {
-        Ok(a) => a,
+        Ok(a) => {
+            // The request is in: busy (the auth and the connection are
+            // not the client's to be quick with).
+            c.live.busy();
+            a
+        }
         Err(res) => {
             c.record.res = res;
             if refused.is_some() {

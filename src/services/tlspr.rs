@@ -243,6 +243,8 @@ fn run(
         }
     }
     let read = read_record(&c.cli, &mut st.buf, svc.bufsize, wait);
+    // The ClientHello is in (or the wait for it is over).
+    c.live.busy();
     match read {
         Ok(n) if st.buf[0] == HANDSHAKE => {
             st.lv = st.buf[2] as i32;

@@ -308,6 +308,7 @@ fn request(svc: &Service, from: SocketAddr, dst: SocketAddr) -> Request<'_> {
         user: None,
         password: None,
         service: Some(svc.def.log_name),
+        connlim_early: None,
         redirected: false,
     }
 }

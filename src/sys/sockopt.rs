@@ -255,6 +255,16 @@ pub fn shutdown_both(fd: &ForeignFd) {
     }
 }
 
+/// shutdown(2) the reading side of the socket `fd` names: its owner's
+/// next read returns 0 at once, while it may still write (an answer).
+pub fn shutdown_read(fd: &ForeignFd) {
+    // SAFETY: as `shutdown_both`: no memory of ours is touched, and
+    // `crate::live` keeps the number from naming another descriptor.
+    unsafe {
+        libc::shutdown(fd.0, libc::SHUT_RD);
+    }
+}
+
 /// The names a user can write, for `--help`.
 pub fn names() -> impl Iterator<Item = &'static str> {
     TABLE.iter().map(|o| o.name).chain(IGNORED.iter().copied())

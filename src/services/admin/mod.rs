@@ -88,6 +88,7 @@ fn serve_request(c: &mut Client, early: &[u8], redirected: bool) {
         c.record.text = "-".into();
         return error_page(c, BAD_REQUEST, "400 Bad Request", "", "Malformed request.");
     };
+    c.live.busy();
     c.record.text = head.path.clone();
     if head.method != "GET" && head.method != "POST" {
         return error_page(

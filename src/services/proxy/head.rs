@@ -194,7 +194,12 @@ impl HeadClock {
     /// Before a read of `data`'s next bytes: the flags for it, after the
     /// socket's timeout was fitted to the deadline. Timeout when the
     /// deadline has passed.
-    fn before_read(&mut self, s: &Stream, data: &[u8]) -> Result<MsgFlags, HeadRead> {
+    fn before_read(
+        &mut self,
+        s: &Stream,
+        data: &[u8],
+        live: Option<&crate::live::Registration>,
+    ) -> Result<MsgFlags, HeadRead> {
         if data.is_empty() {
             // Nothing of a head yet: a blocking read with the full window
             // (the fast path of a kept-alive client: no system call but
@@ -205,6 +210,10 @@ impl HeadClock {
             } else {
                 MsgFlags::MSG_DONTWAIT
             });
+        }
+        if let Some(l) = live {
+            // A head that takes more than one read: its rate is watched.
+            l.head(data.len());
         }
         let now = Instant::now();
         if self.rest_by.is_none() && data.contains(&b'\n') {
@@ -249,10 +258,13 @@ impl HeadClock {
 ///
 /// With a `clock` (a client's request head), reads keep its deadlines;
 /// without, each read waits for the socket's own timeout (a response).
+/// `live`: the session's entry, told how much of a head that takes more
+/// than one read is in (`minrate`, `live::pressure`).
 pub(super) fn read_head(
     s: &Stream,
     buf: &mut HeadBuf<'_>,
     mut clock: Option<&mut HeadClock>,
+    live: Option<&crate::live::Registration>,
 ) -> Result<usize, HeadRead> {
     loop {
         if let Some(end) = http::find_head_end(buf.data(), buf.scanned) {
@@ -265,7 +277,7 @@ pub(super) fn read_head(
         }
         let partial = buf.end > buf.start;
         let flags = match clock.as_deref_mut() {
-            Some(k) => k.before_read(s, buf.data())?,
+            Some(k) => k.before_read(s, buf.data(), live)?,
             None => MsgFlags::empty(),
         };
         match buf.read_from(s, flags) {
@@ -314,7 +326,7 @@ pub(super) fn read_response(
     out: &mut Vec<u8>,
 ) -> Result<ResponseHead, RespErr> {
     loop {
-        let end = read_head(srv, sb, None).map_err(RespErr::Head)?;
+        let end = read_head(srv, sb, None, None).map_err(RespErr::Head)?;
         match http::parse_response(&sb.data()[..end], head_req, out) {
             Ok(Some(h)) => return Ok(h),
             Ok(None) => sb.scanned = end,
@@ -402,14 +414,16 @@ mod tests {
         let mut small = [0u8; SMALL_REQUEST];
         let mut b = HeadBuf::new(&mut small);
         let head = b"GET / HTTP/1.1\r\nHost: a\r\nX: y\r\n\r\n";
-        let end = read_head(&r, &mut b, None).ok().expect("a head");
+        let end = read_head(&r, &mut b, None, None).ok().expect("a head");
         assert_eq!(end, head.len());
         assert_eq!(b.head_len, head.len());
         assert_eq!(&b.data()[..end], &head[..]);
         assert_eq!(&b.data()[end..], b"GET /2 HTTP/1.1\r\n\r\nGE");
         // The next head is in the buffer already: no read is needed.
         b.consume(end);
-        let end = read_head(&r, &mut b, None).ok().expect("pipelined head");
+        let end = read_head(&r, &mut b, None, None)
+            .ok()
+            .expect("pipelined head");
         assert_eq!(&b.data()[..end], b"GET /2 HTTP/1.1\r\n\r\n");
         b.consume(end);
         assert_eq!(b.data(), b"GE");
@@ -424,7 +438,10 @@ mod tests {
         let (r, t) = send_parts(&[&big], Duration::ZERO);
         let mut small = [0u8; SMALL_REQUEST];
         let mut b = HeadBuf::new(&mut small);
-        assert!(matches!(read_head(&r, &mut b, None), Err(HeadRead::TooBig)));
+        assert!(matches!(
+            read_head(&r, &mut b, None, None),
+            Err(HeadRead::TooBig)
+        ));
         assert_eq!(b.data().len(), MAX_HEAD);
         drop(r);
         t.join().unwrap();
@@ -438,7 +455,7 @@ mod tests {
         let mut small = [0u8; SMALL_REQUEST];
         let mut b = HeadBuf::new(&mut small);
         assert!(matches!(
-            read_head(&r, &mut b, None),
+            read_head(&r, &mut b, None, None),
             Err(HeadRead::Closed { partial: true })
         ));
         assert_eq!(b.data(), b"GET / HT");
@@ -448,7 +465,7 @@ mod tests {
         let mut small = [0u8; SMALL_REQUEST];
         let mut b = HeadBuf::new(&mut small);
         assert!(matches!(
-            read_head(&r, &mut b, None),
+            read_head(&r, &mut b, None, None),
             Err(HeadRead::Closed { partial: false })
         ));
     }
@@ -495,7 +512,7 @@ mod tests {
         let mut b = HeadBuf::new(&mut small);
         let mut k = clock(window, rest);
         let start = Instant::now();
-        let got = read_head(&r, &mut b, Some(&mut k));
+        let got = read_head(&r, &mut b, Some(&mut k), None);
         let took = start.elapsed();
         assert!(matches!(got, Err(HeadRead::Timeout { partial: true })));
         assert!(took >= at_least, "{took:?}");
@@ -538,7 +555,9 @@ mod tests {
         let mut small = [0u8; SMALL_REQUEST];
         let mut b = HeadBuf::new(&mut small);
         let mut k = clock(Duration::from_secs(2), Duration::from_secs(2));
-        let end = read_head(&r, &mut b, Some(&mut k)).ok().expect("a head");
+        let end = read_head(&r, &mut b, Some(&mut k), None)
+            .ok()
+            .expect("a head");
         assert_eq!(&b.data()[..end], b"GET / HTTP/1.1\r\nHost: a\r\n\r\n");
         assert!(k.rest_by.is_some(), "the line's arrival started the rest");
         // The socket's timeout was fitted to what was left of a deadline.
@@ -555,7 +574,7 @@ mod tests {
         let window = Duration::from_millis(200);
         let mut k = clock(window, Duration::from_secs(5));
         let start = Instant::now();
-        let got = read_head(&r, &mut b, Some(&mut k));
+        let got = read_head(&r, &mut b, Some(&mut k), None);
         assert!(matches!(got, Err(HeadRead::Timeout { partial: false })));
         assert!(start.elapsed() >= Duration::from_millis(150));
         // The first read did not wait; then the window was set, once.

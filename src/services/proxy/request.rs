@@ -36,6 +36,13 @@ impl Session {
         // (shorter while many sessions linger, `park::Lingering`).
         let linger = self.linger.filter(|l| *l < window);
         let (_lingering, linger) = linger.map(crate::park::Lingering::start).unzip();
+        // Inside an intercepted tunnel the tunnel is the session: its
+        // requests are not heads of the connection's.
+        let watched = self.inside.is_none();
+        if watched && c.live.phase() == crate::live::Phase::Busy {
+            // After a request: kept alive until the next one.
+            c.live.idle(started);
+        }
         let mut clock = HeadClock {
             line_by: started + window,
             rest: self.svc.timeouts.get(Timeouts::STRING_SHORT),
@@ -44,8 +51,18 @@ impl Session {
             rto: self.cli_rto,
         };
         loop {
-            let read = read_head(&c.cli, cb, Some(&mut clock));
+            let live = watched.then_some(&c.live);
+            let read = read_head(&c.cli, cb, Some(&mut clock), live);
             self.cli_rto = clock.rto;
+            let read = match read {
+                Err(HeadRead::Closed { partial } | HeadRead::Io { partial })
+                    if c.live.ended_by() == Some(crate::live::EndedBy::Slow) =>
+                {
+                    // Closed by `minrate`: what was sent is answered.
+                    Err(HeadRead::Timeout { partial })
+                }
+                r => r,
+            };
             let end = match read {
                 Ok(end) => end,
                 Err(HeadRead::Timeout { partial: false }) if linger.is_some() => {
@@ -73,7 +90,14 @@ impl Session {
             };
             c.record.begin();
             match self.parse(c, &cb.data()[..end]) {
-                Ok(Some(req)) => return Ok(Some(req)),
+                Ok(Some(req)) => {
+                    if self.inside.is_none() && !c.live.busy() {
+                        // Chosen for its slot a moment before its head
+                        // was in: it is closed.
+                        return Err(Fail::silent(Res::RECLAIMED));
+                    }
+                    return Ok(Some(req));
+                }
                 // A blank line was seen but the head is not complete (leading
                 // empty lines): read on.
                 Ok(None) => cb.scanned = end,

@@ -30,11 +30,85 @@
 use std::cell::Cell;
 use std::net::SocketAddr;
 use std::os::fd::AsFd;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::SystemTime;
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::time::{Instant, SystemTime};
 
 use crate::sys::sockopt::{shutdown_both, ForeignFd};
+
+pub mod pressure;
+
+// What `pressure` reads of a session (its walks are there).
+
+/// What a session is doing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Phase {
+    /// In an exchange or a relay (or a service without heads).
+    Busy = 0,
+    /// A kept-alive connection between two requests.
+    Idle = 1,
+    /// Waiting for a request head or a handshake.
+    Head = 2,
+    /// Chosen to be closed (by [`reclaim`] or [`sweep`]).
+    Taken = 3,
+}
+
+/// Why a session was ended from outside.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum EndedBy {
+    /// `live::end` and the like: the admin page, a RADIUS Disconnect.
+    Admin = 1,
+    /// Its slot went to a new client at `maxconn`.
+    Reclaim = 2,
+    /// Its head or handshake came slower than `minrate`.
+    Slow = 3,
+}
+
+impl EndedBy {
+    pub fn from_u8(v: u8) -> Option<EndedBy> {
+        match v {
+            1 => Some(EndedBy::Admin),
+            2 => Some(EndedBy::Reclaim),
+            3 => Some(EndedBy::Slow),
+            _ => None,
+        }
+    }
+}
+
+/// What the registry needs of a session's service for this.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Guard {
+    /// Which service the session counts against (the address of its
+    /// settings): a reclaim closes only a session of the service that
+    /// needs the slot. 0: none (never reclaimed).
+    pub key: usize,
+    /// The session first waits for a head or a handshake.
+    pub head: bool,
+    /// `minrate`: the least bytes per second of a head, 0 for no least.
+    pub rate: u32,
+    /// `minrate`'s grace: a head is not judged before this, in ms.
+    pub grace_ms: u32,
+}
+
+static BASE: OnceLock<Instant> = OnceLock::new();
+
+/// `t` in ms of the registry's clock (0 at its first use).
+pub fn clock(t: Instant) -> u64 {
+    let base = *BASE.get_or_init(Instant::now);
+    t.saturating_duration_since(base).as_millis() as u64
+}
+
+/// A session takes entry `e`: it begins busy or waiting for a head.
+fn begin(e: &Entry, g: &Guard) {
+    let phase = if g.head { Phase::Head } else { Phase::Busy };
+    e.phase.store(phase as u8, Ordering::Relaxed);
+    if g.head {
+        e.since.store(clock(Instant::now()), Ordering::Relaxed);
+    }
+    e.got.store(0, Ordering::Relaxed);
+}
 
 /// Slabs the registry is split into, so threads starting on different
 /// cores rarely wait for each other (only a thread's first session and
@@ -126,16 +200,24 @@ struct State {
     /// The user and host strings of an earlier session, kept for the
     /// next ones (a session's strings then cost no allocation).
     spare: [Option<String>; 2],
+    /// Its service's `maxconn` reclaim and `minrate` ([`pressure`]).
+    guard: Guard,
 }
 
 /// One entry of the registry: a thread's, used by one session at a time.
 struct Entry {
     state: Mutex<State>,
     bytes: Bytes,
-    /// The session using the entry was ended from outside. Set only
-    /// under `state`'s lock, with the id checked; cleared when a session
-    /// takes the entry.
-    ended: AtomicBool,
+    /// The session using the entry was ended from outside: 0 not, else
+    /// an [`EndedBy`]. Set only under `state`'s lock, with the id
+    /// checked; cleared when a session takes the entry.
+    ended: AtomicU8,
+    /// What the session is doing ([`pressure::Phase`]), since when (ms of
+    /// [`pressure::clock`]), and the bytes of the head it waits for that
+    /// it has so far. Written by the session alone, without a lock.
+    phase: AtomicU8,
+    since: AtomicU64,
+    got: AtomicU32,
     /// Its place: shard and index in the shard's slab.
     shard: usize,
     index: usize,
@@ -160,8 +242,25 @@ impl Entry {
     /// End the session whose state `st` is (its lock held): shut both
     /// its sockets down. False if it was ended already.
     fn end(&self, st: &State) -> bool {
-        if st.id == 0 || self.ended.swap(true, Ordering::Relaxed) {
+        self.end_by(st, EndedBy::Admin)
+    }
+
+    /// [`Entry::end`], saying why; `EndedBy::Slow` shuts only the
+    /// client's reading side (the session still answers it, an HTTP 408).
+    fn end_by(&self, st: &State, why: EndedBy) -> bool {
+        if st.id == 0
+            || self
+                .ended
+                .compare_exchange(0, why as u8, Ordering::Relaxed, Ordering::Relaxed)
+                .is_err()
+        {
             return false;
+        }
+        if why == EndedBy::Slow {
+            if let Some(fd) = &st.cli {
+                crate::sys::sockopt::shutdown_read(fd);
+            }
+            return true;
         }
         for fd in [&st.cli, &st.srv].into_iter().flatten() {
             shutdown_both(fd);
@@ -204,9 +303,13 @@ impl Owned {
                 srv: None,
                 tag: None,
                 spare: [None, None],
+                guard: Guard::default(),
             }),
             bytes: Bytes::default(),
-            ended: AtomicBool::new(false),
+            ended: AtomicU8::new(0),
+            phase: AtomicU8::new(0),
+            since: AtomicU64::new(0),
+            got: AtomicU32::new(0),
             shard,
             index,
         });
@@ -241,14 +344,16 @@ pub struct Registration {
 }
 
 /// Register a session of service `service` (listening on `port`) from
-/// `client`, whose socket is `cli`, which started at `start`. `cli` must
-/// stay open until the returned [`Registration`] is dropped.
+/// `client`, whose socket is `cli`, which started at `start`, under its
+/// service's `guard`. `cli` must stay open until the returned
+/// [`Registration`] is dropped.
 pub fn register(
     service: &'static str,
     port: u16,
     client: Option<SocketAddr>,
     cli: &impl AsFd,
     start: SystemTime,
+    guard: Guard,
 ) -> Registration {
     let owned = SPARE
         .try_with(Cell::take)
@@ -261,7 +366,9 @@ pub fn register(
         let mut st = lock(&e.state);
         e.bytes.out.store(0, Ordering::Relaxed);
         e.bytes.inb.store(0, Ordering::Relaxed);
-        e.ended.store(false, Ordering::Relaxed);
+        e.ended.store(0, Ordering::Relaxed);
+        begin(e, &guard);
+        st.guard = guard;
         st.id = id;
         st.service = service;
         st.port = port;
@@ -349,7 +456,12 @@ impl Registration {
 
     /// The session was ended from outside ([`end`], [`end_user`]).
     pub fn ended(&self) -> bool {
-        self.entry().ended.load(Ordering::Relaxed)
+        self.entry().ended.load(Ordering::Relaxed) != 0
+    }
+
+    /// Why the session was ended from outside, if it was.
+    pub fn ended_by(&self) -> Option<EndedBy> {
+        EndedBy::from_u8(self.entry().ended.load(Ordering::Relaxed))
     }
 
     /// Let [`end`] shut `srv` down too, until the guard is dropped; `srv`
@@ -442,7 +554,7 @@ pub fn snapshot() -> Vec<View> {
             bytes_out: e.bytes.out.load(Ordering::Relaxed),
             bytes_in: e.bytes.inb.load(Ordering::Relaxed),
             info: st.info.clone(),
-            ended: e.ended.load(Ordering::Relaxed),
+            ended: e.ended.load(Ordering::Relaxed) != 0,
         });
     }
     out.sort_by_key(|v| v.id);
@@ -545,7 +657,7 @@ mod tests {
     fn registers_ends_and_forgets() {
         let (mut peer, ours) = pair();
         let (mut srv_peer, srv) = pair();
-        let s = register("tcppm", 1, None, &ours, SystemTime::now());
+        let s = register("tcppm", 1, None, &ours, SystemTime::now(), Guard::default());
         let id = s.id();
         s.update(
             None,
@@ -579,7 +691,7 @@ mod tests {
     #[test]
     fn tags_are_handed_back_and_picked_by() {
         let (mut peer, ours) = pair();
-        let s = register("tcppm", 1, None, &ours, SystemTime::now());
+        let s = register("tcppm", 1, None, &ours, SystemTime::now(), Guard::default());
         let id = s.id();
         s.update(None, Some("tag-test-user"), None, None, None);
         s.bytes().inb.store(7, Ordering::Relaxed);
@@ -607,7 +719,7 @@ mod tests {
     #[test]
     fn a_thread_entry_is_reused_and_an_old_id_ends_nothing() {
         let (mut peer, ours) = pair();
-        let first = register("tcppm", 1, None, &ours, SystemTime::now());
+        let first = register("tcppm", 1, None, &ours, SystemTime::now(), Guard::default());
         let old = first.id();
         first.update(
             None,
@@ -620,7 +732,7 @@ mod tests {
         first.set_bytes(10, 20);
         let kept = Arc::downgrade(&first.entry.as_ref().unwrap().0);
         drop(first);
-        let second = register("socks", 2, None, &ours, SystemTime::now());
+        let second = register("socks", 2, None, &ours, SystemTime::now(), Guard::default());
         assert_ne!(second.id(), old);
         let entry = kept.upgrade().expect("the thread keeps its entry");
         assert!(Arc::ptr_eq(&entry, &second.entry.as_ref().unwrap().0));
@@ -654,8 +766,15 @@ mod tests {
         let (_peer, ours) = pair();
         let (_peer2, ours2) = pair();
         let t = std::thread::spawn(move || {
-            let a = register("tcppm", 1, None, &ours, SystemTime::now());
-            let b = register("tcppm", 1, None, &ours2, SystemTime::now());
+            let a = register("tcppm", 1, None, &ours, SystemTime::now(), Guard::default());
+            let b = register(
+                "tcppm",
+                1,
+                None,
+                &ours2,
+                SystemTime::now(),
+                Guard::default(),
+            );
             let ids = [a.id(), b.id()];
             let live: Vec<u64> = snapshot().iter().map(|v| v.id).collect();
             assert!(ids.iter().all(|id| live.contains(id)));
