@@ -646,7 +646,7 @@ mod tests {
     use std::io::Read;
     use std::net::{TcpListener, TcpStream};
 
-    fn pair() -> (TcpStream, TcpStream) {
+    pub(super) fn pair() -> (TcpStream, TcpStream) {
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
         let a = TcpStream::connect(l.local_addr().unwrap()).unwrap();
         let (b, _) = l.accept().unwrap();

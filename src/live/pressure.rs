@@ -201,18 +201,11 @@ pub fn start_sweeper() {
 
 #[cfg(test)]
 mod tests {
+    use super::super::tests::pair;
     use super::super::{register, Guard};
     use super::*;
     use std::io::Read;
-    use std::net::{TcpListener, TcpStream};
     use std::time::SystemTime;
-
-    fn pair() -> (TcpStream, TcpStream) {
-        let l = TcpListener::bind("127.0.0.1:0").unwrap();
-        let a = TcpStream::connect(l.local_addr().unwrap()).unwrap();
-        let (b, _) = l.accept().unwrap();
-        (a, b)
-    }
 
     fn guard(key: usize) -> Guard {
         Guard {
