@@ -108,9 +108,10 @@ fn count(text: &str, what: &str) -> usize {
 fn out_of_descriptors_refuses_new_clients_serves_the_old_and_recovers() {
     let origin = Origin::echo();
     let (pt, ps) = (free_port(), free_port());
-    // BYTE_SHORT and BYTE_LONG 60 s: idle SOCKS clients stay.
+    // BYTE_SHORT and BYTE_LONG 60 s and no minrate: idle SOCKS clients
+    // stay.
     let cfg = format!(
-        "timeouts 60 60\ntcppm -i127.0.0.1 {pt} 127.0.0.1 {}\nsocks -i127.0.0.1 -p{ps}\n",
+        "timeouts 60 60\nminrate 0\ntcppm -i127.0.0.1 {pt} 127.0.0.1 {}\nsocks -i127.0.0.1 -p{ps}\n",
         origin.port()
     );
     let proxy = start_via(
@@ -638,9 +639,10 @@ fn out_of_descriptors_for_the_origin_answers_the_http_client_503() {
     let (ph, ps) = (free_port(), free_port());
     let dir = Dir::new("fault_nofile_http");
     let log = dir.join("access.log");
-    // BYTE_SHORT and BYTE_LONG 60 s: idle SOCKS clients stay.
+    // BYTE_SHORT and BYTE_LONG 60 s and no minrate: idle SOCKS clients
+    // stay.
     let cfg = format!(
-        "log {}\nlogformat \"L%N %E %T\"\ntimeouts 60 60\nproxy -i127.0.0.1 -p{ph}\n\
+        "log {}\nlogformat \"L%N %E %T\"\ntimeouts 60 60\nminrate 0\nproxy -i127.0.0.1 -p{ph}\n\
          socks -i127.0.0.1 -p{ps}\n",
         p(&log)
     );
