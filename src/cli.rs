@@ -317,6 +317,9 @@ fn reload(cmdline_name: &str, ops: &mut conf::ops::Ops, strict: bool) {
     let name = path.display().to_string();
     let name = name.as_str();
     ::log::info!("reload: reading {name}");
+    // `ldaptrafgroup` reads its counter files again for the counters the
+    // new cfg makes: they must hold what was counted until now.
+    crate::dircount::flush();
     let Some(mut state) = load_for_reload(&path, name, strict) else {
         // What the failed cfg prepared is dropped with it (its listeners
         // close); its log files must not take over rotation either. The

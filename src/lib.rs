@@ -25,6 +25,7 @@ mod connectback;
 mod counter_file;
 mod crypt;
 mod dae;
+mod dircount;
 mod escape;
 mod filter;
 pub mod fuzzing;

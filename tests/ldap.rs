@@ -6,6 +6,7 @@
 //! lowercasing, a server that is down or does not answer, and
 //! `authcache`.
 
+use std::io::{Read, Write};
 use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -17,7 +18,8 @@ const SUFFIX: &str = "dc=test";
 const ADMIN: &str = "cn=admin,dc=test";
 const ADMIN_PW: &str = "adminpw";
 
-/// alice is in the `internet` group (the `ou` attribute), bob is not.
+/// alice is in the `internet` group (the `ou` attribute), bob is not;
+/// alice, Carol and `x..y` are in the `traf` group (`ldaptrafgroup`).
 const USERS: &str = "dn: dc=test
 objectClass: dcObject
 objectClass: organization
@@ -34,6 +36,7 @@ uid: alice
 cn: alice
 sn: A
 ou: internet
+ou: traf
 userPassword: alicepw
 
 dn: uid=bob,ou=people,dc=test
@@ -42,6 +45,20 @@ uid: bob
 cn: bob
 sn: B
 userPassword: bobpw
+
+dn: uid=Carol,ou=people,dc=test
+objectClass: inetOrgPerson
+uid: Carol
+cn: carol
+sn: C
+ou: traf
+
+dn: uid=x..y,ou=people,dc=test
+objectClass: inetOrgPerson
+uid: x..y
+cn: x
+sn: X
+ou: traf
 ";
 
 /// A slapd in the foreground (`-d 256`: its stats log, one line per
@@ -369,7 +386,7 @@ fn cfg_errors() {
         "plugin ldapauth.so start\nldaptrafgroup cn=traf,dc=x MONTHLY 200 60000\n",
     );
     let e = f.assert_cfg_error(&cfg, 2, "ldaptrafgroup");
-    assert!(e.contains("not built"), "{e}");
+    assert!(e.contains("needs ldapconnect before it"), "{e}");
     // Without `auth ldap` the settings need not be complete.
     let f = run_check(&dir, "plugin ldapauth.so start\nldapdircount /tmp/\n");
     assert!(f.status.success(), "{}", f.stderr);
@@ -403,4 +420,173 @@ fn parallel_logins_each_get_their_answer() {
     assert_eq!(ldap.binds("uid=alice,ou=people,dc=test"), 8);
     assert_eq!(ldap.binds("uid=bob,ou=people,dc=test"), 4);
     assert_eq!(origin.peers().len(), 4);
+}
+
+/// An origin that answers every request with `len` bytes of `x`.
+fn sized_origin(len: usize) -> Origin {
+    Origin::start("127.0.0.1:0", move |mut c| {
+        let mut b = [0u8; 2048];
+        let _ = c.read(&mut b);
+        let head = format!("HTTP/1.1 200 OK\r\nContent-Length: {len}\r\nConnection: close\r\n\r\n");
+        let _ = c.write_all(head.as_bytes());
+        let _ = c.write_all(&vec![b'x'; len]);
+    })
+}
+
+/// The three numbers of an `.lc` file.
+fn lc(path: &std::path::Path) -> Vec<u64> {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    assert!(
+        text.ends_with('\n') && text.lines().count() == 1,
+        "{text:?}"
+    );
+    text.split_whitespace()
+        .map(|w| w.parse().unwrap())
+        .collect()
+}
+
+/// `ldaptrafgroup traf DAILY LIMIT RATE`: the directory is asked for the
+/// group's members while the cfg loads; each gets a bandwidth limit of
+/// RATE bits/s and a counter of LIMIT bytes a day, read from and written
+/// to `ldapdircount`'s DIR/NAME.lc; a member's name that could leave
+/// DIR is passed over; someone outside the group has neither.
+#[test]
+fn trafgroup_limits_and_counts_the_groups_members() {
+    let dir = Dir::new("ldap_trafgroup");
+    let ldap = Slapd::start(&dir);
+    let counts = dir.join("counts");
+    std::fs::create_dir_all(&counts).unwrap();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    // alice used 60,000 of her 100,000 bytes today already.
+    std::fs::write(counts.join("alice.lc"), format!("60000 {now} {now}\n")).unwrap();
+    let origin = sized_origin(40_000);
+    let pp = free_port();
+    let cfg = format!(
+        "log {log}\nlogformat \"L%U %E %I\"\nauth strong\n\
+         users alice:CL:alicepw bob:CL:bobpw carol:CL:carolpw\n\
+         plugin LdapPlugin.ld.so start\n\
+         ldapconnect 127.0.0.1:{port} {ADMIN} {ADMIN_PW}\n\
+         ldapattr uid ou 1\nldapsbase {SUFFIX}\nldapdircount {counts}/\n\
+         ldaptrafgroup traf DAILY 100000 160000\nallow *\nproxy -i127.0.0.1 -p{pp}\n",
+        log = p(&dir.join("access.log")),
+        port = ldap.port,
+        counts = p(&counts),
+    );
+    let log = dir.join("access.log");
+    let mut proxy = Proxy::start(dir, &cfg, &[Listen::Tcp(localhost(pp))]);
+    // The cfg's load searched the directory as ldapconnect's DN.
+    assert_eq!(ldap.binds(ADMIN), 2, "{}", ldap.log_text());
+
+    // bob is outside the group: no rate, no counter.
+    let t = Instant::now();
+    let r = get(pp, origin.port(), Some(("bob", "bobpw")));
+    assert_eq!(r.status, 200, "{r}");
+    assert_eq!(r.body.len(), 40_000);
+    let fast = t.elapsed();
+    assert!(fast < Duration::from_millis(700), "bob took {fast:?}");
+
+    // alice: 40,000 bytes at 160,000 bits/s (20,000 bytes a second)
+    // take about two seconds, less what the first read takes at once.
+    let t = Instant::now();
+    let r = get(pp, origin.port(), Some(("alice", "alicepw")));
+    assert_eq!(r.status, 200, "{r}");
+    assert_eq!(r.body.len(), 40_000);
+    let slow = t.elapsed();
+    assert!(
+        slow > Duration::from_millis(1200) && slow < Duration::from_secs(6),
+        "alice took {slow:?}"
+    );
+    read_log_line(&log, "alice's first request", |l| {
+        l.starts_with("alice 00000")
+    });
+    // Now over her 100,000 bytes: refused (10), before the origin is
+    // asked; bob goes on.
+    let before = origin.peers().len();
+    let r = get(pp, origin.port(), Some(("alice", "alicepw")));
+    assert_eq!(r.status, 503, "{r}");
+    read_log_line(&log, "alice over her limit", |l| {
+        l.starts_with("alice 00010")
+    });
+    assert_eq!(origin.peers().len(), before);
+    let r = get(pp, origin.port(), Some(("bob", "bobpw")));
+    assert_eq!(r.status, 200, "{r}");
+
+    // carol (Carol in the directory, lowercased by ldapattr's 1) has a
+    // counter too, and no file until it is written; x..y is passed over.
+    let r = get(pp, origin.port(), Some(("carol", "carolpw")));
+    assert_eq!(r.status, 200, "{r}");
+
+    // At exit every member's file is written: alice's 60,000 and what her
+    // first request brought in; carol's from 0.
+    proxy.signal("TERM");
+    assert!(proxy.wait_exit(Duration::from_secs(10)).is_some());
+    let a = lc(&counts.join("alice.lc"));
+    assert!(a[0] >= 100_000 && a[0] < 101_000, "{a:?}");
+    assert!(a[1] >= now && a[2] >= now, "{a:?}");
+    let c = lc(&counts.join("carol.lc"));
+    assert!(c[0] >= 40_000 && c[0] < 41_000, "{c:?}");
+    assert!(!counts.join("x..y.lc").exists());
+    assert!(!counts.join("bob.lc").exists());
+    assert_eq!(std::fs::read_dir(&counts).unwrap().count(), 2);
+}
+
+/// What `ldaptrafgroup` refuses, naming file, line and why: a period the
+/// plugin leaves undefined, a rate it would divide by zero with, and a
+/// directory that cannot be reached while the cfg loads.
+#[test]
+fn trafgroup_cfg_errors() {
+    let dir = Dir::new("ldap_trafgroup_cfg");
+    let cfg = dir.cfg_path();
+    let ldap = Slapd::start(&dir);
+    let lines = |server: &str, rest: &str| {
+        format!(
+            "plugin LdapPlugin.ld.so start\nldapconnect {server} {ADMIN} {ADMIN_PW}\n\
+             ldapattr uid ou\nldapsbase {SUFFIX}\nldapdircount /tmp/\n{rest}\n"
+        )
+    };
+    let server = format!("127.0.0.1:{}", ldap.port);
+    let f = run_check(
+        &dir,
+        &lines(&server, "ldaptrafgroup traf HOURLY 1000 60000"),
+    );
+    let e = f.assert_cfg_error(&cfg, 6, "ldaptrafgroup");
+    assert!(e.contains("MONTHLY, WEEKLY or DAILY"), "{e}");
+    let f = run_check(
+        &dir,
+        &lines(&server, "ldaptrafgroup traf Monthly 1000 60000"),
+    );
+    f.assert_cfg_error(&cfg, 6, "ldaptrafgroup");
+    let f = run_check(&dir, &lines(&server, "ldaptrafgroup traf daily 1000 0"));
+    let e = f.assert_cfg_error(&cfg, 6, "ldaptrafgroup");
+    assert!(e.contains("bits per second"), "{e}");
+    let f = run_check(
+        &dir,
+        &lines(&server, "ldaptrafgroup traf weekly 1000 60000"),
+    );
+    assert!(f.status.success(), "{}", f.stderr);
+    // A lenient number warns with the line, as C's atol reads it.
+    let f = run_check(
+        &dir,
+        &lines(&server, "ldaptrafgroup traf weekly 1000k 60000"),
+    );
+    assert!(f.status.success(), "{}", f.stderr);
+    assert!(
+        f.stderr.contains(":6:") && f.stderr.contains("1000 used"),
+        "{}",
+        f.stderr
+    );
+    let down = format!("127.0.0.1:{}", free_port());
+    let f = run_check(&dir, &lines(&down, "ldaptrafgroup traf weekly 1000 60000"));
+    let e = f.assert_cfg_error(&cfg, 6, "ldaptrafgroup");
+    assert!(e.contains("bind"), "{e}");
+    let f = run_check(
+        &dir,
+        "plugin LdapPlugin.ld.so start\nldapconnect 127.0.0.1 cn=a\nldapattr uid ou\n\
+         ldapsbase dc=x\nldaptrafgroup traf DAILY 1 300\n",
+    );
+    let e = f.assert_cfg_error(&cfg, 5, "ldaptrafgroup");
+    assert!(e.contains("needs ldapdircount"), "{e}");
 }

@@ -479,3 +479,129 @@ fn connlim_by_source_applies_before_the_head() {
         String::from_utf8_lossy(&got)
     );
 }
+
+/// A crowd that connects again as soon as it is closed, against a
+/// `maxconn` of 10: new clients are taken in at the door, so curl's
+/// requests are never queued behind the crowd, and a slot
+/// goes to curl, whose request is whole, before any of the crowd; the
+/// crowd's waiting connections are closed below minrate (82, one record
+/// each).
+#[test]
+fn a_reconnecting_crowd_does_not_queue_curl() {
+    let dir = Dir::new("door");
+    let nginx = Nginx::start(&dir);
+    let (proxy, port, log) = Service::tcp("proxy", FMT).start_in(
+        dir,
+        "maxconn 10\nbacklog 64\nminrate 100 1\nauth iponly\nallow *",
+        "",
+        "",
+    );
+    let base_threads = proxy.threads();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let crowd: Vec<_> = (0..4)
+        .map(|_| {
+            let stop = stop.clone();
+            thread::spawn(move || {
+                // Fifteen connections each, a byte every 0.3 s, each
+                // opened again when the proxy closes it.
+                let open = || {
+                    let mut s = connect(localhost(port));
+                    let _ = s.write_all(b"G");
+                    s.set_nonblocking(true).unwrap();
+                    s
+                };
+                let mut conns: Vec<TcpStream> = (0..15).map(|_| open()).collect();
+                let mut reopened = 0u32;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    for s in &mut conns {
+                        let mut b = [0u8; 512];
+                        let gone = match s.read(&mut b) {
+                            Ok(_) => true,
+                            Err(e) => e.kind() != std::io::ErrorKind::WouldBlock,
+                        };
+                        if gone || s.write_all(b"a").is_err() {
+                            *s = open();
+                            reopened += 1;
+                        }
+                    }
+                    thread::sleep(Duration::from_millis(300));
+                }
+                reopened
+            })
+        })
+        .collect();
+    thread::sleep(Duration::from_millis(500));
+    let url = format!("http://127.0.0.1:{}/", nginx.port);
+    let http = format!("http://127.0.0.1:{port}");
+    let mut worst = (Duration::ZERO, 0);
+    for n in 0..30 {
+        let (code, took) = curl(&http, &url);
+        assert_eq!(code, 200, "request {n} after {took:?}");
+        worst = worst.max((took, n));
+        thread::sleep(Duration::from_millis(200));
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let reopened: u32 = crowd.into_iter().map(|t| t.join().unwrap()).sum();
+    assert!(
+        worst.0 < Duration::from_millis(800),
+        "slowest request (took, number) {worst:?}"
+    );
+    assert!(reopened >= 60, "the crowd was closed {reopened} times");
+    let text = std::fs::read_to_string(&log).unwrap();
+    let slow = text
+        .lines()
+        .filter(|l| l.split(' ').nth(1) == Some("00082"))
+        .count();
+    assert!(slow >= 40, "{slow} records of 82:\n{text}");
+    assert!(
+        wait_for(
+            || proxy.threads() <= base_threads + 10,
+            Duration::from_secs(30)
+        ),
+        "threads {} (at start {base_threads})",
+        proxy.threads()
+    );
+}
+
+/// More clients than the door holds (four times maxconn, at least 256):
+/// for each one more, the held client that has sent least and waited
+/// longest (at least 0.1 s) is closed with 81; curl still gets in.
+#[test]
+fn a_full_door_closes_the_client_worth_least() {
+    let dir = Dir::new("door_full");
+    let nginx = Nginx::start(&dir);
+    let (_proxy, port, log) = Service::tcp("proxy", FMT).start_in(
+        dir,
+        "maxconn 2\nbacklog 400\nminrate 100 30\nauth iponly\nallow *",
+        "",
+        "",
+    );
+    // 300 that say nothing: 2 in the slots, 256 at the door, and 42 for
+    // which as many of the oldest held are closed.
+    let silent: Vec<TcpStream> = (0..300).map(|_| connect(localhost(port))).collect();
+    let url = format!("http://127.0.0.1:{}/", nginx.port);
+    let (code, took) = curl(&format!("http://127.0.0.1:{port}"), &url);
+    assert_eq!(code, 200);
+    assert!(took < Duration::from_secs(1), "{took:?}");
+    assert!(
+        wait_for(
+            || {
+                let text = std::fs::read_to_string(&log).unwrap_or_default();
+                text.lines()
+                    .filter(|l| l.split(' ').nth(1) == Some("00081"))
+                    .count()
+                    >= 42
+            },
+            Duration::from_secs(5)
+        ),
+        "{}",
+        std::fs::read_to_string(&log).unwrap_or_default()
+    );
+    // The oldest held were closed, the newest is still waiting.
+    let mut silent = silent;
+    assert_eq!(
+        closed_within(&mut silent[2], Duration::from_millis(50)),
+        Some(Vec::new())
+    );
+    assert!(closed_within(&mut silent[299], Duration::from_millis(50)).is_none());
+}

@@ -121,7 +121,7 @@ pub fn h_force(state: &mut State, args: &[String]) -> Result<(), String> {
 
 /// The key a limit's state is kept under across reloads: its line, and
 /// which repetition of that line it is.
-fn limit_key(state: &mut State, args: &[String]) -> String {
+pub(super) fn limit_key(state: &mut State, args: &[String]) -> String {
     let line = args.join(" ");
     let n = state.access.seen.entry(line.clone()).or_insert(0);
     *n += 1;

@@ -11,6 +11,7 @@ use std::sync::Arc;
 
 use super::state::{State, TrafficPlugin};
 use super::token::quote;
+use crate::limit::Period;
 use crate::traffic::{Form, Rule};
 
 /// What a `plugin` line asks for.
@@ -164,16 +165,7 @@ pub fn h_ldapattr(state: &mut State, args: &[String]) -> Result<(), String> {
     ldap(state, "ldapattr")?;
     let lowercase = match args.get(3) {
         None => false,
-        Some(v) => {
-            let (n, whole) = atoi(v);
-            if !whole {
-                state.lenient(format!(
-                    "'{}' is not a number: {n} used, as 3proxy's atoi reads it",
-                    quote(v)
-                ));
-            }
-            n > 0
-        }
+        Some(v) => atoi_warn(state, v) > 0,
     };
     ldap(state, "ldapattr")?.attr = Some((args[1].clone(), args[2].clone(), lowercase));
     Ok(())
@@ -207,17 +199,97 @@ pub fn h_ldap_value(state: &mut State, args: &[String]) -> Result<(), String> {
     Ok(())
 }
 
-/// `ldaptrafgroup GROUP TYPE LIMIT RATE`: refused.
-pub fn h_ldaptrafgroup(state: &mut State, _args: &[String]) -> Result<(), String> {
-    ldap(state, "ldaptrafgroup")?;
-    Err(
-        "ldaptrafgroup is not built: 3proxy's plugin asks the directory for the \
-         group's members while the cfg loads and gives each a bandwidth limit and a \
-         traffic counter kept in ldapdircount's files (a limit it takes in bytes \
-         where its documentation says megabytes); write bandlimin and countin \
-         lines for those users instead"
-            .into(),
-    )
+/// `ldaptrafgroup GROUP TYPE LIMIT RATE`: now, as the plugin does while
+/// the cfg loads, bind with `ldapconnect`'s DN, search `ldapsbase`'s
+/// subtree for `(GROUPATTR=GROUP)` (GROUP as written: the plugin does not
+/// escape it), and give each entry's first USERATTR value (lowercased
+/// when `ldapattr` asks it) a `bandlimin RATE` and a `countin` of LIMIT
+/// *bytes* per TYPE (`MONTHLY`, `WEEKLY` or `DAILY`, in capitals or small
+/// letters), before every limit rule so far; its counter is kept in
+/// `ldapdircount`'s DIR + name + `.lc`. A name that could leave DIR
+/// (`/`, `\`, `..`) or is empty is passed over, as by the plugin.
+pub fn h_ldaptrafgroup(state: &mut State, args: &[String]) -> Result<(), String> {
+    let l = ldap(state, "ldaptrafgroup")?.clone();
+    let need =
+        |what: &str| format!("ldaptrafgroup needs {what} before it (the plugin uses it here)");
+    let (uris, bind_dn, bind_pw) = l.connect.ok_or_else(|| need("ldapconnect"))?;
+    let (user_attr, group_attr, lowercase) = l.attr.ok_or_else(|| need("ldapattr"))?;
+    let base = l.sbase.ok_or_else(|| need("ldapsbase"))?;
+    let dir = l.dircount.ok_or_else(|| need("ldapdircount"))?;
+    let period = match args[2].as_str() {
+        "MONTHLY" | "monthly" => Period::Monthly,
+        "WEEKLY" | "weekly" => Period::Weekly,
+        "DAILY" | "daily" => Period::Daily,
+        t => {
+            return Err(format!(
+                "'{}' is not a counter period: MONTHLY, WEEKLY or DAILY (3proxy's plugin \
+                 leaves the period undefined for anything else)",
+                quote(t)
+            ))
+        }
+    };
+    // C's unsigned long: a negative LIMIT wraps to a huge one, as there.
+    let limit = atoi_warn(state, &args[3]) as u64;
+    let rate = atoi_warn(state, &args[4]);
+    if rate <= 0 || rate > i64::from(i32::MAX) {
+        return Err(format!(
+            "'{}' is not a rate in bits per second (1 or more; 3proxy divides by it)",
+            quote(&args[4])
+        ));
+    }
+    let q = crate::sys::ldap::GroupSearch {
+        uris,
+        bind_dn,
+        bind_pw,
+        base,
+        filter: format!("({group_attr}={})", args[1]),
+        attr: user_attr,
+        timeout: state.timeouts.get(crate::timeouts::Timeouts::BYTE_LONG),
+    };
+    let members = crate::sys::ldap::group_members(&q).map_err(|e| format!("ldaptrafgroup: {e}"))?;
+    let line = super::access_cmds::limit_key(state, args);
+    for name in members {
+        let Ok(mut name) = String::from_utf8(name) else {
+            state.lenient(format!(
+                "ldaptrafgroup: a member of {} whose name is not UTF-8 is passed over",
+                quote(&args[1])
+            ));
+            continue;
+        };
+        if lowercase {
+            name = name.to_ascii_lowercase();
+        }
+        if name.is_empty()
+            || name.contains(['/', '\\'])
+            || name.contains("..")
+            || name.contains('\0')
+        {
+            continue;
+        }
+        let lc = format!("{dir}{name}.lc");
+        state.access.limits.add_group_member(
+            &format!("{line} {name}"),
+            &name,
+            rate as u64,
+            period,
+            limit,
+            lc,
+        );
+    }
+    Ok(())
+}
+
+/// A number as C's atoi reads it, with a warning when that was not all
+/// of it.
+fn atoi_warn(state: &mut State, v: &str) -> i64 {
+    let (n, whole) = atoi(v);
+    if !whole {
+        state.lenient(format!(
+            "'{}' is not a number: {n} used, as 3proxy's atoi reads it",
+            quote(v)
+        ));
+    }
+    n
 }
 
 /// StringsPlugin's file: read now (3proxy's plugin reads it when its
@@ -574,7 +646,7 @@ mod tests {
             "ldaptrafgroup cn=g,dc=x MONTHLY 200 60000",
         ])
         .unwrap_err();
-        assert!(e.starts_with("ldaptrafgroup is not built"), "{e}");
+        assert!(e.contains("needs ldapconnect before it"), "{e}");
         let e = run(&["plugin LdapPlugin.ld.so start", "ldapconnect ldap://h cn=a"]).unwrap_err();
         assert!(e.contains("not a host[:port]"), "{e}");
         assert_eq!(atoi(" 12x"), (12, false));

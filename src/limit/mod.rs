@@ -38,8 +38,12 @@ use counters::{report_text, Counter, CounterView};
 pub use counters::{CountKind, Period};
 use shaping::Bucket;
 
-/// Write every changed counter record now (at exit).
-pub use crate::counter_file::flush as flush_counters;
+/// Write every changed counter record now (at exit), and LdapPlugin's
+/// counter files.
+pub fn flush_counters() {
+    crate::counter_file::flush();
+    crate::dircount::flush();
+}
 
 /// The limit lists of the running cfg.
 #[derive(Debug, Default)]
@@ -160,6 +164,37 @@ impl Limits {
         r.timed |= rule.timed();
         r.count.push((rule, kind, counter));
         Ok(())
+    }
+
+    /// LdapPlugin's `ldaptrafgroup`, for one member of its group: a
+    /// `bandlimin` of `bps` and a `countin` of `limit` bytes per `period`
+    /// for `user` alone, put before every rule so far as the plugin puts
+    /// them. The counter is not in the counter file: its state is read
+    /// from, and kept in, the text file `lc` (`crate::dircount`). `key`
+    /// keeps both across reloads, as a cfg line's.
+    pub fn add_group_member(
+        &self,
+        key: &str,
+        user: &str,
+        bps: u64,
+        period: Period,
+        limit: u64,
+        lc: String,
+    ) {
+        let rule = Rule {
+            users: Some(std::collections::HashSet::from([user.to_string()])),
+            ..Rule::default()
+        };
+        let bucket = shared(&format!("{key} bandlimin"), || Bucket::new(bps));
+        let counter = shared(&format!("{key} countin"), || {
+            let saved = crate::dircount::read(&lc);
+            Counter::new(0, "ldapcounters".into(), period, limit, saved, unix_now())
+        });
+        let record: Arc<dyn crate::counter_file::Record> = counter.clone();
+        crate::dircount::keep(lc, &record);
+        let mut r = self.write();
+        r.band_in.insert(0, (rule.clone(), Some(bucket)));
+        r.count.insert(0, (rule, CountKind::In, Some(counter)));
     }
 
     /// The counter rules in cfg order, as the admin service shows them.

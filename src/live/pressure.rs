@@ -15,7 +15,8 @@
 //! connect again; a client is told by the close, as when its idle
 //! timeout ends it); without one, the session that has waited longest
 //! for its head, at least [`RECLAIM_AGE`], while sending below its
-//! service's `minrate` over that time. A busy session is never chosen.
+//! service's `minrate` over that time. Each only if the waiting client
+//! is worth more (see [`reclaim`]). A busy session is never chosen.
 //! The choice is a compare-exchange of the victim's phase, which races
 //! with the session's own change to busy (a swap, [`Registration::busy`]):
 //! either the session was still waiting when it was chosen and learns so,
@@ -32,6 +33,11 @@ use super::{clock, lock, EndedBy, Entry, Phase, Registration, REGISTRY};
 /// that a backlog of slow clients drains in a few rounds: at `maxconn`
 /// N with a backlog of B, the last one is in after about B/N x this.
 pub const RECLAIM_AGE: Duration = Duration::from_millis(100);
+
+/// An idle kept-alive client is closed only for a waiting client that has
+/// sent at least this much (an HTTP request line; a TLS ClientHello):
+/// not for one of a crowd that sends a byte or nothing.
+pub const IDLE_OFFER: usize = 16;
 
 /// How often the sweeper looks for heads below their `minrate`.
 const SWEEP_EVERY: Duration = Duration::from_secs(1);
@@ -87,9 +93,15 @@ fn below(rate: u32, got: u32, since: u64, now: u64) -> bool {
 }
 
 /// Close one session of the service `key` so that its slot goes to a
-/// waiting client (see the module doc); what it was doing, or None if no
-/// session may be closed.
-pub fn reclaim(key: usize, now: Instant) -> Option<Phase> {
+/// waiting client that has sent `offer` bytes (see the module doc); what
+/// it was doing, or None if no session may be closed. A waiting client
+/// is worth a slot only against what it would replace: an idle session
+/// only if it has sent IDLE_OFFER bytes or more, a slow head only if it
+/// has sent more than that head has, or the head is past its `minrate`
+/// grace (the sweeper would close it within a second anyway). So a crowd
+/// that reconnects as fast as it is closed does not turn the slots over
+/// among itself.
+pub fn reclaim(key: usize, now: Instant, offer: usize) -> Option<Phase> {
     if key == 0 {
         return None;
     }
@@ -103,7 +115,7 @@ pub fn reclaim(key: usize, now: Instant) -> Option<Phase> {
         for e in s.slots.iter().flatten() {
             let phase = e.phase.load(Ordering::Relaxed);
             let rank = match phase {
-                p if p == Phase::Idle as u8 => 0,
+                p if p == Phase::Idle as u8 && offer >= IDLE_OFFER => 0,
                 p if p == Phase::Head as u8 => 1,
                 _ => continue,
             };
@@ -120,7 +132,9 @@ pub fn reclaim(key: usize, now: Instant) -> Option<Phase> {
             }
             if rank == 1 {
                 let got = e.got.load(Ordering::Relaxed);
-                if now.saturating_sub(since) < min_age || !below(st.guard.rate, got, since, now) {
+                let age = now.saturating_sub(since);
+                let worth = offer > got as usize || age >= u64::from(st.guard.grace_ms);
+                if age < min_age || !below(st.guard.rate, got, since, now) || !worth {
                     continue;
                 }
             }
@@ -242,16 +256,16 @@ mod tests {
         let o = register("proxy", 2, None, &other, start, guard(0x5eed_0100));
         o.idle(Instant::now() - Duration::from_secs(60));
         // The head is too young to be taken; the idle one goes first.
-        assert_eq!(reclaim(key, Instant::now()), Some(Phase::Idle));
+        assert_eq!(reclaim(key, Instant::now(), 100), Some(Phase::Idle));
         assert_eq!(i.ended_by(), Some(EndedBy::Reclaim));
         let mut buf = [0u8; 1];
         assert_eq!(p_idle.read(&mut buf).unwrap(), 0);
-        assert_eq!(reclaim(key, Instant::now()), None, "the head is young");
+        assert_eq!(reclaim(key, Instant::now(), 100), None, "the head is young");
         let later = Instant::now() + RECLAIM_AGE + Duration::from_millis(10);
-        assert_eq!(reclaim(key, later), Some(Phase::Head));
+        assert_eq!(reclaim(key, later, 100), Some(Phase::Head));
         assert_eq!(p_head.read(&mut buf).unwrap(), 0);
         assert!(!h.busy(), "a taken session learns it");
-        assert_eq!(reclaim(key, later + Duration::from_secs(60)), None);
+        assert_eq!(reclaim(key, later + Duration::from_secs(60), 100), None);
         assert!(!b.ended() && !o.ended());
         p_busy.set_nonblocking(true).unwrap();
         assert!(p_busy.read(&mut buf).is_err(), "the busy one is open");
@@ -265,9 +279,40 @@ mod tests {
         let h = register("proxy", 1, None, &s, SystemTime::now(), guard(key));
         h.head(10_000);
         let later = Instant::now() + Duration::from_secs(2);
-        assert_eq!(reclaim(key, later), None);
+        assert_eq!(reclaim(key, later, 100_000), None);
         h.head(150);
-        assert_eq!(reclaim(key, later), Some(Phase::Head));
+        assert_eq!(reclaim(key, later, 100_000), Some(Phase::Head));
+    }
+
+    /// A waiting client is worth a slot only against what it replaces:
+    /// an idle session for IDLE_OFFER bytes, a slow head for more bytes
+    /// than it has, or once the head is past its grace.
+    #[test]
+    fn reclaim_weighs_the_waiting_client() {
+        let key = 0x5eed_0004;
+        let (_pi, idle) = pair();
+        let (_ph, head) = pair();
+        let start = SystemTime::now();
+        let i = register("proxy", 1, None, &idle, start, guard(key));
+        i.idle(Instant::now());
+        let h = register("proxy", 1, None, &head, start, guard(key));
+        h.head(2);
+        let soon = Instant::now() + RECLAIM_AGE + Duration::from_millis(10);
+        // One byte: neither the idle session nor a head of two bytes.
+        assert_eq!(reclaim(key, soon, 1), None);
+        assert_eq!(reclaim(key, soon, 2), None);
+        // Three bytes: the head, still not the idle one.
+        assert_eq!(reclaim(key, soon, 3), Some(Phase::Head));
+        assert!(!i.ended());
+        assert_eq!(reclaim(key, soon, IDLE_OFFER - 1), None);
+        assert_eq!(reclaim(key, soon, IDLE_OFFER), Some(Phase::Idle));
+        // Past its grace a head goes for anyone.
+        let (_pl, late) = pair();
+        let l = register("proxy", 1, None, &late, start, guard(key));
+        l.head(5);
+        let past = Instant::now() + Duration::from_secs(4);
+        assert_eq!(reclaim(key, past, 0), Some(Phase::Head));
+        assert!(l.ended());
     }
 
     /// The sweeper closes a head below its rate after the grace (the

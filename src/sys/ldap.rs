@@ -69,6 +69,10 @@ type CountFn = unsafe extern "C" fn(*mut c_void, *mut c_void) -> c_int;
 type MsgFreeFn = unsafe extern "C" fn(*mut c_void) -> c_int;
 type UnbindFn = unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_void) -> c_int;
 type Err2StringFn = unsafe extern "C" fn(c_int) -> *const c_char;
+type EntryFn = unsafe extern "C" fn(*mut c_void, *mut c_void) -> *mut c_void;
+type GetValuesFn =
+    unsafe extern "C" fn(*mut c_void, *mut c_void, *const c_char) -> *mut *mut Berval;
+type ValueFreeFn = unsafe extern "C" fn(*mut *mut Berval);
 
 /// The entry points we call, resolved once.
 struct Lib {
@@ -80,6 +84,10 @@ struct Lib {
     msgfree: MsgFreeFn,
     unbind: UnbindFn,
     err2string: Err2StringFn,
+    first_entry: EntryFn,
+    next_entry: EntryFn,
+    get_values: GetValuesFn,
+    value_free: ValueFreeFn,
 }
 
 static LIB: OnceLock<Result<Lib, String>> = OnceLock::new();
@@ -98,6 +106,10 @@ fn load() -> Result<Lib, String> {
         sym(c"ldap_msgfree")?,
         sym(c"ldap_unbind_ext_s")?,
         sym(c"ldap_err2string")?,
+        sym(c"ldap_first_entry")?,
+        sym(c"ldap_next_entry")?,
+        sym(c"ldap_get_values_len")?,
+        sym(c"ldap_value_free_len")?,
     ];
     // SAFETY: these are libldap's exported functions, whose C signatures
     // (ldap.h, the stable OpenLDAP 2 ABI) are exactly the types above.
@@ -111,6 +123,10 @@ fn load() -> Result<Lib, String> {
             msgfree: std::mem::transmute::<*mut c_void, MsgFreeFn>(syms[5]),
             unbind: std::mem::transmute::<*mut c_void, UnbindFn>(syms[6]),
             err2string: std::mem::transmute::<*mut c_void, Err2StringFn>(syms[7]),
+            first_entry: std::mem::transmute::<*mut c_void, EntryFn>(syms[8]),
+            next_entry: std::mem::transmute::<*mut c_void, EntryFn>(syms[9]),
+            get_values: std::mem::transmute::<*mut c_void, GetValuesFn>(syms[10]),
+            value_free: std::mem::transmute::<*mut c_void, ValueFreeFn>(syms[11]),
         })
     }
 }
@@ -307,17 +323,70 @@ pub fn check(s: &Arc<Settings>, user: &str, password: &str) -> Result<(), Refuse
         password: password.as_bytes().to_vec(),
         filter: CString::new(filter).map_err(nul)?,
     };
+    // Two connects and three operations at most, and a second of slack.
+    let wait = s.timeout * 5 + Duration::from_secs(1);
+    match on_worker(wait, move || run(&job)) {
+        Ok(r) => r,
+        Err(Worker::Timeout) => Err(Refused::TimedOut),
+        Err(Worker::Spawn(e)) => Err(Refused::Unavailable(format!(
+            "cannot start a thread for the check: {e}"
+        ))),
+    }
+}
+
+/// Why a job on a worker thread gave no answer.
+enum Worker {
+    Spawn(std::io::Error),
+    Timeout,
+}
+
+/// Run `job` on a thread of its own with a full-size stack, and wait for
+/// its answer no longer than `wait` (the thread, left behind, ends when
+/// libldap's own time limits end its calls).
+fn on_worker<T: Send + 'static>(
+    wait: Duration,
+    job: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, Worker> {
     let (reply, answer) = mpsc::channel();
     std::thread::Builder::new()
         .name("ldap".into())
         .stack_size(WORKER_STACK)
         .spawn(move || {
-            let _ = reply.send(run(&job));
+            let _ = reply.send(job());
         })
-        .map_err(|e| Refused::Unavailable(format!("cannot start a thread for the check: {e}")))?;
-    // Two connects and three operations at most, and a second of slack.
-    let wait = s.timeout * 5 + Duration::from_secs(1);
-    answer.recv_timeout(wait).unwrap_or(Err(Refused::TimedOut))
+        .map_err(Worker::Spawn)?;
+    answer.recv_timeout(wait).map_err(|_| Worker::Timeout)
+}
+
+/// `ldaptrafgroup`'s question, which the plugin asks while the cfg
+/// loads: with `ldapconnect`'s DN and password, a search of the subtree
+/// of `base` for `filter`.
+#[derive(Debug, Clone)]
+pub struct GroupSearch {
+    pub uris: String,
+    pub bind_dn: String,
+    pub bind_pw: Option<String>,
+    pub base: String,
+    pub filter: String,
+    /// The attribute whose first value names each member.
+    pub attr: String,
+    /// The connect's and each operation's time limit.
+    pub timeout: Duration,
+}
+
+/// The first value of `q.attr` of each entry the search finds, in the
+/// order of the directory's answer.
+pub fn group_members(q: &GroupSearch) -> Result<Vec<Vec<u8>>, String> {
+    lib()?;
+    let uris = q.uris.clone();
+    let q = q.clone();
+    // One connect and two operations, and a second of slack.
+    let wait = q.timeout * 3 + Duration::from_secs(1);
+    match on_worker(wait, move || search_members(&q)) {
+        Ok(r) => r,
+        Err(Worker::Timeout) => Err(format!("no answer from {uris} within {} s", wait.as_secs())),
+        Err(Worker::Spawn(e)) => Err(format!("cannot start a thread for the search: {e}")),
+    }
 }
 
 struct Job {
@@ -419,20 +488,21 @@ impl<'a> Conn<'a> {
         }
     }
 
-    /// A subtree search: how many entries match.
-    fn count(
+    /// A subtree search asking for `attr`: its answer, whose chain is
+    /// freed when dropped.
+    fn search(
         &self,
         base: &CStr,
         filter: &CStr,
         attr: &CStr,
         timeout: Duration,
-    ) -> Result<c_int, String> {
+    ) -> Result<Answer<'_>, String> {
         let attrs = [attr.as_ptr(), std::ptr::null()];
         let tv = timeval(timeout);
         let mut res = std::ptr::null_mut();
         // SAFETY: a live handle, valid C strings, a NULL-terminated
         // attribute list and a timeval that outlive the call; `res`
-        // receives a message chain we free below.
+        // receives a message chain the Answer frees.
         let rc = unsafe {
             (self.lib.search)(
                 self.ld,
@@ -448,20 +518,71 @@ impl<'a> Conn<'a> {
                 &mut res,
             )
         };
-        let n = if res.is_null() {
-            -1
-        } else {
-            // SAFETY: the live handle and the chain the search returned.
-            unsafe { (self.lib.count)(self.ld, res) }
-        };
-        if !res.is_null() {
-            // SAFETY: frees the chain the search returned; not used after.
-            unsafe { (self.lib.msgfree)(res) };
-        }
+        let answer = Answer { conn: self, res };
+        let entries = answer.count();
         match rc {
-            LDAP_SUCCESS if n >= 0 => Ok(n),
-            LDAP_SIZELIMIT_EXCEEDED if n > 0 => Ok(n),
+            LDAP_SUCCESS if entries >= 0 => Ok(answer),
+            LDAP_SIZELIMIT_EXCEEDED if entries > 0 => Ok(answer),
             _ => Err(err_text(self.lib, rc)),
+        }
+    }
+}
+
+/// A search's chain of messages, freed when dropped.
+struct Answer<'a> {
+    conn: &'a Conn<'a>,
+    res: *mut c_void,
+}
+
+impl Answer<'_> {
+    /// How many entries it has; -1 when there is no chain.
+    fn count(&self) -> c_int {
+        if self.res.is_null() {
+            return -1;
+        }
+        // SAFETY: the live handle and the chain its search returned.
+        unsafe { (self.conn.lib.count)(self.conn.ld, self.res) }
+    }
+
+    /// The first value of `attr` in each entry that has one, in the
+    /// order of the answer.
+    fn first_values(&self, attr: &CStr) -> Vec<Vec<u8>> {
+        let lib = self.conn.lib;
+        let mut out = Vec::new();
+        if self.res.is_null() {
+            return out;
+        }
+        // SAFETY: the live handle and the chain its search returned; an
+        // entry pointer is one of that chain's, valid while it is.
+        let mut entry = unsafe { (lib.first_entry)(self.conn.ld, self.res) };
+        while !entry.is_null() {
+            // SAFETY: a live handle, an entry of its chain and a valid C
+            // string; the array returned (NULL-terminated) is ours to
+            // free with ldap_value_free_len, which we do once read.
+            unsafe {
+                let vals = (lib.get_values)(self.conn.ld, entry, attr.as_ptr());
+                if !vals.is_null() {
+                    let first = *vals;
+                    if !first.is_null() && !(*first).val.is_null() {
+                        let b = &*first;
+                        out.push(
+                            std::slice::from_raw_parts(b.val.cast::<u8>(), b.len as usize).to_vec(),
+                        );
+                    }
+                    (lib.value_free)(vals);
+                }
+                entry = (lib.next_entry)(self.conn.ld, entry);
+            }
+        }
+        out
+    }
+}
+
+impl Drop for Answer<'_> {
+    fn drop(&mut self) {
+        if !self.res.is_null() {
+            // SAFETY: frees the chain the search returned; not used after.
+            unsafe { (self.conn.lib.msgfree)(self.res) };
         }
     }
 }
@@ -484,13 +605,29 @@ fn run(job: &Job) -> Result<(), Refused> {
     conn.bind(&dn, pw.as_bytes())
         .map_err(Refused::ServiceBind)?;
     let n = conn
-        .count(&c(&s.sbase)?, &job.filter, &c(&s.user_attr)?, s.timeout)
-        .map_err(Refused::Search)?;
+        .search(&c(&s.sbase)?, &job.filter, &c(&s.user_attr)?, s.timeout)
+        .map_err(Refused::Search)?
+        .count();
     if n == 0 {
         Err(Refused::NotMember)
     } else {
         Ok(())
     }
+}
+
+/// The group search, on its worker thread.
+fn search_members(q: &GroupSearch) -> Result<Vec<Vec<u8>>, String> {
+    let lib = lib()?;
+    let c = |t: &str| CString::new(t).map_err(|_| "a NUL byte in the cfg".to_string());
+    let conn = Conn::open(lib, &c(&q.uris)?, q.timeout)?;
+    let pw = q.bind_pw.as_deref().unwrap_or("");
+    conn.bind(&c(&q.bind_dn)?, pw.as_bytes())
+        .map_err(|e| format!("ldapconnect's bind as {}: {e}", q.bind_dn))?;
+    let attr = c(&q.attr)?;
+    let answer = conn
+        .search(&c(&q.base)?, &c(&q.filter)?, &attr, q.timeout)
+        .map_err(|e| format!("the search of {} for {}: {e}", q.base, q.filter))?;
+    Ok(answer.first_values(&attr))
 }
 
 #[cfg(test)]

@@ -265,6 +265,21 @@ pub fn shutdown_read(fd: &ForeignFd) {
     }
 }
 
+/// How many bytes the socket `fd` has received and its owner not read
+/// yet (FIONREAD); 0 when it cannot say.
+pub fn pending_bytes(fd: std::os::fd::BorrowedFd<'_>) -> usize {
+    use std::os::fd::AsRawFd;
+    let mut n: libc::c_int = 0;
+    // SAFETY: FIONREAD writes one int through the pointer, which points
+    // at `n`, alive for the call; the descriptor is borrowed, so open.
+    let rc = unsafe { libc::ioctl(fd.as_raw_fd(), libc::FIONREAD, &mut n as *mut libc::c_int) };
+    if rc < 0 {
+        0
+    } else {
+        n.max(0) as usize
+    }
+}
+
 /// The names a user can write, for `--help`.
 pub fn names() -> impl Iterator<Item = &'static str> {
     TABLE.iter().map(|o| o.name).chain(IGNORED.iter().copied())

@@ -65,10 +65,13 @@ use std::sync::{Arc, Mutex, Weak};
 use std::thread::Thread;
 use std::time::{Duration, Instant};
 
+mod door;
+
 use crate::client::{Accepted, Client, Serve, Slot, Tail};
 use crate::net::Listener;
 use crate::running::Running;
 use crate::service::Service;
+use door::Door;
 
 /// How long a finished client thread waits for the next client before it
 /// exits and frees its stack.
@@ -123,13 +126,14 @@ pub fn run(r: Arc<Running>, listener: Listener, serve: Serve) {
     let mut last_err: Option<Instant> = None;
     let mut spare = Spare::take(&listener);
     let mut reclaim = Reclaim::default();
+    let mut door = Door::default();
     crate::live::pressure::start_sweeper();
     // The receive timeout set on the listener, which each accepted socket
     // inherits (see `first_read_timeout`).
     let mut rcvtimeo = None;
     // A client accepted ahead of the one being handed over.
     let mut ahead: Option<(crate::net::Stream, Option<SocketAddr>, Slot)> = None;
-    while !r.stopped() {
+    'accept: while !r.stopped() {
         // The settings of the moment: a reload may have swapped them.
         let svc = r.current();
         let want = first_read_timeout(&svc);
@@ -139,14 +143,27 @@ pub fn run(r: Arc<Running>, listener: Listener, serve: Serve) {
         }
         let (stream, peer, slot) = match ahead.take() {
             Some(x) => x,
-            None => {
-                let slot = match Slot::try_take(&svc) {
-                    Some(s) => Some(s),
-                    None if svc.reclaim => reclaim.for_one(&svc, &listener, &mut last_warn),
-                    None => Slot::take(&svc, &mut last_warn),
+            None => 'next: {
+                // While clients are held at the door, slots go to them.
+                let free = if door.is_empty() {
+                    Slot::try_take(&svc)
+                } else {
+                    None
                 };
-                let Some(slot) = slot else {
-                    continue;
+                let slot = match free {
+                    Some(s) => s,
+                    None if svc.reclaim || !door.is_empty() => {
+                        // Threads must not accept past the door.
+                        idle.set_behind(false);
+                        match reclaim.through_door(&mut door, &svc, &listener, &mut last_warn) {
+                            Some(x) => break 'next x,
+                            None => continue 'accept,
+                        }
+                    }
+                    None => match Slot::take(&svc, &mut last_warn) {
+                        Some(s) => s,
+                        None => continue 'accept,
+                    },
                 };
                 match listener.accept() {
                     Ok((stream, peer)) => (stream, peer, slot),
@@ -154,7 +171,7 @@ pub fn run(r: Arc<Running>, listener: Listener, serve: Serve) {
                         drop(slot);
                         idle.set_behind(false);
                         wait_for_client(&listener);
-                        continue;
+                        continue 'accept;
                     }
                     Err(e) => {
                         drop(slot);
@@ -164,7 +181,7 @@ pub fn run(r: Arc<Running>, listener: Listener, serve: Serve) {
                                 spare.refuse_one(&listener, &svc);
                             }
                         }
-                        continue;
+                        continue 'accept;
                     }
                 }
             }
@@ -173,7 +190,7 @@ pub fn run(r: Arc<Running>, listener: Listener, serve: Serve) {
         // the CPU from us for a while), accept the next one if it waits:
         // then the backlog is not empty and the threads help.
         let mut wait = false;
-        if let Some(slot) = Slot::try_take(&svc) {
+        if let Some(slot) = door.is_empty().then(|| Slot::try_take(&svc)).flatten() {
             match listener.accept() {
                 Ok((s, p)) => {
                     idle.set_behind(true);
@@ -207,8 +224,10 @@ pub fn run(r: Arc<Running>, listener: Listener, serve: Serve) {
             wait_for_client(&listener);
         }
     }
-    // A client accepted ahead when the service stopped is closed.
+    // A client accepted ahead or held at the door when the service
+    // stopped is closed.
     drop(ahead);
+    drop(door);
     idle.close();
     let svc = r.current();
     if !svc.opts.silent {
@@ -221,9 +240,15 @@ pub fn run(r: Arc<Running>, listener: Listener, serve: Serve) {
 /// it ages: `live::pressure::RECLAIM_AGE`).
 const RECLAIM_WAIT: Duration = Duration::from_millis(100);
 
-/// `reclaim`: a full service with a client in its backlog closes an idle
-/// or slow session for it (`live::pressure::reclaim`), and says how many
-/// it closed at most every 5 s.
+/// How long the acceptor of a full service with clients at its door and
+/// nothing to reclaim for them waits for a new client before it looks
+/// again (a slot may have freed meanwhile).
+const DOOR_WAIT: Duration = Duration::from_millis(20);
+
+/// `reclaim`: a full service holds its new clients at its door
+/// ([`door`]) and closes an idle or slow session for each
+/// (`live::pressure::reclaim`), and says how many it closed at most
+/// every 5 s.
 #[derive(Default)]
 struct Reclaim {
     /// Idle sessions and slow heads closed since the last warning.
@@ -233,44 +258,75 @@ struct Reclaim {
 }
 
 impl Reclaim {
-    /// A slot for the next client of a full service: one whose session
-    /// was reclaimed for a client waiting in the backlog, or one freed
-    /// while waiting for it (None when neither came within RECLAIM_WAIT).
-    fn for_one(
+    /// The next client of a full service, or of one with clients held at
+    /// its door, and its slot: the held client a slot goes to, with a slot
+    /// that was free, that reclaiming a session freed, or that was freed
+    /// while waiting for it (None when none came within RECLAIM_WAIT, or
+    /// no client is held: then it has waited up to RECLAIM_WAIT for one).
+    fn through_door(
         &mut self,
+        door: &mut Door,
         svc: &Arc<Service>,
         listener: &Listener,
         last_warn: &mut Option<Instant>,
-    ) -> Option<Slot> {
-        if client_waiting(listener) {
-            let key = Arc::as_ptr(svc) as usize;
-            match crate::live::pressure::reclaim(key, Instant::now()) {
-                Some(crate::live::Phase::Idle) => self.idle += 1,
-                Some(_) => self.slow += 1,
-                None => {}
+    ) -> Option<(crate::net::Stream, Option<SocketAddr>, Slot)> {
+        door.fill(svc, listener);
+        door.sweep(svc);
+        self.report(svc, door);
+        let Some((best, offer)) = door.best() else {
+            door::wait_for_client_within(listener, RECLAIM_WAIT);
+            return None;
+        };
+        let slot = match Slot::try_take(svc) {
+            Some(s) => s,
+            None => {
+                let key = Arc::as_ptr(svc) as usize;
+                let closed = svc
+                    .reclaim
+                    .then(|| crate::live::pressure::reclaim(key, Instant::now(), offer))
+                    .flatten();
+                match closed {
+                    Some(crate::live::Phase::Idle) => self.idle += 1,
+                    Some(_) => self.slow += 1,
+                    None => {}
+                }
+                if closed.is_none() {
+                    // Nothing to close for the clients held: what may
+                    // change that is a new client (or a slot freed
+                    // meanwhile); the door also keeps the backlog empty.
+                    door::wait_for_client_within(listener, DOOR_WAIT);
+                    Slot::try_take(svc)?
+                } else {
+                    Slot::take_within(svc, last_warn, RECLAIM_WAIT)?
+                }
             }
-        }
-        self.report(svc);
-        Slot::take_within(svc, last_warn, RECLAIM_WAIT)
+        };
+        let (stream, peer) = door.take(best);
+        Some((stream, peer, slot))
     }
 
-    fn report(&mut self, svc: &Service) {
+    fn report(&mut self, svc: &Service, door: &mut Door) {
         let due = self
             .since
             .is_none_or(|t| t.elapsed() >= Duration::from_secs(5));
         if !due {
             return;
         }
-        if self.idle + self.slow > 0 {
+        let held = door.pushed_out + door.too_slow;
+        if self.idle + self.slow + held > 0 {
             log::warn!(
-                "{} on {}: at maxconn ({}): closed {} idle and {} slow clients for new ones",
+                "{} on {}: at maxconn ({}): closed {} idle and {} slow clients for new ones, \
+                 and {} of the new ones waiting (door full: {}, below minrate: {})",
                 svc.def.name,
                 svc.listen,
                 svc.maxconn,
                 self.idle,
-                self.slow
+                self.slow,
+                held,
+                door.pushed_out,
+                door.too_slow
             );
-        } else {
+        } else if !door.is_empty() {
             log::warn!(
                 "{} on {}: at maxconn ({}): no idle or slow client to close, new ones wait",
                 svc.def.name,
@@ -278,19 +334,13 @@ impl Reclaim {
                 svc.maxconn
             );
         }
+        door.pushed_out = 0;
+        door.too_slow = 0;
         *self = Reclaim {
             since: Some(Instant::now()),
             ..Reclaim::default()
         };
     }
-}
-
-/// A client waits in the listener's backlog.
-fn client_waiting(listener: &Listener) -> bool {
-    use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
-    use std::os::fd::AsFd;
-    let mut fds = [PollFd::new(listener.as_fd(), PollFlags::POLLIN)];
-    poll(&mut fds, PollTimeout::ZERO).is_ok_and(|n| n > 0)
 }
 
 /// The receive timeout a service's accepted sockets should have from the
