@@ -473,13 +473,18 @@ class Sampler(threading.Thread):
 
 
 def settle(pid, base, bound=60.0):
-    """Wait until the proxy's threads and descriptors are back to BASE
-    (RSS may keep freed pages); returns (figures, seconds waited)."""
+    """Wait until the proxy's threads and descriptors are back to BASE,
+    then 2.5 s more for its heap trim; returns (figures, seconds
+    waited)."""
     t0 = time.monotonic()
     f = proc_figures(pid)
     while time.monotonic() - t0 < bound:
         f = proc_figures(pid)
         if f[0] <= base[0] and f[1] <= base[1]:
+            # The proxy gives free heap back once a second after threads
+            # exit: read RSS after that.
+            time.sleep(2.5)
+            f = proc_figures(pid)
             break
         time.sleep(0.5)
     return f, round(time.monotonic() - t0, 1)

@@ -676,7 +676,13 @@ impl IdleThreads {
             }
             match self.wait(&seat) {
                 Some(next) => job = next,
-                None => return,
+                None => {
+                    // What its clients allocated is free now, in malloc's
+                    // arena of this thread: have it trimmed within a
+                    // second (after a crowd, hundreds exit at once).
+                    crate::sys::mem::freed_big();
+                    return;
+                }
             }
         }
     }
