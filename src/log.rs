@@ -12,8 +12,8 @@
 //! Invariants: a record is formatted once and written with one write() (a
 //! file is opened with O_APPEND; standard output is written to its
 //! descriptor, not through Rust's buffer), so lines never interleave; a
-//! record a failed write cut short is followed by a newline before the
-//! next (`Loss`); only the
+//! record a failed write cut short is taken back, or where it cannot be
+//! (a pipe), followed by a newline before the next (`Loss`); only the
 //! writer thread writes, rotates and runs the archiver, never a client
 //! thread; the writer starts with the first record, after the cfg has
 //! loaded and after `daemon`'s fork; at a normal exit [`flush`] waits for
@@ -161,9 +161,27 @@ impl Sink {
                 // what it then wrote).
                 use std::os::fd::AsFd;
                 let mut loss = STDOUT_LOSS.lock().unwrap_or_else(|e| e.into_inner());
-                loss.write(&"stdout", line, |b| {
-                    nix::unistd::write(io::stdout().as_fd(), b).map_err(io::Error::from)
-                });
+                loss.write(
+                    &"stdout",
+                    line,
+                    |b| nix::unistd::write(io::stdout().as_fd(), b).map_err(io::Error::from),
+                    |n| {
+                        // Only a regular file can be cut back (a pipe or
+                        // a terminal has the bytes already).
+                        use std::io::Seek;
+                        let mut f = File::from(io::stdout().as_fd().try_clone_to_owned()?);
+                        let m = f.metadata()?;
+                        if !m.is_file() {
+                            return Err(io::ErrorKind::Unsupported.into());
+                        }
+                        let len = m.len().saturating_sub(n as u64);
+                        f.set_len(len)?;
+                        // Opened without O_APPEND (a shell's `>`), the
+                        // descriptor's offset (shared with the copy) must
+                        // come back too, or the next write leaves a hole.
+                        f.seek(io::SeekFrom::Start(len)).map(drop)
+                    },
+                );
                 Ok(())
             }
             Sink::File(f) => f.write(line),
@@ -537,8 +555,9 @@ struct Loss {
     /// once when it starts, and the count once when a record is written
     /// again.
     lost: u64,
-    /// The last failed write left part of a record (its text stays): the
-    /// next record starts on a line of its own.
+    /// A failed write left part of a record that could not be taken
+    /// back (standard output on a pipe or a terminal): the next record
+    /// starts on a line of its own.
     torn: bool,
 }
 
@@ -551,15 +570,19 @@ static STDOUT_LOSS: Mutex<Loss> = Mutex::new(Loss {
 
 impl Loss {
     /// Write one record with `write` (one call, unless it writes less),
-    /// after a newline if the last one was cut short. A record that
+    /// after a newline if a cut record was left before it. A record that
     /// cannot be written is lost: the first loss is reported, then
     /// nothing until a record is written again, which reports how many
-    /// were lost.
+    /// were lost. A record cut short (a full disk) is taken back with
+    /// `undo` (given how many of its bytes were written), so that no
+    /// partial record stays; where that fails, the next record starts
+    /// on a line of its own.
     fn write(
         &mut self,
         name: &dyn std::fmt::Display,
         line: &[u8],
         write: impl FnMut(&[u8]) -> io::Result<usize>,
+        undo: impl FnOnce(usize) -> io::Result<()>,
     ) {
         let res = if self.torn {
             let mut whole = Vec::with_capacity(line.len() + 1);
@@ -581,7 +604,9 @@ impl Loss {
                 }
             }
             Err((e, written)) => {
-                self.torn |= written > 0;
+                if written > 0 && undo(written).is_err() {
+                    self.torn = true;
+                }
                 self.lost += 1;
                 if self.lost == 1 {
                     log::warn!(
@@ -661,7 +686,17 @@ impl FileLog {
             file, path, loss, ..
         } = &mut *cur;
         let mut f: &File = file;
-        loss.write(&path.display(), line, |b| f.write(b));
+        loss.write(
+            &path.display(),
+            line,
+            |b| f.write(b),
+            |n| {
+                // Appended by this thread alone: the last n bytes are
+                // the cut record's.
+                let len = file.metadata()?.len();
+                file.set_len(len.saturating_sub(n as u64))
+            },
+        );
         Ok(())
     }
 
