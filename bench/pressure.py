@@ -16,8 +16,9 @@ an nginx origin and this probe run on CPU 1.  For DURATION seconds:
               when closed, as the slowloris ones)
   parked      (--parked N) kept-alive HTTP clients that made a request
               and now send one every 10 to 25 s, within the proxy's
-              idle wait (STRING_SHORT, 30 s); one that finds itself
-              closed reconnects, and is counted
+              idle wait (STRING_SHORT, 30 s); one closed between requests
+              connects again when its next request is due, one closed
+              while waiting for an answer at once; both are counted
   ordinary    an HTTP client (a new connection, GET of 1 KB through the
               HTTP proxy) and a SOCKS5 client (a new connection,
               CONNECT, the same GET) each every 0.5 s, 10 s timeout; a
@@ -285,6 +286,7 @@ class Crowd(threading.Thread):
         self.parked_late = 0             # answered after more than 1 s
         self.open_now = {k: 0 for k in self.want}
         self.open_at_end = {k: 0 for k in self.want}
+        self.later = []           # (when, i): parked clients to connect again
         self.oldest_at_end = {k: 0.0 for k in self.want}
         self.ready = threading.Event()
         self.rng = random.Random(1)
@@ -358,7 +360,11 @@ class Crowd(threading.Thread):
             if st["waiting"]:
                 self.parked_closed_waiting += 1
             else:
+                # Closed between requests: it connects again when it has
+                # its next request to make, as a browser does.
                 self.parked_closed_idle += 1
+                self.later.append((st["due"], st["i"]))
+                return
         if not self.stop.is_set():
             self._open(kind, st["i"])
 
@@ -390,6 +396,11 @@ class Crowd(threading.Thread):
             st["due"] = time.monotonic() + self.rng.uniform(*PARKED_EVERY)
 
     def _tick(self, now):
+        if self.later:
+            due = [x for x in self.later if x[0] <= now]
+            self.later = [x for x in self.later if x[0] > now]
+            for _, i in due:
+                self._open("parked", i)
         for st in list(self.conns.values()):
             if st["due"] > now:
                 continue

@@ -69,9 +69,14 @@ impl Door {
     }
 
     /// How many clients a service holds at most: four times `maxconn`,
-    /// at least 256.
+    /// at least 256, and never more than a quarter of the process's
+    /// descriptor limit, so that the sessions being served still get the
+    /// descriptors of their origins (with a limit of 1,024, 256).
     pub fn cap(svc: &Service) -> usize {
-        (svc.maxconn as usize).saturating_mul(4).max(256)
+        let want = (svc.maxconn as usize).saturating_mul(4).max(256);
+        let nofile = nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE)
+            .map_or(u64::MAX, |(soft, _)| soft);
+        want.min(usize::try_from(nofile / 4).unwrap_or(usize::MAX))
     }
 
     /// Take in the clients waiting in the backlog, up to the bound; at
