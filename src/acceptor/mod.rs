@@ -297,18 +297,7 @@ impl Reclaim {
                     door::wait_for_client_within(listener, DOOR_WAIT);
                     Slot::try_take(svc)?
                 } else {
-                    // The closed session's thread frees its slot: wait
-                    // for it RECLAIM_WAIT in all, taking in the clients
-                    // that come meanwhile (the listen queue stays empty).
-                    let mut slot = None;
-                    for _ in 0..RECLAIM_WAIT.as_millis() / DOOR_WAIT.as_millis() {
-                        slot = Slot::take_within(svc, last_warn, DOOR_WAIT);
-                        if slot.is_some() {
-                            break;
-                        }
-                        door.fill(svc, listener);
-                    }
-                    slot?
+                    Slot::take_within(svc, last_warn, RECLAIM_WAIT)?
                 }
             }
         };

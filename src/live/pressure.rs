@@ -97,10 +97,8 @@ fn below(rate: u32, got: u32, since: u64, now: u64) -> bool {
 /// it was doing, or None if no session may be closed. A waiting client
 /// is worth a slot only against what it would replace: an idle session
 /// only if it has sent IDLE_OFFER bytes or more, a slow head only if it
-/// has sent more than that head has, or IDLE_OFFER bytes at least (a
-/// whole request line at once, where the head has trickled in), or the
-/// head is past its `minrate` grace (the sweeper would close it within a
-/// second anyway). So a crowd
+/// has sent more than that head has, or the head is past its `minrate`
+/// grace (the sweeper would close it within a second anyway). So a crowd
 /// that reconnects as fast as it is closed does not turn the slots over
 /// among itself.
 pub fn reclaim(key: usize, now: Instant, offer: usize) -> Option<Phase> {
@@ -135,9 +133,7 @@ pub fn reclaim(key: usize, now: Instant, offer: usize) -> Option<Phase> {
             if rank == 1 {
                 let got = e.got.load(Ordering::Relaxed);
                 let age = now.saturating_sub(since);
-                let worth = offer > got as usize
-                    || offer >= IDLE_OFFER
-                    || age >= u64::from(st.guard.grace_ms);
+                let worth = offer > got as usize || age >= u64::from(st.guard.grace_ms);
                 if age < min_age || !below(st.guard.rate, got, since, now) || !worth {
                     continue;
                 }
@@ -310,15 +306,6 @@ mod tests {
         assert!(!i.ended());
         assert_eq!(reclaim(key, soon, IDLE_OFFER - 1), None);
         assert_eq!(reclaim(key, soon, IDLE_OFFER), Some(Phase::Idle));
-        // A head that has trickled in more than the waiting client has
-        // goes for one that sent IDLE_OFFER bytes at once.
-        let (_pt, trickled) = pair();
-        let t = register("proxy", 1, None, &trickled, start, guard(key));
-        t.head(40);
-        let second = Instant::now() + Duration::from_secs(1);
-        assert_eq!(reclaim(key, second, 3), None);
-        assert_eq!(reclaim(key, second, IDLE_OFFER), Some(Phase::Head));
-        assert!(t.ended());
         // Past its grace a head goes for anyone.
         let (_pl, late) = pair();
         let l = register("proxy", 1, None, &late, start, guard(key));

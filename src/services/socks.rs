@@ -53,22 +53,6 @@ struct Socket<'a> {
     s: &'a Stream,
     /// The read timeout now set on the socket (None: none yet).
     now: Option<Duration>,
-    /// Where the bytes of the handshake so far are told (`minrate` and
-    /// `reclaim` weigh a head by them), and how many.
-    live: &'a crate::live::Registration,
-    got: usize,
-}
-
-impl Socket<'_> {
-    fn counted(&mut self, r: io::Result<usize>) -> io::Result<usize> {
-        if let Ok(n) = r {
-            if n > 0 {
-                self.got += n;
-                self.live.head(self.got);
-            }
-        }
-        r
-    }
 }
 
 impl Source for Socket<'_> {
@@ -80,7 +64,7 @@ impl Source for Socket<'_> {
         } else {
             MsgFlags::MSG_DONTWAIT
         };
-        let r = match recv(self.s, room, first) {
+        match recv(self.s, room, first) {
             Err(e) if e.kind() == io::ErrorKind::WouldBlock && !first.is_empty() => {
                 if self.now != Some(wait) {
                     let _ = self.s.set_read_timeout(Some(wait));
@@ -89,8 +73,7 @@ impl Source for Socket<'_> {
                 recv(self.s, room, MsgFlags::empty())
             }
             r => r,
-        };
-        self.counted(r)
+        }
     }
 }
 
@@ -158,8 +141,6 @@ fn read_request(
     let src = Socket {
         s: &c.cli,
         now: known,
-        live: &c.live,
-        got: early.len(),
     };
     let (long, short) = (t.get(Timeouts::BYTE_LONG), t.get(Timeouts::BYTE_SHORT));
     let mut r = Reader::new(src, early, long, short);
