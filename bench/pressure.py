@@ -87,14 +87,6 @@ def code_counts(log_path):
     return counts
 
 
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
-
-
 def proc_figures(pid):
     """(threads, descriptors, RSS in KB) of process PID."""
     threads = rss = 0
@@ -519,7 +511,7 @@ def main():
     need = 4 * (a.slowloris + a.silent + a.parked) + 4096
     raise_nofile(need)
     d = tempfile.mkdtemp(prefix="pressure-")
-    origin_port, http_port, socks_port = free_port(), free_port(), free_port()
+    origin_port, http_port, socks_port = callgrind.free_port(), callgrind.free_port(), callgrind.free_port()
     nginx = start_nginx(d, origin_port)
     proxy = None
     try:
